@@ -1,0 +1,1 @@
+//! Runs one segment of the Claude Code CLI (being written).
