@@ -1,0 +1,5 @@
+//! A WASI command (`wasi:cli/run`), not a tool provider: the sandbox must refuse it by name.
+
+fn main() {
+    println!("I am a command, not a tool provider");
+}
