@@ -1,0 +1,152 @@
+//! Cold calls per guest language: component size, load time, and the p50/p99 of a call on a fresh
+//! instance (what every tool call costs: `ToolSet::call` instantiates from the pre-linked
+//! component, calls, and drops the instance), for the same `lookup_order` tool in Rust (the
+//! baseline), Go, JavaScript on QuickJS (the SDK's default engine) and on StarlingMonkey (the engine
+//! for tools with outbound HTTP), and Python.
+//!
+//! ```sh
+//! scripts/install-guest-toolchains.sh     # once
+//! cargo bench -p tollgate-sandbox --bench languages
+//! LANGUAGES_BENCH_CALLS=2000 cargo bench -p tollgate-sandbox --bench languages   # more samples
+//! ```
+//!
+//! It builds the Go, JavaScript and Python guests with `scripts/build-guests.sh` (and a
+//! StarlingMonkey build of the JavaScript example) into `target/guests/`, then prints a table.
+//! Every language runs in the same process and sandbox (pooling allocator, compile cache under
+//! `target/`), interleaved round by round so that a burst of load on the machine hits all alike.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tollgate_sandbox::{Manifests, Sandbox, SandboxConfig, ToolSet};
+
+struct Subject {
+    label: &'static str,
+    engine: &'static str,
+    wasm: PathBuf,
+    tools: Option<ToolSet>,
+    size: u64,
+    load: Duration,
+    cache: String,
+    samples: Vec<Duration>,
+}
+
+fn run(cmd: &mut Command) {
+    let output = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if !output.status.success() {
+        panic!(
+            "{cmd:?} failed ({}); install the guest toolchains with scripts/install-guest-toolchains.sh\n{}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    eprint!("{}", String::from_utf8_lossy(&output.stdout));
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn micros(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 1000.0 { format!("{:.2} ms", us / 1000.0) } else { format!("{us:.0} µs") }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument may follow. Nothing to filter here.
+    let calls: usize = std::env::var("LANGUAGES_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
+    let out = root.join("target/guests");
+
+    eprintln!("building the Go, JavaScript and Python guests …");
+    run(Command::new("bash").arg(root.join("scripts/build-guests.sh")).arg(&out));
+    let sm = out.join("js-starlingmonkey/orders.wasm");
+    run(Command::new("node")
+        .arg(root.join("guest-sdk/js/bin/build.mjs"))
+        .arg(root.join("examples/tools/js/orders/tool.js"))
+        .args(["--engine", "starlingmonkey", "-o"])
+        .arg(&sm));
+
+    let mut subjects = vec![
+        ("Rust", "wit-bindgen", PathBuf::from(tollgate_test_guests::ORDERS)),
+        ("Go", "go 1.27 wasip1 + adapter", out.join("go/orders.wasm")),
+        ("JavaScript", "QuickJS", out.join("js/orders.wasm")),
+        ("JavaScript", "StarlingMonkey", sm),
+        ("Python", "componentize-py", out.join("python/orders.wasm")),
+    ]
+    .into_iter()
+    .map(|(label, engine, wasm)| Subject {
+        label,
+        engine,
+        wasm,
+        tools: None,
+        size: 0,
+        load: Duration::ZERO,
+        cache: String::new(),
+        samples: Vec::with_capacity(calls),
+    })
+    .collect::<Vec<_>>();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let cache = root.join("target/h-langs-bench-cache");
+        let sandbox = Sandbox::new(SandboxConfig { cache_dir: Some(cache), ..SandboxConfig::default() }).unwrap();
+        let dirs = tempfile::tempdir().unwrap();
+        for (i, s) in subjects.iter_mut().enumerate() {
+            let dir = dirs.path().join(i.to_string());
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::copy(&s.wasm, dir.join("orders.wasm")).unwrap();
+            // Twice: the first load may compile; the second shows the cached load every Worker pays.
+            let _ = sandbox.load_tools(&dir, &Manifests::default()).await.unwrap();
+            let started = Instant::now();
+            let tools = sandbox.load_tools(&dir, &Manifests::default()).await.unwrap();
+            s.load = started.elapsed();
+            let info = &tools.components()[0];
+            s.size = info.size;
+            s.cache = format!("{:?}", info.cache);
+            for _ in 0..20 {
+                tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
+            }
+            s.tools = Some(tools);
+        }
+        for _ in 0..calls {
+            for s in subjects.iter_mut() {
+                let tools = s.tools.as_ref().unwrap();
+                let started = Instant::now();
+                let output = tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
+                s.samples.push(started.elapsed());
+                assert!(!output.is_error, "{}: {}", s.label, output.text());
+            }
+        }
+    });
+
+    let rust_p50 = {
+        let mut v = subjects[0].samples.clone();
+        v.sort();
+        percentile(&v, 0.5)
+    };
+    println!();
+    println!("cold call = fresh instance + lookup_order + drop, {calls} calls each, interleaved");
+    println!();
+    println!("| language | engine | component | cached load | cold call p50 | cold call p99 | p50 vs Rust |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for s in &mut subjects {
+        s.samples.sort();
+        let p50 = percentile(&s.samples, 0.5);
+        let p99 = percentile(&s.samples, 0.99);
+        println!(
+            "| {} | {} | {:.2} MB | {} ({}) | {} | {} | {:.1}× |",
+            s.label,
+            s.engine,
+            s.size as f64 / 1e6,
+            micros(s.load),
+            s.cache,
+            micros(p50),
+            micros(p99),
+            p50.as_secs_f64() / rust_p50.as_secs_f64()
+        );
+    }
+}

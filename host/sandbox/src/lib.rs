@@ -1,0 +1,267 @@
+//! Loads an agent's tool components and options factory and runs them under limits and grants.
+//!
+//! This crate owns the wasmtime embedding: the engine (pooling allocator, epoch deadlines), the
+//! compiled-component cache, the host side of the `tollgate:tool` and `tollgate:agent` WIT
+//! packages, and the enforcement of each component's manifest. It does not decide *whether* a
+//! call may run (that is the gate's job in `tollgate-engine`); it runs what it is asked to run,
+//! safely. Read [`Sandbox`], then [`ToolSet`].
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use tollgate_sandbox::{Manifests, Sandbox, SandboxConfig};
+//!
+//! let sandbox = Sandbox::new(SandboxConfig::default())?;
+//! let tools = sandbox.load_tools("agent/tools".as_ref(), &Manifests::default()).await?;
+//! for tool in tools.tools() {
+//!     println!("{}: {}", tool.name, tool.description);
+//! }
+//! let output = tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every call runs in a **fresh instance** (nothing leaks between calls or sessions), created from
+//! a pre-linked `InstancePre` on the pooling allocator, with:
+//! - a wall-clock deadline: an epoch ticker stops a spinning guest, a tokio timeout stops one
+//!   blocked in a host call (a sleep, a slow HTTP request);
+//! - a cap on all of the component's memories together;
+//! - a bound on the output it returns, its log messages and its stderr;
+//! - nothing the manifest does not grant: no files, environment, sockets or outbound HTTP.
+//!
+//! # Caveats
+//! - The first load of a component compiles it (0.1 s for Rust, seconds for JavaScript or Python);
+//!   later loads read the cached artifact (see [`SandboxConfig::cache_dir`]).
+//! - At most [`SandboxConfig::max_concurrent_calls`] calls run at once; the rest wait their turn.
+
+mod agent;
+mod allow;
+mod bindings;
+mod cache;
+mod error;
+mod manifest;
+mod names;
+mod state;
+mod tools;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::Linker;
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
+};
+
+pub use agent::{AgentOptions, FactoryError, McpServer, OptionsContext, OptionsFactory};
+pub use allow::{AllowListError, AllowedHosts};
+pub use cache::{CacheOutcome, WASMTIME_VERSION};
+pub use error::{CallError, LoadError};
+pub use manifest::{ConfigSource, DirGrant, Limits, Manifest, ManifestError, ManifestFile, ResolvedDir};
+pub use names::check_tool_name;
+pub use tollgate_engine::policy::Annotations;
+pub use tools::{ComponentInfo, Content, DeferredExecution, Manifests, ToolInfo, ToolOutput, ToolSet};
+
+use crate::cache::ComponentCache;
+use crate::state::HostState;
+
+/// How often the epoch ticker advances: the granularity of deadlines.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Settings of a [`Sandbox`].
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    /// Where compiled components are cached. Default: `$TOLLGATE_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/tollgate/components`, else `~/.cache/tollgate/components`; `None` compiles
+    /// on every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Calls running at once; later calls wait. Default 32.
+    pub max_concurrent_calls: u32,
+    /// The most memory any manifest may grant one component, in MiB. Default 1024.
+    pub max_memory_mb: u32,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        let cache_dir = std::env::var_os("TOLLGATE_CACHE_DIR").map(PathBuf::from).or_else(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+            Some(base.join("tollgate/components"))
+        });
+        Self { cache_dir, max_concurrent_calls: 32, max_memory_mb: 1024 }
+    }
+}
+
+/// The WebAssembly engine, its linker and cache, shared by every component it loads. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<SandboxInner>,
+}
+
+struct SandboxInner {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: ComponentCache,
+    config: SandboxConfig,
+    permits: tokio::sync::Semaphore,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("config", &self.inner.config).finish()
+    }
+}
+
+impl Sandbox {
+    /// Sets up the engine (pooling allocator sized for `max_concurrent_calls` instances, epoch
+    /// interruption with a ticker thread) and links WASI 0.2, `wasi:http` and the Tollgate imports.
+    pub fn new(config: SandboxConfig) -> Result<Self, LoadError> {
+        let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
+        let slots = config.max_concurrent_calls.max(1) + 2;
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(slots)
+            // JavaScript and Python components hold several core instances, memories and tables.
+            .total_core_instances(slots * 16)
+            .max_core_instances_per_component(32)
+            .total_memories(slots * 4)
+            .max_memories_per_component(4)
+            .max_memories_per_module(1)
+            .total_tables(slots * 16)
+            .max_tables_per_component(32)
+            .max_tables_per_module(2)
+            .table_elements(100_000)
+            .total_stacks(slots)
+            .max_memory_size((config.max_memory_mb as usize) << 20)
+            .max_component_instance_size(4 << 20)
+            .max_core_instance_size(4 << 20)
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(64 << 10)
+            .pagemap_scan(wasmtime::Enabled::Auto);
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true)
+            .max_wasm_stack(1 << 20)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(engine_error)?;
+        spawn_epoch_ticker(&engine);
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        // Always linked: StarlingMonkey (JavaScript) imports it whether or not the tool uses it.
+        // Every request still passes the allow-list hook.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
+        bindings::tool::ToolProvider::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(engine_error)?;
+        bindings::agent::plain::tollgate::agent::types::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(engine_error)?;
+
+        Ok(Self {
+            inner: Arc::new(SandboxInner {
+                engine,
+                linker,
+                cache: ComponentCache::new(config.cache_dir.clone()),
+                permits: tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1) as usize),
+                config,
+            }),
+        })
+    }
+
+    /// The settings this sandbox was built with.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.inner.config
+    }
+
+    /// Runs `body` in a fresh store for `grants`, under the grants' limits, and turns a trap into
+    /// a [`CallError`] about `tool`.
+    pub(crate) async fn run<R>(
+        &self,
+        grants: &tools::Grants,
+        tool: &str,
+        body: impl AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let _permit = self.inner.permits.acquire().await.map_err(|_| CallError::Host {
+            tool: tool.to_string(),
+            reason: "the sandbox is shutting down".into(),
+        })?;
+        let limits = grants.manifest.limits;
+        let deadline = Instant::now() + limits.timeout;
+        let state = HostState::new(grants.name.clone(), &grants.manifest, grants.config.clone(), deadline)
+            .map_err(|e| CallError::Host { tool: tool.to_string(), reason: format!("{e:#}") })?;
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|cx| {
+            Ok(if Instant::now() >= cx.data().deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+        let result = tokio::time::timeout(limits.timeout, body(&mut store)).await;
+        match result {
+            Err(_) => Err(CallError::DeadlineExceeded { tool: tool.to_string(), limit: limits.timeout }),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(classify_trap(&error, &store, tool, &limits)),
+        }
+    }
+}
+
+/// What a failed call into the guest means.
+fn classify_trap(
+    error: &wasmtime::Error,
+    store: &Store<HostState>,
+    tool: &str,
+    limits: &Limits,
+) -> CallError {
+    let tool = tool.to_string();
+    if store.data().limiter.refused.is_some() {
+        return CallError::MemoryLimit { tool, limit_bytes: limits.memory_bytes };
+    }
+    let stderr = store.data().stderr.text();
+    let stderr = stderr.trim();
+    let with_stderr = |reason: String| {
+        if stderr.is_empty() {
+            reason
+        } else {
+            let tail = state::truncate(stderr, 2000);
+            format!("{reason}; its stderr: {tail}")
+        }
+    };
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => CallError::DeadlineExceeded { tool, limit: limits.timeout },
+        Some(Trap::StackOverflow) => {
+            CallError::Trapped { tool, reason: with_stderr("stack overflow (unbounded recursion?)".into()) }
+        }
+        Some(Trap::MemoryOutOfBounds) => CallError::Trapped {
+            tool,
+            reason: with_stderr(
+                "out-of-bounds memory access (often its stack overflowing from unbounded recursion)".into(),
+            ),
+        },
+        Some(Trap::UnreachableCodeReached) => {
+            CallError::Trapped { tool, reason: with_stderr("it panicked or aborted (unreachable)".into()) }
+        }
+        Some(trap) => CallError::Trapped { tool, reason: with_stderr(format!("wasm trap: {trap}")) },
+        None => {
+            let root = error.chain().last().map(|e| e.to_string()).unwrap_or_else(|| error.to_string());
+            CallError::Trapped { tool, reason: with_stderr(root) }
+        }
+    }
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("tollgate-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("spawn the epoch ticker thread");
+}

@@ -1,0 +1,317 @@
+//! The per-call store state: WASI and `wasi:http` contexts built from a manifest, the memory
+//! limiter, the host side of `tollgate:tool/log` and `tollgate:tool/config`, and the policy hooks
+//! that enforce the grants. Read [`HostState::new`] first.
+//!
+//! Deny by default: no arguments, no environment, empty stdin, stdout discarded, stderr kept (the
+//! first 16 KiB, for a panic message), no preopens, no name lookup, no UDP, TCP only to granted
+//! addresses, and every `wasi:http` request checked against the allow-list.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http_body_util::BodyExt;
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use crate::allow::AllowedHosts;
+use crate::bindings::tool::tollgate::tool::{config, log, types};
+use crate::manifest::Manifest;
+
+/// Bytes of a guest's stderr kept per call.
+const STDERR_KEPT: usize = 16 << 10;
+/// Bytes of one log message kept; the rest is cut.
+const LOG_MESSAGE_MAX: usize = 4 << 10;
+/// Log messages kept per call; later ones are counted and dropped.
+const LOG_MESSAGES_MAX: u32 = 256;
+
+/// The state of one store (one call, or one load-time `list-tools`).
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    hooks: HttpPolicy,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    config: Arc<BTreeMap<String, Option<String>>>,
+    component: Arc<str>,
+    logs_emitted: u32,
+    pub(crate) stderr: TruncatingPipe,
+    pub(crate) deadline: Instant,
+}
+
+impl HostState {
+    pub(crate) fn new(
+        component: Arc<str>,
+        manifest: &Manifest,
+        config: Arc<BTreeMap<String, Option<String>>>,
+        deadline: Instant,
+    ) -> Result<Self, wasmtime::Error> {
+        let stderr = TruncatingPipe::new(STDERR_KEPT);
+        let mut b = WasiCtx::builder();
+        b.stderr(stderr.clone());
+        b.allow_ip_name_lookup(false);
+        b.allow_udp(false);
+        for dir in &manifest.dirs {
+            let perms = if dir.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            b.preopened_dir(&dir.host, &dir.guest, perms)?;
+        }
+        if manifest.allowed_hosts.any_tcp() {
+            let allowed = manifest.allowed_hosts.clone();
+            b.allow_tcp(true);
+            b.socket_addr_check(move |addr, usage| {
+                use wasmtime_wasi::sockets::SocketAddrUse;
+                let ok = match usage {
+                    SocketAddrUse::TcpConnect => allowed.allows_tcp(addr),
+                    // A connect without a bind is checked as an implicit bind to the unspecified
+                    // address, port 0 (wasm-probe REPORT §11): allow exactly that.
+                    SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                    _ => false,
+                };
+                Box::pin(async move { ok })
+            });
+        } else {
+            b.allow_tcp(false);
+        }
+        Ok(Self {
+            wasi: b.build(),
+            http: WasiHttpCtx::new(),
+            hooks: HttpPolicy { allowed: manifest.allowed_hosts.clone() },
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(manifest.limits.memory_bytes),
+            config,
+            component,
+            logs_emitted: 0,
+            stderr,
+            deadline,
+        })
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.hooks }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl crate::bindings::agent::plain::tollgate::agent::types::Host for HostState {}
+
+impl log::Host for HostState {
+    fn emit(&mut self, level: log::Level, message: String) {
+        self.logs_emitted += 1;
+        if self.logs_emitted > LOG_MESSAGES_MAX {
+            if self.logs_emitted == LOG_MESSAGES_MAX + 1 {
+                tracing::warn!(
+                    component = &*self.component,
+                    "log limit of {LOG_MESSAGES_MAX} messages per call reached; dropping the rest"
+                );
+            }
+            return;
+        }
+        let message = truncate(&message, LOG_MESSAGE_MAX);
+        let component = &*self.component;
+        match level {
+            log::Level::Trace => tracing::trace!(target: "tollgate::guest", component, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "tollgate::guest", component, "{message}"),
+            log::Level::Info => tracing::info!(target: "tollgate::guest", component, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "tollgate::guest", component, "{message}"),
+            log::Level::Error => tracing::error!(target: "tollgate::guest", component, "{message}"),
+        }
+    }
+}
+
+impl config::Host for HostState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.config.get(&key).cloned().flatten()
+    }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary.
+pub(crate) fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Caps the memory of all of a component's memories together (wasmtime's `StoreLimits` caps each
+/// memory on its own) and remembers when the cap was hit, so the call can say so.
+pub(crate) struct MemoryLimiter {
+    cap: usize,
+    in_use: usize,
+    pub(crate) refused: Option<usize>,
+}
+
+impl MemoryLimiter {
+    fn new(cap: usize) -> Self {
+        Self { cap, in_use: 0, refused: None }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> Result<bool, wasmtime::Error> {
+        let total = self.in_use - current + desired;
+        if total > self.cap {
+            self.refused = Some(total);
+            return Err(wasmtime::format_err!(
+                "memory limit exceeded: growing to {total} bytes in all would pass the cap of {} bytes",
+                self.cap
+            ));
+        }
+        self.in_use = total;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> Result<bool, wasmtime::Error> {
+        Ok(desired <= 1_000_000)
+    }
+
+    fn instances(&self) -> usize {
+        64
+    }
+
+    fn tables(&self) -> usize {
+        64
+    }
+
+    fn memories(&self) -> usize {
+        16
+    }
+}
+
+/// The `wasi:http` hook: a request leaves only when the allow-list admits its destination.
+struct HttpPolicy {
+    allowed: AllowedHosts,
+}
+
+type IoFuture = Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>;
+
+impl WasiHttpHooks for HttpPolicy {
+    fn send_request(
+        &mut self,
+        request: http::Request<wasmtime_wasi_http::WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+        fut: IoFuture,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (http::Response<wasmtime_wasi_http::WasiBody>, IoFuture),
+                    wasmtime_wasi_http::Error,
+                >,
+            > + Send,
+    > {
+        drop(fut);
+        let uri = request.uri();
+        let allowed = match (uri.scheme_str(), uri.host()) {
+            (Some(scheme), Some(host)) => self.allowed.allows_http(scheme, host, uri.port_u16()),
+            _ => false,
+        };
+        if !allowed {
+            tracing::info!(uri = %uri, "outbound request denied: not on the component's allow-list");
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
+        Box::new(async move {
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as IoFuture))
+        })
+    }
+}
+
+/// A guest output stream that keeps its first bytes and silently drops the rest, so a chatty
+/// guest never traps on a full pipe.
+#[derive(Clone)]
+pub(crate) struct TruncatingPipe {
+    inner: Arc<Mutex<(Vec<u8>, usize)>>,
+    keep: usize,
+}
+
+impl TruncatingPipe {
+    fn new(keep: usize) -> Self {
+        Self { inner: Arc::new(Mutex::new((Vec::new(), 0))), keep }
+    }
+
+    /// What was kept, as text.
+    pub(crate) fn text(&self) -> String {
+        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&guard.0).into_owned()
+    }
+}
+
+impl IsTerminal for TruncatingPipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for TruncatingPipe {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl tokio::io::AsyncWrite for TruncatingPipe {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let room = self.keep.saturating_sub(guard.0.len());
+        guard.0.extend_from_slice(&buf[..room.min(buf.len())]);
+        guard.1 += buf.len();
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limiter_sums_every_memory_and_refuses_past_the_cap() {
+        let mut l = MemoryLimiter::new(10 << 20);
+        assert!(l.memory_growing(0, 4 << 20, None).unwrap());
+        assert!(l.memory_growing(0, 4 << 20, None).unwrap());
+        assert!(l.memory_growing(4 << 20, 6 << 20, None).unwrap(), "4 + 6 MiB is exactly the cap");
+        assert!(l.memory_growing(6 << 20, 7 << 20, None).is_err(), "4 + 7 MiB passes a 10 MiB cap");
+        assert_eq!(l.refused, Some(11 << 20));
+    }
+
+    #[test]
+    fn truncate_keeps_whole_characters() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+}

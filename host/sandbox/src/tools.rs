@@ -1,0 +1,561 @@
+//! A directory of tool components, loaded and checked: [`ToolSet`].
+//!
+//! Loading a directory compiles (or reads from the cache) every `*.wasm` in it, links it, checks
+//! that it exports `tollgate:tool/tools@0.1.0`, resolves its manifest, lists its tools once, and
+//! checks every tool: a valid name that is unique across the directory and is no Claude Code
+//! built-in, a description, and an input schema that compiles. Any problem fails the whole load
+//! with an error naming the file and the tool: a half-loaded tool set would hide a tool from the
+//! model without anyone noticing.
+//!
+//! A call validates its arguments against the schema on the host (the handler never sees
+//! arguments that fail it), then runs in a fresh instance under the component's limits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use wasmtime::component::{Component, types::ComponentItem};
+
+use crate::bindings::tool::ToolProviderPre;
+use crate::bindings::tool::tollgate::tool::types as wit;
+use crate::cache::CacheOutcome;
+use crate::error::{CallError, LoadError};
+use crate::manifest::{Manifest, ManifestError, ManifestFile};
+use crate::names::check_tool_name;
+use crate::{Annotations, Sandbox};
+
+/// The interface a tool component must export.
+pub(crate) const TOOLS_EXPORT: &str = "tollgate:tool/tools@0.1.0";
+
+/// Manifests that come from the agent's `tollgate.toml` (`[tools.<component>]` tables), by
+/// component name. A component not named here may have a `<name>.toml` beside it.
+#[derive(Clone, Debug, Default)]
+pub struct Manifests {
+    entries: BTreeMap<String, (ManifestFile, String, PathBuf)>,
+}
+
+impl Manifests {
+    /// Adds the manifest of `component`, written at `origin`, with relative paths against `base`.
+    pub fn insert(
+        &mut self,
+        component: impl Into<String>,
+        file: ManifestFile,
+        origin: impl Into<String>,
+        base: PathBuf,
+    ) {
+        self.entries.insert(component.into(), (file, origin.into(), base));
+    }
+
+    /// Reads the `[tools.<component>]` tables of an agent's `tollgate.toml`; the file's other
+    /// tables are not this crate's business and are ignored.
+    pub fn from_agent_config(path: &Path) -> Result<Self, ManifestError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ManifestError::Syntax { origin: origin.clone(), message: e.to_string() })?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| ManifestError::Syntax { origin: origin.clone(), message: e.to_string() })?;
+        let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let mut manifests = Self::default();
+        let Some(tools) = table.get("tools") else {
+            return Ok(manifests);
+        };
+        let tools = tools.as_table().ok_or_else(|| ManifestError::Syntax {
+            origin: origin.clone(),
+            message: "`tools` must be a table of `[tools.<component>]` tables".into(),
+        })?;
+        for (component, value) in tools {
+            let table_origin = format!("{origin} [tools.{component}]");
+            let file: ManifestFile = value.clone().try_into().map_err(|e: toml::de::Error| {
+                ManifestError::Syntax { origin: table_origin.clone(), message: e.message().to_string() }
+            })?;
+            // Directories in tollgate.toml are relative to the agent directory, not `tools/`.
+            manifests.insert(component.clone(), file, table_origin, base.clone());
+        }
+        Ok(manifests)
+    }
+}
+
+/// A call's durable step, passed to the tool (`deferred-execution` in the WIT).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeferredExecution {
+    /// The session.
+    pub session_id: String,
+    /// The turn.
+    pub turn_id: String,
+    /// The model's tool-use ID.
+    pub tool_call_id: String,
+    /// 1 on the first attempt.
+    pub attempt: u32,
+    /// The same on every attempt: `<session>/<turn>/<tool call>`.
+    pub idempotency_key: String,
+}
+
+impl DeferredExecution {
+    /// The execution of attempt `attempt` of a call, with the key `<session>/<turn>/<tool call>`.
+    pub fn new(session_id: &str, turn_id: &str, tool_call_id: &str, attempt: u32) -> Self {
+        Self {
+            session_id: session_id.into(),
+            turn_id: turn_id.into(),
+            tool_call_id: tool_call_id.into(),
+            attempt,
+            idempotency_key: format!("{session_id}/{turn_id}/{tool_call_id}"),
+        }
+    }
+}
+
+/// One block of a tool's output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image.
+    Image {
+        /// Its MIME type.
+        media_type: String,
+        /// Its bytes.
+        #[serde(skip)]
+        data: Vec<u8>,
+    },
+}
+
+/// What a call produced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ToolOutput {
+    /// The blocks, in order.
+    pub content: Vec<Content>,
+    /// A tool-level failure the model should read.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// The text blocks joined with newlines (images left out).
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                Content::Text { text } => Some(text.as_str()),
+                Content::Image { .. } => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+
+    fn size(&self) -> usize {
+        self.content
+            .iter()
+            .map(|c| match c {
+                Content::Text { text } => text.len(),
+                Content::Image { media_type, data } => media_type.len() + data.len(),
+            })
+            .sum()
+    }
+}
+
+/// A loaded tool.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToolInfo {
+    /// Its name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// The JSON Schema of its arguments.
+    pub input_schema: serde_json::Value,
+    /// Its annotations.
+    #[serde(serialize_with = "serialize_annotations")]
+    pub annotations: Annotations,
+    /// The component it comes from (the file stem).
+    pub component: String,
+}
+
+fn serialize_annotations<S: serde::Serializer>(a: &Annotations, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct A {
+        read_only: bool,
+        idempotent: bool,
+        destructive: bool,
+        open_world: bool,
+    }
+    A {
+        read_only: a.read_only,
+        idempotent: a.idempotent,
+        destructive: a.destructive,
+        open_world: a.open_world,
+    }
+    .serialize(s)
+}
+
+/// A loaded component.
+#[derive(Clone, Debug)]
+pub struct ComponentInfo {
+    /// Its name: the file stem.
+    pub name: String,
+    /// The `.wasm` file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Whether it came from the compile cache.
+    pub cache: CacheOutcome,
+    /// How long loading took (compile or cache read, link, list).
+    pub load_time: Duration,
+    /// What it is granted.
+    pub manifest: Manifest,
+    /// Its tools' names.
+    pub tools: Vec<String>,
+}
+
+/// The grants of one component, shared by its calls.
+pub(crate) struct Grants {
+    pub(crate) name: Arc<str>,
+    pub(crate) manifest: Arc<Manifest>,
+    pub(crate) config: Arc<BTreeMap<String, Option<String>>>,
+}
+
+impl Grants {
+    pub(crate) fn new(name: &str, manifest: Manifest) -> Self {
+        let config = manifest.config.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect();
+        Self { name: name.into(), manifest: Arc::new(manifest), config: Arc::new(config) }
+    }
+}
+
+struct LoadedComponent {
+    pre: ToolProviderPre<crate::state::HostState>,
+    grants: Grants,
+}
+
+struct LoadedTool {
+    info: ToolInfo,
+    validator: jsonschema::Validator,
+    component: usize,
+}
+
+/// The tools of one directory, ready to call. Cheap to clone.
+#[derive(Clone)]
+pub struct ToolSet {
+    inner: Arc<ToolSetInner>,
+}
+
+struct ToolSetInner {
+    sandbox: Sandbox,
+    components: Vec<LoadedComponent>,
+    component_infos: Vec<ComponentInfo>,
+    tools: Vec<LoadedTool>,
+    infos: Vec<ToolInfo>,
+    by_name: HashMap<String, usize>,
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSet").field("tools", &self.inner.by_name.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+/// The `*.wasm` files of `dir`, sorted.
+fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|source| LoadError::Io { path: dir.to_path_buf(), source })?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| LoadError::Io { path: dir.to_path_buf(), source })?;
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "wasm") && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Reads a file that must be a WebAssembly component.
+pub(crate) fn read_component_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })?;
+    match bytes.get(..8) {
+        Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => Err(LoadError::NotAComponent { path: path.to_path_buf() }),
+        Some([0, b'a', b's', b'm', ..]) => Ok(bytes),
+        _ => Err(LoadError::NotWasm { path: path.to_path_buf() }),
+    }
+}
+
+/// The names of what a component exports, for an error message.
+pub(crate) fn export_names(sandbox: &Sandbox, component: &Component) -> String {
+    let ty = component.component_type();
+    let names: Vec<String> = ty
+        .exports(&sandbox.inner.engine)
+        .map(|(name, item)| match item.ty {
+            ComponentItem::ComponentInstance(_) => name.to_string(),
+            ComponentItem::ComponentFunc(_) => format!("func {name}"),
+            _ => name.to_string(),
+        })
+        .collect();
+    if names.is_empty() { "nothing".into() } else { names.join(", ") }
+}
+
+impl Sandbox {
+    /// Compiles (or reads from the cache) and links one component file.
+    pub(crate) fn compile(&self, path: &Path) -> Result<(Component, CacheOutcome, u64), LoadError> {
+        let bytes = read_component_bytes(path)?;
+        let (component, outcome) = self
+            .inner
+            .cache
+            .load(&self.inner.engine, &bytes)
+            .map_err(|e| LoadError::Invalid { path: path.to_path_buf(), reason: format!("{e:#}") })?;
+        Ok((component, outcome, bytes.len() as u64))
+    }
+
+    /// Resolves the manifest of component `name` at `path`: from `manifests`, or from
+    /// `<name>.toml` beside it, or none (everything denied).
+    pub(crate) fn manifest_for(
+        &self,
+        name: &str,
+        path: &Path,
+        manifests: &Manifests,
+    ) -> Result<Manifest, LoadError> {
+        let beside = path.with_extension("toml");
+        let env = |key: &str| std::env::var(key).ok();
+        let max = self.inner.config.max_memory_mb;
+        match (manifests.entries.get(name), beside.is_file()) {
+            (Some((_, origin, _)), true) => Err(LoadError::TwoManifests {
+                component: name.to_string(),
+                first: origin.clone(),
+                second: beside.display().to_string(),
+            }),
+            (Some((file, origin, base)), false) => Ok(file.resolve(origin, base, max, &env)?),
+            (None, true) => {
+                let file = ManifestFile::read(&beside)?;
+                let base = beside.parent().unwrap_or(Path::new("."));
+                Ok(file.resolve(&beside.display().to_string(), base, max, &env)?)
+            }
+            (None, false) => Ok(Manifest::default()),
+        }
+    }
+
+    /// Loads every `*.wasm` of `dir` as a tool component. See the module documentation for what
+    /// is checked; the first problem is the error.
+    pub async fn load_tools(&self, dir: &Path, manifests: &Manifests) -> Result<ToolSet, LoadError> {
+        let files = wasm_files(dir)?;
+        for (component, (_, origin, _)) in &manifests.entries {
+            if !files.iter().any(|f| f.file_stem().is_some_and(|s| s == component.as_str())) {
+                return Err(LoadError::ManifestWithoutComponent {
+                    origin: origin.clone(),
+                    component: component.clone(),
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
+
+        let mut components = Vec::new();
+        let mut component_infos = Vec::new();
+        let mut tools: Vec<LoadedTool> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        for path in files {
+            let started = Instant::now();
+            let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+            let manifest = self.manifest_for(&name, &path, manifests)?;
+            let (component, cache, size) = self.compile(&path)?;
+            let instance_pre = self
+                .inner
+                .linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
+            let pre = ToolProviderPre::new(instance_pre).map_err(|_| LoadError::WrongWorld {
+                path: path.clone(),
+                expected: TOOLS_EXPORT,
+                found: export_names(self, &component),
+            })?;
+            let grants = Grants::new(&name, manifest.clone());
+            let specs = self
+                .run(&grants, "list-tools", async |store| {
+                    let instance = pre.instantiate_async(&mut *store).await?;
+                    instance.tollgate_tool_tools().call_list_tools(&mut *store).await
+                })
+                .await
+                .map_err(|e| LoadError::ListFailed { path: path.clone(), reason: e.to_string() })?;
+
+            let index = components.len();
+            let mut names = Vec::new();
+            for spec in specs {
+                let tool = check_spec(&path, &name, spec)?;
+                if let Some(&other) = by_name.get(&tool.info.name) {
+                    // The first holder is an earlier component, or this one listing the name twice.
+                    let first = component_infos
+                        .get(tools[other].component)
+                        .map_or(&path, |c: &ComponentInfo| &c.path);
+                    return Err(LoadError::DuplicateTool {
+                        tool: tool.info.name.clone(),
+                        first: first.clone(),
+                        second: path.clone(),
+                    });
+                }
+                names.push(tool.info.name.clone());
+                by_name.insert(tool.info.name.clone(), tools.len());
+                tools.push(LoadedTool { component: index, ..tool });
+            }
+            components.push(LoadedComponent { pre, grants });
+            component_infos.push(ComponentInfo {
+                name,
+                path,
+                size,
+                cache,
+                load_time: started.elapsed(),
+                manifest,
+                tools: names,
+            });
+        }
+        let infos = tools.iter().map(|t| t.info.clone()).collect();
+        Ok(ToolSet {
+            inner: Arc::new(ToolSetInner {
+                sandbox: self.clone(),
+                components,
+                component_infos,
+                tools,
+                infos,
+                by_name,
+            }),
+        })
+    }
+}
+
+/// Checks one spec from `list-tools` and compiles its schema.
+fn check_spec(path: &Path, component: &str, spec: wit::ToolSpec) -> Result<LoadedTool, LoadError> {
+    let bad =
+        |reason: String| LoadError::BadTool { path: path.to_path_buf(), tool: spec.name.clone(), reason };
+    check_tool_name(&spec.name).map_err(bad)?;
+    if spec.description.trim().is_empty() {
+        return Err(bad("it has no description; the model needs one to use it".into()));
+    }
+    let schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
+        .map_err(|e| bad(format!("its input schema is not JSON: {e}")))?;
+    if !schema.is_object() {
+        return Err(bad("its input schema must be a JSON object".into()));
+    }
+    if let Some(ty) = schema.get("type")
+        && ty != "object"
+    {
+        return Err(bad(format!(
+            "its input schema must describe an object (`\"type\": \"object\"`), not {ty}"
+        )));
+    }
+    let validator = jsonschema::validator_for(&schema)
+        .map_err(|e| bad(format!("its input schema is not a valid JSON Schema: {e}")))?;
+    let a = spec.annotations;
+    Ok(LoadedTool {
+        info: ToolInfo {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            input_schema: schema,
+            annotations: Annotations {
+                read_only: a.read_only,
+                idempotent: a.idempotent,
+                destructive: a.destructive,
+                open_world: a.open_world,
+            },
+            component: component.to_string(),
+        },
+        validator,
+        component: 0,
+    })
+}
+
+impl ToolSet {
+    /// Every tool, in load order (components sorted by file name).
+    pub fn tools(&self) -> &[ToolInfo] {
+        &self.inner.infos
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&ToolInfo> {
+        self.inner.by_name.get(name).map(|&i| &self.inner.infos[i])
+    }
+
+    /// The loaded components, with their grants.
+    pub fn components(&self) -> &[ComponentInfo] {
+        &self.inner.component_infos
+    }
+
+    /// Checks `arguments` against tool `name`'s schema without calling it.
+    pub fn validate(&self, name: &str, arguments: &str) -> Result<serde_json::Value, CallError> {
+        let Some(&index) = self.inner.by_name.get(name) else {
+            return Err(CallError::UnknownTool { tool: name.to_string() });
+        };
+        let tool = &self.inner.tools[index];
+        let value: serde_json::Value = serde_json::from_str(arguments)
+            .map_err(|e| CallError::InvalidJson { tool: name.to_string(), reason: e.to_string() })?;
+        let problems: Vec<String> = tool
+            .validator
+            .iter_errors(&value)
+            .take(10)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() { e.to_string() } else { format!("at `{at}`: {e}") }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(CallError::InvalidArguments { tool: name.to_string(), problems });
+        }
+        Ok(value)
+    }
+
+    /// Calls tool `name` with `arguments` (a JSON object): validates them against its schema,
+    /// then runs it in a fresh instance under its component's limits. `execution` is the durable
+    /// step of a deferred call, `None` for an inline one.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: &str,
+        execution: Option<&DeferredExecution>,
+    ) -> Result<ToolOutput, CallError> {
+        self.validate(name, arguments)?;
+        let tool = &self.inner.tools[self.inner.by_name[name]];
+        let component = &self.inner.components[tool.component];
+        let execution = execution.map(|e| wit::DeferredExecution {
+            session_id: e.session_id.clone(),
+            turn_id: e.turn_id.clone(),
+            tool_call_id: e.tool_call_id.clone(),
+            attempt: e.attempt,
+            idempotency_key: e.idempotency_key.clone(),
+        });
+        let result = self
+            .inner
+            .sandbox
+            .run(&component.grants, name, async |store| {
+                let instance = component.pre.instantiate_async(&mut *store).await?;
+                instance
+                    .tollgate_tool_tools()
+                    .call_call(&mut *store, name, arguments, execution.as_ref())
+                    .await
+            })
+            .await?;
+        let output = match result {
+            Ok(output) => output,
+            Err(wit::CallError::Failed(message)) => {
+                return Err(CallError::Failed { tool: name.into(), message });
+            }
+            Err(wit::CallError::Retryable(message)) => {
+                return Err(CallError::Retryable { tool: name.into(), message });
+            }
+        };
+        let output = ToolOutput {
+            content: output
+                .content
+                .into_iter()
+                .map(|c| match c {
+                    wit::Content::Text(text) => Content::Text { text },
+                    wit::Content::Image(i) => Content::Image { media_type: i.media_type, data: i.data },
+                })
+                .collect(),
+            is_error: output.is_error,
+        };
+        let limit = component.grants.manifest.limits.max_output_bytes;
+        let bytes = output.size();
+        if bytes > limit {
+            return Err(CallError::OutputTooLarge { tool: name.into(), bytes, limit });
+        }
+        Ok(output)
+    }
+}

@@ -1,0 +1,14 @@
+//! Integration tests of the sandbox against real guest components built from source
+//! (`tollgate-test-guests` builds them).
+//!
+//! - `load`: loading directories, and every way a directory can be wrong;
+//! - `calls`: the example tools end to end, argument validation, outbound HTTP;
+//! - `hostile`: guests that attack or break their host, each followed by a call that must work;
+//! - `factory`: the options-factory component.
+
+mod calls;
+mod factory;
+mod hostile;
+mod languages;
+mod load;
+mod util;
