@@ -1,0 +1,20 @@
+//! Tollgate's pure core: tool policies, records, and the gate that decides every tool call of a
+//! segment.
+//!
+//! This crate owns the decisions DESIGN.md §2 step 3 describes and the texts the model reads for
+//! them. It does no I/O: no tokio, no wasmtime, no database, no process. The host feeds it what
+//! the CLI, the options factory and the store report, and carries its answers back.
+//!
+//! Start with [`gate::Gate`]; it uses
+//!
+//! - [`policy`]: effects, the `[policies]` table of `tollgate.toml`, and what a policy means for a
+//!   call ([`policy::Handling`]);
+//! - [`catalog`]: the custom tools of a segment attempt and how CLI tool names map onto them;
+//! - [`record`]: the durable outcome of a deferred call and the tool result the model sees for it;
+//! - [`texts`]: every text shown to the model, with the seed section each comes from.
+
+pub mod catalog;
+pub mod gate;
+pub mod policy;
+pub mod record;
+pub mod texts;

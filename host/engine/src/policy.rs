@@ -1,0 +1,791 @@
+//! Tool policies: how a tool call touches the world, and whether a human approves it first.
+//!
+//! This module owns the `[policies]` table of `tollgate.toml` (parsing and validation), the
+//! resolution order that gives every tool a [`ToolPolicy`], and what a policy means for a call
+//! ([`Handling`]). It does not decide one concrete call — that is [`crate::gate`], which adds the
+//! segment's state — and it knows nothing of TOML files: the caller hands it the table as a
+//! [`serde_json::Value`] or through serde ([`Policies`] implements `Deserialize`).
+//!
+//! Read [`Policies`] first, then [`ToolPolicy::handling`].
+//!
+//! # The table
+//!
+//! ```toml
+//! [policies]                   # by tool name: a custom tool's own name, a built-in, or mcp__<server>__<tool>
+//! default_effect = "unclassified"
+//! create_refund = { effect = "non_idempotent_write", requires_approval = true }
+//! Read = { effect = "read" }
+//! ```
+//!
+//! - `default_effect` (optional, default `unclassified`) classifies a tool that neither a policy
+//!   nor annotations classify. The key is reserved: no policy can name a tool `default_effect`.
+//! - Every other key names a tool and maps to a table with `effect` (required: `read`,
+//!   `idempotent_write`, `non_idempotent_write` or `unclassified`) and `requires_approval`
+//!   (optional boolean; without it the effect's default below applies). Other fields are errors.
+//! - A custom tool is named bare (`create_refund`, not `mcp__tools__create_refund`);
+//!   [`crate::catalog::ToolCatalog::check_policies`] rejects the prefixed form.
+//!
+//! # Resolution order
+//!
+//! 1. An explicit policy for the tool's name.
+//! 2. For a custom tool without one, its annotations: `read_only` is `read`; otherwise
+//!    `idempotent` is `idempotent_write`, whatever `destructive` says.
+//! 3. `default_effect`.
+//!
+//! `requires_approval` is the policy's own value when it gives one, otherwise the effect's default
+//! ([`Effect::default_requires_approval`]): `read` and `idempotent_write` need none,
+//! `non_idempotent_write` and `unclassified` do (seeds, "Effects and policies", table column
+//! "Default approval").
+//!
+//! ```
+//! use serde_json::json;
+//! use tollgate_engine::catalog::ToolKind;
+//! use tollgate_engine::policy::{Effect, Handling, Policies};
+//!
+//! let policies = Policies::from_value(&json!({
+//!     "default_effect": "unclassified",
+//!     "create_refund": { "effect": "non_idempotent_write" },
+//!     "Read": { "effect": "read" },
+//! }))?;
+//! let refund = policies.resolve("create_refund", None);
+//! assert_eq!(refund.effect, Effect::NonIdempotentWrite);
+//! assert!(refund.requires_approval);
+//! assert!(refund.handling(ToolKind::Custom).is_deferred());
+//! assert_eq!(policies.resolve("Read", None).handling(ToolKind::Cli), Handling::Inline);
+//! // Bash has no policy: the default effect makes every call wait for approval.
+//! assert!(policies.resolve("Bash", None).requires_approval);
+//! # Ok::<(), tollgate_engine::policy::PolicyError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::catalog::ToolKind;
+
+/// The key of the `[policies]` table that holds the default effect.
+pub const DEFAULT_EFFECT_KEY: &str = "default_effect";
+
+/// How a tool call touches the world (DESIGN.md §1 "effect"). Serialized in snake_case, as in
+/// `tollgate.toml`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Safe to repeat; changes nothing.
+    Read,
+    /// A write that is safe to repeat with the same idempotency key.
+    IdempotentWrite,
+    /// A write that must run at most once.
+    NonIdempotentWrite,
+    /// Nothing is known; treated like [`Effect::NonIdempotentWrite`].
+    Unclassified,
+}
+
+impl Effect {
+    /// Every effect, in table order.
+    pub const ALL: [Effect; 4] =
+        [Effect::Read, Effect::IdempotentWrite, Effect::NonIdempotentWrite, Effect::Unclassified];
+
+    /// The name used in `tollgate.toml` and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Read => "read",
+            Effect::IdempotentWrite => "idempotent_write",
+            Effect::NonIdempotentWrite => "non_idempotent_write",
+            Effect::Unclassified => "unclassified",
+        }
+    }
+
+    /// Whether a policy of this effect without its own `requires_approval` waits for approval
+    /// (seeds, "Effects and policies", column "Default approval").
+    pub fn default_requires_approval(self) -> bool {
+        match self {
+            Effect::Read | Effect::IdempotentWrite => false,
+            Effect::NonIdempotentWrite | Effect::Unclassified => true,
+        }
+    }
+}
+
+impl fmt::Display for Effect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of [`Effect::from_str`]: the text names no effect.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown effect `{0}`; expected one of read, idempotent_write, non_idempotent_write, unclassified")]
+pub struct UnknownEffect(pub String);
+
+impl FromStr for Effect {
+    type Err = UnknownEffect;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Effect::ALL.into_iter().find(|effect| effect.as_str() == s).ok_or_else(|| UnknownEffect(s.to_owned()))
+    }
+}
+
+/// A custom tool's own hints about its effect (the WIT `annotations` record, MCP `*Hint`s).
+///
+/// Only `read_only` and `idempotent` classify a tool; `destructive` and `open_world` are kept for
+/// display and never change the effect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotations {
+    /// MCP `readOnlyHint`.
+    pub read_only: bool,
+    /// MCP `idempotentHint`.
+    pub idempotent: bool,
+    /// MCP `destructiveHint`.
+    pub destructive: bool,
+    /// MCP `openWorldHint`.
+    pub open_world: bool,
+}
+
+impl Annotations {
+    /// The effect these hints give, if any: `read_only` is `read`; otherwise `idempotent` is
+    /// `idempotent_write`, whatever `destructive` says (`typescript-adapter-README.md`, "Effects
+    /// and policies").
+    pub fn effect(&self) -> Option<Effect> {
+        if self.read_only {
+            Some(Effect::Read)
+        } else if self.idempotent {
+            Some(Effect::IdempotentWrite)
+        } else {
+            None
+        }
+    }
+}
+
+/// One entry of the `[policies]` table, as written: the approval is optional.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyEntry {
+    /// The tool's effect.
+    pub effect: Effect,
+    /// `requires_approval` when the entry gives it.
+    pub requires_approval: Option<bool>,
+}
+
+impl PolicyEntry {
+    /// An entry with the effect's default approval.
+    pub fn new(effect: Effect) -> Self {
+        Self { effect, requires_approval: None }
+    }
+
+    /// The same entry with an explicit approval.
+    pub fn with_approval(self, requires_approval: bool) -> Self {
+        Self { requires_approval: Some(requires_approval), ..self }
+    }
+
+    /// The policy this entry gives.
+    pub fn policy(&self) -> ToolPolicy {
+        ToolPolicy {
+            effect: self.effect,
+            requires_approval: self.requires_approval.unwrap_or(self.effect.default_requires_approval()),
+        }
+    }
+}
+
+/// A resolved policy: the effect and whether a call waits for approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolPolicy {
+    /// The tool's effect.
+    pub effect: Effect,
+    /// Whether a call waits in `AwaitToolApproval` before it runs.
+    pub requires_approval: bool,
+}
+
+impl ToolPolicy {
+    /// The policy of `effect` with its default approval.
+    pub fn new(effect: Effect) -> Self {
+        PolicyEntry::new(effect).policy()
+    }
+
+    /// How a call of a tool of `kind` under this policy runs (seeds, "Effects and policies").
+    ///
+    /// | policy | custom tool | CLI tool |
+    /// | --- | --- | --- |
+    /// | `read`, no approval | inline | inline |
+    /// | `read`, approval | deferred, `CallTool` | deferred, resumed segment |
+    /// | `idempotent_write` | deferred, `CallTool` | inline without approval, else resumed segment |
+    /// | `non_idempotent_write`, `unclassified` | deferred, `CallSingleAttemptTool` | inline without approval, else resumed segment |
+    ///
+    /// A CLI tool with an approval-free write policy runs inline "because deferring it would not
+    /// make it durable".
+    pub fn handling(&self, kind: ToolKind) -> Handling {
+        let requires_approval = self.requires_approval;
+        match kind {
+            ToolKind::Custom => match self.effect {
+                Effect::Read if !requires_approval => Handling::Inline,
+                Effect::Read | Effect::IdempotentWrite => {
+                    Handling::Deferred { requires_approval, runs_in: DeferredRun::CallTool }
+                }
+                Effect::NonIdempotentWrite | Effect::Unclassified => {
+                    Handling::Deferred { requires_approval, runs_in: DeferredRun::CallSingleAttemptTool }
+                }
+            },
+            ToolKind::Cli if requires_approval => {
+                Handling::Deferred { requires_approval, runs_in: DeferredRun::ResumedSegment }
+            }
+            ToolKind::Cli => Handling::Inline,
+        }
+    }
+}
+
+/// How a call runs, from its policy and the kind of tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "handling", rename_all = "snake_case")]
+pub enum Handling {
+    /// Runs inside the segment (`RunModel`); not recorded, repeated when the segment reruns.
+    Inline,
+    /// Leaves the segment: the gate defers it, the session records it.
+    Deferred {
+        /// Whether it waits in `AwaitToolApproval` first.
+        requires_approval: bool,
+        /// Where it runs once approved.
+        runs_in: DeferredRun,
+    },
+}
+
+impl Handling {
+    /// Whether the call must leave the segment (the gate's "deferrable").
+    pub fn is_deferred(&self) -> bool {
+        matches!(self, Handling::Deferred { .. })
+    }
+}
+
+/// Where a deferred call runs once approved (DESIGN.md §2 step 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeferredRun {
+    /// A custom tool in `CallTool`: up to 3 attempts under one idempotency key.
+    CallTool,
+    /// A custom tool in `CallSingleAttemptTool`: one attempt; a crash records `outcome_unknown`.
+    CallSingleAttemptTool,
+    /// A CLI tool: the session records the approval and the CLI runs it in the resumed segment.
+    ResumedSegment,
+}
+
+/// Where a resolved policy came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicySource {
+    /// An entry of the `[policies]` table.
+    Explicit,
+    /// The custom tool's annotations.
+    Annotations,
+    /// `default_effect`.
+    Default,
+}
+
+/// The validated `[policies]` table.
+///
+/// Build it with [`Policies::from_value`] (typed errors) or through serde (the same checks, the
+/// error's text in the deserializer's error). [`Policies::default`] is an empty table with the
+/// default effect `unclassified`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policies {
+    default_effect: Effect,
+    entries: BTreeMap<String, PolicyEntry>,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Self::new(Effect::Unclassified)
+    }
+}
+
+impl Policies {
+    /// An empty table with `default_effect`.
+    pub fn new(default_effect: Effect) -> Self {
+        Self { default_effect, entries: BTreeMap::new() }
+    }
+
+    /// The same table with a policy for `tool` (replacing one it had).
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::EmptyToolName`] and [`PolicyError::ReservedKey`] as for the table.
+    pub fn with(mut self, tool: impl Into<String>, entry: PolicyEntry) -> Result<Self, PolicyError> {
+        let tool = tool.into();
+        check_tool_key(&tool)?;
+        self.entries.insert(tool, entry);
+        Ok(self)
+    }
+
+    /// Parses and validates the `[policies]` table.
+    ///
+    /// # Errors
+    ///
+    /// A [`PolicyError`] naming the first bad key or value, in key order.
+    pub fn from_value(table: &Value) -> Result<Self, PolicyError> {
+        let Value::Object(map) = table else {
+            return Err(PolicyError::NotATable { found: json_kind(table) });
+        };
+        let mut policies = Policies::default();
+        for (key, value) in map {
+            if key == DEFAULT_EFFECT_KEY {
+                policies.default_effect = parse_effect(value, DEFAULT_EFFECT_KEY.to_owned())?;
+                continue;
+            }
+            check_tool_key(key)?;
+            policies.entries.insert(key.clone(), parse_entry(key, value)?);
+        }
+        Ok(policies)
+    }
+
+    /// The effect of a tool that nothing else classifies.
+    pub fn default_effect(&self) -> Effect {
+        self.default_effect
+    }
+
+    /// The explicit entry for `tool`, if the table has one.
+    pub fn get(&self, tool: &str) -> Option<&PolicyEntry> {
+        self.entries.get(tool)
+    }
+
+    /// Every explicit entry, by tool name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &PolicyEntry)> {
+        self.entries.iter().map(|(tool, entry)| (tool.as_str(), entry))
+    }
+
+    /// The policy of `tool`: explicit entry, then annotations (custom tools only), then the
+    /// default effect. See the module docs.
+    pub fn resolve(&self, tool: &str, annotations: Option<&Annotations>) -> ToolPolicy {
+        self.resolve_with_source(tool, annotations).0
+    }
+
+    /// [`Policies::resolve`] and where the policy came from.
+    pub fn resolve_with_source(
+        &self,
+        tool: &str,
+        annotations: Option<&Annotations>,
+    ) -> (ToolPolicy, PolicySource) {
+        if let Some(entry) = self.entries.get(tool) {
+            return (entry.policy(), PolicySource::Explicit);
+        }
+        if let Some(effect) = annotations.and_then(Annotations::effect) {
+            return (ToolPolicy::new(effect), PolicySource::Annotations);
+        }
+        (ToolPolicy::new(self.default_effect), PolicySource::Default)
+    }
+
+    /// The table as JSON, in the shape [`Policies::from_value`] reads.
+    pub fn to_value(&self) -> Value {
+        let mut map = serde_json::Map::new();
+        map.insert(DEFAULT_EFFECT_KEY.to_owned(), Value::from(self.default_effect.as_str()));
+        for (tool, entry) in &self.entries {
+            let mut fields = serde_json::Map::new();
+            fields.insert("effect".to_owned(), Value::from(entry.effect.as_str()));
+            if let Some(requires_approval) = entry.requires_approval {
+                fields.insert("requires_approval".to_owned(), Value::from(requires_approval));
+            }
+            map.insert(tool.clone(), Value::Object(fields));
+        }
+        Value::Object(map)
+    }
+}
+
+impl<'de> Deserialize<'de> for Policies {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Policies::from_value(&value).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Policies {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(serializer)
+    }
+}
+
+/// What is wrong with a `[policies]` table. Every variant names the key (and value) at fault.
+///
+/// All are terminal: the agent's configuration must change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The table itself is not a table.
+    #[error("[policies] must be a table, found {found}")]
+    NotATable {
+        /// The JSON kind found.
+        found: &'static str,
+    },
+    /// A key is the empty string.
+    #[error("[policies] has an empty tool name")]
+    EmptyToolName,
+    /// A policy tries to name the reserved key through [`Policies::with`].
+    #[error("[policies] key `{key}` is reserved for the default effect")]
+    ReservedKey {
+        /// The key.
+        key: String,
+    },
+    /// An effect name that is not one of the four.
+    #[error(
+        "[policies] `{path}`: unknown effect `{value}`; expected one of read, idempotent_write, non_idempotent_write, unclassified"
+    )]
+    UnknownEffect {
+        /// `default_effect` or `<tool>.effect`.
+        path: String,
+        /// The value found.
+        value: String,
+    },
+    /// A policy table has a field other than `effect` and `requires_approval`.
+    #[error("[policies] `{tool}`: unknown field `{field}`; expected `effect` or `requires_approval`")]
+    UnknownField {
+        /// The tool the policy names.
+        tool: String,
+        /// The unknown field.
+        field: String,
+    },
+    /// A policy table lacks `effect`.
+    #[error("[policies] `{tool}`: missing field `effect`")]
+    MissingEffect {
+        /// The tool the policy names.
+        tool: String,
+    },
+    /// A value has the wrong type.
+    #[error("[policies] `{path}` must be {expected}, found {found}")]
+    WrongType {
+        /// `default_effect`, `<tool>`, `<tool>.effect` or `<tool>.requires_approval`.
+        path: String,
+        /// What it must be.
+        expected: &'static str,
+        /// The JSON kind found.
+        found: &'static str,
+    },
+}
+
+fn check_tool_key(key: &str) -> Result<(), PolicyError> {
+    if key.is_empty() {
+        Err(PolicyError::EmptyToolName)
+    } else if key == DEFAULT_EFFECT_KEY {
+        Err(PolicyError::ReservedKey { key: key.to_owned() })
+    } else {
+        Ok(())
+    }
+}
+
+fn parse_effect(value: &Value, path: String) -> Result<Effect, PolicyError> {
+    let Value::String(text) = value else {
+        return Err(PolicyError::WrongType { path, expected: "a string", found: json_kind(value) });
+    };
+    text.parse().map_err(|UnknownEffect(value)| PolicyError::UnknownEffect { path, value })
+}
+
+fn parse_entry(tool: &str, value: &Value) -> Result<PolicyEntry, PolicyError> {
+    let Value::Object(fields) = value else {
+        return Err(PolicyError::WrongType {
+            path: tool.to_owned(),
+            expected: "a table with `effect` and optional `requires_approval`",
+            found: json_kind(value),
+        });
+    };
+    if let Some(field) = fields.keys().find(|field| !matches!(field.as_str(), "effect" | "requires_approval"))
+    {
+        return Err(PolicyError::UnknownField { tool: tool.to_owned(), field: field.clone() });
+    }
+    let effect = match fields.get("effect") {
+        Some(value) => parse_effect(value, format!("{tool}.effect"))?,
+        None => return Err(PolicyError::MissingEffect { tool: tool.to_owned() }),
+    };
+    let requires_approval = match fields.get("requires_approval") {
+        None => None,
+        Some(Value::Bool(flag)) => Some(*flag),
+        Some(other) => {
+            return Err(PolicyError::WrongType {
+                path: format!("{tool}.requires_approval"),
+                expected: "a boolean",
+                found: json_kind(other),
+            });
+        }
+    };
+    Ok(PolicyEntry { effect, requires_approval })
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "a table",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn policies(value: Value) -> Policies {
+        match Policies::from_value(&value) {
+            Ok(policies) => policies,
+            Err(error) => panic!("{value} should parse: {error}"),
+        }
+    }
+
+    fn error(value: Value) -> PolicyError {
+        match Policies::from_value(&value) {
+            Ok(policies) => panic!("{value} should not parse, got {policies:?}"),
+            Err(error) => error,
+        }
+    }
+
+    #[test]
+    fn effects_serialize_in_snake_case_as_in_tollgate_toml() {
+        for effect in Effect::ALL {
+            assert_eq!(serde_json::to_value(effect).ok(), Some(Value::from(effect.as_str())));
+            assert_eq!(effect.as_str().parse::<Effect>(), Ok(effect));
+        }
+        assert_eq!(Effect::NonIdempotentWrite.to_string(), "non_idempotent_write");
+    }
+
+    #[test]
+    fn default_approval_follows_the_seed_table() {
+        assert!(!Effect::Read.default_requires_approval());
+        assert!(!Effect::IdempotentWrite.default_requires_approval());
+        assert!(Effect::NonIdempotentWrite.default_requires_approval());
+        assert!(Effect::Unclassified.default_requires_approval());
+    }
+
+    #[test]
+    fn the_default_effect_is_unclassified_when_the_table_omits_it() {
+        let table = policies(json!({ "Read": { "effect": "read" } }));
+        assert_eq!(table.default_effect(), Effect::Unclassified);
+        assert_eq!(Policies::default().default_effect(), Effect::Unclassified);
+        assert_eq!(
+            table.resolve_with_source("Bash", None),
+            (ToolPolicy { effect: Effect::Unclassified, requires_approval: true }, PolicySource::Default)
+        );
+    }
+
+    #[test]
+    fn a_table_may_set_another_default_effect() {
+        let table = policies(json!({ "default_effect": "read" }));
+        assert_eq!(
+            table.resolve("Bash", None),
+            ToolPolicy { effect: Effect::Read, requires_approval: false }
+        );
+    }
+
+    #[test]
+    fn an_explicit_policy_wins_over_annotations_and_the_default() {
+        let table = policies(json!({ "lookup_order": { "effect": "non_idempotent_write" } }));
+        let read_only = Annotations { read_only: true, ..Annotations::default() };
+        assert_eq!(
+            table.resolve_with_source("lookup_order", Some(&read_only)),
+            (
+                ToolPolicy { effect: Effect::NonIdempotentWrite, requires_approval: true },
+                PolicySource::Explicit
+            )
+        );
+    }
+
+    #[test]
+    fn a_read_only_annotation_classifies_a_custom_tool_without_policy_as_read() {
+        let read_only = Annotations { read_only: true, idempotent: true, ..Annotations::default() };
+        assert_eq!(
+            Policies::default().resolve_with_source("lookup_order", Some(&read_only)),
+            (ToolPolicy { effect: Effect::Read, requires_approval: false }, PolicySource::Annotations)
+        );
+    }
+
+    #[test]
+    fn an_idempotent_annotation_is_idempotent_write_whatever_destructive_says() {
+        let hints = Annotations { idempotent: true, destructive: true, ..Annotations::default() };
+        assert_eq!(
+            Policies::default().resolve("set_status", Some(&hints)),
+            ToolPolicy { effect: Effect::IdempotentWrite, requires_approval: false }
+        );
+    }
+
+    #[test]
+    fn annotations_without_read_only_or_idempotent_fall_back_to_the_default_effect() {
+        let hints = Annotations { destructive: true, open_world: true, ..Annotations::default() };
+        let table = policies(json!({ "default_effect": "idempotent_write" }));
+        assert_eq!(
+            table.resolve_with_source("wipe", Some(&hints)),
+            (ToolPolicy { effect: Effect::IdempotentWrite, requires_approval: false }, PolicySource::Default)
+        );
+    }
+
+    #[test]
+    fn an_explicit_requires_approval_overrides_the_effects_default_both_ways() {
+        let table = policies(json!({
+            "lookup_order": { "effect": "read", "requires_approval": true },
+            "send_mail": { "effect": "non_idempotent_write", "requires_approval": false },
+        }));
+        assert!(table.resolve("lookup_order", None).requires_approval);
+        assert!(!table.resolve("send_mail", None).requires_approval);
+        assert_eq!(
+            table.get("send_mail"),
+            Some(&PolicyEntry::new(Effect::NonIdempotentWrite).with_approval(false))
+        );
+    }
+
+    #[test]
+    fn the_design_sketch_table_parses() {
+        let table = policies(json!({
+            "default_effect": "unclassified",
+            "create_refund": { "effect": "non_idempotent_write" },
+            "Read": { "effect": "read" },
+            "Grep": { "effect": "read" },
+            "mcp__github__create_issue": { "effect": "idempotent_write", "requires_approval": true },
+        }));
+        assert_eq!(table.iter().count(), 4);
+        assert!(table.resolve("create_refund", None).requires_approval);
+        assert_eq!(table.resolve("Grep", None).handling(ToolKind::Cli), Handling::Inline);
+        assert_eq!(
+            table.resolve("mcp__github__create_issue", None).handling(ToolKind::Cli),
+            Handling::Deferred { requires_approval: true, runs_in: DeferredRun::ResumedSegment }
+        );
+    }
+
+    #[test]
+    fn an_unknown_effect_is_rejected_naming_the_tool_and_the_value() {
+        let error = error(json!({ "create_refund": { "effect": "write" } }));
+        assert_eq!(
+            error,
+            PolicyError::UnknownEffect { path: "create_refund.effect".to_owned(), value: "write".to_owned() }
+        );
+        assert!(error.to_string().contains("`create_refund.effect`: unknown effect `write`"), "{error}");
+    }
+
+    #[test]
+    fn an_unknown_default_effect_is_rejected() {
+        assert_eq!(
+            error(json!({ "default_effect": "dangerous" })),
+            PolicyError::UnknownEffect { path: "default_effect".to_owned(), value: "dangerous".to_owned() }
+        );
+        assert_eq!(
+            error(json!({ "default_effect": { "effect": "read" } })),
+            PolicyError::WrongType {
+                path: "default_effect".to_owned(),
+                expected: "a string",
+                found: "a table"
+            }
+        );
+    }
+
+    #[test]
+    fn an_unknown_field_is_rejected_naming_the_tool_and_the_field() {
+        let error = error(json!({ "Bash": { "effect": "read", "approval": true } }));
+        assert_eq!(
+            error,
+            PolicyError::UnknownField { tool: "Bash".to_owned(), field: "approval".to_owned() }
+        );
+        assert_eq!(
+            error.to_string(),
+            "[policies] `Bash`: unknown field `approval`; expected `effect` or `requires_approval`"
+        );
+    }
+
+    #[test]
+    fn a_policy_without_effect_is_rejected() {
+        assert_eq!(
+            error(json!({ "Bash": { "requires_approval": false } })),
+            PolicyError::MissingEffect { tool: "Bash".to_owned() }
+        );
+    }
+
+    #[test]
+    fn values_of_the_wrong_type_are_rejected_naming_their_path() {
+        assert_eq!(
+            error(json!({ "Bash": { "effect": "read", "requires_approval": "yes" } })),
+            PolicyError::WrongType {
+                path: "Bash.requires_approval".to_owned(),
+                expected: "a boolean",
+                found: "a string",
+            }
+        );
+        assert_eq!(
+            error(json!({ "Bash": { "effect": 3 } })),
+            PolicyError::WrongType {
+                path: "Bash.effect".to_owned(),
+                expected: "a string",
+                found: "a number"
+            }
+        );
+        assert!(matches!(
+            error(json!({ "Bash": "read" })),
+            PolicyError::WrongType { path, found: "a string", .. } if path == "Bash"
+        ));
+        assert_eq!(error(json!(["Bash"])), PolicyError::NotATable { found: "an array" });
+        assert_eq!(error(json!({ "": { "effect": "read" } })), PolicyError::EmptyToolName);
+    }
+
+    #[test]
+    fn deserializing_through_serde_runs_the_same_checks() {
+        let parsed: Result<Policies, _> = serde_json::from_value(json!({ "Read": { "effect": "reed" } }));
+        let Err(error) = parsed else { panic!("an unknown effect must not deserialize") };
+        assert!(error.to_string().contains("unknown effect `reed`"), "{error}");
+
+        let table = policies(
+            json!({ "default_effect": "read", "Bash": { "effect": "unclassified", "requires_approval": false } }),
+        );
+        let round_trip: Result<Policies, _> = serde_json::from_value(table.to_value());
+        assert_eq!(round_trip.ok(), Some(table));
+    }
+
+    #[test]
+    fn policies_built_in_code_reject_the_reserved_key() {
+        let result = Policies::default().with(DEFAULT_EFFECT_KEY, PolicyEntry::new(Effect::Read));
+        assert_eq!(result, Err(PolicyError::ReservedKey { key: DEFAULT_EFFECT_KEY.to_owned() }));
+    }
+
+    #[test]
+    fn custom_tools_follow_the_seed_table_of_effects() {
+        use DeferredRun::*;
+        let cases = [
+            (Effect::Read, false, Handling::Inline),
+            (Effect::Read, true, Handling::Deferred { requires_approval: true, runs_in: CallTool }),
+            (
+                Effect::IdempotentWrite,
+                false,
+                Handling::Deferred { requires_approval: false, runs_in: CallTool },
+            ),
+            (
+                Effect::IdempotentWrite,
+                true,
+                Handling::Deferred { requires_approval: true, runs_in: CallTool },
+            ),
+            (
+                Effect::NonIdempotentWrite,
+                true,
+                Handling::Deferred { requires_approval: true, runs_in: CallSingleAttemptTool },
+            ),
+            (
+                Effect::NonIdempotentWrite,
+                false,
+                Handling::Deferred { requires_approval: false, runs_in: CallSingleAttemptTool },
+            ),
+            (
+                Effect::Unclassified,
+                true,
+                Handling::Deferred { requires_approval: true, runs_in: CallSingleAttemptTool },
+            ),
+        ];
+        for (effect, requires_approval, handling) in cases {
+            let policy = ToolPolicy { effect, requires_approval };
+            assert_eq!(policy.handling(ToolKind::Custom), handling, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn cli_tools_defer_exactly_when_they_need_approval() {
+        for effect in Effect::ALL {
+            let free = ToolPolicy { effect, requires_approval: false };
+            assert_eq!(free.handling(ToolKind::Cli), Handling::Inline, "{free:?}");
+            let approved = ToolPolicy { effect, requires_approval: true };
+            assert_eq!(
+                approved.handling(ToolKind::Cli),
+                Handling::Deferred { requires_approval: true, runs_in: DeferredRun::ResumedSegment },
+                "{approved:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! Records: the durable outcome of a deferred tool call, and what the model is shown for it.
+//!
+//! This module owns [`ToolCallRecord`] and [`Outcome`] (DESIGN.md §1 "record": `succeeded(output)`,
+//! `failed(text)`, `rejected(text)`, `outcome_unknown`), their stored JSON shape, and the tool
+//! result each outcome becomes when the resumed CLI asks for it ([`Outcome::tool_result`]). It
+//! does not store records (the store does) or decide when one replays (the gate does).
+//!
+//! # Wire format
+//!
+//! A record is a JSON object; the outcome is flattened into it under `status`:
+//!
+//! ```json
+//! {"tool_call_id":"toolu_1","tool_name":"create_refund","kind":"custom",
+//!  "arguments":{"order_id":"7"},"status":"succeeded","output":"refunded r_1"}
+//! {"…":"…","status":"failed","error":"Input validation error: …"}
+//! {"…":"…","status":"rejected","message":"not this order"}      // message may be null
+//! {"…":"…","status":"outcome_unknown"}
+//! ```
+//!
+//! - `tool_call_id` is the model's tool use ID (`toolu_…`).
+//! - `tool_name` names a custom tool by its own name and a CLI tool by its CLI name (seeds, "Notes
+//!   for other languages"); `kind` says which.
+//! - `arguments` is `deferred_tool_use.input`, the CLI's input after every hook's `updatedInput`.
+//! - An approved CLI tool records `succeeded` with [`APPROVED_CLI_TOOL_OUTPUT`].
+//!
+//! ```
+//! use serde_json::json;
+//! use tollgate_engine::catalog::ToolKind;
+//! use tollgate_engine::record::{Outcome, ToolCallRecord};
+//!
+//! let record = ToolCallRecord::new("toolu_1", "create_refund", ToolKind::Custom, json!({"order_id": "7"}),
+//!     Outcome::Rejected { message: Some("not this order".into()) });
+//! let shown = record.outcome.tool_result("mcp__tools__create_refund");
+//! assert_eq!(shown.text, "The user rejected this call: not this order");
+//! assert!(shown.is_error);
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::catalog::ToolKind;
+use crate::texts;
+
+pub use crate::texts::APPROVED_CLI_TOOL_OUTPUT;
+
+/// The final outcome of a deferred call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The tool ran and returned `output` (text only; see [`text_of_content`]). For a CLI tool:
+    /// it was approved, and `output` is [`APPROVED_CLI_TOOL_OUTPUT`].
+    Succeeded {
+        /// What the tool returned.
+        output: String,
+    },
+    /// The tool reported a failure the model reads (`is_error`, or "Input validation error: …").
+    Failed {
+        /// The failure text, shown to the model as is.
+        error: String,
+    },
+    /// A reviewer rejected the call; it never ran.
+    Rejected {
+        /// The reviewer's reason, if any.
+        message: Option<String>,
+    },
+    /// The call may have run: it started and never reported (a single-attempt write that crashed,
+    /// an idempotent write whose attempts ran out).
+    OutcomeUnknown,
+}
+
+impl Outcome {
+    /// The record of an approved CLI tool.
+    pub fn approved_cli_tool() -> Self {
+        Outcome::Succeeded { output: APPROVED_CLI_TOOL_OUTPUT.to_owned() }
+    }
+
+    /// The status name used in the wire format (`succeeded`, `failed`, `rejected`,
+    /// `outcome_unknown`).
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Succeeded { .. } => "succeeded",
+            Outcome::Failed { .. } => "failed",
+            Outcome::Rejected { .. } => "rejected",
+            Outcome::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+
+    /// The text the model is shown for this outcome, and whether it is an error result.
+    /// `tool` is the name the model called (`mcp__tools__create_refund`, `Bash`).
+    ///
+    /// | outcome | text | `is_error` |
+    /// | --- | --- | --- |
+    /// | `succeeded(output)` | `output` | no |
+    /// | `failed(error)` | `error` | yes |
+    /// | `rejected(message)` | [`texts::rejection`] | yes |
+    /// | `outcome_unknown` | [`texts::OUTCOME_UNKNOWN`] | yes |
+    pub fn tool_result(&self, tool: &str) -> ToolResult {
+        match self {
+            Outcome::Succeeded { output } => ToolResult { text: output.clone(), is_error: false },
+            Outcome::Failed { error } => ToolResult { text: error.clone(), is_error: true },
+            Outcome::Rejected { message } => {
+                ToolResult { text: texts::rejection(message.as_deref()), is_error: true }
+            }
+            Outcome::OutcomeUnknown => {
+                ToolResult { text: texts::render(texts::OUTCOME_UNKNOWN, tool), is_error: true }
+            }
+        }
+    }
+}
+
+/// A tool result as the model receives it: one text and the error flag. The MCP server turns it
+/// into `{"content":[{"type":"text","text":…}],"isError":…}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The text.
+    pub text: String,
+    /// Whether the result is an error.
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    /// The MCP `CallToolResult` JSON for this result.
+    pub fn to_mcp_result(&self) -> Value {
+        serde_json::json!({
+            "content": [{ "type": "text", "text": self.text }],
+            "isError": self.is_error,
+        })
+    }
+}
+
+/// The durable record of one deferred call. See the module docs for its JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The model's tool use ID.
+    pub tool_call_id: String,
+    /// A custom tool's own name, or a CLI tool's CLI name.
+    pub tool_name: String,
+    /// Which side runs the tool.
+    pub kind: ToolKind,
+    /// The input the call runs with (after every hook's `updatedInput`).
+    pub arguments: Value,
+    /// The final outcome.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl ToolCallRecord {
+    /// A record.
+    pub fn new(
+        tool_call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        kind: ToolKind,
+        arguments: Value,
+        outcome: Outcome,
+    ) -> Self {
+        Self { tool_call_id: tool_call_id.into(), tool_name: tool_name.into(), kind, arguments, outcome }
+    }
+}
+
+/// One part of a tool's output content, as a tool returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContentPart<'a> {
+    /// Text, kept.
+    Text(&'a str),
+    /// Non-text content of the named type (`image`, `audio`, `resource`, …), replaced by a
+    /// placeholder.
+    Other {
+        /// The content type.
+        kind: &'a str,
+    },
+}
+
+/// The recorded text of a tool's output: text parts kept, other content replaced by a placeholder
+/// such as [`texts::IMAGE_CONTENT_OMITTED`], parts joined with newlines (seeds, "Limits":
+/// "Recorded custom tool results keep text only").
+pub fn text_of_content<'a>(parts: impl IntoIterator<Item = ContentPart<'a>>) -> String {
+    parts
+        .into_iter()
+        .map(|part| match part {
+            ContentPart::Text(text) => text.to_owned(),
+            ContentPart::Other { kind } => texts::content_omitted(kind),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(outcome: Outcome) -> ToolCallRecord {
+        ToolCallRecord::new("toolu_1", "create_refund", ToolKind::Custom, json!({ "order_id": "7" }), outcome)
+    }
+
+    #[test]
+    fn a_succeeded_record_shows_its_output_as_a_normal_result() {
+        let shown =
+            Outcome::Succeeded { output: "refunded r_1".to_owned() }.tool_result("mcp__tools__create_refund");
+        assert_eq!(shown, ToolResult { text: "refunded r_1".to_owned(), is_error: false });
+    }
+
+    #[test]
+    fn a_failed_record_shows_its_failure_text_as_an_error() {
+        let shown = Outcome::Failed { error: "Input validation error: order_id".to_owned() }.tool_result("x");
+        assert_eq!(shown, ToolResult { text: "Input validation error: order_id".to_owned(), is_error: true });
+    }
+
+    #[test]
+    fn a_rejected_record_shows_the_rejection_text() {
+        let with = Outcome::Rejected { message: Some("wrong order".to_owned()) }.tool_result("x");
+        assert_eq!(
+            with,
+            ToolResult { text: "The user rejected this call: wrong order".to_owned(), is_error: true }
+        );
+        let without = Outcome::Rejected { message: None }.tool_result("x");
+        assert_eq!(without, ToolResult { text: "The user rejected this call.".to_owned(), is_error: true });
+    }
+
+    #[test]
+    fn an_unknown_outcome_tells_the_model_the_write_may_have_happened() {
+        let shown = Outcome::OutcomeUnknown.tool_result("mcp__tools__create_refund");
+        assert_eq!(
+            shown.text,
+            "The outcome of mcp__tools__create_refund is unknown: the call started but did not report a \
+             result, so it may have taken effect. Check before calling mcp__tools__create_refund again."
+        );
+        assert!(shown.is_error);
+    }
+
+    #[test]
+    fn an_approved_cli_tool_records_the_approved_output() {
+        assert_eq!(
+            Outcome::approved_cli_tool(),
+            Outcome::Succeeded { output: APPROVED_CLI_TOOL_OUTPUT.to_owned() }
+        );
+    }
+
+    #[test]
+    fn records_serialize_with_the_outcome_flattened_under_status() {
+        let cases = [
+            (
+                Outcome::Succeeded { output: "ok".to_owned() },
+                json!({ "status": "succeeded", "output": "ok" }),
+            ),
+            (Outcome::Failed { error: "no".to_owned() }, json!({ "status": "failed", "error": "no" })),
+            (Outcome::Rejected { message: None }, json!({ "status": "rejected", "message": null })),
+            (Outcome::OutcomeUnknown, json!({ "status": "outcome_unknown" })),
+        ];
+        for (outcome, tail) in cases {
+            let mut expected = json!({
+                "tool_call_id": "toolu_1",
+                "tool_name": "create_refund",
+                "kind": "custom",
+                "arguments": { "order_id": "7" },
+            });
+            if let (Some(object), Some(tail)) = (expected.as_object_mut(), tail.as_object()) {
+                object.extend(tail.clone());
+            }
+            let record = record(outcome);
+            assert_eq!(serde_json::to_value(&record).ok(), Some(expected.clone()));
+            assert_eq!(serde_json::from_value::<ToolCallRecord>(expected).ok(), Some(record.clone()));
+            assert_eq!(
+                serde_json::to_value(&record).ok().and_then(|v| v.get("status").cloned()),
+                Some(Value::from(record.outcome.status()))
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_status_does_not_deserialize() {
+        let stored = json!({
+            "tool_call_id": "toolu_1", "tool_name": "x", "kind": "cli", "arguments": {}, "status": "pending",
+        });
+        assert!(serde_json::from_value::<ToolCallRecord>(stored).is_err());
+    }
+
+    #[test]
+    fn recorded_content_keeps_text_and_replaces_images_with_the_placeholder() {
+        let text = text_of_content([
+            ContentPart::Text("chart of sales"),
+            ContentPart::Other { kind: "image" },
+            ContentPart::Text("done"),
+        ]);
+        assert_eq!(text, "chart of sales\n[image content omitted]\ndone");
+    }
+
+    #[test]
+    fn a_tool_result_becomes_an_mcp_call_tool_result() {
+        let result = ToolResult { text: "no".to_owned(), is_error: true };
+        assert_eq!(
+            result.to_mcp_result(),
+            json!({ "content": [{ "type": "text", "text": "no" }], "isError": true })
+        );
+    }
+}

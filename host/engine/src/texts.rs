@@ -1,0 +1,190 @@
+//! Every text the gate and the records show the model, in one place.
+//!
+//! This module owns the exact wording. [`crate::gate`] and [`crate::record`] only pick which text
+//! to show. Each constant says where its wording comes from: the seeds in `/work/shared/seeds/`
+//! quote some texts verbatim, and for the others the seeds give only the meaning, so Tollgate's
+//! wording is marked "Tollgate wording" and names the seed sentence it implements.
+//!
+//! Templates hold the placeholders `{tool}` (the tool name as the model called it, such as
+//! `mcp__tools__create_refund` or `Bash`) and `{message}`; [`render`] fills them in.
+//!
+//! # Caveats
+//!
+//! - A PreToolUse `deny` reaches the model with the CLI's prefix
+//!   `PreToolUse:<tool> hook error: ` (PROTOCOL.md §7.2); a `can_use_tool` deny and an MCP tool
+//!   result reach it verbatim. The texts here never include that prefix.
+//! - These texts are part of the behaviour other Workers must reproduce (seeds, "Notes for other
+//!   languages": "deny later deferrable calls with the same message"). Change them only together
+//!   with the other implementations.
+
+/// Denial of every deferrable call after the first one of a segment, and of a deferrable call that
+/// reaches `can_use_tool` instead of being deferred.
+///
+/// Verbatim from `python-adapter-README.md`, "How a turn runs", step 3 ("Every later deferrable
+/// call of the same segment: `deny` with …"); "Limits" reuses it for `can_use_tool` ("the adapter
+/// denies the call with the same \"call it again by itself\" message").
+pub const ONLY_ONE_DEFERRED_CALL: &str = "{tool} did not run. Only one tool call per reply can run outside \
+this turn, and another call already does. Call {tool} again by itself.";
+
+/// Denial of a deferrable call made inside a subagent.
+///
+/// Tollgate wording for `python-adapter-README.md`, "Limits": "A deferrable call inside a subagent
+/// is denied with a message that asks the model to call it from the main conversation." The seeds
+/// do not quote the text.
+pub const CALL_FROM_MAIN_CONVERSATION: &str = "{tool} did not run. A subagent cannot call it, because its \
+calls run outside this turn. Call {tool} from the main conversation instead.";
+
+/// What the model sees for a rejected call when the reviewer gave a reason.
+///
+/// From `typescript-adapter-README.md`, "How a turn runs", step 5: "canUseTool denies it with
+/// \"The user rejected this call: \"" followed by the reviewer's message (the rendered README lost
+/// the placeholder after the colon).
+pub const REJECTED_WITH_MESSAGE: &str = "The user rejected this call: {message}";
+
+/// What the model sees for a rejected call when the reviewer gave no reason.
+///
+/// Tollgate wording: the seeds quote only the form with a message ([`REJECTED_WITH_MESSAGE`]).
+pub const REJECTED_WITHOUT_MESSAGE: &str = "The user rejected this call.";
+
+/// Record output of an approved tool that runs inside the CLI (`APPROVED_CLI_TOOL_OUTPUT`,
+/// `approvedCliToolOutput`).
+///
+/// Tollgate wording: the seeds name the constant ("How a turn runs" step 4, "Notes for other
+/// languages") but do not quote its value. The model never sees it as a tool result (the CLI runs
+/// the approved tool itself); it appears in stored records and turn-failure notes.
+pub const APPROVED_CLI_TOOL_OUTPUT: &str = "Approved to run inside Claude Code; its output is not recorded.";
+
+/// What the model sees for a deferred call whose outcome is unknown (a single-attempt write that
+/// crashed after it started, or an idempotent write whose attempts ran out).
+///
+/// Tollgate wording for "Effects and policies": "the session records `outcome_unknown`, because
+/// the write may have taken effect." The seeds do not quote the text.
+pub const OUTCOME_UNKNOWN: &str = "The outcome of {tool} is unknown: the call started but did not report \
+a result, so it may have taken effect. Check before calling {tool} again.";
+
+/// Placeholder for an image in a recorded custom tool result.
+///
+/// Verbatim from `python-adapter-README.md`, "Limits": "Recorded custom tool results keep text
+/// only; other content becomes a placeholder such as `[image content omitted]`."
+pub const IMAGE_CONTENT_OMITTED: &str = "[image content omitted]";
+
+/// Placeholder for other non-text content in a recorded custom tool result; `{kind}` is the
+/// content type. Tollgate wording, the general form of [`IMAGE_CONTENT_OMITTED`].
+pub const CONTENT_OMITTED: &str = "[{kind} content omitted]";
+
+/// Denial of a second decision under a tool use ID that already has one in this segment.
+///
+/// Tollgate wording for `typescript-adapter-README.md`, "Limits": "Each tool use ID gets one
+/// PreToolUse decision per segment … A later PreToolUse for the same ID is denied and never
+/// replaces that decision", and "canUseTool denies every later request for that tool use ID".
+pub const ALREADY_DECIDED: &str = "{tool} did not run. This tool use ID already has a decision in this \
+reply; call {tool} again with a new tool use.";
+
+/// Denial of a call under the tool use ID of a recorded call that is not the pending one, or of
+/// another tool under the pending call's ID.
+///
+/// Tollgate wording for `typescript-adapter-README.md`, "Limits": "A recorded call replays only as
+/// its own tool … Another tool, or a second decision, under its tool use ID is denied and never
+/// runs. … a recorded call whose tool_result the stored transcript already holds … is denied."
+pub const RECORDED_UNDER_THIS_ID: &str = "{tool} did not run. Another call with this tool use ID \
+already has a recorded result; call {tool} again with a new tool use.";
+
+/// Denial of a new call of a custom tool that the current tool listing lacks.
+///
+/// Tollgate wording for DESIGN.md §5: "A tool that vanished still replays its recorded result for
+/// a call already made; a new call of it is denied." (The TypeScript seed's "its tool source does
+/// not offer this tool now" is the same rule for tool sources.)
+pub const TOOL_NOT_OFFERED: &str = "{tool} did not run. This agent does not offer {tool} now.";
+
+/// Denial of a Claude Code tool whose name a custom tool also uses; the segment then fails.
+///
+/// Tollgate wording for `python-adapter-README.md`, "Limits": "If a newer CLI adds a tool whose
+/// name a custom tool uses, the hook denies that call and the segment fails with an error naming
+/// the collision."
+pub const NAME_COLLISION: &str = "{tool} did not run. A custom tool and a Claude Code tool are both \
+named {tool}, so Tollgate cannot tell which one this call means.";
+
+/// MCP `tools/call` result for a call that the gate did not permit under its tool use ID.
+///
+/// Tollgate wording for `python-adapter-README.md`, "How a turn runs": "A call without a decision
+/// for that ID does not run."
+pub const MCP_CALL_NOT_PERMITTED: &str = "{tool} did not run. Tollgate has no permission decision for \
+this call.";
+
+/// Fills `{tool}` in a template with `tool`.
+///
+/// ```
+/// use tollgate_engine::texts::{render, ONLY_ONE_DEFERRED_CALL};
+/// assert_eq!(
+///     render(ONLY_ONE_DEFERRED_CALL, "Bash"),
+///     "Bash did not run. Only one tool call per reply can run outside this turn, \
+///      and another call already does. Call Bash again by itself."
+/// );
+/// ```
+pub fn render(template: &str, tool: &str) -> String {
+    template.replace("{tool}", tool)
+}
+
+/// The rejection text the model sees, with or without the reviewer's message.
+///
+/// An empty or all-blank message counts as none.
+pub fn rejection(message: Option<&str>) -> String {
+    match message.map(str::trim) {
+        Some(message) if !message.is_empty() => REJECTED_WITH_MESSAGE.replace("{message}", message),
+        _ => REJECTED_WITHOUT_MESSAGE.to_owned(),
+    }
+}
+
+/// The placeholder for non-text content of type `kind` (`image` gives [`IMAGE_CONTENT_OMITTED`]).
+pub fn content_omitted(kind: &str) -> String {
+    CONTENT_OMITTED.replace("{kind}", kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_text_is_the_seed_text_with_the_tool_name_twice() {
+        assert_eq!(
+            render(ONLY_ONE_DEFERRED_CALL, "mcp__tools__create_refund"),
+            "mcp__tools__create_refund did not run. Only one tool call per reply can run outside this \
+             turn, and another call already does. Call mcp__tools__create_refund again by itself."
+        );
+    }
+
+    #[test]
+    fn a_rejection_with_a_message_quotes_it_after_the_seed_prefix() {
+        assert_eq!(rejection(Some("not this order")), "The user rejected this call: not this order");
+    }
+
+    #[test]
+    fn a_rejection_with_a_blank_message_uses_the_text_without_message() {
+        assert_eq!(rejection(Some("  ")), "The user rejected this call.");
+        assert_eq!(rejection(None), "The user rejected this call.");
+    }
+
+    #[test]
+    fn image_placeholder_is_the_general_placeholder_for_images() {
+        assert_eq!(content_omitted("image"), IMAGE_CONTENT_OMITTED);
+        assert_eq!(content_omitted("audio"), "[audio content omitted]");
+    }
+
+    #[test]
+    fn every_tool_template_names_the_tool() {
+        for template in [
+            ONLY_ONE_DEFERRED_CALL,
+            CALL_FROM_MAIN_CONVERSATION,
+            OUTCOME_UNKNOWN,
+            ALREADY_DECIDED,
+            RECORDED_UNDER_THIS_ID,
+            TOOL_NOT_OFFERED,
+            NAME_COLLISION,
+            MCP_CALL_NOT_PERMITTED,
+        ] {
+            let text = render(template, "lookup_order");
+            assert!(text.starts_with("lookup_order") || text.contains(" lookup_order "), "{text}");
+            assert!(!text.contains('{'), "unfilled placeholder in {text}");
+        }
+    }
+}
