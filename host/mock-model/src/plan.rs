@@ -1,0 +1,582 @@
+//! Choosing the answer to a `POST /v1/messages` request from its body: the scripted model itself.
+//!
+//! This module owns the rules that turn a Messages API request body into a [`Plan`]: which prompt holds
+//! the script, which stage of a `call` script the conversation is in, and the texts of the answers. It does
+//! no I/O (the server waits at the gates and writes the reply), so a fake CLI can reuse
+//! it. Read [`plan`] first.
+//!
+//! # Which text is the script
+//!
+//! The script is the **last text block of the conversation's last real prompt**. A real prompt is a `user`
+//! text block that the CLI did not inject: blocks starting with `<system-reminder>`, the resume text
+//! `Continue from where you left off.` and the CLI's `[Your previous response had no visible output…]`
+//! nudges are skipped. `role: "system"` entries and tool results are never prompts.
+//!
+//! # Stages of a `call` script
+//!
+//! Everything after the script's prompt tells the stage:
+//!
+//! 1. No tool call of this script yet: answer with every call as `tool_use` blocks (`stop_reason:
+//!    "tool_use"`), after the modifiers written before the `call`.
+//! 2. A call that vanished from the conversation, or whose latest result is a refusal saying to call it
+//!    "again by itself" (the gate's text for a second deferrable call), is called again, alone; at most
+//!    [`MAX_ATTEMPTS`] times per call.
+//! 3. Otherwise, after the modifiers written after the `call`, answer one text with a line per call:
+//!    `called <tool>: <result text>`, or `called <tool> (error): <result text>` for an error result.
+//!
+//! Tool use IDs are `toolu_mock_<nonce hex>_<call index>`; the index is how a later request's tool results
+//! are matched to the script's calls, whatever the CLI or a hook did to the input.
+//!
+//! # Other answers
+//!
+//! `say <text>` → `said: <text>`. `recall` → `recalled:` and one line per earlier item, oldest first:
+//! `- prompt: <text>` or `- result <tool name>: <text>` (`recalled: nothing` when there is none). A script
+//! of modifiers only → `ok`. A prompt that is not a script → `mock: cannot read the script …`, and a
+//! request without a prompt → `mock: the request has no prompt`. `fail` → [`Answer::Error`].
+
+use serde_json::Value;
+
+use crate::reply::{AssistantReply, ContentBlock, Reply, StopReason};
+use crate::script::{self, Action, Modifier, Script, ScriptedCall};
+
+/// How often one scripted call is attempted before the final answer reports its refusal.
+pub const MAX_ATTEMPTS: usize = 3;
+
+/// What to do with one request: wait at these gates in order, then send the reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Gates to pass, in order, before replying.
+    pub gates: Vec<String>,
+    /// The reply.
+    pub reply: Answer,
+}
+
+/// The reply to a model call: a message, or an HTTP error (`fail`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A model message.
+    Message(AssistantReply),
+    /// An HTTP error with an Anthropic error body.
+    Error {
+        /// The HTTP status.
+        status: u16,
+    },
+}
+
+impl Answer {
+    /// The message, when the answer is one.
+    pub fn message(&self) -> Option<&AssistantReply> {
+        match self {
+            Answer::Message(message) => Some(message),
+            Answer::Error { .. } => None,
+        }
+    }
+}
+
+impl From<Answer> for Reply {
+    fn from(answer: Answer) -> Self {
+        match answer {
+            Answer::Message(message) => Reply::Message(message),
+            Answer::Error { status } => Reply::Error { status },
+        }
+    }
+}
+
+/// Chooses the answer to a Messages API request body. `nonce` makes this reply's tool use IDs unique.
+pub fn plan(body: &Value, nonce: u64) -> Plan {
+    let events = events(body);
+    let last_prompt = events.iter().enumerate().rev().find_map(|(at, event)| match event {
+        Event::Prompt(text) => Some((at, text)),
+        _ => None,
+    });
+    let Some((prompt_at, prompt)) = last_prompt else {
+        return Plan::answer(AssistantReply::text("mock: the request has no prompt"));
+    };
+    let script = match script::parse(prompt) {
+        Ok(script) => script,
+        Err(err) => {
+            return Plan::answer(AssistantReply::text(format!(
+                "mock: cannot read the script {prompt:?}: {err}"
+            )));
+        }
+    };
+    let (before, after) = (&events[..prompt_at], &events[prompt_at + 1..]);
+    let Script { before: modifiers_before, action, after: modifiers_after } = script;
+    let all_modifiers = || modifiers_before.iter().chain(&modifiers_after);
+    match action {
+        Action::Say(text) => Plan::with(all_modifiers(), AssistantReply::text(format!("said: {text}"))),
+        Action::Recall => Plan::with(all_modifiers(), AssistantReply::text(recall(before))),
+        Action::None => Plan::with(all_modifiers(), AssistantReply::text("ok")),
+        Action::Call(calls) => {
+            let offered = offered_tools(body);
+            match call_stage(&calls, after) {
+                CallStage::First => {
+                    let content = calls
+                        .iter()
+                        .enumerate()
+                        .map(|(index, call)| tool_use(call, index, nonce, &offered))
+                        .collect();
+                    Plan::with(
+                        &modifiers_before,
+                        AssistantReply { content, stop_reason: StopReason::ToolUse },
+                    )
+                }
+                CallStage::Again(index) => Plan::answer(AssistantReply {
+                    content: vec![tool_use(&calls[index], index, nonce, &offered)],
+                    stop_reason: StopReason::ToolUse,
+                }),
+                CallStage::Final(results) => {
+                    let lines: Vec<String> = calls
+                        .iter()
+                        .zip(results)
+                        .map(|(call, result)| match result {
+                            Some(ToolResult { text, is_error: false }) => {
+                                format!("called {}: {text}", call.tool)
+                            }
+                            Some(ToolResult { text, is_error: true }) => {
+                                format!("called {} (error): {text}", call.tool)
+                            }
+                            None => format!("called {}: (no result)", call.tool),
+                        })
+                        .collect();
+                    Plan::with(&modifiers_after, AssistantReply::text(lines.join("\n")))
+                }
+            }
+        }
+    }
+}
+
+impl Plan {
+    fn answer(message: AssistantReply) -> Self {
+        Plan { gates: Vec::new(), reply: Answer::Message(message) }
+    }
+
+    /// Applies modifiers in order: pauses collect gates until a `fail` replaces the answer.
+    fn with<'a>(modifiers: impl IntoIterator<Item = &'a Modifier>, message: AssistantReply) -> Self {
+        let mut gates = Vec::new();
+        for modifier in modifiers {
+            match modifier {
+                Modifier::Pause(gate) => gates.push(gate.clone()),
+                Modifier::Fail(status) => return Plan { gates, reply: Answer::Error { status: *status } },
+            }
+        }
+        Plan { gates, reply: Answer::Message(message) }
+    }
+}
+
+/// The conversation, flattened to what the script rules look at.
+#[derive(Debug)]
+enum Event<'a> {
+    Prompt(String),
+    ToolUse { id: &'a str, name: &'a str },
+    ToolResult { id: &'a str, result: ToolResult },
+}
+
+#[derive(Debug, Clone)]
+struct ToolResult {
+    text: String,
+    is_error: bool,
+}
+
+fn events(body: &Value) -> Vec<Event<'_>> {
+    let mut events = Vec::new();
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else { return events };
+    for message in messages {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
+        match message.get("content") {
+            Some(Value::String(text)) if role == "user" && is_real_prompt(text) => {
+                events.push(Event::Prompt(text.clone()));
+            }
+            Some(Value::Array(blocks)) => {
+                for block in blocks {
+                    match (role, block.get("type").and_then(Value::as_str)) {
+                        ("user", Some("text")) => {
+                            let text = block.get("text").and_then(Value::as_str).unwrap_or_default();
+                            if is_real_prompt(text) {
+                                events.push(Event::Prompt(text.to_owned()));
+                            }
+                        }
+                        ("user", Some("tool_result")) => events.push(Event::ToolResult {
+                            id: str_field(block, "tool_use_id"),
+                            result: ToolResult {
+                                text: result_text(block.get("content")),
+                                is_error: block.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                            },
+                        }),
+                        ("assistant", Some("tool_use")) => events.push(Event::ToolUse {
+                            id: str_field(block, "id"),
+                            name: str_field(block, "name"),
+                        }),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    events
+}
+
+fn str_field<'a>(block: &'a Value, key: &str) -> &'a str {
+    block.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// False for the texts the CLI injects into user messages.
+fn is_real_prompt(text: &str) -> bool {
+    let text = text.trim();
+    !(text.starts_with("<system-reminder>")
+        || text == "Continue from where you left off."
+        || text.starts_with("[Your previous response had no visible output"))
+}
+
+/// A tool result's `content`: a string, or blocks whose texts are joined with newlines.
+fn result_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => {
+            let parts: Vec<String> = blocks
+                .iter()
+                .map(|block| match block.get("type").and_then(Value::as_str) {
+                    Some("text") => str_field(block, "text").to_owned(),
+                    Some(other) => format!("[{other}]"),
+                    None => "[?]".to_owned(),
+                })
+                .collect();
+            parts.join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+fn recall(before: &[Event<'_>]) -> String {
+    let mut lines = Vec::new();
+    for event in before {
+        match event {
+            Event::Prompt(text) => lines.push(format!("- prompt: {text}")),
+            Event::ToolResult { id, result } => {
+                let name = before
+                    .iter()
+                    .find_map(|event| match event {
+                        Event::ToolUse { id: use_id, name } if use_id == id => Some(*name),
+                        _ => None,
+                    })
+                    .unwrap_or("?");
+                lines.push(format!("- result {name}: {}", result.text));
+            }
+            Event::ToolUse { .. } => {}
+        }
+    }
+    if lines.is_empty() { "recalled: nothing".to_owned() } else { format!("recalled:\n{}", lines.join("\n")) }
+}
+
+enum CallStage {
+    First,
+    Again(usize),
+    /// The latest result of each call, in script order.
+    Final(Vec<Option<ToolResult>>),
+}
+
+fn call_stage(calls: &[ScriptedCall], after: &[Event<'_>]) -> CallStage {
+    let mut attempts = vec![0usize; calls.len()];
+    let mut latest: Vec<Option<ToolResult>> = vec![None; calls.len()];
+    let index_of = |id: &str| call_index(id).filter(|index| *index < calls.len());
+    for event in after {
+        match event {
+            Event::ToolUse { id, .. } => {
+                if let Some(index) = index_of(id) {
+                    attempts[index] += 1;
+                }
+            }
+            Event::ToolResult { id, result } => {
+                if let Some(index) = index_of(id) {
+                    latest[index] = Some(result.clone());
+                }
+            }
+            Event::Prompt(_) => {}
+        }
+    }
+    if attempts.iter().all(|count| *count == 0) {
+        return CallStage::First;
+    }
+    let again = (0..calls.len()).find(|&index| {
+        let refused = latest[index].as_ref().is_some_and(is_refusal);
+        attempts[index] == 0 || (refused && attempts[index] < MAX_ATTEMPTS)
+    });
+    match again {
+        Some(index) => CallStage::Again(index),
+        None => CallStage::Final(latest),
+    }
+}
+
+/// The gate's answer to a second deferrable call in one reply ("… Call <tool> again by itself.").
+fn is_refusal(result: &ToolResult) -> bool {
+    result.is_error && result.text.contains("again by itself")
+}
+
+fn tool_use_id(nonce: u64, index: usize) -> String {
+    format!("toolu_mock_{nonce:012x}_{index}")
+}
+
+/// The call index of a tool use ID this module made.
+fn call_index(id: &str) -> Option<usize> {
+    let rest = id.strip_prefix("toolu_mock_")?;
+    let (_, index) = rest.rsplit_once('_')?;
+    index.parse().ok()
+}
+
+fn tool_use(call: &ScriptedCall, index: usize, nonce: u64, offered: &[&str]) -> ContentBlock {
+    ContentBlock::ToolUse {
+        id: tool_use_id(nonce, index),
+        name: resolve_tool_name(&call.tool, offered),
+        input: call.input.clone(),
+    }
+}
+
+fn offered_tools(body: &Value) -> Vec<&str> {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| tools.iter().filter_map(|tool| tool.get("name").and_then(Value::as_str)).collect())
+        .unwrap_or_default()
+}
+
+/// `lookup_order` → `mcp__tools__lookup_order` when the request offers that and no `lookup_order`.
+fn resolve_tool_name(wanted: &str, offered: &[&str]) -> String {
+    if offered.contains(&wanted) {
+        return wanted.to_owned();
+    }
+    let mut mcp = offered.iter().filter(|name| {
+        name.strip_prefix("mcp__")
+            .and_then(|rest| rest.split_once("__"))
+            .is_some_and(|(_server, tool)| tool == wanted)
+    });
+    match (mcp.next(), mcp.next()) {
+        (Some(only), None) => (*only).to_owned(),
+        _ => wanted.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const REMINDER: &str = "<system-reminder>\nAttribution for git commits…</system-reminder>";
+
+    /// A request body shaped like the CLI's: reminder block, then the prompt, then a system entry.
+    fn request(prompt: &str, tail: Vec<Value>) -> Value {
+        let mut messages = vec![
+            json!({"role": "user", "content": [{"type": "text", "text": REMINDER}, {"type": "text", "text": prompt}]}),
+            json!({"role": "system", "content": "# Environment\n…"}),
+        ];
+        messages.extend(tail);
+        json!({
+            "model": "claude-opus-5-5",
+            "messages": messages,
+            "tools": [{"name": "Read"}, {"name": "mcp__tools__lookup_order"}, {"name": "mcp__tools__create_refund"}],
+            "stream": true,
+        })
+    }
+
+    fn text_of(plan: &Plan) -> String {
+        plan.reply.message().expect("a message").joined_text()
+    }
+
+    fn assistant_calls(ids_names: &[(&str, &str)]) -> Value {
+        let content: Vec<Value> = ids_names
+            .iter()
+            .map(|(id, name)| json!({"type": "tool_use", "id": id, "name": name, "input": {}}))
+            .collect();
+        json!({"role": "assistant", "content": content})
+    }
+
+    fn results(items: &[(&str, &str, bool)]) -> Value {
+        let mut content: Vec<Value> = items
+            .iter()
+            .map(|(id, text, is_error)| {
+                json!({"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": text}], "is_error": is_error})
+            })
+            .collect();
+        content.push(json!({"type": "text", "text": "Continue from where you left off."}));
+        json!({"role": "user", "content": content})
+    }
+
+    #[test]
+    fn say_answers_said_and_ends_the_turn() {
+        let plan = plan(&request("say hello from mock", vec![]), 1);
+        assert_eq!(plan.gates, Vec::<String>::new());
+        assert_eq!(plan.reply, Answer::Message(AssistantReply::text("said: hello from mock")));
+    }
+
+    #[test]
+    fn a_string_content_prompt_is_read_too() {
+        let body = json!({"messages": [{"role": "user", "content": "say plain"}]});
+        assert_eq!(text_of(&plan(&body, 1)), "said: plain");
+    }
+
+    #[test]
+    fn the_last_text_block_of_the_last_real_prompt_is_the_script() {
+        let body = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "say first"}, {"type": "text", "text": "say second"}]},
+            {"role": "user", "content": [{"type": "text", "text": REMINDER}]},
+        ]});
+        assert_eq!(text_of(&plan(&body, 1)), "said: second");
+    }
+
+    #[test]
+    fn call_answers_every_call_in_one_reply_with_resolved_names() {
+        let body = request(
+            r#"call lookup_order {"order_id":"7"} && call Read {"file_path":"/a"} && call other"#,
+            vec![],
+        );
+        let plan = plan(&body, 0xabc);
+        let message = plan.reply.message().unwrap();
+        assert_eq!(message.stop_reason, StopReason::ToolUse);
+        let uses: Vec<_> =
+            message.tool_uses().map(|(id, name, input)| (id.to_owned(), name, input.clone())).collect();
+        assert_eq!(
+            uses,
+            vec![
+                (
+                    "toolu_mock_000000000abc_0".to_owned(),
+                    "mcp__tools__lookup_order",
+                    json!({"order_id": "7"})
+                ),
+                ("toolu_mock_000000000abc_1".to_owned(), "Read", json!({"file_path": "/a"})),
+                ("toolu_mock_000000000abc_2".to_owned(), "other", json!({})),
+            ]
+        );
+    }
+
+    #[test]
+    fn after_the_results_the_answer_quotes_each_of_them() {
+        let body = request(
+            "call lookup_order {} && call create_refund {}",
+            vec![
+                assistant_calls(&[("toolu_mock_1_0", "mcp__tools__lookup_order"), ("toolu_mock_1_1", "x")]),
+                results(&[
+                    ("toolu_mock_1_0", "order 7: shipped", false),
+                    ("toolu_mock_1_1", "card declined", true),
+                ]),
+            ],
+        );
+        assert_eq!(
+            text_of(&plan(&body, 2)),
+            "called lookup_order: order 7: shipped\ncalled create_refund (error): card declined"
+        );
+    }
+
+    #[test]
+    fn a_call_refused_as_not_alone_is_called_again_by_itself() {
+        let refusal = "PreToolUse:mcp__tools__create_refund hook error: create_refund did not run. Only one tool \
+                       call per reply can run outside this turn, and another call already does. Call create_refund \
+                       again by itself.";
+        let first = vec![
+            assistant_calls(&[("toolu_mock_1_0", "a"), ("toolu_mock_1_1", "b")]),
+            results(&[("toolu_mock_1_0", "refund 1 done", false), ("toolu_mock_1_1", refusal, true)]),
+        ];
+        let script = r#"call create_refund {"n":1} && call create_refund {"n":2}"#;
+        let again = plan(&request(script, first.clone()), 2);
+        let uses: Vec<_> = again
+            .reply
+            .message()
+            .unwrap()
+            .tool_uses()
+            .map(|(id, _, input)| (id.to_owned(), input.clone()))
+            .collect();
+        assert_eq!(uses, vec![("toolu_mock_000000000002_1".to_owned(), json!({"n": 2}))]);
+
+        let mut done = first;
+        done.push(assistant_calls(&[("toolu_mock_000000000002_1", "b")]));
+        done.push(results(&[("toolu_mock_000000000002_1", "refund 2 done", false)]));
+        assert_eq!(
+            text_of(&plan(&request(script, done), 3)),
+            "called create_refund: refund 1 done\ncalled create_refund: refund 2 done"
+        );
+    }
+
+    #[test]
+    fn a_call_that_vanished_from_the_conversation_is_called_again() {
+        let body = request(
+            "call a && call b",
+            vec![assistant_calls(&[("toolu_mock_1_1", "b")]), results(&[("toolu_mock_1_1", "b ok", false)])],
+        );
+        let plan = plan(&body, 5);
+        let ids: Vec<_> = plan.reply.message().unwrap().tool_uses().map(|(id, ..)| id.to_owned()).collect();
+        assert_eq!(ids, vec!["toolu_mock_000000000005_0"]);
+    }
+
+    #[test]
+    fn a_call_refused_every_time_is_reported_after_the_last_attempt() {
+        let refusal = "did not run. Call a again by itself.";
+        let mut tail = Vec::new();
+        for attempt in 0..MAX_ATTEMPTS {
+            let id = format!("toolu_mock_{attempt}_0");
+            tail.push(assistant_calls(&[(&id, "a")]));
+            tail.push(results(&[(&id, refusal, true)]));
+        }
+        assert_eq!(text_of(&plan(&request("call a", tail), 9)), format!("called a (error): {refusal}"));
+    }
+
+    #[test]
+    fn pauses_before_a_call_gate_the_calls_and_pauses_after_gate_the_answer() {
+        let script = "pause g1 ;; call a ;; pause g2 ;; fail 529";
+        let first = plan(&request(script, vec![]), 1);
+        assert_eq!(first.gates, vec!["g1"]);
+        assert_eq!(first.reply.message().unwrap().stop_reason, StopReason::ToolUse);
+
+        let tail =
+            vec![assistant_calls(&[("toolu_mock_1_0", "a")]), results(&[("toolu_mock_1_0", "ok", false)])];
+        let last = plan(&request(script, tail), 2);
+        assert_eq!(last, Plan { gates: vec!["g2".to_owned()], reply: Answer::Error { status: 529 } });
+    }
+
+    #[test]
+    fn say_with_a_pause_waits_at_the_gate_then_answers() {
+        let plan = plan(&request("pause g1 ;; say after the gate", vec![]), 1);
+        assert_eq!(plan.gates, vec!["g1"]);
+        assert_eq!(text_of(&plan), "said: after the gate");
+    }
+
+    #[test]
+    fn fail_answers_with_an_http_error() {
+        assert_eq!(plan(&request("fail", vec![]), 1).reply, Answer::Error { status: 500 });
+    }
+
+    #[test]
+    fn recall_lists_earlier_prompts_and_tool_results_but_not_injected_texts() {
+        let body = request(
+            "say one",
+            vec![
+                assistant_calls(&[("toolu_x", "mcp__tools__lookup_order")]),
+                results(&[("toolu_x", "order 7: shipped", false)]),
+                json!({"role": "assistant", "content": [{"type": "text", "text": "called lookup_order"}]}),
+                json!({"role": "user", "content": [{"type": "text", "text": "recall"}]}),
+            ],
+        );
+        assert_eq!(
+            text_of(&plan(&body, 1)),
+            "recalled:\n- prompt: say one\n- result mcp__tools__lookup_order: order 7: shipped"
+        );
+        assert_eq!(text_of(&plan(&request("recall", vec![]), 1)), "recalled: nothing");
+    }
+
+    #[test]
+    fn prose_is_answered_with_the_script_error() {
+        let text = text_of(&plan(&request("hello there", vec![]), 1));
+        assert!(
+            text.starts_with("mock: cannot read the script \"hello there\": unknown command `hello`"),
+            "{text}"
+        );
+        let no_prompt =
+            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": REMINDER}]}]});
+        assert_eq!(text_of(&plan(&no_prompt, 1)), "mock: the request has no prompt");
+    }
+
+    #[test]
+    fn an_ambiguous_short_name_is_left_as_written() {
+        assert_eq!(resolve_tool_name("echo", &["mcp__a__echo", "mcp__b__echo"]), "echo");
+        assert_eq!(resolve_tool_name("echo", &["mcp__a__echo"]), "mcp__a__echo");
+        assert_eq!(resolve_tool_name("echo", &["echo", "mcp__a__echo"]), "echo");
+    }
+}

@@ -1,0 +1,344 @@
+//! The script language: what a test writes in a prompt to make the mock model answer a certain way.
+//!
+//! This module owns parsing only: text in, [`Script`] out, no I/O. Reading the script out of a request and
+//! choosing the reply is [`crate::plan`]'s job. Read [`Script`] first, then [`parse`].
+//!
+//! # Grammar
+//!
+//! A script is one or more clauses joined by `;;`. At most one clause is an *action*:
+//!
+//! | clause | kind | meaning |
+//! | --- | --- | --- |
+//! | `say <text>` | action | answer `said: <text>` (the text runs to the next `;;` or the end, trimmed) |
+//! | `recall` | action | answer with every earlier prompt and tool result the request carries |
+//! | `call <tool> [<json>] && call …` | action | call the tools in one reply (input `{}` when no JSON), then quote their results |
+//! | `pause <gate>` | modifier | park the request until the test opens the gate |
+//! | `fail [<status>]` | modifier | answer with an HTTP error, 500 by default |
+//!
+//! Modifiers written before a `call` act on the reply that calls the tools; modifiers written after it act
+//! on the final answer that quotes the results. For every other script all modifiers act on the one reply.
+//! Modifiers run in order: `pause a ;; fail` waits at `a`, then fails.
+//!
+//! ```
+//! use tollgate_mock_model::script::{parse, Action, Modifier, ScriptedCall};
+//!
+//! let script = parse(r#"call lookup_order {"order_id":"7"} && call ping ;; pause after-lookup"#).unwrap();
+//! assert_eq!(
+//!     script.action,
+//!     Action::Call(vec![
+//!         ScriptedCall { tool: "lookup_order".into(), input: serde_json::json!({"order_id": "7"}) },
+//!         ScriptedCall { tool: "ping".into(), input: serde_json::json!({}) },
+//!     ])
+//! );
+//! assert_eq!(script.after, vec![Modifier::Pause("after-lookup".into())]);
+//! ```
+
+use serde_json::Value;
+
+/// A parsed prompt script. See the module docs for the grammar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Script {
+    /// Modifiers written before the action (all modifiers when there is no action).
+    pub before: Vec<Modifier>,
+    /// What the model answers.
+    pub action: Action,
+    /// Modifiers written after the action.
+    pub after: Vec<Modifier>,
+}
+
+/// The answering part of a script.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// `say <text>`: answer `said: <text>`.
+    Say(String),
+    /// `recall`: list the earlier prompts and tool results.
+    Recall,
+    /// `call …`: call these tools in one reply, in this order.
+    Call(Vec<ScriptedCall>),
+    /// Only modifiers were written: answer `ok` once they have run.
+    None,
+}
+
+/// One `call <tool> <json>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptedCall {
+    /// The tool name as written. The reply uses the name the request's `tools` array knows it by:
+    /// `lookup_order` becomes `mcp__tools__lookup_order` when only that is offered.
+    pub tool: String,
+    /// The arguments object.
+    pub input: Value,
+}
+
+/// A clause that changes how (or whether) a reply is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Modifier {
+    /// `pause <gate>`: wait until the test opens the gate.
+    Pause(String),
+    /// `fail [<status>]`: answer with this HTTP status and an Anthropic error body.
+    Fail(u16),
+}
+
+/// Why a prompt is not a script. The mock answers such a prompt with a text naming the error.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
+pub enum ScriptError {
+    /// The prompt is empty.
+    #[error("the prompt is empty")]
+    Empty,
+    /// A clause starts with a word that is not a command.
+    #[error("unknown command `{word}` (commands: say, recall, call, pause, fail)")]
+    UnknownCommand {
+        /// The first word of the clause.
+        word: String,
+    },
+    /// A command lacks its argument.
+    #[error("`{command}` needs {what}")]
+    MissingArgument {
+        /// The command.
+        command: &'static str,
+        /// What was expected.
+        what: &'static str,
+    },
+    /// The JSON after `call <tool>` does not parse, or is not an object.
+    #[error("the input of `call {tool}` is not a JSON object: {message}")]
+    BadInput {
+        /// The tool.
+        tool: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// `fail` is followed by something other than an HTTP error status.
+    #[error("`fail {text}`: the status must be a number from 400 to 599")]
+    BadStatus {
+        /// The text after `fail`.
+        text: String,
+    },
+    /// Two actions (say, recall, call) in one script.
+    #[error("a script has at most one of say, recall, call")]
+    TwoActions,
+    /// Something follows a clause that is neither `;;` nor `&&` where allowed.
+    #[error("unexpected text `{rest}`")]
+    Trailing {
+        /// The unexpected text.
+        rest: String,
+    },
+}
+
+/// The clause separator.
+const CLAUSE_SEP: &str = ";;";
+/// Joins tool calls of one reply.
+const CALL_SEP: &str = "&&";
+
+/// Parses a prompt text (already trimmed or not) into a [`Script`].
+pub fn parse(text: &str) -> Result<Script, ScriptError> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(ScriptError::Empty);
+    }
+    let mut script = Script { before: Vec::new(), action: Action::None, after: Vec::new() };
+    loop {
+        let (word, after_word) = split_word(rest);
+        rest = after_word;
+        match word {
+            "say" => {
+                let end = rest.find(CLAUSE_SEP).unwrap_or(rest.len());
+                let said = rest[..end].trim();
+                if said.is_empty() {
+                    return Err(ScriptError::MissingArgument { command: "say", what: "a text" });
+                }
+                set_action(&mut script, Action::Say(said.to_owned()))?;
+                rest = &rest[end..];
+            }
+            "recall" => set_action(&mut script, Action::Recall)?,
+            "call" => {
+                let mut calls = Vec::new();
+                loop {
+                    let (call, after_call) = parse_call(rest)?;
+                    calls.push(call);
+                    rest = after_call.trim_start();
+                    match rest.strip_prefix(CALL_SEP) {
+                        Some(next) => {
+                            let (word, after_word) = split_word(next);
+                            if word != "call" {
+                                return Err(ScriptError::Trailing { rest: next.trim().to_owned() });
+                            }
+                            rest = after_word;
+                        }
+                        None => break,
+                    }
+                }
+                set_action(&mut script, Action::Call(calls))?;
+            }
+            "pause" => {
+                let (gate, after_gate) = split_word(rest);
+                if gate.is_empty() || gate == CLAUSE_SEP {
+                    return Err(ScriptError::MissingArgument { command: "pause", what: "a gate name" });
+                }
+                push_modifier(&mut script, Modifier::Pause(gate.to_owned()));
+                rest = after_gate;
+            }
+            "fail" => {
+                let (status, after_status) = split_word(rest);
+                let status = if status.is_empty() || status == CLAUSE_SEP {
+                    500
+                } else {
+                    rest = after_status;
+                    match status.parse::<u16>() {
+                        Ok(code @ 400..=599) => code,
+                        _ => return Err(ScriptError::BadStatus { text: status.to_owned() }),
+                    }
+                };
+                push_modifier(&mut script, Modifier::Fail(status));
+            }
+            "" => return Err(ScriptError::Trailing { rest: rest.to_owned() }),
+            other => return Err(ScriptError::UnknownCommand { word: other.to_owned() }),
+        }
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            return Ok(script);
+        }
+        match rest.strip_prefix(CLAUSE_SEP) {
+            Some(next) if !next.trim().is_empty() => rest = next.trim_start(),
+            _ => return Err(ScriptError::Trailing { rest: rest.to_owned() }),
+        }
+    }
+}
+
+fn set_action(script: &mut Script, action: Action) -> Result<(), ScriptError> {
+    if script.action != Action::None {
+        return Err(ScriptError::TwoActions);
+    }
+    script.action = action;
+    Ok(())
+}
+
+fn push_modifier(script: &mut Script, modifier: Modifier) {
+    if script.action == Action::None {
+        script.before.push(modifier);
+    } else {
+        script.after.push(modifier);
+    }
+}
+
+/// Parses `<tool> [<json>]` and returns the call and the text after it.
+fn parse_call(text: &str) -> Result<(ScriptedCall, &str), ScriptError> {
+    let (tool, rest) = split_word(text);
+    if tool.is_empty() || tool == CLAUSE_SEP || tool == CALL_SEP {
+        return Err(ScriptError::MissingArgument { command: "call", what: "a tool name" });
+    }
+    let rest = rest.trim_start();
+    if !rest.starts_with('{') {
+        return Ok((ScriptedCall { tool: tool.to_owned(), input: Value::Object(Default::default()) }, rest));
+    }
+    // Read exactly one JSON value, so `&&` or `;;` inside its strings do not split it.
+    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(input @ Value::Object(_))) => {
+            let end = values.byte_offset();
+            Ok((ScriptedCall { tool: tool.to_owned(), input }, &rest[end..]))
+        }
+        Some(Ok(_)) => {
+            Err(ScriptError::BadInput { tool: tool.to_owned(), message: "not an object".to_owned() })
+        }
+        Some(Err(err)) => Err(ScriptError::BadInput { tool: tool.to_owned(), message: err.to_string() }),
+        None => Err(ScriptError::BadInput { tool: tool.to_owned(), message: "no JSON".to_owned() }),
+    }
+}
+
+/// Splits off the first whitespace-delimited word. `;;` and `&&` glued to a word end it.
+fn split_word(text: &str) -> (&str, &str) {
+    let text = text.trim_start();
+    let mut end = text.find(char::is_whitespace).unwrap_or(text.len());
+    for sep in [CLAUSE_SEP, CALL_SEP] {
+        match text.find(sep) {
+            Some(0) => end = end.min(sep.len()),
+            Some(at) => end = end.min(at),
+            None => {}
+        }
+    }
+    text.split_at(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn call(tool: &str, input: Value) -> ScriptedCall {
+        ScriptedCall { tool: tool.to_owned(), input }
+    }
+
+    #[test]
+    fn say_takes_the_rest_of_the_clause_as_its_text() {
+        let script = parse("  say hello from  mock \n").unwrap();
+        assert_eq!(script.action, Action::Say("hello from  mock".into()));
+        assert!(script.before.is_empty() && script.after.is_empty());
+    }
+
+    #[test]
+    fn say_text_stops_at_the_clause_separator() {
+        let script = parse("say hi there;; pause g1").unwrap();
+        assert_eq!(script.action, Action::Say("hi there".into()));
+        assert_eq!(script.after, vec![Modifier::Pause("g1".into())]);
+    }
+
+    #[test]
+    fn calls_joined_by_ampersands_form_one_reply() {
+        let script = parse(r#"call a {"x":1} && call b {"y":"&& ;; not a separator"}&&call c"#).unwrap();
+        assert_eq!(
+            script.action,
+            Action::Call(vec![
+                call("a", json!({"x": 1})),
+                call("b", json!({"y": "&& ;; not a separator"})),
+                call("c", json!({})),
+            ])
+        );
+    }
+
+    #[test]
+    fn modifiers_before_and_after_a_call_are_kept_apart() {
+        let script = parse("pause before ;; call a ;; pause after ;; fail 529").unwrap();
+        assert_eq!(script.before, vec![Modifier::Pause("before".into())]);
+        assert_eq!(script.after, vec![Modifier::Pause("after".into()), Modifier::Fail(529)]);
+    }
+
+    #[test]
+    fn fail_alone_means_http_500() {
+        let script = parse("fail").unwrap();
+        assert_eq!(script.action, Action::None);
+        assert_eq!(script.before, vec![Modifier::Fail(500)]);
+    }
+
+    #[test]
+    fn a_pause_alone_is_a_script_without_action() {
+        let script = parse("pause g1").unwrap();
+        assert_eq!(
+            script,
+            Script { before: vec![Modifier::Pause("g1".into())], action: Action::None, after: vec![] }
+        );
+    }
+
+    #[test]
+    fn ordinary_prose_is_an_unknown_command() {
+        assert_eq!(parse("hello there"), Err(ScriptError::UnknownCommand { word: "hello".into() }));
+        assert_eq!(parse("   "), Err(ScriptError::Empty));
+    }
+
+    #[test]
+    fn malformed_scripts_name_their_error() {
+        assert_eq!(parse("say"), Err(ScriptError::MissingArgument { command: "say", what: "a text" }));
+        assert_eq!(
+            parse("pause"),
+            Err(ScriptError::MissingArgument { command: "pause", what: "a gate name" })
+        );
+        assert_eq!(parse("call"), Err(ScriptError::MissingArgument { command: "call", what: "a tool name" }));
+        assert_eq!(parse("fail soon"), Err(ScriptError::BadStatus { text: "soon".into() }));
+        assert_eq!(parse("fail 200"), Err(ScriptError::BadStatus { text: "200".into() }));
+        assert_eq!(parse("say a ;; recall"), Err(ScriptError::TwoActions));
+        assert_eq!(parse("recall please"), Err(ScriptError::Trailing { rest: "please".into() }));
+        assert_eq!(parse("recall ;;"), Err(ScriptError::Trailing { rest: ";;".into() }));
+        assert_eq!(parse("call a && say b"), Err(ScriptError::Trailing { rest: "say b".into() }));
+        assert!(matches!(parse(r#"call a {"x":"#), Err(ScriptError::BadInput { tool, .. }) if tool == "a"));
+    }
+}

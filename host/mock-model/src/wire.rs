@@ -1,0 +1,279 @@
+//! The Messages API wire format the mock writes: SSE events for `stream: true`, one JSON object otherwise,
+//! and the error body.
+//!
+//! This module owns bytes only; what to say is [`crate::plan`]'s job. Read [`sse_events`] first.
+//!
+//! # Wire format
+//!
+//! A streamed reply is `text/event-stream`; each event is `event: <type>\ndata: <compact JSON>\n\n`,
+//! written as its own HTTP chunk, in the order the real API uses:
+//!
+//! ```text
+//! message_start        {"type":"message_start","message":{"id","type":"message","role":"assistant","model",
+//!                       "content":[],"stop_reason":null,"stop_sequence":null,"usage":{…,"output_tokens":1}}}
+//! per content block i:
+//!   content_block_start {"type":"content_block_start","index":i,"content_block":{"type":"text","text":""}}
+//!                       or {"type":"tool_use","id","name","input":{}}
+//!   ping                (after the first block's start only) {"type":"ping"}
+//!   content_block_delta {"type":"content_block_delta","index":i,"delta":{"type":"text_delta","text":…}}
+//!                       or {"type":"input_json_delta","partial_json":…}; two deltas per block (the text
+//!                       or the compact input JSON cut in half, on a character boundary)
+//!   content_block_stop  {"type":"content_block_stop","index":i}
+//! message_delta        {"type":"message_delta","delta":{"stop_reason","stop_sequence":null},"usage":{…}}
+//! message_stop         {"type":"message_stop"}
+//! ```
+//!
+//! A non-streamed reply is the finished message: `{"id","type":"message","role":"assistant","model",
+//! "content":[…],"stop_reason","stop_sequence":null,"usage":{…}}`. An error is
+//! `{"type":"error","error":{"type":<by status>,"message":"mock HTTP <status>"}}`.
+//! `usage` estimates input tokens as a quarter of the request's `messages` JSON length.
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::reply::{AssistantReply, ContentBlock};
+
+/// The fixed parts of one reply: its message ID, the model named by the request, and token counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageMeta {
+    /// `msg_mock_…`.
+    pub id: String,
+    /// The request's `model`.
+    pub model: String,
+    /// The input token estimate.
+    pub input_tokens: u64,
+}
+
+/// The SSE events of a streamed reply, one `Bytes` per event.
+pub fn sse_events(message: &AssistantReply, meta: &MessageMeta) -> Vec<Bytes> {
+    let mut events = vec![sse(
+        "message_start",
+        &json!({"type": "message_start", "message": {
+            "id": meta.id, "type": "message", "role": "assistant", "model": meta.model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {
+                "input_tokens": meta.input_tokens, "output_tokens": 1,
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                "service_tier": "standard",
+            },
+        }}),
+    )];
+    for (index, block) in message.content.iter().enumerate() {
+        let (start, delta_type, delta_key, payload) = match block {
+            ContentBlock::Text { text } => {
+                (json!({"type": "text", "text": ""}), "text_delta", "text", text.clone())
+            }
+            ContentBlock::ToolUse { id, name, input } => (
+                json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                "input_json_delta",
+                "partial_json",
+                input.to_string(),
+            ),
+        };
+        events.push(sse(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        if index == 0 {
+            events.push(sse("ping", &json!({"type": "ping"})));
+        }
+        for part in halves(&payload) {
+            events.push(sse(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": delta_type, delta_key: part}}),
+            ));
+        }
+        events.push(sse("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
+    }
+    events.push(sse(
+        "message_delta",
+        &json!({"type": "message_delta",
+        "delta": {"stop_reason": message.stop_reason.as_str(), "stop_sequence": null},
+        "usage": {
+            "input_tokens": meta.input_tokens, "output_tokens": output_tokens(message),
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+        }}),
+    ));
+    events.push(sse("message_stop", &json!({"type": "message_stop"})));
+    events
+}
+
+/// The body of a non-streamed reply.
+pub fn json_message(message: &AssistantReply, meta: &MessageMeta) -> Value {
+    json!({
+        "id": meta.id, "type": "message", "role": "assistant", "model": meta.model,
+        "content": message.content,
+        "stop_reason": message.stop_reason.as_str(), "stop_sequence": null,
+        "usage": {
+            "input_tokens": meta.input_tokens, "output_tokens": output_tokens(message),
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "service_tier": "standard",
+        },
+    })
+}
+
+/// The body of an HTTP error reply.
+pub fn error_body(status: u16) -> Value {
+    let kind = match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    };
+    json!({"type": "error", "error": {"type": kind, "message": format!("mock HTTP {status}")}})
+}
+
+/// A rough token estimate of a request body: a quarter of its `messages` JSON, at least 1.
+pub fn estimate_input_tokens(body: &Value) -> u64 {
+    let len = body.get("messages").map(|messages| messages.to_string().len()).unwrap_or(0);
+    (len as u64 / 4).max(1)
+}
+
+fn output_tokens(message: &AssistantReply) -> u64 {
+    message
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } => (text.len() as u64 / 4).max(1),
+            ContentBlock::ToolUse { .. } => 10,
+        })
+        .sum()
+}
+
+fn sse(event: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+}
+
+/// Cuts a string in two on a character boundary; a string of one character or none stays whole.
+fn halves(text: &str) -> Vec<&str> {
+    if text.chars().nth(1).is_none() {
+        return vec![text];
+    }
+    let mut cut = text.len() / 2;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    vec![&text[..cut], &text[cut..]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reply::StopReason;
+
+    fn meta() -> MessageMeta {
+        MessageMeta { id: "msg_mock_1".into(), model: "claude-test".into(), input_tokens: 42 }
+    }
+
+    /// Splits one event into its name and parsed data, checking the framing byte for byte.
+    fn frame(bytes: &Bytes) -> (String, Value) {
+        let text = std::str::from_utf8(bytes).unwrap();
+        let body = text.strip_suffix("\n\n").expect("an event ends with a blank line");
+        let (event_line, data_line) = body.split_once('\n').expect("two lines");
+        assert!(!data_line.contains('\n'), "one data line: {text:?}");
+        let event = event_line.strip_prefix("event: ").expect("event line");
+        let data = data_line.strip_prefix("data: ").expect("data line");
+        (event.to_owned(), serde_json::from_str(data).unwrap())
+    }
+
+    #[test]
+    fn a_text_reply_streams_the_events_of_the_real_api_in_order() {
+        let got: Vec<(String, Value)> =
+            sse_events(&AssistantReply::text("héllo"), &meta()).iter().map(frame).collect();
+        let usage0 = json!({"input_tokens": 42, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                            "cache_read_input_tokens": 0, "service_tier": "standard"});
+        let expected = [
+            (
+                "message_start",
+                json!({"type": "message_start", "message": {"id": "msg_mock_1", "type": "message",
+                "role": "assistant", "model": "claude-test", "content": [], "stop_reason": null,
+                "stop_sequence": null, "usage": usage0}}),
+            ),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ),
+            ("ping", json!({"type": "ping"})),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "hé"}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "llo"}}),
+            ),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+            (
+                "message_delta",
+                json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"input_tokens": 42, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                          "cache_read_input_tokens": 0}}),
+            ),
+            ("message_stop", json!({"type": "message_stop"})),
+        ]
+        .map(|(event, data)| (event.to_owned(), data));
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn a_tool_use_streams_its_input_as_json_deltas_that_rejoin_to_the_input() {
+        let input = json!({"order_id": "7", "note": "ünïcode"});
+        let message = AssistantReply {
+            content: vec![
+                ContentBlock::Text { text: "x".into() },
+                ContentBlock::ToolUse { id: "toolu_1".into(), name: "lookup".into(), input: input.clone() },
+            ],
+            stop_reason: StopReason::ToolUse,
+        };
+        let data: Vec<Value> = sse_events(&message, &meta()).iter().map(|bytes| frame(bytes).1).collect();
+        let types: Vec<&str> = data.iter().map(|event| event["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "message_start",
+                "content_block_start",
+                "ping",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+            ]
+        );
+        assert_eq!(
+            data[5]["content_block"],
+            json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}})
+        );
+        let partial: String =
+            data[6..8].iter().map(|event| event["delta"]["partial_json"].as_str().unwrap()).collect();
+        assert_eq!(serde_json::from_str::<Value>(&partial).unwrap(), input);
+        assert_eq!(data[9]["delta"]["stop_reason"], "tool_use");
+        assert_eq!(data[9]["usage"]["output_tokens"], 11);
+    }
+
+    #[test]
+    fn a_non_streamed_reply_is_the_finished_message() {
+        let body = json_message(&AssistantReply::text("done"), &meta());
+        assert_eq!(body["content"], json!([{"type": "text", "text": "done"}]));
+        assert_eq!(body["stop_reason"], "end_turn");
+        assert_eq!(body["usage"]["input_tokens"], 42);
+    }
+
+    #[test]
+    fn error_bodies_name_the_anthropic_error_type_of_the_status() {
+        assert_eq!(error_body(500)["error"]["type"], "api_error");
+        assert_eq!(error_body(529)["error"]["type"], "overloaded_error");
+        assert_eq!(error_body(429)["error"]["message"], "mock HTTP 429");
+    }
+}
