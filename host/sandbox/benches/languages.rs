@@ -57,7 +57,8 @@ fn micros(d: Duration) -> String {
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument may follow. Nothing to filter here.
-    let calls: usize = std::env::var("LANGUAGES_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let calls: usize =
+        std::env::var("LANGUAGES_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
     let out = root.join("target/guests");
 
@@ -93,7 +94,8 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let cache = root.join("target/h-langs-bench-cache");
-        let sandbox = Sandbox::new(SandboxConfig { cache_dir: Some(cache), ..SandboxConfig::default() }).unwrap();
+        let sandbox =
+            Sandbox::new(SandboxConfig { cache_dir: Some(cache), ..SandboxConfig::default() }).unwrap();
         let dirs = tempfile::tempdir().unwrap();
         for (i, s) in subjects.iter_mut().enumerate() {
             let dir = dirs.path().join(i.to_string());

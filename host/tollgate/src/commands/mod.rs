@@ -1,0 +1,3 @@
+//! One module per `tollgate` subcommand; each has an `Args` struct and an async `run`.
+
+pub mod tools;

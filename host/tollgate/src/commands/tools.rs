@@ -1,0 +1,223 @@
+//! `tollgate tools list|call|check DIR`: the sandbox without a model.
+//!
+//! `DIR` is an agent directory (it holds `tollgate.toml`; tools are in `DIR/tools/`, manifests
+//! may be `[tools.<name>]` tables there, the options factory is `[agent] options_factory`) or a
+//! bare directory of components.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use tollgate_sandbox::{
+    CacheOutcome, DeferredExecution, Manifests, OptionsContext, Sandbox, SandboxConfig, ToolInfo, ToolSet,
+};
+
+/// `tollgate tools …`
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    #[command(subcommand)]
+    command: ToolsCommand,
+    /// Where compiled components are cached (default: ~/.cache/tollgate/components).
+    #[arg(long, global = true, env = "TOLLGATE_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile every component afresh; read and write no cache.
+    #[arg(long, global = true)]
+    no_cache: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum ToolsCommand {
+    /// List the tools of every component, with their annotations.
+    List {
+        /// An agent directory or a directory of `.wasm` components.
+        dir: PathBuf,
+        /// Print JSON (name, description, input schema, annotations, component).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool, as the Worker would: schema check, fresh instance, limits and grants.
+    Call {
+        /// An agent directory or a directory of `.wasm` components.
+        dir: PathBuf,
+        /// The tool's name.
+        name: String,
+        /// The arguments, a JSON object.
+        args: String,
+        /// Run as attempt N of a deferred call (the tool sees a deferred-execution context).
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// The idempotency key of the deferred call (default `cli/<pid>/call`).
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Print the output as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load and compile everything, check names, schemas and manifests, and print each
+    /// component's grants.
+    Check {
+        /// An agent directory or a directory of `.wasm` components.
+        dir: PathBuf,
+    },
+}
+
+/// Runs `tollgate tools …`.
+pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
+    let mut config = SandboxConfig::default();
+    if args.no_cache {
+        config.cache_dir = None;
+    } else if let Some(dir) = args.cache_dir {
+        config.cache_dir = Some(dir);
+    }
+    let sandbox = Sandbox::new(config)?;
+    let mut out = std::io::stdout().lock();
+    match args.command {
+        ToolsCommand::List { dir, json } => {
+            let layout = Layout::of(&dir)?;
+            let tools = layout.load(&sandbox).await?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, tools.tools())?;
+                writeln!(out)?;
+            } else {
+                print_table(&mut out, tools.tools())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ToolsCommand::Call { dir, name, args, attempt, idempotency_key, json } => {
+            let layout = Layout::of(&dir)?;
+            let tools = layout.load(&sandbox).await?;
+            let execution = (attempt.is_some() || idempotency_key.is_some()).then(|| {
+                let mut execution = DeferredExecution::new(
+                    "cli",
+                    &std::process::id().to_string(),
+                    "call",
+                    attempt.unwrap_or(1),
+                );
+                if let Some(key) = idempotency_key {
+                    execution.idempotency_key = key;
+                }
+                execution
+            });
+            let output = tools.call(&name, &args, execution.as_ref()).await?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, &output)?;
+                writeln!(out)?;
+            } else {
+                writeln!(out, "{}", output.text())?;
+            }
+            if output.is_error {
+                eprintln!("({name} answered with is-error: the model would read this as a failed call)");
+                return Ok(ExitCode::from(1));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ToolsCommand::Check { dir } => {
+            let layout = Layout::of(&dir)?;
+            let tools = layout.load(&sandbox).await?;
+            for component in tools.components() {
+                let how = match component.cache {
+                    CacheOutcome::Hit => "from cache",
+                    CacheOutcome::Miss => "compiled, cached",
+                    CacheOutcome::Replaced => "compiled, replaced a bad cache entry",
+                    CacheOutcome::Uncached => "compiled, no cache",
+                };
+                writeln!(
+                    out,
+                    "{} ({}, {} KiB, {how} in {:.1} ms)",
+                    component.name,
+                    component.path.display(),
+                    component.size / 1024,
+                    component.load_time.as_secs_f64() * 1e3
+                )?;
+                writeln!(out, "  tools: {}", component.tools.join(", "))?;
+                for line in component.manifest.describe() {
+                    writeln!(out, "  {line}")?;
+                }
+            }
+            if let Some(factory_path) = &layout.factory {
+                let factory = sandbox
+                    .load_options_factory(factory_path, &layout.manifests)
+                    .await
+                    .with_context(|| format!("options factory {}", factory_path.display()))?;
+                let ctx = OptionsContext { session_id: "check".into(), turn_id: "check".into(), attempt: 1 };
+                let options = factory.build_options(&ctx).await?;
+                writeln!(
+                    out,
+                    "options factory ({}): model {}, permission mode {}, built-in tools {}{}",
+                    factory_path.display(),
+                    options.model.as_deref().unwrap_or("default"),
+                    options.permission_mode.as_deref().unwrap_or("default"),
+                    options.tools.map_or("default".into(), |t| t.join(", ")),
+                    if factory.has_cli_policy() { ", decides built-in tool calls" } else { "" }
+                )?;
+            }
+            writeln!(out, "ok: {} components, {} tools", tools.components().len(), tools.tools().len())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Where the components, manifests and options factory of `DIR` are.
+struct Layout {
+    tools: PathBuf,
+    manifests: Manifests,
+    factory: Option<PathBuf>,
+}
+
+impl Layout {
+    fn of(dir: &Path) -> anyhow::Result<Self> {
+        if !dir.is_dir() {
+            bail!("{} is not a directory", dir.display());
+        }
+        let config = dir.join("tollgate.toml");
+        if !config.is_file() {
+            return Ok(Self { tools: dir.to_path_buf(), manifests: Manifests::default(), factory: None });
+        }
+        let manifests = Manifests::from_agent_config(&config)?;
+        let text = std::fs::read_to_string(&config)?;
+        let table: toml::Table = toml::from_str(&text).with_context(|| format!("{}", config.display()))?;
+        let factory = match table.get("agent").and_then(|a| a.get("options_factory")) {
+            None => None,
+            Some(toml::Value::String(path)) => Some(dir.join(path)),
+            Some(other) => {
+                bail!("{}: `[agent] options_factory` must be a path, not {other}", config.display())
+            }
+        };
+        Ok(Self { tools: dir.join("tools"), manifests, factory })
+    }
+
+    async fn load(&self, sandbox: &Sandbox) -> anyhow::Result<ToolSet> {
+        Ok(sandbox.load_tools(&self.tools, &self.manifests).await?)
+    }
+}
+
+fn print_table(out: &mut impl Write, tools: &[ToolInfo]) -> std::io::Result<()> {
+    if tools.is_empty() {
+        return writeln!(out, "no tools");
+    }
+    let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let cwidth = tools.iter().map(|t| t.component.len()).max().unwrap_or(9).max(9);
+    writeln!(out, "{:width$}  {:cwidth$}  {:24}  DESCRIPTION", "NAME", "COMPONENT", "HINTS")?;
+    for tool in tools {
+        let a = &tool.annotations;
+        let mut hints = Vec::new();
+        if a.read_only {
+            hints.push("read-only");
+        }
+        if a.idempotent {
+            hints.push("idempotent");
+        }
+        if a.destructive {
+            hints.push("destructive");
+        }
+        if a.open_world {
+            hints.push("open-world");
+        }
+        let hints = if hints.is_empty() { "-".to_string() } else { hints.join(",") };
+        let description = tool.description.lines().next().unwrap_or_default();
+        writeln!(out, "{:width$}  {:cwidth$}  {:24}  {description}", tool.name, tool.component, hints)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! `tollgate tools list|call|check` on an agent directory made of the built examples.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use tollgate_test_guests as guests;
+
+/// An agent directory with the two example tools, a `tollgate.toml` and the options factory.
+fn agent() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tools")).unwrap();
+    std::fs::copy(guests::ORDERS, dir.path().join("tools/orders.wasm")).unwrap();
+    std::fs::copy(guests::PAYMENTS, dir.path().join("tools/payments.wasm")).unwrap();
+    std::fs::copy(guests::SUPPORT_FACTORY, dir.path().join("agent.wasm")).unwrap();
+    std::fs::write(
+        dir.path().join("tollgate.toml"),
+        "[agent]\noptions_factory = \"agent.wasm\"\n\n[tools.payments]\nallowed_outbound_hosts = [\"https://payments.example.com\"]\nconfig = { PAYMENTS_URL = { env = \"TOLLGATE_TEST_PAYMENTS_URL\" } }\nmemory_mb = 64\n",
+    )
+    .unwrap();
+    dir
+}
+
+fn tollgate(dir: &Path, args: &[&str]) -> Output {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cwasm-cache");
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["tools", "--cache-dir"])
+        .arg(&cache)
+        .args(args.iter().map(|a| a.replace("DIR", &dir.display().to_string())))
+        .output()
+        .unwrap()
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn list_prints_a_table_and_json() {
+    let dir = agent();
+    let output = tollgate(dir.path(), &["list", "DIR"]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines[0].contains("DESCRIPTION"), "{stdout}");
+    assert!(lines[1].starts_with("lookup_order") && lines[1].contains("read-only"), "{stdout}");
+    assert!(lines[2].starts_with("create_refund") && lines[2].contains("open-world"), "{stdout}");
+
+    let output = tollgate(dir.path(), &["list", "DIR", "--json"]);
+    let tools: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(tools[0]["name"], "lookup_order");
+    assert_eq!(tools[0]["input_schema"]["required"], serde_json::json!(["order_id"]));
+    assert_eq!(tools[1]["annotations"]["open_world"], true);
+}
+
+#[test]
+fn call_prints_the_output_and_the_exit_code_tells_success_from_tool_errors() {
+    let dir = agent();
+    let output = tollgate(dir.path(), &["call", "DIR", "lookup_order", r#"{"order_id":"7"}"#]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), r#"{"order_id":"7","status":"delivered","total_cents":4200,"currency":"EUR"}"#);
+
+    let output = tollgate(dir.path(), &["call", "DIR", "lookup_order", r#"{"order_id":"0"}"#]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(text(&output).0.trim(), "order 0 not found");
+}
+
+#[test]
+fn call_with_bad_arguments_names_the_problem_and_fails() {
+    let dir = agent();
+    for (args, expected) in [("{not json", "not valid JSON"), (r#"{"order":"7"}"#, "order_id")] {
+        let output = tollgate(dir.path(), &["call", "DIR", "lookup_order", args]);
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("lookup_order") && stderr.contains(expected), "{args}: {stderr}");
+    }
+}
+
+#[test]
+fn call_passes_the_deferred_execution_to_the_tool() {
+    let dir = agent();
+    // No PAYMENTS_URL in the environment: the tool says so, proving it ran as a deferred call.
+    let output = tollgate(
+        dir.path(),
+        &[
+            "call",
+            "DIR",
+            "create_refund",
+            r#"{"order_id":"7","amount_cents":100}"#,
+            "--attempt",
+            "2",
+            "--idempotency-key",
+            "k-1",
+        ],
+    );
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr.contains("PAYMENTS_URL is not configured"), "{stderr}");
+    let output =
+        tollgate(dir.path(), &["call", "DIR", "create_refund", r#"{"order_id":"7","amount_cents":100}"#]);
+    assert!(text(&output).1.contains("PAYMENTS_URL is not configured"), "config is checked first");
+}
+
+#[test]
+fn check_prints_each_components_grants_and_the_factorys_options() {
+    let dir = agent();
+    let output = tollgate(dir.path(), &["check", "DIR"]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("orders (") && stdout.contains("manifest: none (everything denied)"), "{stdout}");
+    assert!(stdout.contains("outbound: https://payments.example.com"), "{stdout}");
+    assert!(stdout.contains("config: PAYMENTS_URL (env TOLLGATE_TEST_PAYMENTS_URL, unset)"), "{stdout}");
+    assert!(stdout.contains("limits: memory 64 MiB"), "{stdout}");
+    assert!(stdout.contains("options factory") && stdout.contains("decides built-in tool calls"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("ok: 2 components, 2 tools"), "{stdout}");
+}
+
+#[test]
+fn check_fails_on_a_tool_named_bash_and_names_it() {
+    let dir = agent();
+    std::fs::copy(guests::IMPOSTOR, dir.path().join("tools/shell.wasm")).unwrap();
+    let output = tollgate(dir.path(), &["check", "DIR"]);
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("shell.wasm") && stderr.contains("`Bash`") && stderr.contains("built-in"),
+        "{stderr}"
+    );
+}
