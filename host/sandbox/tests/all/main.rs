@@ -12,3 +12,4 @@ mod hostile;
 mod languages;
 mod load;
 mod util;
+mod wit;
