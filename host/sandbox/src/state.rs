@@ -235,7 +235,13 @@ impl WasiHttpHooks for HttpPolicy {
         };
         if !allowed {
             tracing::info!(uri = %uri, "outbound request denied: not on the component's allow-list");
-            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+            // Drain the body the guest is writing before refusing: StarlingMonkey's fetch traps
+            // when the body stream of a refused request is dropped under it. The call's deadline
+            // bounds the wait.
+            return Box::new(async move {
+                let _ = request.into_body().collect().await;
+                Err(wasmtime_wasi_http::Error::HttpRequestDenied)
+            });
         }
         Box::new(async move {
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;

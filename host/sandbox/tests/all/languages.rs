@@ -131,7 +131,10 @@ impl Payments {
                     let (status, body) = match order.as_str() {
                         "refuse" => (422, r#"{"error":"amount exceeds the order total"}"#.to_string()),
                         "busy" => (503, "busy".to_string()),
-                        _ => (201, serde_json::json!({"refund_id": format!("r-{order}"), "key": key}).to_string()),
+                        _ => (
+                            201,
+                            serde_json::json!({"refund_id": format!("r-{order}"), "key": key}).to_string(),
+                        ),
                     };
                     let response = format!(
                         "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -156,14 +159,15 @@ impl Payments {
 async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Request> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
-    let read = async |socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8]| -> Option<()> {
-        let n = tokio::time::timeout(Duration::from_secs(10), socket.read(chunk)).await.ok()?.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        Some(())
-    };
+    let read =
+        async |socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8]| -> Option<()> {
+            let n = tokio::time::timeout(Duration::from_secs(10), socket.read(chunk)).await.ok()?.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            Some(())
+        };
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
@@ -241,7 +245,10 @@ fn examples(lang: &str, hosts: &str, config: &str) -> ToolsDir {
     ToolsDir::new()
         .component("orders", &component(lang, "orders"))
         .component("payments", &component(lang, "payments"))
-        .manifest("payments", &format!("allowed_outbound_hosts = [{hosts}]\ntimeout_ms = 20000\n[config]\n{config}"))
+        .manifest(
+            "payments",
+            &format!("allowed_outbound_hosts = [{hosts}]\ntimeout_ms = 20000\n[config]\n{config}"),
+        )
 }
 
 /// Runs every scenario against `lang`'s examples and returns (scenario, outcome) pairs.
@@ -260,7 +267,11 @@ async fn scenarios(lang: &str, payments: &Payments) -> Vec<(&'static str, String
     record(
         "refund with a reason",
         tools
-            .call("create_refund", r#"{"order_id":"7","amount_cents":2500,"reason":"late delivery"}"#, Some(&execution(1)))
+            .call(
+                "create_refund",
+                r#"{"order_id":"7","amount_cents":2500,"reason":"late delivery"}"#,
+                Some(&execution(1)),
+            )
             .await,
     );
     record(
@@ -269,7 +280,9 @@ async fn scenarios(lang: &str, payments: &Payments) -> Vec<(&'static str, String
     );
     record(
         "refund refused (422)",
-        tools.call("create_refund", r#"{"order_id":"refuse","amount_cents":99999}"#, Some(&execution(1))).await,
+        tools
+            .call("create_refund", r#"{"order_id":"refuse","amount_cents":99999}"#, Some(&execution(1)))
+            .await,
     );
     record(
         "refund, service busy (503), attempt 1",
@@ -295,8 +308,16 @@ async fn scenarios(lang: &str, payments: &Payments) -> Vec<(&'static str, String
     ];
     assert_eq!(received.len(), expected_bodies.len(), "{lang}: the service received {received:#?}");
     for (request, expected) in received.iter().zip(&expected_bodies) {
-        assert_eq!((request.method.as_str(), request.path.as_str()), ("POST", "/refunds"), "{lang}: {request:?}");
-        assert_eq!(request.header("idempotency-key"), Some("session-42/turn-1/toolu_01"), "{lang}: {request:?}");
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            ("POST", "/refunds"),
+            "{lang}: {request:?}"
+        );
+        assert_eq!(
+            request.header("idempotency-key"),
+            Some("session-42/turn-1/toolu_01"),
+            "{lang}: {request:?}"
+        );
         assert!(
             request.header("content-type").is_some_and(|t| t.starts_with("application/json")),
             "{lang}: {request:?}"
@@ -315,7 +336,11 @@ async fn scenarios(lang: &str, payments: &Payments) -> Vec<(&'static str, String
         "refund to a host not on the allow-list",
         denied.call("create_refund", r#"{"order_id":"7","amount_cents":100}"#, Some(&execution(1))).await,
     );
-    assert!(started.elapsed() < Duration::from_secs(5), "{lang}: a denied request took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{lang}: a denied request took {:?}",
+        started.elapsed()
+    );
     drop(elsewhere);
 
     // Allowed but nobody listens: a transport error.
@@ -331,13 +356,17 @@ async fn scenarios(lang: &str, payments: &Payments) -> Vec<(&'static str, String
     .await;
     record(
         "refund, service unreachable",
-        unreachable.call("create_refund", r#"{"order_id":"7","amount_cents":100}"#, Some(&execution(1))).await,
+        unreachable
+            .call("create_refund", r#"{"order_id":"7","amount_cents":100}"#, Some(&execution(1)))
+            .await,
     );
 
     let unconfigured = examples(lang, &allowed, "").load().await;
     record(
         "refund without PAYMENTS_URL",
-        unconfigured.call("create_refund", r#"{"order_id":"7","amount_cents":100}"#, Some(&execution(1))).await,
+        unconfigured
+            .call("create_refund", r#"{"order_id":"7","amount_cents":100}"#, Some(&execution(1)))
+            .await,
     );
     assert!(payments.take().is_empty(), "{lang}: refused calls reached the service");
     out
@@ -382,6 +411,14 @@ async fn every_language_gives_the_same_results_for_the_same_calls() {
         results.insert(lang, scenarios(lang, &payments).await);
     }
 
+    // Shown with --nocapture: every scenario's outcome, per language.
+    for (i, (scenario, _)) in results["rust"].iter().enumerate() {
+        eprintln!("{scenario}:");
+        for lang in langs {
+            eprintln!("  {lang:>6}: {}", results[lang][i].1);
+        }
+    }
+
     let mut report = String::new();
     let baseline = &results["rust"];
     for lang in langs {
@@ -391,7 +428,10 @@ async fn every_language_gives_the_same_results_for_the_same_calls() {
             }
         }
         if shapes[lang] != shapes["rust"] {
-            report.push_str(&format!("list-tools:\n  rust: {:?}\n  {lang}: {:?}\n", shapes["rust"], shapes[lang]));
+            report.push_str(&format!(
+                "list-tools:\n  rust: {:?}\n  {lang}: {:?}\n",
+                shapes["rust"], shapes[lang]
+            ));
         }
     }
     // The SDKs of Go, JavaScript and Python also agree on the detail.
@@ -407,18 +447,33 @@ async fn every_language_gives_the_same_results_for_the_same_calls() {
     // And the results are the specified ones (checked once, on the Go column).
     let go: BTreeMap<&str, &str> = results["go"].iter().map(|(k, v)| (*k, v.as_str())).collect();
     let key = "session-42/turn-1/toolu_01";
-    assert_eq!(go["lookup a known order"], r#"ok: {"order_id":"7","status":"delivered","total_cents":4200,"currency":"EUR"}"#);
-    assert_eq!(go["lookup order 99"], r#"ok: {"order_id":"99","status":"delivered","total_cents":59400,"currency":"EUR"}"#);
+    assert_eq!(
+        go["lookup a known order"],
+        r#"ok: {"order_id":"7","status":"delivered","total_cents":4200,"currency":"EUR"}"#
+    );
+    assert_eq!(
+        go["lookup order 99"],
+        r#"ok: {"order_id":"99","status":"delivered","total_cents":59400,"currency":"EUR"}"#
+    );
     assert_eq!(go["lookup an unknown order"], "is-error: order 100 not found");
     assert_eq!(go["lookup order 07"], "is-error: order 07 not found");
     assert_eq!(go["refund with a reason"], format!(r#"ok: {{"key":"{key}","refund_id":"r-7"}}"#));
     assert_eq!(go["refund without a reason"], format!(r#"ok: {{"key":"{key}","refund_id":"r-8"}}"#));
-    assert_eq!(go["refund refused (422)"], r#"is-error: refund refused: {"error":"amount exceeds the order total"}"#);
+    assert_eq!(
+        go["refund refused (422)"],
+        r#"is-error: refund refused: {"error":"amount exceeds the order total"}"#
+    );
     assert_eq!(go["refund, service busy (503), attempt 1"], "retryable: payments service returned 503");
     assert_eq!(go["refund, service busy (503), attempt 2"], "retryable: payments service returned 503");
     assert_eq!(go["refund inline (no execution)"], "failed: create_refund must run as a deferred call");
-    assert_eq!(go["refund to a host not on the allow-list"], "failed: outbound request denied: HTTP-request-denied");
-    assert_eq!(go["refund, service unreachable"], "retryable: payments service unreachable: connection-refused");
+    assert_eq!(
+        go["refund to a host not on the allow-list"],
+        "failed: outbound request denied: HTTP-request-denied"
+    );
+    assert_eq!(
+        go["refund, service unreachable"],
+        "retryable: payments service unreachable: connection-refused"
+    );
     assert_eq!(go["refund without PAYMENTS_URL"], "failed: PAYMENTS_URL is not configured");
 }
 
@@ -459,7 +514,11 @@ async fn a_memory_bomb_in_go_or_javascript_is_stopped_at_the_cap() {
         let (_dir, tools) = hostile(lang, "memory_mb = 48\ntimeout_ms = 20000\n").await;
         let started = Instant::now();
         let error = tools.call("memory_bomb", "{}", None).await.unwrap_err();
-        assert_eq!(error, CallError::MemoryLimit { tool: "memory_bomb".into(), limit_bytes: 48 << 20 }, "{lang}");
+        assert_eq!(
+            error,
+            CallError::MemoryLimit { tool: "memory_bomb".into(), limit_bytes: 48 << 20 },
+            "{lang}"
+        );
         assert!(started.elapsed() < Duration::from_secs(10), "{lang}: stopped after {:?}", started.elapsed());
         assert_next_call_works(lang, &tools).await;
     }

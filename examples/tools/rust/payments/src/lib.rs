@@ -21,6 +21,7 @@ struct CreateRefund {
     amount_cents: u64,
     /// Why, in a few words.
     #[serde(default)]
+    #[schemars(with = "String")] // optional, but never null: the same schema as the other languages
     reason: Option<String>,
 }
 
@@ -50,7 +51,8 @@ fn create_refund(args: CreateRefund, cx: &Context) -> Result<Output, CallError> 
     match response.status {
         200..=299 => Ok(Output::text(response.text())),
         400..=499 => Ok(Output::error(format!("refund refused: {}", response.text()))),
-        status => Err(CallError::retryable(format!("payments service returned {status}"))),
+        500..=599 => Err(CallError::retryable(format!("payments service returned {}", response.status))),
+        status => Err(CallError::failed(format!("payments service returned {status}"))),
     }
 }
 

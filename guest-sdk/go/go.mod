@@ -1,0 +1,3 @@
+module tollgate.invalid/tollgate
+
+go 1.24
