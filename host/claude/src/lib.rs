@@ -1,1 +1,49 @@
-//! Runs one segment of the Claude Code CLI (being written).
+//! Runs one segment of the Claude Code CLI: transport, hooks into the gate, the in-process MCP
+//! tool server, transcript mirroring and resume.
+//!
+//! `tollgate-claude` owns the `claude` process of one segment (DESIGN.md §1: one run of the CLI
+//! inside a turn, ending with an answer or one deferred tool call). Start with
+//! [`run_segment`]: it takes a [`SegmentSpec`] (which binary, which directory, a prompt or a
+//! stored session to resume), the segment's [`tollgate_engine::gate::Gate`] and a
+//! [`tools::ToolRunner`], and returns a [`SegmentReport`] whose [`SegmentOutcome`] is
+//! `Completed`, `Deferred` or `Failed`.
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`segment`] | the run: spec, outcome, the frame loop, hook and permission answers |
+//! | [`mcp`] | the rmcp tool server and its bridge over `mcp_message` control requests |
+//! | [`transport`] | the child process: process group, pipes, line limit, stderr drain |
+//! | [`launch`] | argv, scratch directories, the resume file |
+//! | [`cli`] | finding the binary and refusing unsupported versions |
+//! | [`project_key`] | the transcript folder name of a working directory |
+//! | [`tools`] | what the tool server serves ([`tools::ToolRunner`]; implemented for `tollgate_sandbox::ToolSet`) |
+//!
+//! It does not own decisions (the pure `tollgate-engine` does), the wire types
+//! (`tollgate-protocol`), storing entries or records, or running deferred calls (the Worker's
+//! steps do). The tests in `tests/all/` drive the real CLI against `tollgate-mock-model` and a
+//! scripted fake CLI (`src/bin/fake-claude.rs`).
+//!
+//! # Caveats
+//!
+//! - Every segment costs a CLI process (~0.5–1 s and ~220 MB against an instant model); this
+//!   crate's own overhead is measured by `benches/segment.rs`.
+//! - The behaviour matches CLI 2.1.328 ([`cli::SUPPORTED_VERSIONS`]); other versions are refused.
+//! - An application hook's input rewrite is sent without a permission decision; see
+//!   [`AppHook`] for what CLI 2.1.328 does with the other shapes.
+
+pub mod cli;
+mod error;
+pub mod launch;
+pub mod mcp;
+pub mod project_key;
+mod sandbox;
+pub mod segment;
+pub mod tools;
+pub mod transport;
+
+pub use cli::{CliBinary, CliLocator};
+pub use error::{CliError, SegmentError};
+pub use segment::{
+    AppHook, CliDecider, SegmentEvent, SegmentOutcome, SegmentReport, SegmentSpec, SegmentStats, Start,
+    run_segment,
+};

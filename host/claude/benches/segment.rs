@@ -1,0 +1,565 @@
+//! Segment benchmark: the host's own overhead per segment and per defer+resume pair, and its
+//! memory, against two baselines on the same CLI, the same mock model and the same script.
+//!
+//! ```sh
+//! CARGO_TARGET_DIR=target/h-claude cargo bench -p tollgate-claude --bench segment
+//! # knobs: BENCH_N=10 (measured rounds), BENCH_WARMUP=1, TS_SDK_NODE_MODULES=<dir>/node_modules
+//! ```
+//!
+//! Three drivers run interleaved in every round, against one `tollgate-mock-model` in this
+//! process:
+//!
+//! - **host**: `run_segment` in a child process of its own (this binary with `BENCH_ROLE=host`), so
+//!   its peak RSS is the host's alone;
+//! - **bare**: this process spawns the CLI with the same argv, environment and `initialize`, and
+//!   answers with canned lines (fixed MCP answers, a fixed hook decision): no gate, no rmcp, no
+//!   process-group handling;
+//! - **TS SDK**: `benches/ts_sdk_driver.mjs`, the official `@anthropic-ai/claude-agent-sdk`
+//!   `query()` as in `/work/shared/ts-baseline/` (skipped when its `node_modules` is missing).
+//!
+//! Wall times run from just before the driver starts the segment to the CLI reaped (and, for the
+//! host and bare, the scratch directories removed). Overhead = host − bare, paired per round. On a
+//! busy 2-core machine the CLI's own ±100s of ms swamp that difference, so the table also gives the
+//! host process's own CPU time per segment (`getrusage`), which that noise does not inflate.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tollgate_claude::launch::{ArgvOptions, argv, write_resume_file};
+use tollgate_claude::tools::{CallFuture, ToolOutput, ToolRunner, ToolSpec, catalog};
+use tollgate_claude::{CliBinary, CliLocator, SegmentOutcome, SegmentSpec, run_segment};
+use tollgate_engine::gate::Gate;
+use tollgate_engine::policy::{Annotations, Policies};
+use tollgate_engine::record::Outcome;
+use tollgate_protocol::{HookMatcher, HostFrame, Initialize, TranscriptEntry, UserPrompt};
+
+const TEXT_SCRIPT: &str = "say hello";
+const PAIR_SCRIPT: &str = r#"call note {"text":"x"}"#;
+const RECORDED: &str = "noted: x";
+
+/// The one tool of the benchmark: `note`, unclassified, so every call defers.
+struct BenchTools;
+
+impl ToolRunner for BenchTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "note".into(),
+            description: "Take a note.".into(),
+            input_schema: json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            annotations: Annotations::default(),
+        }]
+    }
+
+    fn call<'a>(&'a self, _name: &'a str, arguments: &'a Value) -> CallFuture<'a> {
+        Box::pin(async move {
+            Ok(ToolOutput::text(format!("noted: {}", arguments["text"].as_str().unwrap_or(""))))
+        })
+    }
+}
+
+/// The `tools/list` answer the bare driver gives: what the host's rmcp server lists for `BenchTools`.
+fn bare_tools_list() -> Value {
+    json!({"tools": [{"name": "note", "description": "Take a note.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false},
+        "_meta": {"anthropic/alwaysLoad": true}}]})
+}
+
+fn mock_env(mock_url: &str) -> Vec<(OsString, OsString)> {
+    [
+        ("ANTHROPIC_BASE_URL", mock_url),
+        ("ANTHROPIC_API_KEY", "dummy"),
+        ("HTTPS_PROXY", "http://127.0.0.1:1"),
+        ("NO_PROXY", "127.0.0.1,localhost"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+    .collect()
+}
+
+/// CPU time (user + system) this process has used so far, in ms: the host's own work, which the
+/// scheduling noise of a busy machine does not inflate the way it inflates wall times.
+fn cpu_ms() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn own_memory() -> Value {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    json!({"vmhwm_kb": field("VmHWM:"), "vmrss_kb": field("VmRSS:")})
+}
+
+// ------------------------------------------------------------------------------------------------
+// The host child: runs segments on command.
+// ------------------------------------------------------------------------------------------------
+
+async fn host_child() {
+    let mock_url = std::env::var("MOCK_URL").expect("MOCK_URL");
+    let project = PathBuf::from(std::env::var("PROJECT").expect("PROJECT"));
+    let cli = CliBinary::locate(&CliLocator::default()).await.expect("a supported CLI");
+    let runner: Arc<dyn ToolRunner> = Arc::new(BenchTools);
+    let gate = || Gate::new(Policies::default(), catalog("tools", &BenchTools.tools()).expect("catalog"));
+    let spec = |start: SegmentSpec| {
+        let mut spec = start;
+        spec.env.extend(mock_env(&mock_url));
+        spec
+    };
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(command)) = lines.next_line().await {
+        let answer = match command.trim() {
+            "text" => {
+                let cpu = cpu_ms();
+                let started = Instant::now();
+                let report = run_segment(
+                    spec(SegmentSpec::fresh(cli.clone(), &project, TEXT_SCRIPT)),
+                    gate(),
+                    runner.clone(),
+                    None,
+                )
+                .await;
+                let total = started.elapsed();
+                let ok = matches!(&report.outcome, SegmentOutcome::Completed { result, .. } if result == "said: hello");
+                json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
+                       "error": format!("{:?}", report.outcome).chars().take(300).collect::<String>()})
+            }
+            "pair" => {
+                let cpu = cpu_ms();
+                let started = Instant::now();
+                let first = run_segment(
+                    spec(SegmentSpec::fresh(cli.clone(), &project, PAIR_SCRIPT)),
+                    gate(),
+                    runner.clone(),
+                    None,
+                )
+                .await;
+                let defer_ms = ms(started.elapsed());
+                let SegmentOutcome::Deferred { session_id, call, entries, .. } = first.outcome else {
+                    println!("{}", json!({"ok": false, "error": format!("{:?}", first.outcome)}));
+                    continue;
+                };
+                let record = call.record(Outcome::Succeeded { output: RECORDED.into() });
+                let resumed = Instant::now();
+                let second = run_segment(
+                    spec(SegmentSpec::resume(cli.clone(), &project, session_id, entries)),
+                    gate().resuming(record),
+                    runner.clone(),
+                    None,
+                )
+                .await;
+                let resume_ms = ms(resumed.elapsed());
+                let ok = matches!(&second.outcome, SegmentOutcome::Completed { result, .. } if result == "called note: noted: x");
+                json!({"ok": ok, "defer_ms": defer_ms, "resume_ms": resume_ms, "pair_ms": ms(started.elapsed()), "cpu_ms": cpu_ms() - cpu,
+                       "error": format!("{:?}", second.outcome).chars().take(300).collect::<String>()})
+            }
+            "mem" => own_memory(),
+            other => json!({"error": format!("unknown command {other}")}),
+        };
+        println!("{answer}");
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The bare driver: the same launch, canned answers.
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct BareRun {
+    ok: bool,
+    to_result_ms: f64,
+    total_ms: f64,
+    session_id: String,
+    entries: Vec<TranscriptEntry>,
+    result: String,
+}
+
+#[derive(serde::Deserialize)]
+struct Mirror {
+    entries: Vec<Box<RawValue>>,
+}
+
+async fn bare_segment(
+    cli: &Path,
+    mock_url: &str,
+    project: &Path,
+    prompt: Option<&str>,
+    resume: Option<(&str, &[TranscriptEntry])>,
+    hook_decision: &str,
+) -> BareRun {
+    let started = Instant::now();
+    let scratch = tempfile::tempdir().expect("scratch");
+    let (home, config, tmp) =
+        (scratch.path().join("home"), scratch.path().join("config"), scratch.path().join("tmp"));
+    for dir in [&home, &config, &tmp] {
+        std::fs::create_dir(dir).expect("dir");
+    }
+    if let Some((session, entries)) = resume {
+        write_resume_file(&config, project, session, entries).expect("resume file");
+    }
+    let args = argv(&ArgvOptions { resume: resume.map(|(s, _)| s), ..ArgvOptions::default() });
+    let mut command = tokio::process::Command::new(cli);
+    command
+        .args(&args)
+        .current_dir(project)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (name, _) in std::env::vars_os() {
+        let upper = name.to_string_lossy().to_ascii_uppercase();
+        if upper.starts_with("CLAUDE") || upper.starts_with("ANTHROPIC") {
+            command.env_remove(&name);
+        }
+    }
+    command
+        .env("HOME", &home)
+        .env("CLAUDE_CONFIG_DIR", &config)
+        .env("TMPDIR", &tmp)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .envs(mock_env(mock_url));
+    let mut child = command.spawn().expect("spawn the CLI");
+    let mut stdin = child.stdin.take();
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let init = Initialize::new()
+        .pre_tool_use(HookMatcher::all_tools("tollgate_gate").timeout(60))
+        .sdk_mcp_server("tools");
+    let mut out = HostFrame::initialize("tollgate_initialize", init).to_line();
+    if let Some(prompt) = prompt {
+        out.push_str(&HostFrame::User(UserPrompt::blocks([prompt])).to_line());
+    }
+    if let Some(stdin) = stdin.as_mut() {
+        let _ = stdin.write_all(out.as_bytes()).await;
+    }
+    let mut run = BareRun::default();
+    while let Ok(Some(line)) = stdout.next_line().await {
+        if line.contains("\"type\":\"transcript_mirror\"") {
+            if let Ok(mirror) = serde_json::from_str::<Mirror>(&line) {
+                run.entries.extend(
+                    mirror
+                        .entries
+                        .into_iter()
+                        .filter_map(|e| TranscriptEntry::from_raw(e.get().to_owned()).ok()),
+                );
+            }
+            continue;
+        }
+        let Ok(frame) = serde_json::from_str::<Value>(&line) else { continue };
+        match frame["type"].as_str() {
+            Some("control_request") => {
+                let id = frame["request_id"].as_str().unwrap_or_default();
+                let request = &frame["request"];
+                let answer = match request["subtype"].as_str() {
+                    Some("mcp_message") => {
+                        let message = &request["message"];
+                        match message["method"].as_str() {
+                            Some("initialize") => HostFrame::mcp_response(
+                                id,
+                                json!({"jsonrpc": "2.0", "id": message["id"],
+                                "result": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {"listChanged": false}},
+                                           "serverInfo": {"name": "tools", "version": "1.0.0"}}}),
+                            ),
+                            Some("tools/list") => HostFrame::mcp_response(
+                                id,
+                                json!({"jsonrpc": "2.0", "id": message["id"], "result": bare_tools_list()}),
+                            ),
+                            Some("tools/call") => HostFrame::mcp_response(
+                                id,
+                                json!({"jsonrpc": "2.0", "id": message["id"],
+                                "result": {"content": [{"type": "text", "text": RECORDED}], "isError": false}}),
+                            ),
+                            _ => HostFrame::mcp_notification_ack(id),
+                        }
+                    }
+                    Some("hook_callback") => {
+                        HostFrame::ControlResponse(tollgate_protocol::ControlResponse::success(
+                            id,
+                            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": hook_decision}}),
+                        ))
+                    }
+                    Some("can_use_tool") => {
+                        HostFrame::ControlResponse(tollgate_protocol::ControlResponse::success(
+                            id,
+                            json!({"behavior": "allow", "updatedInput": request["input"]}),
+                        ))
+                    }
+                    _ => HostFrame::error_response(id, "unsupported"),
+                };
+                if let Some(stdin) = stdin.as_mut() {
+                    let _ = stdin.write_all(answer.to_line().as_bytes()).await;
+                }
+            }
+            Some("result") if run.to_result_ms == 0.0 => {
+                run.to_result_ms = ms(started.elapsed());
+                run.session_id = frame["session_id"].as_str().unwrap_or_default().to_owned();
+                run.result = frame["result"].as_str().unwrap_or_default().to_owned();
+                run.ok = frame["is_error"] == false;
+                stdin = None;
+            }
+            _ => {}
+        }
+    }
+    let _ = child.wait().await;
+    drop(scratch);
+    run.total_ms = ms(started.elapsed());
+    run
+}
+
+// ------------------------------------------------------------------------------------------------
+// Child drivers and the table.
+// ------------------------------------------------------------------------------------------------
+
+struct Driver {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Driver {
+    fn start(mut command: tokio::process::Command) -> std::io::Result<Driver> {
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn()?;
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Ok(Driver { _child: child, stdin, stdout })
+    }
+
+    async fn ask(&mut self, command: &str) -> Value {
+        self.stdin.write_all(format!("{command}\n").as_bytes()).await.expect("write to a driver");
+        let line = self.stdout.next_line().await.ok().flatten().unwrap_or_default();
+        serde_json::from_str(&line).unwrap_or_else(|_| json!({"error": format!("driver said {line:?}")}))
+    }
+}
+
+#[derive(Default)]
+struct Series(Vec<f64>);
+
+impl Series {
+    fn push(&mut self, value: Option<f64>) {
+        if let Some(v) = value {
+            self.0.push(v);
+        }
+    }
+
+    fn sorted(&self) -> Vec<f64> {
+        let mut v = self.0.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v
+    }
+
+    fn pct(&self, p: f64) -> Option<f64> {
+        let v = self.sorted();
+        if v.is_empty() {
+            return None;
+        }
+        let rank = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+        Some(v[rank.min(v.len() - 1)])
+    }
+
+    fn cell(&self) -> String {
+        let v = self.sorted();
+        match (self.pct(50.0), v.first(), v.last()) {
+            (Some(p50), Some(min), Some(max)) => format!("{p50:.1} ({min:.1}–{max:.1})"),
+            _ => "—".into(),
+        }
+    }
+}
+
+fn paired(a: &Series, b: &Series) -> Series {
+    Series(a.0.iter().zip(&b.0).map(|(x, y)| x - y).collect())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    if std::env::var("BENCH_ROLE").as_deref() == Ok("host") {
+        host_child().await;
+        return;
+    }
+    // `cargo bench` passes `--bench`; nothing else is accepted.
+    let rounds: usize = std::env::var("BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let warmup: usize = std::env::var("BENCH_WARMUP").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let cli = CliBinary::locate(&CliLocator::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let mock = tollgate_mock_model::MockModel::start().await.expect("mock");
+    let project = tempfile::Builder::new().prefix("tollgate-bench-project-").tempdir().expect("project");
+
+    let mut host_cmd = tokio::process::Command::new(std::env::current_exe().expect("current exe"));
+    host_cmd.env("BENCH_ROLE", "host").env("MOCK_URL", mock.base_url()).env("PROJECT", project.path());
+    let mut host = Driver::start(host_cmd).expect("start the host child");
+
+    let modules =
+        std::env::var("TS_SDK_NODE_MODULES").unwrap_or_else(|_| "/tmp/tollgate-ts-sdk/node_modules".into());
+    let mut ts = if Path::new(&modules).join("@anthropic-ai/claude-agent-sdk").exists() {
+        let mut cmd = tokio::process::Command::new("node");
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ts_sdk_driver.mjs"))
+            .env("TS_SDK_NODE_MODULES", &modules)
+            .env("CLAUDE_BIN", cli.path())
+            .env("MOCK_URL", mock.base_url())
+            .env("PROJECT", project.path())
+            .env("PROMPT", TEXT_SCRIPT);
+        Driver::start(cmd).ok()
+    } else {
+        eprintln!(
+            "TS SDK baseline skipped: no {modules}/@anthropic-ai/claude-agent-sdk (npm ci the ts-baseline package there)"
+        );
+        None
+    };
+
+    let (mut host_text, mut host_text_result, mut bare_text, mut bare_text_result) =
+        (Series::default(), Series::default(), Series::default(), Series::default());
+    let (mut ts_text, mut ts_text_result) = (Series::default(), Series::default());
+    let (mut host_pair, mut bare_pair) = (Series::default(), Series::default());
+    let (mut host_text_cpu, mut host_pair_cpu) = (Series::default(), Series::default());
+    let mut failures = Vec::new();
+    for round in 0..warmup + rounds {
+        let measured = round >= warmup;
+        let h = host.ask("text").await;
+        let b = bare_segment(cli.path(), &mock.base_url(), project.path(), Some(TEXT_SCRIPT), None, "allow")
+            .await;
+        let t = match ts.as_mut() {
+            Some(ts) => ts.ask("run").await,
+            None => Value::Null,
+        };
+        let hp = host.ask("pair").await;
+        let bp_first =
+            bare_segment(cli.path(), &mock.base_url(), project.path(), Some(PAIR_SCRIPT), None, "defer")
+                .await;
+        let bp_second = bare_segment(
+            cli.path(),
+            &mock.base_url(),
+            project.path(),
+            None,
+            Some((&bp_first.session_id, &bp_first.entries)),
+            "allow",
+        )
+        .await;
+        let checks = [
+            ("host text", h["ok"] == true, h.to_string()),
+            ("bare text", b.ok && b.result == "said: hello", b.result.clone()),
+            ("ts text", t.is_null() || t["ok"] == true, t.to_string()),
+            ("host pair", hp["ok"] == true, hp.to_string()),
+            (
+                "bare pair",
+                bp_second.ok && bp_second.result == "called note: noted: x",
+                bp_second.result.clone(),
+            ),
+        ];
+        for (what, ok, detail) in checks {
+            if !ok {
+                failures.push(format!("round {round} {what}: {detail}"));
+            }
+        }
+        if !measured {
+            continue;
+        }
+        host_text.push(h["total_ms"].as_f64());
+        host_text_result.push(h["to_result_ms"].as_f64());
+        bare_text.push(Some(b.total_ms));
+        bare_text_result.push(Some(b.to_result_ms));
+        ts_text.push(t["to_end_ms"].as_f64());
+        ts_text_result.push(t["to_result_ms"].as_f64());
+        host_pair.push(hp["pair_ms"].as_f64());
+        host_text_cpu.push(h["cpu_ms"].as_f64());
+        host_pair_cpu.push(hp["cpu_ms"].as_f64());
+        bare_pair.push(Some(bp_first.total_ms + bp_second.total_ms));
+        eprintln!("round {}/{rounds} done", round + 1 - warmup);
+    }
+    let host_mem = host.ask("mem").await;
+    let ts_mem = match ts.as_mut() {
+        Some(ts) => ts.ask("mem").await,
+        None => Value::Null,
+    };
+
+    let text_overhead = paired(&host_text, &bare_text);
+    let result_overhead = paired(&host_text_result, &bare_text_result);
+    let pair_overhead = paired(&host_pair, &bare_pair);
+    let host_kb = host_mem["vmhwm_kb"].as_u64().unwrap_or(0);
+    let ts_kb = ts_mem["vmhwm_kb"].as_u64();
+    println!();
+    println!(
+        "Segment benchmark: CLI {} ({}), tollgate-mock-model, N={rounds} rounds (+{warmup} warm-up), ms as p50 (min–max)",
+        cli.version(),
+        cli.path().display()
+    );
+    println!();
+    println!("| one-reply text turn (`{TEXT_SCRIPT}`) | tollgate host | bare spawn | TS Agent SDK |");
+    println!("|---|---|---|---|");
+    println!(
+        "| start → `result` | {} | {} | {} |",
+        host_text_result.cell(),
+        bare_text_result.cell(),
+        ts_text_result.cell()
+    );
+    println!(
+        "| start → CLI exited (+ cleanup) | {} | {} | {} |",
+        host_text.cell(),
+        bare_text.cell(),
+        ts_text.cell()
+    );
+    println!();
+    println!("| host overhead (host − bare, paired per round) | p50 | p90 | goal |");
+    println!("|---|---|---|---|");
+    println!(
+        "| per segment, to exit | {:.1} | {:.1} | ≤ 15 ms p50 |",
+        text_overhead.pct(50.0).unwrap_or(f64::NAN),
+        text_overhead.pct(90.0).unwrap_or(f64::NAN)
+    );
+    println!(
+        "| per segment, to `result` | {:.1} | {:.1} | |",
+        result_overhead.pct(50.0).unwrap_or(f64::NAN),
+        result_overhead.pct(90.0).unwrap_or(f64::NAN)
+    );
+    println!(
+        "| per defer+resume pair (`{PAIR_SCRIPT}`) | {:.1} | {:.1} | |",
+        pair_overhead.pct(50.0).unwrap_or(f64::NAN),
+        pair_overhead.pct(90.0).unwrap_or(f64::NAN)
+    );
+    println!("| host's own CPU time (user+sys, getrusage) per segment | {} | | |", host_text_cpu.cell());
+    println!("| host's own CPU time per defer+resume pair | {} | | |", host_pair_cpu.cell());
+    println!();
+    println!("| defer+resume pair | tollgate host | bare spawn |");
+    println!("|---|---|---|");
+    println!("| start → resumed CLI exited | {} | {} |", host_pair.cell(), bare_pair.cell());
+    println!();
+    println!("| host process peak RSS (VmHWM, CLI children not included) | kB |");
+    println!("|---|---|");
+    println!("| tollgate host (this crate, in its own process, after all rounds) | {host_kb} |");
+    match ts_kb {
+        Some(kb) => {
+            println!("| TS Agent SDK's Node host (same rounds) | {kb} |");
+            println!("| ratio (goal ≤ 0.25) | {:.3} |", host_kb as f64 / kb as f64);
+        }
+        None => println!(
+            "| TS Agent SDK's Node host (recorded in ts-baseline/README.md) | 91868 (ratio {:.3}) |",
+            host_kb as f64 / 91868.0
+        ),
+    }
+    if !failures.is_empty() {
+        println!();
+        println!("{} run(s) gave an unexpected outcome:", failures.len());
+        for failure in &failures {
+            println!("- {failure}");
+        }
+    }
+    drop(host);
+    drop(ts);
+}

@@ -1,0 +1,723 @@
+//! One segment: one run of the `claude` CLI that ends with an answer, one deferred tool call, or a
+//! failure (DESIGN.md §1, §2 steps 2–6).
+//!
+//! Read [`run_segment`] first, then [`SegmentSpec`] (what to run) and [`SegmentOutcome`] (what
+//! came of it). A segment:
+//!
+//! 1. makes fresh `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR` directories and, for a resume, writes the
+//!    stored entries to the project's transcript file ([`crate::launch`]);
+//! 2. starts the CLI in its own process group ([`crate::transport`]) with the argv of PROTOCOL.md
+//!    §1.1 and the environment of §1.2;
+//! 3. writes `initialize` first (the gate's `PreToolUse` matcher for every tool, with a timeout;
+//!    an application hook if any; the sdk server), then the prompt of a fresh segment, or **no
+//!    prompt** for a resumed deferred call;
+//! 4. answers `hook_callback` and `can_use_tool` from the [`Gate`], serves `mcp_message` through the
+//!    rmcp server ([`crate::mcp`]), forwards main-conversation text deltas as
+//!    [`SegmentEvent::TextDelta`], and collects the `transcript_mirror` entries;
+//! 5. closes stdin after the `result`, reads stdout to EOF (the last mirror entries come after the
+//!    result), reaps the process and kills what is left of its group.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use tollgate_claude::{CliBinary, CliLocator, SegmentOutcome, SegmentSpec, run_segment, tools::NoTools};
+//! use tollgate_engine::gate::Gate;
+//! use tollgate_engine::policy::Policies;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cli = CliBinary::locate(&CliLocator::default()).await?;
+//! let spec = SegmentSpec::fresh(cli, "/srv/project", "Hello")
+//!     .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:8080")
+//!     .env("ANTHROPIC_API_KEY", "dummy");
+//! let gate = Gate::new(Policies::default(), tollgate_claude::tools::catalog("tools", &[])?);
+//! let report = run_segment(spec, gate, Arc::new(NoTools), None).await;
+//! match report.outcome {
+//!     SegmentOutcome::Completed { result, .. } => println!("{result}"),
+//!     SegmentOutcome::Deferred { call, .. } => println!("deferred {}", call.tool_name),
+//!     SegmentOutcome::Failed { error } => eprintln!("{error}"),
+//!     _ => {}
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Caveats
+//!
+//! - The segment never panics on what the CLI writes: a line that is not a frame, a line over
+//!   [`SegmentSpec::max_line_bytes`], an exit before the `result` or a stall past
+//!   [`SegmentSpec::timeout`] ends it with [`SegmentOutcome::Failed`], after the process group is
+//!   killed. A malformed *control request* whose id is readable is answered with an error instead
+//!   (the CLI then runs its own permission flow, which reaches the gate through `can_use_tool`).
+//! - Dropping the future of [`run_segment`] kills the process group (the transport's `Drop`).
+//! - A resumed segment without a prompt needs a pending deferred call ([`Gate::resuming`]); a
+//!   completed session resumed without a prompt would wait for input until the timeout.
+//! - Entries of subagent transcripts (`projects/<key>/<session>/…`) are not collected.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::sleep_until;
+use tollgate_engine::gate::{CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall};
+use tollgate_protocol::{
+    CliRequest, ControlResponse, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
+    InitializeResponse, PermissionDecision, ProtocolError, ResultMessage, TranscriptEntry, Usage, UserPrompt,
+    parse_line,
+};
+
+use crate::cli::CliBinary;
+use crate::error::SegmentError;
+use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file};
+use crate::mcp::{McpBridge, ToolServer};
+use crate::tools::ToolRunner;
+use crate::transport::{CliProcess, Launch, LineEvent, inherited_claude_variables};
+
+/// The request id of the host's `initialize`.
+const INITIALIZE_ID: &str = "tollgate_initialize";
+/// The gate's hook callback id.
+const GATE_HOOK_ID: &str = "tollgate_gate";
+/// The application hook's callback id.
+const APP_HOOK_ID: &str = "tollgate_app_hook";
+
+/// Something the caller may watch while the segment runs (for the SSE API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SegmentEvent {
+    /// A piece of the main conversation's text, as it streams.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// An inline custom tool call started.
+    ToolCallStarted {
+        /// The model's tool use ID.
+        tool_use_id: String,
+        /// The custom tool's own name.
+        name: String,
+    },
+    /// An inline custom tool call finished.
+    ToolCallFinished {
+        /// The model's tool use ID.
+        tool_use_id: String,
+        /// The custom tool's own name.
+        name: String,
+        /// Whether the model got an error result.
+        is_error: bool,
+    },
+}
+
+/// The application's own `PreToolUse` hook, registered as its own matcher before the gate's. It
+/// may rewrite a call's input (`updatedInput`) or deny the call; it must not allow or defer calls
+/// (the gate decides those).
+///
+/// The host sends a rewrite as `updatedInput` **without** a permission decision: CLI 2.1.328
+/// dropped an `updatedInput` that came with `allow` when the gate's matcher answered `defer`, and
+/// one that came with the gate's own `defer`; a decision-less one is applied, and the deferred call
+/// carries it (`tests/all/real_cli.rs`). It is not asked about the pending call of a resumed
+/// segment: that call already passed it, and the record holds the input it approved.
+pub trait AppHook: Send + Sync + 'static {
+    /// The answer to one `PreToolUse` call (every tool; answer [`HookAnswer::no_decision`] for
+    /// the ones it does not care about).
+    fn pre_tool_use(&self, input: &HookInput) -> HookAnswer;
+}
+
+/// The options factory's per-call decider for CLI tools (`decide-cli-tool`), when the agent has
+/// one. Used only with [`Gate::with_cli_decider`].
+pub trait CliDecider: Send + Sync + 'static {
+    /// `Ok(None)` leaves the call to the policy table; `Err(text)` denies it with the text.
+    fn decide(&self, tool_name: &str, input: &Value) -> Result<Option<CliToolDecision>, String>;
+}
+
+/// How the segment starts.
+#[derive(Debug, Clone)]
+pub enum Start {
+    /// A new session, with this prompt.
+    Fresh {
+        /// The user prompt.
+        prompt: UserPrompt,
+    },
+    /// `--resume` of a stored session: its entries are written to the resume file. With no prompt
+    /// the CLI resumes the pending deferred call; with one it starts a new turn.
+    Resume {
+        /// The CLI session id.
+        session_id: String,
+        /// Every stored entry of the session, in order, byte-exact.
+        entries: Vec<TranscriptEntry>,
+        /// A new turn's prompt, or `None` for a deferred-call resume.
+        prompt: Option<UserPrompt>,
+    },
+}
+
+/// What to run. Build it with [`SegmentSpec::fresh`] or [`SegmentSpec::resume`]; the other fields
+/// have these defaults:
+///
+/// | field | default |
+/// | --- | --- |
+/// | `permission_mode` | none (the CLI's `default`) |
+/// | `setting_sources` | `Some([])`: no settings files |
+/// | `extra_args`, `env` | empty |
+/// | `server_name` | `"tools"` (must match the gate's catalog) |
+/// | `hook_timeout_secs` | 60 |
+/// | `initialize_timeout` | 60 s |
+/// | `timeout` | 15 min |
+/// | `drain_timeout` | 10 s (after the `result`, to EOF) |
+/// | `max_line_bytes` | 4 MiB |
+/// | `scratch_parent` | the system temp dir |
+/// | `app_hook`, `cli_decider` | none |
+#[derive(Clone)]
+pub struct SegmentSpec {
+    /// The CLI binary.
+    pub cli: CliBinary,
+    /// The project directory (`cwd` of the CLI).
+    pub cwd: PathBuf,
+    /// Fresh or resumed.
+    pub start: Start,
+    /// `--permission-mode`.
+    pub permission_mode: Option<String>,
+    /// `--setting-sources`.
+    pub setting_sources: Option<Vec<String>>,
+    /// More arguments, appended.
+    pub extra_args: Vec<String>,
+    /// Variables set after the segment's own (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, proxies…).
+    pub env: Vec<(OsString, OsString)>,
+    /// The sdk MCP server's name.
+    pub server_name: String,
+    /// The `timeout` of the hook matchers, in seconds.
+    pub hook_timeout_secs: u32,
+    /// How long the CLI may take to answer `initialize`.
+    pub initialize_timeout: Duration,
+    /// How long the whole segment may take.
+    pub timeout: Duration,
+    /// How long to read after the `result` before the process is killed.
+    pub drain_timeout: Duration,
+    /// The longest stdout line accepted.
+    pub max_line_bytes: usize,
+    /// Where the scratch directories go.
+    pub scratch_parent: Option<PathBuf>,
+    /// The application's `PreToolUse` hook.
+    pub app_hook: Option<Arc<dyn AppHook>>,
+    /// The per-call decider for CLI tools.
+    pub cli_decider: Option<Arc<dyn CliDecider>>,
+}
+
+impl std::fmt::Debug for SegmentSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentSpec")
+            .field("cli", &self.cli)
+            .field("cwd", &self.cwd)
+            .field("permission_mode", &self.permission_mode)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SegmentSpec {
+    /// A first segment with a one-text prompt.
+    pub fn fresh(cli: CliBinary, cwd: impl Into<PathBuf>, prompt: impl Into<String>) -> Self {
+        Self::with_start(cli, cwd, Start::Fresh { prompt: UserPrompt::blocks([prompt.into()]) })
+    }
+
+    /// A segment resuming `session_id` from its stored entries, without a prompt.
+    pub fn resume(
+        cli: CliBinary,
+        cwd: impl Into<PathBuf>,
+        session_id: impl Into<String>,
+        entries: Vec<TranscriptEntry>,
+    ) -> Self {
+        Self::with_start(cli, cwd, Start::Resume { session_id: session_id.into(), entries, prompt: None })
+    }
+
+    /// Any start.
+    pub fn with_start(cli: CliBinary, cwd: impl Into<PathBuf>, start: Start) -> Self {
+        SegmentSpec {
+            cli,
+            cwd: cwd.into(),
+            start,
+            permission_mode: None,
+            setting_sources: Some(Vec::new()),
+            extra_args: Vec::new(),
+            env: Vec::new(),
+            server_name: tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME.to_owned(),
+            hook_timeout_secs: 60,
+            initialize_timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(15 * 60),
+            drain_timeout: Duration::from_secs(10),
+            max_line_bytes: 4 * 1024 * 1024,
+            scratch_parent: None,
+            app_hook: None,
+            cli_decider: None,
+        }
+    }
+
+    /// Sets one environment variable of the CLI.
+    #[must_use]
+    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// The argv this spec starts the CLI with.
+    pub fn args(&self) -> Vec<String> {
+        let resume = match &self.start {
+            Start::Resume { session_id, .. } => Some(session_id.as_str()),
+            Start::Fresh { .. } => None,
+        };
+        argv(&ArgvOptions {
+            server_name: &self.server_name,
+            permission_mode: self.permission_mode.as_deref(),
+            resume,
+            setting_sources: self.setting_sources.as_deref(),
+            extra: &self.extra_args,
+        })
+    }
+
+    /// The `initialize` request this spec sends.
+    pub fn initialize(&self) -> Initialize {
+        let mut init = Initialize::new();
+        if self.app_hook.is_some() {
+            init = init.pre_tool_use(HookMatcher::all_tools(APP_HOOK_ID).timeout(self.hook_timeout_secs));
+        }
+        init.pre_tool_use(HookMatcher::all_tools(GATE_HOOK_ID).timeout(self.hook_timeout_secs))
+            .sdk_mcp_server(self.server_name.clone())
+    }
+}
+
+/// How a segment ended.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SegmentOutcome {
+    /// The model answered.
+    Completed {
+        /// The CLI session id (resume the next turn with it).
+        session_id: String,
+        /// The final text.
+        result: String,
+        /// The transcript entries this segment added, byte-exact, in order.
+        entries: Vec<TranscriptEntry>,
+        /// Tokens of this segment.
+        usage: Usage,
+    },
+    /// The segment ended on one deferred tool call.
+    Deferred {
+        /// The CLI session id.
+        session_id: String,
+        /// The call to record, with the CLI's final input (after every hook's `updatedInput`).
+        call: DeferredCall,
+        /// The transcript entries this segment added.
+        entries: Vec<TranscriptEntry>,
+        /// Tokens of this segment.
+        usage: Usage,
+    },
+    /// The segment failed; see [`SegmentError::is_retryable`].
+    Failed {
+        /// Why.
+        error: SegmentError,
+    },
+}
+
+impl SegmentOutcome {
+    /// The entries of a completed or deferred segment (empty for a failed one).
+    pub fn entries(&self) -> &[TranscriptEntry] {
+        match self {
+            SegmentOutcome::Completed { entries, .. } | SegmentOutcome::Deferred { entries, .. } => entries,
+            SegmentOutcome::Failed { .. } => &[],
+        }
+    }
+
+    /// The session id of a completed or deferred segment.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            SegmentOutcome::Completed { session_id, .. } | SegmentOutcome::Deferred { session_id, .. } => {
+                Some(session_id)
+            }
+            SegmentOutcome::Failed { .. } => None,
+        }
+    }
+}
+
+/// Timings and facts about one run, for logs and the benchmark.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SegmentStats {
+    /// The CLI's process id (its process group id too), once started.
+    pub pid: Option<u32>,
+    /// From the start of [`run_segment`] to the spawn.
+    pub to_spawn: Option<Duration>,
+    /// To the `initialize` answer.
+    pub to_initialized: Option<Duration>,
+    /// To the first main-conversation text delta.
+    pub to_first_delta: Option<Duration>,
+    /// To the `result`.
+    pub to_result: Option<Duration>,
+    /// To the end (process reaped, directories removed).
+    pub total: Duration,
+    /// How the process exited.
+    pub exit_status: Option<String>,
+    /// Distinct assistant message ids of the main conversation (model calls).
+    pub model_calls: usize,
+    /// The tail of the CLI's stderr.
+    pub stderr_tail: String,
+    /// The `result` frame, when one came.
+    pub result: Option<ResultMessage>,
+}
+
+/// What [`run_segment`] returns.
+#[derive(Debug)]
+pub struct SegmentReport {
+    /// How the segment ended.
+    pub outcome: SegmentOutcome,
+    /// Timings and diagnostics.
+    pub stats: SegmentStats,
+}
+
+/// Runs one segment to its end. See the module docs. `events` receives text deltas and inline
+/// tool calls as they happen.
+pub async fn run_segment(
+    spec: SegmentSpec,
+    gate: Gate,
+    runner: Arc<dyn ToolRunner>,
+    events: Option<mpsc::UnboundedSender<SegmentEvent>>,
+) -> SegmentReport {
+    let started = Instant::now();
+    let mut stats = SegmentStats::default();
+    let outcome = match run(&spec, gate, runner, events, started, &mut stats).await {
+        Ok(outcome) => outcome,
+        Err(error) => SegmentOutcome::Failed { error },
+    };
+    stats.total = started.elapsed();
+    SegmentReport { outcome, stats }
+}
+
+/// Why the loop stopped early, before the stderr tail is known.
+enum Stop {
+    Malformed { problem: String, excerpt: String },
+    TooLong,
+    Io(std::io::Error),
+    InitializeTimeout,
+    InitializeRefused(String),
+    Timeout,
+}
+
+async fn run(
+    spec: &SegmentSpec,
+    gate: Gate,
+    runner: Arc<dyn ToolRunner>,
+    events: Option<mpsc::UnboundedSender<SegmentEvent>>,
+    started: Instant,
+    stats: &mut SegmentStats,
+) -> Result<SegmentOutcome, SegmentError> {
+    let (resume, prompt) = match &spec.start {
+        Start::Fresh { prompt } => (None, Some(prompt.clone())),
+        Start::Resume { session_id, entries, prompt } => (Some((session_id, entries)), prompt.clone()),
+    };
+    if resume.is_some() && prompt.is_none() && gate.pending().is_none() {
+        return Err(SegmentError::InvalidSpec {
+            reason: "a resume without a prompt needs the pending deferred call's record (Gate::resuming)"
+                .into(),
+        });
+    }
+    let dirs = ScratchDirs::create(spec.scratch_parent.as_deref())?;
+    if let Some((session_id, entries)) = resume {
+        write_resume_file(&dirs.config(), &spec.cwd, session_id, entries)?;
+    }
+
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("HOME".into(), dirs.home().into()),
+        ("CLAUDE_CONFIG_DIR".into(), dirs.config().into()),
+        ("TMPDIR".into(), dirs.tmp().into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+    ];
+    env.extend(spec.env.iter().cloned());
+    let launch = Launch {
+        program: spec.cli.path().to_path_buf(),
+        args: spec.args().into_iter().map(OsString::from).collect(),
+        cwd: spec.cwd.clone(),
+        env_remove: inherited_claude_variables(),
+        env,
+        max_line_bytes: spec.max_line_bytes,
+    };
+
+    let gate = Arc::new(Mutex::new(gate));
+    let mut bridge =
+        McpBridge::start(ToolServer::new(spec.server_name.clone(), runner, gate.clone(), events.clone()));
+    let mut process = CliProcess::spawn(&launch)
+        .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?;
+    let pid = process.pid();
+    stats.pid = Some(pid);
+    stats.to_spawn = Some(started.elapsed());
+
+    process.send(HostFrame::initialize(INITIALIZE_ID, spec.initialize()).to_line());
+    if let Some(prompt) = prompt {
+        // Pipelined right after initialize, as the TypeScript SDK does (PROTOCOL.md §3, rule 2).
+        process.send(HostFrame::User(prompt).to_line());
+    }
+
+    let mut turn = Turn {
+        gate: gate.clone(),
+        spec,
+        events,
+        started,
+        stats,
+        result: None,
+        entries: Vec::new(),
+        message_ids: BTreeSet::new(),
+        initialized: false,
+    };
+    let deadline = tokio::time::Instant::from_std(started + spec.timeout);
+    let init_deadline = tokio::time::Instant::from_std(started + spec.initialize_timeout);
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
+
+    let stop: Option<Stop> = loop {
+        tokio::select! {
+            event = process.next_line() => match event {
+                LineEvent::Line(line) => {
+                    if let Err(stop) = turn.on_line(&line, &mut process, &mut bridge) {
+                        break Some(stop);
+                    }
+                    if turn.result.is_some() && drain_deadline.is_none() {
+                        // The CLI never exits by itself after a result: close stdin, read to EOF.
+                        process.close_stdin();
+                        drain_deadline = Some(tokio::time::Instant::now() + spec.drain_timeout);
+                    }
+                }
+                LineEvent::Eof => break None,
+                LineEvent::TooLong => break Some(Stop::TooLong),
+                LineEvent::Error(err) => break Some(Stop::Io(err)),
+            },
+            answer = bridge.next_answer() => process.send(answer.to_line()),
+            () = sleep_until(init_deadline), if !turn.initialized => break Some(Stop::InitializeTimeout),
+            () = sleep_until(deadline) => break Some(Stop::Timeout),
+            () = sleep_until(drain_deadline.unwrap_or(deadline)), if drain_deadline.is_some() => {
+                tracing::warn!(pid, "the CLI did not close stdout after its result; killing it");
+                break None;
+            }
+        }
+    };
+    let grace = if stop.is_some() { Duration::ZERO } else { Duration::from_secs(5) };
+    let (status, stderr) = process.shutdown(grace).await;
+    drop(bridge);
+    turn.stats.exit_status = Some(status.clone());
+    turn.stats.stderr_tail = stderr.clone();
+    turn.stats.model_calls = turn.message_ids.len();
+    turn.stats.result = turn.result.clone();
+    drop(dirs);
+
+    if let Some(stop) = stop {
+        return Err(match stop {
+            Stop::Malformed { problem, excerpt } => {
+                SegmentError::MalformedOutput { pid, problem, excerpt, stderr }
+            }
+            Stop::TooLong => SegmentError::LineTooLong { pid, limit: spec.max_line_bytes, stderr },
+            Stop::Io(source) => SegmentError::Io { pid, source, stderr },
+            Stop::InitializeTimeout => {
+                SegmentError::InitializeTimeout { pid, waited: spec.initialize_timeout, stderr }
+            }
+            Stop::InitializeRefused(message) => SegmentError::InitializeRefused { pid, message, stderr },
+            Stop::Timeout => SegmentError::Timeout { pid, limit: spec.timeout, stderr },
+        });
+    }
+    let gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(failure) = gate.failure() {
+        return Err(SegmentError::Gate(failure.clone()));
+    }
+    let Some(result) = turn.result.take() else {
+        return Err(SegmentError::ExitedEarly { pid, status, stderr });
+    };
+    if result.is_error {
+        let mut message = result.result.clone().unwrap_or_default();
+        for error in result.errors.iter().flatten() {
+            message.push_str(if message.is_empty() { "" } else { "; " });
+            message.push_str(error);
+        }
+        let terminal_reason = match &result.terminal_reason {
+            Some(reason) => serde_json::to_value(reason)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            None => "none".to_owned(),
+        };
+        return Err(SegmentError::ErrorResult {
+            subtype: result.subtype.clone(),
+            terminal_reason,
+            message,
+            stderr,
+        });
+    }
+    let usage = result.usage.unwrap_or_default();
+    let entries = std::mem::take(&mut turn.entries);
+    match result.deferred_tool_use {
+        Some(deferred) => {
+            let call = gate.accept_deferral(&deferred.id, &deferred.name, deferred.input)?;
+            Ok(SegmentOutcome::Deferred { session_id: result.session_id, call, entries, usage })
+        }
+        None => Ok(SegmentOutcome::Completed {
+            session_id: result.session_id,
+            result: result.result.unwrap_or_default(),
+            entries,
+            usage,
+        }),
+    }
+}
+
+/// The state of one segment's conversation with the CLI.
+struct Turn<'a> {
+    gate: Arc<Mutex<Gate>>,
+    spec: &'a SegmentSpec,
+    events: Option<mpsc::UnboundedSender<SegmentEvent>>,
+    started: Instant,
+    stats: &'a mut SegmentStats,
+    result: Option<ResultMessage>,
+    entries: Vec<TranscriptEntry>,
+    message_ids: BTreeSet<String>,
+    initialized: bool,
+}
+
+impl Turn<'_> {
+    fn on_line(&mut self, line: &str, process: &mut CliProcess, bridge: &mut McpBridge) -> Result<(), Stop> {
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let frame = match parse_line(line) {
+            Ok(frame) => frame,
+            Err(ProtocolError::MalformedRequest { request_id, subtype, source }) => {
+                let message = format!("the host could not read this {subtype} request: {source}");
+                process.send(HostFrame::error_response(request_id, message).to_line());
+                return Ok(());
+            }
+            Err(err) => return Err(Stop::Malformed { problem: err.to_string(), excerpt: excerpt(line) }),
+        };
+        match frame {
+            Frame::ControlRequest(request) => {
+                let id = request.request_id;
+                let answer = match request.request {
+                    CliRequest::HookCallback(hook) => {
+                        Some(self.on_hook(&id, &hook.callback_id, hook.input, line))
+                    }
+                    CliRequest::CanUseTool(ask) => {
+                        let call = ToolCall::new(ask.tool_use_id, ask.tool_name, ask.input.clone());
+                        let decision = self.decide(&call, false);
+                        Some(match decision.permission_result(&ask.input) {
+                            Some(payload) => {
+                                HostFrame::ControlResponse(ControlResponse::success(id, payload))
+                            }
+                            None => HostFrame::error_response(
+                                id,
+                                "the gate has no answer for this permission request",
+                            ),
+                        })
+                    }
+                    CliRequest::McpMessage(mcp) => bridge.accept(&id, &mcp.server_name, &mcp.message),
+                    other => Some(HostFrame::error_response(
+                        id,
+                        format!("tollgate does not handle control requests of subtype {:?}", other.subtype()),
+                    )),
+                };
+                if let Some(answer) = answer {
+                    process.send(answer.to_line());
+                }
+            }
+            Frame::ControlResponse(response) if response.request_id() == INITIALIZE_ID => {
+                match response.decode::<InitializeResponse>() {
+                    Ok(init) if init.hooks_applied == Some(true) => {
+                        self.initialized = true;
+                        self.stats.to_initialized = Some(self.started.elapsed());
+                    }
+                    Ok(init) => {
+                        return Err(Stop::InitializeRefused(format!(
+                            "hooks_applied is {:?}, so the gate would not see the tool calls",
+                            init.hooks_applied
+                        )));
+                    }
+                    Err(err) => return Err(Stop::InitializeRefused(err.to_string())),
+                }
+            }
+            Frame::ControlResponse(_) => {}
+            Frame::ControlCancelRequest(cancel) => bridge.cancel(&cancel.request_id),
+            Frame::StreamEvent(event) => {
+                if event.parent_tool_use_id.is_none()
+                    && let Some(text) = event.text_delta()
+                {
+                    self.stats.to_first_delta.get_or_insert_with(|| self.started.elapsed());
+                    if let Some(events) = &self.events {
+                        let _ = events.send(SegmentEvent::TextDelta { text: text.to_owned() });
+                    }
+                }
+            }
+            Frame::Assistant(message) if message.parent_tool_use_id.is_none() => {
+                self.message_ids.insert(message.message.id);
+            }
+            Frame::TranscriptMirror(mirror) if !mirror.is_subagent() => self.entries.extend(mirror.entries),
+            Frame::Result(result) if self.result.is_none() => {
+                self.stats.to_result = Some(self.started.elapsed());
+                self.result = Some(result);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_hook(&mut self, request_id: &str, callback_id: &str, input: HookInput, line: &str) -> HostFrame {
+        if callback_id == APP_HOOK_ID {
+            let pending =
+                self.gate.lock().unwrap_or_else(|p| p.into_inner()).pending().map(|p| p.tool_call_id.clone());
+            let answer = match &self.spec.app_hook {
+                Some(hook) if pending.as_deref() != Some(input.tool_use_id.as_str()) => {
+                    hook.pre_tool_use(&input)
+                }
+                _ => HookAnswer::no_decision(),
+            };
+            let payload = match (answer.decision, answer.updated_input.clone()) {
+                (Some(PermissionDecision::Deny), _) | (_, None) => answer.to_value(),
+                (_, Some(updated)) => {
+                    serde_json::json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}})
+                }
+            };
+            return HostFrame::ControlResponse(ControlResponse::success(request_id, payload));
+        }
+        if callback_id != GATE_HOOK_ID {
+            return HostFrame::error_response(
+                request_id,
+                format!("unknown hook callback id {callback_id:?}"),
+            );
+        }
+        // `agent_id` (a subagent's call) is not a typed field: read it from the raw line.
+        let raw: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+        let origin = Origin::from_hook_input(raw.pointer("/request/input").unwrap_or(&Value::Null));
+        let call = ToolCall {
+            tool_use_id: input.tool_use_id,
+            tool_name: input.tool_name,
+            input: input.tool_input,
+            origin,
+        };
+        let decision = self.decide(&call, true);
+        HostFrame::ControlResponse(ControlResponse::success(request_id, decision.hook_response()))
+    }
+
+    /// The gate's decision for a hook (`pre_tool_use`) or a `can_use_tool` request, asking the CLI
+    /// decider when the gate wants it.
+    fn decide(&mut self, call: &ToolCall, hook: bool) -> Decision {
+        let mut gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+        let step = if hook { gate.pre_tool_use(call) } else { gate.can_use_tool(call) };
+        match step {
+            Step::Decided(decision) => decision,
+            Step::AskCliDecider(query) => {
+                let answer = match &self.spec.cli_decider {
+                    Some(decider) => decider.decide(query.tool_name(), query.input()),
+                    None => Ok(None),
+                };
+                gate.answer_cli_decider(query, answer)
+            }
+        }
+    }
+}
+
+/// The first 200 characters of a line, for an error message.
+fn excerpt(line: &str) -> String {
+    let mut out: String = line.chars().take(200).collect();
+    if out.len() < line.len() {
+        out.push_str(&format!("… ({} bytes)", line.len()));
+    }
+    out
+}

@@ -1,0 +1,292 @@
+//! The CLI process and its pipes: spawn in a process group of its own, a line reader with a
+//! length limit on stdout, a writer task on stdin, a stderr drain, and a guard that kills the
+//! whole group.
+//!
+//! Read [`CliProcess`] first. It knows nothing of the protocol: it hands out raw stdout lines and
+//! writes the lines it is given. [`crate::segment`] parses and answers them.
+//!
+//! # Caveats
+//!
+//! - The child runs in a new process group (`setpgid(0, 0)`), so tools the CLI starts (`Bash`)
+//!   die with it: [`CliProcess::shutdown`] and `Drop` send `SIGKILL` to the group.
+//! - Dropping a [`CliProcess`] kills the group but cannot wait for it (no `await` in `Drop`);
+//!   tokio reaps the leader in the background (`kill_on_drop`).
+//! - stdin is written by its own task, so a CLI that stops reading stdin cannot block the reader
+//!   of stdout. Closing stdin ([`CliProcess::close_stdin`]) happens after the queued lines are
+//!   written.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdout};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// How much of stderr an error message carries.
+const STDERR_TAIL_BYTES: usize = 8 * 1024;
+
+/// One event of the stdout reader.
+#[derive(Debug)]
+pub enum LineEvent {
+    /// A complete line, without its `\n` (invalid UTF-8 replaced).
+    Line(String),
+    /// A line grew past the limit; the reader stopped.
+    TooLong,
+    /// stdout closed.
+    Eof,
+    /// Reading failed; the reader stopped.
+    Error(std::io::Error),
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The binary.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Its working directory.
+    pub cwd: PathBuf,
+    /// Variables to remove from the inherited environment.
+    pub env_remove: Vec<OsString>,
+    /// Variables to set, in order (later ones win).
+    pub env: Vec<(OsString, OsString)>,
+    /// The longest stdout line accepted, in bytes.
+    pub max_line_bytes: usize,
+}
+
+/// A running CLI process. See the module docs.
+#[derive(Debug)]
+pub struct CliProcess {
+    child: Child,
+    pid: u32,
+    stdin: Option<mpsc::UnboundedSender<String>>,
+    lines: mpsc::Receiver<LineEvent>,
+    stderr_tail: Arc<Mutex<VecDeque<u8>>>,
+    stderr_task: Option<JoinHandle<()>>,
+    reader_task: JoinHandle<()>,
+    killed: bool,
+}
+
+impl CliProcess {
+    /// Starts the process with all three pipes.
+    pub fn spawn(launch: &Launch) -> std::io::Result<CliProcess> {
+        let mut command = tokio::process::Command::new(&launch.program);
+        command
+            .args(&launch.args)
+            .current_dir(&launch.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        for name in &launch.env_remove {
+            command.env_remove(name);
+        }
+        for (name, value) in &launch.env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn()?;
+        let pid = child.id().unwrap_or_default();
+        let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
+        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
+        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
+
+        let (stdin_tx, mut stdin_rx) = mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            while let Some(line) = stdin_rx.recv().await {
+                if let Err(err) = stdin.write_all(line.as_bytes()).await {
+                    tracing::debug!(%err, "writing to the CLI's stdin failed");
+                    return;
+                }
+                let _ = stdin.flush().await;
+            }
+            // The sender is gone: dropping `stdin` here closes the pipe.
+        });
+
+        let (lines_tx, lines) = mpsc::channel(256);
+        let reader_task = tokio::spawn(read_lines(stdout, launch.max_line_bytes, lines_tx));
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_task = Some(tokio::spawn(drain_stderr(stderr, stderr_tail.clone(), pid)));
+        Ok(CliProcess {
+            child,
+            pid,
+            stdin: Some(stdin_tx),
+            lines,
+            stderr_tail,
+            stderr_task,
+            reader_task,
+            killed: false,
+        })
+    }
+
+    /// The process id (also the process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Queues one line (it must end in `\n`). Ignored after [`CliProcess::close_stdin`].
+    pub fn send(&self, line: String) {
+        if let Some(stdin) = &self.stdin {
+            let _ = stdin.send(line);
+        }
+    }
+
+    /// Closes stdin once the queued lines are written.
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// The next stdout event. After [`LineEvent::Eof`], `TooLong` or `Error`, waits forever.
+    pub async fn next_line(&mut self) -> LineEvent {
+        match self.lines.recv().await {
+            Some(event) => event,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Waits up to `grace` for the process to exit by itself, then kills the group, reaps the
+    /// process, and returns its exit status as text with the tail of its stderr.
+    pub async fn shutdown(&mut self, grace: Duration) -> (String, String) {
+        self.stdin = None;
+        let status = match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(Ok(status)) => {
+                self.kill_group();
+                status.to_string()
+            }
+            _ => {
+                self.kill_group();
+                match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
+                    Ok(Ok(status)) => status.to_string(),
+                    Ok(Err(err)) => format!("wait failed: {err}"),
+                    Err(_) => "still running after SIGKILL".to_owned(),
+                }
+            }
+        };
+        self.reader_task.abort();
+        if let Some(task) = self.stderr_task.take() {
+            // A grandchild may still hold stderr open; do not wait for it long.
+            let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
+        }
+        (status, self.stderr_tail())
+    }
+
+    /// The last few KB of stderr so far.
+    pub fn stderr_tail(&self) -> String {
+        let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>()).into_owned()
+    }
+
+    fn kill_group(&mut self) {
+        if self.killed || self.pid == 0 {
+            return;
+        }
+        self.killed = true;
+        kill_process_group(self.pid);
+    }
+}
+
+impl Drop for CliProcess {
+    fn drop(&mut self) {
+        self.kill_group();
+        self.reader_task.abort();
+        if let Some(task) = self.stderr_task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Sends `SIGKILL` to process group `pgid`. A group that is already gone is not an error.
+pub fn kill_process_group(pgid: u32) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: kill(2) has no memory effects; a negative pid addresses the process group.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+/// Whether any process of group `pgid` is still alive (zombies count until reaped).
+pub fn process_group_alive(pgid: u32) -> bool {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return false };
+    // SAFETY: signal 0 only checks for existence and permission.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+fn missing(pipe: &str) -> std::io::Error {
+    std::io::Error::other(format!("the child's {pipe} was not piped"))
+}
+
+async fn read_lines(stdout: ChildStdout, max: usize, tx: mpsc::Sender<LineEvent>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok(buf) => buf,
+            Err(err) => {
+                let _ = tx.send(LineEvent::Error(err)).await;
+                return;
+            }
+        };
+        if buf.is_empty() {
+            if !line.is_empty() {
+                let _ = tx.send(LineEvent::Line(String::from_utf8_lossy(&line).into_owned())).await;
+            }
+            let _ = tx.send(LineEvent::Eof).await;
+            return;
+        }
+        let (take, complete) = match buf.iter().position(|&b| b == b'\n') {
+            Some(at) => (at, true),
+            None => (buf.len(), false),
+        };
+        if line.len() + take > max {
+            let _ = tx.send(LineEvent::TooLong).await;
+            return;
+        }
+        line.extend_from_slice(&buf[..take]);
+        reader.consume(if complete { take + 1 } else { take });
+        if complete {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            line.clear();
+            if tx.send(LineEvent::Line(text)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+async fn drain_stderr(mut stderr: ChildStderr, tail: Arc<Mutex<VecDeque<u8>>>, pid: u32) {
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                tracing::debug!(pid, stderr = %String::from_utf8_lossy(&buf[..n]).trim_end(), "claude stderr");
+                let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+                tail.extend(&buf[..n]);
+                let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+                tail.drain(..excess);
+            }
+        }
+    }
+}
+
+/// Names of inherited variables a segment must not see: the developer's or Worker's Claude and
+/// Anthropic settings (PROTOCOL.md §1.2), which the segment sets itself.
+pub fn inherited_claude_variables() -> Vec<OsString> {
+    std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            let upper = name.to_string_lossy().to_ascii_uppercase();
+            upper.starts_with("CLAUDE") || upper.starts_with("ANTHROPIC")
+        })
+        .collect()
+}

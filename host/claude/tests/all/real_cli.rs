@@ -1,0 +1,370 @@
+//! The pinned Claude Code CLI against the mock model and the real example guests.
+//!
+//! Every test drives whole segments through `run_segment`, the way a Worker does: deferred calls
+//! are run "in their step" by the test (the sandbox with a `DeferredExecution`), recorded, and
+//! handed to the next segment's gate. The payments service counts refunds, so a write that runs
+//! twice is caught.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tollgate_claude::tools::ToolRunner;
+use tollgate_claude::{AppHook, SegmentOutcome, SegmentReport, SegmentSpec, Start};
+use tollgate_engine::catalog::ToolKind;
+use tollgate_engine::gate::{DeferredCall, Gate};
+use tollgate_engine::record::{Outcome, ToolCallRecord};
+use tollgate_mock_model::MockModel;
+use tollgate_protocol::{HookAnswer, HookInput, TranscriptEntry, UserPrompt};
+use tollgate_sandbox::{DeferredExecution, ToolSet};
+
+use crate::util::{
+    Payments, against_mock, describe_with, dir, example_tools, gate, last_tool_result, real_cli, run,
+    tool_result,
+};
+
+/// One session as the store would hold it: the CLI session id and every entry so far.
+#[derive(Default)]
+struct Session {
+    id: String,
+    entries: Vec<TranscriptEntry>,
+}
+
+impl Session {
+    /// Appends a segment's entries (the mirror suffix) and returns the outcome's details.
+    fn absorb(&mut self, report: &SegmentReport) {
+        if let Some(id) = report.outcome.session_id() {
+            if !self.id.is_empty() {
+                assert_eq!(self.id, id, "the session id changed");
+            }
+            self.id = id.to_owned();
+        }
+        self.entries.extend(report.outcome.entries().iter().cloned());
+    }
+}
+
+/// What a test needs for one session against the real CLI.
+struct World {
+    cli: tollgate_claude::CliBinary,
+    mock: MockModel,
+    payments: Payments,
+    tools: Arc<ToolSet>,
+    project: tempfile::TempDir,
+    _agent: tempfile::TempDir,
+}
+
+impl World {
+    async fn start(cli: tollgate_claude::CliBinary) -> World {
+        let mock = MockModel::start().await.expect("start the mock model");
+        let payments = Payments::start().await;
+        let (tools, agent) = example_tools(&payments).await;
+        World { cli, mock, payments, tools, project: dir(), _agent: agent }
+    }
+
+    fn runner(&self) -> Arc<dyn ToolRunner> {
+        self.tools.clone()
+    }
+
+    fn gate(&self) -> Gate {
+        gate(&*self.tools)
+    }
+
+    fn fresh(&self, prompt: &str) -> SegmentSpec {
+        against_mock(SegmentSpec::fresh(self.cli.clone(), self.project.path(), prompt), &self.mock)
+    }
+
+    fn resume(&self, session: &Session) -> SegmentSpec {
+        let spec = SegmentSpec::resume(
+            self.cli.clone(),
+            self.project.path(),
+            session.id.clone(),
+            session.entries.clone(),
+        );
+        against_mock(spec, &self.mock)
+    }
+
+    fn next_turn(&self, session: &Session, prompt: &str) -> SegmentSpec {
+        let start = Start::Resume {
+            session_id: session.id.clone(),
+            entries: session.entries.clone(),
+            prompt: Some(UserPrompt::blocks([prompt])),
+        };
+        against_mock(SegmentSpec::with_start(self.cli.clone(), self.project.path(), start), &self.mock)
+    }
+
+    /// Runs a deferred custom call the way `CallSingleAttemptTool` does, and records it.
+    async fn run_step(&self, session: &Session, call: &DeferredCall) -> ToolCallRecord {
+        let execution = DeferredExecution::new(&session.id, "turn-1", &call.tool_use_id, 1);
+        let output = self
+            .tools
+            .call(&call.tool_name, &call.arguments.to_string(), Some(&execution))
+            .await
+            .unwrap_or_else(|err| panic!("the deferred {} failed: {err}", call.tool_name));
+        let outcome = if output.is_error {
+            Outcome::Failed { error: output.text() }
+        } else {
+            Outcome::Succeeded { output: output.text() }
+        };
+        call.record(outcome)
+    }
+
+    fn text(&self, report: &SegmentReport) -> String {
+        describe_with(report, &self.mock)
+    }
+}
+
+fn completed(report: &SegmentReport, text: &str) -> String {
+    match &report.outcome {
+        SegmentOutcome::Completed { result, .. } => result.clone(),
+        _ => panic!("expected Completed\n{text}"),
+    }
+}
+
+fn deferred(report: &SegmentReport, text: &str) -> DeferredCall {
+    match &report.outcome {
+        SegmentOutcome::Deferred { call, .. } => call.clone(),
+        _ => panic!("expected Deferred\n{text}"),
+    }
+}
+
+#[tokio::test]
+async fn a_read_tool_runs_inline_in_one_segment_and_the_model_sees_its_output() {
+    let Some((cli, _slot)) = real_cli("a_read_tool_runs_inline").await else { return };
+    let world = World::start(cli).await;
+    let (report, events) =
+        run(world.fresh(r#"call lookup_order {"order_id":"7"}"#), world.gate(), world.runner()).await;
+    let text = world.text(&report);
+    let result = completed(&report, &text);
+    assert!(result.starts_with("called lookup_order: {"), "{text}");
+    assert!(result.contains(r#""total_cents":4200"#), "{text}");
+
+    // The model's second call carried the tool's own output.
+    let requests = world.mock.message_requests();
+    assert_eq!(requests.len(), 2, "{text}");
+    let body = requests[1].body.clone().unwrap_or(Value::Null);
+    let tool_use_id = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|block| block["type"] == "tool_use")
+        .and_then(|block| block["id"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no tool_use in the second request\n{text}"));
+    let (seen, is_error) =
+        tool_result(&body, &tool_use_id).unwrap_or_else(|| panic!("no tool result\n{text}"));
+    assert!(!is_error && seen.contains(r#""status":"delivered""#), "{seen}\n{text}");
+
+    // Deltas streamed the final answer; the inline call was reported; the tool is in the API request.
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match e {
+            tollgate_claude::SegmentEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(streamed.ends_with(&result), "deltas {streamed:?}\n{text}");
+    assert!(
+        events.iter().any(|e| matches!(e, tollgate_claude::SegmentEvent::ToolCallFinished { name, is_error: false, .. } if name == "lookup_order")),
+        "{events:?}"
+    );
+    let offered = requests[0].body.as_ref().and_then(|b| b["tools"].as_array().cloned()).unwrap_or_default();
+    assert!(offered.iter().any(|t| t["name"] == "mcp__tools__lookup_order"), "alwaysLoad missing\n{text}");
+    assert!(!report.outcome.entries().is_empty(), "{text}");
+}
+
+#[tokio::test]
+async fn a_write_defers_and_a_fresh_process_resumes_with_the_recorded_output_without_running_it_again() {
+    let Some((cli, _slot)) = real_cli("a_write_defers_and_resumes").await else { return };
+    let world = World::start(cli).await;
+    let mut session = Session::default();
+
+    let (report, _) = run(
+        world.fresh(r#"call create_refund {"order_id":"7","amount_cents":500}"#),
+        world.gate(),
+        world.runner(),
+    )
+    .await;
+    let text = world.text(&report);
+    let call = deferred(&report, &text);
+    assert_eq!((call.tool_name.as_str(), call.kind), ("create_refund", ToolKind::Custom), "{text}");
+    assert_eq!(call.arguments, json!({"order_id": "7", "amount_cents": 500}), "{text}");
+    assert_eq!(world.payments.posts(), 0, "a deferred write ran inside the segment\n{text}");
+    session.absorb(&report);
+
+    let record = world.run_step(&session, &call).await;
+    assert_eq!(world.payments.posts(), 1);
+    let posted = world.payments.bodies.lock().unwrap()[0].to_ascii_lowercase();
+    let key = format!("idempotency-key: {}/turn-1/{}", session.id, call.tool_use_id).to_ascii_lowercase();
+    assert!(posted.contains(&key), "{posted}");
+    let Outcome::Succeeded { output } = record.outcome.clone() else { panic!("{record:?}") };
+
+    let (report, _) = run(world.resume(&session), world.gate().resuming(record), world.runner()).await;
+    let text = world.text(&report);
+    let result = completed(&report, &text);
+    assert_eq!(result, format!("called create_refund: {output}"), "{text}");
+    assert_eq!(last_tool_result(&world.mock, &call.tool_use_id), Some((output.clone(), false)), "{text}");
+    assert_eq!(world.payments.posts(), 1, "the resumed segment ran the write again\n{text}");
+    assert_eq!(world.mock.message_requests().len(), 2, "one model call per segment\n{text}");
+}
+
+#[tokio::test]
+async fn an_approved_bash_call_runs_on_resume_and_a_rejected_one_shows_the_rejection() {
+    let Some((cli, _slot)) = real_cli("approved_and_rejected_bash").await else { return };
+    let world = World::start(cli).await;
+    let mut session = Session::default();
+    let script = r#"call Bash {"command":"echo tollgate-bash-$((6*7))","description":"Print a marker"}"#;
+    let (report, _) = run(world.fresh(script), world.gate(), world.runner()).await;
+    let text = world.text(&report);
+    let call = deferred(&report, &text);
+    assert_eq!((call.tool_name.as_str(), call.kind), ("Bash", ToolKind::Cli), "{text}");
+    session.absorb(&report);
+
+    // Approved: the CLI runs the recorded command itself.
+    let approved = call.record(Outcome::approved_cli_tool());
+    let (report, _) = run(world.resume(&session), world.gate().resuming(approved), world.runner()).await;
+    let text = world.text(&report);
+    let result = completed(&report, &text);
+    assert!(result.contains("tollgate-bash-42"), "{text}");
+
+    // Rejected, from the same stored entries: the model reads the rejection, nothing runs.
+    let rejected = call.record(Outcome::Rejected { message: Some("not on this machine".into()) });
+    let (report, _) = run(world.resume(&session), world.gate().resuming(rejected), world.runner()).await;
+    let text = world.text(&report);
+    let result = completed(&report, &text);
+    let (seen, is_error) =
+        last_tool_result(&world.mock, &call.tool_use_id).unwrap_or_else(|| panic!("{text}"));
+    assert!(is_error && seen.contains("The user rejected this call: not on this machine"), "{seen}\n{text}");
+    assert!(!result.contains("tollgate-bash-42"), "{text}");
+}
+
+/// Rewrites every `create_refund` to 100 cents with a reason.
+struct Rewriter;
+
+impl AppHook for Rewriter {
+    fn pre_tool_use(&self, input: &HookInput) -> HookAnswer {
+        if input.tool_name != "mcp__tools__create_refund" {
+            return HookAnswer::no_decision();
+        }
+        let mut rewritten = input.tool_input.clone();
+        rewritten["amount_cents"] = json!(100);
+        rewritten["reason"] = json!("rewritten by the application hook");
+        HookAnswer::allow().updated_input(rewritten)
+    }
+}
+
+#[tokio::test]
+async fn an_input_rewriting_hook_changes_the_deferred_calls_arguments() {
+    let Some((cli, _slot)) = real_cli("an_input_rewriting_hook").await else { return };
+    let world = World::start(cli).await;
+    let mut spec = world.fresh(r#"call create_refund {"order_id":"7","amount_cents":500}"#);
+    spec.app_hook = Some(Arc::new(Rewriter));
+    let (report, _) = run(spec, world.gate(), world.runner()).await;
+    let text = world.text(&report);
+    let call = deferred(&report, &text);
+    assert_eq!(
+        call.arguments,
+        json!({"order_id": "7", "amount_cents": 100, "reason": "rewritten by the application hook"}),
+        "{text}"
+    );
+    assert_eq!(world.payments.posts(), 0, "{text}");
+}
+
+#[tokio::test]
+async fn of_two_writes_in_one_reply_the_first_defers_and_the_second_is_called_again_in_the_next_segment() {
+    let Some((cli, _slot)) = real_cli("two_writes_in_one_reply").await else { return };
+    let world = World::start(cli).await;
+    let mut session = Session::default();
+    let script = r#"call create_refund {"order_id":"7","amount_cents":100} && call create_refund {"order_id":"8","amount_cents":200}"#;
+
+    let (report, _) = run(world.fresh(script), world.gate(), world.runner()).await;
+    let text = world.text(&report);
+    let first = deferred(&report, &text);
+    assert_eq!(first.arguments["order_id"], "7", "{text}");
+    let denials = report.stats.result.as_ref().map(|r| r.permission_denials.clone()).unwrap_or_default();
+    assert_eq!(denials.len(), 1, "{text}");
+    let second_id = denials[0].tool_use_id.clone();
+    session.absorb(&report);
+
+    let record = world.run_step(&session, &first).await;
+    let (report, _) = run(world.resume(&session), world.gate().resuming(record), world.runner()).await;
+    let text = world.text(&report);
+    let again = deferred(&report, &text);
+    assert_eq!(again.arguments["order_id"], "8", "{text}");
+    assert_ne!(again.tool_use_id, second_id, "{text}");
+    // The model read the retry text for the second call of the first reply.
+    let requests = world.mock.message_requests();
+    let body = requests.last().and_then(|r| r.body.clone()).unwrap_or(Value::Null);
+    let (seen, is_error) = tool_result(&body, &second_id).unwrap_or_else(|| panic!("{text}"));
+    assert!(is_error, "{text}");
+    assert!(
+        seen.contains(
+            "mcp__tools__create_refund did not run. Only one tool call per reply can run outside this turn"
+        ),
+        "{seen}\n{text}"
+    );
+    session.absorb(&report);
+
+    let record = world.run_step(&session, &again).await;
+    let (report, _) = run(world.resume(&session), world.gate().resuming(record), world.runner()).await;
+    let text = world.text(&report);
+    let result = completed(&report, &text);
+    assert_eq!(result.matches("called create_refund: {").count(), 2, "{text}");
+    assert_eq!(world.payments.posts(), 2, "{text}");
+}
+
+#[tokio::test]
+async fn four_resumes_in_a_row_each_fed_only_the_stored_entries_including_a_plain_text_rejection() {
+    let Some((cli, _slot)) = real_cli("four_resumes_in_a_row").await else { return };
+    let world = World::start(cli).await;
+    let mut session = Session::default();
+
+    // Turn 1: a write, approved and run.
+    let (report, _) = run(
+        world.fresh(r#"call create_refund {"order_id":"7","amount_cents":500}"#),
+        world.gate(),
+        world.runner(),
+    )
+    .await;
+    let text = world.text(&report);
+    let call = deferred(&report, &text);
+    session.absorb(&report);
+    let record = world.run_step(&session, &call).await;
+    let (report, _) = run(world.resume(&session), world.gate().resuming(record), world.runner()).await; // resume 1
+    let text = world.text(&report);
+    assert!(completed(&report, &text).starts_with("called create_refund: {"), "{text}");
+    session.absorb(&report);
+
+    // Turn 2: a write, rejected. The model reads exactly the rejection, with no hook-error prefix.
+    let (report, _) = run(
+        world.next_turn(&session, r#"call create_refund {"order_id":"8","amount_cents":300}"#), // resume 2
+        world.gate(),
+        world.runner(),
+    )
+    .await;
+    let text = world.text(&report);
+    let call = deferred(&report, &text);
+    assert_eq!(call.arguments["order_id"], "8", "{text}");
+    session.absorb(&report);
+    let rejected = call.record(Outcome::Rejected { message: Some("wrong order".into()) });
+    let (report, _) = run(world.resume(&session), world.gate().resuming(rejected), world.runner()).await; // resume 3
+    let text = world.text(&report);
+    assert_eq!(
+        completed(&report, &text),
+        "called create_refund (error): The user rejected this call: wrong order",
+        "{text}"
+    );
+    assert_eq!(
+        last_tool_result(&world.mock, &call.tool_use_id),
+        Some(("The user rejected this call: wrong order".to_owned(), true)),
+        "{text}"
+    );
+    session.absorb(&report);
+
+    // Turn 3: the model still sees everything.
+    let (report, _) = run(world.next_turn(&session, "recall"), world.gate(), world.runner()).await; // resume 4
+    let text = world.text(&report);
+    let recall = completed(&report, &text);
+    assert!(recall.contains("refunded"), "{recall}\n{text}");
+    assert!(recall.contains("The user rejected this call: wrong order"), "{recall}\n{text}");
+    assert_eq!(world.payments.posts(), 1, "{text}");
+    assert_eq!(world.mock.message_requests().len(), 5, "one model call per segment\n{text}");
+}

@@ -1,0 +1,275 @@
+//! Shared helpers: configured CLIs and specs, the example tools, a payments service, and failure
+//! messages that carry everything the CLI said.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Semaphore, SemaphorePermit, mpsc};
+use tollgate_claude::tools::{CallFuture, ToolOutput, ToolRunError, ToolRunner, ToolSpec, catalog};
+use tollgate_claude::{
+    CliBinary, CliLocator, SegmentEvent, SegmentOutcome, SegmentReport, SegmentSpec, run_segment,
+};
+use tollgate_engine::gate::Gate;
+use tollgate_engine::policy::{Annotations, Effect, Policies, PolicyEntry};
+use tollgate_mock_model::MockModel;
+use tollgate_sandbox::{Manifests, Sandbox, SandboxConfig, ToolSet};
+
+/// Real-CLI runs cost ~240 MB and a core each: at most two at once (2 cores, shared).
+static REAL_CLI_SLOTS: Semaphore = Semaphore::const_new(2);
+
+/// A unique temporary directory, removed on drop.
+pub fn dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("tollgate-claude-test-").tempdir().expect("make a temp dir")
+}
+
+/// The scripted fake CLI.
+pub fn fake_cli() -> CliBinary {
+    CliBinary::unchecked(env!("CARGO_BIN_EXE_fake-claude"))
+}
+
+/// The pinned real CLI with its version checked, plus a slot; `None` (after a loud message) when
+/// it is not installed and not required.
+pub async fn real_cli(test: &str) -> Option<(CliBinary, SemaphorePermit<'static>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let locator = CliLocator { workspace_root: Some(root.clone()), ..CliLocator::default() };
+    let pinned = root.join(tollgate_claude::cli::PINNED_INSTALL);
+    if !pinned.exists() {
+        let message = format!(
+            "\n!! SKIPPED {test}: the real Claude Code CLI is not installed at {}\n!! Run scripts/install-claude-cli.sh \
+             (TOLLGATE_REQUIRE_REAL_CLI=1 makes this a failure).\n",
+            pinned.display()
+        );
+        assert!(std::env::var("TOLLGATE_REQUIRE_REAL_CLI").as_deref() != Ok("1"), "{message}");
+        eprintln!("{message}");
+        return None;
+    }
+    let cli =
+        CliBinary::locate(&locator).await.unwrap_or_else(|err| panic!("the pinned CLI is unusable: {err}"));
+    let permit = REAL_CLI_SLOTS.acquire().await.expect("the semaphore is never closed");
+    Some((cli, permit))
+}
+
+/// A spec for the mock model: base URL, dummy key, a refused proxy for everything else.
+pub fn against_mock(mut spec: SegmentSpec, mock: &MockModel) -> SegmentSpec {
+    spec = spec
+        .env("ANTHROPIC_BASE_URL", mock.base_url())
+        .env("ANTHROPIC_API_KEY", "dummy")
+        .env("HTTPS_PROXY", "http://127.0.0.1:1")
+        .env("HTTP_PROXY", "http://127.0.0.1:1")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("CLAUDE_CODE_MAX_RETRIES", "1");
+    spec.timeout = Duration::from_secs(120);
+    spec
+}
+
+/// Runs a segment and collects its events.
+pub async fn run(
+    spec: SegmentSpec,
+    gate: Gate,
+    runner: Arc<dyn ToolRunner>,
+) -> (SegmentReport, Vec<SegmentEvent>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let report = run_segment(spec, gate, runner, Some(tx)).await;
+    let mut events = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        events.push(event);
+    }
+    (report, events)
+}
+
+/// Everything a failing assertion should show about a run.
+pub fn describe(report: &SegmentReport) -> String {
+    let outcome = match &report.outcome {
+        SegmentOutcome::Completed { session_id, result, entries, usage } => {
+            format!("Completed session {session_id}: {result:?} ({} entries, {usage:?})", entries.len())
+        }
+        SegmentOutcome::Deferred { session_id, call, entries, .. } => {
+            format!("Deferred session {session_id}: {call:?} ({} entries)", entries.len())
+        }
+        SegmentOutcome::Failed { error } => format!("Failed: {error}"),
+        other => format!("{other:?}"),
+    };
+    let stats = &report.stats;
+    format!(
+        "outcome: {outcome}\npid {:?}, exit {:?}, model calls {}, total {:?}\nresult frame: {:?}\n--- CLI stderr ---\n{}",
+        stats.pid, stats.exit_status, stats.model_calls, stats.total, stats.result, stats.stderr_tail
+    )
+}
+
+/// The same, with the mock's requests (path and reply) appended.
+pub fn describe_with(report: &SegmentReport, mock: &MockModel) -> String {
+    let requests: Vec<Value> =
+        mock.requests().iter().map(|r| json!({"path": r.path, "reply": r.reply})).collect();
+    format!(
+        "{}\n--- mock requests ---\n{}",
+        describe(report),
+        serde_json::to_string_pretty(&requests).unwrap_or_default()
+    )
+}
+
+/// The text and error flag of the `tool_result` for `tool_use_id` in a Messages API request body.
+pub fn tool_result(body: &Value, tool_use_id: &str) -> Option<(String, bool)> {
+    for message in body["messages"].as_array()? {
+        for block in message["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_result" && block["tool_use_id"] == tool_use_id {
+                let text = match &block["content"] {
+                    Value::String(text) => text.clone(),
+                    Value::Array(parts) => {
+                        parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
+                    }
+                    _ => String::new(),
+                };
+                return Some((text, block["is_error"].as_bool().unwrap_or(false)));
+            }
+        }
+    }
+    None
+}
+
+/// The tool result for `tool_use_id` in the mock's last model call.
+pub fn last_tool_result(mock: &MockModel, tool_use_id: &str) -> Option<(String, bool)> {
+    let requests = mock.message_requests();
+    let body = requests.last()?.body.as_ref()?;
+    tool_result(body, tool_use_id)
+}
+
+/// The policies of the seeds' support agent: `create_refund` is a non-idempotent write,
+/// `lookup_order` reads (its annotations), `Bash` has no policy (unclassified: approval).
+pub fn policies() -> Policies {
+    Policies::default()
+        .with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))
+        .expect("a valid policy")
+}
+
+/// A gate for `runner`'s tools.
+pub fn gate(runner: &dyn ToolRunner) -> Gate {
+    Gate::new(policies(), catalog("tools", &runner.tools()).expect("valid tool names"))
+}
+
+/// A payments service on loopback that answers every refund and counts them.
+pub struct Payments {
+    pub url: String,
+    pub addr: std::net::SocketAddr,
+    posts: Arc<AtomicUsize>,
+    pub bodies: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Payments {
+    pub async fn start() -> Payments {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let posts = Arc::new(AtomicUsize::new(0));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let (count, seen) = (posts.clone(), bodies.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // Read the head, then Content-Length bytes of body.
+                    loop {
+                        let Ok(read) = socket.read(&mut buf).await else { return };
+                        if read == 0 {
+                            break;
+                        }
+                        request.extend_from_slice(&buf[..read]);
+                        let text = String::from_utf8_lossy(&request);
+                        if let Some(head_end) = text.find("\r\n\r\n") {
+                            let length = text[..head_end]
+                                .lines()
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length:")
+                                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                                })
+                                .unwrap_or(0);
+                            if request.len() >= head_end + 4 + length {
+                                break;
+                            }
+                        }
+                    }
+                    seen.lock().unwrap().push(String::from_utf8_lossy(&request).into_owned());
+                    let body = format!("{{\"refund_id\":\"r_{n}\",\"status\":\"refunded\"}}");
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(response.as_bytes()).await;
+                    let _ = socket.shutdown().await;
+                });
+            }
+        });
+        Payments { url: format!("http://{addr}"), addr, posts, bodies, task }
+    }
+
+    /// How many refunds were posted.
+    pub fn posts(&self) -> usize {
+        self.posts.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Payments {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The example tools, built from source by `tollgate-test-guests`, loaded in the sandbox:
+/// `lookup_order` (read) and `create_refund` (posting to `payments`).
+pub async fn example_tools(payments: &Payments) -> (Arc<ToolSet>, tempfile::TempDir) {
+    let agent = dir();
+    let tools = agent.path().join("tools");
+    std::fs::create_dir(&tools).expect("tools dir");
+    std::fs::copy(tollgate_test_guests::ORDERS, tools.join("orders.wasm")).expect("copy orders");
+    std::fs::copy(tollgate_test_guests::PAYMENTS, tools.join("payments.wasm")).expect("copy payments");
+    std::fs::write(
+        tools.join("payments.toml"),
+        format!(
+            "allowed_outbound_hosts = [\"http://{}\"]\n[config]\nPAYMENTS_URL = \"{}\"\n",
+            payments.addr, payments.url
+        ),
+    )
+    .expect("manifest");
+    let cache = agent.path().join("cache");
+    let sandbox =
+        Sandbox::new(SandboxConfig { cache_dir: Some(shared_cache(&cache)), ..SandboxConfig::default() })
+            .expect("sandbox");
+    let set = sandbox.load_tools(&tools, &Manifests::default()).await.expect("load the example tools");
+    (Arc::new(set), agent)
+}
+
+/// A compile cache shared by the tests of this binary (compiling the guests costs seconds).
+fn shared_cache(fallback: &Path) -> PathBuf {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/h-claude-component-cache");
+    if std::fs::create_dir_all(&shared).is_ok() { shared } else { fallback.to_path_buf() }
+}
+
+/// A read-only `echo` tool, for the fake CLI.
+pub struct Echo;
+
+impl ToolRunner for Echo {
+    fn tools(&self) -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "echo".into(),
+            description: "Echo the given text back.".into(),
+            input_schema: json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            annotations: Annotations { read_only: true, ..Annotations::default() },
+        }]
+    }
+
+    fn call<'a>(&'a self, _name: &'a str, arguments: &'a Value) -> CallFuture<'a> {
+        Box::pin(async move {
+            match arguments["text"].as_str() {
+                Some(text) => Ok(ToolOutput::text(format!("echo: {text}"))),
+                None => Err(ToolRunError { message: "no text".into() }),
+            }
+        })
+    }
+}
