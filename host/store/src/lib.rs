@@ -1,0 +1,184 @@
+//! Tollgate's durable session store: the [`Store`] trait and its contract, on SQLite (the
+//! embedded default: one WAL file beside the agent, zero set-up) and PostgreSQL (many Workers).
+//!
+//! Read [`Store`] first: its rustdoc is the contract every backend keeps and
+//! `testing::conformance` (feature `testing`) checks on both. Then [`Commit`], the one way a Worker changes a
+//! session. The store owns the *durable mechanics* only: sessions (status, run state, usage),
+//! the ordered append-only item log (user prompts, transcript entries by `uuid`), tool call
+//! records, interrupts, steps with leases and fences, events with a per-session seq, and client
+//! idempotency keys. It does not know the state machine's rules (`tollgate-engine` does): step
+//! kinds, item kinds, statuses and payloads are opaque strings and JSON to it.
+//!
+//! Modules: [`types`] (values in and out), [`error`] ([`StoreError`], terminal vs retryable),
+//! [`signal`] (wake-ups), [`sqlite`] and [`postgres`] (the backends), `testing` (feature
+//! `testing`: a throwaway PostgreSQL cluster and the conformance suite).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), tollgate_store::StoreError> {
+//! use std::time::Duration;
+//! use tollgate_store::{Commit, Finish, NewSession, NewStep, raw};
+//!
+//! let store = tollgate_store::open("sqlite://agent/tollgate.db").await?;
+//! store.create_session(NewSession { session_id: "s-1".into(), status: "idle".into(),
+//!     run_state: raw(r#"{"version":1}"#).unwrap() }).await?;
+//! let mut work = store.work_signal();
+//! loop {
+//!     while let Some(claimed) = store.claim("worker-1", Duration::from_secs(60)).await? {
+//!         // … run the step, then commit its result and state changes in one transaction:
+//!         store.commit(&claimed, Commit::finish(Finish::Done(raw("null").unwrap()))).await?;
+//!     }
+//!     work.wait(Duration::from_secs(2)).await; // a notify, or the poll fallback
+//! }
+//! # }
+//! ```
+//!
+//! # Schema
+//!
+//! One migration per backend (`migrations/{sqlite,postgres}/0001_init.sql`, same tables, types
+//! differ): `sessions`, `items` (PK `(session_id, seq)`, unique `(session_id, uuid)`), `steps`
+//! (partial index `steps_due(due_at) WHERE state IN ('queued','claimed')` serves both fresh
+//! work and expired leases; partial unique `steps_in_flight(session_id) WHERE state IN
+//! ('queued','claimed','waiting')` keeps one step in flight per session), `events` (PK
+//! `(session_id, seq)`), `interrupts` (partial index on open ones), `tool_calls`,
+//! `idempotency_keys`. JSON columns are `text` on both backends (never `jsonb`, which would
+//! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
+//!
+//! # Caveats
+//!
+//! - SQLite runs with `synchronous=NORMAL` in WAL mode: a process crash (SIGKILL) loses nothing,
+//!   a power loss may drop the last commits. Never put the file on a network filesystem.
+//! - PostgreSQL must keep `synchronous_commit=on` (the default): with `off` a lost claim commit
+//!   could let a single-attempt step run twice.
+//! - A waiting session (e.g. awaiting approval) is rows only: one `waiting` step, one open
+//!   interrupt; no task, no connection, no lease.
+
+pub mod error;
+pub mod postgres;
+pub mod signal;
+pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod types;
+
+mod backend;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::StoreError;
+pub use postgres::PgStore;
+pub use signal::{EventSignal, WorkSignal};
+pub use sqlite::SqliteStore;
+pub use types::*;
+
+/// The newest row format this build reads and the one it writes.
+pub const ROW_VERSION: i64 = 1;
+
+/// The durable store of sessions and their steps. `Send + Sync`; share it as `Arc<dyn Store>`.
+///
+/// # Contract (every backend; checked by `testing::conformance` (feature `testing`))
+///
+/// - **Committed before `Ok`.** Every method that writes returns `Ok` only after its transaction
+///   committed durably; an `Err` means it wrote nothing, except a retryable error, after which
+///   the outcome is unknown (repeat it: client-keyed calls are idempotent, fenced calls are
+///   checked against the fence).
+/// - **One transaction per change.** [`Store::commit`] applies the step's finish, its items,
+///   tool call records, interrupts, new steps, session update and events all or nothing.
+/// - **Leases on the database clock, fenced per claim.** [`Store::claim`] takes the oldest due
+///   step (queued and due, or claimed with an expired lease), increments its `attempt` and its
+///   fence, and leases it until DB-now + `lease`. A commit or heartbeat with a fence that is no
+///   longer the step's latest claim (or a step no longer claimed) writes nothing and returns
+///   [`StoreError::LeaseLost`]. A lease that expired but was not reclaimed yet still commits:
+///   nobody else holds the step.
+/// - **At most one step in flight per session** (queued, claimed or waiting): a commit that would
+///   break it fails with [`StoreError::StepInFlight`] and writes nothing; a
+///   [`UserMessage::wake`] step is skipped while another step is in flight.
+/// - **Items are append-only and ordered**; a transcript entry (`uuid` set) is stored once per
+///   session, byte-exact; a repeat of its uuid is skipped.
+/// - **Events** get consecutive per-session seqs; `read_events(after)` returns those above
+///   `after`, so a reader resumes where it left off.
+/// - **Idempotent client calls.** [`Store::send_user_message`] and [`Store::resolve_interrupt`]
+///   repeated with the same client key and request return the first receipt with
+///   `replayed: true` and write nothing; the same key with another request is
+///   [`StoreError::IdempotencyConflict`]; another key on a resolved interrupt is
+///   [`StoreError::InterruptAlreadyResolved`].
+/// - **Refused rows.** A row with a higher `row_version` than [`ROW_VERSION`] is
+///   [`StoreError::FutureVersion`] and never claimed; a row that is not what the store wrote is
+///   [`StoreError::Corrupt`]. Only the call reading it fails; no row is changed or dropped.
+/// - **Reads** return `Ok(None)` for a missing row, never an error.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// Creates the session unless it exists. `Ok(true)`: created; `Ok(false)`: it existed and
+    /// was left unchanged.
+    async fn create_session(&self, session: NewSession) -> Result<bool, StoreError>;
+
+    /// The session, or `Ok(None)`.
+    async fn session(&self, session_id: &str) -> Result<Option<Session>, StoreError>;
+
+    /// Appends a user message under a client key and enqueues `wake` if no step is in flight.
+    async fn send_user_message(&self, message: UserMessage) -> Result<MessageReceipt, StoreError>;
+
+    /// Resolves an open interrupt under a client key and queues the step waiting on it.
+    async fn resolve_interrupt(&self, resolution: Resolution) -> Result<ResolveReceipt, StoreError>;
+
+    /// Claims the oldest due step for `worker_id` with a lease of `lease`; `Ok(None)` when none
+    /// is due. Rows with a future `row_version` are never claimed.
+    async fn claim(&self, worker_id: &str, lease: Duration) -> Result<Option<Claimed>, StoreError>;
+
+    /// Extends the claim's lease to DB-now + `lease` and returns the new end; `LeaseLost` when the
+    /// claim is stale (stop the work, write nothing).
+    async fn heartbeat(&self, claimed: &Claimed, lease: Duration) -> Result<i64, StoreError>;
+
+    /// Commits the attempt's result and state changes in one transaction checked against the
+    /// claim's fence; `LeaseLost` (nothing written) when the claim is stale.
+    async fn commit(&self, claimed: &Claimed, commit: Commit) -> Result<CommitReceipt, StoreError>;
+
+    /// The step, or `Ok(None)`.
+    async fn step(&self, step_id: i64) -> Result<Option<Step>, StoreError>;
+
+    /// Up to `limit` items of the session with `seq > after`, in order.
+    async fn read_items(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Item>, StoreError>;
+
+    /// Up to `limit` events of the session with `seq > after`, in order.
+    async fn read_events(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Event>, StoreError>;
+
+    /// The interrupt, or `Ok(None)`.
+    async fn interrupt(&self, session_id: &str, interrupt_id: &str) -> Result<Option<Interrupt>, StoreError>;
+
+    /// Up to `limit` open interrupts of all sessions, oldest first.
+    async fn open_interrupts(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError>;
+
+    /// The tool call record, or `Ok(None)`.
+    async fn tool_call(
+        &self,
+        session_id: &str,
+        tool_call_id: &str,
+    ) -> Result<Option<ToolCallRecord>, StoreError>;
+
+    /// Every tool call record of the session, in the order they were first written.
+    async fn tool_calls(&self, session_id: &str) -> Result<Vec<ToolCallRecord>, StoreError>;
+
+    /// The session's step in flight (queued, claimed or waiting), or `Ok(None)` when it is idle.
+    async fn step_in_flight(&self, session_id: &str) -> Result<Option<Step>, StoreError>;
+
+    /// A signal that wakes Workers when a step may be claimable.
+    fn work_signal(&self) -> WorkSignal;
+
+    /// A signal that wakes readers of the session's events.
+    fn event_signal(&self, session_id: &str) -> EventSignal;
+}
+
+/// Opens a store by URL: `sqlite://PATH` (the file is created and migrated) or
+/// `postgres://…` (migrated; 8 connections). The factory keyed by the `--db` option.
+///
+/// # Errors
+/// An unsupported URL, an unreachable database, or a failed migration.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        Ok(Arc::new(SqliteStore::open(std::path::Path::new(path)).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PgStore::connect(url, 8).await?))
+    } else {
+        Err(StoreError::UnsupportedUrl { url: url.to_owned() })
+    }
+}

@@ -1,0 +1,222 @@
+//! Test support (feature `testing`): [`PgCluster`], a throwaway PostgreSQL on loopback, and
+//! [`conformance`], the one suite every [`crate::Store`] backend runs.
+//!
+//! Read [`PgCluster::start`] first. It finds the PostgreSQL binaries (`TOLLGATE_PG_BIN`, else the
+//! newest `/usr/lib/postgresql/*/bin`, else `pg_config --bindir`), runs `initdb` into a temporary
+//! directory, and starts the server with `pg_ctl -w` (which waits for readiness) on a free
+//! 127.0.0.1 port, with the server's defaults otherwise (`fsync=on`,
+//! `synchronous_commit=on`). Dropping the cluster stops it (`pg_ctl stop -m immediate`) and
+//! removes the directory. When run as root, the server runs as the `postgres` user (PostgreSQL
+//! refuses root). Install the binaries with `scripts/install-postgres.sh`.
+//!
+//! # Caveats
+//!
+//! - Missing binaries are a [`ClusterError::NotInstalled`]; [`PgCluster::start_or_skip`] turns it
+//!   into a skip, **unless `TOLLGATE_REQUIRE_POSTGRES=1`**, where it panics so the test fails.
+//! - A test process killed by SIGKILL leaves its server running (its directory is under the
+//!   system temp dir, named `tollgate-pg-*`).
+
+pub mod conformance;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sqlx::postgres::PgConnectOptions;
+
+use crate::PgStore;
+
+/// Why a cluster could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// No PostgreSQL binaries were found (install them with `scripts/install-postgres.sh`).
+    #[error("PostgreSQL is not installed (no initdb/pg_ctl found; run scripts/install-postgres.sh)")]
+    NotInstalled,
+    /// A command failed; the message holds its stdout and stderr.
+    #[error("`{command}` failed: {detail}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Exit status, stdout, stderr (and the server log when there is one).
+        detail: String,
+    },
+    /// The temporary directory could not be made.
+    #[error("temporary directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A throwaway PostgreSQL server on 127.0.0.1, stopped and deleted on drop.
+#[derive(Debug)]
+pub struct PgCluster {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    port: u16,
+    as_postgres_user: bool,
+}
+
+impl PgCluster {
+    /// Starts a fresh cluster. See the module docs.
+    ///
+    /// # Errors
+    /// [`ClusterError::NotInstalled`] without binaries; [`ClusterError::Command`] when `initdb` or
+    /// `pg_ctl` fails (the error carries their output and the server log).
+    pub fn start() -> Result<Self, ClusterError> {
+        let bin = find_bin().ok_or(ClusterError::NotInstalled)?;
+        // Root? (`id -u` keeps this crate free of libc.)
+        let as_postgres_user = run(Command::new("id").arg("-u"))?.stdout.trim_ascii() == b"0";
+        let dir = tempfile::Builder::new().prefix("tollgate-pg-").tempdir()?;
+        if as_postgres_user {
+            run(Command::new("chown").arg("-R").arg("postgres:postgres").arg(dir.path()))?;
+        }
+        let port = free_port()?;
+        let cluster = PgCluster { bin, dir, port, as_postgres_user };
+        let data = cluster.data_dir();
+        cluster.pg(
+            "initdb",
+            &["-D", path_str(&data), "-U", "tollgate", "--auth=trust", "-E", "UTF8", "--no-sync"],
+        )?;
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} -c max_connections=200",
+            path_str(cluster.dir.path())
+        );
+        let log = cluster.dir.path().join("server.log");
+        let started = cluster.pg(
+            "pg_ctl",
+            &["-D", path_str(&data), "-l", path_str(&log), "-w", "-t", "60", "-o", &options, "start"],
+        );
+        if let Err(ClusterError::Command { command, detail }) = started {
+            let server_log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(ClusterError::Command {
+                command,
+                detail: format!("{detail}\nserver log:\n{server_log}"),
+            });
+        }
+        Ok(cluster)
+    }
+
+    /// [`PgCluster::start`], or `None` (with a note on stderr) when PostgreSQL is not installed
+    /// and `TOLLGATE_REQUIRE_POSTGRES` is not `1`.
+    ///
+    /// # Panics
+    /// When the cluster cannot start and PostgreSQL is required, or when it is installed but fails.
+    pub fn start_or_skip() -> Option<Self> {
+        match PgCluster::start() {
+            Ok(c) => Some(c),
+            Err(ClusterError::NotInstalled)
+                if std::env::var("TOLLGATE_REQUIRE_POSTGRES").as_deref() != Ok("1") =>
+            {
+                eprintln!(
+                    "SKIPPED: PostgreSQL is not installed (set TOLLGATE_REQUIRE_POSTGRES=1 to fail instead)"
+                );
+                None
+            }
+            Err(e) => panic!("cannot start the throwaway PostgreSQL cluster: {e}"),
+        }
+    }
+
+    /// The URL of the cluster's `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://tollgate@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Connection options for a fresh schema `schema` (created here), so each test has its own
+    /// empty store in the one cluster.
+    ///
+    /// # Errors
+    /// The schema cannot be created.
+    pub async fn schema_options(&self, schema: &str) -> Result<PgConnectOptions, sqlx::Error> {
+        use sqlx::Connection;
+        let base: PgConnectOptions = self.url().parse()?;
+        let mut conn = sqlx::PgConnection::connect_with(&base).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        Ok(base.options([("search_path", schema)]))
+    }
+
+    /// A migrated [`PgStore`] on a fresh schema.
+    ///
+    /// # Panics
+    /// When the store cannot be opened.
+    pub async fn store(&self, schema: &str, max_connections: u32) -> PgStore {
+        let options = self.schema_options(schema).await.expect("create schema");
+        PgStore::connect_with(options, max_connections).await.expect("open PgStore")
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn pg(&self, tool: &str, args: &[&str]) -> Result<Output, ClusterError> {
+        let exe = self.bin.join(tool);
+        let mut cmd = if self.as_postgres_user {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        cmd.args(args);
+        run(&mut cmd)
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let data = self.data_dir();
+        if let Err(e) = self.pg("pg_ctl", &["-D", path_str(&data), "-m", "immediate", "-w", "stop"]) {
+            eprintln!("could not stop the throwaway PostgreSQL cluster: {e}");
+        }
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+fn run(cmd: &mut Command) -> Result<Output, ClusterError> {
+    let out = cmd
+        .output()
+        .map_err(|e| ClusterError::Command { command: format!("{cmd:?}"), detail: e.to_string() })?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(ClusterError::Command {
+            command: format!("{cmd:?}"),
+            detail: format!(
+                "{}\nstdout:\n{}\nstderr:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        })
+    }
+}
+
+fn free_port() -> Result<u16, ClusterError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `TOLLGATE_PG_BIN`, the newest `/usr/lib/postgresql/<major>/bin`, or `pg_config --bindir`.
+fn find_bin() -> Option<PathBuf> {
+    let has_tools = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
+    if let Some(dir) = std::env::var_os("TOLLGATE_PG_BIN") {
+        return Some(PathBuf::from(dir)).filter(|d| has_tools(d));
+    }
+    let mut majors: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, d)| has_tools(d))
+        .collect();
+    majors.sort();
+    if let Some((_, dir)) = majors.pop() {
+        return Some(dir);
+    }
+    let out = Command::new("pg_config").arg("--bindir").output().ok()?;
+    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    has_tools(&dir).then_some(dir)
+}

@@ -1,0 +1,673 @@
+//! The conformance suite: one function per rule of the [`crate::Store`] contract, run on every
+//! backend by [`run_all`].
+//!
+//! Read [`run_all`] first. A backend's test gives it a closure that makes a fresh, empty
+//! [`Harness`] per case (a new SQLite file, a new PostgreSQL schema). Every case runs even when
+//! an earlier one failed; the run then panics naming each failed case with its message.
+//!
+//! # Caveats
+//!
+//! - Lease expiry is waited for by polling `claim` with a deadline (leases are on the database
+//!   clock), never by sleeping a fixed time.
+//! - [`Harness::exec`] runs raw SQL to damage rows; the SQL must be valid on both dialects.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::*;
+
+/// A fresh store for one case, plus raw SQL access to it.
+pub struct Harness {
+    /// The store under test.
+    pub store: Arc<dyn Store>,
+    raw: Raw,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness").finish_non_exhaustive()
+    }
+}
+
+enum Raw {
+    Sqlite(sqlx::SqlitePool),
+    Pg(sqlx::PgPool),
+}
+
+impl Harness {
+    /// A harness on a SQLite store.
+    pub fn sqlite(store: SqliteStore) -> Self {
+        Harness { raw: Raw::Sqlite(store.raw_pool().clone()), store: Arc::new(store) }
+    }
+
+    /// A harness on a PostgreSQL store.
+    pub fn postgres(store: PgStore) -> Self {
+        Harness { raw: Raw::Pg(store.raw_pool().clone()), store: Arc::new(store) }
+    }
+
+    /// Runs raw SQL against the store's database.
+    ///
+    /// # Panics
+    /// When the SQL fails.
+    pub async fn exec(&self, sql: &'static str) {
+        match &self.raw {
+            Raw::Sqlite(p) => sqlx::query(sql).execute(p).await.map(drop),
+            Raw::Pg(p) => sqlx::query(sql).execute(p).await.map(drop),
+        }
+        .unwrap_or_else(|e| panic!("raw SQL `{sql}` failed: {e}"));
+    }
+
+    /// A count from raw SQL (`SELECT count(*) …`).
+    ///
+    /// # Panics
+    /// When the SQL fails.
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        match &self.raw {
+            Raw::Sqlite(p) => sqlx::query_scalar::<_, i64>(sql).fetch_one(p).await,
+            Raw::Pg(p) => sqlx::query_scalar::<_, i64>(sql).fetch_one(p).await,
+        }
+        .unwrap_or_else(|e| panic!("raw SQL `{sql}` failed: {e}"))
+    }
+}
+
+type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+macro_rules! cases {
+    ($($name:ident),* $(,)?) => {
+        /// Every case, by name.
+        pub const CASES: &[(&str, Case)] = &[$((stringify!($name), |h| Box::pin($name(h)))),*];
+    };
+}
+
+cases![
+    a_new_session_reads_back_with_its_run_state_byte_exact,
+    a_queued_step_is_claimed_once_with_attempt_one_and_fence_one,
+    an_expired_lease_is_reclaimed_with_a_higher_attempt_and_fence,
+    a_stale_fence_commits_nothing_and_returns_lease_lost,
+    a_heartbeat_extends_the_lease_so_no_one_else_claims_the_step,
+    a_commit_applies_items_records_interrupts_steps_session_and_events_together,
+    a_commit_that_would_put_two_steps_in_flight_writes_nothing,
+    transcript_entries_are_stored_once_by_uuid_and_byte_exact,
+    events_continue_after_a_seq,
+    send_user_message_is_idempotent_under_a_client_key,
+    resolve_interrupt_queues_the_waiting_step_once_under_a_client_key,
+    a_conditional_step_is_enqueued_only_when_new_items_arrived,
+    a_retry_queues_the_step_again_and_keeps_its_attempt_count,
+    a_corrupted_row_is_refused_with_a_clear_error_and_nothing_else_is_lost,
+    a_future_version_row_is_refused_and_never_claimed,
+    a_queued_step_wakes_a_waiting_worker,
+    an_appended_event_wakes_a_reader_of_that_session,
+    concurrent_workers_never_claim_a_step_twice,
+    sessions_waiting_for_approval_are_rows_only,
+];
+
+/// Runs every case, each on a fresh harness from `fresh(case_name)`.
+///
+/// # Panics
+/// After all cases ran, when any failed; the message names each failed case.
+pub async fn run_all<F, Fut>(fresh: F)
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Harness>,
+{
+    let mut failed = Vec::new();
+    for (name, case) in CASES {
+        let harness = fresh(name).await;
+        let started = std::time::Instant::now();
+        match tokio::spawn(case(harness)).await {
+            Ok(()) => eprintln!("ok   {name} ({} ms)", started.elapsed().as_millis()),
+            Err(e) => {
+                let msg = e
+                    .try_into_panic()
+                    .ok()
+                    .and_then(|p| {
+                        p.downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    })
+                    .unwrap_or_else(|| "cancelled".into());
+                eprintln!("FAIL {name}: {msg}");
+                failed.push(format!("{name}: {msg}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} conformance case(s) failed:\n{}", failed.len(), failed.join("\n"));
+}
+
+// ---------------------------------------------------------------- helpers
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn j(text: &str) -> Box<serde_json::value::RawValue> {
+    raw(text).expect("test JSON")
+}
+
+fn prompt(text: &str) -> NewItem {
+    NewItem {
+        kind: "user_prompt".into(),
+        uuid: None,
+        turn_id: None,
+        body: j(&serde_json::json!({"kind": "user_prompt", "text": text}).to_string()),
+    }
+}
+
+fn entry(uuid: &str, body: &str) -> NewItem {
+    NewItem {
+        kind: "transcript_entry".into(),
+        uuid: Some(uuid.into()),
+        turn_id: Some("t1".into()),
+        body: j(body),
+    }
+}
+
+fn event(kind: &str, payload: &str) -> NewEvent {
+    NewEvent { kind: kind.into(), payload: j(payload) }
+}
+
+fn message(session: &str, key: &str, text: &str) -> UserMessage {
+    UserMessage {
+        session_id: session.into(),
+        client_key: key.into(),
+        item: prompt(text),
+        wake: Some(NewStep::now("RunModel", j(r#"{"turn":"t1"}"#))),
+        events: vec![],
+    }
+}
+
+async fn new_session(store: &dyn Store, id: &str) {
+    let created = store
+        .create_session(NewSession {
+            session_id: id.into(),
+            status: "idle".into(),
+            run_state: j(r#"{"version":1}"#),
+        })
+        .await
+        .expect("create_session");
+    assert!(created, "session {id} was new");
+}
+
+/// A session with one prompt and its `RunModel` step, claimed by `w1`.
+async fn claimed_session(store: &dyn Store, id: &str) -> Claimed {
+    new_session(store, id).await;
+    store.send_user_message(message(id, "k1", "hello")).await.expect("send_user_message");
+    store.claim("w1", LONG).await.expect("claim").expect("a due step")
+}
+
+/// Claims until a step is due or `timeout` passes (a poll on the database clock).
+async fn claim_within(
+    store: &dyn Store,
+    worker: &str,
+    lease: Duration,
+    timeout: Duration,
+) -> Option<Claimed> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(c) = store.claim(worker, lease).await.expect("claim") {
+            return Some(c);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn done() -> Commit {
+    Commit::finish(Finish::Done(j("null")))
+}
+
+// ---------------------------------------------------------------- cases
+
+async fn a_new_session_reads_back_with_its_run_state_byte_exact(h: Harness) {
+    let s = &*h.store;
+    let run_state = r#"{"version":1,  "turn_entries" : [ {"a":"é\u00e9"} ]}"#;
+    let new = NewSession { session_id: "s".into(), status: "idle".into(), run_state: j(run_state) };
+    assert!(s.create_session(new.clone()).await.unwrap());
+    let again = NewSession { status: "other".into(), ..new };
+    assert!(!s.create_session(again).await.unwrap(), "a second create is a no-op");
+    let got = s.session("s").await.unwrap().expect("stored");
+    assert_eq!(got.run_state.get(), run_state);
+    assert_eq!(got.status, "idle");
+    assert_eq!(got.usage, Usage::default());
+    assert!(s.session("missing").await.unwrap().is_none());
+    let bad = NewSession { session_id: "b".into(), status: "idle".into(), run_state: j(r#"{"turn":1}"#) };
+    assert!(matches!(s.create_session(bad).await, Err(StoreError::Invalid { .. })));
+}
+
+async fn a_queued_step_is_claimed_once_with_attempt_one_and_fence_one(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    assert_eq!((c.step.attempt, c.fence, c.step.state), (1, 1, StepState::Claimed));
+    assert_eq!(c.step.kind, "RunModel");
+    assert_eq!(c.step.payload.get(), r#"{"turn":"t1"}"#);
+    assert_eq!(c.step.session_id, "s");
+    assert!(c.lease_until > 0);
+    assert!(s.claim("w2", LONG).await.unwrap().is_none(), "a held step is not claimed again");
+}
+
+async fn an_expired_lease_is_reclaimed_with_a_higher_attempt_and_fence(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    s.send_user_message(message("s", "k1", "hello")).await.unwrap();
+    let first = s.claim("w1", Duration::from_millis(1)).await.unwrap().expect("due");
+    let second = claim_within(s, "w2", LONG, Duration::from_secs(10)).await.expect("reclaimed after expiry");
+    assert_eq!(second.step.step_id, first.step.step_id);
+    assert_eq!((second.step.attempt, second.fence), (2, 2));
+    assert_eq!(second.worker_id, "w2");
+}
+
+async fn a_stale_fence_commits_nothing_and_returns_lease_lost(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    s.send_user_message(message("s", "k1", "hello")).await.unwrap();
+    let stale = s.claim("w1", Duration::from_millis(1)).await.unwrap().expect("due");
+    let fresh = claim_within(s, "w2", LONG, Duration::from_secs(10)).await.expect("reclaimed");
+    let mut late = done();
+    late.items.push(entry("u1", r#"{"uuid":"u1"}"#));
+    late.events.push(event("text_delta", r#"{"text":"late"}"#));
+    late.session.status = Some("late".into());
+    late.steps.push(NewStep::now("ResumeTurn", j("{}")));
+    let err = s.commit(&stale, late).await.expect_err("stale fence");
+    assert!(matches!(err, StoreError::LeaseLost { fence: 1, .. }), "{err}");
+    assert!(!err.is_retryable());
+    assert!(matches!(s.heartbeat(&stale, LONG).await, Err(StoreError::LeaseLost { .. })));
+    let session = s.session("s").await.unwrap().unwrap();
+    assert_eq!(session.status, "idle");
+    assert_eq!(s.read_items("s", 0, 100).await.unwrap().len(), 1, "only the prompt");
+    assert!(s.read_events("s", 0, 100).await.unwrap().is_empty());
+    s.commit(&fresh, done()).await.expect("the current holder commits");
+    assert_eq!(s.step(fresh.step.step_id).await.unwrap().unwrap().state, StepState::Done);
+    assert!(
+        matches!(s.commit(&fresh, done()).await, Err(StoreError::LeaseLost { .. })),
+        "a finished step commits nothing more"
+    );
+}
+
+async fn a_heartbeat_extends_the_lease_so_no_one_else_claims_the_step(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    s.send_user_message(message("s", "k1", "hello")).await.unwrap();
+    let c = s.claim("w1", Duration::from_millis(200)).await.unwrap().expect("due");
+    let until = s.heartbeat(&c, LONG).await.expect("heartbeat");
+    assert!(until >= c.lease_until + 50_000, "lease moved to about now + 60 s: {until} vs {}", c.lease_until);
+    assert!(
+        claim_within(s, "w2", LONG, Duration::from_millis(400)).await.is_none(),
+        "still held after 400 ms"
+    );
+}
+
+async fn a_commit_applies_items_records_interrupts_steps_session_and_events_together(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    let usage = Usage { input_tokens: 10, cached_input_tokens: 4, output_tokens: 3, model_calls: 1 };
+    let commit = Commit {
+        finish: Finish::Done(j(r#"{"deferred":"toolu_1"}"#)),
+        items: vec![entry("u1", r#"{"type":"assistant","uuid":"u1"}"#)],
+        tool_calls: vec![ToolCallRecord {
+            tool_call_id: "toolu_1".into(),
+            status: "pending_approval".into(),
+            record: j(r#"{"tool_call_id":"toolu_1","status":"pending"}"#),
+        }],
+        interrupts: vec![NewInterrupt {
+            interrupt_id: "i1".into(),
+            request: j(r#"{"tool":"create_refund"}"#),
+        }],
+        steps: vec![NewStep {
+            kind: "AwaitToolApproval".into(),
+            payload: j(r#"{"tool_call_id":"toolu_1"}"#),
+            start: StepStart::OnInterrupt("i1".into()),
+            only_if_items_after: None,
+        }],
+        session: SessionUpdate {
+            status: Some("awaiting_approval".into()),
+            run_state: Some(j(r#"{"version":1,"turn":"t1"}"#)),
+            add_usage: usage,
+        },
+        events: vec![event("interrupt_opened", r#"{"interrupt_id":"i1"}"#)],
+    };
+    let receipt = s.commit(&c, commit).await.expect("commit");
+    assert_eq!(receipt.item_seqs, vec![Some(2)]);
+    assert_eq!(receipt.event_seqs, vec![1]);
+    let waiting = receipt.step_ids[0].expect("step enqueued");
+    let step = s.step(waiting).await.unwrap().unwrap();
+    assert_eq!((step.state, step.interrupt_id.as_deref()), (StepState::Waiting, Some("i1")));
+    let done = s.step(c.step.step_id).await.unwrap().unwrap();
+    assert_eq!(done.output.unwrap().get(), r#"{"deferred":"toolu_1"}"#);
+    let session = s.session("s").await.unwrap().unwrap();
+    assert_eq!(session.status, "awaiting_approval");
+    assert_eq!(session.run_state.get(), r#"{"version":1,"turn":"t1"}"#);
+    assert_eq!(session.usage, usage);
+    assert_eq!(s.tool_call("s", "toolu_1").await.unwrap().unwrap().status, "pending_approval");
+    assert!(s.interrupt("s", "i1").await.unwrap().unwrap().resolution.is_none());
+    assert!(s.claim("w1", LONG).await.unwrap().is_none(), "a waiting step is not claimable");
+    // Usage adds up over commits.
+    s.resolve_interrupt(Resolution {
+        session_id: "s".into(),
+        interrupt_id: "i1".into(),
+        client_key: "r1".into(),
+        resolution: j(r#"{"approved":true}"#),
+        events: vec![],
+    })
+    .await
+    .unwrap();
+    let c2 = s.claim("w1", LONG).await.unwrap().expect("queued by the resolution");
+    let mut second = done_commit_with_usage(usage);
+    second.tool_calls.push(ToolCallRecord {
+        tool_call_id: "toolu_1".into(),
+        status: "succeeded".into(),
+        record: j(r#"{"status":"succeeded"}"#),
+    });
+    s.commit(&c2, second).await.unwrap();
+    let session = s.session("s").await.unwrap().unwrap();
+    assert_eq!(session.usage.input_tokens, 20);
+    assert_eq!(session.usage.model_calls, 2);
+    assert_eq!(s.tool_call("s", "toolu_1").await.unwrap().unwrap().record.get(), r#"{"status":"succeeded"}"#);
+    let all = s.tool_calls("s").await.unwrap();
+    assert_eq!(all.iter().map(|t| t.tool_call_id.as_str()).collect::<Vec<_>>(), vec!["toolu_1"]);
+    assert!(s.step_in_flight("s").await.unwrap().is_none(), "the session is idle");
+}
+
+fn done_commit_with_usage(usage: Usage) -> Commit {
+    let mut c = done();
+    c.session.add_usage = usage;
+    c
+}
+
+async fn a_commit_that_would_put_two_steps_in_flight_writes_nothing(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    let mut two = done();
+    two.items.push(entry("u1", "{}"));
+    two.events.push(event("e", "{}"));
+    two.steps.push(NewStep::now("A", j("{}")));
+    two.steps.push(NewStep::now("B", j("{}")));
+    let err = s.commit(&c, two).await.expect_err("two steps in flight");
+    assert!(matches!(err, StoreError::StepInFlight { .. }), "{err}");
+    let mut keep = Commit::finish(Finish::Keep);
+    keep.steps.push(NewStep::now("A", j("{}")));
+    assert!(
+        matches!(s.commit(&c, keep).await, Err(StoreError::StepInFlight { .. })),
+        "the held step is in flight"
+    );
+    assert_eq!(s.read_items("s", 0, 10).await.unwrap().len(), 1);
+    assert!(s.read_events("s", 0, 10).await.unwrap().is_empty());
+    assert_eq!(s.step(c.step.step_id).await.unwrap().unwrap().state, StepState::Claimed);
+    s.commit(&c, done()).await.expect("the claim is still good");
+}
+
+async fn transcript_entries_are_stored_once_by_uuid_and_byte_exact(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    let e1 = r#"{"type":"user","uuid":"u1","message":{"content":"caf\u00e9 é  spaced"},"parentUuid":null}"#;
+    let e2 = r#"{"uuid":"u2","n":1.0e3}"#;
+    let mut first = Commit::finish(Finish::Keep);
+    first.items = vec![entry("u1", e1), entry("u2", e2)];
+    assert_eq!(s.commit(&c, first).await.unwrap().item_seqs, vec![Some(2), Some(3)]);
+    let mut again = done();
+    again.items = vec![entry("u2", r#"{"uuid":"u2","changed":true}"#), entry("u3", r#"{"uuid":"u3"}"#)];
+    assert_eq!(s.commit(&c, again).await.unwrap().item_seqs, vec![None, Some(4)]);
+    let items = s.read_items("s", 1, 100).await.unwrap();
+    let bodies: Vec<&str> = items.iter().map(|i| i.body.get()).collect();
+    assert_eq!(bodies, vec![e1, e2, r#"{"uuid":"u3"}"#]);
+    assert_eq!(items[0].uuid.as_deref(), Some("u1"));
+    assert_eq!(items.iter().map(|i| i.seq).collect::<Vec<_>>(), vec![2, 3, 4]);
+    assert_eq!(s.read_items("s", 0, 2).await.unwrap().len(), 2, "limit holds");
+}
+
+async fn events_continue_after_a_seq(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    let mut commit = done();
+    commit.events = (1..=5).map(|i| event("text_delta", &format!(r#"{{"text":"{i}"}}"#))).collect();
+    assert_eq!(s.commit(&c, commit).await.unwrap().event_seqs, vec![1, 2, 3, 4, 5]);
+    let after = s.read_events("s", 2, 100).await.unwrap();
+    assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(after[0].payload.get(), r#"{"text":"3"}"#);
+    assert_eq!(after[0].step, Some((c.step.step_id, c.fence)));
+    assert!(s.read_events("s", 5, 100).await.unwrap().is_empty());
+    let mut m = message("s", "k2", "next");
+    m.events.push(event("user_message", "{}"));
+    s.send_user_message(m).await.unwrap();
+    let next = s.read_events("s", 5, 100).await.unwrap();
+    assert_eq!((next.len(), next[0].seq, next[0].step), (1, 6, None));
+}
+
+async fn send_user_message_is_idempotent_under_a_client_key(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    let first = s.send_user_message(message("s", "k1", "hello")).await.unwrap();
+    assert_eq!(first.item_seq, 1);
+    assert!(first.step_id.is_some() && !first.replayed);
+    let again = s.send_user_message(message("s", "k1", "hello")).await.unwrap();
+    assert_eq!(again, MessageReceipt { replayed: true, ..first.clone() });
+    assert_eq!(s.read_items("s", 0, 10).await.unwrap().len(), 1);
+    let other = s.send_user_message(message("s", "k1", "different")).await;
+    assert!(matches!(other, Err(StoreError::IdempotencyConflict { .. })), "{other:?}");
+    let second = s.send_user_message(message("s", "k2", "more")).await.unwrap();
+    assert_eq!((second.item_seq, second.step_id), (2, None), "a turn runs: no second step");
+    let missing = s.send_user_message(message("nope", "k1", "x")).await;
+    assert!(matches!(missing, Err(StoreError::SessionNotFound { .. })), "{missing:?}");
+}
+
+async fn resolve_interrupt_queues_the_waiting_step_once_under_a_client_key(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    let mut park = done();
+    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
+    park.steps.push(NewStep {
+        kind: "AwaitToolApproval".into(),
+        payload: j("{}"),
+        start: StepStart::OnInterrupt("i1".into()),
+        only_if_items_after: None,
+    });
+    let waiting = s.commit(&c, park).await.unwrap().step_ids[0].unwrap();
+    assert_eq!(s.open_interrupts(10).await.unwrap().len(), 1);
+    let parked = s.step_in_flight("s").await.unwrap().expect("the waiting step");
+    assert_eq!((parked.step_id, parked.state), (waiting, StepState::Waiting));
+    let decide = |key: &str, text: &str| Resolution {
+        session_id: "s".into(),
+        interrupt_id: "i1".into(),
+        client_key: key.into(),
+        resolution: j(text),
+        events: vec![event("interrupt_resolved", "{}")],
+    };
+    let first = s.resolve_interrupt(decide("k1", r#"{"approved":true}"#)).await.unwrap();
+    assert_eq!(first, ResolveReceipt { step_id: Some(waiting), replayed: false });
+    let again = s.resolve_interrupt(decide("k1", r#"{"approved":true}"#)).await.unwrap();
+    assert_eq!(again, ResolveReceipt { step_id: Some(waiting), replayed: true });
+    assert_eq!(s.read_events("s", 0, 10).await.unwrap().len(), 1, "the repeat wrote nothing");
+    let other = s.resolve_interrupt(decide("k2", r#"{"approved":false}"#)).await;
+    match other {
+        Err(StoreError::InterruptAlreadyResolved { resolution, .. }) => {
+            assert_eq!(resolution.get(), r#"{"approved":true}"#)
+        }
+        other => panic!("expected InterruptAlreadyResolved, got {other:?}"),
+    }
+    let changed = s.resolve_interrupt(decide("k1", r#"{"approved":false}"#)).await;
+    assert!(matches!(changed, Err(StoreError::IdempotencyConflict { .. })), "{changed:?}");
+    assert!(s.open_interrupts(10).await.unwrap().is_empty());
+    let resumed = s.claim("w1", LONG).await.unwrap().expect("queued");
+    assert_eq!((resumed.step.step_id, resumed.step.attempt), (waiting, 1));
+    let missing = s.resolve_interrupt(Resolution { interrupt_id: "nope".into(), ..decide("k3", "{}") }).await;
+    assert!(matches!(missing, Err(StoreError::InterruptNotFound { .. })), "{missing:?}");
+}
+
+async fn a_conditional_step_is_enqueued_only_when_new_items_arrived(h: Harness) {
+    let s = &*h.store;
+    let a = claimed_session(s, "s").await;
+    let queued = s.send_user_message(message("s", "k2", "while running")).await.unwrap();
+    assert_eq!((queued.item_seq, queued.step_id), (2, None));
+    let next_turn = |after: i64| NewStep {
+        kind: "RunModel".into(),
+        payload: j("{}"),
+        start: StepStart::Now,
+        only_if_items_after: Some((after, "user_prompt".into())),
+    };
+    let mut end = done();
+    end.steps.push(next_turn(1));
+    assert!(s.commit(&a, end).await.unwrap().step_ids[0].is_some(), "a prompt arrived after seq 1");
+    let b = s.claim("w1", LONG).await.unwrap().expect("the next turn");
+    let mut end = done();
+    end.steps.push(next_turn(2));
+    assert_eq!(s.commit(&b, end).await.unwrap().step_ids, vec![None], "nothing after seq 2");
+    assert!(s.claim("w1", LONG).await.unwrap().is_none());
+    let woke = s.send_user_message(message("s", "k3", "later")).await.unwrap();
+    assert!(woke.step_id.is_some(), "an idle session wakes on a message");
+}
+
+async fn a_retry_queues_the_step_again_and_keeps_its_attempt_count(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    s.commit(&c, Commit::finish(Finish::Retry(Duration::ZERO))).await.unwrap();
+    let again = s.claim("w2", LONG).await.unwrap().expect("queued again");
+    assert_eq!((again.step.step_id, again.step.attempt, again.fence), (c.step.step_id, 2, 2));
+    s.commit(&again, Commit::finish(Finish::Retry(LONG))).await.unwrap();
+    assert!(s.claim("w2", LONG).await.unwrap().is_none(), "not before its delay");
+    let step = s.step(c.step.step_id).await.unwrap().unwrap();
+    assert_eq!(step.state, StepState::Queued);
+}
+
+async fn a_corrupted_row_is_refused_with_a_clear_error_and_nothing_else_is_lost(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "bad").await;
+    new_session(s, "good").await;
+    s.send_user_message(message("bad", "k1", "hi")).await.unwrap();
+    s.send_user_message(message("good", "k1", "hi")).await.unwrap();
+    h.exec("UPDATE sessions SET run_state = '{broken' WHERE session_id = 'bad'").await;
+    h.exec("UPDATE items SET body = 'not json' WHERE session_id = 'bad'").await;
+    let err = s.session("bad").await.expect_err("corrupt run state");
+    assert!(matches!(err, StoreError::Corrupt { table: "sessions", .. }), "{err}");
+    assert!(err.to_string().contains("bad"), "names the row: {err}");
+    let err = s.read_items("bad", 0, 10).await.expect_err("corrupt item");
+    assert!(matches!(err, StoreError::Corrupt { table: "items", .. }), "{err}");
+    assert!(!err.is_retryable());
+    assert_eq!(s.session("good").await.unwrap().unwrap().status, "idle");
+    assert_eq!(s.read_items("good", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(h.count("SELECT count(*) FROM items").await, 2, "no row dropped");
+    h.exec("UPDATE steps SET payload = '{' WHERE session_id = 'bad'").await;
+    let claims = [s.claim("w1", LONG).await, s.claim("w1", LONG).await];
+    let ok = claims.iter().filter(|c| matches!(c, Ok(Some(_)))).count();
+    let corrupt =
+        claims.iter().filter(|c| matches!(c, Err(StoreError::Corrupt { table: "steps", .. }))).count();
+    assert_eq!((ok, corrupt), (1, 1), "the good step is claimed, the bad one refused: {claims:?}");
+}
+
+async fn a_future_version_row_is_refused_and_never_claimed(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    let sent = s.send_user_message(message("s", "k1", "hi")).await.unwrap();
+    h.exec("UPDATE steps SET row_version = 2").await;
+    assert!(s.claim("w1", LONG).await.unwrap().is_none(), "a newer build's step is left to it");
+    let err = s.step(sent.step_id.unwrap()).await.expect_err("future step");
+    assert!(matches!(err, StoreError::FutureVersion { found: 2, supported: 1, .. }), "{err}");
+    h.exec("UPDATE sessions SET row_version = 2").await;
+    assert!(matches!(s.session("s").await, Err(StoreError::FutureVersion { table: "sessions", .. })));
+    let write = s.send_user_message(message("s", "k2", "more")).await;
+    assert!(matches!(write, Err(StoreError::FutureVersion { .. })), "{write:?}");
+    assert_eq!(h.count("SELECT count(*) FROM items").await, 1, "nothing written");
+}
+
+async fn a_queued_step_wakes_a_waiting_worker(h: Harness) {
+    let s = h.store.clone();
+    new_session(&*s, "s").await;
+    let mut idle = s.work_signal();
+    assert!(!idle.wait(Duration::from_millis(50)).await, "no work: the wait times out");
+    let mut signal = s.work_signal();
+    let waiter = tokio::spawn(async move { signal.wait(Duration::from_secs(10)).await });
+    s.send_user_message(message("s", "k1", "hi")).await.unwrap();
+    assert!(waiter.await.unwrap(), "woken by the queued step, not the timeout");
+}
+
+async fn an_appended_event_wakes_a_reader_of_that_session(h: Harness) {
+    let s = h.store.clone();
+    new_session(&*s, "a").await;
+    new_session(&*s, "b").await;
+    let mut for_a = s.event_signal("a");
+    let mut m = message("b", "k1", "hi");
+    m.events.push(event("user_message", "{}"));
+    s.send_user_message(m).await.unwrap();
+    assert!(!for_a.wait(Duration::from_millis(100)).await, "b's event does not wake a's reader");
+    let waiter = tokio::spawn(async move { for_a.wait(Duration::from_secs(10)).await });
+    let mut m = message("a", "k1", "hi");
+    m.events.push(event("user_message", "{}"));
+    s.send_user_message(m).await.unwrap();
+    assert!(waiter.await.unwrap(), "a's event wakes a's reader");
+}
+
+async fn concurrent_workers_never_claim_a_step_twice(h: Harness) {
+    const SESSIONS: usize = 20;
+    const STEPS_PER_SESSION: usize = 5;
+    let s = h.store.clone();
+    for i in 0..SESSIONS {
+        new_session(&*s, &format!("s{i}")).await;
+        s.send_user_message(message(&format!("s{i}"), "k", "go")).await.unwrap();
+    }
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (s, seen) = (s.clone(), seen.clone());
+        workers.push(tokio::spawn(async move {
+            let mut idle = 0;
+            while idle < 20 {
+                let Some(c) = s.claim(&format!("w{w}"), LONG).await.unwrap() else {
+                    idle += 1;
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                idle = 0;
+                assert_eq!(c.step.attempt, 1, "claimed once");
+                assert!(seen.lock().unwrap().insert(c.step.step_id), "step {} claimed twice", c.step.step_id);
+                let n: usize = c.step.payload.get().parse().unwrap_or(0);
+                let mut commit = done();
+                if n + 1 < STEPS_PER_SESSION {
+                    commit.steps.push(NewStep::now("Next", j(&(n + 1).to_string())));
+                }
+                s.commit(&c, commit).await.unwrap();
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(seen.lock().unwrap().len(), SESSIONS * STEPS_PER_SESSION);
+    assert_eq!(
+        h.count("SELECT count(*) FROM steps WHERE state = 'done'").await,
+        (SESSIONS * STEPS_PER_SESSION) as i64
+    );
+}
+
+async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
+    const N: usize = 50;
+    let s = &*h.store;
+    for i in 0..N {
+        let id = format!("s{i}");
+        let c = claimed_session(s, &id).await;
+        let mut park = done();
+        park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
+        park.steps.push(NewStep {
+            kind: "AwaitToolApproval".into(),
+            payload: j("{}"),
+            start: StepStart::OnInterrupt("i1".into()),
+            only_if_items_after: None,
+        });
+        s.commit(&c, park).await.unwrap();
+    }
+    assert!(s.claim("w1", LONG).await.unwrap().is_none(), "nothing to run while they wait");
+    assert_eq!(s.open_interrupts(1000).await.unwrap().len(), N);
+    assert_eq!(h.count("SELECT count(*) FROM steps WHERE state = 'waiting'").await, N as i64);
+    assert_eq!(h.count("SELECT count(*) FROM steps WHERE state = 'claimed'").await, 0, "no lease held");
+    s.resolve_interrupt(Resolution {
+        session_id: "s7".into(),
+        interrupt_id: "i1".into(),
+        client_key: "k".into(),
+        resolution: j("true"),
+        events: vec![],
+    })
+    .await
+    .unwrap();
+    let c = s.claim("w1", LONG).await.unwrap().expect("the resolved one");
+    assert_eq!(c.step.session_id, "s7");
+}

@@ -1,0 +1,394 @@
+//! The values that go into and come out of a [`crate::Store`]: sessions, items, steps, events,
+//! interrupts, tool call records, and the [`Commit`] that changes them together.
+//!
+//! Read [`Commit`] first: it is the one way a Worker changes a session. Every JSON value is a
+//! [`RawValue`]: the store keeps the caller's bytes exactly and never re-serializes them (the CLI
+//! finds answered deferred calls by a raw substring search, so a transcript entry must come back
+//! byte for byte).
+//!
+//! This module does not know what a step kind, an item kind or a status *means*: those are the
+//! state machine's (`tollgate-engine`). The store only keeps them and enforces the durable
+//! mechanics documented on [`crate::Store`].
+//!
+//! # Caveats
+//!
+//! - Times are milliseconds since the Unix epoch on the **database** clock.
+//! - Sequence numbers start at 1 and grow by one per stored row within a session; an item whose
+//!   `uuid` was already stored takes no number.
+
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+
+/// Token and call counters of a session, added up by [`SessionUpdate::add_usage`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Input tokens, cache reads and cache writes included.
+    pub input_tokens: i64,
+    /// Cache reads.
+    pub cached_input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Distinct model calls (assistant message IDs).
+    pub model_calls: i64,
+}
+
+/// A session as stored.
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// The client's name for it (`session-42`).
+    pub session_id: String,
+    /// Free text owned by the state machine (`idle`, `running`, `awaiting_approval`, …).
+    pub status: String,
+    /// The state machine's run state, a JSON object with an integer `version`
+    /// (`{"version":1,…}`), exactly as last written.
+    pub run_state: Box<RawValue>,
+    /// Totals of every [`SessionUpdate::add_usage`].
+    pub usage: Usage,
+    /// The seq the next item will get (items so far: `next_item_seq - 1` at most).
+    pub next_item_seq: i64,
+    /// The seq the next event will get.
+    pub next_event_seq: i64,
+    /// Creation time (DB clock, ms).
+    pub created_at: i64,
+    /// Last change (DB clock, ms).
+    pub updated_at: i64,
+}
+
+/// A session to create with [`crate::Store::create_session`].
+#[derive(Clone, Debug)]
+pub struct NewSession {
+    /// The client's name for it.
+    pub session_id: String,
+    /// Initial status.
+    pub status: String,
+    /// Initial run state: a JSON object with an integer `version`.
+    pub run_state: Box<RawValue>,
+}
+
+/// A change of the session row inside a commit. `None` fields stay as they are.
+#[derive(Clone, Debug, Default)]
+pub struct SessionUpdate {
+    /// New status.
+    pub status: Option<String>,
+    /// New run state (a JSON object with an integer `version`).
+    pub run_state: Option<Box<RawValue>>,
+    /// Added to the session's usage totals.
+    pub add_usage: Usage,
+}
+
+/// One entry of a session's ordered, append-only item log.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// Position in the session's log, from 1.
+    pub seq: i64,
+    /// What it is, e.g. `user_prompt`, `transcript_entry`, `turn_failure_note`.
+    pub kind: String,
+    /// A transcript entry's `uuid`: the log holds each uuid once.
+    pub uuid: Option<String>,
+    /// The turn it belongs to, when the state machine says so.
+    pub turn_id: Option<String>,
+    /// The JSON exactly as appended (a transcript entry: the CLI's bytes).
+    pub body: Box<RawValue>,
+    /// When it was appended (DB clock, ms).
+    pub created_at: i64,
+}
+
+/// An item to append.
+#[derive(Clone, Debug)]
+pub struct NewItem {
+    /// See [`Item::kind`].
+    pub kind: String,
+    /// See [`Item::uuid`]. An item whose uuid the session already holds is skipped (the first
+    /// copy stays, byte for byte).
+    pub uuid: Option<String>,
+    /// See [`Item::turn_id`].
+    pub turn_id: Option<String>,
+    /// See [`Item::body`].
+    pub body: Box<RawValue>,
+}
+
+/// Where a step is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepState {
+    /// Claimable once `due_at` has passed.
+    Queued,
+    /// Held by a Worker until `due_at` (the lease); claimable again after it.
+    Claimed,
+    /// Parked on an interrupt: no lease, no process, a row. [`crate::Store::resolve_interrupt`]
+    /// queues it.
+    Waiting,
+    /// Finished; never claimed again.
+    Done,
+}
+
+impl StepState {
+    /// The stored name (`queued`, `claimed`, `waiting`, `done`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Queued => "queued",
+            StepState::Claimed => "claimed",
+            StepState::Waiting => "waiting",
+            StepState::Done => "done",
+        }
+    }
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => StepState::Queued,
+            "claimed" => StepState::Claimed,
+            "waiting" => StepState::Waiting,
+            "done" => StepState::Done,
+            _ => return None,
+        })
+    }
+}
+
+/// A step as stored.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// Unique across the store.
+    pub step_id: i64,
+    /// Its session.
+    pub session_id: String,
+    /// The state machine's step kind (`RunModel`, `CallTool`, …).
+    pub kind: String,
+    /// The state machine's input for it, exactly as enqueued.
+    pub payload: Box<RawValue>,
+    /// Where it is.
+    pub state: StepState,
+    /// How many times it was claimed (1 on the first claim).
+    pub attempt: i64,
+    /// The fence of its latest claim (0 before the first).
+    pub fence: i64,
+    /// Queued: not before; claimed: the lease's end; else `None` (DB clock, ms).
+    pub due_at: Option<i64>,
+    /// Waiting: the interrupt that queues it.
+    pub interrupt_id: Option<String>,
+    /// Done: the output given to [`Finish::Done`].
+    pub output: Option<Box<RawValue>>,
+}
+
+/// How a new step starts.
+#[derive(Clone, Debug)]
+pub enum StepStart {
+    /// Claimable now.
+    Now,
+    /// Claimable after this delay (DB clock).
+    After(Duration),
+    /// Waiting for the interrupt with this ID (created in the same commit, or earlier).
+    OnInterrupt(String),
+}
+
+/// A step to enqueue in the committing step's session.
+#[derive(Clone, Debug)]
+pub struct NewStep {
+    /// The state machine's step kind.
+    pub kind: String,
+    /// Its input.
+    pub payload: Box<RawValue>,
+    /// When it becomes claimable.
+    pub start: StepStart,
+    /// Enqueue only if the session's log holds an item of kind `.1` after seq `.0` (checked
+    /// inside the transaction). This closes the race between a turn that ends and a user
+    /// message that arrives meanwhile: exactly one of the two enqueues the next step.
+    pub only_if_items_after: Option<(i64, String)>,
+}
+
+impl NewStep {
+    /// A step claimable now, unconditionally.
+    pub fn now(kind: impl Into<String>, payload: Box<RawValue>) -> Self {
+        NewStep { kind: kind.into(), payload, start: StepStart::Now, only_if_items_after: None }
+    }
+}
+
+/// A step a Worker holds: its claim and the fence every write of the attempt is checked against.
+#[derive(Clone, Debug)]
+pub struct Claimed {
+    /// The step, as claimed (`state` is [`StepState::Claimed`]).
+    pub step: Step,
+    /// This claim's fence: a commit or heartbeat with it fails once another claim happened.
+    pub fence: i64,
+    /// The Worker that claimed it.
+    pub worker_id: String,
+    /// The lease's end (DB clock, ms) as of the claim or the last heartbeat.
+    pub lease_until: i64,
+}
+
+/// What happens to the claimed step in a [`Commit`].
+#[derive(Clone, Debug)]
+pub enum Finish {
+    /// The step is done, with this output.
+    Done(Box<RawValue>),
+    /// The attempt failed: queue the step again after the delay; its `attempt` count stays and
+    /// grows at the next claim.
+    Retry(Duration),
+    /// Keep the claim and its lease: write the changes only (e.g. mark a single-attempt call
+    /// `started` before its side effect).
+    Keep,
+}
+
+/// An event to append to a session's stream.
+#[derive(Clone, Debug)]
+pub struct NewEvent {
+    /// E.g. `text_delta`, `tool_call_started`, `interrupt_opened`.
+    pub kind: String,
+    /// The event's JSON, exactly as given.
+    pub payload: Box<RawValue>,
+}
+
+/// An event as stored.
+#[derive(Clone, Debug)]
+pub struct Event {
+    /// Position in the session's stream, from 1; a reader continues with `after = seq`.
+    pub seq: i64,
+    /// See [`NewEvent::kind`].
+    pub kind: String,
+    /// See [`NewEvent::payload`].
+    pub payload: Box<RawValue>,
+    /// The step and fence whose commit appended it (`None` for client calls), so a reader can
+    /// drop the live text of a superseded attempt.
+    pub step: Option<(i64, i64)>,
+    /// When it was appended (DB clock, ms).
+    pub created_at: i64,
+}
+
+/// A pending or resolved human decision.
+#[derive(Clone, Debug)]
+pub struct Interrupt {
+    /// Its session.
+    pub session_id: String,
+    /// Unique within the session.
+    pub interrupt_id: String,
+    /// The state machine's description of the decision asked for.
+    pub request: Box<RawValue>,
+    /// The decision, once resolved.
+    pub resolution: Option<Box<RawValue>>,
+    /// Opened (DB clock, ms).
+    pub created_at: i64,
+    /// Resolved (DB clock, ms).
+    pub resolved_at: Option<i64>,
+}
+
+/// An interrupt to open in a commit.
+#[derive(Clone, Debug)]
+pub struct NewInterrupt {
+    /// Unique within the session.
+    pub interrupt_id: String,
+    /// What is asked.
+    pub request: Box<RawValue>,
+}
+
+/// A tool call record, written whole on every change (`status` is the state machine's).
+#[derive(Clone, Debug)]
+pub struct ToolCallRecord {
+    /// The model's tool use ID.
+    pub tool_call_id: String,
+    /// E.g. `pending_approval`, `started`, `succeeded`, `outcome_unknown`.
+    pub status: String,
+    /// The record's JSON.
+    pub record: Box<RawValue>,
+}
+
+/// Everything one step attempt changes, committed in one transaction checked against the fence.
+#[derive(Clone, Debug)]
+pub struct Commit {
+    /// What happens to the claimed step.
+    pub finish: Finish,
+    /// Appended to the session's item log, in order.
+    pub items: Vec<NewItem>,
+    /// Tool call records to insert or replace.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// Interrupts to open.
+    pub interrupts: Vec<NewInterrupt>,
+    /// Steps to enqueue in the session (at most one may be in flight once the commit is applied).
+    pub steps: Vec<NewStep>,
+    /// The session row's change.
+    pub session: SessionUpdate,
+    /// Appended to the session's event stream, in order.
+    pub events: Vec<NewEvent>,
+}
+
+impl Commit {
+    /// A commit that only finishes the step.
+    pub fn finish(finish: Finish) -> Self {
+        Commit {
+            finish,
+            items: Vec::new(),
+            tool_calls: Vec::new(),
+            interrupts: Vec::new(),
+            steps: Vec::new(),
+            session: SessionUpdate::default(),
+            events: Vec::new(),
+        }
+    }
+}
+
+/// What a commit stored.
+#[derive(Clone, Debug, Default)]
+pub struct CommitReceipt {
+    /// Per [`Commit::items`] entry: its seq, or `None` when its uuid was already stored.
+    pub item_seqs: Vec<Option<i64>>,
+    /// Per [`Commit::events`] entry: its seq.
+    pub event_seqs: Vec<i64>,
+    /// Per [`Commit::steps`] entry: its ID, or `None` when its condition did not hold.
+    pub step_ids: Vec<Option<i64>>,
+}
+
+/// A user message for [`crate::Store::send_user_message`].
+#[derive(Clone, Debug)]
+pub struct UserMessage {
+    /// The session.
+    pub session_id: String,
+    /// The client's idempotency key: the same key and item return the first call's receipt.
+    pub client_key: String,
+    /// The item to append (`{"kind":"user_prompt","text":…}`).
+    pub item: NewItem,
+    /// Enqueued only when the session has no step in flight (no turn runs).
+    pub wake: Option<NewStep>,
+    /// Appended to the session's stream.
+    pub events: Vec<NewEvent>,
+}
+
+/// What [`crate::Store::send_user_message`] stored (or had stored under the same key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageReceipt {
+    /// The item's seq.
+    pub item_seq: i64,
+    /// The wake step's ID, when one was enqueued.
+    pub step_id: Option<i64>,
+    /// `true` when the key had been used before and nothing new was written.
+    pub replayed: bool,
+}
+
+/// A decision for [`crate::Store::resolve_interrupt`].
+#[derive(Clone, Debug)]
+pub struct Resolution {
+    /// The session.
+    pub session_id: String,
+    /// The interrupt.
+    pub interrupt_id: String,
+    /// The client's idempotency key.
+    pub client_key: String,
+    /// The decision's JSON.
+    pub resolution: Box<RawValue>,
+    /// Appended to the session's stream.
+    pub events: Vec<NewEvent>,
+}
+
+/// What [`crate::Store::resolve_interrupt`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolveReceipt {
+    /// The waiting step it queued (`None` if none waited on it).
+    pub step_id: Option<i64>,
+    /// `true` when this key had resolved it before and nothing new was written.
+    pub replayed: bool,
+}
+
+/// Builds a [`RawValue`] from JSON text; a helper for callers and tests.
+///
+/// # Errors
+/// When `text` is not JSON.
+pub fn raw(text: impl Into<String>) -> Result<Box<RawValue>, serde_json::Error> {
+    RawValue::from_string(text.into())
+}
