@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-# A missing CLI must fail the real-CLI tests, never skip them.
+# A missing CLI or PostgreSQL must fail their tests, never skip them.
 export TOLLGATE_REQUIRE_REAL_CLI=1
+export TOLLGATE_REQUIRE_POSTGRES=1
 cargo test --locked
