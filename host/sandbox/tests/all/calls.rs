@@ -6,6 +6,18 @@ use tollgate_test_guests as guests;
 
 use crate::util::{TestServer, ToolsDir};
 
+/// The payments example, allowed to reach `allowed` (`host:port`) and configured with `url`.
+async fn payments(allowed: &str, url: &str) -> tollgate_sandbox::ToolSet {
+    ToolsDir::new()
+        .component("payments", guests::PAYMENTS)
+        .manifest(
+            "payments",
+            &format!("allowed_outbound_hosts = [\"http://{allowed}\"]\n[config]\nPAYMENTS_URL = \"{url}\"\n"),
+        )
+        .load()
+        .await
+}
+
 fn execution(attempt: u32) -> DeferredExecution {
     DeferredExecution::new("session-42", "turn-1", "toolu_01", attempt)
 }
@@ -24,18 +36,7 @@ async fn lookup_order_answers_known_orders_and_reports_unknown_ones_as_tool_erro
 #[tokio::test]
 async fn arguments_that_fail_the_schema_are_refused_before_the_handler_runs() {
     let server = TestServer::start(200, r#"{"refund_id":"r1"}"#).await;
-    let tools = ToolsDir::new()
-        .component("payments", guests::PAYMENTS)
-        .manifest(
-            "payments",
-            &format!(
-                "allowed_outbound_hosts = [\"http://{}\"]\n[config]\nPAYMENTS_URL = \"{}\"\n",
-                server.addr,
-                server.url()
-            ),
-        )
-        .load()
-        .await;
+    let tools = payments(&server.addr.to_string(), &server.url()).await;
     let cases = [
         (r#"{"order_id":"7"}"#, "amount_cents"),
         (r#"{"order_id":"7","amount_cents":0}"#, "minimum"),
@@ -67,18 +68,7 @@ async fn invalid_json_and_unknown_tools_are_refused_by_name() {
 #[tokio::test]
 async fn create_refund_posts_once_with_the_idempotency_key_to_an_allowed_host() {
     let server = TestServer::start(201, r#"{"refund_id":"rf_1","status":"succeeded"}"#).await;
-    let tools = ToolsDir::new()
-        .component("payments", guests::PAYMENTS)
-        .manifest(
-            "payments",
-            &format!(
-                "allowed_outbound_hosts = [\"http://127.0.0.1:{}\"]\n[config]\nPAYMENTS_URL = \"{}\"\n",
-                server.addr.port(),
-                server.url()
-            ),
-        )
-        .load()
-        .await;
+    let tools = payments(&server.addr.to_string(), &server.url()).await;
     let output = tools
         .call(
             "create_refund",
@@ -100,18 +90,7 @@ async fn create_refund_posts_once_with_the_idempotency_key_to_an_allowed_host() 
 async fn create_refund_maps_server_answers_to_errors_the_engine_can_act_on() {
     for (status, check) in [(503u16, "retryable"), (422, "refused")] {
         let server = TestServer::start(status, r#"{"error":"nope"}"#).await;
-        let tools = ToolsDir::new()
-            .component("payments", guests::PAYMENTS)
-            .manifest(
-                "payments",
-                &format!(
-                    "allowed_outbound_hosts = [\"http://{}\"]\n[config]\nPAYMENTS_URL = \"{}\"\n",
-                    server.addr,
-                    server.url()
-                ),
-            )
-            .load()
-            .await;
+        let tools = payments(&server.addr.to_string(), &server.url()).await;
         let result =
             tools.call("create_refund", r#"{"order_id":"7","amount_cents":1}"#, Some(&execution(2))).await;
         match check {
@@ -155,18 +134,7 @@ async fn create_refund_without_its_config_or_outside_a_deferred_step_fails_clean
 async fn create_refund_to_a_host_off_the_allow_list_is_denied_and_never_connects() {
     let allowed = TestServer::start(200, "{}").await;
     let other = TestServer::start(200, "{}").await;
-    let tools = ToolsDir::new()
-        .component("payments", guests::PAYMENTS)
-        .manifest(
-            "payments",
-            &format!(
-                "allowed_outbound_hosts = [\"http://{}\"]\n[config]\nPAYMENTS_URL = \"{}\"\n",
-                allowed.addr,
-                other.url()
-            ),
-        )
-        .load()
-        .await;
+    let tools = payments(&allowed.addr.to_string(), &other.url()).await;
     let error = tools
         .call("create_refund", r#"{"order_id":"7","amount_cents":1}"#, Some(&execution(1)))
         .await
