@@ -9,17 +9,15 @@
 //! one is missing, these tests fail and say so (they never skip).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_sandbox::{CallError, DeferredExecution, ToolSet};
 use tollgate_test_guests as guests;
 
-use crate::util::ToolsDir;
+use crate::util::{TestServer, ToolsDir};
 
 /// The languages built by `scripts/build-guests.sh`.
 const BUILT: [&str; 3] = ["go", "js", "python"];
@@ -84,134 +82,21 @@ fn component(lang: &str, name: &str) -> String {
 
 /// A payments service on 127.0.0.1 that records every request and answers by the order id in
 /// the JSON body: "refuse" → 422, "busy" → 503, anything else → 201 with a refund naming the
-/// idempotency key it got. Reads Content-Length and chunked bodies. Stops when dropped.
-struct Payments {
-    addr: SocketAddr,
-    received: Arc<Mutex<Vec<Request>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Clone, Debug)]
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-}
-
-impl Drop for Payments {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Payments {
-    async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let received = Arc::new(Mutex::new(Vec::new()));
-        let log = received.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let log = log.clone();
-                tokio::spawn(async move {
-                    let Some(request) = read_request(&mut socket).await else { return };
-                    let order = serde_json::from_str::<serde_json::Value>(&request.body)
-                        .ok()
-                        .and_then(|v| v["order_id"].as_str().map(str::to_string))
-                        .unwrap_or_default();
-                    let key = request.header("idempotency-key").unwrap_or("").to_string();
-                    log.lock().unwrap().push(request);
-                    let (status, body) = match order.as_str() {
-                        "refuse" => (422, r#"{"error":"amount exceeds the order total"}"#.to_string()),
-                        "busy" => (503, "busy".to_string()),
-                        _ => (
-                            201,
-                            serde_json::json!({"refund_id": format!("r-{order}"), "key": key}).to_string(),
-                        ),
-                    };
-                    let response = format!(
-                        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(response.as_bytes()).await;
-                });
-            }
-        });
-        Self { addr, received, task }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn take(&self) -> Vec<Request> {
-        std::mem::take(&mut *self.received.lock().unwrap())
-    }
-}
-
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Request> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let read =
-        async |socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8]| -> Option<()> {
-            let n = tokio::time::timeout(Duration::from_secs(10), socket.read(chunk)).await.ok()?.ok()?;
-            if n == 0 {
-                return None;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            Some(())
-        };
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
+/// idempotency key it got. Stops when dropped.
+async fn payments_service() -> TestServer {
+    TestServer::respond_with(|request| {
+        let order = serde_json::from_str::<serde_json::Value>(&request.body)
+            .ok()
+            .and_then(|v| v["order_id"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        let key = request.header("idempotency-key").unwrap_or("").to_string();
+        match order.as_str() {
+            "refuse" => (422, r#"{"error":"amount exceeds the order total"}"#.to_string()),
+            "busy" => (503, "busy".to_string()),
+            _ => (201, serde_json::json!({"refund_id": format!("r-{order}"), "key": key}).to_string()),
         }
-        read(socket, &mut buf, &mut chunk).await?;
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let mut body = buf[head_end + 4..].to_vec();
-    if let Some(length) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        while body.len() < length {
-            let before = buf.len();
-            read(socket, &mut buf, &mut chunk).await?;
-            body.extend_from_slice(&buf[before..]);
-        }
-        body.truncate(length);
-    } else if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        // Read until the last chunk, then decode.
-        while !body.windows(5).any(|w| w == b"0\r\n\r\n") {
-            let before = buf.len();
-            read(socket, &mut buf, &mut chunk).await?;
-            body.extend_from_slice(&buf[before..]);
-        }
-        let mut decoded = Vec::new();
-        let mut rest = &body[..];
-        loop {
-            let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).ok()?.trim(), 16).ok()?;
-            if size == 0 {
-                break;
-            }
-            decoded.extend_from_slice(&rest[line_end + 2..line_end + 2 + size]);
-            rest = &rest[line_end + 2 + size + 2..];
-        }
-        body = decoded;
-    }
-    Some(Request { method, path, headers, body: String::from_utf8_lossy(&body).into_owned() })
+    })
+    .await
 }
 
 fn execution(attempt: u32) -> DeferredExecution {
@@ -252,7 +137,7 @@ fn examples(lang: &str, hosts: &str, config: &str) -> ToolsDir {
 }
 
 /// Runs every scenario against `lang`'s examples and returns (scenario, outcome) pairs.
-async fn scenarios(lang: &str, payments: &Payments) -> Vec<(&'static str, String)> {
+async fn scenarios(lang: &str, payments: &TestServer) -> Vec<(&'static str, String)> {
     let allowed = format!("\"http://{}\"", payments.addr);
     let config = format!("PAYMENTS_URL = \"{}\"\n", payments.url());
     let dir = examples(lang, &allowed, &config);
@@ -402,7 +287,7 @@ fn tool_shapes(tools: &ToolSet) -> BTreeMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_language_gives_the_same_results_for_the_same_calls() {
     built_guests();
-    let payments = Payments::start().await;
+    let payments = payments_service().await;
     let langs = ["rust", "go", "js", "python"];
     let mut results: BTreeMap<&str, Vec<(&str, String)>> = BTreeMap::new();
     let mut shapes = BTreeMap::new();

@@ -77,8 +77,11 @@ impl Received {
     }
 }
 
-/// An HTTP/1.1 server on 127.0.0.1 that records every request and answers with `status` and
-/// `body`. Stops when dropped.
+/// What a [`TestServer`] answers: a status and a body for each request.
+type Responder = dyn Fn(&Received) -> (u16, String) + Send + Sync;
+
+/// An HTTP/1.1 server on 127.0.0.1 that records every request (Content-Length and chunked bodies)
+/// and answers through a responder. Stops when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,
     received: Arc<Mutex<Vec<Received>>>,
@@ -92,14 +95,21 @@ impl Drop for TestServer {
 }
 
 impl TestServer {
+    /// Answers every request with `status` and `body`.
     pub async fn start(status: u16, body: &'static str) -> Self {
+        Self::respond_with(move |_| (status, body.to_string())).await
+    }
+
+    /// Answers each request with what `respond` makes of it.
+    pub async fn respond_with(respond: impl Fn(&Received) -> (u16, String) + Send + Sync + 'static) -> Self {
+        let respond: Arc<Responder> = Arc::new(respond);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let log = received.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
-                let log = log.clone();
+                let (log, respond) = (log.clone(), respond.clone());
                 tokio::spawn(async move {
                     let Some(request) = read_request(&mut socket).await else {
                         log.lock().unwrap().push(Received {
@@ -110,6 +120,7 @@ impl TestServer {
                         });
                         return;
                     };
+                    let (status, body) = respond(&request);
                     log.lock().unwrap().push(request);
                     let response = format!(
                         "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -129,22 +140,32 @@ impl TestServer {
     pub fn received(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
     }
+
+    /// The requests received so far, emptying the record.
+    pub fn take(&self) -> Vec<Received> {
+        std::mem::take(&mut *self.received.lock().unwrap())
+    }
 }
 
 async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
+    let read =
+        async |socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8]| -> Option<()> {
+            let n = tokio::time::timeout(Duration::from_secs(10), socket.read(chunk)).await.ok()?.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            Some(())
+        };
     let head_end = loop {
-        let n = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut chunk)).await.ok()?.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
+            break i;
         }
+        read(socket, &mut buf, &mut chunk).await?;
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
     let mut lines = head.split("\r\n");
     let mut first = lines.next()?.split(' ');
     let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
@@ -152,15 +173,34 @@ async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    let length: usize =
-        headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
-    while buf.len() < head_end + length {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            break;
+    let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let mut body = buf[head_end + 4..].to_vec();
+    if let Some(length) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        while body.len() < length {
+            let before = buf.len();
+            read(socket, &mut buf, &mut chunk).await?;
+            body.extend_from_slice(&buf[before..]);
         }
-        buf.extend_from_slice(&chunk[..n]);
+        body.truncate(length);
+    } else if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        // Read until the last chunk, then decode.
+        while !body.windows(5).any(|w| w == b"0\r\n\r\n") {
+            let before = buf.len();
+            read(socket, &mut buf, &mut chunk).await?;
+            body.extend_from_slice(&buf[before..]);
+        }
+        let mut decoded = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).ok()?.trim(), 16).ok()?;
+            if size == 0 {
+                break;
+            }
+            decoded.extend_from_slice(&rest[line_end + 2..line_end + 2 + size]);
+            rest = &rest[line_end + 2 + size + 2..];
+        }
+        body = decoded;
     }
-    let body = String::from_utf8_lossy(&buf[head_end..]).into_owned();
-    Some(Received { method, path, headers, body })
+    Some(Received { method, path, headers, body: String::from_utf8_lossy(&body).into_owned() })
 }
