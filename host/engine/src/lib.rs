@@ -12,9 +12,13 @@
 //! - [`catalog`]: the custom tools of a segment attempt and how CLI tool names map onto them;
 //! - [`record`]: the durable outcome of a deferred call and the tool result the model sees for it;
 //! - [`texts`]: every text shown to the model, with the seed section each comes from.
+//!
+//! [`session`] is the session state machine around it: what each step result changes and which
+//! step comes next, for the Worker to commit.
 
 pub mod catalog;
 pub mod gate;
 pub mod policy;
 pub mod record;
+pub mod session;
 pub mod texts;

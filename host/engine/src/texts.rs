@@ -111,6 +111,74 @@ named {tool}, so Tollgate cannot tell which one this call means.";
 pub const MCP_CALL_NOT_PERMITTED: &str = "{tool} did not run. Tollgate has no permission decision for \
 this call.";
 
+/// The first line of a turn-failure note.
+///
+/// From `python-adapter-README.md`, "When a turn fails", with the engine's name in the brackets
+/// (the seed's engine writes `[Dex]`; Tollgate is the engine here). The lines and the last
+/// sentence are verbatim.
+pub const TURN_FAILURE_NOTE_HEAD: &str = "[Tollgate] The previous turn failed after these tool calls ran:";
+
+/// The last line of a turn-failure note. Verbatim from the seed.
+pub const TURN_FAILURE_NOTE_TAIL: &str = "Do not repeat these tool calls unless the user asks again.";
+
+/// The turn-failure note stored as a `user_prompt` for the next turn: one line per call with a
+/// final record, `- <tool> <arguments> -> <status>[: <text>]`, arguments written as the seed's
+/// example writes them (`{"message": "draft"}`).
+///
+/// ```
+/// use serde_json::json;
+/// use tollgate_engine::catalog::ToolKind;
+/// use tollgate_engine::record::{Outcome, ToolCallRecord};
+/// use tollgate_engine::texts::turn_failure_note;
+///
+/// let ran = ToolCallRecord::new("toolu_1", "publish", ToolKind::Custom, json!({"message": "draft"}),
+///     Outcome::Succeeded { output: "published draft".into() });
+/// assert_eq!(turn_failure_note(&[ran]), "[Tollgate] The previous turn failed after these tool calls ran:\n\
+///     - publish {\"message\": \"draft\"} -> succeeded: published draft\n\
+///     Do not repeat these tool calls unless the user asks again.");
+/// ```
+pub fn turn_failure_note(records: &[crate::record::ToolCallRecord]) -> String {
+    use crate::record::Outcome;
+    let mut note = String::from(TURN_FAILURE_NOTE_HEAD);
+    for record in records {
+        let detail = match &record.outcome {
+            Outcome::Succeeded { output } => Some(output.clone()),
+            Outcome::Failed { error } => Some(error.clone()),
+            Outcome::Rejected { message } => message.clone().filter(|m| !m.trim().is_empty()),
+            Outcome::OutcomeUnknown => None,
+        };
+        note.push_str(&format!(
+            "\n- {} {} -> {}",
+            record.tool_name,
+            spaced_json(&record.arguments),
+            record.outcome.status()
+        ));
+        if let Some(detail) = detail {
+            note.push_str(": ");
+            note.push_str(&detail);
+        }
+    }
+    note.push('\n');
+    note.push_str(TURN_FAILURE_NOTE_TAIL);
+    note
+}
+
+/// JSON with `, ` and `: ` between tokens (the seed's `json.dumps` form).
+fn spaced_json(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => format!("[{}]", items.iter().map(spaced_json).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter()
+                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), spaced_json(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// Fills `{tool}` in a template with `tool`.
 ///
 /// ```

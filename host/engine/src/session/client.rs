@@ -1,0 +1,85 @@
+//! Client calls: a user message and a decision on an interrupt, as the items, steps and events
+//! the store writes for them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{
+    EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, event_kind, item_kind, raw, step_kind,
+};
+
+/// The longest user message accepted, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// What `send_user_message` writes.
+#[derive(Clone, Debug)]
+pub struct ClientMessage {
+    /// The `user_prompt` item.
+    pub item: NewItem,
+    /// `RunModel` for a new turn, enqueued only when no step is in flight (else the running turn
+    /// picks the message up when it ends).
+    pub wake: NextStep,
+    /// `user_message`.
+    pub events: Vec<NewEvent>,
+}
+
+/// A user message.
+///
+/// # Errors
+/// An empty or over-long text.
+pub fn user_message(text: &str) -> Result<ClientMessage, EngineError> {
+    if text.trim().is_empty() {
+        return Err(EngineError::BadInput { field: "text", reason: "must not be empty".into() });
+    }
+    if text.len() > MAX_MESSAGE_BYTES {
+        return Err(EngineError::BadInput {
+            field: "text",
+            reason: format!("{} bytes is more than the limit of {MAX_MESSAGE_BYTES}", text.len()),
+        });
+    }
+    Ok(ClientMessage {
+        item: NewItem {
+            kind: item_kind::USER_PROMPT,
+            uuid: None,
+            turn_id: None,
+            body: raw(&json!({"kind": "user_prompt", "text": text})),
+        },
+        wake: NextStep {
+            kind: step_kind::RUN_MODEL,
+            payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
+            start: Start::Now,
+            only_if_prompts_after: None,
+        },
+        events: vec![NewEvent { kind: event_kind::USER_MESSAGE, payload: json!({"text": text}) }],
+    })
+}
+
+/// A human decision on a deferred call, as stored in the interrupt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decision {
+    /// Whether the call may run.
+    pub approved: bool,
+    /// The reviewer's words; for a rejection, what the model reads.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// The stored resolution and its `interrupt_resolved` event.
+pub fn resolution(interrupt_id: &str, decision: &Decision) -> (Value, Vec<NewEvent>) {
+    let value = serde_json::to_value(decision).expect("serializes");
+    let event = NewEvent {
+        kind: event_kind::INTERRUPT_RESOLVED,
+        payload: json!({"interrupt_id": interrupt_id, "approved": decision.approved, "message": decision.message}),
+    };
+    (value, vec![event])
+}
+
+/// Reads a stored resolution.
+///
+/// # Errors
+/// Not a [`Decision`].
+pub fn parse_decision(text: &str) -> Result<Decision, EngineError> {
+    serde_json::from_str(text)
+        .map_err(|e| EngineError::Corrupt { what: "interrupt resolution".into(), reason: e.to_string() })
+}

@@ -1,0 +1,570 @@
+//! The session state machine: what each step result changes and which step comes next.
+//!
+//! This module owns the rules of DESIGN.md §2 and the seeds' "How a turn runs", "Effects and
+//! policies" and "When a turn fails": `RunModel` (3 attempts per segment), `AwaitToolApproval`,
+//! `CallTool` (idempotent, 3 attempts under one key, then `outcome_unknown`),
+//! `CallSingleAttemptTool` (one attempt; a claim that finds it started records
+//! `outcome_unknown`) and `ResumeTurn`; queued user messages; turn failure with
+//! `last_turn_error` and the turn-failure note; usage and spend totals. It does no I/O: the Worker
+//! reads the session's rows, asks a function here, and commits the [`Transition`] it gets back in
+//! one transaction.
+//!
+//! Read [`Transition`] first, then the step functions:
+//!
+//! | step | functions |
+//! | --- | --- |
+//! | client calls | [`client::user_message`], [`client::resolution`] |
+//! | `RunModel` | [`turn::plan_run_model`] → run the CLI → [`turn::on_segment`] |
+//! | `AwaitToolApproval` | [`tools::on_approval`] |
+//! | `CallTool`, `CallSingleAttemptTool` | [`tools::begin_tool_step`] → run the tool → [`tools::on_tool_result`] |
+//! | `ResumeTurn` | [`tools::on_resume_turn`] |
+//!
+//! # Stored formats (the seeds' wire contract, "Notes for other languages")
+//!
+//! - A user message item: `{"kind":"user_prompt","text":…}` (item kind `user_prompt`); a
+//!   turn-failure note has the same body under item kind `turn_failure_note`.
+//! - A transcript item: `{"kind":"claude_transcript","session_id":"<uuid>","entries":[…]}` with the
+//!   CLI's entries byte for byte. Tollgate stores one entry per item, keyed by the entry's `uuid`
+//!   (the seeds group entries per API message; the concatenation in order is the same transcript).
+//! - The run state: `{"version":1,"session_id":…,"turn_entries":[…],…}` ([`RunState`]).
+//! - A tool call: [`CallEntry`], whose final form is [`crate::record::ToolCallRecord`]'s JSON.
+
+pub mod client;
+pub mod tools;
+pub mod turn;
+pub mod view;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::catalog::ToolKind;
+use crate::policy::DeferredRun;
+use crate::record::{Outcome, ToolCallRecord};
+
+/// Step kinds, as stored.
+pub mod step_kind {
+    /// Runs one CLI segment.
+    pub const RUN_MODEL: &str = "RunModel";
+    /// Waits, as a row, for a human decision on a deferred call.
+    pub const AWAIT_TOOL_APPROVAL: &str = "AwaitToolApproval";
+    /// Runs an idempotent custom tool call (up to 3 attempts under one key).
+    pub const CALL_TOOL: &str = "CallTool";
+    /// Runs a non-idempotent custom tool call once.
+    pub const CALL_SINGLE_ATTEMPT_TOOL: &str = "CallSingleAttemptTool";
+    /// Starts the resumed segment of a turn whose deferred call has its record.
+    pub const RESUME_TURN: &str = "ResumeTurn";
+}
+
+/// Item kinds, as stored.
+pub mod item_kind {
+    /// A user message: `{"kind":"user_prompt","text":…}`.
+    pub const USER_PROMPT: &str = "user_prompt";
+    /// A turn-failure note: the same body as a user message.
+    pub const TURN_FAILURE_NOTE: &str = "turn_failure_note";
+    /// One CLI transcript entry: `{"kind":"claude_transcript","session_id":…,"entries":[…]}`.
+    pub const CLAUDE_TRANSCRIPT: &str = "claude_transcript";
+}
+
+/// Session statuses, as stored.
+pub mod status {
+    /// No turn runs; the session waits for a user message.
+    pub const IDLE: &str = "idle";
+    /// A turn runs (a segment, a tool call, or one queued).
+    pub const RUNNING: &str = "running";
+    /// A turn waits for a human decision.
+    pub const AWAITING_APPROVAL: &str = "awaiting_approval";
+}
+
+/// Event kinds, as stored; a client groups live text by `(turn_id, step, attempt)`.
+pub mod event_kind {
+    /// A user message arrived.
+    pub const USER_MESSAGE: &str = "user_message";
+    /// A turn's first segment started.
+    pub const TURN_STARTED: &str = "turn_started";
+    /// Text of the main conversation, as it streams.
+    pub const TEXT_DELTA: &str = "text_delta";
+    /// A tool call started (inline, or a deferred call's step).
+    pub const TOOL_CALL_STARTED: &str = "tool_call_started";
+    /// A tool call finished or got its record.
+    pub const TOOL_CALL_FINISHED: &str = "tool_call_finished";
+    /// A deferred call waits for a decision.
+    pub const INTERRUPT_OPENED: &str = "interrupt_opened";
+    /// A decision arrived.
+    pub const INTERRUPT_RESOLVED: &str = "interrupt_resolved";
+    /// A step attempt failed and will run again.
+    pub const ATTEMPT_FAILED: &str = "attempt_failed";
+    /// The turn answered.
+    pub const TURN_COMPLETED: &str = "turn_completed";
+    /// The turn failed; see `last_turn_error`.
+    pub const TURN_FAILED: &str = "turn_failed";
+}
+
+/// Attempts of one segment before its turn fails.
+pub const RUN_MODEL_ATTEMPTS: i64 = 3;
+/// Attempts of an idempotent tool call before it records `outcome_unknown`.
+pub const CALL_TOOL_ATTEMPTS: i64 = 3;
+/// The run state version this build reads and writes.
+pub const RUN_STATE_VERSION: u32 = 1;
+
+/// Limits of a session that the state machine enforces.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Limits {
+    /// No new segment starts once the session spent this much (US dollars, as the CLI reports
+    /// `total_cost_usd`). Checked once per segment, so one segment can overshoot it.
+    pub spend_limit_usd: Option<f64>,
+}
+
+/// Token and call counters, added to the session's totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Input tokens, cache reads and writes included.
+    pub input_tokens: i64,
+    /// Cache reads.
+    pub cached_input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Distinct model calls.
+    pub model_calls: i64,
+}
+
+/// The session's run state, stored as the session row's JSON.
+///
+/// `session_id` and `turn_entries` are the seeds' `FrameworkRunState` of a suspended turn; the
+/// other fields are Tollgate's and default when absent, so an older writer's state still reads.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunState {
+    /// Always [`RUN_STATE_VERSION`].
+    pub version: u32,
+    /// The CLI session of the turn in progress (or of the last one).
+    pub session_id: Option<String>,
+    /// The transcript entries of the turn in progress, byte for byte.
+    pub turn_entries: Vec<Box<RawValue>>,
+    /// The turn in progress.
+    #[serde(default)]
+    pub turn: Option<TurnState>,
+    /// Turns that ended (completed or failed); the next turn is `turn-<turns_ended + 1>`.
+    #[serde(default)]
+    pub turns_ended: u64,
+    /// The highest item seq of a prompt a completed turn answered; later prompts (and notes)
+    /// go to the next turn.
+    #[serde(default)]
+    pub prompts_through: i64,
+    /// Why the last turn failed; cleared when a turn completes.
+    #[serde(default)]
+    pub last_turn_error: Option<String>,
+    /// What the session's segments cost, as the CLI reported (US dollars).
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+/// The turn in progress, once one of its segments ended on a deferred call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnState {
+    /// `turn-<n>`.
+    pub turn_id: String,
+    /// The highest item seq of the prompts this turn answers.
+    pub prompts_upto: i64,
+}
+
+impl Default for RunState {
+    fn default() -> Self {
+        RunState {
+            version: RUN_STATE_VERSION,
+            session_id: None,
+            turn_entries: Vec::new(),
+            turn: None,
+            turns_ended: 0,
+            prompts_through: 0,
+            last_turn_error: None,
+            cost_usd: 0.0,
+        }
+    }
+}
+
+impl RunState {
+    /// Reads a stored run state.
+    ///
+    /// # Errors
+    /// Not a JSON object of this shape, or a `version` newer than this build.
+    pub fn parse(text: &str) -> Result<Self, EngineError> {
+        #[derive(Deserialize)]
+        struct Version {
+            version: Option<Value>,
+        }
+        let version = serde_json::from_str::<Version>(text)
+            .map_err(|e| EngineError::Corrupt { what: "run state".into(), reason: e.to_string() })?
+            .version;
+        match version.as_ref().and_then(Value::as_u64) {
+            Some(v) if v == u64::from(RUN_STATE_VERSION) => {}
+            Some(v) if v > u64::from(RUN_STATE_VERSION) => {
+                return Err(EngineError::FutureVersion { what: "run state".into(), found: v });
+            }
+            _ => {
+                return Err(EngineError::Corrupt {
+                    what: "run state".into(),
+                    reason: format!("`version` must be {RUN_STATE_VERSION}, found {version:?}"),
+                });
+            }
+        }
+        serde_json::from_str(text)
+            .map_err(|e| EngineError::Corrupt { what: "run state".into(), reason: e.to_string() })
+    }
+
+    /// The stored JSON.
+    pub fn to_raw(&self) -> Box<RawValue> {
+        serde_json::value::to_raw_value(self).expect("a run state always serializes")
+    }
+
+    /// The turn id the next new turn gets.
+    pub fn next_turn_id(&self) -> String {
+        format!("turn-{}", self.turns_ended + 1)
+    }
+}
+
+/// Where a deferred call is in its life; the final four are [`Outcome`]s.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CallState {
+    /// Waits for a decision.
+    PendingApproval,
+    /// Approved (or needs none); its tool step is queued.
+    Queued,
+    /// Its tool step started attempt `attempt`; a single-attempt call found here after a crash
+    /// records `outcome_unknown`.
+    Started {
+        /// The attempt that started, from 1.
+        attempt: i64,
+    },
+    /// See [`Outcome::Succeeded`].
+    Succeeded {
+        /// What the tool returned.
+        output: String,
+    },
+    /// See [`Outcome::Failed`].
+    Failed {
+        /// The failure text.
+        error: String,
+    },
+    /// See [`Outcome::Rejected`].
+    Rejected {
+        /// The reviewer's reason.
+        message: Option<String>,
+    },
+    /// See [`Outcome::OutcomeUnknown`].
+    OutcomeUnknown,
+}
+
+impl CallState {
+    /// The stored status name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CallState::PendingApproval => "pending_approval",
+            CallState::Queued => "queued",
+            CallState::Started { .. } => "started",
+            CallState::Succeeded { .. } => "succeeded",
+            CallState::Failed { .. } => "failed",
+            CallState::Rejected { .. } => "rejected",
+            CallState::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+
+    /// The final outcome, once there is one.
+    pub fn outcome(&self) -> Option<Outcome> {
+        Some(match self {
+            CallState::Succeeded { output } => Outcome::Succeeded { output: output.clone() },
+            CallState::Failed { error } => Outcome::Failed { error: error.clone() },
+            CallState::Rejected { message } => Outcome::Rejected { message: message.clone() },
+            CallState::OutcomeUnknown => Outcome::OutcomeUnknown,
+            CallState::PendingApproval | CallState::Queued | CallState::Started { .. } => return None,
+        })
+    }
+}
+
+impl From<Outcome> for CallState {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded { output } => CallState::Succeeded { output },
+            Outcome::Failed { error } => CallState::Failed { error },
+            Outcome::Rejected { message } => CallState::Rejected { message },
+            Outcome::OutcomeUnknown => CallState::OutcomeUnknown,
+        }
+    }
+}
+
+/// A deferred tool call as stored: the record's fields, where it runs, and its state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallEntry {
+    /// The model's tool use ID.
+    pub tool_call_id: String,
+    /// A custom tool's own name, or a CLI tool's CLI name.
+    pub tool_name: String,
+    /// Which side runs it.
+    pub kind: ToolKind,
+    /// The input it runs with.
+    pub arguments: Value,
+    /// The turn that made it.
+    pub turn_id: String,
+    /// Whether it waits for a decision first.
+    pub requires_approval: bool,
+    /// Where it runs once approved.
+    pub runs_in: DeferredRun,
+    /// Where it is.
+    #[serde(flatten)]
+    pub state: CallState,
+}
+
+impl CallEntry {
+    /// Reads a stored call.
+    ///
+    /// # Errors
+    /// Not a call of this shape.
+    pub fn parse(text: &str) -> Result<Self, EngineError> {
+        serde_json::from_str(text)
+            .map_err(|e| EngineError::Corrupt { what: "tool call record".into(), reason: e.to_string() })
+    }
+
+    /// The stored JSON.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a call always serializes")
+    }
+
+    /// The record the gate replays, once the call is final.
+    pub fn record(&self) -> Option<ToolCallRecord> {
+        Some(ToolCallRecord::new(
+            self.tool_call_id.clone(),
+            self.tool_name.clone(),
+            self.kind,
+            self.arguments.clone(),
+            self.state.outcome()?,
+        ))
+    }
+
+    /// `<session>/<turn>/<tool call>`: the key every attempt of the call runs under.
+    pub fn idempotency_key(&self, session_id: &str) -> String {
+        format!("{session_id}/{}/{}", self.turn_id, self.tool_call_id)
+    }
+
+    fn with_state(&self, state: CallState) -> CallEntry {
+        CallEntry { state, ..self.clone() }
+    }
+}
+
+/// A step payload that names a turn and one of its deferred calls.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallStep {
+    /// The turn.
+    pub turn_id: String,
+    /// The deferred call.
+    pub tool_call_id: String,
+}
+
+/// `RunModel`'s payload: a new turn (`{}`), or the resumed segment of `turn_id` whose deferred
+/// call `resume` has its record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunModelStep {
+    /// The turn being resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    /// The deferred call the resumed segment replays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
+}
+
+/// A stored step, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepInput {
+    /// See [`step_kind::RUN_MODEL`].
+    RunModel(RunModelStep),
+    /// See [`step_kind::AWAIT_TOOL_APPROVAL`].
+    AwaitToolApproval(CallStep),
+    /// See [`step_kind::CALL_TOOL`].
+    CallTool(CallStep),
+    /// See [`step_kind::CALL_SINGLE_ATTEMPT_TOOL`].
+    CallSingleAttemptTool(CallStep),
+    /// See [`step_kind::RESUME_TURN`].
+    ResumeTurn(CallStep),
+}
+
+impl StepInput {
+    /// Parses a stored step's kind and payload.
+    ///
+    /// # Errors
+    /// An unknown kind or a payload of the wrong shape.
+    pub fn parse(kind: &str, payload: &str) -> Result<Self, EngineError> {
+        let corrupt = |e: serde_json::Error| EngineError::Corrupt {
+            what: format!("{kind} step payload"),
+            reason: e.to_string(),
+        };
+        Ok(match kind {
+            step_kind::RUN_MODEL => StepInput::RunModel(serde_json::from_str(payload).map_err(corrupt)?),
+            step_kind::AWAIT_TOOL_APPROVAL => {
+                StepInput::AwaitToolApproval(serde_json::from_str(payload).map_err(corrupt)?)
+            }
+            step_kind::CALL_TOOL => StepInput::CallTool(serde_json::from_str(payload).map_err(corrupt)?),
+            step_kind::CALL_SINGLE_ATTEMPT_TOOL => {
+                StepInput::CallSingleAttemptTool(serde_json::from_str(payload).map_err(corrupt)?)
+            }
+            step_kind::RESUME_TURN => StepInput::ResumeTurn(serde_json::from_str(payload).map_err(corrupt)?),
+            other => return Err(EngineError::UnknownStep { kind: other.to_owned() }),
+        })
+    }
+}
+
+/// What happens to the step that produced a [`Transition`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Finish {
+    /// Done, with this output.
+    Done(Value),
+    /// Run it again after this delay.
+    Retry(Duration),
+    /// Keep holding it (changes written before a side effect).
+    Keep,
+}
+
+/// When a new step becomes claimable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Now.
+    Now,
+    /// When the interrupt with this id is resolved.
+    OnInterrupt(String),
+}
+
+/// A step to enqueue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NextStep {
+    /// Its kind (see [`step_kind`]).
+    pub kind: &'static str,
+    /// Its payload.
+    pub payload: Value,
+    /// When it becomes claimable.
+    pub start: Start,
+    /// Enqueue only if the session holds a `user_prompt` item after this seq (a queued message
+    /// starts the next turn; the store checks this inside the commit).
+    pub only_if_prompts_after: Option<i64>,
+}
+
+/// An item to append to the session's log.
+#[derive(Clone, Debug)]
+pub struct NewItem {
+    /// Its kind (see [`item_kind`]).
+    pub kind: &'static str,
+    /// A transcript entry's uuid.
+    pub uuid: Option<String>,
+    /// The turn it belongs to.
+    pub turn_id: Option<String>,
+    /// Its JSON, byte for byte.
+    pub body: Box<RawValue>,
+}
+
+/// An interrupt to open.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewInterrupt {
+    /// Its id (the deferred call's tool use ID).
+    pub interrupt_id: String,
+    /// What is asked: `{"type":"tool_approval","turn_id",…,"tool_name","arguments",…}`.
+    pub request: Value,
+}
+
+/// An event to append.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewEvent {
+    /// Its kind (see [`event_kind`]).
+    pub kind: &'static str,
+    /// Its JSON.
+    pub payload: Value,
+}
+
+/// Everything a step result changes, committed in one transaction with the step's fence.
+#[derive(Clone, Debug)]
+pub struct Transition {
+    /// What happens to the step.
+    pub finish: Finish,
+    /// Items to append.
+    pub items: Vec<NewItem>,
+    /// Tool calls to write (whole).
+    pub calls: Vec<CallEntry>,
+    /// Interrupts to open.
+    pub interrupts: Vec<NewInterrupt>,
+    /// Steps to enqueue.
+    pub steps: Vec<NextStep>,
+    /// The session's new status.
+    pub status: Option<&'static str>,
+    /// The session's new run state.
+    pub run_state: Option<RunState>,
+    /// Added to the session's usage totals.
+    pub usage: Usage,
+    /// Events to append.
+    pub events: Vec<NewEvent>,
+}
+
+impl Transition {
+    fn new(finish: Finish) -> Self {
+        Transition {
+            finish,
+            items: Vec::new(),
+            calls: Vec::new(),
+            interrupts: Vec::new(),
+            steps: Vec::new(),
+            status: None,
+            run_state: None,
+            usage: Usage::default(),
+            events: Vec::new(),
+        }
+    }
+
+    fn event(mut self, kind: &'static str, payload: Value) -> Self {
+        self.events.push(NewEvent { kind, payload });
+        self
+    }
+}
+
+/// A stored row the state machine cannot use. The step that found it is not run; the row stays
+/// as it is.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The row is not what Tollgate writes.
+    #[error("the {what} is corrupt: {reason}")]
+    Corrupt {
+        /// Which row.
+        what: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The row was written by a newer Tollgate.
+    #[error("the {what} has version {found}, newer than this Tollgate reads ({RUN_STATE_VERSION})")]
+    FutureVersion {
+        /// Which row.
+        what: String,
+        /// Its version.
+        found: u64,
+    },
+    /// A step kind this build does not know.
+    #[error("unknown step kind `{kind}`")]
+    UnknownStep {
+        /// The kind.
+        kind: String,
+    },
+    /// The rows disagree with each other (a step for a call that does not exist, …).
+    #[error("inconsistent session: {0}")]
+    Inconsistent(String),
+    /// A client call with bad input.
+    #[error("{field}: {reason}")]
+    BadInput {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn raw(value: &impl Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).expect("engine values always serialize")
+}
+
+#[cfg(test)]
+mod tests;

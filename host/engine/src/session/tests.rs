@@ -1,0 +1,478 @@
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::client::{Decision, user_message};
+use super::tools::{Begin, ToolRun, begin_tool_step, on_approval, on_resume_turn, on_tool_result};
+use super::turn::{HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, on_segment, plan_run_model};
+use super::view::messages;
+use super::*;
+use crate::gate::DeferredCall;
+use crate::policy::{Effect, Handling, ToolPolicy};
+
+fn prompt(seq: i64, text: &str) -> (i64, &'static str, String) {
+    (seq, item_kind::USER_PROMPT, json!({"kind": "user_prompt", "text": text}).to_string())
+}
+
+fn items<'a>(rows: &'a [(i64, &'static str, String)]) -> Vec<HistoryItem<'a>> {
+    rows.iter().map(|(seq, kind, body)| HistoryItem { seq: *seq, kind, body }).collect()
+}
+
+fn entry(text: &str) -> Box<RawValue> {
+    RawValue::from_string(text.to_owned()).unwrap()
+}
+
+fn plan(
+    step: &RunModelStep,
+    attempt: i64,
+    state: &RunState,
+    rows: &[(i64, &'static str, String)],
+    calls: &[CallEntry],
+) -> Plan {
+    plan_run_model(step, attempt, state, &items(rows), calls, &Limits::default()).unwrap()
+}
+
+fn run_of(plan: Plan) -> SegmentRun {
+    match plan {
+        Plan::Run(run) => *run,
+        Plan::Finish(t) => panic!("expected a segment, got {t:?}"),
+    }
+}
+
+fn deferred(tool: &str, effect: Effect, runs_in: DeferredRun, requires_approval: bool) -> DeferredCall {
+    DeferredCall {
+        tool_use_id: "toolu_1".into(),
+        tool_name: tool.into(),
+        kind: ToolKind::Custom,
+        arguments: json!({"order_id": "7"}),
+        policy: ToolPolicy { effect, requires_approval },
+        handling: Handling::Deferred { requires_approval, runs_in },
+    }
+}
+
+fn defer(state: &RunState, call: DeferredCall) -> (SegmentRun, Transition) {
+    let rows = [prompt(1, "refund order 7")];
+    let run = run_of(plan(&RunModelStep::default(), 1, state, &rows, &[]));
+    let t = on_segment(
+        &run,
+        state,
+        &[],
+        SegmentResult::Deferred {
+            session_id: "cli-1".into(),
+            call,
+            entries: vec![
+                entry(r#"{"type":"user","uuid":"u1"}"#),
+                entry(r#"{"type":"assistant","uuid":"a1"}"#),
+            ],
+            usage: Usage { input_tokens: 10, cached_input_tokens: 0, output_tokens: 5, model_calls: 1 },
+            cost_usd: Some(0.01),
+        },
+    );
+    (run, t)
+}
+
+#[test]
+fn a_new_turn_sends_every_prompt_no_completed_turn_answered() {
+    let state = RunState { prompts_through: 1, ..RunState::default() };
+    let rows = [prompt(1, "old"), prompt(2, "first"), prompt(3, "second")];
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &rows, &[]));
+    assert_eq!(run.turn_id, "turn-1");
+    assert_eq!(run.prompts_upto, 3);
+    match run.start {
+        PlannedStart::Fresh { prompts } => assert_eq!(prompts, ["first", "second"]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_wake_with_no_new_prompt_finishes_without_a_segment() {
+    let state = RunState { prompts_through: 1, ..RunState::default() };
+    match plan(&RunModelStep::default(), 1, &state, &[prompt(1, "answered")], &[]) {
+        Plan::Finish(t) => assert!(t.steps.is_empty() && t.run_state.is_none()),
+        Plan::Run(run) => panic!("ran {run:?}"),
+    }
+}
+
+#[test]
+fn a_completed_segment_stores_each_entry_byte_for_byte_and_queues_the_next_turn_conditionally() {
+    let state = RunState::default();
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &[prompt(1, "hi")], &[]));
+    let spaced =
+        r#"{"type":"assistant", "uuid":"a1","message":{"content":[{"type":"text","text":"hello"}]}}"#;
+    let t = on_segment(
+        &run,
+        &state,
+        &[],
+        SegmentResult::Completed {
+            session_id: "cli-1".into(),
+            result: "hello".into(),
+            entries: vec![entry(r#"{"type":"user","uuid":"u1"}"#), entry(spaced)],
+            usage: Usage { input_tokens: 3, cached_input_tokens: 1, output_tokens: 2, model_calls: 1 },
+            cost_usd: Some(0.5),
+        },
+    );
+    assert_eq!(t.finish, Finish::Done(json!({"outcome": "completed"})));
+    assert_eq!(t.items.len(), 2);
+    assert_eq!(t.items[1].uuid.as_deref(), Some("a1"));
+    assert_eq!(
+        t.items[1].body.get(),
+        format!(r#"{{"kind":"claude_transcript","session_id":"cli-1","entries":[{spaced}]}}"#)
+    );
+    let next = t.run_state.unwrap();
+    assert_eq!((next.prompts_through, next.turns_ended, next.cost_usd), (1, 1, 0.5));
+    assert!(next.turn.is_none() && next.turn_entries.is_empty());
+    assert_eq!(t.status, Some(status::IDLE));
+    assert_eq!(t.steps[0].kind, step_kind::RUN_MODEL);
+    assert_eq!(t.steps[0].only_if_prompts_after, Some(1));
+    assert_eq!(t.usage.model_calls, 1);
+}
+
+#[test]
+fn the_next_turn_resumes_the_stored_transcript_with_its_prompt() {
+    let state = RunState { prompts_through: 1, turns_ended: 1, ..RunState::default() };
+    let transcript =
+        r#"{"kind":"claude_transcript","session_id":"cli-1","entries":[{"type":"assistant","uuid":"a1"}]}"#;
+    let rows =
+        [prompt(1, "hi"), (2, item_kind::CLAUDE_TRANSCRIPT, transcript.to_owned()), prompt(3, "again")];
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &rows, &[]));
+    assert_eq!(run.turn_id, "turn-2");
+    match run.start {
+        PlannedStart::NewTurn { session_id, entries, prompts } => {
+            assert_eq!(session_id, "cli-1");
+            assert_eq!(
+                entries.iter().map(|e| e.get()).collect::<Vec<_>>(),
+                [r#"{"type":"assistant","uuid":"a1"}"#]
+            );
+            assert_eq!(prompts, ["again"]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_write_that_needs_approval_waits_as_a_row_on_its_interrupt() {
+    let (_, t) = defer(
+        &RunState::default(),
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
+    );
+    assert_eq!(t.status, Some(status::AWAITING_APPROVAL));
+    assert_eq!(t.interrupts[0].interrupt_id, "toolu_1");
+    assert_eq!(t.interrupts[0].request["tool_name"], "create_refund");
+    assert_eq!(t.interrupts[0].request["arguments"], json!({"order_id": "7"}));
+    assert_eq!(t.steps[0].kind, step_kind::AWAIT_TOOL_APPROVAL);
+    assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_1".into()));
+    assert_eq!(t.calls[0].state, CallState::PendingApproval);
+    let next = t.run_state.unwrap();
+    assert_eq!(next.turn, Some(TurnState { turn_id: "turn-1".into(), prompts_upto: 1 }));
+    assert_eq!(next.session_id.as_deref(), Some("cli-1"));
+    assert_eq!(next.turn_entries.len(), 2);
+    assert!(t.events.iter().any(|e| e.kind == event_kind::INTERRUPT_OPENED));
+}
+
+#[test]
+fn an_approval_free_idempotent_write_goes_straight_to_call_tool() {
+    let (_, t) = defer(
+        &RunState::default(),
+        deferred("create_refund", Effect::IdempotentWrite, DeferredRun::CallTool, false),
+    );
+    assert!(t.interrupts.is_empty());
+    assert_eq!(t.steps[0].kind, step_kind::CALL_TOOL);
+    assert_eq!(t.calls[0].state, CallState::Queued);
+    assert_eq!(t.status, Some(status::RUNNING));
+}
+
+fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
+    CallEntry {
+        tool_call_id: "toolu_1".into(),
+        tool_name: if kind == ToolKind::Cli { "Bash".into() } else { "create_refund".into() },
+        kind,
+        arguments: json!({"order_id": "7"}),
+        turn_id: "turn-1".into(),
+        requires_approval: true,
+        runs_in,
+        state: CallState::PendingApproval,
+    }
+}
+
+#[test]
+fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
+    let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
+    let t = on_approval(&call, &Decision { approved: false, message: Some("not this order".into()) });
+    assert_eq!(t.calls[0].state, CallState::Rejected { message: Some("not this order".into()) });
+    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
+    let resumed = on_resume_turn(&CallStep { turn_id: "turn-1".into(), tool_call_id: "toolu_1".into() });
+    assert_eq!(resumed.steps[0].kind, step_kind::RUN_MODEL);
+    assert_eq!(resumed.steps[0].payload, json!({"turn_id": "turn-1", "resume": "toolu_1"}));
+}
+
+#[test]
+fn an_approved_cli_tool_records_the_approved_cli_tool_output() {
+    let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
+    let t = on_approval(&call, &Decision { approved: true, message: None });
+    assert_eq!(
+        t.calls[0].state,
+        CallState::Succeeded { output: crate::texts::APPROVED_CLI_TOOL_OUTPUT.into() }
+    );
+    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
+}
+
+#[test]
+fn an_approved_single_attempt_write_is_marked_started_before_it_runs_and_never_runs_twice() {
+    let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
+    let approved = on_approval(&call, &Decision { approved: true, message: None });
+    assert_eq!(approved.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
+    let queued = approved.calls[0].clone();
+    let Begin::Run { idempotency_key, attempt, mark_started } = begin_tool_step("s-1", true, 1, &queued)
+    else {
+        panic!("the first claim runs the tool");
+    };
+    assert_eq!((idempotency_key.as_str(), attempt), ("s-1/turn-1/toolu_1", 1));
+    assert_eq!(mark_started.finish, Finish::Keep);
+    let started = mark_started.calls[0].clone();
+    assert_eq!(started.state, CallState::Started { attempt: 1 });
+    // The Worker died after the mark: the next claim records outcome_unknown and resumes.
+    let Begin::Finish(t) = begin_tool_step("s-1", true, 2, &started) else { panic!("must not run again") };
+    assert_eq!(t.calls[0].state, CallState::OutcomeUnknown);
+    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
+    // A Worker that died before the mark may run it: nothing started.
+    assert!(matches!(begin_tool_step("s-1", true, 2, &queued), Begin::Run { .. }));
+}
+
+#[test]
+fn a_single_attempt_write_that_errors_is_outcome_unknown_at_once() {
+    let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
+    let t = on_tool_result(true, 1, &call, ToolRun::Error { message: "trap".into() });
+    assert_eq!(t.calls[0].state, CallState::OutcomeUnknown);
+}
+
+#[test]
+fn an_idempotent_write_retries_under_one_key_then_records_outcome_unknown() {
+    let call =
+        CallEntry { state: CallState::Queued, ..pending_call(DeferredRun::CallTool, ToolKind::Custom) };
+    for attempt in 1..CALL_TOOL_ATTEMPTS {
+        let Begin::Run { idempotency_key, .. } = begin_tool_step("s-1", false, attempt, &call) else {
+            panic!()
+        };
+        assert_eq!(idempotency_key, "s-1/turn-1/toolu_1");
+        let t = on_tool_result(false, attempt, &call, ToolRun::Error { message: "503".into() });
+        assert!(matches!(t.finish, Finish::Retry(_)), "attempt {attempt}: {t:?}");
+    }
+    let t = on_tool_result(false, CALL_TOOL_ATTEMPTS, &call, ToolRun::Error { message: "503".into() });
+    assert_eq!(t.calls[0].state, CallState::OutcomeUnknown);
+    // Claimed a fourth time after crashes: no run at all.
+    let started = CallEntry { state: CallState::Started { attempt: 3 }, ..call };
+    assert!(matches!(begin_tool_step("s-1", false, 4, &started), Begin::Finish(_)));
+    // Crashed mid-call before the limit: runs again with the same key.
+    assert!(matches!(begin_tool_step("s-1", false, 2, &started), Begin::Run { attempt: 2, .. }));
+}
+
+#[test]
+fn tool_results_become_records() {
+    let call = pending_call(DeferredRun::CallTool, ToolKind::Custom);
+    let ok = on_tool_result(false, 1, &call, ToolRun::Output { text: "r_1".into(), is_error: false });
+    assert_eq!(ok.calls[0].state, CallState::Succeeded { output: "r_1".into() });
+    let refused = on_tool_result(false, 1, &call, ToolRun::Output { text: "no".into(), is_error: true });
+    assert_eq!(refused.calls[0].state, CallState::Failed { error: "no".into() });
+    let invalid =
+        on_tool_result(true, 1, &call, ToolRun::Refused { message: "Input validation error: x".into() });
+    assert_eq!(invalid.calls[0].state, CallState::Failed { error: "Input validation error: x".into() });
+}
+
+#[test]
+fn the_resumed_segment_replays_the_record_over_the_transcript_and_the_turn_entries() {
+    let (_, deferred_t) = defer(
+        &RunState::default(),
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
+    );
+    let state = deferred_t.run_state.unwrap();
+    let call =
+        CallEntry { state: CallState::Succeeded { output: "r_1".into() }, ..deferred_t.calls[0].clone() };
+    let step = RunModelStep { turn_id: Some("turn-1".into()), resume: Some("toolu_1".into()) };
+    let run = run_of(plan(&step, 1, &state, &[prompt(1, "refund order 7")], std::slice::from_ref(&call)));
+    match &run.start {
+        PlannedStart::ResumeCall { session_id, entries, pending } => {
+            assert_eq!(session_id, "cli-1");
+            assert_eq!(entries.len(), 2);
+            assert_eq!(pending.outcome, crate::record::Outcome::Succeeded { output: "r_1".into() });
+        }
+        other => panic!("{other:?}"),
+    }
+    // The answer stores the turn's earlier entries and the new ones.
+    let t = on_segment(
+        &run,
+        &state,
+        &[call],
+        SegmentResult::Completed {
+            session_id: "cli-1".into(),
+            result: "refunded".into(),
+            entries: vec![entry(r#"{"type":"assistant","uuid":"a2"}"#)],
+            usage: Usage::default(),
+            cost_usd: None,
+        },
+    );
+    let uuids: Vec<_> = t.items.iter().map(|i| i.uuid.clone().unwrap()).collect();
+    assert_eq!(uuids, ["u1", "a1", "a2"]);
+}
+
+#[test]
+fn a_failing_segment_retries_then_fails_the_turn_and_leaves_a_note_for_the_next_prompt() {
+    let (_, deferred_t) = defer(
+        &RunState::default(),
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
+    );
+    let state = deferred_t.run_state.unwrap();
+    let call =
+        CallEntry { state: CallState::Succeeded { output: "r_1".into() }, ..deferred_t.calls[0].clone() };
+    let calls = [call];
+    let step = RunModelStep { turn_id: Some("turn-1".into()), resume: Some("toolu_1".into()) };
+    let rows = [prompt(1, "refund order 7")];
+    let failed = || SegmentResult::Failed { error: "CLI error result".into(), retryable: true };
+    for attempt in 1..RUN_MODEL_ATTEMPTS {
+        let run = run_of(plan(&step, attempt, &state, &rows, &calls));
+        let t = on_segment(&run, &state, &calls, failed());
+        assert!(matches!(t.finish, Finish::Retry(_)));
+        assert!(t.run_state.is_none(), "a retry changes no state");
+    }
+    let run = run_of(plan(&step, RUN_MODEL_ATTEMPTS, &state, &rows, &calls));
+    let t = on_segment(&run, &state, &calls, failed());
+    let next = t.run_state.clone().unwrap();
+    assert_eq!(next.last_turn_error.as_deref(), Some("CLI error result"));
+    assert!(next.turn.is_none() && next.turn_entries.is_empty());
+    assert_eq!(next.prompts_through, 0, "the failed prompt goes to the next turn");
+    assert_eq!(t.items.len(), 1, "no transcript of a failed turn, only the note");
+    assert_eq!(t.items[0].kind, item_kind::TURN_FAILURE_NOTE);
+    assert_eq!(
+        t.items[0].body.get(),
+        json!({"kind": "user_prompt", "text": "[Tollgate] The previous turn failed after these tool calls ran:\n\
+            - create_refund {\"order_id\": \"7\"} -> succeeded: r_1\n\
+            Do not repeat these tool calls unless the user asks again."})
+        .to_string()
+    );
+    assert!(t.events.iter().any(|e| e.kind == event_kind::TURN_FAILED));
+    // The next turn sends the failed prompt, the note and its own prompt.
+    let rows = [
+        prompt(1, "refund order 7"),
+        (2, item_kind::TURN_FAILURE_NOTE, t.items[0].body.get().to_owned()),
+        prompt(3, "and?"),
+    ];
+    let run = run_of(plan(&RunModelStep::default(), 1, &next, &rows, &calls));
+    assert_eq!(run.turn_id, "turn-2");
+    match run.start {
+        PlannedStart::Fresh { prompts } => {
+            assert_eq!(prompts.len(), 3);
+            assert!(prompts[1].starts_with("[Tollgate] The previous turn failed"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_failure_that_cannot_succeed_fails_the_turn_at_once_without_a_note_when_nothing_ran() {
+    let state = RunState::default();
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &[prompt(1, "hi")], &[]));
+    let t = on_segment(
+        &run,
+        &state,
+        &[],
+        SegmentResult::Failed { error: "bad options".into(), retryable: false },
+    );
+    assert!(t.items.is_empty());
+    assert_eq!(t.run_state.unwrap().last_turn_error.as_deref(), Some("bad options"));
+}
+
+#[test]
+fn a_segment_claimed_past_its_attempts_fails_the_turn_without_running() {
+    let state = RunState::default();
+    match plan(&RunModelStep::default(), RUN_MODEL_ATTEMPTS + 1, &state, &[prompt(1, "hi")], &[]) {
+        Plan::Finish(t) => assert!(t.run_state.unwrap().last_turn_error.unwrap().contains("3 attempts")),
+        Plan::Run(_) => panic!("must not run"),
+    }
+}
+
+#[test]
+fn the_spend_limit_stops_new_segments() {
+    let state = RunState { cost_usd: 1.5, ..RunState::default() };
+    let limits = Limits { spend_limit_usd: Some(1.0) };
+    let rows = [prompt(1, "hi")];
+    match plan_run_model(&RunModelStep::default(), 1, &state, &items(&rows), &[], &limits).unwrap() {
+        Plan::Finish(t) => assert!(t.run_state.unwrap().last_turn_error.unwrap().contains("spend limit")),
+        Plan::Run(_) => panic!("must not run"),
+    }
+}
+
+#[test]
+fn a_future_or_corrupt_run_state_is_refused_by_name() {
+    assert!(matches!(
+        RunState::parse(r#"{"version":2,"x":1}"#),
+        Err(EngineError::FutureVersion { found: 2, .. })
+    ));
+    let corrupt = RunState::parse(r#"{"version":1,"turn_entries":"no"}"#).unwrap_err();
+    assert!(corrupt.to_string().contains("run state is corrupt"), "{corrupt}");
+    assert!(RunState::parse("[]").is_err());
+    let state = RunState::parse(RunState::default().to_raw().get()).unwrap();
+    assert_eq!(state.version, 1);
+}
+
+#[test]
+fn the_run_state_keeps_the_seed_fields_and_entry_bytes() {
+    let state = RunState {
+        session_id: Some("cli-1".into()),
+        turn_entries: vec![entry(r#"{"uuid": "u1",  "type":"user"}"#)],
+        ..RunState::default()
+    };
+    let text = state.to_raw().get().to_owned();
+    assert!(
+        text.starts_with(
+            r#"{"version":1,"session_id":"cli-1","turn_entries":[{"uuid": "u1",  "type":"user"}]"#
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn user_messages_must_have_text() {
+    assert!(user_message("  ").is_err());
+    let message = user_message("Refund order 7").unwrap();
+    assert_eq!(message.item.body.get(), r#"{"kind":"user_prompt","text":"Refund order 7"}"#);
+    assert_eq!(message.wake.kind, step_kind::RUN_MODEL);
+}
+
+#[test]
+fn stored_steps_parse_by_kind() {
+    assert_eq!(StepInput::parse("RunModel", "{}").unwrap(), StepInput::RunModel(RunModelStep::default()));
+    assert!(
+        StepInput::parse("CallTool", r#"{"turn_id":"t"}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("CallTool step payload")
+    );
+    assert!(matches!(StepInput::parse("Nope", "{}"), Err(EngineError::UnknownStep { .. })));
+}
+
+#[test]
+fn a_call_entry_in_its_final_state_is_the_record_wire_format_plus_its_step_fields() {
+    let call = CallEntry {
+        state: CallState::Succeeded { output: "r_1".into() },
+        ..pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom)
+    };
+    let value = call.to_value();
+    let record: crate::record::ToolCallRecord = serde_json::from_value(value.clone()).unwrap();
+    assert_eq!(record.outcome, crate::record::Outcome::Succeeded { output: "r_1".into() });
+    assert_eq!(CallEntry::parse(&value.to_string()).unwrap(), call);
+}
+
+#[test]
+fn the_conversation_view_shows_prompts_and_answers_as_text() {
+    let transcript = json!({"kind": "claude_transcript", "session_id": "c", "entries": [
+        {"type": "user", "message": {"role": "user", "content": "hi"}},
+        {"type": "assistant", "message": {"id": "m1", "content": [{"type": "text", "text": "hello"}]}},
+        {"type": "assistant", "message": {"id": "m1", "content": [{"type": "tool_use", "name": "x"}]}},
+        {"type": "user", "isMeta": true, "message": {"content": "Continue from where you left off."}},
+        {"type": "user", "message": {"content": [{"type": "tool_result", "content": "x"}]}},
+    ]})
+    .to_string();
+    let rows = [prompt(1, "hi"), (2, item_kind::CLAUDE_TRANSCRIPT, transcript), prompt(3, "queued")];
+    let state = RunState { prompts_through: 1, ..RunState::default() };
+    let shown = messages(&items(&rows), &state);
+    let pairs: Vec<_> = shown.iter().map(|m| (m.role, m.text.as_str(), m.pending)).collect();
+    assert_eq!(pairs, [("user", "hi", false), ("assistant", "hello", false), ("user", "queued", true)]);
+}

@@ -1,0 +1,191 @@
+//! The steps of a deferred call: `AwaitToolApproval`, `CallTool`, `CallSingleAttemptTool` and
+//! `ResumeTurn`.
+
+use serde_json::{Value, json};
+
+use super::client::Decision;
+use super::{
+    CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, Start, Transition,
+    event_kind, status, step_kind,
+};
+use crate::catalog::ToolKind;
+use crate::policy::DeferredRun;
+use crate::record::Outcome;
+
+/// The step that runs an approved (or approval-free) deferred call.
+pub(super) fn tool_step(call: &CallEntry, payload: Value) -> NextStep {
+    let kind = match (call.kind, call.runs_in) {
+        (ToolKind::Cli, _) | (_, DeferredRun::ResumedSegment) => step_kind::RESUME_TURN,
+        (ToolKind::Custom, DeferredRun::CallSingleAttemptTool) => step_kind::CALL_SINGLE_ATTEMPT_TOOL,
+        (ToolKind::Custom, DeferredRun::CallTool) => step_kind::CALL_TOOL,
+    };
+    NextStep { kind, payload, start: Start::Now, only_if_prompts_after: None }
+}
+
+fn call_step(call: &CallEntry) -> Value {
+    serde_json::to_value(CallStep { turn_id: call.turn_id.clone(), tool_call_id: call.tool_call_id.clone() })
+        .expect("serializes")
+}
+
+/// The call gets its final outcome; `ResumeTurn` follows.
+fn record(call: &CallEntry, outcome: Outcome) -> Transition {
+    let mut t = Transition::new(Finish::Done(json!({"status": outcome.status()})));
+    let finished = call.with_state(outcome.into());
+    t.steps.push(NextStep {
+        kind: step_kind::RESUME_TURN,
+        payload: call_step(call),
+        start: Start::Now,
+        only_if_prompts_after: None,
+    });
+    t.status = Some(status::RUNNING);
+    t = t.event(
+        event_kind::TOOL_CALL_FINISHED,
+        json!({
+            "turn_id": call.turn_id,
+            "tool_call_id": call.tool_call_id,
+            "tool_name": call.tool_name,
+            "status": finished.state.name(),
+            "deferred": true,
+        }),
+    );
+    t.calls.push(finished);
+    t
+}
+
+/// A claimed `AwaitToolApproval` whose interrupt has `decision`.
+pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
+    if let Some(outcome) = call.state.outcome() {
+        // Decided before (a repeat after a crash between commits cannot happen, but a record
+        // that is final needs only the resume).
+        return record(call, outcome);
+    }
+    if !decision.approved {
+        return record(call, Outcome::Rejected { message: decision.message.clone() });
+    }
+    match call.kind {
+        ToolKind::Cli => record(call, Outcome::approved_cli_tool()),
+        ToolKind::Custom => {
+            let mut t = Transition::new(Finish::Done(json!({"approved": true})));
+            let runs_in = match call.runs_in {
+                // An approved custom read runs in CallTool (seeds, "Effects and policies").
+                DeferredRun::ResumedSegment => DeferredRun::CallTool,
+                other => other,
+            };
+            let queued = CallEntry { runs_in, ..call.with_state(CallState::Queued) };
+            t.steps.push(tool_step(&queued, call_step(call)));
+            t.calls.push(queued);
+            t.status = Some(status::RUNNING);
+            t
+        }
+    }
+}
+
+/// What a claimed tool step does first.
+#[derive(Clone, Debug)]
+pub enum Begin {
+    /// Run the tool under this key and attempt. Commit `mark_started` (it keeps the claim)
+    /// before the call, and run nothing if that commit fails.
+    Run {
+        /// `<session>/<turn>/<tool call>`.
+        idempotency_key: String,
+        /// The attempt, from 1.
+        attempt: u32,
+        /// The "started" mark.
+        mark_started: Box<Transition>,
+    },
+    /// Do not run the tool; commit this.
+    Finish(Box<Transition>),
+}
+
+/// A claimed `CallTool` or `CallSingleAttemptTool`, claimed for the `attempt`-th time.
+pub fn begin_tool_step(session_id: &str, single_attempt: bool, attempt: i64, call: &CallEntry) -> Begin {
+    if let Some(outcome) = call.state.outcome() {
+        return Begin::Finish(Box::new(record(call, outcome)));
+    }
+    let started_before = matches!(call.state, CallState::Started { .. });
+    if (single_attempt && started_before) || attempt > CALL_TOOL_ATTEMPTS {
+        // A single-attempt call that started may have taken effect: never run it again.
+        return Begin::Finish(Box::new(record(call, Outcome::OutcomeUnknown)));
+    }
+    let mut mark = Transition::new(Finish::Keep);
+    mark.calls.push(call.with_state(CallState::Started { attempt }));
+    mark = mark.event(
+        event_kind::TOOL_CALL_STARTED,
+        json!({
+            "turn_id": call.turn_id,
+            "tool_call_id": call.tool_call_id,
+            "tool_name": call.tool_name,
+            "arguments": call.arguments,
+            "attempt": attempt,
+            "deferred": true,
+        }),
+    );
+    Begin::Run {
+        idempotency_key: call.idempotency_key(session_id),
+        attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+        mark_started: Box::new(mark),
+    }
+}
+
+/// How one run of a tool ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolRun {
+    /// It returned (an `is_error` result is a failure the model reads).
+    Output {
+        /// The result's text.
+        text: String,
+        /// Whether it is an error result.
+        is_error: bool,
+    },
+    /// It never ran: the arguments do not fit, or the tool is gone. Records `failed`.
+    Refused {
+        /// What the model reads.
+        message: String,
+    },
+    /// It failed (trapped, timed out, a transient error): it may have taken effect.
+    Error {
+        /// What happened, for the log and the event.
+        message: String,
+    },
+}
+
+/// What a tool run changes.
+pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run: ToolRun) -> Transition {
+    match run {
+        ToolRun::Output { text, is_error: false } => record(call, Outcome::Succeeded { output: text }),
+        ToolRun::Output { text, is_error: true } => record(call, Outcome::Failed { error: text }),
+        ToolRun::Refused { message } => record(call, Outcome::Failed { error: message }),
+        ToolRun::Error { message } if !single_attempt && attempt < CALL_TOOL_ATTEMPTS => {
+            let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));
+            t.calls.push(call.with_state(CallState::Started { attempt }));
+            t.event(
+                event_kind::ATTEMPT_FAILED,
+                json!({
+                    "turn_id": call.turn_id,
+                    "step": step_kind::CALL_TOOL,
+                    "tool_call_id": call.tool_call_id,
+                    "attempt": attempt,
+                    "error": message,
+                }),
+            )
+        }
+        ToolRun::Error { .. } => record(call, Outcome::OutcomeUnknown),
+    }
+}
+
+/// A claimed `ResumeTurn`: the turn's next segment replays the call's record.
+pub fn on_resume_turn(step: &CallStep) -> Transition {
+    let mut t = Transition::new(Finish::Done(Value::Null));
+    t.steps.push(NextStep {
+        kind: step_kind::RUN_MODEL,
+        payload: serde_json::to_value(RunModelStep {
+            turn_id: Some(step.turn_id.clone()),
+            resume: Some(step.tool_call_id.clone()),
+        })
+        .expect("serializes"),
+        start: Start::Now,
+        only_if_prompts_after: None,
+    });
+    t.status = Some(status::RUNNING);
+    t
+}

@@ -1,0 +1,421 @@
+//! `RunModel`: which segment to run ([`plan_run_model`]) and what its end changes
+//! ([`on_segment`]), including a turn's failure and its note for the next prompt.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::client::Decision;
+use super::{
+    CallEntry, CallState, CallStep, EngineError, Finish, Limits, NewInterrupt, NewItem, NextStep,
+    RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition, TurnState, Usage, event_kind, item_kind,
+    raw, status, step_kind,
+};
+use crate::gate::DeferredCall;
+use crate::policy::Handling;
+use crate::record::ToolCallRecord;
+use crate::texts;
+
+/// One stored item, as the planner reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryItem<'a> {
+    /// Its seq.
+    pub seq: i64,
+    /// Its kind (see [`super::item_kind`]).
+    pub kind: &'a str,
+    /// Its JSON.
+    pub body: &'a str,
+}
+
+/// How the segment starts.
+#[derive(Clone, Debug)]
+pub enum PlannedStart {
+    /// The session's first segment: a new CLI session with these prompt texts.
+    Fresh {
+        /// One text block each, oldest first.
+        prompts: Vec<String>,
+    },
+    /// A new turn of a session with a stored transcript: `--resume` with these prompts.
+    NewTurn {
+        /// The CLI session of the stored transcript.
+        session_id: String,
+        /// The stored transcript, byte for byte.
+        entries: Vec<Box<RawValue>>,
+        /// One text block each, oldest first.
+        prompts: Vec<String>,
+    },
+    /// The resumed segment of a turn: `--resume` without a prompt; the gate replays `pending`.
+    ResumeCall {
+        /// The CLI session of the turn.
+        session_id: String,
+        /// The stored transcript and the turn's entries so far.
+        entries: Vec<Box<RawValue>>,
+        /// The deferred call's final record.
+        pending: ToolCallRecord,
+    },
+}
+
+/// A segment to run.
+#[derive(Clone, Debug)]
+pub struct SegmentRun {
+    /// The turn.
+    pub turn_id: String,
+    /// This attempt of the segment, from 1.
+    pub attempt: i64,
+    /// How it starts.
+    pub start: PlannedStart,
+    /// The turn's other final records, for [`crate::gate::Gate::with_turn_records`].
+    pub turn_records: Vec<ToolCallRecord>,
+    /// The highest item seq of the prompts the turn answers.
+    pub prompts_upto: i64,
+}
+
+/// What `RunModel` does.
+#[derive(Clone, Debug)]
+pub enum Plan {
+    /// Run this segment, then call [`on_segment`].
+    Run(Box<SegmentRun>),
+    /// Do not run a segment; commit this.
+    Finish(Box<Transition>),
+}
+
+/// How a segment ended, as the state machine needs it.
+#[derive(Clone, Debug)]
+pub enum SegmentResult {
+    /// The model answered.
+    Completed {
+        /// The CLI session.
+        session_id: String,
+        /// The answer.
+        result: String,
+        /// The entries the segment added.
+        entries: Vec<Box<RawValue>>,
+        /// Its usage.
+        usage: Usage,
+        /// Its cost, as the CLI reported.
+        cost_usd: Option<f64>,
+    },
+    /// The segment ended on one deferred call.
+    Deferred {
+        /// The CLI session.
+        session_id: String,
+        /// The call.
+        call: DeferredCall,
+        /// The entries the segment added.
+        entries: Vec<Box<RawValue>>,
+        /// Its usage.
+        usage: Usage,
+        /// Its cost.
+        cost_usd: Option<f64>,
+    },
+    /// The segment failed.
+    Failed {
+        /// Why, for `last_turn_error`.
+        error: String,
+        /// Whether another attempt may succeed.
+        retryable: bool,
+    },
+}
+
+#[derive(Deserialize)]
+struct PromptBody {
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct TranscriptBody {
+    session_id: String,
+    entries: Vec<Box<RawValue>>,
+}
+
+/// Decides the segment a claimed `RunModel` runs.
+///
+/// `items` are the session's items in order; `calls` its deferred calls.
+///
+/// # Errors
+/// A stored row that does not parse, or rows that disagree.
+pub fn plan_run_model(
+    step: &RunModelStep,
+    attempt: i64,
+    state: &RunState,
+    items: &[HistoryItem<'_>],
+    calls: &[CallEntry],
+    limits: &Limits,
+) -> Result<Plan, EngineError> {
+    let (turn_id, prompts_upto) = match (&step.turn_id, &step.resume, &state.turn) {
+        (Some(turn_id), Some(_), Some(turn)) if &turn.turn_id == turn_id => {
+            (turn_id.clone(), turn.prompts_upto)
+        }
+        (None, None, None) => {
+            let upto = items
+                .iter()
+                .filter(|item| is_prompt(item.kind) && item.seq > state.prompts_through)
+                .map(|item| item.seq)
+                .max();
+            match upto {
+                Some(upto) => (state.next_turn_id(), upto),
+                // A wake whose messages an earlier turn already answered.
+                None => {
+                    return Ok(Plan::Finish(Box::new(Transition::new(Finish::Done(
+                        json!({"outcome": "nothing_to_do"}),
+                    )))));
+                }
+            }
+        }
+        _ => {
+            return Err(EngineError::Inconsistent(format!(
+                "RunModel {step:?} does not match the turn in progress {:?}",
+                state.turn
+            )));
+        }
+    };
+    if attempt > RUN_MODEL_ATTEMPTS {
+        let error = format!(
+            "the segment did not finish in {RUN_MODEL_ATTEMPTS} attempts (its Worker stopped each time)"
+        );
+        return Ok(Plan::Finish(Box::new(fail_turn(state, &turn_id, prompts_upto, calls, error))));
+    }
+    if let Some(limit) = limits.spend_limit_usd
+        && state.cost_usd >= limit
+    {
+        let error =
+            format!("the session's spend limit of ${limit:.2} is reached (${:.4} spent)", state.cost_usd);
+        return Ok(Plan::Finish(Box::new(fail_turn(state, &turn_id, prompts_upto, calls, error))));
+    }
+
+    let mut transcript = Vec::new();
+    let mut transcript_session = None;
+    for item in items.iter().filter(|item| item.kind == item_kind::CLAUDE_TRANSCRIPT) {
+        let body: TranscriptBody = serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
+            what: format!("transcript item {}", item.seq),
+            reason: e.to_string(),
+        })?;
+        transcript.extend(body.entries);
+        transcript_session = Some(body.session_id);
+    }
+    let turn_records: Vec<ToolCallRecord> =
+        calls.iter().filter(|call| call.turn_id == turn_id).filter_map(CallEntry::record).collect();
+
+    let start = match &step.resume {
+        Some(tool_call_id) => {
+            let pending =
+                turn_records.iter().find(|r| &r.tool_call_id == tool_call_id).cloned().ok_or_else(|| {
+                    EngineError::Inconsistent(format!("the resumed call {tool_call_id} has no final record"))
+                })?;
+            let session_id = state
+                .session_id
+                .clone()
+                .ok_or_else(|| EngineError::Inconsistent("a suspended turn without a CLI session".into()))?;
+            transcript.extend(state.turn_entries.iter().cloned());
+            PlannedStart::ResumeCall { session_id, entries: transcript, pending }
+        }
+        None => {
+            let mut prompts = Vec::new();
+            for item in items
+                .iter()
+                .filter(|i| is_prompt(i.kind) && i.seq > state.prompts_through && i.seq <= prompts_upto)
+            {
+                let body: PromptBody = serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
+                    what: format!("prompt item {}", item.seq),
+                    reason: e.to_string(),
+                })?;
+                prompts.push(body.text);
+            }
+            match transcript_session {
+                Some(session_id) => PlannedStart::NewTurn { session_id, entries: transcript, prompts },
+                None => PlannedStart::Fresh { prompts },
+            }
+        }
+    };
+    Ok(Plan::Run(Box::new(SegmentRun { turn_id, attempt, start, turn_records, prompts_upto })))
+}
+
+fn is_prompt(kind: &str) -> bool {
+    kind == item_kind::USER_PROMPT || kind == item_kind::TURN_FAILURE_NOTE
+}
+
+/// What the end of a segment changes. `calls` are the session's deferred calls (for a failing
+/// turn's note).
+pub fn on_segment(
+    run: &SegmentRun,
+    state: &RunState,
+    calls: &[CallEntry],
+    result: SegmentResult,
+) -> Transition {
+    match result {
+        SegmentResult::Completed { session_id, result, entries, usage, cost_usd } => {
+            let mut t = Transition::new(Finish::Done(json!({"outcome": "completed"})));
+            let resumed = matches!(run.start, PlannedStart::ResumeCall { .. });
+            let turn_entries = if resumed { state.turn_entries.as_slice() } else { &[] };
+            for entry in turn_entries.iter().chain(&entries) {
+                t.items.push(transcript_item(&session_id, &run.turn_id, entry));
+            }
+            let mut next = state.clone();
+            next.session_id = Some(session_id);
+            next.turn_entries.clear();
+            next.turn = None;
+            next.turns_ended += 1;
+            next.prompts_through = run.prompts_upto;
+            next.last_turn_error = None;
+            next.cost_usd += cost_usd.unwrap_or(0.0);
+            t.run_state = Some(next);
+            t.usage = usage;
+            t.status = Some(status::IDLE);
+            t.steps.push(next_turn(run.prompts_upto));
+            t.event(event_kind::TURN_COMPLETED, json!({"turn_id": run.turn_id, "result": result}))
+        }
+        SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
+            let Handling::Deferred { requires_approval, runs_in } = call.handling else {
+                return fail_turn(
+                    state,
+                    &run.turn_id,
+                    run.prompts_upto,
+                    calls,
+                    format!("the CLI deferred {}, which runs inline", call.tool_name),
+                );
+            };
+            let mut t = Transition::new(Finish::Done(
+                json!({"outcome": "deferred", "tool_call_id": call.tool_use_id}),
+            ));
+            let mut next = state.clone();
+            next.session_id = Some(session_id);
+            if !matches!(run.start, PlannedStart::ResumeCall { .. }) {
+                next.turn_entries.clear();
+            }
+            next.turn_entries.extend(entries);
+            next.turn = Some(TurnState { turn_id: run.turn_id.clone(), prompts_upto: run.prompts_upto });
+            next.cost_usd += cost_usd.unwrap_or(0.0);
+            t.run_state = Some(next);
+            t.usage = usage;
+            let entry = CallEntry {
+                tool_call_id: call.tool_use_id.clone(),
+                tool_name: call.tool_name.clone(),
+                kind: call.kind,
+                arguments: call.arguments.clone(),
+                turn_id: run.turn_id.clone(),
+                requires_approval,
+                runs_in,
+                state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
+            };
+            let call_step = serde_json::to_value(CallStep {
+                turn_id: run.turn_id.clone(),
+                tool_call_id: entry.tool_call_id.clone(),
+            })
+            .expect("serializes");
+            if requires_approval {
+                let request = json!({
+                    "type": "tool_approval",
+                    "turn_id": run.turn_id,
+                    "tool_call_id": entry.tool_call_id,
+                    "tool_name": entry.tool_name,
+                    "kind": entry.kind,
+                    "arguments": entry.arguments,
+                    "effect": call.policy.effect.as_str(),
+                });
+                t.interrupts.push(NewInterrupt {
+                    interrupt_id: entry.tool_call_id.clone(),
+                    request: request.clone(),
+                });
+                t.steps.push(NextStep {
+                    kind: step_kind::AWAIT_TOOL_APPROVAL,
+                    payload: call_step,
+                    start: Start::OnInterrupt(entry.tool_call_id.clone()),
+                    only_if_prompts_after: None,
+                });
+                t.status = Some(status::AWAITING_APPROVAL);
+                t = t.event(
+                    event_kind::INTERRUPT_OPENED,
+                    json!({"interrupt_id": entry.tool_call_id, "request": request}),
+                );
+                t.calls.push(entry);
+            } else {
+                // No approval needed: the call is approved as it is deferred.
+                let approved = super::tools::on_approval(&entry, &Decision { approved: true, message: None });
+                t.steps.extend(approved.steps);
+                t.calls.extend(approved.calls);
+                t.events.extend(approved.events);
+                t.status = approved.status;
+            }
+            t
+        }
+        SegmentResult::Failed { error, retryable } => {
+            if retryable && run.attempt < RUN_MODEL_ATTEMPTS {
+                let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
+                t.status = Some(status::RUNNING);
+                t.event(
+                    event_kind::ATTEMPT_FAILED,
+                    json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
+                )
+            } else {
+                fail_turn(state, &run.turn_id, run.prompts_upto, calls, error)
+            }
+        }
+    }
+}
+
+/// The pause before attempt `attempt + 1`: 1 s, 2 s, 4 s, … at most 30 s.
+pub fn retry_delay(attempt: i64) -> Duration {
+    Duration::from_secs(1u64 << attempt.clamp(1, 6).saturating_sub(1)).min(Duration::from_secs(30))
+}
+
+/// A turn ends failed: `last_turn_error`, the note when some of its calls have final records, and
+/// the next turn if a message is queued. The turn's transcript is dropped; its prompts and the
+/// note go to the next turn.
+pub(super) fn fail_turn(
+    state: &RunState,
+    turn_id: &str,
+    prompts_upto: i64,
+    calls: &[CallEntry],
+    error: String,
+) -> Transition {
+    let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
+    let ran: Vec<ToolCallRecord> =
+        calls.iter().filter(|call| call.turn_id == turn_id).filter_map(CallEntry::record).collect();
+    if !ran.is_empty() {
+        t.items.push(NewItem {
+            kind: item_kind::TURN_FAILURE_NOTE,
+            uuid: None,
+            turn_id: Some(turn_id.to_owned()),
+            body: raw(&json!({"kind": "user_prompt", "text": texts::turn_failure_note(&ran)})),
+        });
+    }
+    let mut next = state.clone();
+    next.turn_entries.clear();
+    next.turn = None;
+    next.turns_ended += 1;
+    next.last_turn_error = Some(error.clone());
+    t.run_state = Some(next);
+    t.status = Some(status::IDLE);
+    t.steps.push(next_turn(prompts_upto));
+    t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error}))
+}
+
+/// `RunModel` for the next turn, if a message arrived after the prompts this turn answered.
+fn next_turn(prompts_upto: i64) -> NextStep {
+    NextStep {
+        kind: step_kind::RUN_MODEL,
+        payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
+        start: Start::Now,
+        only_if_prompts_after: Some(prompts_upto),
+    }
+}
+
+fn transcript_item(session_id: &str, turn_id: &str, entry: &RawValue) -> NewItem {
+    let uuid = serde_json::from_str::<Value>(entry.get())
+        .ok()
+        .and_then(|v| v.get("uuid").and_then(Value::as_str).map(str::to_owned));
+    // Built by hand so the entry keeps its bytes.
+    let body = format!(
+        r#"{{"kind":"claude_transcript","session_id":{},"entries":[{}]}}"#,
+        Value::String(session_id.to_owned()),
+        entry.get()
+    );
+    NewItem {
+        kind: item_kind::CLAUDE_TRANSCRIPT,
+        uuid,
+        turn_id: Some(turn_id.to_owned()),
+        body: RawValue::from_string(body).expect("a transcript item is JSON"),
+    }
+}
