@@ -2,20 +2,39 @@
 //! finishes the step and enqueues the session's next step (two transactions, fsync'd), spread
 //! over 200 sessions. Prints steps/s for SQLite and PostgreSQL with 1 and 4 Workers (tasks, each
 //! with its own connection on PostgreSQL; SQLite funnels writes through its one writer), then
-//! what 1,000 sessions waiting for approval cost.
+//! what 1,000 sessions waiting for approval cost, then a **SIGKILL-to-reclaim** table: how long
+//! a step held by a killed Worker stays stuck before another Worker claims it.
+//!
+//! The reclaim measurement re-runs this binary as a victim Worker (`TOLLGATE_BENCH_CHILD=<db url>`
+//! selects that mode, `TOLLGATE_BENCH_LEASE_MS` its lease): it claims the one queued step,
+//! prints `claimed <step_id>`, and heartbeats every third of the lease (`heartbeat <lease_until>`)
+//! until killed. The parent SIGKILLs it right after its first heartbeat, then polls `claim` every
+//! 10 ms and prints, per backend and lease (1 s, 3 s), the p50 and p99 (the max for N <= 100)
+//! time from the kill to the successful claim, and p50 minus the lease: what the store adds.
 //!
 //! Run: `cargo bench -p tollgate-store --bench claim_complete` (PostgreSQL needs
-//! `scripts/install-postgres.sh`; `BENCH_STEPS` sets the steps per run, default 4000).
+//! `scripts/install-postgres.sh`; `BENCH_STEPS` sets the steps per run, default 4000;
+//! `BENCH_RECLAIM_N` the kills per backend and lease, default 5).
 
+use std::io::Write;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use tollgate_store::testing::PgCluster;
 use tollgate_store::*;
 
 const SESSIONS: usize = 200;
 const LEASE: Duration = Duration::from_secs(60);
+/// Set (to the store's URL) in the victim Worker's environment: `main` runs [`victim`].
+const CHILD_ENV: &str = "TOLLGATE_BENCH_CHILD";
+/// The victim's lease in milliseconds.
+const CHILD_LEASE_ENV: &str = "TOLLGATE_BENCH_LEASE_MS";
+/// How often the rescuer polls `claim` after the kill.
+const POLL: Duration = Duration::from_millis(10);
 
 fn j(t: &str) -> Box<serde_json::value::RawValue> {
     raw(t).unwrap()
@@ -100,8 +119,113 @@ async fn waiting(store: Arc<dyn Store>) -> (Duration, Duration) {
     (parked, probe.elapsed() / 100)
 }
 
+/// The victim Worker: claims one step, says `claimed <step_id>`, then heartbeats every third of
+/// the lease (`heartbeat <lease_until>`) until it is killed, or until its stdin closes (the
+/// parent is gone, so no orphan outlives the bench).
+async fn victim(url: &str) {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+    let lease_ms: u64 = std::env::var(CHILD_LEASE_ENV).unwrap().parse().unwrap();
+    let lease = Duration::from_millis(lease_ms);
+    let store = open(url).await.unwrap();
+    let claimed = loop {
+        if let Some(c) = store.claim("victim", lease).await.unwrap() {
+            break c;
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    println!("claimed {}", claimed.step.step_id);
+    std::io::stdout().flush().unwrap();
+    loop {
+        tokio::time::sleep(lease / 3).await;
+        let until = store.heartbeat(&claimed, lease).await.unwrap();
+        println!("heartbeat {until}");
+        std::io::stdout().flush().unwrap();
+    }
+}
+
+/// `n` times: queues one step, lets a [`victim`] (this binary, re-run on the store at `url`)
+/// claim it with `lease` and heartbeat once, SIGKILLs it, and times how long a rescuer polling
+/// every [`POLL`] takes to claim the step.
+async fn reclaim(store: &dyn Store, url: &str, lease: Duration, n: usize) -> Vec<Duration> {
+    let session = format!("reclaim{}", lease.as_millis());
+    let run_state = j(r#"{"version":1}"#);
+    store
+        .create_session(NewSession { session_id: session.clone(), status: "idle".into(), run_state })
+        .await
+        .unwrap();
+    let mut times = Vec::with_capacity(n);
+    for rep in 0..n {
+        let step_id = store
+            .send_user_message(UserMessage {
+                session_id: session.clone(),
+                client_key: format!("k{rep}"),
+                item: NewItem {
+                    kind: "user_prompt".into(),
+                    uuid: None,
+                    turn_id: None,
+                    body: j(r#"{"kind":"user_prompt","text":"go"}"#),
+                },
+                wake: Some(NewStep::now("RunModel", j("{}"))),
+                events: vec![],
+            })
+            .await
+            .unwrap()
+            .step_id
+            .expect("the session is idle, so the wake step is queued");
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .env(CHILD_ENV, url)
+            .env(CHILD_LEASE_ENV, lease.as_millis().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next_line().await.unwrap(), Some(format!("claimed {step_id}")));
+        let beat = lines.next_line().await.unwrap().unwrap_or_default();
+        assert!(beat.starts_with("heartbeat "), "victim said {beat:?}");
+        child.start_kill().unwrap(); // SIGKILL on Unix, like `kill -9`
+        let killed = Instant::now();
+        let rescued = loop {
+            if let Some(c) = store.claim("rescuer", LEASE).await.unwrap() {
+                break c;
+            }
+            assert!(killed.elapsed() < lease * 3 + Duration::from_secs(10), "step {step_id} never reclaimed");
+            tokio::time::sleep(POLL).await;
+        };
+        times.push(killed.elapsed());
+        assert_eq!((rescued.step.step_id, rescued.step.attempt), (step_id, 2));
+        store.commit(&rescued, Commit::finish(Finish::Done(j("null")))).await.unwrap();
+        child.wait().await.unwrap();
+    }
+    times
+}
+
+/// One row of the reclaim table.
+fn reclaim_row(backend: &str, lease: Duration, mut times: Vec<Duration>) {
+    times.sort();
+    // Nearest rank: for N <= 100, p99 is the max.
+    let pct = |q: f64| times[((q * times.len() as f64).ceil() as usize).clamp(1, times.len()) - 1];
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (p50, p99) = (pct(0.50), pct(0.99));
+    println!(
+        "| {backend} | {} s | {} | {:.0} ms | {:.0} ms | {:+.0} ms |",
+        lease.as_secs(),
+        times.len(),
+        ms(p50),
+        ms(p99),
+        ms(p50) - ms(lease)
+    );
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
+    if let Ok(url) = std::env::var(CHILD_ENV) {
+        return victim(&url).await;
+    }
     let steps: usize = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(4000);
     let dir = tempfile::tempdir().unwrap();
     println!("| backend | Workers | steps | claim+complete steps/s |");
@@ -130,4 +254,26 @@ async fn main() {
         let (parked, probe) = waiting(Arc::new(cluster.store("waiting", 2).await)).await;
         println!("PostgreSQL: parked 1,000 in {parked:?}; an empty claim with 1,000 waiting takes {probe:?}");
     }
+    println!();
+    let n: usize = std::env::var("BENCH_RECLAIM_N").ok().and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
+    let leases = [Duration::from_secs(1), Duration::from_secs(3)];
+    println!("| backend | lease | N | p50 SIGKILL-to-reclaim | p99 (max for N <= 100) | p50 - lease |");
+    println!("|---|---|---|---|---|---|");
+    let path = dir.path().join("reclaim.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let url = format!("sqlite://{}", path.display());
+    for lease in leases {
+        reclaim_row("SQLite", lease, reclaim(&store, &url, lease, n).await);
+    }
+    if let Some(cluster) = &cluster {
+        let store = cluster.store("reclaim", 2).await;
+        let url = format!("{}?options=-c%20search_path%3Dreclaim", cluster.url());
+        for lease in leases {
+            reclaim_row("PostgreSQL", lease, reclaim(&store, &url, lease, n).await);
+        }
+    }
+    println!(
+        "A SIGKILLed Worker's step (it heartbeated just before dying) is claimed again once its lease runs out on the DB clock: reclaim = lease + at most one {}ms poll + one claim, so p50 - lease is what the store adds; a shorter lease rescues sooner but costs one heartbeat write per L/3 per running step.",
+        POLL.as_millis()
+    );
 }
