@@ -1,9 +1,21 @@
-//! The `tollgate` command line: one module per subcommand under [`commands`].
+//! The `tollgate` binary's library: the Worker, client calls on the store, and the command line.
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`agent`] | an agent directory: `tollgate.toml`, the options factory, `tools/` |
+//! | [`worker`] | claiming, running and committing steps |
+//! | [`sessions`] | client calls: start, send, resolve, snapshot |
+//! | [`convert`] | the state machine's values as the store's |
+//! | [`commands`] | one module per subcommand |
 //!
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
 //! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed.
 
+pub mod agent;
 pub mod commands;
+pub mod convert;
+pub mod sessions;
+pub mod worker;
 
 use std::process::ExitCode;
 
@@ -26,6 +38,8 @@ pub struct Cli {
 pub enum Command {
     /// Inspect and try tool components in the sandbox, without a model.
     Tools(commands::tools::ToolsArgs),
+    /// Run a Worker: claim and run the steps of sessions in a store.
+    Worker(commands::worker::WorkerArgs),
 }
 
 /// Runs a parsed command line.
@@ -34,6 +48,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
         match cli.command {
             Command::Tools(args) => commands::tools::run(args).await,
+            Command::Worker(args) => commands::worker::run(args).await,
         }
     })
 }

@@ -516,6 +516,11 @@ impl Transition {
         }
     }
 
+    /// A transition that keeps the claim and changes nothing yet (add events to it).
+    pub fn keep() -> Self {
+        Transition::new(Finish::Keep)
+    }
+
     fn event(mut self, kind: &'static str, payload: Value) -> Self {
         self.events.push(NewEvent { kind, payload });
         self

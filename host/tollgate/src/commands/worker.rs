@@ -1,0 +1,110 @@
+//! `tollgate worker --agent DIR --db URL`: one Worker, until SIGINT or SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tollgate_claude::{CliBinary, CliLocator};
+use tollgate_sandbox::{Sandbox, SandboxConfig};
+
+use crate::agent::Agent;
+use crate::worker::{Worker, WorkerConfig};
+
+/// Options of `tollgate worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The agent directory (`tollgate.toml`, `agent.wasm`, `tools/`).
+    #[arg(long, env = "TOLLGATE_AGENT")]
+    pub agent: PathBuf,
+    /// The store: `sqlite://PATH` (default: `tollgate.db` in the agent directory) or
+    /// `postgres://…`.
+    #[arg(long, env = "TOLLGATE_DB")]
+    pub db: Option<String>,
+    /// Steps, and so CLI processes, at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// The lease of a claimed step, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub lease_secs: f64,
+    /// How often a held step's lease is extended, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub heartbeat_secs: f64,
+    /// The longest wait between claims when no wake-up arrives, in seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub poll_secs: f64,
+    /// This Worker's name (default `worker-<pid>`).
+    #[arg(long)]
+    pub worker_id: Option<String>,
+    /// The `claude` binary (default: `$TOLLGATE_CLAUDE_CLI`, the pinned install, then `PATH`).
+    #[arg(long)]
+    pub claude: Option<PathBuf>,
+}
+
+/// The store URL of `db`, or the SQLite file beside the agent.
+pub fn db_url(db: Option<&str>, agent: &std::path::Path) -> String {
+    db.map_or_else(|| format!("sqlite://{}", agent.join("tollgate.db").display()), str::to_owned)
+}
+
+fn secs(name: &str, value: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("--{name} must be a positive number of seconds, not {value}"))
+}
+
+/// Builds a Worker from the options (shared with `tollgate serve`).
+pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgate_store::Store>)> {
+    let lease = secs("lease-secs", args.lease_secs)?;
+    let heartbeat = secs("heartbeat-secs", args.heartbeat_secs)?;
+    if heartbeat >= lease {
+        anyhow::bail!(
+            "--heartbeat-secs ({}) must be shorter than --lease-secs ({})",
+            args.heartbeat_secs,
+            args.lease_secs
+        );
+    }
+    let poll = secs("poll-secs", args.poll_secs)?;
+    let sandbox = Sandbox::new(SandboxConfig::default())?;
+    let agent = Arc::new(Agent::load(&args.agent, sandbox).await?);
+    let url = db_url(args.db.as_deref(), agent.dir());
+    let store = tollgate_store::open(&url).await.with_context(|| format!("opening the store {url}"))?;
+    let locator = CliLocator { configured: args.claude.clone(), ..CliLocator::default() };
+    let cli = CliBinary::locate(&locator)
+        .await
+        .context("finding the claude CLI (set --claude or TOLLGATE_CLAUDE_CLI)")?;
+    let mut config = WorkerConfig {
+        concurrency: args.concurrency.max(1),
+        lease,
+        heartbeat,
+        poll,
+        ..WorkerConfig::default()
+    };
+    if let Some(id) = &args.worker_id {
+        config.worker_id.clone_from(id);
+    }
+    Ok((Worker::new(store.clone(), agent, cli, config), store))
+}
+
+/// Runs `tollgate worker`.
+pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let (worker, _store) = build(&args).await?;
+    eprintln!(
+        "tollgate worker ready (agent {}, store {})",
+        args.agent.display(),
+        db_url(args.db.as_deref(), &args.agent)
+    );
+    worker.run(shutdown_signal()).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = async { match term.as_mut() { Some(term) => { term.recv().await; } None => std::future::pending().await } } => {}
+    }
+}

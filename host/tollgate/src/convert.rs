@@ -1,0 +1,74 @@
+//! The state machine's values (`tollgate_engine::session`) as the store's (`tollgate_store`):
+//! one function per type, no decisions.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use tollgate_engine::session::{self as engine, item_kind};
+use tollgate_store as store;
+
+/// A JSON value as the raw text the store keeps.
+pub fn raw(value: &impl Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).expect("engine values always serialize")
+}
+
+/// An item.
+pub fn item(item: engine::NewItem) -> store::NewItem {
+    store::NewItem { kind: item.kind.to_owned(), uuid: item.uuid, turn_id: item.turn_id, body: item.body }
+}
+
+/// A step.
+pub fn step(step: engine::NextStep) -> store::NewStep {
+    store::NewStep {
+        kind: step.kind.to_owned(),
+        payload: raw(&step.payload),
+        start: match step.start {
+            engine::Start::Now => store::StepStart::Now,
+            engine::Start::OnInterrupt(id) => store::StepStart::OnInterrupt(id),
+        },
+        only_if_items_after: step.only_if_prompts_after.map(|seq| (seq, item_kind::USER_PROMPT.to_owned())),
+    }
+}
+
+/// An event.
+pub fn event(event: engine::NewEvent) -> store::NewEvent {
+    store::NewEvent { kind: event.kind.to_owned(), payload: raw(&event.payload) }
+}
+
+/// A tool call.
+pub fn call(call: &engine::CallEntry) -> store::ToolCallRecord {
+    store::ToolCallRecord {
+        tool_call_id: call.tool_call_id.clone(),
+        status: call.state.name().to_owned(),
+        record: raw(&call.to_value()),
+    }
+}
+
+/// A whole transition as one commit.
+pub fn commit(t: engine::Transition) -> store::Commit {
+    store::Commit {
+        finish: match t.finish {
+            engine::Finish::Done(output) => store::Finish::Done(raw(&output)),
+            engine::Finish::Retry(delay) => store::Finish::Retry(delay),
+            engine::Finish::Keep => store::Finish::Keep,
+        },
+        items: t.items.into_iter().map(item).collect(),
+        tool_calls: t.calls.iter().map(call).collect(),
+        interrupts: t
+            .interrupts
+            .into_iter()
+            .map(|i| store::NewInterrupt { interrupt_id: i.interrupt_id, request: raw(&i.request) })
+            .collect(),
+        steps: t.steps.into_iter().map(step).collect(),
+        session: store::SessionUpdate {
+            status: t.status.map(str::to_owned),
+            run_state: t.run_state.map(|state| state.to_raw()),
+            add_usage: store::Usage {
+                input_tokens: t.usage.input_tokens,
+                cached_input_tokens: t.usage.cached_input_tokens,
+                output_tokens: t.usage.output_tokens,
+                model_calls: t.usage.model_calls,
+            },
+        },
+        events: t.events.into_iter().map(event).collect(),
+    }
+}

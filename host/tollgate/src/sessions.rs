@@ -1,0 +1,232 @@
+//! Client calls on a store: start a session, send a message, decide an interrupt, read a
+//! snapshot. The HTTP API and the tests call these; the rules are `tollgate_engine::session`'s.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use serde_json::Value;
+use tollgate_engine::session::client::{self, Decision};
+use tollgate_engine::session::turn::HistoryItem;
+use tollgate_engine::session::view::{self, Message};
+use tollgate_engine::session::{CallEntry, EngineError, RunState, status};
+use tollgate_store::{
+    Item, MessageReceipt, NewSession, Resolution, ResolveReceipt, Store, StoreError, UserMessage,
+};
+
+use crate::convert;
+
+/// A client call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The input was refused; nothing was written.
+    #[error(transparent)]
+    BadInput(#[from] EngineError),
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Creates the session unless it exists; `true` when it was created.
+///
+/// # Errors
+/// A bad id, or the store failed.
+pub async fn start(store: &dyn Store, session_id: &str) -> Result<bool, ClientError> {
+    check_id("session_id", session_id)?;
+    Ok(store
+        .create_session(NewSession {
+            session_id: session_id.to_owned(),
+            status: status::IDLE.to_owned(),
+            run_state: RunState::default().to_raw(),
+        })
+        .await?)
+}
+
+/// Stores a user message under `client_key` (a fresh key when `None`) and starts a turn when none
+/// runs; a running turn leaves it for the next turn.
+///
+/// # Errors
+/// An empty or over-long text, an unknown session, a key reused for another message.
+pub async fn send(
+    store: &dyn Store,
+    session_id: &str,
+    text: &str,
+    client_key: Option<&str>,
+) -> Result<MessageReceipt, ClientError> {
+    let message = client::user_message(text)?;
+    let client_key = match client_key {
+        Some(key) => {
+            check_id("client_key", key)?;
+            key.to_owned()
+        }
+        None => fresh_key(),
+    };
+    Ok(store
+        .send_user_message(UserMessage {
+            session_id: session_id.to_owned(),
+            client_key,
+            item: convert::item(message.item),
+            wake: Some(convert::step(message.wake)),
+            events: message.events.into_iter().map(convert::event).collect(),
+        })
+        .await?)
+}
+
+/// Decides the open interrupt `interrupt_id` under `client_key`; the waiting step runs next.
+///
+/// # Errors
+/// An unknown session or interrupt, one resolved under another key, a key reused for another
+/// decision.
+pub async fn resolve(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+) -> Result<ResolveReceipt, ClientError> {
+    let client_key = match client_key {
+        Some(key) => {
+            check_id("client_key", key)?;
+            key.to_owned()
+        }
+        // Without a key the decision itself is the key: the same decision repeated is one.
+        None => format!("decision:{}", serde_json::to_string(decision).expect("serializes")),
+    };
+    let (resolution, events) = client::resolution(interrupt_id, decision);
+    Ok(store
+        .resolve_interrupt(Resolution {
+            session_id: session_id.to_owned(),
+            interrupt_id: interrupt_id.to_owned(),
+            client_key,
+            resolution: convert::raw(&resolution),
+            events: events.into_iter().map(convert::event).collect(),
+        })
+        .await?)
+}
+
+/// A session as a client sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    /// The session's name.
+    pub session_id: String,
+    /// `idle`, `running` or `awaiting_approval`.
+    pub status: String,
+    /// The conversation as text.
+    pub messages: Vec<Message>,
+    /// Open interrupts: `{interrupt_id, tool_name, arguments, …}`.
+    pub pending_interrupts: Vec<Value>,
+    /// Every deferred tool call and its state.
+    pub tool_calls: Vec<Value>,
+    /// Token totals.
+    pub usage: UsageView,
+    /// What the session's segments cost (US dollars, as the CLI reported).
+    pub cost_usd: f64,
+    /// Why the last turn failed, until a turn completes.
+    pub last_turn_error: Option<String>,
+    /// The turn in progress.
+    pub turn_id: Option<String>,
+    /// The next event seq a reader would get.
+    pub next_event_seq: i64,
+}
+
+/// Token totals of a session.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct UsageView {
+    /// Input tokens, cache included.
+    pub input_tokens: i64,
+    /// Cache reads.
+    pub cached_input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Model calls.
+    pub model_calls: i64,
+}
+
+/// The session's snapshot, or `None` when it does not exist.
+///
+/// # Errors
+/// The store failed, or a row is corrupt (named in the error).
+pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snapshot>, ClientError> {
+    let Some(session) = store.session(session_id).await? else {
+        return Ok(None);
+    };
+    let state = RunState::parse(session.run_state.get())?;
+    let items = read_all_items(store, session_id).await?;
+    let history: Vec<HistoryItem<'_>> = history(&items);
+    let mut pending_interrupts = Vec::new();
+    let mut tool_calls = Vec::new();
+    for record in store.tool_calls(session_id).await? {
+        let call = CallEntry::parse(record.record.get())?;
+        if call.state == tollgate_engine::session::CallState::PendingApproval {
+            pending_interrupts.push(serde_json::json!({
+                "interrupt_id": call.tool_call_id,
+                "tool_name": call.tool_name,
+                "kind": call.kind,
+                "arguments": call.arguments,
+                "turn_id": call.turn_id,
+            }));
+        }
+        tool_calls.push(call.to_value());
+    }
+    Ok(Some(Snapshot {
+        session_id: session.session_id,
+        status: session.status,
+        messages: view::messages(&history, &state),
+        pending_interrupts,
+        tool_calls,
+        usage: UsageView {
+            input_tokens: session.usage.input_tokens,
+            cached_input_tokens: session.usage.cached_input_tokens,
+            output_tokens: session.usage.output_tokens,
+            model_calls: session.usage.model_calls,
+        },
+        cost_usd: state.cost_usd,
+        last_turn_error: state.last_turn_error,
+        turn_id: state.turn.map(|t| t.turn_id),
+        next_event_seq: session.next_event_seq,
+    }))
+}
+
+/// Every item of the session, in order.
+///
+/// # Errors
+/// The store failed.
+pub async fn read_all_items(store: &dyn Store, session_id: &str) -> Result<Vec<Item>, StoreError> {
+    const PAGE: i64 = 1000;
+    let mut items: Vec<Item> = Vec::new();
+    loop {
+        let after = items.last().map_or(0, |item| item.seq);
+        let page = store.read_items(session_id, after, PAGE).await?;
+        let done = (page.len() as i64) < PAGE;
+        items.extend(page);
+        if done {
+            return Ok(items);
+        }
+    }
+}
+
+/// Items as the state machine reads them.
+pub fn history(items: &[Item]) -> Vec<HistoryItem<'_>> {
+    items.iter().map(|item| HistoryItem { seq: item.seq, kind: &item.kind, body: item.body.get() }).collect()
+}
+
+/// Session ids, interrupt ids and client keys: 1–200 bytes of letters, digits and `-_.:/@`.
+fn check_id(field: &'static str, id: &str) -> Result<(), EngineError> {
+    let ok = !id.is_empty()
+        && id.len() <= 200
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:/@".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::BadInput {
+            field,
+            reason: format!("{id:?} must be 1 to 200 characters of letters, digits and -_.:/@"),
+        })
+    }
+}
+
+fn fresh_key() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("auto:{}:{nanos:x}:{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,0 +1,379 @@
+//! `RunModel`: plan the segment from the session's rows, start the CLI with the agent's options
+//! and tools, stream its events into the store as they come, and commit how it ended.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tollgate_claude::{CliDecider, SegmentEvent, SegmentOutcome, SegmentSpec, Start, run_segment};
+use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
+use tollgate_engine::gate::{CliToolDecision, Gate};
+use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
+use tollgate_engine::session::{CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind};
+use tollgate_protocol::{TranscriptEntry, UserPrompt};
+use tollgate_sandbox::{AgentOptions, OptionsContext};
+use tollgate_store::Claimed;
+use tracing::{info, warn};
+
+use super::{StepError, Worker};
+use crate::agent::Agent;
+use crate::sessions;
+
+/// How often streamed events are written while a segment runs.
+const EVENT_FLUSH: Duration = Duration::from_millis(200);
+
+/// CLI options the host owns; `extra` may not set them.
+const OWNED_FLAGS: &[&str] = &[
+    "resume",
+    "continue",
+    "fork-session",
+    "session-id",
+    "mcp-config",
+    "strict-mcp-config",
+    "await-initialize",
+    "permission-prompt-tool",
+    "permission-mode",
+    "dangerously-skip-permissions",
+    "allow-dangerously-skip-permissions",
+    "allowedTools",
+    "allowed-tools",
+    "output-format",
+    "input-format",
+    "resume-session-at",
+    "resume-drops-turn",
+    "session-mirror",
+    "include-partial-messages",
+    "setting-sources",
+    "settings",
+    "print",
+    "p",
+];
+
+pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep) -> Result<(), StepError> {
+    let session_id = &claimed.step.session_id;
+    let store = worker.store.as_ref();
+    let session = store.session(session_id).await?.ok_or_else(|| {
+        tollgate_engine::session::EngineError::Inconsistent(format!(
+            "step {} of a missing session",
+            claimed.step.step_id
+        ))
+    })?;
+    let state = RunState::parse(session.run_state.get())?;
+    let items = sessions::read_all_items(store, session_id).await?;
+    let calls = store
+        .tool_calls(session_id)
+        .await?
+        .iter()
+        .map(|record| CallEntry::parse(record.record.get()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = turn::plan_run_model(
+        step,
+        claimed.step.attempt,
+        &state,
+        &sessions::history(&items),
+        &calls,
+        &worker.agent.limits,
+    )?;
+    let run = match plan {
+        Plan::Finish(transition) => {
+            worker.commit(claimed, *transition).await?;
+            return Ok(());
+        }
+        Plan::Run(run) => run,
+    };
+    info!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, resume = ?step.resume, "segment starting");
+
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let mut first = Vec::new();
+    if step.resume.is_none() {
+        first.push(NewEvent {
+            kind: event_kind::TURN_STARTED,
+            payload: json!({"turn_id": run.turn_id, "attempt": run.attempt}),
+        });
+    }
+    let flusher = tokio::spawn(flush_events(
+        worker.clone(),
+        claimed.clone(),
+        run.turn_id.clone(),
+        run.attempt,
+        first,
+        events_rx,
+    ));
+    let result = segment(worker, session_id, &run, events_tx).await;
+    // Every streamed event is written before the segment's end.
+    match flusher.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => return Err(err),
+        Err(join) => warn!(error = %join, "the event writer stopped"),
+    }
+    if let SegmentResult::Failed { error, retryable } = &result {
+        warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
+    }
+    worker.commit(claimed, turn::on_segment(&run, &state, &calls, result)).await?;
+    Ok(())
+}
+
+/// Runs the CLI for `run` and reports how it ended. Never fails: every problem is a failed
+/// segment the state machine retries or turns into the turn's error.
+async fn segment(
+    worker: &Worker,
+    session_id: &str,
+    run: &SegmentRun,
+    events: mpsc::UnboundedSender<SegmentEvent>,
+) -> SegmentResult {
+    let agent = &worker.agent;
+    let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
+    let tools = match agent.tools().await {
+        Ok(tools) => Arc::new(tools),
+        Err(err) => return failed(format!("the agent's tools did not load: {err:#}"), true),
+    };
+    let ctx = OptionsContext {
+        session_id: session_id.to_owned(),
+        turn_id: run.turn_id.clone(),
+        attempt: u32::try_from(run.attempt).unwrap_or(u32::MAX),
+    };
+    let options = match agent.options(&ctx).await {
+        Ok(options) => options,
+        Err(err) => {
+            let retryable =
+                matches!(err, tollgate_sandbox::FactoryError::Call(ref call) if call.is_retryable());
+            return failed(err.to_string(), retryable);
+        }
+    };
+    let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = tools.clone();
+    let catalog = match tollgate_claude::tools::catalog(DEFAULT_TOOL_SERVER_NAME, &runner.tools()) {
+        Ok(catalog) => catalog,
+        Err(err) => return failed(format!("the agent's tools cannot be offered: {err}"), false),
+    };
+    let mut gate =
+        Gate::new(agent.policies.clone(), catalog).with_turn_records(run.turn_records.iter().cloned());
+    if agent.has_cli_policy() {
+        gate = gate.with_cli_decider();
+    }
+    let start = match &run.start {
+        PlannedStart::Fresh { prompts } => Start::Fresh { prompt: prompt_of(prompts) },
+        PlannedStart::NewTurn { session_id, entries, prompts } => match entries_of(entries) {
+            Ok(entries) => {
+                Start::Resume { session_id: session_id.clone(), entries, prompt: Some(prompt_of(prompts)) }
+            }
+            Err(err) => return failed(err, false),
+        },
+        PlannedStart::ResumeCall { session_id, entries, pending } => {
+            gate = gate.resuming(pending.clone());
+            match entries_of(entries) {
+                Ok(entries) => Start::Resume { session_id: session_id.clone(), entries, prompt: None },
+                Err(err) => return failed(err, false),
+            }
+        }
+    };
+    let cwd = options.cwd.clone().map_or_else(|| agent.dir().to_path_buf(), Into::into);
+    let mut spec = SegmentSpec::with_start(worker.cli.clone(), cwd, start);
+    spec.env.extend(passed_through_env());
+    if let Err(err) = apply_options(&mut spec, &options) {
+        return failed(err, false);
+    }
+    spec.timeout = agent.segment_timeout;
+    if agent.has_cli_policy() {
+        spec.cli_decider = Some(Arc::new(FactoryDecider {
+            agent: agent.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }));
+    }
+    let report = run_segment(spec, gate, runner, Some(events)).await;
+    let cost_usd = report.stats.result.as_ref().and_then(|r| r.total_cost_usd);
+    let model_calls = i64::try_from(report.stats.model_calls).unwrap_or(i64::MAX);
+    let usage_of = |u: &tollgate_protocol::Usage| {
+        let total = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
+        Usage {
+            input_tokens: i64::try_from(total).unwrap_or(i64::MAX),
+            cached_input_tokens: i64::try_from(u.cache_read_input_tokens).unwrap_or(i64::MAX),
+            output_tokens: i64::try_from(u.output_tokens).unwrap_or(i64::MAX),
+            model_calls,
+        }
+    };
+    let raw_entries = |entries: &[TranscriptEntry]| {
+        entries.iter().map(|e| e.as_raw().to_owned()).collect()
+    };
+    match report.outcome {
+        SegmentOutcome::Completed { session_id, result, entries, usage } => SegmentResult::Completed {
+            session_id,
+            result,
+            entries: raw_entries(&entries),
+            usage: usage_of(&usage),
+            cost_usd,
+        },
+        SegmentOutcome::Deferred { session_id, call, entries, usage } => SegmentResult::Deferred {
+            session_id,
+            call,
+            entries: raw_entries(&entries),
+            usage: usage_of(&usage),
+            cost_usd,
+        },
+        SegmentOutcome::Failed { error } => {
+            let retryable = error.is_retryable();
+            let mut text = error.to_string();
+            let stderr = error.stderr().trim();
+            if !stderr.is_empty() && !text.contains(stderr) {
+                let tail: String =
+                    stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+                text = format!("{text} (CLI stderr: {tail})");
+            }
+            failed(text, retryable)
+        }
+        other => failed(format!("unexpected segment outcome {other:?}"), true),
+    }
+}
+
+/// One prompt text as a plain string, several as one text block each (seeds, "Notes for other
+/// languages").
+fn prompt_of(prompts: &[String]) -> UserPrompt {
+    match prompts {
+        [one] => UserPrompt::text(one.clone()),
+        many => UserPrompt::blocks(many.iter().cloned()),
+    }
+}
+
+fn entries_of(entries: &[Box<serde_json::value::RawValue>]) -> Result<Vec<TranscriptEntry>, String> {
+    entries
+        .iter()
+        .map(|entry| {
+            TranscriptEntry::from_raw(entry.get().to_owned())
+                .map_err(|e| format!("a stored transcript entry is corrupt: {e}"))
+        })
+        .collect()
+}
+
+/// The Worker's own `ANTHROPIC_*` and `CLAUDE_CODE_*` settings (credentials, base URL, retries),
+/// which the segment otherwise drops from the inherited environment; the options' `env` comes
+/// after and wins.
+fn passed_through_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os()
+        .filter(|(name, _)| {
+            name.to_str()
+                .is_some_and(|name| name.starts_with("ANTHROPIC_") || name.starts_with("CLAUDE_CODE_"))
+        })
+        .collect()
+}
+
+/// The agent's options as CLI arguments and environment.
+fn apply_options(spec: &mut SegmentSpec, options: &AgentOptions) -> Result<(), String> {
+    spec.permission_mode.clone_from(&options.permission_mode);
+    spec.setting_sources = Some(options.setting_sources.clone());
+    let args = &mut spec.extra_args;
+    if let Some(model) = &options.model {
+        args.push(format!("--model={model}"));
+    }
+    if let Some(prompt) = &options.system_prompt {
+        args.extend(["--system-prompt".to_owned(), prompt.clone()]);
+    }
+    if let Some(prompt) = &options.append_system_prompt {
+        args.extend(["--append-system-prompt".to_owned(), prompt.clone()]);
+    }
+    if let Some(tools) = &options.tools {
+        args.extend(["--tools".to_owned(), tools.join(",")]);
+    }
+    if !options.disallowed_tools.is_empty() {
+        args.extend(["--disallowedTools".to_owned(), options.disallowed_tools.join(",")]);
+    }
+    if let Some(turns) = options.max_turns {
+        args.push(format!("--max-turns={turns}"));
+    }
+    if let Some(budget) = options.max_budget_usd {
+        args.push(format!("--max-budget-usd={budget}"));
+    }
+    if !options.mcp_servers.is_empty() {
+        let servers: serde_json::Map<String, Value> =
+            options.mcp_servers.iter().map(|s| (s.name.clone(), s.config.clone())).collect();
+        args.extend(["--mcp-config".to_owned(), json!({"mcpServers": servers}).to_string()]);
+    }
+    if let Some(Value::Object(extra)) = &options.extra {
+        for (flag, value) in extra {
+            if OWNED_FLAGS.contains(&flag.as_str()) {
+                return Err(format!("options `extra` sets --{flag}, which Tollgate owns"));
+            }
+            match value {
+                Value::Bool(true) | Value::Null => args.push(format!("--{flag}")),
+                Value::Bool(false) => {}
+                Value::String(text) => args.push(format!("--{flag}={text}")),
+                other => args.push(format!("--{flag}={other}")),
+            }
+        }
+    }
+    for (name, value) in &options.env {
+        spec.env.push((name.into(), value.into()));
+    }
+    Ok(())
+}
+
+/// The options factory's `decide-cli-tool`, asked from the segment's (synchronous) hook path.
+struct FactoryDecider {
+    agent: Arc<Agent>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl CliDecider for FactoryDecider {
+    fn decide(&self, tool_name: &str, input: &Value) -> Result<Option<CliToolDecision>, String> {
+        let Some(factory) = self.agent.factory() else { return Ok(None) };
+        let input = input.to_string();
+        tokio::task::block_in_place(|| self.runtime.block_on(factory.decide_cli_tool(tool_name, &input)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Writes the segment's streamed events every [`EVENT_FLUSH`], text deltas joined, under the
+/// claim (so a reader can tell this attempt's text from a retried one's by step and fence).
+async fn flush_events(
+    worker: Worker,
+    claimed: Claimed,
+    turn_id: String,
+    attempt: i64,
+    mut pending: Vec<NewEvent>,
+    mut rx: mpsc::UnboundedReceiver<SegmentEvent>,
+) -> Result<(), StepError> {
+    let mut open = true;
+    while open {
+        let deadline = tokio::time::sleep(EVENT_FLUSH);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                event = rx.recv() => match event {
+                    Some(event) => push_event(&mut pending, &turn_id, attempt, event),
+                    None => { open = false; break; }
+                },
+                () = &mut deadline => break,
+            }
+        }
+        if !pending.is_empty() {
+            let mut keep = Transition::keep();
+            keep.events = std::mem::take(&mut pending);
+            worker.commit(&claimed, keep).await?;
+        }
+    }
+    Ok(())
+}
+
+fn push_event(pending: &mut Vec<NewEvent>, turn_id: &str, attempt: i64, event: SegmentEvent) {
+    match event {
+        SegmentEvent::TextDelta { text } => {
+            if let Some(last) = pending.last_mut()
+                && last.kind == event_kind::TEXT_DELTA
+                && let Some(Value::String(joined)) = last.payload.get_mut("text")
+            {
+                joined.push_str(&text);
+                return;
+            }
+            pending.push(NewEvent { kind: event_kind::TEXT_DELTA, payload: json!({"turn_id": turn_id, "attempt": attempt, "text": text}) });
+        }
+        SegmentEvent::ToolCallStarted { tool_use_id, name } => pending.push(NewEvent {
+            kind: event_kind::TOOL_CALL_STARTED,
+            payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name, "deferred": false}),
+        }),
+        SegmentEvent::ToolCallFinished { tool_use_id, name, is_error } => pending.push(NewEvent {
+            kind: event_kind::TOOL_CALL_FINISHED,
+            payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
+                "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
+        }),
+        other => warn!(event = ?other, "an unknown segment event was dropped"),
+    }
+}

@@ -1,0 +1,127 @@
+//! The steps of a deferred call: `AwaitToolApproval`, `CallTool`, `CallSingleAttemptTool`,
+//! `ResumeTurn`. The tool runs in the sandbox with its `deferred-execution` (attempt and
+//! idempotency key) set.
+
+use tollgate_engine::record::{ContentPart, text_of_content};
+use tollgate_engine::session::client::parse_decision;
+use tollgate_engine::session::tools::{self as rules, Begin, ToolRun};
+use tollgate_engine::session::{CallEntry, CallStep, EngineError};
+use tollgate_sandbox::{CallError, Content, DeferredExecution};
+use tollgate_store::Claimed;
+use tracing::{info, warn};
+
+use super::{StepError, Worker};
+
+async fn load_call(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<CallEntry, StepError> {
+    let session = &claimed.step.session_id;
+    let record = worker.store.tool_call(session, &step.tool_call_id).await?.ok_or_else(|| {
+        EngineError::Inconsistent(format!(
+            "step {} names tool call {}, which has no record",
+            claimed.step.step_id, step.tool_call_id
+        ))
+    })?;
+    Ok(CallEntry::parse(record.record.get())?)
+}
+
+/// `AwaitToolApproval`, queued by the interrupt's resolution.
+pub(super) async fn approval(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<(), StepError> {
+    let call = load_call(worker, claimed, step).await?;
+    let interrupt =
+        worker.store.interrupt(&claimed.step.session_id, &step.tool_call_id).await?.ok_or_else(|| {
+            EngineError::Inconsistent(format!("no interrupt {} for the waiting approval", step.tool_call_id))
+        })?;
+    let Some(resolution) = interrupt.resolution else {
+        return Err(EngineError::Inconsistent(format!(
+            "interrupt {} is not resolved yet",
+            step.tool_call_id
+        ))
+        .into());
+    };
+    let decision = parse_decision(resolution.get())?;
+    worker.commit(claimed, rules::on_approval(&call, &decision)).await?;
+    Ok(())
+}
+
+/// `CallTool` (`single_attempt == false`) or `CallSingleAttemptTool`.
+pub(super) async fn call(
+    worker: &Worker,
+    claimed: &Claimed,
+    step: &CallStep,
+    single_attempt: bool,
+) -> Result<(), StepError> {
+    let session = &claimed.step.session_id;
+    let call = load_call(worker, claimed, step).await?;
+    let (key, attempt) = match rules::begin_tool_step(session, single_attempt, claimed.step.attempt, &call) {
+        Begin::Finish(transition) => {
+            info!(session = %session, tool_call = %call.tool_call_id, attempt = claimed.step.attempt,
+                "not running the call again: {}", if single_attempt { "a single-attempt call that started" } else { "attempts ran out" });
+            worker.commit(claimed, *transition).await?;
+            return Ok(());
+        }
+        Begin::Run { idempotency_key, attempt, mark_started } => {
+            // Durable before the side effect: a Worker that dies during the call leaves this mark.
+            worker.commit(claimed, *mark_started).await?;
+            (idempotency_key, attempt)
+        }
+    };
+    let execution = DeferredExecution {
+        session_id: session.clone(),
+        turn_id: call.turn_id.clone(),
+        tool_call_id: call.tool_call_id.clone(),
+        attempt,
+        idempotency_key: key,
+    };
+    let run = match worker.agent.tools().await {
+        Err(err) => ToolRun::Error { message: format!("the agent's tools did not load: {err:#}") },
+        Ok(tools) => match tools.get(&call.tool_name) {
+            None => ToolRun::Refused {
+                message: tollgate_engine::texts::render(
+                    tollgate_engine::texts::TOOL_NOT_OFFERED,
+                    &call.tool_name,
+                ),
+            },
+            Some(_) => {
+                let arguments = call.arguments.to_string();
+                match tools.call(&call.tool_name, &arguments, Some(&execution)).await {
+                    Ok(output) => ToolRun::Output {
+                        text: text_of_content(output.content.iter().map(|c| match c {
+                            Content::Text { text } => ContentPart::Text(text),
+                            Content::Image { .. } => ContentPart::Other { kind: "image" },
+                        })),
+                        is_error: output.is_error,
+                    },
+                    Err(err) => tool_run_of(err),
+                }
+            }
+        },
+    };
+    if let ToolRun::Error { message } = &run {
+        warn!(session = %session, tool_call = %call.tool_call_id, attempt, error = %message, "tool call failed");
+    }
+    worker.commit(claimed, rules::on_tool_result(single_attempt, i64::from(attempt), &call, run)).await?;
+    Ok(())
+}
+
+/// How a sandbox error is recorded: arguments that never reached the tool and a tool's own
+/// permanent failure are failures the model reads; everything else may have taken effect.
+fn tool_run_of(err: CallError) -> ToolRun {
+    match err {
+        CallError::InvalidArguments { problems, .. } => {
+            ToolRun::Refused { message: format!("Input validation error: {}", problems.join("; ")) }
+        }
+        CallError::InvalidJson { reason, .. } => {
+            ToolRun::Refused { message: format!("Input validation error: {reason}") }
+        }
+        CallError::UnknownTool { tool } => ToolRun::Refused {
+            message: tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, &tool),
+        },
+        CallError::Failed { message, .. } => ToolRun::Output { text: message, is_error: true },
+        other => ToolRun::Error { message: other.to_string() },
+    }
+}
+
+/// `ResumeTurn`.
+pub(super) async fn resume(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<(), StepError> {
+    worker.commit(claimed, rules::on_resume_turn(step)).await?;
+    Ok(())
+}

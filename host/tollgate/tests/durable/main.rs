@@ -1,0 +1,10 @@
+//! Durable sessions end to end: Workers as child processes on a real store, the real CLI against
+//! the mock model, the example agent's components built from source, and SIGKILL at named points.
+//!
+//! - `matrix`: the seeds' crash matrix.
+//! - `scale`: two Workers on one PostgreSQL database, a thousand sessions waiting for approval,
+//!   refused rows.
+
+mod matrix;
+mod scale;
+mod util;
