@@ -752,6 +752,36 @@ macro_rules! impl_store {
                 row.map(|r| Self::decode_interrupt(&r)).transpose()
             }
 
+            async fn list_sessions(
+                &self,
+                status: Option<&str>,
+                after: &str,
+                limit: i64,
+            ) -> Result<Vec<SessionSummary>, StoreError> {
+                let rows = sqlx::query(Self::q(
+                    "SELECT session_id, row_version, status, created_at, updated_at FROM sessions
+                     WHERE session_id > $1 AND ($2 IS NULL OR status = $2)
+                     ORDER BY session_id LIMIT $3",
+                ))
+                .bind(after)
+                .bind(status)
+                .bind(limit)
+                .fetch_all(self.read_pool())
+                .await?;
+                rows.iter()
+                    .map(|row| {
+                        let session_id: String = row.try_get("session_id")?;
+                        check_row_version("sessions", &session_id, row.try_get("row_version")?)?;
+                        Ok(SessionSummary {
+                            session_id,
+                            status: row.try_get("status")?,
+                            created_at: row.try_get("created_at")?,
+                            updated_at: row.try_get("updated_at")?,
+                        })
+                    })
+                    .collect()
+            }
+
             async fn open_interrupts(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError> {
                 let rows = sqlx::query(Self::q(
                     "SELECT session_id, interrupt_id, row_version, request, resolution, created_at, resolved_at

@@ -145,6 +145,15 @@ pub trait Store: Send + Sync {
     /// The interrupt, or `Ok(None)`.
     async fn interrupt(&self, session_id: &str, interrupt_id: &str) -> Result<Option<Interrupt>, StoreError>;
 
+    /// Up to `limit` sessions with an id after `after` (`""` for the first page), in id order,
+    /// only those with `status` when given.
+    async fn list_sessions(
+        &self,
+        status: Option<&str>,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<SessionSummary>, StoreError>;
+
     /// Up to `limit` open interrupts of all sessions, oldest first.
     async fn open_interrupts(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError>;
 

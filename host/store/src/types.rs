@@ -55,6 +55,19 @@ pub struct Session {
     pub updated_at: i64,
 }
 
+/// A session in a listing ([`crate::Store::list_sessions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The client's name for it.
+    pub session_id: String,
+    /// Its status.
+    pub status: String,
+    /// Creation time (DB clock, ms).
+    pub created_at: i64,
+    /// Last change (DB clock, ms).
+    pub updated_at: i64,
+}
+
 /// A session to create with [`crate::Store::create_session`].
 #[derive(Clone, Debug)]
 pub struct NewSession {

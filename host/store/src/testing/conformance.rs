@@ -102,6 +102,7 @@ cases![
     an_appended_event_wakes_a_reader_of_that_session,
     concurrent_workers_never_claim_a_step_twice,
     sessions_waiting_for_approval_are_rows_only,
+    sessions_are_listed_in_id_order_by_page_and_status,
 ];
 
 /// Runs every case, each on a fresh harness from `fresh(case_name)`.
@@ -670,4 +671,22 @@ async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
     .unwrap();
     let c = s.claim("w1", LONG).await.unwrap().expect("the resolved one");
     assert_eq!(c.step.session_id, "s7");
+}
+
+async fn sessions_are_listed_in_id_order_by_page_and_status(h: Harness) {
+    let s = &*h.store;
+    for id in ["b", "a", "c"] {
+        new_session(s, id).await;
+    }
+    let c = claimed_session(s, "d").await;
+    let mut running = done();
+    running.session.status = Some("running".into());
+    s.commit(&c, running).await.unwrap();
+    let ids = |list: Vec<SessionSummary>| list.into_iter().map(|x| x.session_id).collect::<Vec<_>>();
+    assert_eq!(ids(s.list_sessions(None, "", 10).await.unwrap()), ["a", "b", "c", "d"]);
+    assert_eq!(ids(s.list_sessions(None, "", 2).await.unwrap()), ["a", "b"]);
+    assert_eq!(ids(s.list_sessions(None, "b", 10).await.unwrap()), ["c", "d"]);
+    assert_eq!(ids(s.list_sessions(Some("running"), "", 10).await.unwrap()), ["d"]);
+    assert_eq!(ids(s.list_sessions(Some("idle"), "", 10).await.unwrap()), ["a", "b", "c"]);
+    assert!(s.list_sessions(Some("nope"), "", 10).await.unwrap().is_empty());
 }
