@@ -93,6 +93,11 @@ impl MockModel {
         Ok(MockModel { addr, shared, stop: Some(stop), task: Some(task) })
     }
 
+    /// Answers the plain prompt `prompt` as if it were `script` (see [`plan::Scenarios`]).
+    pub fn add_scenario(&self, prompt: impl Into<String>, script: impl Into<String>) {
+        self.shared.scenarios.write().expect("scenarios lock").insert(prompt.into(), script.into());
+    }
+
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
         self.addr

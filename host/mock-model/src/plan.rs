@@ -84,6 +84,16 @@ impl From<Answer> for Reply {
 
 /// Chooses the answer to a Messages API request body. `nonce` makes this reply's tool use IDs unique.
 pub fn plan(body: &Value, nonce: u64) -> Plan {
+    plan_with_scenarios(body, nonce, &Scenarios::new())
+}
+
+/// Plain prompts that stand for a script (`Refund order 7` → `call lookup_order … && call
+/// create_refund …`), so a demo can send what a user would type. Keys are matched trimmed and
+/// case-insensitively against the whole prompt.
+pub type Scenarios = std::collections::BTreeMap<String, String>;
+
+/// [`plan`], reading a prompt found in `scenarios` as its script.
+pub fn plan_with_scenarios(body: &Value, nonce: u64, scenarios: &Scenarios) -> Plan {
     let events = events(body);
     let last_prompt = events.iter().enumerate().rev().find_map(|(at, event)| match event {
         Event::Prompt(text) => Some((at, text)),
@@ -92,6 +102,10 @@ pub fn plan(body: &Value, nonce: u64) -> Plan {
     let Some((prompt_at, prompt)) = last_prompt else {
         return Plan::answer(AssistantReply::text("mock: the request has no prompt"));
     };
+    let prompt = scenarios
+        .iter()
+        .find(|(said, _)| said.trim().eq_ignore_ascii_case(prompt.trim()))
+        .map_or(&prompt[..], |(_, script)| script.as_str());
     let script = match script::parse(prompt) {
         Ok(script) => script,
         Err(err) => {
@@ -230,7 +244,17 @@ fn is_real_prompt(text: &str) -> bool {
 }
 
 /// A tool result's `content`: a string, or blocks whose texts are joined with newlines.
+/// A tool result's text as the model would read it, without the `<system-reminder>` blocks the
+/// CLI appends to results (a real model does not quote them back).
 fn result_text(content: Option<&Value>) -> String {
+    let text = result_text_with_reminders(content);
+    match text.find("<system-reminder>") {
+        Some(at) => text[..at].trim_end().to_owned(),
+        None => text,
+    }
+}
+
+fn result_text_with_reminders(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(blocks)) => {
@@ -399,6 +423,22 @@ mod tests {
             .collect();
         content.push(json!({"type": "text", "text": "Continue from where you left off."}));
         json!({"role": "user", "content": content})
+    }
+
+    #[test]
+    fn a_quoted_result_leaves_out_the_clis_system_reminders() {
+        let tail = vec![
+            assistant_calls(&[("toolu_mock_0000000000ab_0", "a")]),
+            results(&[("toolu_mock_0000000000ab_0", "r_1\n\n<system-reminder>\nUSD budget\n</system-reminder>", false)]),
+        ];
+        assert_eq!(text_of(&plan(&request("call a", tail), 2)), "called a: r_1");
+    }
+
+    #[test]
+    fn a_scenario_prompt_is_answered_with_its_script() {
+        let scenarios = Scenarios::from([("Refund order 7".to_owned(), "say refunding".to_owned())]);
+        let plan = plan_with_scenarios(&request("refund order 7 ", vec![]), 1, &scenarios);
+        assert_eq!(text_of(&plan), "said: refunding");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::gates::{GateStatus, Gates};
 use crate::log::{RecordedRequest, RequestLog, logged_body, logged_headers};
-use crate::plan::{Answer, plan};
+use crate::plan::{Answer, plan_with_scenarios};
 use crate::reply::Reply;
 use crate::wire::{self, MessageMeta};
 
@@ -38,6 +38,7 @@ use crate::wire::{self, MessageMeta};
 pub(crate) struct Shared {
     pub(crate) log: RequestLog,
     pub(crate) gates: Gates,
+    pub(crate) scenarios: std::sync::RwLock<crate::plan::Scenarios>,
     next_nonce: AtomicU64,
 }
 
@@ -51,6 +52,7 @@ impl Shared {
         Shared {
             log: RequestLog::new(),
             gates: Gates::new(),
+            scenarios: Default::default(),
             next_nonce: AtomicU64::new(seed & 0xffff_ffff_ffff),
         }
     }
@@ -123,7 +125,7 @@ async fn handle(
 /// `POST /v1/messages`: plan, log, wait at the gates, reply.
 async fn messages(shared: &Shared, mut record: RecordedRequest, body: Value) -> Response {
     let nonce = shared.nonce();
-    let plan = plan(&body, nonce);
+    let plan = plan_with_scenarios(&body, nonce, &shared.scenarios.read().expect("scenarios lock"));
     record.gates = plan.gates.clone();
     record.reply = plan.reply.clone().into();
     let streaming = record.is_streaming();
