@@ -429,7 +429,11 @@ mod tests {
     fn a_quoted_result_leaves_out_the_clis_system_reminders() {
         let tail = vec![
             assistant_calls(&[("toolu_mock_0000000000ab_0", "a")]),
-            results(&[("toolu_mock_0000000000ab_0", "r_1\n\n<system-reminder>\nUSD budget\n</system-reminder>", false)]),
+            results(&[(
+                "toolu_mock_0000000000ab_0",
+                "r_1\n\n<system-reminder>\nUSD budget\n</system-reminder>",
+                false,
+            )]),
         ];
         assert_eq!(text_of(&plan(&request("call a", tail), 2)), "called a: r_1");
     }
