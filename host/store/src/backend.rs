@@ -782,6 +782,13 @@ macro_rules! impl_store {
                     .collect()
             }
 
+            async fn count_open_interrupts(&self) -> Result<i64, StoreError> {
+                let row = sqlx::query(Self::q("SELECT count(*) AS n FROM interrupts WHERE state = 'open'"))
+                    .fetch_one(self.read_pool())
+                    .await?;
+                Ok(row.try_get("n")?)
+            }
+
             async fn open_interrupts(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError> {
                 let rows = sqlx::query(Self::q(
                     "SELECT session_id, interrupt_id, row_version, request, resolution, created_at, resolved_at

@@ -154,6 +154,9 @@ pub trait Store: Send + Sync {
         limit: i64,
     ) -> Result<Vec<SessionSummary>, StoreError>;
 
+    /// How many interrupts of all sessions are open.
+    async fn count_open_interrupts(&self) -> Result<i64, StoreError>;
+
     /// Up to `limit` open interrupts of all sessions, oldest first.
     async fn open_interrupts(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError>;
 

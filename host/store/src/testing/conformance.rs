@@ -658,6 +658,7 @@ async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
     }
     assert!(s.claim("w1", LONG).await.unwrap().is_none(), "nothing to run while they wait");
     assert_eq!(s.open_interrupts(1000).await.unwrap().len(), N);
+    assert_eq!(s.count_open_interrupts().await.unwrap(), N as i64);
     assert_eq!(h.count("SELECT count(*) FROM steps WHERE state = 'waiting'").await, N as i64);
     assert_eq!(h.count("SELECT count(*) FROM steps WHERE state = 'claimed'").await, 0, "no lease held");
     s.resolve_interrupt(Resolution {
