@@ -62,9 +62,9 @@ use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 use tollgate_engine::gate::{CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall};
 use tollgate_protocol::{
-    CliRequest, ControlResponse, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
-    InitializeResponse, PermissionDecision, ProtocolError, ResultMessage, TranscriptEntry, Usage, UserPrompt,
-    parse_line,
+    ApiEvent, CliRequest, ControlResponse, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
+    InitializeResponse, PermissionDecision, ProtocolError, ResultMessage, System, TranscriptEntry, Usage,
+    UserPrompt, parse_line,
 };
 
 use crate::cli::CliBinary;
@@ -337,7 +337,7 @@ impl SegmentOutcome {
     }
 }
 
-/// Timings and facts about one run, for logs and the benchmark.
+/// Timings and facts about one run, for logs, traces and the benchmark.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct SegmentStats {
@@ -357,6 +357,17 @@ pub struct SegmentStats {
     pub exit_status: Option<String>,
     /// Distinct assistant message ids of the main conversation (model calls).
     pub model_calls: usize,
+    /// Distinct assistant message ids of subagents (their model calls, not in `model_calls`).
+    pub subagent_model_calls: usize,
+    /// `model` of the first `system/init`: the model the CLI requests for the main conversation.
+    pub init_model: Option<String>,
+    /// `message.model` of every assistant message, subagents included (API-error messages,
+    /// whose model is `<synthetic>`, left out).
+    pub response_models: BTreeSet<String>,
+    /// `message.id` of every assistant message, subagents included.
+    pub response_ids: BTreeSet<String>,
+    /// `delta.stop_reason` of the main conversation's `message_delta` stream events, in order.
+    pub finish_reasons: Vec<String>,
     /// The tail of the CLI's stderr.
     pub stderr_tail: String,
     /// The `result` frame, when one came.
@@ -501,6 +512,7 @@ async fn run(
     turn.stats.exit_status = Some(status.clone());
     turn.stats.stderr_tail = stderr.clone();
     turn.stats.model_calls = turn.message_ids.len();
+    turn.stats.subagent_model_calls = turn.stats.response_ids.len().saturating_sub(turn.message_ids.len());
     turn.stats.result = turn.result.clone();
     drop(dirs);
 
@@ -635,18 +647,30 @@ impl Turn<'_> {
             }
             Frame::ControlResponse(_) => {}
             Frame::ControlCancelRequest(cancel) => bridge.cancel(&cancel.request_id),
-            Frame::StreamEvent(event) => {
-                if event.parent_tool_use_id.is_none()
-                    && let Some(text) = event.text_delta()
-                {
+            Frame::System(System::Init(init)) if self.stats.init_model.is_none() => {
+                self.stats.init_model = init.model;
+            }
+            Frame::StreamEvent(event) if event.parent_tool_use_id.is_none() => {
+                if let Some(text) = event.text_delta() {
                     self.stats.to_first_delta.get_or_insert_with(|| self.started.elapsed());
                     if let Some(events) = &self.events {
                         let _ = events.send(SegmentEvent::TextDelta { text: text.to_owned() });
                     }
+                } else if let ApiEvent::MessageDelta { delta, .. } = &event.event
+                    && let Some(reason) = delta.get("stop_reason").and_then(Value::as_str)
+                {
+                    self.stats.finish_reasons.push(reason.to_owned());
                 }
             }
-            Frame::Assistant(message) if message.parent_tool_use_id.is_none() => {
-                self.message_ids.insert(message.message.id);
+            Frame::Assistant(message) => {
+                let api = message.message;
+                if message.is_api_error_message != Some(true) {
+                    self.stats.response_models.insert(api.model);
+                }
+                self.stats.response_ids.insert(api.id.clone());
+                if message.parent_tool_use_id.is_none() {
+                    self.message_ids.insert(api.id);
+                }
             }
             Frame::TranscriptMirror(mirror) if !mirror.is_subagent() => self.entries.extend(mirror.entries),
             Frame::Result(result) if self.result.is_none() => {

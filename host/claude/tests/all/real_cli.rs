@@ -169,6 +169,17 @@ async fn a_read_tool_runs_inline_in_one_segment_and_the_model_sees_its_output() 
     let offered = requests[0].body.as_ref().and_then(|b| b["tools"].as_array().cloned()).unwrap_or_default();
     assert!(offered.iter().any(|t| t["name"] == "mcp__tools__lookup_order"), "alwaysLoad missing\n{text}");
     assert!(!report.outcome.entries().is_empty(), "{text}");
+
+    // The facts a trace reads: two model calls of the main conversation, no subagent, one model.
+    let stats = &report.stats;
+    assert_eq!(
+        (stats.model_calls, stats.subagent_model_calls, stats.response_ids.len()),
+        (2, 0, 2),
+        "{text}"
+    );
+    assert!(stats.init_model.is_some(), "{text}");
+    assert_eq!(stats.response_models.len(), 1, "{:?}\n{text}", stats.response_models);
+    assert_eq!(stats.finish_reasons, ["tool_use", "end_turn"], "{text}");
 }
 
 #[tokio::test]
