@@ -6,15 +6,23 @@
 //! | [`worker`] | claiming, running and committing steps |
 //! | [`sessions`] | client calls: start, send, resolve, snapshot |
 //! | [`convert`] | the state machine's values as the store's |
+//! | [`metrics`] | the Prometheus counters the Worker updates |
+//! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
+//! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
+//! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
 //! | [`commands`] | one module per subcommand |
 //!
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
 //! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed.
 
 pub mod agent;
+pub mod api;
+pub mod client;
 pub mod commands;
 pub mod convert;
+pub mod metrics;
 pub mod sessions;
+pub mod telemetry;
 pub mod worker;
 
 use std::process::ExitCode;
@@ -40,15 +48,50 @@ pub enum Command {
     Tools(commands::tools::ToolsArgs),
     /// Run a Worker: claim and run the steps of sessions in a store.
     Worker(commands::worker::WorkerArgs),
+    /// Serve the HTTP API with a Worker in the same process (SQLite beside the agent by default).
+    Serve(commands::serve::ServeArgs),
+    /// Serve the HTTP API only (Workers run elsewhere, on the same PostgreSQL database).
+    Api(commands::serve::ApiArgs),
+    /// Start, message, show and watch sessions through the HTTP API.
+    Session(commands::session::SessionArgs),
+    /// List, approve and reject the tool calls waiting for a decision, through the HTTP API.
+    Approvals(commands::approvals::ApprovalsArgs),
+    /// Run the example support agent end to end, offline unless ANTHROPIC_API_KEY is set.
+    Demo(commands::demo::DemoArgs),
+}
+
+/// What must happen while the process has one thread (the demo sets environment variables).
+#[derive(Debug)]
+pub struct Prepared {
+    demo: Option<commands::demo::Prepared>,
+}
+
+/// Call first in `main`, before logging or telemetry start any thread.
+///
+/// # Errors
+/// The demo could not bind its loopback ports.
+pub fn prepare(cli: &Cli) -> anyhow::Result<Prepared> {
+    Ok(Prepared {
+        demo: match &cli.command {
+            Command::Demo(_) => Some(commands::demo::prepare()?),
+            _ => None,
+        },
+    })
 }
 
 /// Runs a parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
+    let demo = prepared.demo;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         match cli.command {
+            Command::Demo(args) => commands::demo::run(args, demo.expect("prepared above")).await,
             Command::Tools(args) => commands::tools::run(args).await,
             Command::Worker(args) => commands::worker::run(args).await,
+            Command::Serve(args) => commands::serve::serve(args).await,
+            Command::Api(args) => commands::serve::api(args).await,
+            Command::Session(args) => commands::session::run(args).await,
+            Command::Approvals(args) => commands::approvals::run(args).await,
         }
     })
 }

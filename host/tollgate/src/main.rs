@@ -7,8 +7,16 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = tollgate::Cli::parse();
-    tollgate::init_logging(cli.verbose);
-    match tollgate::run(cli) {
+    let prepared = match tollgate::prepare(&cli) {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    // Lives until `main` returns, after the runtime is gone: dropping it flushes the spans.
+    let _telemetry = tollgate::telemetry::init(cli.verbose);
+    match tollgate::run(cli, prepared) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error}");

@@ -31,6 +31,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::agent::Agent;
 use crate::convert;
+use crate::metrics::Metrics;
 
 /// How long a step whose rows cannot be read waits before it is tried again.
 pub const PARKED_RETRY: Duration = Duration::from_secs(300);
@@ -69,6 +70,7 @@ pub struct Worker {
     agent: Arc<Agent>,
     cli: CliBinary,
     config: Arc<WorkerConfig>,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -103,7 +105,19 @@ impl From<StoreError> for StepError {
 impl Worker {
     /// A Worker for `agent` on `store`, starting `cli` for segments.
     pub fn new(store: Arc<dyn Store>, agent: Arc<Agent>, cli: CliBinary, config: WorkerConfig) -> Self {
-        Worker { store, agent, cli, config: Arc::new(config) }
+        Worker { store, agent, cli, config: Arc::new(config), metrics: Arc::default() }
+    }
+
+    /// Records into `metrics` (shared with the API's `/metrics` in `tollgate serve`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The metrics it records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Runs until `shutdown` resolves, then waits for the steps in hand.
@@ -175,11 +189,19 @@ impl Worker {
                 }
             })
         };
+        let started = std::time::Instant::now();
         let result = tokio::select! {
             result = self.execute(&claimed) => result,
             _ = lost_rx.wait_for(|lost| *lost) => Err(StepError::LeaseLost),
         };
         heartbeat.abort();
+        let outcome = match &result {
+            Ok(()) => "committed",
+            Err(StepError::LeaseLost) => "lease_lost",
+            Err(StepError::Engine(_)) => "parked",
+            Err(StepError::Store(_)) => "store_error",
+        };
+        self.metrics.step(&claimed.step.kind, outcome, started.elapsed());
         match result {
             Ok(()) => debug!(step = claimed.step.step_id, "committed"),
             Err(StepError::LeaseLost) => warn!(

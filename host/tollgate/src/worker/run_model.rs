@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use super::{StepError, Worker};
 use crate::agent::Agent;
 use crate::sessions;
+use crate::telemetry::{InlineTools, Scope, SegmentTrace};
 
 /// How often streamed events are written while a segment runs.
 const EVENT_FLUSH: Duration = Duration::from_millis(200);
@@ -84,6 +85,11 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     };
     info!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, resume = ?step.resume, "segment starting");
 
+    let mut trace = SegmentTrace::start(Scope {
+        session_id: session_id.clone(),
+        turn_id: run.turn_id.clone(),
+        attempt: run.attempt,
+    });
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut first = Vec::new();
     if step.resume.is_none() {
@@ -100,13 +106,17 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         first,
         events_rx,
     ));
-    let result = segment(worker, session_id, &run, events_tx).await;
+    let result = segment(worker, session_id, &run, events_tx, &mut trace).await;
     // Every streamed event is written before the segment's end.
-    match flusher.await {
-        Ok(Ok(())) => {}
+    let tools = match flusher.await {
+        Ok(Ok(tools)) => tools,
         Ok(Err(err)) => return Err(err),
-        Err(join) => warn!(error = %join, "the event writer stopped"),
-    }
+        Err(join) => {
+            warn!(error = %join, "the event writer stopped");
+            InlineTools::default()
+        }
+    };
+    trace.finish(&result, tools);
     if let SegmentResult::Failed { error, retryable } = &result {
         warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
     }
@@ -114,13 +124,15 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     Ok(())
 }
 
-/// Runs the CLI for `run` and reports how it ended. Never fails: every problem is a failed
-/// segment the state machine retries or turns into the turn's error.
+/// Runs the CLI for `run` and reports how it ended, and what the CLI said about its model calls
+/// to `trace`. Never fails: every problem is a failed segment the state machine retries or turns
+/// into the turn's error.
 async fn segment(
     worker: &Worker,
     session_id: &str,
     run: &SegmentRun,
     events: mpsc::UnboundedSender<SegmentEvent>,
+    trace: &mut SegmentTrace,
 ) -> SegmentResult {
     let agent = &worker.agent;
     let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
@@ -141,6 +153,7 @@ async fn segment(
             return failed(err.to_string(), retryable);
         }
     };
+    trace.requested_model(options.model.as_deref());
     let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = tools.clone();
     let catalog = match tollgate_claude::tools::catalog(DEFAULT_TOOL_SERVER_NAME, &runner.tools()) {
         Ok(catalog) => catalog,
@@ -181,6 +194,7 @@ async fn segment(
         }));
     }
     let report = run_segment(spec, gate, runner, Some(events)).await;
+    trace.ran(&report.stats);
     let cost_usd = report.stats.result.as_ref().and_then(|r| r.total_cost_usd);
     let model_calls = i64::try_from(report.stats.model_calls).unwrap_or(i64::MAX);
     let usage_of = |u: &tollgate_protocol::Usage| {
@@ -192,9 +206,7 @@ async fn segment(
             model_calls,
         }
     };
-    let raw_entries = |entries: &[TranscriptEntry]| {
-        entries.iter().map(|e| e.as_raw().to_owned()).collect()
-    };
+    let raw_entries = |entries: &[TranscriptEntry]| entries.iter().map(|e| e.as_raw().to_owned()).collect();
     match report.outcome {
         SegmentOutcome::Completed { session_id, result, entries, usage } => SegmentResult::Completed {
             session_id,
@@ -322,7 +334,8 @@ impl CliDecider for FactoryDecider {
 }
 
 /// Writes the segment's streamed events every [`EVENT_FLUSH`], text deltas joined, under the
-/// claim (so a reader can tell this attempt's text from a retried one's by step and fence).
+/// claim (so a reader can tell this attempt's text from a retried one's by step and fence), and
+/// times the inline tool calls for their spans.
 async fn flush_events(
     worker: Worker,
     claimed: Claimed,
@@ -330,7 +343,8 @@ async fn flush_events(
     attempt: i64,
     mut pending: Vec<NewEvent>,
     mut rx: mpsc::UnboundedReceiver<SegmentEvent>,
-) -> Result<(), StepError> {
+) -> Result<InlineTools, StepError> {
+    let mut tools = InlineTools::default();
     let mut open = true;
     while open {
         let deadline = tokio::time::sleep(EVENT_FLUSH);
@@ -338,7 +352,10 @@ async fn flush_events(
         loop {
             tokio::select! {
                 event = rx.recv() => match event {
-                    Some(event) => push_event(&mut pending, &turn_id, attempt, event),
+                    Some(event) => {
+                        tools.on_event(&event);
+                        push_event(&mut pending, &turn_id, attempt, event);
+                    }
                     None => { open = false; break; }
                 },
                 () = &mut deadline => break,
@@ -350,7 +367,7 @@ async fn flush_events(
             worker.commit(&claimed, keep).await?;
         }
     }
-    Ok(())
+    Ok(tools)
 }
 
 fn push_event(pending: &mut Vec<NewEvent>, turn_id: &str, attempt: i64, event: SegmentEvent) {

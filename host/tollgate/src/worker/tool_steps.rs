@@ -11,6 +11,7 @@ use tollgate_store::Claimed;
 use tracing::{info, warn};
 
 use super::{StepError, Worker};
+use crate::telemetry::{Scope, ToolTrace};
 
 async fn load_call(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<CallEntry, StepError> {
     let session = &claimed.step.session_id;
@@ -71,6 +72,9 @@ pub(super) async fn call(
         attempt,
         idempotency_key: key,
     };
+    let scope =
+        Scope { session_id: session.clone(), turn_id: call.turn_id.clone(), attempt: i64::from(attempt) };
+    let trace = ToolTrace::start(scope, &call.tool_name, &call.tool_call_id);
     let run = match worker.agent.tools().await {
         Err(err) => ToolRun::Error { message: format!("the agent's tools did not load: {err:#}") },
         Ok(tools) => match tools.get(&call.tool_name) {
@@ -90,11 +94,22 @@ pub(super) async fn call(
                         })),
                         is_error: output.is_error,
                     },
-                    Err(err) => tool_run_of(err),
+                    Err(err) => {
+                        if matches!(
+                            err,
+                            CallError::Trapped { .. }
+                                | CallError::DeadlineExceeded { .. }
+                                | CallError::MemoryLimit { .. }
+                        ) {
+                            worker.metrics.sandbox_trap();
+                        }
+                        tool_run_of(err)
+                    }
                 }
             }
         },
     };
+    trace.finish(&run);
     if let ToolRun::Error { message } = &run {
         warn!(session = %session, tool_call = %call.tool_call_id, attempt, error = %message, "tool call failed");
     }

@@ -134,6 +134,23 @@ async fn a_rejected_write_never_runs_and_the_model_reads_the_reason() {
     assert!(is_error);
 }
 
+/// Approves the refund, SIGKILLs Worker A while the payments service holds the refund's request,
+/// and lets Worker B finish the turn. Returns the call's id and the final snapshot.
+async fn refund_killed_mid_call(world: &World) -> (String, tollgate::sessions::Snapshot) {
+    world.payments.hold();
+    let a = world.worker("a");
+    world.send("s", REFUND).await;
+    let id = pending_id(&awaiting(world, "s").await);
+    world.decide("s", &id, true, None, "k").await;
+    world.payments.wait_for(1).await;
+    a.kill().await;
+    world.payments.release();
+    let _b = world.worker("b");
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    (id, done)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_during_a_single_attempt_write_records_outcome_unknown_and_never_runs_it_again() {
     let Some(world) =
@@ -141,18 +158,7 @@ async fn sigkill_during_a_single_attempt_write_records_outcome_unknown_and_never
     else {
         return;
     };
-    world.payments.hold();
-    let a = world.worker("a");
-    world.send("s", REFUND).await;
-    let id = pending_id(&awaiting(&world, "s").await);
-    world.decide("s", &id, true, None, "k").await;
-    world.payments.wait_for(1).await;
-    a.kill().await;
-    world.payments.release();
-
-    let _b = world.worker("b");
-    let done = world.wait_idle_after("s", 1).await;
-    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    let (id, done) = refund_killed_mid_call(&world).await;
     assert_eq!(done.tool_calls[0]["status"], "outcome_unknown");
     assert_eq!(world.payments.count(), 1, "never run twice");
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model was told");
@@ -165,18 +171,7 @@ async fn sigkill_during_an_idempotent_write_runs_it_again_under_the_same_key() {
     else {
         return;
     };
-    world.payments.hold();
-    let a = world.worker("a");
-    world.send("s", REFUND).await;
-    let id = pending_id(&awaiting(&world, "s").await);
-    world.decide("s", &id, true, None, "k").await;
-    world.payments.wait_for(1).await;
-    a.kill().await;
-    world.payments.release();
-
-    let _b = world.worker("b");
-    let done = world.wait_idle_after("s", 1).await;
-    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    let (id, done) = refund_killed_mid_call(&world).await;
     assert_eq!(done.tool_calls[0]["status"], "succeeded");
     let keys = world.payments.keys();
     assert_eq!(keys.len(), 2, "re-run after the crash: {keys:?}");

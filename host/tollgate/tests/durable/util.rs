@@ -108,13 +108,26 @@ impl World {
 
     /// Starts a Worker process on `db` with more arguments.
     pub fn worker_with(&self, name: &str, db: &str, extra: &[&str]) -> WorkerProcess {
-        let log = self.dir.path().join(format!("{name}.log"));
-        let stderr = std::fs::File::create(&log).expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["worker", "--agent"])
-            .arg(&self.agent)
-            .args(["--db", db, "--worker-id", name, "--poll-secs", "0.2"])
-            .args(extra)
+        self.spawn_worker(name, db, extra, &[])
+    }
+
+    /// Starts a Worker process like [`World::worker`], with more environment variables.
+    pub fn worker_with_env(&self, name: &str, env: &[(&str, &str)]) -> WorkerProcess {
+        self.spawn_worker(
+            name,
+            &self.db,
+            &["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2"],
+            env,
+        )
+    }
+
+    /// The `tollgate` binary with this world's environment: the pinned CLI, the mock model, a
+    /// refused proxy for everything else, the payments service, a private component cache.
+    pub fn tollgate(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        command
+            .env_remove("TOLLGATE_TOKEN")
+            .env_remove("TOLLGATE_LISTEN")
             .env("TOLLGATE_CLAUDE_CLI", &self.cli)
             .env("ANTHROPIC_BASE_URL", self.mock.base_url())
             .env("ANTHROPIC_API_KEY", "dummy")
@@ -125,7 +138,20 @@ impl World {
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("PAYMENTS_URL", &self.payments.url)
             .env("TOLLGATE_CACHE_DIR", self.dir.path().join("cache"))
-            .env("RUST_LOG", "info,tollgate::guest=debug")
+            .env("RUST_LOG", "info,tollgate::guest=debug");
+        command
+    }
+
+    fn spawn_worker(&self, name: &str, db: &str, extra: &[&str], env: &[(&str, &str)]) -> WorkerProcess {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let child = self
+            .tollgate()
+            .args(["worker", "--agent"])
+            .arg(&self.agent)
+            .args(["--db", db, "--worker-id", name, "--poll-secs", "0.2"])
+            .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -267,6 +293,13 @@ impl WorkerProcess {
     pub async fn kill(mut self) {
         // SAFETY: sending a signal to our own child's pid.
         unsafe { libc::kill(self.pid(), libc::SIGKILL) };
+        let _ = self.child.wait().await;
+    }
+
+    /// SIGTERM, and wait until it has exited.
+    pub async fn terminate(mut self) {
+        // SAFETY: sending a signal to our own child's pid.
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
         let _ = self.child.wait().await;
     }
 

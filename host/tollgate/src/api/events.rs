@@ -1,0 +1,130 @@
+//! `GET /v1/sessions/{id}/events`: the session's events as Server-Sent Events, from a seq on.
+//!
+//! Each SSE event has `id: <seq>` and `event: <kind>`; its data is
+//! `{"seq","kind","step_id","fence","created_at","payload"}`. A client resumes with the
+//! `Last-Event-ID` header or `?after=<seq>`. Live text is grouped by (`payload.turn_id`,
+//! `step_id`, `fence`): a retried attempt of a step has a higher fence, so a client drops the
+//! text of the attempt it supersedes. `?follow=false` returns what is stored and ends.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::IntoResponse;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{ApiError, ApiResult, ApiState};
+
+/// Events read per store call.
+const PAGE: i64 = 200;
+/// The longest wait for a wake-up before the store is read again (the poll fallback).
+const POLL: Duration = Duration::from_secs(1);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EventsQuery {
+    after: Option<i64>,
+    follow: Option<bool>,
+}
+
+pub(super) async fn stream(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query.map_err(|e| ApiError::bad("query", e.body_text()))?;
+    let from_header = match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .ok_or_else(|| ApiError::bad("Last-Event-ID", "Last-Event-ID must be an event seq"))?,
+        ),
+        None => None,
+    };
+    let after = from_header.or(query.after).unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::bad("after", "after must be 0 or more"));
+    }
+    if state.store.session(&id).await?.is_none() {
+        return Err(ApiError::no_session(&id));
+    }
+    let follow = query.follow.unwrap_or(true);
+    Ok(Sse::new(events(state, id, after, follow))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+struct Cursor {
+    state: ApiState,
+    session: String,
+    after: i64,
+    follow: bool,
+    signal: tollgate_store::EventSignal,
+    buffered: std::collections::VecDeque<Event>,
+    done: bool,
+}
+
+fn events(
+    state: ApiState,
+    session: String,
+    after: i64,
+    follow: bool,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let signal = state.store.event_signal(&session);
+    let cursor = Cursor { state, session, after, follow, signal, buffered: Default::default(), done: false };
+    stream::unfold(cursor, |mut cursor| async move {
+        loop {
+            if let Some(event) = cursor.buffered.pop_front() {
+                return Some((Ok(event), cursor));
+            }
+            if cursor.done {
+                return None;
+            }
+            match cursor.state.store.read_events(&cursor.session, cursor.after, PAGE).await {
+                Ok(page) if !page.is_empty() => {
+                    for event in page {
+                        cursor.after = event.seq;
+                        cursor.buffered.push_back(sse_event(&event));
+                    }
+                }
+                Ok(_) if !cursor.follow => cursor.done = true,
+                Ok(_) => {
+                    let mut stopping = cursor.state.stopping.clone();
+                    tokio::select! {
+                        _ = cursor.signal.wait(POLL) => {}
+                        _ = stopping.wait_for(|stop| *stop) => cursor.done = true,
+                    }
+                }
+                Err(error) => {
+                    // Tell the client and end; it resumes with Last-Event-ID.
+                    cursor.done = true;
+                    let data = serde_json::json!({"error": error.to_string()}).to_string();
+                    cursor.buffered.push_back(Event::default().event("error").data(data));
+                }
+            }
+        }
+    })
+}
+
+fn sse_event(event: &tollgate_store::Event) -> Event {
+    let (step_id, fence) = match event.step {
+        Some((step, fence)) => (Value::from(step), Value::from(fence)),
+        None => (Value::Null, Value::Null),
+    };
+    // Built by hand so the stored payload goes out as stored.
+    let data = format!(
+        r#"{{"seq":{},"kind":{},"step_id":{step_id},"fence":{fence},"created_at":{},"payload":{}}}"#,
+        event.seq,
+        Value::String(event.kind.clone()),
+        event.created_at,
+        event.payload.get()
+    );
+    Event::default().id(event.seq.to_string()).event(event.kind.clone()).data(data)
+}

@@ -1,0 +1,464 @@
+//! The HTTP API (axum): sessions, messages, decisions, snapshots, the approvals inbox, live
+//! events over Server-Sent Events, health, metrics and the OpenAPI document.
+//!
+//! [`router`] builds it over a store; `tollgate serve` runs it beside a Worker and `tollgate api`
+//! alone. Every write goes through [`crate::sessions`], so the state machine's rules and the
+//! store's idempotency hold for HTTP clients too. The routes and their shapes are listed in
+//! `openapi.json` beside this file (served at `/openapi.json`).
+//!
+//! Errors are JSON: `{"error":{"code":"…","message":"…","field":"…"}}` with a 4xx for bad input
+//! (the field named), 404 for an unknown session or interrupt, 409 for a conflicting repeat,
+//! 401 without the bearer token when one is configured, 5xx when the store fails.
+
+mod events;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tollgate_engine::session::EngineError;
+use tollgate_engine::session::client::Decision;
+use tollgate_store::{Store, StoreError};
+
+use crate::metrics::Metrics;
+use crate::sessions::{self, ClientError};
+
+/// The OpenAPI document of this API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// The largest request body accepted.
+const MAX_BODY: usize = 512 * 1024;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The bearer token every request but `/healthz` must carry, when set.
+    pub token: Option<Arc<str>>,
+    /// The process's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Turns `true` when the server stops: open event streams end, so a graceful shutdown does
+    /// not wait for their clients.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState").field("token", &self.token.as_ref().map(|_| "…")).finish_non_exhaustive()
+    }
+}
+
+/// The API's routes over `state`.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/v1/sessions", post(create_session).get(list_sessions))
+        .route("/v1/sessions/{id}", get(get_session))
+        .route("/v1/sessions/{id}/messages", post(send_message))
+        .route("/v1/sessions/{id}/interrupts/{interrupt_id}", post(decide))
+        .route("/v1/sessions/{id}/events", get(events::stream))
+        .route("/v1/interrupts", get(list_interrupts))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// An API error as JSON.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    field: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into(), field: None }
+    }
+
+    fn bad(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            field: Some(field.into()),
+            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+        }
+    }
+
+    fn no_session(id: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "session_not_found", format!("no session `{id}`"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<ClientError> for ApiError {
+    fn from(error: ClientError) -> Self {
+        match error {
+            ClientError::BadInput(EngineError::BadInput { field, reason }) => {
+                ApiError::bad(field, format!("{field}: {reason}"))
+            }
+            ClientError::BadInput(other) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "stored_row_refused", other.to_string())
+            }
+            ClientError::Store(store) => store.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        let text = error.to_string();
+        match error {
+            StoreError::SessionNotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "session_not_found", text)
+            }
+            StoreError::InterruptNotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "interrupt_not_found", text)
+            }
+            StoreError::InterruptAlreadyResolved { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "interrupt_already_resolved", text)
+            }
+            StoreError::IdempotencyConflict { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", text)
+            }
+            StoreError::Invalid { .. } => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", text),
+            StoreError::Corrupt { .. } | StoreError::FutureVersion { .. } => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "stored_row_refused", text)
+            }
+            _ if error.is_retryable() => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", text)
+            }
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", text),
+        }
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+/// Parses a JSON body into `T`, naming the field serde complained about.
+fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad("body", "the request needs a JSON object body"));
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let text = e.inner().to_string();
+        // A wrong type is reported at its path; a missing or unknown field by serde's message.
+        let path = e.path().to_string();
+        let field = if path != "." {
+            path
+        } else {
+            text.split('`').nth(1).filter(|_| text.contains("field")).unwrap_or("body").to_owned()
+        };
+        ApiError::bad(field, format!("invalid JSON body: {text}"))
+    })
+}
+
+/// The `Idempotency-Key` header, else the body's `client_key`.
+fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        Some(value) => value
+            .to_str()
+            .map(|v| Some(v.to_owned()))
+            .map_err(|_| ApiError::bad("Idempotency-Key", "the Idempotency-Key header must be ASCII")),
+        None => Ok(body_key),
+    }
+}
+
+/// Constant-time comparison of two byte strings (the length is not secret).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn authorize(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.token else { return next.run(request).await };
+    if request.uri().path() == "/healthz" {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
+        .map(str::trim);
+    match given {
+        Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => next.run(request).await,
+        _ => {
+            let mut response = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid `Authorization: Bearer <token>` header is required",
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            response
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSession {
+    session_id: Option<String>,
+    message: Option<String>,
+    client_key: Option<String>,
+}
+
+#[derive(Serialize)]
+struct MessageView {
+    item_seq: i64,
+    turn_started: bool,
+    replayed: bool,
+}
+
+async fn create_session(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    let request: CreateSession = if body.is_empty() {
+        CreateSession { session_id: None, message: None, client_key: None }
+    } else {
+        parse(&body)?
+    };
+    let session_id = request.session_id.unwrap_or_else(new_session_id);
+    let created = sessions::start(state.store.as_ref(), &session_id).await?;
+    let message = match &request.message {
+        Some(text) => {
+            // Idempotent on the id: the same first message under the same id is one message.
+            let key = client_key(&headers, request.client_key.clone())?
+                .unwrap_or_else(|| format!("create:{session_id}"));
+            let receipt = sessions::send(state.store.as_ref(), &session_id, text, Some(&key)).await?;
+            Some(MessageView {
+                item_seq: receipt.item_seq,
+                turn_started: receipt.step_id.is_some(),
+                replayed: receipt.replayed,
+            })
+        }
+        None => None,
+    };
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, axum::Json(json!({"session_id": session_id, "created": created, "message": message})))
+        .into_response())
+}
+
+fn new_session_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("session-{:x}{:x}{}", nanos, std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendMessage {
+    text: String,
+    client_key: Option<String>,
+}
+
+async fn send_message(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let request: SendMessage = parse(&body)?;
+    let key = client_key(&headers, request.client_key)?;
+    let receipt = sessions::send(state.store.as_ref(), &id, &request.text, key.as_deref()).await?;
+    let view = MessageView {
+        item_seq: receipt.item_seq,
+        turn_started: receipt.step_id.is_some(),
+        replayed: receipt.replayed,
+    };
+    Ok((StatusCode::ACCEPTED, axum::Json(view)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decide {
+    approved: bool,
+    #[serde(default)]
+    message: Option<String>,
+    client_key: Option<String>,
+}
+
+async fn decide(
+    State(state): State<ApiState>,
+    Path((id, interrupt_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let request: Decide = parse(&body)?;
+    let key = client_key(&headers, request.client_key)?;
+    let decision = Decision { approved: request.approved, message: request.message };
+    let receipt =
+        sessions::resolve(state.store.as_ref(), &id, &interrupt_id, &decision, key.as_deref()).await?;
+    Ok(axum::Json(json!({
+        "session_id": id,
+        "interrupt_id": interrupt_id,
+        "approved": decision.approved,
+        "replayed": receipt.replayed,
+    }))
+    .into_response())
+}
+
+async fn get_session(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    match sessions::snapshot(state.store.as_ref(), &id).await? {
+        Some(snapshot) => Ok(axum::Json(snapshot).into_response()),
+        None => Err(ApiError::no_session(&id)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+fn limit_of(limit: Option<i64>) -> Result<i64, ApiError> {
+    match limit {
+        None => Ok(100),
+        Some(n @ 1..=1000) => Ok(n),
+        Some(n) => Err(ApiError::bad("limit", format!("limit must be 1 to 1000, not {n}"))),
+    }
+}
+
+async fn list_sessions(
+    State(state): State<ApiState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query.map_err(|e| ApiError::bad("query", e.body_text()))?;
+    let limit = limit_of(query.limit)?;
+    let list = state
+        .store
+        .list_sessions(query.status.as_deref(), query.after.as_deref().unwrap_or(""), limit)
+        .await?;
+    let next = (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
+    let sessions: Vec<Value> = list
+        .into_iter()
+        .map(|s| json!({"session_id": s.session_id, "status": s.status, "created_at": s.created_at, "updated_at": s.updated_at}))
+        .collect();
+    Ok(axum::Json(json!({"sessions": sessions, "next_after": next})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InterruptQuery {
+    status: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn list_interrupts(
+    State(state): State<ApiState>,
+    query: Result<Query<InterruptQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query.map_err(|e| ApiError::bad("query", e.body_text()))?;
+    if let Some(status) = query.status.as_deref()
+        && status != "pending"
+    {
+        return Err(ApiError::bad("status", format!("only status=pending is listed, not `{status}`")));
+    }
+    let limit = limit_of(query.limit)?;
+    let interrupts: Vec<Value> = state
+        .store
+        .open_interrupts(limit)
+        .await?
+        .into_iter()
+        .map(|i| {
+            let request: Value = serde_json::from_str(i.request.get()).unwrap_or(Value::Null);
+            json!({
+                "session_id": i.session_id,
+                "interrupt_id": i.interrupt_id,
+                "tool_name": request.get("tool_name"),
+                "arguments": request.get("arguments"),
+                "turn_id": request.get("turn_id"),
+                "created_at": i.created_at,
+                "request": request,
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({"interrupts": interrupts})).into_response())
+}
+
+async fn healthz(State(state): State<ApiState>) -> Response {
+    match state.store.list_sessions(None, "", 1).await {
+        Ok(_) => axum::Json(json!({"status": "ok"})).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "unavailable", "error": e.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics(State(state): State<ApiState>) -> Response {
+    let open = state.store.count_open_interrupts().await.ok();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(open)).into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; see /openapi.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_equal_only_when_every_byte_matches() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        assert!(!same_secret(b"s3cret", b"s3creT"));
+        assert!(!same_secret(b"s3cret", b"s3cre"));
+    }
+
+    #[test]
+    fn a_body_error_names_the_field() {
+        let error = parse::<SendMessage>(&Bytes::from_static(b"{\"txt\":\"hi\"}")).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("txt"));
+        let error = parse::<SendMessage>(&Bytes::from_static(b"{}")).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("text"));
+        let error = parse::<Decide>(&Bytes::from_static(b"{\"approved\":\"yes\"}")).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("approved"));
+        let error = parse::<SendMessage>(&Bytes::new()).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("body"));
+    }
+
+    #[test]
+    fn the_openapi_document_is_json_and_lists_every_route() {
+        let doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
+        for path in [
+            "/v1/sessions",
+            "/v1/sessions/{id}",
+            "/v1/sessions/{id}/messages",
+            "/v1/sessions/{id}/interrupts/{interrupt_id}",
+            "/v1/sessions/{id}/events",
+            "/v1/interrupts",
+            "/healthz",
+            "/metrics",
+        ] {
+            assert!(doc["paths"].get(path).is_some(), "{path} is not documented");
+        }
+    }
+}

@@ -1,0 +1,727 @@
+//! A typed client of the HTTP API (see `api/openapi.json`): one method per route, the API's JSON
+//! errors as [`CallError`]s, and the live event stream parsed from Server-Sent Events.
+//!
+//! It owns the wire: URLs, the bearer token, status codes, bodies and the SSE framing
+//! ([`SseParser`], a line-based parser over the response's bytes). It does not own what a command
+//! prints; `commands::session` and `commands::approvals` do. Read [`ApiClient`] first.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), tollgate::client::CallError> {
+//! let client = tollgate::client::ApiClient::new("http://127.0.0.1:8080", None)?;
+//! let created = client.create_session(None, Some("say hello")).await?;
+//! let snapshot = client.snapshot(&created.session_id).await?;
+//! println!("{}", snapshot.status);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Caveats
+//! - No TLS: the workspace builds reqwest without it, so the URL must be `http://`.
+//! - [`EventStream`] ends when the server ends the response or the connection drops; resuming
+//!   (with `Last-Event-ID`) is the caller's choice: call [`ApiClient::events`] again with
+//!   [`EventStream::last_seq`].
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+use futures_util::{Stream, StreamExt};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// A call to the API that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The base URL is not an `http://` URL.
+    #[error("the API URL `{url}` is not valid: {reason}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The API answered 401: the token is missing or wrong.
+    #[error(
+        "the API at {url} refused the request (401): the token is missing or wrong; pass --token or set TOLLGATE_TOKEN"
+    )]
+    Unauthorized {
+        /// The URL called.
+        url: String,
+    },
+    /// The API answered with an error: its JSON error's message (and field).
+    #[error("{message}{} ({status} {code})", field.as_ref().map(|f| format!(" [field `{f}`]")).unwrap_or_default())]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The error code, e.g. `session_not_found`.
+        code: String,
+        /// What the API said.
+        message: String,
+        /// The field of the request that was wrong, when one was.
+        field: Option<String>,
+    },
+    /// The API could not be reached, or the connection broke.
+    #[error("calling {url} failed: {source}")]
+    Transport {
+        /// The URL called.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server ended the event stream with an `error` event (e.g. the store failed).
+    #[error("the event stream of {url} failed: {message}")]
+    Stream {
+        /// The URL streamed.
+        url: String,
+        /// What the server said.
+        message: String,
+    },
+    /// The API answered with a body of an unexpected shape.
+    #[error("the answer of {url} is not the expected JSON: {reason}")]
+    Decode {
+        /// The URL called.
+        url: String,
+        /// What did not parse.
+        reason: String,
+    },
+}
+
+/// A client of one API server.
+#[derive(Clone, Debug)]
+pub struct ApiClient {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+/// The answer of `POST /v1/sessions`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Created {
+    /// The session's id (the one given, or a fresh one).
+    pub session_id: String,
+    /// `false` when the session existed.
+    pub created: bool,
+    /// The first message's receipt, when one was sent.
+    pub message: Option<MessageReceipt>,
+}
+
+/// What storing a user message did.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct MessageReceipt {
+    /// The message's item seq.
+    pub item_seq: i64,
+    /// Whether it started a turn (else it waits for the running one).
+    pub turn_started: bool,
+    /// Whether the same key had stored it before.
+    pub replayed: bool,
+}
+
+/// The answer of a decision.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct DecisionReceipt {
+    /// The session.
+    pub session_id: String,
+    /// The interrupt decided.
+    pub interrupt_id: String,
+    /// The decision.
+    pub approved: bool,
+    /// Whether the same decision had been stored before.
+    pub replayed: bool,
+}
+
+/// A session as the API shows it (`GET /v1/sessions/{id}`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Snapshot {
+    /// The session's id.
+    pub session_id: String,
+    /// `idle`, `running` or `awaiting_approval`.
+    pub status: String,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Open interrupts: `{interrupt_id, tool_name, arguments, …}`.
+    pub pending_interrupts: Vec<Value>,
+    /// Every deferred tool call: `{tool_call_id, tool_name, arguments, status, …}`.
+    pub tool_calls: Vec<Value>,
+    /// Token totals.
+    pub usage: Usage,
+    /// What the session cost (US dollars).
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Why the last turn failed, until a turn completes.
+    pub last_turn_error: Option<String>,
+    /// The turn in progress.
+    pub turn_id: Option<String>,
+    /// The seq the next event will get.
+    pub next_event_seq: i64,
+}
+
+/// One message of a conversation.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Message {
+    /// `user` or `assistant`.
+    pub role: String,
+    /// Its text.
+    pub text: String,
+    /// A prompt no completed turn answered yet.
+    #[serde(default)]
+    pub pending: bool,
+}
+
+/// Token totals.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+pub struct Usage {
+    /// Input tokens, cache included.
+    pub input_tokens: i64,
+    /// Cache reads.
+    pub cached_input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Model calls.
+    pub model_calls: i64,
+}
+
+/// A page of `GET /v1/sessions`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct SessionPage {
+    /// The sessions, by id.
+    pub sessions: Vec<SessionRow>,
+    /// The `after` of the next page, when there may be one.
+    pub next_after: Option<String>,
+}
+
+/// One session of a list.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct SessionRow {
+    /// Its id.
+    pub session_id: String,
+    /// Its status.
+    pub status: String,
+    /// Creation time (ms since the epoch).
+    pub created_at: i64,
+    /// Last change (ms since the epoch).
+    pub updated_at: i64,
+}
+
+/// A pending approval (`GET /v1/interrupts?status=pending`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct PendingInterrupt {
+    /// The session it belongs to.
+    pub session_id: String,
+    /// Its id (the tool call's).
+    pub interrupt_id: String,
+    /// The tool that waits.
+    pub tool_name: Option<String>,
+    /// The arguments it would run with.
+    #[serde(default)]
+    pub arguments: Value,
+    /// When it opened (ms since the epoch).
+    pub created_at: i64,
+}
+
+#[derive(Deserialize)]
+struct InterruptList {
+    interrupts: Vec<PendingInterrupt>,
+}
+
+/// One event of a session's stream: the SSE data of `GET /v1/sessions/{id}/events`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct StreamEvent {
+    /// Its seq (also the SSE `id`).
+    pub seq: i64,
+    /// Its kind, e.g. `text_delta`.
+    pub kind: String,
+    /// The step that wrote it, if one did.
+    pub step_id: Option<i64>,
+    /// That step's fence (a retried attempt has a higher one).
+    pub fence: Option<i64>,
+    /// When it was stored (ms since the epoch).
+    pub created_at: i64,
+    /// The kind's payload.
+    pub payload: Value,
+}
+
+impl ApiClient {
+    /// A client of the API at `base` (e.g. `http://127.0.0.1:8080`), sending `token` as a bearer
+    /// token when given.
+    ///
+    /// # Errors
+    /// `base` is not an `http://` URL.
+    pub fn new(base: &str, token: Option<&str>) -> Result<Self, CallError> {
+        let trimmed = base.trim().trim_end_matches('/');
+        let bad = |reason: &str| CallError::BadUrl { url: base.to_owned(), reason: reason.to_owned() };
+        let rest = trimmed.strip_prefix("http://").ok_or_else(|| {
+            bad(if trimmed.starts_with("https://") {
+                "https is not supported by this build; use http:// (e.g. through a local proxy)"
+            } else {
+                "it must start with http://"
+            })
+        })?;
+        if rest.is_empty() {
+            return Err(bad("it names no host"));
+        }
+        reqwest::Url::parse(trimmed).map_err(|e| bad(&e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|source| CallError::Transport { url: trimmed.to_owned(), source })?;
+        Ok(ApiClient {
+            base: trimmed.to_owned(),
+            token: token.map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned),
+            http,
+        })
+    }
+
+    /// The base URL, without a trailing slash.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `POST /v1/sessions`: creates the session `id` (a fresh id when `None`) unless it exists,
+    /// and sends `message` when given.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn create_session(
+        &self,
+        id: Option<&str>,
+        message: Option<&str>,
+    ) -> Result<Created, CallError> {
+        let body = json!({"session_id": id, "message": message});
+        self.call(Method::POST, "/v1/sessions", |r| r.json(&body)).await
+    }
+
+    /// `POST /v1/sessions/{id}/messages`: sends `text`, under the idempotency `key` when given.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn send_message(
+        &self,
+        id: &str,
+        text: &str,
+        key: Option<&str>,
+    ) -> Result<MessageReceipt, CallError> {
+        let body = json!({"text": text, "client_key": key});
+        self.call(Method::POST, &format!("/v1/sessions/{}/messages", segment(id)), |r| r.json(&body)).await
+    }
+
+    /// `GET /v1/sessions/{id}`: the snapshot.
+    ///
+    /// # Errors
+    /// See [`CallError`]; an unknown session is [`CallError::Api`] with status 404.
+    pub async fn snapshot(&self, id: &str) -> Result<Snapshot, CallError> {
+        self.call(Method::GET, &format!("/v1/sessions/{}", segment(id)), |r| r).await
+    }
+
+    /// `GET /v1/sessions`: a page of sessions, by id, after `after`, with `status` only when given.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn list_sessions(
+        &self,
+        status: Option<&str>,
+        after: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<SessionPage, CallError> {
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(status) = status {
+            query.push(("status", status.to_owned()));
+        }
+        if let Some(after) = after {
+            query.push(("after", after.to_owned()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        self.call(Method::GET, &with_query("/v1/sessions", &query), |r| r).await
+    }
+
+    /// `GET /v1/interrupts?status=pending`: the approvals waiting, oldest first.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn pending_interrupts(&self) -> Result<Vec<PendingInterrupt>, CallError> {
+        let list: InterruptList = self.call(Method::GET, "/v1/interrupts?status=pending", |r| r).await?;
+        Ok(list.interrupts)
+    }
+
+    /// `POST /v1/sessions/{id}/interrupts/{interrupt_id}`: approves or rejects, with a message for
+    /// the model when given.
+    ///
+    /// # Errors
+    /// See [`CallError`]; a different decision made before is [`CallError::Api`] with status 409.
+    pub async fn decide(
+        &self,
+        id: &str,
+        interrupt_id: &str,
+        approved: bool,
+        message: Option<&str>,
+    ) -> Result<DecisionReceipt, CallError> {
+        let body = json!({"approved": approved, "message": message});
+        let path = format!("/v1/sessions/{}/interrupts/{}", segment(id), segment(interrupt_id));
+        self.call(Method::POST, &path, |r| r.json(&body)).await
+    }
+
+    /// `GET /v1/sessions/{id}/events`: the events after seq `after`, live when `follow`.
+    ///
+    /// # Errors
+    /// See [`CallError`]; errors while streaming come from [`EventStream::next`].
+    pub async fn events(&self, id: &str, after: i64, follow: bool) -> Result<EventStream, CallError> {
+        let path =
+            format!("/v1/sessions/{}/events{}", segment(id), if follow { "" } else { "?follow=false" });
+        let url = format!("{}{path}", self.base);
+        let mut request =
+            self.request(Method::GET, &path).header(reqwest::header::ACCEPT, "text/event-stream");
+        if after > 0 {
+            request = request.header("Last-Event-ID", after.to_string());
+        }
+        let response = self.send(request, &url).await?;
+        Ok(EventStream {
+            url,
+            body: Box::pin(response.bytes_stream()),
+            parser: SseParser::default(),
+            ready: VecDeque::new(),
+            last_seq: after,
+        })
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    async fn send(&self, request: RequestBuilder, url: &str) -> Result<Response, CallError> {
+        let response =
+            request.send().await.map_err(|source| CallError::Transport { url: url.to_owned(), source })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(CallError::Unauthorized { url: url.to_owned() });
+        }
+        let text = response.text().await.unwrap_or_default();
+        Err(api_error(status, &text))
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        build: impl FnOnce(RequestBuilder) -> RequestBuilder,
+    ) -> Result<T, CallError> {
+        let url = format!("{}{path}", self.base);
+        let response = self.send(build(self.request(method, path)), &url).await?;
+        let bytes =
+            response.bytes().await.map_err(|source| CallError::Transport { url: url.clone(), source })?;
+        serde_json::from_slice(&bytes).map_err(|e| CallError::Decode { url, reason: e.to_string() })
+    }
+}
+
+/// The API's JSON error `{"error":{"code","message","field"}}`, or the body as the message.
+fn api_error(status: StatusCode, body: &str) -> CallError {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    let text = |key: &str| error.and_then(|e| e.get(key)).and_then(Value::as_str).map(str::to_owned);
+    let message = text("message").unwrap_or_else(|| {
+        let body = body.trim();
+        if body.is_empty() { format!("the API answered {status}") } else { body.to_owned() }
+    });
+    CallError::Api {
+        status: status.as_u16(),
+        code: text("code").unwrap_or_else(|| "http_error".to_owned()),
+        message,
+        field: text("field"),
+    }
+}
+
+/// A path segment with the characters a URL path cannot carry percent-encoded.
+fn segment(text: &str) -> String {
+    encode(text, b"-._~:@!$&'()*+,;=")
+}
+
+/// `path?key=value&…`, the values percent-encoded (this build of reqwest has no `query`).
+fn with_query(path: &str, query: &[(&str, String)]) -> String {
+    let pairs: Vec<String> =
+        query.iter().map(|(key, value)| format!("{key}={}", encode(value, b"-._~"))).collect();
+    if pairs.is_empty() { path.to_owned() } else { format!("{path}?{}", pairs.join("&")) }
+}
+
+/// `text` with every byte but ASCII letters, digits and `keep` percent-encoded.
+fn encode(text: &str, keep: &[u8]) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || keep.contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+// `axum::body::Bytes` is `bytes::Bytes`, the type reqwest streams, without another dependency.
+type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
+
+/// A session's live events. [`EventStream::next`] yields them in seq order; `None` when the
+/// server ended the response.
+pub struct EventStream {
+    url: String,
+    body: ByteStream,
+    parser: SseParser,
+    ready: VecDeque<SseEvent>,
+    last_seq: i64,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream")
+            .field("url", &self.url)
+            .field("last_seq", &self.last_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventStream {
+    /// The seq of the last event yielded (or the `after` it started from): resume after it.
+    pub fn last_seq(&self) -> i64 {
+        self.last_seq
+    }
+
+    /// The next event; `Ok(None)` when the response ended.
+    ///
+    /// # Errors
+    /// The connection broke ([`CallError::Transport`]), the server sent an `error` event
+    /// ([`CallError::Stream`]), or an event's data is not an event
+    /// ([`CallError::Decode`]).
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, CallError> {
+        loop {
+            if let Some(sse) = self.ready.pop_front() {
+                if sse.event == "error" {
+                    let message = serde_json::from_str::<Value>(&sse.data)
+                        .ok()
+                        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+                        .unwrap_or(sse.data);
+                    return Err(CallError::Stream { url: self.url.clone(), message });
+                }
+                let event: StreamEvent = serde_json::from_str(&sse.data).map_err(|e| CallError::Decode {
+                    url: self.url.clone(),
+                    reason: format!("event {:?}: {e}", sse.id),
+                })?;
+                self.last_seq = event.seq;
+                return Ok(Some(event));
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.ready.extend(self.parser.push(&chunk)),
+                Some(Err(source)) => return Err(CallError::Transport { url: self.url.clone(), source }),
+                None => {
+                    self.ready.extend(self.parser.finish());
+                    if self.ready.is_empty() {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One Server-Sent Event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `id:` field, when the event had one.
+    pub id: Option<String>,
+    /// The `event:` field; `message` when absent.
+    pub event: String,
+    /// The `data:` lines, joined by `\n`.
+    pub data: String,
+}
+
+/// A line-based Server-Sent Events parser: feed it the response's bytes in any chunks and it hands
+/// back each event once its blank line arrives.
+///
+/// It follows the WHATWG rules: lines end with `\n`, `\r\n` or `\r`; `:` starts a comment (the
+/// server's keep-alives); one space after `field:` is dropped; `data` lines join with `\n`; an
+/// event with no data is not dispatched; `retry` and unknown fields are ignored.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    pending: Vec<u8>,
+    id: Option<String>,
+    event: Option<String>,
+    data: Option<String>,
+}
+
+impl SseParser {
+    /// Feeds `bytes`; returns the events they completed.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.pending.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        let mut start = 0;
+        let mut i = 0;
+        while i < self.pending.len() {
+            match self.pending[i] {
+                b'\n' => {
+                    let line = self.pending[start..i].to_vec();
+                    self.line(&line, &mut out);
+                    i += 1;
+                    start = i;
+                }
+                b'\r' => {
+                    // A `\r` at the end of what has arrived may be the first half of `\r\n`.
+                    if i + 1 == self.pending.len() {
+                        break;
+                    }
+                    let line = self.pending[start..i].to_vec();
+                    self.line(&line, &mut out);
+                    i += if self.pending[i + 1] == b'\n' { 2 } else { 1 };
+                    start = i;
+                }
+                _ => i += 1,
+            }
+        }
+        self.pending.drain(..start);
+        out
+    }
+
+    /// The end of the stream: a last line without its end is taken as a line; an event without
+    /// its blank line is dropped (as the standard says).
+    pub fn finish(&mut self) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        if !self.pending.is_empty() {
+            let mut line = std::mem::take(&mut self.pending);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+                self.line(&line, &mut out);
+            }
+        }
+        out
+    }
+
+    fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+        if line.is_empty() {
+            let event = self.event.take();
+            if let Some(data) = self.data.take() {
+                out.push(SseEvent {
+                    id: self.id.clone(),
+                    event: event.unwrap_or_else(|| "message".to_owned()),
+                    data,
+                });
+            }
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let line = String::from_utf8_lossy(line);
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line.as_ref(), ""),
+        };
+        match field {
+            "data" => match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(value);
+                }
+                None => self.data = Some(value.to_owned()),
+            },
+            "event" => self.event = Some(value.to_owned()),
+            "id" if !value.contains('\0') => self.id = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: Option<&str>, kind: &str, data: &str) -> SseEvent {
+        SseEvent { id: id.map(str::to_owned), event: kind.to_owned(), data: data.to_owned() }
+    }
+
+    #[test]
+    fn an_event_is_handed_back_when_its_blank_line_arrives() {
+        let mut parser = SseParser::default();
+        assert_eq!(parser.push(b"id: 3\nevent: text_delta\ndata: {\"seq\":3}\n"), []);
+        assert_eq!(parser.push(b"\n"), [event(Some("3"), "text_delta", "{\"seq\":3}")]);
+    }
+
+    #[test]
+    fn events_split_at_any_byte_parse_the_same_as_whole() {
+        let text = b"id: 1\r\nevent: a\r\ndata: one\r\n\r\n: keep-alive\n\nid: 2\rdata: two\rdata: lines\r\r";
+        let mut parser = SseParser::default();
+        let mut whole = parser.push(text);
+        // The last `\r` may be half of a `\r\n` until the stream ends.
+        assert_eq!(whole.len(), 1);
+        whole.extend(parser.finish());
+        assert_eq!(whole, [event(Some("1"), "a", "one"), event(Some("2"), "message", "two\nlines")]);
+        for cut in 0..text.len() {
+            let mut parser = SseParser::default();
+            let mut got = parser.push(&text[..cut]);
+            got.extend(parser.push(&text[cut..]));
+            got.extend(parser.finish());
+            assert_eq!(got, whole, "split at {cut}");
+        }
+    }
+
+    #[test]
+    fn comments_empty_data_and_unknown_fields_dispatch_nothing() {
+        let mut parser = SseParser::default();
+        assert_eq!(parser.push(b": ping\n\nevent: x\n\nretry: 10\nfoo: bar\n\n"), []);
+    }
+
+    #[test]
+    fn the_space_after_the_colon_is_dropped_once_and_a_bare_field_is_empty() {
+        let mut parser = SseParser::default();
+        assert_eq!(parser.push(b"data:  two spaces\ndata\n\n"), [event(None, "message", " two spaces\n")]);
+    }
+
+    #[test]
+    fn the_last_id_carries_over_to_later_events() {
+        let mut parser = SseParser::default();
+        let got = parser.push(b"id: 7\ndata: a\n\ndata: b\n\n");
+        assert_eq!(got, [event(Some("7"), "message", "a"), event(Some("7"), "message", "b")]);
+    }
+
+    #[test]
+    fn an_event_cut_off_before_its_blank_line_is_dropped_at_the_end() {
+        let mut parser = SseParser::default();
+        assert_eq!(parser.push(b"data: half"), []);
+        assert_eq!(parser.finish(), []);
+    }
+
+    #[test]
+    fn an_api_error_body_gives_its_message_field_and_code() {
+        let body = r#"{"error":{"code":"invalid_request","message":"invalid JSON body: unknown field `txt`","field":"txt"}}"#;
+        let error = api_error(StatusCode::BAD_REQUEST, body);
+        assert_eq!(
+            error.to_string(),
+            "invalid JSON body: unknown field `txt` [field `txt`] (400 invalid_request)"
+        );
+        let error = api_error(StatusCode::BAD_GATEWAY, "");
+        assert!(error.to_string().starts_with("the API answered 502"), "{error}");
+    }
+
+    #[test]
+    fn a_url_that_is_not_http_is_refused_by_name() {
+        let error = ApiClient::new("https://example.com", None).unwrap_err();
+        assert!(error.to_string().contains("https is not supported"), "{error}");
+        let error = ApiClient::new("localhost:8080", None).unwrap_err();
+        assert!(error.to_string().contains("`localhost:8080`"), "{error}");
+        assert_eq!(ApiClient::new("http://127.0.0.1:8080/", None).unwrap().base(), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn path_segments_are_percent_encoded() {
+        assert_eq!(segment("a b/c"), "a%20b%2Fc");
+        assert_eq!(segment("session-1_x.y"), "session-1_x.y");
+        let query = [("status", "a&b=c".to_owned()), ("limit", "5".to_owned())];
+        assert_eq!(with_query("/v1/sessions", &query), "/v1/sessions?status=a%26b%3Dc&limit=5");
+        assert_eq!(with_query("/v1/sessions", &[]), "/v1/sessions");
+    }
+}

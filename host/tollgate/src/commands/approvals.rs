@@ -1,0 +1,114 @@
+//! `tollgate approvals list|approve|reject`: the approvals inbox through the HTTP API.
+//!
+//! It owns what these commands print; the calls are [`crate::client`]'s and the connection
+//! options are [`super::session::ClientArgs`].
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use super::session::{ClientArgs, age, clip, compact, now_ms, print_json, shell_word, table};
+
+/// Options of `tollgate approvals`.
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: ApprovalsCommand,
+}
+
+/// The `approvals` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List the tool calls waiting for a decision, oldest first.
+    List,
+    /// Approve a tool call; the session runs it and goes on.
+    Approve {
+        /// The session.
+        session: String,
+        /// The interrupt (the tool call's id).
+        interrupt: String,
+    },
+    /// Reject a tool call; the model reads the message instead of a result.
+    Reject {
+        /// The session.
+        session: String,
+        /// The interrupt (the tool call's id).
+        interrupt: String,
+        /// Why, for the model.
+        #[arg(long, short)]
+        message: Option<String>,
+    },
+}
+
+/// Runs `tollgate approvals …`.
+pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
+    let client = args.client.client()?;
+    let out = &mut std::io::stdout().lock();
+    match args.command {
+        ApprovalsCommand::List => {
+            let pending = client.pending_interrupts().await?;
+            if args.client.json {
+                return print_json(out, &pending);
+            }
+            if pending.is_empty() {
+                writeln!(out, "no approvals pending")?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let now = now_ms();
+            let rows: Vec<Vec<String>> = pending
+                .iter()
+                .map(|i| {
+                    vec![
+                        i.session_id.clone(),
+                        i.interrupt_id.clone(),
+                        i.tool_name.clone().unwrap_or_else(|| "-".to_owned()),
+                        clip(&compact(&i.arguments), 60),
+                        age(now, i.created_at),
+                    ]
+                })
+                .collect();
+            table(out, &["SESSION", "INTERRUPT", "TOOL", "ARGUMENTS", "AGE"], &rows)?;
+            if let Some(first) = pending.first() {
+                writeln!(
+                    out,
+                    "\napprove: tollgate approvals approve {} {}{}",
+                    shell_word(&first.session_id),
+                    shell_word(&first.interrupt_id),
+                    args.client.url_flag()
+                )?;
+            }
+        }
+        ApprovalsCommand::Approve { session, interrupt } => {
+            let receipt = client.decide(&session, &interrupt, true, None).await?;
+            if args.client.json {
+                return print_json(out, &receipt);
+            }
+            let again = if receipt.replayed { " (it was already, the same way)" } else { "" };
+            writeln!(out, "approved {interrupt} in session {session}{again}")?;
+            writeln!(
+                out,
+                "watch: tollgate session watch {}{}",
+                shell_word(&session),
+                args.client.url_flag()
+            )?;
+        }
+        ApprovalsCommand::Reject { session, interrupt, message } => {
+            let receipt = client.decide(&session, &interrupt, false, message.as_deref()).await?;
+            if args.client.json {
+                return print_json(out, &receipt);
+            }
+            let again = if receipt.replayed { " (it was already, the same way)" } else { "" };
+            writeln!(out, "rejected {interrupt} in session {session}{again}")?;
+            writeln!(
+                out,
+                "watch: tollgate session watch {}{}",
+                shell_word(&session),
+                args.client.url_flag()
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,318 @@
+//! `tollgate demo`: the example support agent end to end on the embedded SQLite store.
+//!
+//! It sends "Refund order 7", shows the read tool running inline, the refund waiting for
+//! approval (a row, no process), approves it as a human would, and prints the answer and the
+//! tool record. Without `ANTHROPIC_API_KEY` it starts the scripted mock model (and says so) and
+//! a stand-in payments service on loopback; with a key it uses Claude.
+//!
+//! [`prepare`] runs before the async runtime starts: it picks the loopback ports and sets the
+//! environment the CLI and the payments tool's manifest read (setting variables is only sound
+//! while the process has one thread).
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate_claude::{CliBinary, CliLocator};
+use tollgate_engine::session::client::Decision;
+use tollgate_mock_model::MockModel;
+use tollgate_sandbox::{Sandbox, SandboxConfig};
+
+use crate::agent::Agent;
+use crate::sessions;
+use crate::worker::{Worker, WorkerConfig};
+
+/// What the demo says.
+pub const PROMPT: &str = "Refund order 7";
+
+/// The mock model's script for [`PROMPT`]: look the order up (inline) and refund it (deferred).
+pub const MOCK_SCRIPT: &str = r#"call lookup_order {"order_id":"7"} && call create_refund {"order_id":"7","amount_cents":4200,"reason":"arrived broken"}"#;
+
+/// Options of `tollgate demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The agent directory (built by scripts/build-examples.sh).
+    #[arg(long, default_value = "examples/agents/support")]
+    pub agent: PathBuf,
+    /// The store (default: a fresh SQLite file in a temporary directory).
+    #[arg(long)]
+    pub db: Option<String>,
+    /// The `claude` binary (default: `$TOLLGATE_CLAUDE_CLI`, `tools/claude-cli` under the current
+    /// directory, then `PATH`).
+    #[arg(long)]
+    pub claude: Option<PathBuf>,
+    /// Do not approve the refund; leave it waiting and print how to decide it.
+    #[arg(long)]
+    pub no_approve: bool,
+}
+
+/// The loopback ports and services chosen before the runtime starts.
+#[derive(Debug)]
+pub struct Prepared {
+    mock_port: Option<u16>,
+    payments: Option<TcpListener>,
+}
+
+/// Chooses ports and sets the environment; call before any thread starts.
+///
+/// # Errors
+/// No loopback port could be bound.
+pub fn prepare() -> anyhow::Result<Prepared> {
+    let offline = std::env::var_os("ANTHROPIC_API_KEY").is_none_or(|k| k.is_empty());
+    let mock_port = if offline {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        // SAFETY: called from `main` before the runtime and any other thread exist.
+        unsafe {
+            std::env::set_var("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"));
+            std::env::set_var("ANTHROPIC_API_KEY", "offline-demo");
+            std::env::set_var("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+        }
+        Some(port)
+    } else {
+        None
+    };
+    let payments = if std::env::var_os("PAYMENTS_URL").is_none() {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        // SAFETY: as above.
+        unsafe { std::env::set_var("PAYMENTS_URL", format!("http://{}", listener.local_addr()?)) };
+        Some(listener)
+    } else {
+        None
+    };
+    Ok(Prepared { mock_port, payments })
+}
+
+/// Runs `tollgate demo`.
+pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
+    if !args.agent.join("tools/payments.wasm").is_file() {
+        bail!(
+            "{} has no built tools; run scripts/build-examples.sh first (scripts/demo.sh does both)",
+            args.agent.display()
+        );
+    }
+    let _mock = match prepared.mock_port {
+        Some(port) => {
+            let mock = MockModel::start_on_port(port).await.context("starting the mock model")?;
+            mock.add_scenario(PROMPT, MOCK_SCRIPT);
+            println!(
+                "No ANTHROPIC_API_KEY is set: using the scripted mock model on {} (no network).",
+                mock.base_url()
+            );
+            println!("  It answers {PROMPT:?} with: {MOCK_SCRIPT}");
+            Some(mock)
+        }
+        None => {
+            println!("ANTHROPIC_API_KEY is set: using Claude.");
+            None
+        }
+    };
+    if let Some(listener) = prepared.payments {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        println!("A stand-in payments service listens on http://{}.", listener.local_addr()?);
+        tokio::spawn(payments(listener));
+    }
+
+    let scratch = tempfile::Builder::new().prefix("tollgate-demo-").tempdir()?;
+    let db =
+        args.db.clone().unwrap_or_else(|| format!("sqlite://{}", scratch.path().join("demo.db").display()));
+    let sandbox = Sandbox::new(SandboxConfig::default())?;
+    let agent = Arc::new(Agent::load(&args.agent, sandbox).await?);
+    let store = tollgate_store::open(&db).await.with_context(|| format!("opening {db}"))?;
+    let locator = CliLocator {
+        configured: args.claude.clone(),
+        workspace_root: std::env::current_dir().ok(),
+        ..CliLocator::default()
+    };
+    let cli = CliBinary::locate(&locator).await.context("finding the claude CLI (run scripts/setup.sh)")?;
+    let config = WorkerConfig { worker_id: "demo-worker".into(), concurrency: 2, ..WorkerConfig::default() };
+    let worker = Worker::new(store.clone(), agent, cli, config);
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let worker_task = tokio::spawn(async move {
+        worker
+            .run(async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    println!("Store: {db}\n");
+
+    let session = format!("demo-{}", std::process::id());
+    sessions::start(store.as_ref(), &session).await?;
+    sessions::send(store.as_ref(), &session, PROMPT, Some("demo-prompt")).await?;
+    println!("user> {PROMPT}");
+
+    let started = Instant::now();
+    let mut after = 0;
+    let mut in_text = false;
+    let outcome = 'events: loop {
+        if started.elapsed() > Duration::from_secs(300) {
+            break 'events Err(anyhow::anyhow!("the demo did not finish within 5 minutes"));
+        }
+        let events = store.read_events(&session, after, 200).await?;
+        if events.is_empty() {
+            store.event_signal(&session).wait(Duration::from_millis(200)).await;
+            continue;
+        }
+        for event in events {
+            after = event.seq;
+            let payload: Value = serde_json::from_str(event.payload.get()).unwrap_or_default();
+            if event.kind != "text_delta" && in_text {
+                println!();
+                in_text = false;
+            }
+            match event.kind.as_str() {
+                "text_delta" => {
+                    if !in_text {
+                        print!("assistant> ");
+                        in_text = true;
+                    }
+                    print!("{}", payload["text"].as_str().unwrap_or_default());
+                    out.flush()?;
+                }
+                "tool_call_started" if payload["deferred"] == false => {
+                    println!(
+                        "  -> {} runs inline (read-only, no approval)",
+                        payload["tool_name"].as_str().unwrap_or("?")
+                    );
+                }
+                "tool_call_finished" if payload["deferred"] == false => {
+                    println!(
+                        "  <- {} {}",
+                        payload["tool_name"].as_str().unwrap_or("?"),
+                        payload["status"].as_str().unwrap_or("")
+                    );
+                }
+                "interrupt_opened" => {
+                    let request = &payload["request"];
+                    let id = payload["interrupt_id"].as_str().unwrap_or_default().to_owned();
+                    println!(
+                        "  || {} {} waits for approval: the segment ended, no process is held, the session is a row.",
+                        request["tool_name"].as_str().unwrap_or("?"),
+                        request["arguments"]
+                    );
+                    if args.no_approve {
+                        println!("\nDecide it with the API, or: tollgate approvals approve {session} {id}");
+                        break 'events Ok(false);
+                    }
+                    println!(
+                        "  $ tollgate approvals approve {session} {id}    (the demo approves it for you)"
+                    );
+                    let decision = Decision { approved: true, message: None };
+                    sessions::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval"))
+                        .await?;
+                }
+                "tool_call_started" => println!(
+                    "  -> {} runs once, in its own durable step (attempt {})",
+                    payload["tool_name"].as_str().unwrap_or("?"),
+                    payload["attempt"]
+                ),
+                "tool_call_finished" => println!(
+                    "  <- {} recorded {}; the CLI resumes with the recorded result",
+                    payload["tool_name"].as_str().unwrap_or("?"),
+                    payload["status"].as_str().unwrap_or("")
+                ),
+                "attempt_failed" => {
+                    println!("  (attempt failed, retrying: {})", payload["error"].as_str().unwrap_or(""))
+                }
+                "turn_completed" => break 'events Ok(true),
+                "turn_failed" => {
+                    break 'events Err(anyhow::anyhow!(
+                        "the turn failed: {}",
+                        payload["error"].as_str().unwrap_or("")
+                    ));
+                }
+                _ => {}
+            }
+        }
+    };
+    if in_text {
+        println!();
+    }
+    let _ = stop_tx.send(true);
+    let completed = outcome?;
+    let snapshot =
+        sessions::snapshot(store.as_ref(), &session).await?.context("the demo session vanished")?;
+    if completed {
+        let answer = snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.as_str());
+        println!("\nFinal answer:\n{}\n", answer.unwrap_or("(none)"));
+    }
+    println!("Tool call records:");
+    println!("  {:<16} {:<16} OUTPUT", "TOOL", "STATUS");
+    for call in &snapshot.tool_calls {
+        let detail = call
+            .get("output")
+            .or_else(|| call.get("error"))
+            .or_else(|| call.get("message"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let detail = detail.as_str().map_or_else(|| detail.to_string(), str::to_owned);
+        println!(
+            "  {:<16} {:<16} {}",
+            call["tool_name"].as_str().unwrap_or("?"),
+            call["status"].as_str().unwrap_or("?"),
+            detail
+        );
+    }
+    let u = snapshot.usage;
+    println!(
+        "\nUsage: {} model calls, {} input tokens ({} cached), {} output tokens; session {session} is {}.",
+        u.model_calls, u.input_tokens, u.cached_input_tokens, u.output_tokens, snapshot.status
+    );
+    worker_task.await.ok();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The stand-in payments service: answers every POST with a refund and prints what it got.
+async fn payments(listener: tokio::net::TcpListener) {
+    let mut n = 0;
+    while let Ok((mut socket, _)) = listener.accept().await {
+        n += 1;
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        let text = loop {
+            let Ok(read) = socket.read(&mut buf).await else { break None };
+            if read == 0 {
+                break None;
+            }
+            request.extend_from_slice(&buf[..read]);
+            let text = String::from_utf8_lossy(&request).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0usize);
+                if request.len() >= end + 4 + length {
+                    break Some(text);
+                }
+            }
+        };
+        let Some(text) = text else { continue };
+        let key = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase().starts_with("idempotency-key:").then(|| l[16..].trim().to_owned())
+            })
+            .unwrap_or_default();
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+        println!("  [payments] POST Idempotency-Key={key} {body}");
+        let answer = format!(r#"{{"refund_id":"rf_demo_{n}","status":"succeeded"}}"#);
+        let response = format!(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+            answer.len()
+        );
+        let _ = socket.write_all(response.as_bytes()).await;
+    }
+}

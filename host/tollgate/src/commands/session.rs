@@ -1,0 +1,559 @@
+//! `tollgate session start|send|show|list|watch`: sessions through the HTTP API, printed for a
+//! person (or as JSON with `--json`).
+//!
+//! It owns what these commands print and how `watch` follows a stream (reconnecting with
+//! `Last-Event-ID`, stopping with `--until-idle`); the calls themselves are [`crate::client`]'s.
+//! [`ClientArgs`] (`--url`, `--token`, `--json`) is shared with `tollgate approvals`.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::client::{ApiClient, CallError, Snapshot, StreamEvent};
+
+/// The API's address when neither `--url` nor `TOLLGATE_URL` is given.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
+/// Consecutive failed reconnects after which `watch` gives up.
+const MAX_RECONNECTS: u32 = 10;
+
+/// How the client commands reach the API and print.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The API's base URL.
+    #[arg(long, global = true, env = "TOLLGATE_URL", default_value = DEFAULT_URL)]
+    pub url: String,
+    /// The bearer token the API requires, if it requires one.
+    #[arg(long, global = true, env = "TOLLGATE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print JSON (one document, or one event per line for `watch`) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl ClientArgs {
+    /// The client these options describe.
+    ///
+    /// # Errors
+    /// The URL is not an `http://` URL.
+    pub fn client(&self) -> anyhow::Result<ApiClient> {
+        Ok(ApiClient::new(&self.url, self.token.as_deref())?)
+    }
+
+    /// `--url URL` when it is not the default, for commands printed as hints.
+    pub fn url_flag(&self) -> String {
+        let url = self.url.trim().trim_end_matches('/');
+        if url == DEFAULT_URL { String::new() } else { format!(" --url {}", shell_word(url)) }
+    }
+}
+
+/// Options of `tollgate session`.
+#[derive(Debug, Args)]
+pub struct SessionArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: SessionCommand,
+}
+
+/// The `session` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Create a session (a fresh id unless ID is given), optionally with its first message.
+    Start {
+        /// The session's id.
+        id: Option<String>,
+        /// The first message.
+        #[arg(long, short)]
+        message: Option<String>,
+    },
+    /// Send a message; it starts a turn, or waits for the running one.
+    Send {
+        /// The session.
+        id: String,
+        /// The message.
+        text: String,
+        /// An idempotency key: sending again under it stores the message once.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Show a session: status, messages, pending approvals, tool calls, usage.
+    Show {
+        /// The session.
+        id: String,
+    },
+    /// List sessions, by id.
+    List {
+        /// Only sessions with this status (`idle`, `running`, `awaiting_approval`).
+        #[arg(long)]
+        status: Option<String>,
+        /// Start after this session id (the `next_after` of the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many (1 to 1000).
+        #[arg(long)]
+        limit: Option<i64>,
+    },
+    /// Follow a session's events live: text as it arrives, tool calls, approvals, turn ends.
+    Watch {
+        /// The session.
+        id: String,
+        /// Start after this event seq (0: from the beginning).
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Exit once a turn has ended and the session is idle with no approval pending.
+        #[arg(long)]
+        until_idle: bool,
+    },
+}
+
+/// Runs `tollgate session …`.
+pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
+    let client = args.client.client()?;
+    let out = &mut std::io::stdout().lock();
+    match args.command {
+        SessionCommand::Start { id, message } => {
+            let created = client.create_session(id.as_deref(), message.as_deref()).await?;
+            if args.client.json {
+                return print_json(out, &created);
+            }
+            let session = &created.session_id;
+            let verb = if created.created { "created" } else { "exists" };
+            writeln!(out, "session {session} {verb}")?;
+            if let Some(receipt) = &created.message {
+                writeln!(
+                    out,
+                    "message stored (item {}){}",
+                    receipt.item_seq,
+                    turn_note(receipt.turn_started, receipt.replayed)
+                )?;
+            }
+            writeln!(out, "watch: tollgate session watch {}{}", shell_word(session), args.client.url_flag())?;
+        }
+        SessionCommand::Send { id, text, key } => {
+            let receipt = client.send_message(&id, &text, key.as_deref()).await?;
+            if args.client.json {
+                return print_json(out, &receipt);
+            }
+            writeln!(
+                out,
+                "message stored (item {}){}",
+                receipt.item_seq,
+                turn_note(receipt.turn_started, receipt.replayed)
+            )?;
+        }
+        SessionCommand::Show { id } => {
+            let snapshot = client.snapshot(&id).await?;
+            if args.client.json {
+                return print_json(out, &snapshot);
+            }
+            show(out, &snapshot, &args.client)?;
+        }
+        SessionCommand::List { status, after, limit } => {
+            let page = client.list_sessions(status.as_deref(), after.as_deref(), limit).await?;
+            if args.client.json {
+                return print_json(out, &page);
+            }
+            if page.sessions.is_empty() {
+                writeln!(out, "no sessions")?;
+            } else {
+                let now = now_ms();
+                let rows: Vec<Vec<String>> = page
+                    .sessions
+                    .iter()
+                    .map(|s| vec![s.session_id.clone(), s.status.clone(), age(now, s.updated_at)])
+                    .collect();
+                table(out, &["SESSION", "STATUS", "UPDATED"], &rows)?;
+            }
+            if let Some(next) = &page.next_after {
+                writeln!(out, "more: tollgate session list --after {}", shell_word(next))?;
+            }
+        }
+        SessionCommand::Watch { id, after, until_idle } => {
+            if after < 0 {
+                anyhow::bail!("--after must be an event seq (0 or more), not {after}");
+            }
+            watch(&client, &args.client, &id, after, until_idle).await?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn turn_note(turn_started: bool, replayed: bool) -> &'static str {
+    match (replayed, turn_started) {
+        (true, _) => ", sent before under the same key",
+        (false, true) => ", turn started",
+        (false, false) => ", queued behind the running turn",
+    }
+}
+
+/// Prints `value` as pretty JSON.
+pub(crate) fn print_json(out: &mut impl Write, value: &impl Serialize) -> anyhow::Result<ExitCode> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow::Result<()> {
+    let session = &snapshot.session_id;
+    writeln!(out, "session {session}: {}", snapshot.status)?;
+    let usage = &snapshot.usage;
+    writeln!(
+        out,
+        "usage: {} input tokens ({} cached), {} output tokens, {} model calls, ${:.4}",
+        usage.input_tokens,
+        usage.cached_input_tokens,
+        usage.output_tokens,
+        usage.model_calls,
+        snapshot.cost_usd
+    )?;
+    if let Some(error) = &snapshot.last_turn_error {
+        writeln!(out, "last turn failed: {error}")?;
+    }
+    writeln!(out)?;
+    if snapshot.messages.is_empty() {
+        writeln!(out, "(no messages)")?;
+    }
+    for message in &snapshot.messages {
+        let pending = if message.pending { " (pending)" } else { "" };
+        writeln!(out, "{}{pending}: {}", message.role, indent_rest(&message.text))?;
+    }
+    if !snapshot.pending_interrupts.is_empty() {
+        writeln!(out, "\npending approvals:")?;
+        for interrupt in &snapshot.pending_interrupts {
+            let id = interrupt["interrupt_id"].as_str().unwrap_or("?");
+            let tool = interrupt["tool_name"].as_str().unwrap_or("?");
+            writeln!(out, "  {tool} {}", compact(&interrupt["arguments"]))?;
+            writeln!(
+                out,
+                "    approve: tollgate approvals approve {} {}{}",
+                shell_word(session),
+                shell_word(id),
+                args.url_flag()
+            )?;
+            writeln!(
+                out,
+                "    reject:  tollgate approvals reject {} {} --message \"why\"{}",
+                shell_word(session),
+                shell_word(id),
+                args.url_flag()
+            )?;
+        }
+    }
+    if !snapshot.tool_calls.is_empty() {
+        writeln!(out, "\ntool calls:")?;
+        let rows: Vec<Vec<String>> = snapshot
+            .tool_calls
+            .iter()
+            .map(|call| {
+                let outcome = ["output", "error", "message"]
+                    .iter()
+                    .find_map(|key| call[*key].as_str())
+                    .map(|text| clip(text, 60))
+                    .unwrap_or_default();
+                vec![
+                    text_of(&call["tool_call_id"]),
+                    text_of(&call["tool_name"]),
+                    text_of(&call["status"]),
+                    clip(&compact(&call["arguments"]), 50),
+                    outcome,
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &["  ID", "TOOL", "STATUS", "ARGUMENTS", "RESULT"],
+            &rows.into_iter().map(indent_row).collect::<Vec<_>>(),
+        )?;
+    }
+    Ok(())
+}
+
+fn indent_row(mut row: Vec<String>) -> Vec<String> {
+    row[0] = format!("  {}", row[0]);
+    row
+}
+
+/// Follows the session's events, reconnecting with `Last-Event-ID` when the connection drops.
+async fn watch(
+    client: &ApiClient,
+    args: &ClientArgs,
+    id: &str,
+    after: i64,
+    until_idle: bool,
+) -> anyhow::Result<()> {
+    let mut printer = Printer {
+        session: id.to_owned(),
+        json: args.json,
+        url_flag: args.url_flag(),
+        mid_line: false,
+        text_of: None,
+    };
+    let mut last = after;
+    let mut failures = 0u32;
+    loop {
+        let dropped = match client.events(id, last, true).await {
+            Ok(mut stream) => loop {
+                match stream.next().await {
+                    Ok(Some(event)) => {
+                        failures = 0;
+                        last = event.seq;
+                        printer.print(&event)?;
+                        if until_idle
+                            && matches!(event.kind.as_str(), "turn_completed" | "turn_failed")
+                            && idle_after(client, id, event.seq).await?
+                        {
+                            printer.end_line()?;
+                            return Ok(());
+                        }
+                    }
+                    Ok(None) => break "the server ended the stream".to_owned(),
+                    Err(error @ (CallError::Transport { .. } | CallError::Stream { .. })) => {
+                        break error.to_string();
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            },
+            Err(error @ CallError::Transport { .. }) => error.to_string(),
+            Err(error) => return Err(error.into()),
+        };
+        failures += 1;
+        if failures > MAX_RECONNECTS {
+            anyhow::bail!(
+                "the event stream of session `{id}` broke {MAX_RECONNECTS} times in a row; last: {dropped}"
+            );
+        }
+        printer.end_line()?;
+        eprintln!("({dropped}; reconnecting after event {last})");
+        tokio::time::sleep(Duration::from_millis(500 * u64::from(failures.min(10)))).await;
+    }
+}
+
+/// Whether the session is idle with nothing pending and `seq` is its last event.
+async fn idle_after(client: &ApiClient, id: &str, seq: i64) -> anyhow::Result<bool> {
+    let snapshot =
+        client.snapshot(id).await.with_context(|| format!("reading session `{id}` after its turn ended"))?;
+    Ok(snapshot.status == "idle"
+        && snapshot.pending_interrupts.is_empty()
+        && seq + 1 >= snapshot.next_event_seq)
+}
+
+/// Prints events for a person: text as it comes, one line per everything else.
+struct Printer {
+    session: String,
+    json: bool,
+    url_flag: String,
+    /// Text was printed without its line end.
+    mid_line: bool,
+    /// The (turn, step, fence) whose text is being printed.
+    text_of: Option<(Value, Option<i64>, Option<i64>)>,
+}
+
+impl Printer {
+    fn print(&mut self, event: &StreamEvent) -> anyhow::Result<()> {
+        let out = &mut std::io::stdout().lock();
+        if self.json {
+            serde_json::to_writer(&mut *out, event)?;
+            writeln!(out)?;
+            out.flush()?;
+            return Ok(());
+        }
+        let p = &event.payload;
+        if event.kind == "text_delta" {
+            let group = (p["turn_id"].clone(), event.step_id, event.fence);
+            if self.text_of.as_ref() != Some(&group) {
+                self.end_line_on(out)?;
+                write!(out, "assistant: ")?;
+                self.mid_line = true;
+                self.text_of = Some(group);
+            }
+            let text = p["text"].as_str().unwrap_or_default();
+            write!(out, "{text}")?;
+            self.mid_line = if text.is_empty() { self.mid_line } else { !text.ends_with('\n') };
+            out.flush()?;
+            return Ok(());
+        }
+        self.end_line_on(out)?;
+        self.text_of = None;
+        let (session, url) = (shell_word(&self.session), &self.url_flag);
+        match event.kind.as_str() {
+            "user_message" => writeln!(out, "user: {}", indent_rest(p["text"].as_str().unwrap_or_default()))?,
+            "turn_started" => {}
+            "tool_call_started" => {
+                let arguments = if p["arguments"].is_null() {
+                    String::new()
+                } else {
+                    format!(" {}", compact(&p["arguments"]))
+                };
+                writeln!(out, "[tool] {}{arguments} started", text_of(&p["tool_name"]))?;
+            }
+            "tool_call_finished" => {
+                writeln!(out, "[tool] {} {}", text_of(&p["tool_name"]), text_of(&p["status"]))?
+            }
+            "interrupt_opened" => {
+                let request = &p["request"];
+                let id = shell_word(p["interrupt_id"].as_str().unwrap_or("?"));
+                writeln!(
+                    out,
+                    "[approval needed] {} {}",
+                    text_of(&request["tool_name"]),
+                    compact(&request["arguments"])
+                )?;
+                writeln!(out, "  approve: tollgate approvals approve {session} {id}{url}")?;
+                writeln!(out, "  reject:  tollgate approvals reject {session} {id} --message \"why\"{url}")?;
+            }
+            "interrupt_resolved" => {
+                let verdict = if p["approved"].as_bool() == Some(true) { "approved" } else { "rejected" };
+                let message = p["message"].as_str().map(|m| format!(": {m}")).unwrap_or_default();
+                writeln!(out, "[approval] {} {verdict}{message}", text_of(&p["interrupt_id"]))?;
+            }
+            "attempt_failed" => {
+                writeln!(out, "(retrying…) attempt {} failed: {}", p["attempt"], text_of(&p["error"]))?
+            }
+            "turn_completed" => writeln!(out, "[turn completed]")?,
+            "turn_failed" => writeln!(out, "[turn failed] {}", text_of(&p["error"]))?,
+            other => writeln!(out, "[{other}] {}", compact(p))?,
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    fn end_line(&mut self) -> anyhow::Result<()> {
+        self.end_line_on(&mut std::io::stdout().lock())
+    }
+
+    fn end_line_on(&mut self, out: &mut impl Write) -> anyhow::Result<()> {
+        if self.mid_line {
+            writeln!(out)?;
+            out.flush()?;
+            self.mid_line = false;
+        }
+        Ok(())
+    }
+}
+
+/// A string value as itself, anything else as compact JSON, nothing as `-`.
+pub(crate) fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Compact JSON.
+pub(crate) fn compact(value: &Value) -> String {
+    value.to_string()
+}
+
+/// The first `max` characters of `text` on one line, `…` when cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    let line: String = text.replace('\n', " ");
+    if line.chars().count() <= max {
+        line
+    } else {
+        format!("{}…", line.chars().take(max.saturating_sub(1)).collect::<String>())
+    }
+}
+
+/// Continuation lines indented under the first.
+fn indent_rest(text: &str) -> String {
+    text.replace('\n', "\n  ")
+}
+
+/// `text` as one shell word: as it is when it is plain, else in single quotes.
+pub(crate) fn shell_word(text: &str) -> String {
+    let plain =
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b));
+    if plain { text.to_owned() } else { format!("'{}'", text.replace('\'', r"'\''")) }
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// How long ago `then_ms` was, e.g. `42s`, `5m`, `3h`, `2d`.
+pub(crate) fn age(now_ms: i64, then_ms: i64) -> String {
+    let secs = (now_ms - then_ms).max(0) / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86_400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
+/// A table: the headers, then the rows, columns padded to their widest cell.
+pub(crate) fn table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line =
+        |cells: Vec<&str>| {
+            let last = cells.len().saturating_sub(1);
+            cells
+                .iter()
+                .enumerate()
+                .map(|(i, cell)| {
+                    if i == last { (*cell).to_owned() } else { format!("{cell:<width$}", width = widths[i]) }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+    writeln!(out, "{}", line(headers.to_vec()))?;
+    for row in rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_words_stay_bare_and_others_are_single_quoted() {
+        assert_eq!(shell_word("session-1"), "session-1");
+        assert_eq!(shell_word("it's here"), r"'it'\''s here'");
+        assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn ages_are_given_in_the_largest_whole_unit() {
+        assert_eq!(age(61_000, 0), "1m");
+        assert_eq!(age(5_000, 0), "5s");
+        assert_eq!(age(0, 5_000), "0s");
+        assert_eq!(age(90_000_000, 0), "1d");
+    }
+
+    #[test]
+    fn a_table_pads_every_column_but_the_last() {
+        let mut out = Vec::new();
+        table(&mut out, &["A", "BB"], &[vec!["xxx".into(), "y".into()]]).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "A    BB\nxxx  y\n");
+    }
+
+    #[test]
+    fn long_text_is_clipped_to_one_line() {
+        assert_eq!(clip("ab\ncd", 10), "ab cd");
+        assert_eq!(clip("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn the_url_flag_is_printed_only_for_a_url_other_than_the_default() {
+        let args = ClientArgs { url: format!("{DEFAULT_URL}/"), token: None, json: false };
+        assert_eq!(args.url_flag(), "");
+        let args = ClientArgs { url: "http://10.0.0.1:9".into(), token: None, json: false };
+        assert_eq!(args.url_flag(), " --url http://10.0.0.1:9");
+    }
+}

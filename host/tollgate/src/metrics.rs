@@ -1,0 +1,133 @@
+//! Process metrics in the Prometheus text format: counters and fixed-bucket histograms the
+//! Worker updates, rendered by the API's `/metrics`.
+//!
+//! Hand-rolled on purpose: a handful of series, no registry crate. Label values come from a
+//! closed set (step kinds, results), so the series count stays bounded.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Bucket bounds of the duration histograms, in seconds.
+const BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0];
+
+#[derive(Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, value: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS.len()];
+        }
+        for (bound, count) in BUCKETS.iter().zip(&mut self.counts) {
+            if value <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += value;
+        self.count += 1;
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    steps: BTreeMap<(String, &'static str), u64>,
+    step_seconds: BTreeMap<String, Histogram>,
+    sandbox_traps: u64,
+}
+
+/// The process's metrics. Share it behind an `Arc`.
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A step of `kind` ended with `result` (`committed`, `lease_lost`, `parked`, `store_error`)
+    /// after `took`.
+    pub fn step(&self, kind: &str, result: &'static str, took: Duration) {
+        let mut inner = self.inner.lock().expect("metrics lock");
+        *inner.steps.entry((kind.to_owned(), result)).or_default() += 1;
+        inner.step_seconds.entry(kind.to_owned()).or_default().observe(took.as_secs_f64());
+    }
+
+    /// A tool call trapped or ran out of time or memory in the sandbox.
+    pub fn sandbox_trap(&self) {
+        self.inner.lock().expect("metrics lock").sandbox_traps += 1;
+    }
+
+    /// The Prometheus text, with `open_interrupts` (read from the store by the caller).
+    pub fn render(&self, open_interrupts: Option<i64>) -> String {
+        let inner = self.inner.lock().expect("metrics lock");
+        let mut out = String::new();
+        out.push_str("# HELP tollgate_steps_total Steps this process ran, by kind and result.\n");
+        out.push_str("# TYPE tollgate_steps_total counter\n");
+        for ((kind, result), n) in &inner.steps {
+            let _ = writeln!(out, "tollgate_steps_total{{kind=\"{kind}\",result=\"{result}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP tollgate_step_duration_seconds How long steps took, by kind: RunModel is one CLI segment, \
+             CallTool and CallSingleAttemptTool one tool call.\n",
+        );
+        out.push_str("# TYPE tollgate_step_duration_seconds histogram\n");
+        for (kind, h) in &inner.step_seconds {
+            for (bound, count) in BUCKETS.iter().zip(&h.counts) {
+                let _ = writeln!(
+                    out,
+                    "tollgate_step_duration_seconds_bucket{{kind=\"{kind}\",le=\"{bound}\"}} {count}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "tollgate_step_duration_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(out, "tollgate_step_duration_seconds_sum{{kind=\"{kind}\"}} {}", h.sum);
+            let _ = writeln!(out, "tollgate_step_duration_seconds_count{{kind=\"{kind}\"}} {}", h.count);
+        }
+        out.push_str(
+            "# HELP tollgate_sandbox_traps_total Tool calls that trapped or hit a limit in the sandbox.\n",
+        );
+        out.push_str("# TYPE tollgate_sandbox_traps_total counter\n");
+        let _ = writeln!(out, "tollgate_sandbox_traps_total {}", inner.sandbox_traps);
+        if let Some(open) = open_interrupts {
+            out.push_str("# HELP tollgate_open_interrupts Decisions waiting for a human, in the store.\n");
+            out.push_str("# TYPE tollgate_open_interrupts gauge\n");
+            let _ = writeln!(out, "tollgate_open_interrupts {open}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_counts_and_lands_in_every_bucket_at_or_above_its_duration() {
+        let metrics = Metrics::default();
+        metrics.step("RunModel", "committed", Duration::from_millis(700));
+        metrics.step("RunModel", "lease_lost", Duration::from_millis(20));
+        metrics.sandbox_trap();
+        let text = metrics.render(Some(3));
+        assert!(text.contains("tollgate_steps_total{kind=\"RunModel\",result=\"committed\"} 1"));
+        assert!(text.contains("tollgate_step_duration_seconds_bucket{kind=\"RunModel\",le=\"0.5\"} 1"));
+        assert!(text.contains("tollgate_step_duration_seconds_bucket{kind=\"RunModel\",le=\"1\"} 2"));
+        assert!(text.contains("tollgate_step_duration_seconds_bucket{kind=\"RunModel\",le=\"+Inf\"} 2"));
+        assert!(text.contains("tollgate_step_duration_seconds_count{kind=\"RunModel\"} 2"));
+        assert!(text.contains("tollgate_sandbox_traps_total 1"));
+        assert!(text.contains("tollgate_open_interrupts 3"));
+    }
+}

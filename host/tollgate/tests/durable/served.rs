@@ -1,0 +1,118 @@
+//! `tollgate serve` as a child process on a [`World`]: started on a free port, its address read
+//! from stderr, its log kept beside the Workers' for [`World::diagnostics`]; and the `tollgate`
+//! client commands run against it.
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::util::World;
+
+/// A `tollgate serve` child process.
+pub struct Served {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    child: tokio::process::Child,
+}
+
+impl Served {
+    /// Starts `tollgate serve` on `world` (API + Worker), requiring `token` when given; waits until
+    /// it prints the address it listens on.
+    pub async fn start(world: &World, name: &str, token: Option<&str>) -> Served {
+        Self::start_on(world, name, token, "127.0.0.1:0").await
+    }
+
+    /// The same, listening on `listen` (to take over the address of a stopped one).
+    pub async fn start_on(world: &World, name: &str, token: Option<&str>, listen: &str) -> Served {
+        let mut command = world.tollgate();
+        command
+            .args(["serve", "--agent"])
+            .arg(&world.agent)
+            .args(["--db", &world.db, "--listen", listen, "--worker-id", name, "--poll-secs", "0.2"])
+            .args(["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        let mut child = command.spawn().expect("start tollgate serve");
+        let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+        let mut log =
+            tokio::fs::File::create(world.dir.path().join(format!("{name}.log"))).await.expect("log file");
+        let mut seen = String::new();
+        let url = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("read stderr") {
+                let _ = log.write_all(format!("{line}\n").as_bytes()).await;
+                seen.push_str(&line);
+                seen.push('\n');
+                if let Some(rest) = line.strip_prefix("tollgate serving on ") {
+                    return Some(rest.split_whitespace().next().expect("an address").to_owned());
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("tollgate serve did not say where it listens; stderr:\n{seen}"));
+        // Keep draining stderr into the log, so the server never blocks on a full pipe.
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = log.write_all(format!("{line}\n").as_bytes()).await;
+                let _ = log.flush().await;
+            }
+        });
+        Served { url, child }
+    }
+
+    /// `tollgate ARGS --url URL` (client commands), without the caller's token or URL variables.
+    pub async fn tollgate(&self, args: &[&str]) -> Output {
+        self.client_command(args).output().await.expect("run tollgate")
+    }
+
+    /// The same command, not yet started (to spawn it, or to set more environment).
+    pub fn client_command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        command
+            .args(args)
+            .args(["--url", &self.url])
+            .env_remove("TOLLGATE_TOKEN")
+            .env_remove("TOLLGATE_URL")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// SIGTERM, and wait until it has exited (30 s at most).
+    pub async fn stop(self) {
+        self.signal(libc::SIGTERM).await;
+    }
+
+    /// SIGKILL: every connection drops at once.
+    pub async fn kill(self) {
+        self.signal(libc::SIGKILL).await;
+    }
+
+    async fn signal(mut self, signal: i32) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: sending a signal to our own child's pid.
+            unsafe { libc::kill(i32::try_from(pid).expect("pid"), signal) };
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+    }
+}
+
+/// A finished command's stdout, asserting it succeeded.
+pub fn stdout_of(output: &Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\nstdout: {stdout}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
