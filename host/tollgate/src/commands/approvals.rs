@@ -82,33 +82,32 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
             }
         }
         ApprovalsCommand::Approve { session, interrupt } => {
-            let receipt = client.decide(&session, &interrupt, true, None).await?;
-            if args.client.json {
-                return print_json(out, &receipt);
-            }
-            let again = if receipt.replayed { " (it was already, the same way)" } else { "" };
-            writeln!(out, "approved {interrupt} in session {session}{again}")?;
-            writeln!(
-                out,
-                "watch: tollgate session watch {}{}",
-                shell_word(&session),
-                args.client.url_flag()
-            )?;
+            return decide(out, &client, &args.client, (&session, &interrupt), true, None).await;
         }
         ApprovalsCommand::Reject { session, interrupt, message } => {
-            let receipt = client.decide(&session, &interrupt, false, message.as_deref()).await?;
-            if args.client.json {
-                return print_json(out, &receipt);
-            }
-            let again = if receipt.replayed { " (it was already, the same way)" } else { "" };
-            writeln!(out, "rejected {interrupt} in session {session}{again}")?;
-            writeln!(
-                out,
-                "watch: tollgate session watch {}{}",
-                shell_word(&session),
-                args.client.url_flag()
-            )?;
+            return decide(out, &client, &args.client, (&session, &interrupt), false, message.as_deref())
+                .await;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Approves or rejects one interrupt and says what happened.
+async fn decide(
+    out: &mut impl Write,
+    client: &crate::client::ApiClient,
+    flags: &ClientArgs,
+    (session, interrupt): (&str, &str),
+    approved: bool,
+    message: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let receipt = client.decide(session, interrupt, approved, message).await?;
+    if flags.json {
+        return print_json(out, &receipt);
+    }
+    let again = if receipt.replayed { " (it was already, the same way)" } else { "" };
+    let verb = if approved { "approved" } else { "rejected" };
+    writeln!(out, "{verb} {interrupt} in session {session}{again}")?;
+    writeln!(out, "watch: tollgate session watch {}{}", shell_word(session), flags.url_flag())?;
     Ok(ExitCode::SUCCESS)
 }
