@@ -335,7 +335,7 @@ impl ApiClient {
         if let Some(limit) = limit {
             query.push(("limit", limit.to_string()));
         }
-        self.call(Method::GET, &with_query("/v1/sessions", &query), |r| r).await
+        self.call(Method::GET, "/v1/sessions", |r| r.query(&query)).await
     }
 
     /// `GET /v1/interrupts?status=pending`: the approvals waiting, oldest first.
@@ -443,13 +443,6 @@ fn api_error(status: StatusCode, body: &str) -> CallError {
 /// A path segment with the characters a URL path cannot carry percent-encoded.
 fn segment(text: &str) -> String {
     encode(text, b"-._~:@!$&'()*+,;=")
-}
-
-/// `path?key=value&…`, the values percent-encoded (this build of reqwest has no `query`).
-fn with_query(path: &str, query: &[(&str, String)]) -> String {
-    let pairs: Vec<String> =
-        query.iter().map(|(key, value)| format!("{key}={}", encode(value, b"-._~"))).collect();
-    if pairs.is_empty() { path.to_owned() } else { format!("{path}?{}", pairs.join("&")) }
 }
 
 /// `text` with every byte but ASCII letters, digits and `keep` percent-encoded.
@@ -720,8 +713,5 @@ mod tests {
     fn path_segments_are_percent_encoded() {
         assert_eq!(segment("a b/c"), "a%20b%2Fc");
         assert_eq!(segment("session-1_x.y"), "session-1_x.y");
-        let query = [("status", "a&b=c".to_owned()), ("limit", "5".to_owned())];
-        assert_eq!(with_query("/v1/sessions", &query), "/v1/sessions?status=a%26b%3Dc&limit=5");
-        assert_eq!(with_query("/v1/sessions", &[]), "/v1/sessions");
     }
 }
