@@ -37,6 +37,11 @@ pub struct Manifests {
 }
 
 impl Manifests {
+    /// Whether no component has a manifest entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Adds the manifest of `component`, written at `origin`, with relative paths against `base`.
     pub fn insert(
         &mut self,
@@ -332,6 +337,20 @@ impl Sandbox {
                 Ok(file.resolve(&beside.display().to_string(), base, max, &env)?)
             }
             (None, false) => Ok(Manifest::default()),
+        }
+    }
+
+    /// A tool set without tools (an agent that offers only Claude Code's built-in tools).
+    pub fn no_tools(&self) -> ToolSet {
+        ToolSet {
+            inner: Arc::new(ToolSetInner {
+                sandbox: self.clone(),
+                components: Vec::new(),
+                component_infos: Vec::new(),
+                tools: Vec::new(),
+                infos: Vec::new(),
+                by_name: HashMap::new(),
+            }),
         }
     }
 

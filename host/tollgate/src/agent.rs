@@ -30,6 +30,8 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use tollgate_engine::policy::Policies;
 use tollgate_engine::session::Limits;
+#[cfg(test)]
+use tollgate_sandbox::SandboxConfig;
 use tollgate_sandbox::{AgentOptions, FactoryError, OptionsFactory};
 use tollgate_sandbox::{Manifests, OptionsContext, Sandbox, ToolSet};
 
@@ -169,7 +171,11 @@ impl Agent {
     /// # Errors
     /// A component that does not load.
     pub async fn tools(&self) -> anyhow::Result<ToolSet> {
-        Ok(self.sandbox.load_tools(&self.dir.join("tools"), &self.manifests).await?)
+        let dir = self.dir.join("tools");
+        if !dir.exists() && self.manifests.is_empty() {
+            return Ok(self.sandbox.no_tools());
+        }
+        Ok(self.sandbox.load_tools(&dir, &self.manifests).await?)
     }
 
     /// Whether the options factory decides built-in tool calls.
@@ -191,5 +197,60 @@ impl Agent {
             Some(factory) => factory.build_options(ctx).await,
             None => Ok(self.static_options.clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn load(config: &str) -> anyhow::Result<Agent> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), config).unwrap();
+        let sandbox = Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
+        Agent::load(dir.path(), sandbox).await
+    }
+
+    async fn error_of(config: &str) -> String {
+        format!("{:#}", load(config).await.expect_err("the configuration is refused"))
+    }
+
+    #[tokio::test]
+    async fn a_static_agent_loads_with_its_limits_policies_and_options() {
+        let agent = load(
+            "[agent]\nspend_limit_usd = 2.5\nsegment_timeout_secs = 60\n\
+             [options]\nmodel = \"m\"\n[policies]\nBash = { effect = \"read\" }\n",
+        )
+        .await
+        .unwrap();
+        assert_eq!(agent.limits.spend_limit_usd, Some(2.5));
+        assert_eq!(agent.segment_timeout, Duration::from_secs(60));
+        assert!(!agent.has_cli_policy());
+        let ctx = OptionsContext { session_id: "s".into(), turn_id: "turn-1".into(), attempt: 1 };
+        assert_eq!(agent.options(&ctx).await.unwrap().model.as_deref(), Some("m"));
+        assert!(agent.tools().await.unwrap().tools().is_empty(), "no tools/ directory is no tools");
+    }
+
+    #[tokio::test]
+    async fn bad_configurations_are_refused_naming_what_is_wrong() {
+        assert!(error_of("[agnet]\n").await.contains("unknown table `[agnet]`"));
+        assert!(error_of("[agent]\nspend_limit = 1\n").await.contains("spend_limit"));
+        assert!(
+            error_of("[agent]\nspend_limit_usd = -1.0\n")
+                .await
+                .contains("spend_limit_usd must be a positive")
+        );
+        assert!(error_of("[agent]\nsegment_timeout_secs = 0\n").await.contains("segment_timeout_secs"));
+        assert!(
+            error_of("[options]\npermission_mode = \"bypassPermissions\"\n")
+                .await
+                .contains("bypassPermissions")
+        );
+        assert!(error_of("[options]\nmodle = \"m\"\n").await.contains("modle"));
+        assert!(error_of("[policies]\nBash = { effect = \"sometimes\" }\n").await.contains("sometimes"));
+        let both = error_of("[agent]\noptions_factory = \"agent.wasm\"\n[options]\nmodel = \"m\"\n").await;
+        assert!(both.contains("either [agent] options_factory or [options]"), "{both}");
+        let missing = error_of("[agent]\noptions_factory = \"nope.wasm\"\n").await;
+        assert!(missing.contains("options_factory"), "{missing}");
     }
 }

@@ -394,3 +394,74 @@ fn push_event(pending: &mut Vec<NewEvent>, turn_id: &str, attempt: i64, event: S
         other => warn!(event = ?other, "an unknown segment event was dropped"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SegmentSpec {
+        let prompt = UserPrompt::text("hi");
+        SegmentSpec::with_start(
+            tollgate_claude::CliBinary::unchecked("claude"),
+            "/tmp",
+            Start::Fresh { prompt },
+        )
+    }
+
+    #[test]
+    fn options_become_cli_flags_and_environment() {
+        let options: AgentOptions = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5",
+            "append_system_prompt": "Be brief.",
+            "tools": ["Read", "Bash"],
+            "disallowed_tools": ["WebFetch"],
+            "permission_mode": "dontAsk",
+            "max_turns": 5,
+            "max_budget_usd": 1.5,
+            "env": {"TZ": "UTC"},
+            "extra": {"effort": "high", "verbose": true, "off": false},
+        }))
+        .unwrap();
+        let mut spec = spec();
+        apply_options(&mut spec, &options).unwrap();
+        assert_eq!(
+            spec.extra_args,
+            [
+                "--model=claude-sonnet-4-5",
+                "--append-system-prompt",
+                "Be brief.",
+                "--tools",
+                "Read,Bash",
+                "--disallowedTools",
+                "WebFetch",
+                "--max-turns=5",
+                "--max-budget-usd=1.5",
+                "--effort=high",
+                "--verbose",
+            ]
+        );
+        assert_eq!(spec.permission_mode.as_deref(), Some("dontAsk"));
+        assert_eq!(spec.setting_sources, Some(vec![]));
+        assert!(spec.env.contains(&("TZ".into(), "UTC".into())));
+    }
+
+    #[test]
+    fn an_extra_flag_that_tollgate_owns_is_refused_by_name() {
+        for flag in
+            ["resume", "mcp-config", "permission-mode", "dangerously-skip-permissions", "allowedTools"]
+        {
+            let options: AgentOptions = serde_json::from_value(json!({"extra": {flag: "x"}})).unwrap();
+            let error = apply_options(&mut spec(), &options).unwrap_err();
+            assert!(error.contains(&format!("--{flag}")), "{error}");
+        }
+    }
+
+    #[test]
+    fn one_prompt_is_a_plain_string_and_several_are_text_blocks() {
+        assert_eq!(prompt_of(&["a".into()]).message.content, json!("a"));
+        assert_eq!(
+            prompt_of(&["a".into(), "b".into()]).message.content,
+            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+        );
+    }
+}
