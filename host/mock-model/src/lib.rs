@@ -56,7 +56,7 @@ use tokio::task::JoinHandle;
 
 pub use error::{StartError, WaitError};
 pub use gates::GateStatus;
-pub use log::RecordedRequest;
+pub use log::{RecordedRequest, tool_result};
 pub use reply::{AssistantReply, ContentBlock, Reply, StopReason};
 
 /// A running mock Messages API. Stops when dropped.

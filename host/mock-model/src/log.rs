@@ -51,6 +51,31 @@ impl RecordedRequest {
     pub fn is_streaming(&self) -> bool {
         self.body.as_ref().and_then(|body| body.get("stream")).and_then(Value::as_bool).unwrap_or(false)
     }
+
+    /// The text and error flag of the `tool_result` for `tool_use_id` this model call carries.
+    pub fn tool_result(&self, tool_use_id: &str) -> Option<(String, bool)> {
+        tool_result(self.body.as_ref()?, tool_use_id)
+    }
+}
+
+/// The text and error flag of the `tool_result` for `tool_use_id` in a Messages API request body
+/// (text parts joined by newlines, exactly as the CLI sent them).
+pub fn tool_result(body: &Value, tool_use_id: &str) -> Option<(String, bool)> {
+    for message in body["messages"].as_array()? {
+        for block in message["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_result" && block["tool_use_id"] == tool_use_id {
+                let text = match &block["content"] {
+                    Value::String(text) => text.clone(),
+                    Value::Array(parts) => {
+                        parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
+                    }
+                    _ => String::new(),
+                };
+                return Some((text, block["is_error"].as_bool().unwrap_or(false)));
+            }
+        }
+    }
+    None
 }
 
 /// Headers whose values are secrets.

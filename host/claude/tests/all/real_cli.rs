@@ -17,9 +17,10 @@ use tollgate_mock_model::MockModel;
 use tollgate_protocol::{HookAnswer, HookInput, TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{DeferredExecution, ToolSet};
 
+use tollgate_mock_model::tool_result;
+
 use crate::util::{
     Payments, against_mock, describe_with, dir, example_tools, gate, last_tool_result, real_cli, run,
-    tool_result,
 };
 
 /// One session as the store would hold it: the CLI session id and every entry so far.

@@ -111,30 +111,9 @@ pub fn describe_with(report: &SegmentReport, mock: &MockModel) -> String {
     )
 }
 
-/// The text and error flag of the `tool_result` for `tool_use_id` in a Messages API request body.
-pub fn tool_result(body: &Value, tool_use_id: &str) -> Option<(String, bool)> {
-    for message in body["messages"].as_array()? {
-        for block in message["content"].as_array().into_iter().flatten() {
-            if block["type"] == "tool_result" && block["tool_use_id"] == tool_use_id {
-                let text = match &block["content"] {
-                    Value::String(text) => text.clone(),
-                    Value::Array(parts) => {
-                        parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
-                    }
-                    _ => String::new(),
-                };
-                return Some((text, block["is_error"].as_bool().unwrap_or(false)));
-            }
-        }
-    }
-    None
-}
-
 /// The tool result for `tool_use_id` in the mock's last model call.
 pub fn last_tool_result(mock: &MockModel, tool_use_id: &str) -> Option<(String, bool)> {
-    let requests = mock.message_requests();
-    let body = requests.last()?.body.as_ref()?;
-    tool_result(body, tool_use_id)
+    mock.message_requests().last()?.tool_result(tool_use_id)
 }
 
 /// The policies of the seeds' support agent: `create_refund` is a non-idempotent write,

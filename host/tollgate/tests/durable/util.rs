@@ -257,24 +257,7 @@ impl World {
     /// The text and error flag of the tool result for `tool_use_id` in the mock's last request that
     /// carries one.
     pub fn tool_result_seen(&self, tool_use_id: &str) -> Option<(String, bool)> {
-        self.mock.message_requests().iter().rev().find_map(|request| {
-            let body = request.body.as_ref()?;
-            for message in body["messages"].as_array()? {
-                for block in message["content"].as_array().into_iter().flatten() {
-                    if block["type"] == "tool_result" && block["tool_use_id"] == tool_use_id {
-                        let text = match &block["content"] {
-                            Value::String(text) => text.clone(),
-                            Value::Array(parts) => {
-                                parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
-                            }
-                            _ => String::new(),
-                        };
-                        return Some((text, block["is_error"].as_bool().unwrap_or(false)));
-                    }
-                }
-            }
-            None
-        })
+        self.mock.message_requests().iter().rev().find_map(|request| request.tool_result(tool_use_id))
     }
 }
 
