@@ -10,6 +10,7 @@
 //! | [`plan`] | choosing the answer from a request body (pure; a fake CLI can reuse it) |
 //! | [`wire`] | the SSE and JSON bytes of a reply |
 //! | [`reply`] | the typed reply the log records |
+//! | [`payments`] | a stand-in payments service for the example refund tool |
 //! | `server` | routing and HTTP |
 //!
 //! Point the Claude Code CLI at it with `ANTHROPIC_BASE_URL=<base_url()>` and a dummy
@@ -41,6 +42,7 @@
 mod error;
 mod gates;
 mod log;
+pub mod payments;
 pub mod plan;
 pub mod reply;
 pub mod script;

@@ -56,7 +56,7 @@ struct World {
 impl World {
     async fn start(cli: tollgate_claude::CliBinary) -> World {
         let mock = MockModel::start().await.expect("start the mock model");
-        let payments = Payments::start().await;
+        let payments = Payments::start().await.expect("start payments");
         let (tools, agent) = example_tools(&payments).await;
         World { cli, mock, payments, tools, project: dir(), _agent: agent }
     }
@@ -199,12 +199,12 @@ async fn a_write_defers_and_a_fresh_process_resumes_with_the_recorded_output_wit
     let call = deferred(&report, &text);
     assert_eq!((call.tool_name.as_str(), call.kind), ("create_refund", ToolKind::Custom), "{text}");
     assert_eq!(call.arguments, json!({"order_id": "7", "amount_cents": 500}), "{text}");
-    assert_eq!(world.payments.posts(), 0, "a deferred write ran inside the segment\n{text}");
+    assert_eq!(world.payments.count(), 0, "a deferred write ran inside the segment\n{text}");
     session.absorb(&report);
 
     let record = world.run_step(&session, &call).await;
-    assert_eq!(world.payments.posts(), 1);
-    let posted = world.payments.bodies.lock().unwrap()[0].to_ascii_lowercase();
+    assert_eq!(world.payments.count(), 1);
+    let posted = world.payments.requests()[0].text.to_ascii_lowercase();
     let key = format!("idempotency-key: {}/turn-1/{}", session.id, call.tool_use_id).to_ascii_lowercase();
     assert!(posted.contains(&key), "{posted}");
     let Outcome::Succeeded { output } = record.outcome.clone() else { panic!("{record:?}") };
@@ -214,7 +214,7 @@ async fn a_write_defers_and_a_fresh_process_resumes_with_the_recorded_output_wit
     let result = completed(&report, &text);
     assert_eq!(result, format!("called create_refund: {output}"), "{text}");
     assert_eq!(last_tool_result(&world.mock, &call.tool_use_id), Some((output.clone(), false)), "{text}");
-    assert_eq!(world.payments.posts(), 1, "the resumed segment ran the write again\n{text}");
+    assert_eq!(world.payments.count(), 1, "the resumed segment ran the write again\n{text}");
     assert_eq!(world.mock.message_requests().len(), 2, "one model call per segment\n{text}");
 }
 
@@ -277,7 +277,7 @@ async fn an_input_rewriting_hook_changes_the_deferred_calls_arguments() {
         json!({"order_id": "7", "amount_cents": 100, "reason": "rewritten by the application hook"}),
         "{text}"
     );
-    assert_eq!(world.payments.posts(), 0, "{text}");
+    assert_eq!(world.payments.count(), 0, "{text}");
 }
 
 #[tokio::test]
@@ -320,7 +320,7 @@ async fn of_two_writes_in_one_reply_the_first_defers_and_the_second_is_called_ag
     let text = world.text(&report);
     let result = completed(&report, &text);
     assert_eq!(result.matches("called create_refund: {").count(), 2, "{text}");
-    assert_eq!(world.payments.posts(), 2, "{text}");
+    assert_eq!(world.payments.count(), 2, "{text}");
 }
 
 #[tokio::test]
@@ -377,6 +377,6 @@ async fn four_resumes_in_a_row_each_fed_only_the_stored_entries_including_a_plai
     let recall = completed(&report, &text);
     assert!(recall.contains("refunded"), "{recall}\n{text}");
     assert!(recall.contains("The user rejected this call: wrong order"), "{recall}\n{text}");
-    assert_eq!(world.payments.posts(), 1, "{text}");
+    assert_eq!(world.payments.count(), 1, "{text}");
     assert_eq!(world.mock.message_requests().len(), 5, "one model call per segment\n{text}");
 }

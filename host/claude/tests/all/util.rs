@@ -2,12 +2,10 @@
 //! messages that carry everything the CLI said.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Semaphore, SemaphorePermit, mpsc};
 use tollgate_claude::tools::{CallFuture, ToolOutput, ToolRunError, ToolRunner, ToolSpec, catalog};
 use tollgate_claude::{
@@ -129,76 +127,7 @@ pub fn gate(runner: &dyn ToolRunner) -> Gate {
     Gate::new(policies(), catalog("tools", &runner.tools()).expect("valid tool names"))
 }
 
-/// A payments service on loopback that answers every refund and counts them.
-pub struct Payments {
-    pub url: String,
-    pub addr: std::net::SocketAddr,
-    posts: Arc<AtomicUsize>,
-    pub bodies: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Payments {
-    pub async fn start() -> Payments {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let posts = Arc::new(AtomicUsize::new(0));
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let (count, seen) = (posts.clone(), bodies.clone());
-        let task = tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let n = count.fetch_add(1, Ordering::SeqCst) + 1;
-                let seen = seen.clone();
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    // Read the head, then Content-Length bytes of body.
-                    loop {
-                        let Ok(read) = socket.read(&mut buf).await else { return };
-                        if read == 0 {
-                            break;
-                        }
-                        request.extend_from_slice(&buf[..read]);
-                        let text = String::from_utf8_lossy(&request);
-                        if let Some(head_end) = text.find("\r\n\r\n") {
-                            let length = text[..head_end]
-                                .lines()
-                                .find_map(|l| {
-                                    l.to_ascii_lowercase()
-                                        .strip_prefix("content-length:")
-                                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                                })
-                                .unwrap_or(0);
-                            if request.len() >= head_end + 4 + length {
-                                break;
-                            }
-                        }
-                    }
-                    seen.lock().unwrap().push(String::from_utf8_lossy(&request).into_owned());
-                    let body = format!("{{\"refund_id\":\"r_{n}\",\"status\":\"refunded\"}}");
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(response.as_bytes()).await;
-                    let _ = socket.shutdown().await;
-                });
-            }
-        });
-        Payments { url: format!("http://{addr}"), addr, posts, bodies, task }
-    }
-
-    /// How many refunds were posted.
-    pub fn posts(&self) -> usize {
-        self.posts.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Payments {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+pub use tollgate_mock_model::payments::Payments;
 
 /// The example tools, built from source by `tollgate-test-guests`, loaded in the sandbox:
 /// `lookup_order` (read) and `create_refund` (posting to `payments`).

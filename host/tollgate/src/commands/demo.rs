@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_claude::{CliBinary, CliLocator};
 use tollgate_engine::session::client::Decision;
 use tollgate_mock_model::MockModel;
+use tollgate_mock_model::payments::{Payments, Received};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 
 use crate::agent::Agent;
@@ -115,11 +115,17 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
             None
         }
     };
-    if let Some(listener) = prepared.payments {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        println!("A stand-in payments service listens on http://{}.", listener.local_addr()?);
-        tokio::spawn(payments(listener));
-    }
+    let _payments = match prepared.payments {
+        Some(listener) => {
+            let announce =
+                |r: &Received| println!("  [payments] POST Idempotency-Key={} {}", r.idempotency_key, r.body);
+            let payments =
+                Payments::serve(tokio::net::TcpListener::from_std(listener)?, Some(Box::new(announce)))?;
+            println!("A stand-in payments service listens on {}.", payments.url);
+            Some(payments)
+        }
+        None => None,
+    };
 
     let scratch = tempfile::Builder::new().prefix("tollgate-demo-").tempdir()?;
     let db =
@@ -269,50 +275,4 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
     );
     worker_task.await.ok();
     Ok(ExitCode::SUCCESS)
-}
-
-/// The stand-in payments service: answers every POST with a refund and prints what it got.
-async fn payments(listener: tokio::net::TcpListener) {
-    let mut n = 0;
-    while let Ok((mut socket, _)) = listener.accept().await {
-        n += 1;
-        let mut request = Vec::new();
-        let mut buf = [0u8; 4096];
-        let text = loop {
-            let Ok(read) = socket.read(&mut buf).await else { break None };
-            if read == 0 {
-                break None;
-            }
-            request.extend_from_slice(&buf[..read]);
-            let text = String::from_utf8_lossy(&request).into_owned();
-            if let Some(end) = text.find("\r\n\r\n") {
-                let length = text[..end]
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().parse().unwrap_or(0))
-                    })
-                    .unwrap_or(0usize);
-                if request.len() >= end + 4 + length {
-                    break Some(text);
-                }
-            }
-        };
-        let Some(text) = text else { continue };
-        let key = text
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase().starts_with("idempotency-key:").then(|| l[16..].trim().to_owned())
-            })
-            .unwrap_or_default();
-        let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
-        println!("  [payments] POST Idempotency-Key={key} {body}");
-        let answer = format!(r#"{{"refund_id":"rf_demo_{n}","status":"succeeded"}}"#);
-        let response = format!(
-            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-            answer.len()
-        );
-        let _ = socket.write_all(response.as_bytes()).await;
-    }
 }

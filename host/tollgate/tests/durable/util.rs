@@ -3,16 +3,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{Semaphore, SemaphorePermit, watch};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tollgate::sessions::{self, Snapshot};
 use tollgate_engine::session::client::Decision;
 use tollgate_mock_model::MockModel;
+pub use tollgate_mock_model::payments::Payments;
 use tollgate_store::{Event, Store};
 
 /// Workers start real CLIs (~240 MB, a core each): two tests at once at most.
@@ -93,7 +92,7 @@ impl World {
             .map_or_else(|| format!("sqlite://{}", dir.path().join("tollgate.db").display()), str::to_owned);
         let store = tollgate_store::open(&db).await.expect("open the store");
         let mock = MockModel::start().await.expect("start the mock model");
-        let payments = Payments::start().await;
+        let payments = Payments::start().await.expect("start payments");
         Some(World { dir, agent, db, store, mock, payments, cli, _slot: slot })
     }
 
@@ -321,110 +320,5 @@ impl WorkerProcess {
             out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
         }
         out
-    }
-}
-
-/// A payments service on loopback: counts refunds, keeps their `Idempotency-Key`s, and can hold
-/// them (the request is read and counted, the answer waits) until released.
-pub struct Payments {
-    pub url: String,
-    count: Arc<AtomicUsize>,
-    keys: Arc<Mutex<Vec<String>>>,
-    hold: watch::Sender<bool>,
-}
-
-impl Payments {
-    pub async fn start() -> Payments {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let count = Arc::new(AtomicUsize::new(0));
-        let keys = Arc::new(Mutex::new(Vec::new()));
-        let (hold, held) = watch::channel(false);
-        let (count2, keys2) = (count.clone(), keys.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (count, keys, mut held) = (count2.clone(), keys2.clone(), held.clone());
-                tokio::spawn(async move {
-                    let Some(head) = read_request(&mut socket).await else { return };
-                    let n = count.fetch_add(1, Ordering::SeqCst) + 1;
-                    let key = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .starts_with("idempotency-key:")
-                                .then(|| l[16..].trim().to_owned())
-                        })
-                        .unwrap_or_default();
-                    keys.lock().unwrap().push(key);
-                    let _ = held.wait_for(|h| !*h).await;
-                    let body = format!("{{\"refund_id\":\"r_{n}\",\"status\":\"refunded\"}}");
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(response.as_bytes()).await;
-                });
-            }
-        });
-        Payments { url, count, keys, hold }
-    }
-
-    /// Refund requests received (held ones included).
-    pub fn count(&self) -> usize {
-        self.count.load(Ordering::SeqCst)
-    }
-
-    /// Their idempotency keys, in order.
-    pub fn keys(&self) -> Vec<String> {
-        self.keys.lock().unwrap().clone()
-    }
-
-    /// Hold every answer until [`Payments::release`].
-    pub fn hold(&self) {
-        self.hold.send_replace(true);
-    }
-
-    /// Answer held and later requests.
-    pub fn release(&self) {
-        self.hold.send_replace(false);
-    }
-
-    /// Waits until `n` requests arrived.
-    pub async fn wait_for(&self, n: usize) {
-        let start = Instant::now();
-        while self.count() < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(90),
-                "payments got {} requests, expected {n}",
-                self.count()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut request = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let read = socket.read(&mut buf).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        request.extend_from_slice(&buf[..read]);
-        let text = String::from_utf8_lossy(&request).into_owned();
-        if let Some(head_end) = text.find("\r\n\r\n") {
-            let length = text[..head_end]
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                })
-                .unwrap_or(0);
-            if request.len() >= head_end + 4 + length {
-                return Some(text);
-            }
-        }
     }
 }
