@@ -88,7 +88,7 @@ pub(crate) fn unique_or(e: sqlx::Error, on_unique: impl FnOnce() -> crate::Store
 }
 
 /// Expands `impl Store for $store` for the sqlx database `$db`. `$store` provides
-/// `begin_write()`, `write_pool()`, `read_pool()` and a `signals` field; `$pg` selects the dialect.
+/// `begin_write()`, `write_pool()`, `read_pool()`, `check_writable()` and a `signals` field; `$pg` selects the dialect.
 macro_rules! impl_store {
     ($store:ty, $db:ty, $pg:expr) => {
         impl $store {
@@ -856,6 +856,10 @@ macro_rules! impl_store {
                 .fetch_optional(self.read_pool())
                 .await?;
                 row.map(|r| Self::decode_step(&r)).transpose()
+            }
+
+            async fn probe_write(&self) -> Result<(), StoreError> {
+                self.check_writable().await
             }
 
             fn work_signal(&self) -> WorkSignal {

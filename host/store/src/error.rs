@@ -105,9 +105,12 @@ pub enum StoreError {
         /// The newest version this build reads.
         supported: i64,
     },
-    /// The database could not be reached or was busy: the same call may succeed later.
-    #[error("database unavailable: {source}")]
+    /// The database could not take the call now (unreachable, busy, disk full, read-only): the
+    /// same call may succeed later. `reason` names the cause.
+    #[error("database unavailable ({reason}): {source}")]
     Unavailable {
+        /// Why, in one word an operator acts on.
+        reason: UnavailableReason,
         /// The driver error.
         #[source]
         source: sqlx::Error,
@@ -134,20 +137,74 @@ pub enum StoreError {
     },
 }
 
+/// Why the database is unavailable ([`StoreError::Unavailable`]); every cause heals by itself
+/// once its fault ends (the store recycles connections the fault spoiled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnavailableReason {
+    /// No connection: refused, reset or closed, or the server is shutting down or starting.
+    Unreachable,
+    /// No pooled connection came free within the pool's acquire timeout.
+    PoolTimeout,
+    /// Lock contention, a serialization failure or a deadlock.
+    Busy,
+    /// The disk (or the filesystem's quota) is full.
+    DiskFull,
+    /// The database file or server is read-only.
+    ReadOnly,
+    /// The database file could not be read, written or opened.
+    Io,
+}
+
+impl std::fmt::Display for UnavailableReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UnavailableReason::Unreachable => "unreachable",
+            UnavailableReason::PoolTimeout => "no connection within the acquire timeout",
+            UnavailableReason::Busy => "busy",
+            UnavailableReason::DiskFull => "disk full",
+            UnavailableReason::ReadOnly => "read-only",
+            UnavailableReason::Io => "I/O error",
+        })
+    }
+}
+
+impl UnavailableReason {
+    /// A stable snake_case name, e.g. for JSON: `unreachable`, `pool_timeout`, `busy`,
+    /// `disk_full`, `read_only`, `io`.
+    pub fn code(self) -> &'static str {
+        match self {
+            UnavailableReason::Unreachable => "unreachable",
+            UnavailableReason::PoolTimeout => "pool_timeout",
+            UnavailableReason::Busy => "busy",
+            UnavailableReason::DiskFull => "disk_full",
+            UnavailableReason::ReadOnly => "read_only",
+            UnavailableReason::Io => "io",
+        }
+    }
+}
+
 impl StoreError {
     /// Whether repeating the same call later can succeed. Only [`StoreError::Unavailable`] is
     /// retryable; everything else is terminal for this call.
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
     }
+
+    /// Why the database is unavailable, for a [`StoreError::Unavailable`]; `None` otherwise.
+    pub fn unavailable(&self) -> Option<UnavailableReason> {
+        match self {
+            StoreError::Unavailable { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(source: sqlx::Error) -> Self {
-        if is_transient(&source) {
-            StoreError::Unavailable { source }
-        } else {
-            StoreError::Database { source }
+        match unavailable(&source) {
+            Some(reason) => StoreError::Unavailable { reason, source },
+            None => StoreError::Database { source },
         }
     }
 }
@@ -158,24 +215,45 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
     }
 }
 
-/// Connection, pool and lock-contention errors are transient; statement errors are not.
-fn is_transient(error: &sqlx::Error) -> bool {
+/// Connection, pool, lock-contention and resource errors are transient (the cause they name
+/// ends: the server comes back, the disk gets space, the file becomes writable); statement
+/// errors are not.
+fn unavailable(error: &sqlx::Error) -> Option<UnavailableReason> {
     match error {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => {
-            let code = db.code().unwrap_or_default();
-            // PostgreSQL: serialization failure, deadlock, connection exceptions, shutdown.
-            // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
-            matches!(code.as_ref(), "40001" | "40P01" | "57P01" | "57P02" | "57P03")
-                || code.starts_with("08")
-                || code.parse::<i64>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
-        }
-        _ => false,
+        | sqlx::Error::WorkerCrashed => Some(UnavailableReason::Unreachable),
+        sqlx::Error::PoolTimedOut => Some(UnavailableReason::PoolTimeout),
+        sqlx::Error::Database(db) => db_unavailable(&db.code().unwrap_or_default()),
+        _ => None,
+    }
+}
+
+/// A database error code (PostgreSQL SQLSTATE, or SQLite's extended result code in decimal)
+/// that names a passing fault.
+fn db_unavailable(code: &str) -> Option<UnavailableReason> {
+    // PostgreSQL's SQLSTATE has 5 characters (often digits only); SQLite's extended result
+    // codes have at most 4 digits, the primary code in their low byte.
+    if let Some(sqlite) = code.parse::<i64>().ok().filter(|_| code.len() < 5) {
+        return match sqlite & 0xff {
+            5 | 6 => Some(UnavailableReason::Busy),  // SQLITE_BUSY, SQLITE_LOCKED
+            8 => Some(UnavailableReason::ReadOnly),  // SQLITE_READONLY
+            10 | 14 => Some(UnavailableReason::Io),  // SQLITE_IOERR, SQLITE_CANTOPEN
+            13 => Some(UnavailableReason::DiskFull), // SQLITE_FULL
+            _ => None,
+        };
+    }
+    match code {
+        "40001" | "40P01" | "55P03" => Some(UnavailableReason::Busy), // serialization, deadlock, lock
+        "53100" => Some(UnavailableReason::DiskFull),
+        "25006" => Some(UnavailableReason::ReadOnly), // read_only_sql_transaction (a standby)
+        "57P01" | "57P02" | "57P03" => Some(UnavailableReason::Unreachable), // shutdown, starting up
+        _ if code.starts_with("08") => Some(UnavailableReason::Unreachable), // connection exceptions
+        _ if code.starts_with("53") => Some(UnavailableReason::Busy), // out of memory, connections
+        "58030" => Some(UnavailableReason::Io),
+        _ => None,
     }
 }
 
@@ -211,4 +289,29 @@ pub(crate) fn stored_json(
         key: key.to_owned(),
         detail: format!("column `{column}` is not JSON: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passing_faults_are_named_and_retryable_while_statement_errors_are_not() {
+        assert_eq!(db_unavailable("13"), Some(UnavailableReason::DiskFull));
+        assert_eq!(db_unavailable("8"), Some(UnavailableReason::ReadOnly));
+        assert_eq!(db_unavailable("1032"), Some(UnavailableReason::ReadOnly)); // SQLITE_READONLY_DBMOVED
+        assert_eq!(db_unavailable("778"), Some(UnavailableReason::Io)); // SQLITE_IOERR_WRITE
+        assert_eq!(db_unavailable("517"), Some(UnavailableReason::Busy)); // SQLITE_BUSY_SNAPSHOT
+        assert_eq!(db_unavailable("2067"), None); // SQLITE_CONSTRAINT_UNIQUE
+        assert_eq!(db_unavailable("53100"), Some(UnavailableReason::DiskFull));
+        assert_eq!(db_unavailable("57P01"), Some(UnavailableReason::Unreachable));
+        assert_eq!(db_unavailable("08006"), Some(UnavailableReason::Unreachable));
+        assert_eq!(db_unavailable("25006"), Some(UnavailableReason::ReadOnly));
+        assert_eq!(db_unavailable("23505"), None);
+        let timeout = StoreError::from(sqlx::Error::PoolTimedOut);
+        assert!(timeout.is_retryable());
+        assert_eq!(timeout.unavailable(), Some(UnavailableReason::PoolTimeout));
+        assert!(timeout.to_string().contains("acquire timeout"), "{timeout}");
+        assert!(!StoreError::from(sqlx::Error::RowNotFound).is_retryable());
+    }
 }

@@ -45,8 +45,14 @@
 //!
 //! # Caveats
 //!
-//! - SQLite runs with `synchronous=NORMAL` in WAL mode: a process crash (SIGKILL) loses nothing,
-//!   a power loss may drop the last commits. Never put the file on a network filesystem.
+//! - SQLite runs with `synchronous=FULL` in WAL mode: a commit that returned survives a process
+//!   crash (SIGKILL) and a power loss, including the claim and the `started` mark that keep a
+//!   single-attempt step from running twice (the store bench prints the cost against `NORMAL`).
+//!   Never put the file on a network filesystem.
+//! - Faults that pass (PostgreSQL down, a full disk, a read-only file, lock contention) fail the
+//!   calls they hit with [`StoreError::Unavailable`] and its [`UnavailableReason`]; the store heals
+//!   by itself when the fault ends (no restart), and [`Store::probe_write`] tells a health check
+//!   whether a write can be taken now.
 //! - PostgreSQL must keep `synchronous_commit=on` (the default): with `off` a lost claim commit
 //!   could let a single-attempt step run twice.
 //! - A waiting session (e.g. awaiting approval) is rows only: one `waiting` step, one open
@@ -65,7 +71,7 @@ mod backend;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use error::StoreError;
+pub use error::{StoreError, UnavailableReason};
 pub use postgres::PgStore;
 pub use signal::{EventSignal, WorkSignal};
 pub use sqlite::SqliteStore;
@@ -172,6 +178,13 @@ pub trait Store: Send + Sync {
 
     /// The session's step in flight (queued, claimed or waiting), or `Ok(None)` when it is idle.
     async fn step_in_flight(&self, session_id: &str) -> Result<Option<Step>, StoreError>;
+
+    /// Checks that the store can take a write now, and writes nothing: a write transaction
+    /// whose one statement changes no row, rolled back. `Ok(())` when writable, else the error
+    /// a write would meet now (e.g. [`StoreError::Unavailable`] with
+    /// [`UnavailableReason::ReadOnly`] or [`UnavailableReason::Unreachable`]). For health checks.
+    /// It cannot see a full disk (that needs a write that takes new space).
+    async fn probe_write(&self) -> Result<(), StoreError>;
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

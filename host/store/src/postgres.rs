@@ -10,6 +10,10 @@
 //!
 //! - NOTIFY is not durable: after the listener reconnects it wakes every waiter once; waiters
 //!   poll anyway.
+//! - While the server is down every call fails within [`ACQUIRE_TIMEOUT`] with
+//!   [`StoreError::Unavailable`] (`unreachable` or `pool_timeout`); nothing needs restarting when
+//!   it returns: pooled connections are tested before use (a dead one is dropped), new ones are
+//!   opened, and the listener resubscribes.
 //! - Keep `synchronous_commit=on`: the store's guarantees assume a commit is durable when it
 //!   returns.
 //! - Dropping the last clone of a [`PgStore`] stops its listener task.
@@ -62,12 +66,16 @@ impl PgStore {
     /// # Errors
     /// As [`PgStore::connect`].
     pub async fn connect_with(options: PgConnectOptions, max_connections: u32) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new().max_connections(max_connections.max(1)).connect_with(options).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(true)
+            .connect_with(options)
+            .await?;
         migrator().run(&pool).await?;
         let signals = Signals::new();
-        let mut listener = PgListener::connect_with(&pool).await?;
-        listener.listen_all(["tollgate_work", "tollgate_events"]).await?;
-        let task = tokio::spawn(listen(listener, signals.clone()));
+        let listener = subscribe(&pool).await?;
+        let task = tokio::spawn(listen(pool.clone(), listener, signals.clone()));
         Ok(PgStore { pool, signals, _listener: Arc::new(AbortOnDrop(task)) })
     }
 
@@ -75,6 +83,15 @@ impl PgStore {
     #[doc(hidden)]
     pub fn raw_pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// See [`Store::probe_write`]: a `DELETE … WHERE false` fails in a read-only transaction
+    /// (a standby, `default_transaction_read_only`) and needs a live connection.
+    async fn check_writable(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM idempotency_keys WHERE false").execute(&mut *tx).await?;
+        tx.rollback().await?;
+        Ok(())
     }
 
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
@@ -88,19 +105,57 @@ impl PgStore {
     }
 }
 
-/// Forwards notifications to the in-process signals until the store is dropped. On a broken
-/// connection it wakes everyone (notifications may have been missed) and lets `recv` reconnect.
-async fn listen(mut listener: PgListener, signals: Signals) {
+/// How long a call waits for a pooled connection (or for a new one while the server is down)
+/// before it fails with [`crate::UnavailableReason::PoolTimeout`]: short, so that API writes
+/// answer 503 quickly during an outage; the pool retries connecting within it (backing off up to
+/// a fifth of it), so a call made as the server returns still succeeds.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The listener's first and longest wait between reconnection attempts.
+const LISTEN_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// A listener on its own pooled connection, subscribed to the store's channels.
+async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    // Reconnection is ours (see `listen`): one path for every way a connection dies.
+    listener.eager_reconnect(false);
+    listener.listen_all(["tollgate_work", "tollgate_events"]).await?;
+    Ok(listener)
+}
+
+/// Forwards notifications to the in-process signals until the store is dropped. When the
+/// connection breaks (any error, or the server closed it) the listener is dropped and a new one
+/// subscribed, backing off while the server is down; once subscribed again it wakes every
+/// waiter (notifications sent meanwhile are lost).
+async fn listen(pool: PgPool, listener: PgListener, signals: Signals) {
+    let mut listener = Some(listener);
+    let mut retry = LISTEN_RETRY.0;
     loop {
-        match listener.recv().await {
-            Ok(n) if n.channel() == "tollgate_work" => signals.work_ready(),
-            Ok(n) => signals.events_appended(n.payload()),
-            Err(e) => {
-                tracing::warn!(error = %e, "store: PostgreSQL listener lost its connection; reconnecting");
+        let Some(current) = listener.as_mut() else {
+            match subscribe(&pool).await {
+                Ok(fresh) => {
+                    tracing::info!("store: PostgreSQL listener reconnected");
+                    listener = Some(fresh);
+                    retry = LISTEN_RETRY.0;
+                    signals.work_ready();
+                    signals.events_appended(ALL_SESSIONS);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "store: PostgreSQL listener cannot reconnect yet");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(LISTEN_RETRY.1);
+                }
+            }
+            continue;
+        };
+        match current.try_recv().await {
+            Ok(Some(n)) if n.channel() == "tollgate_work" => signals.work_ready(),
+            Ok(Some(n)) => signals.events_appended(n.payload()),
+            Ok(None) | Err(_) => {
+                tracing::warn!("store: PostgreSQL listener lost its connection; reconnecting");
+                listener = None;
                 signals.work_ready();
                 signals.events_appended(ALL_SESSIONS);
-                // Back off so a database that is down does not spin this task.
-                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
     }

@@ -6,24 +6,45 @@
 //! sqlx runs each SQLite connection on its own thread, so no call blocks the async runtime and
 //! no `spawn_blocking` is needed.
 //!
-//! Defaults: `journal_mode=WAL`, `synchronous=NORMAL`, `foreign_keys=ON`, `busy_timeout=10s`,
+//! Defaults: `journal_mode=WAL`, `synchronous=FULL`, `foreign_keys=ON`, `busy_timeout=10s`,
 //! 4 reader connections.
+//!
+//! **Durability.** `synchronous=FULL` fsyncs the WAL at every commit, so a commit that returned
+//! survives a power cut, above all the claim and the `started` mark that keep a single-attempt
+//! (non-idempotent) tool call from running twice. `NORMAL` would lose the last commits on power
+//! loss; the store bench (`claim_complete`) prints what `FULL` costs.
+//!
+//! **Healing.** A fault of the file or the disk (disk full, read-only, I/O error) fails the
+//! calls it hits with [`StoreError::Unavailable`] naming the cause, and the store recovers by
+//! itself once the fault ends, without a restart:
+//! - a writer connection handed back inside a transaction (SQLite rolls a transaction back by
+//!   itself on `SQLITE_FULL` or an I/O error, after which sqlx's `COMMIT`/`ROLLBACK` fails and
+//!   its transaction depth stays above zero, so every later `BEGIN IMMEDIATE` failed with
+//!   "attempted to call begin_with at non-zero transaction depth") is closed, not reused; the
+//!   pool opens a fresh one;
+//! - a writer connection opened while the file was not writable (SQLite then opens it
+//!   read-only, silently, for its whole life) is found by a write probe (a `DELETE … WHERE 0`,
+//!   which changes nothing but needs a writable file) run at most once per [`PROBE_EVERY`]
+//!   before the connection is handed out, and replaced.
 //!
 //! # Caveats
 //!
 //! - Wake-ups are in-process only: a second process writing the same file wakes nobody here;
 //!   its steps are found by the poll fallback of [`crate::WorkSignal::wait`].
-//! - `synchronous=NORMAL` survives a process crash, not necessarily a power loss.
+//! - A full disk is seen by the write that needs new space: a small write may still succeed
+//!   where a larger one fails (SQLite reuses the WAL file's space after a checkpoint).
 
 use std::path::Path;
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Row, SqlSafeStr};
+use sqlx::{Connection, Row, SqlSafeStr};
 
 use crate::error::{check_row_version, stored_json};
 use crate::signal::{EventSignal, Signals, WorkSignal};
@@ -49,16 +70,35 @@ impl SqliteStore {
     /// # Errors
     /// The file cannot be opened, or its schema is newer than this build.
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with_synchronous(path, SqliteSynchronous::Full).await
+    }
+
+    /// [`SqliteStore::open`] with another `synchronous` mode: for the store bench, which prints
+    /// what `FULL` costs against `NORMAL`. Only `FULL` keeps the store's durability contract.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    #[doc(hidden)]
+    pub async fn open_with_synchronous(
+        path: &Path,
+        synchronous: SqliteSynchronous,
+    ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(synchronous)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        let probe = Arc::new(ProbeClock { start: Instant::now(), last_ms: AtomicU64::new(0) });
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .before_acquire(move |conn, _| {
+                let probe = probe.clone();
+                Box::pin(async move { Ok(!probe.due() || writable(conn).await) })
+            })
+            .after_release(|conn, _| Box::pin(async move { outside_transaction(conn).await }))
             .connect_with(options.clone())
             .await?;
         migrator().run(&writer).await?;
@@ -73,6 +113,15 @@ impl SqliteStore {
         &self.writer
     }
 
+    /// Checks that a write can be taken now: a write transaction whose one statement changes
+    /// nothing but needs a writable file, rolled back.
+    async fn check_writable(&self) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(PROBE_SQL).execute(&mut *tx).await?;
+        tx.rollback().await?;
+        Ok(())
+    }
+
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
@@ -82,6 +131,62 @@ impl SqliteStore {
     fn read_pool(&self) -> &SqlitePool {
         &self.reader
     }
+}
+
+/// How often, at most, an idle writer connection is probed for writability before use.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// A write that changes nothing: SQLite still needs a writable database for it, so it fails
+/// with `SQLITE_READONLY` on a connection opened read-only.
+const PROBE_SQL: &str = "DELETE FROM idempotency_keys WHERE 0";
+
+/// Rate-limits the writer's probe to one per [`PROBE_EVERY`].
+struct ProbeClock {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl ProbeClock {
+    /// Whether a probe is due now; marks it done.
+    fn due(&self) -> bool {
+        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let every = u64::try_from(PROBE_EVERY.as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(last) >= every
+            && self.last_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+}
+
+/// Whether the idle writer connection can write. Only a read-only or unopenable file condemns
+/// the connection (it was opened read-only and stays so); anything else (e.g. busy) is left to
+/// the call that uses it.
+async fn writable(conn: &mut sqlx::SqliteConnection) -> bool {
+    match sqlx::query(PROBE_SQL).execute(&mut *conn).await {
+        Ok(_) => true,
+        Err(e) => {
+            let spoiled = matches!(
+                StoreError::from(e),
+                StoreError::Unavailable { reason: UnavailableReason::ReadOnly | UnavailableReason::Io, .. }
+            );
+            if spoiled {
+                tracing::warn!("store: the SQLite writer connection cannot write; opening a new one");
+            }
+            !spoiled
+        }
+    }
+}
+
+/// Whether a released writer connection may go back to the pool: not when it is still inside a
+/// transaction (a failed `COMMIT` or `ROLLBACK` after SQLite rolled back by itself leaves sqlx's
+/// transaction depth above zero, and every later `BEGIN IMMEDIATE` on it would fail).
+async fn outside_transaction(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    // Runs after the rollback a dropped transaction queued on the connection's worker.
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!("store: the SQLite writer connection was left inside a transaction; closing it");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 fn migrator() -> Migrator {

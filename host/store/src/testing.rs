@@ -76,12 +76,34 @@ impl PgCluster {
             "initdb",
             &["-D", path_str(&data), "-U", "tollgate", "--auth=trust", "-E", "UTF8", "--no-sync"],
         )?;
+        cluster.start_again()?;
+        Ok(cluster)
+    }
+
+    /// Stops the server as an operator would (`pg_ctl stop -m fast`: open connections are
+    /// terminated, the data stays). [`PgCluster::start_again`] brings it back on the same port.
+    ///
+    /// # Errors
+    /// `pg_ctl` failed.
+    pub fn stop_fast(&self) -> Result<(), ClusterError> {
+        let data = self.data_dir();
+        self.pg("pg_ctl", &["-D", path_str(&data), "-m", "fast", "-w", "stop"]).map(|_| ())
+    }
+
+    /// Starts the (stopped) server on its data directory and port, and waits until it accepts
+    /// connections.
+    ///
+    /// # Errors
+    /// `pg_ctl` failed (the error carries the server log).
+    pub fn start_again(&self) -> Result<(), ClusterError> {
+        let data = self.data_dir();
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} -c max_connections=200",
-            path_str(cluster.dir.path())
+            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} -c max_connections=200",
+            self.port,
+            path_str(self.dir.path())
         );
-        let log = cluster.dir.path().join("server.log");
-        let started = cluster.pg(
+        let log = self.dir.path().join("server.log");
+        let started = self.pg(
             "pg_ctl",
             &["-D", path_str(&data), "-l", path_str(&log), "-w", "-t", "60", "-o", &options, "start"],
         );
@@ -92,7 +114,7 @@ impl PgCluster {
                 detail: format!("{detail}\nserver log:\n{server_log}"),
             });
         }
-        Ok(cluster)
+        Ok(())
     }
 
     /// [`PgCluster::start`], or `None` (with a note on stderr) when PostgreSQL is not installed
