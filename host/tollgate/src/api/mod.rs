@@ -8,7 +8,11 @@
 //!
 //! Errors are JSON: `{"error":{"code":"…","message":"…","field":"…"}}` with a 4xx for bad input
 //! (the field named), 404 for an unknown session or interrupt, 409 for a conflicting repeat,
-//! 401 without the bearer token when one is configured, 5xx when the store fails.
+//! 401 without the bearer token when one is configured, 5xx when the store fails: 503 with a
+//! `Retry-After` header when the store is unavailable for a while (database unreachable, pool
+//! timeout, disk full, read-only file), the message naming the cause. `/healthz` probes a read
+//! and a write (writing nothing): `ok` (200), `degraded` (200: reads work, writes do not) or
+//! `down` (503), with the store's reason.
 
 mod events;
 
@@ -26,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tollgate_engine::session::EngineError;
 use tollgate_engine::session::client::Decision;
-use tollgate_store::{Store, StoreError};
+use tollgate_store::{Store, StoreError, UnavailableReason};
 
 use crate::metrics::Metrics;
 use crate::sessions::{self, ClientError};
@@ -82,11 +86,13 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     field: Option<String>,
+    /// Seconds for a `Retry-After` header (a store that is unavailable for a while).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into(), field: None }
+        ApiError { status, code, message: message.into(), field: None, retry_after: None }
     }
 
     fn bad(field: impl Into<String>, message: impl Into<String>) -> Self {
@@ -104,7 +110,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        response
     }
 }
 
@@ -142,9 +152,14 @@ impl From<StoreError> for ApiError {
             StoreError::Corrupt { .. } | StoreError::FutureVersion { .. } => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "stored_row_refused", text)
             }
-            _ if error.is_retryable() => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", text)
-            }
+            StoreError::Unavailable { reason, .. } => ApiError {
+                retry_after: Some(retry_after(reason)),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    format!("the store cannot take this request now ({reason}); retry later: {text}"),
+                )
+            },
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", text),
         }
     }
@@ -398,15 +413,44 @@ async fn list_interrupts(
     Ok(axum::Json(json!({"interrupts": interrupts})).into_response())
 }
 
-async fn healthz(State(state): State<ApiState>) -> Response {
-    match state.store.list_sessions(None, "", 1).await {
-        Ok(_) => axum::Json(json!({"status": "ok"})).into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "unavailable", "error": e.to_string()})),
-        )
-            .into_response(),
+/// How long a client should wait before retrying a request the store could not take.
+fn retry_after(reason: UnavailableReason) -> u64 {
+    match reason {
+        UnavailableReason::Busy => 1,
+        _ => 5,
     }
+}
+
+/// The longest a health probe waits for the store.
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `ok` when the store reads and can take a write, `degraded` (200) when it reads but cannot
+/// write, `down` (503) when it cannot read; `store` says which and why.
+async fn healthz(State(state): State<ApiState>) -> Response {
+    let timed = |what: &'static str| StoreError::Invalid {
+        what: format!("no {what} answer within {} s", HEALTH_TIMEOUT.as_secs()),
+    };
+    // Both at once: a store that is down makes each wait for its connection timeout.
+    let (read, write) = tokio::join!(
+        tokio::time::timeout(HEALTH_TIMEOUT, state.store.list_sessions(None, "", 1)),
+        tokio::time::timeout(HEALTH_TIMEOUT, state.store.probe_write()),
+    );
+    let read = read.unwrap_or_else(|_| Err(timed("read"))).map(|_| ());
+    let write = write.unwrap_or_else(|_| Err(timed("write")));
+    let reason = |e: &StoreError| e.unavailable().map_or("error", UnavailableReason::code);
+    let (status, http) = match (&read, &write) {
+        (Ok(()), Ok(())) => ("ok", StatusCode::OK),
+        (Ok(()), Err(_)) => ("degraded", StatusCode::OK),
+        (Err(_), _) => ("down", StatusCode::SERVICE_UNAVAILABLE),
+    };
+    let failed = read.as_ref().err().or(write.as_ref().err());
+    let store = json!({
+        "readable": read.is_ok(),
+        "writable": write.is_ok(),
+        "reason": failed.map(reason),
+        "error": failed.map(ToString::to_string),
+    });
+    (http, axum::Json(json!({"status": status, "store": store}))).into_response()
 }
 
 async fn metrics(State(state): State<ApiState>) -> Response {

@@ -127,6 +127,8 @@ impl Worker {
         let mut tasks = tokio::task::JoinSet::new();
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, "worker started");
         tokio::pin!(shutdown);
+        // Claims failed in a row (the store is unavailable): the retry backs off with jitter.
+        let mut claim_failures = 0u32;
         loop {
             let permit = tokio::select! {
                 permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -137,6 +139,10 @@ impl Worker {
                 claimed = self.store.claim(&self.config.worker_id, self.config.lease) => claimed,
                 () = &mut shutdown => break,
             };
+            if claimed.is_ok() && claim_failures > 0 {
+                info!(failures = claim_failures, "claims work again");
+                claim_failures = 0;
+            }
             match claimed {
                 Ok(Some(claimed)) => {
                     let worker = self.clone();
@@ -154,9 +160,12 @@ impl Worker {
                 }
                 Err(err) => {
                     drop(permit);
-                    warn!(error = %err, "claim failed; trying again");
+                    claim_failures += 1;
+                    let wait = backoff(claim_failures, self.config.poll.min(MAX_BACKOFF));
+                    warn!(error = %err, failures = claim_failures, retry_in_ms = wait.as_millis() as u64,
+                        "claim failed; trying again");
                     tokio::select! {
-                        () = tokio::time::sleep(self.config.poll) => {}
+                        () = tokio::time::sleep(wait) => {}
                         () = &mut shutdown => break,
                     }
                 }
@@ -176,15 +185,22 @@ impl Worker {
             let claim = claimed.clone();
             let (lease, every) = (self.config.lease, self.config.heartbeat);
             tokio::spawn(async move {
+                let mut failures = 0u32;
                 loop {
-                    tokio::time::sleep(every).await;
+                    // After a failure, retry soon (backing off with jitter) so the lease is
+                    // extended as soon as the store is back, not one whole period later.
+                    let wait = if failures == 0 { every } else { backoff(failures, every.min(MAX_BACKOFF)) };
+                    tokio::time::sleep(wait).await;
                     match store.heartbeat(&claim, lease).await {
-                        Ok(_) => {}
+                        Ok(_) => failures = 0,
                         Err(StoreError::LeaseLost { .. }) => {
                             let _ = lost_tx.send(true);
                             return;
                         }
-                        Err(err) => warn!(error = %err, "heartbeat failed; the lease may expire"),
+                        Err(err) => {
+                            failures += 1;
+                            warn!(error = %err, failures, "heartbeat failed; retrying before the lease expires");
+                        }
                     }
                 }
             })
@@ -255,5 +271,42 @@ impl Worker {
             }
         }
         Ok(self.store.commit(claimed, commit).await?)
+    }
+}
+
+/// The longest wait between retries of a failed claim or heartbeat (and never more than the
+/// poll interval, resp. the heartbeat period): short, so work resumes within seconds of the
+/// store's return.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The wait before retry number `failures` (1, 2, …): 100 ms doubling up to `cap`, then a
+/// random point in its upper half ("equal jitter"), so Workers that failed together do not
+/// retry together.
+fn backoff(failures: u32, cap: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    let full = Duration::from_millis(100).saturating_mul(1 << failures.saturating_sub(1).min(16)).min(cap);
+    // A fresh random seed per call: std's hasher keys are random per RandomState.
+    let noise = std::collections::hash_map::RandomState::new().hash_one(failures);
+    let half = full / 2;
+    half + half.mul_f64((noise % 1000) as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_with_jitter_up_to_the_cap() {
+        let cap = Duration::from_secs(2);
+        for failures in 1..40 {
+            let full = Duration::from_millis(100).saturating_mul(1 << (failures - 1).min(16)).min(cap);
+            let wait = backoff(failures, cap);
+            assert!(
+                wait >= full / 2 && wait <= full,
+                "retry {failures}: {wait:?} outside {full:?}/2..{full:?}"
+            );
+        }
+        let waits: std::collections::HashSet<_> = (0..20).map(|_| backoff(8, cap)).collect();
+        assert!(waits.len() > 1, "no jitter: {waits:?}");
     }
 }

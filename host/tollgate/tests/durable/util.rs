@@ -297,6 +297,11 @@ impl WorkerProcess {
         unsafe { libc::kill(self.pid(), libc::SIGCONT) };
     }
 
+    /// Whether it is still running (it has not exited).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Its log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
