@@ -1,4 +1,4 @@
-//! The database goes away: PostgreSQL stopped (`pg_ctl stop -m fast`) in the middle of a turn
+//! The store goes away. First PostgreSQL, stopped (`pg_ctl stop -m fast`) in the middle of a turn
 //! under `tollgate serve` (API + Worker) and a second Worker, all real child processes with the
 //! real CLI against the mock model, then started again on the same port and data.
 //!
@@ -6,6 +6,9 @@
 //! `/healthz` answers 503 `down`, API writes answer 503 `store_unavailable` with `Retry-After`.
 //! After it returns: API writes succeed, the Workers claim and commit again within seconds, the
 //! turn in flight finishes (no step lost), and a new one runs.
+//!
+//! Then a SQLite file that is read-only (`chattr +i`) when `tollgate serve` starts: `/healthz`
+//! says `degraded`, writes answer 503 `read-only`, and all heals within seconds of `chattr -i`.
 //!
 //! The outage lasts `TOLLGATE_OUTAGE_SECS` (default 8). The 20 s figure of issue 11:
 //! `TOLLGATE_OUTAGE_SECS=20 TOLLGATE_REQUIRE_REAL_CLI=1 TOLLGATE_REQUIRE_POSTGRES=1 cargo test -p tollgate --test durable outage -- --nocapture`.
@@ -152,4 +155,87 @@ async fn postgres_stopped_mid_turn_keeps_workers_and_api_up_answers_503_and_work
     }
     served.stop().await;
     worker.terminate().await;
+}
+
+/// The immutable flag on a file while it lives (`chattr +i`; `chattr -i` on drop, so a failing
+/// test leaves a removable directory). Root ignores `chmod`, not this flag: opening the file for
+/// writing fails with EPERM even for root, so SQLite opens it read-only.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn set(path: &std::path::Path) -> Immutable {
+        chattr("+i", path);
+        Immutable(path.to_owned())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        // No assert: this may run while a failed test unwinds.
+        let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).output();
+    }
+}
+
+fn chattr(flag: &str, path: &std::path::Path) {
+    let out = std::process::Command::new("chattr").arg(flag).arg(path).output().expect("run chattr");
+    assert!(out.status.success(), "chattr {flag}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A SQLite file that is read-only when `tollgate serve` starts: the server starts and reads,
+/// `/healthz` says `degraded` (`read_only`), writes answer 503 naming the cause; once the file is
+/// writable again, writes succeed within seconds (no restart) and the turn runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sqlite_file_read_only_at_start_degrades_serve_and_heals_within_seconds_of_the_fix() {
+    let root =
+        std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    if !root {
+        eprintln!("SKIPPED: making a file read-only for SQLite needs `chattr +i` (root)");
+        return;
+    }
+    let Some(world) = World::new("read-only SQLite", Refund::SingleAttemptWithApproval).await else { return };
+    let file = world.dir.path().join("tollgate.db");
+    let immutable = Immutable::set(&file);
+    let served = Served::start(&world, "serve", None).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+
+    let (status, body) = healthz(&http, &served.url).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "degraded", "{body}");
+    assert_eq!(body["store"]["readable"], true, "{body}");
+    assert_eq!(body["store"]["writable"], false, "{body}");
+    assert_eq!(body["store"]["reason"], "read_only", "{body}");
+    let sessions = format!("{}/v1/sessions", served.url);
+    let (status, retry, body) =
+        post(&http, &sessions, json!({"session_id": "s1", "message": "say one"})).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("read-only"), "{body}");
+    assert!(retry.is_some(), "a Retry-After header");
+
+    drop(immutable);
+    let fixed = Instant::now();
+    let healed = loop {
+        let (status, _, body) =
+            post(&http, &sessions, json!({"session_id": "s1", "message": "say one"})).await;
+        if status == 201 || status == 200 {
+            break fixed.elapsed();
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(fixed.elapsed() < RESUME_WITHIN * 3, "the store did not heal: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("read-only SQLite file: the API took a write {healed:?} after `chattr -i`");
+    assert!(healed < RESUME_WITHIN, "took {healed:?}");
+    let (status, body) = healthz(&http, &served.url).await;
+    assert_eq!((status, &body["status"]), (200, &json!("ok")), "{body}");
+    let s1 = world.wait_idle_after("s1", 1).await;
+    assert_eq!(s1.last_turn_error, None, "{}", world.diagnostics());
+    assert_eq!(last_answer(&s1), "said: one");
+    served.stop().await;
+    let check = tollgate_store::SqliteStore::open(&file).await.expect("open");
+    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(check.raw_pool())
+        .await
+        .expect("integrity_check");
+    assert_eq!(integrity, "ok");
 }
