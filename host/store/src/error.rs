@@ -2,7 +2,10 @@
 //!
 //! This module owns the error type every [`crate::Store`] method returns and the classification
 //! of driver errors. It does not decide what a caller does about an error; it only says whether
-//! trying the same call again can succeed ([`StoreError::is_retryable`]).
+//! trying the same call again can succeed ([`StoreError::is_retryable`]) and, for a store that is
+//! unavailable for a while, why ([`UnavailableReason`]: unreachable, pool timeout, busy, disk
+//! full, read-only, I/O), so that an API can answer 503 with `Retry-After` and a health check
+//! can name the cause.
 //!
 //! # Caveats
 //!
