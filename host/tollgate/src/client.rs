@@ -15,13 +15,17 @@
 //! # }
 //! ```
 //!
+//! `https://` URLs are verified against the system's roots, or only against the CA certificates
+//! of a PEM file given to [`ApiClient::with_ca`] (`--ca-cert`); a server the client does not
+//! trust is [`CallError::Tls`].
+//!
 //! # Caveats
-//! - No TLS: the workspace builds reqwest without it, so the URL must be `http://`.
 //! - [`EventStream`] ends when the server ends the response or the connection drops; resuming
 //!   (with `Last-Event-ID`) is the caller's choice: call [`ApiClient::events`] again with
 //!   [`EventStream::last_seq`].
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::pin::Pin;
 
 use futures_util::{Stream, StreamExt};
@@ -34,7 +38,7 @@ use serde_json::{Value, json};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
-    /// The base URL is not an `http://` URL.
+    /// The base URL is not an `http://` or `https://` URL.
     #[error("the API URL `{url}` is not valid: {reason}")]
     BadUrl {
         /// The URL given.
@@ -44,7 +48,7 @@ pub enum CallError {
     },
     /// The API answered 401: the token is missing or wrong.
     #[error(
-        "the API at {url} refused the request (401): the token is missing or wrong; pass --token or set TOLLGATE_TOKEN"
+        "the API at {url} refused the request (401): the token is missing or wrong; pass --token-file or set TOLLGATE_TOKEN"
     )]
     Unauthorized {
         /// The URL called.
@@ -61,6 +65,20 @@ pub enum CallError {
         message: String,
         /// The field of the request that was wrong, when one was.
         field: Option<String>,
+    },
+    /// The CA certificate file cannot be used.
+    #[error(transparent)]
+    CaCert(#[from] crate::tls::TlsError),
+    /// The TLS handshake failed: most often the server's certificate is not signed by a CA this
+    /// client trusts, or is for another name.
+    #[error(
+        "the TLS connection to {url} failed: {reason}; if the server's certificate is signed by a private CA, pass its certificate with --ca-cert PEM (or TOLLGATE_CA_CERT)"
+    )]
+    Tls {
+        /// The URL called.
+        url: String,
+        /// What rustls said, e.g. `invalid peer certificate: UnknownIssuer`.
+        reason: String,
     },
     /// The API could not be reached, or the connection broke.
     #[error("calling {url} failed: {source}")]
@@ -245,28 +263,48 @@ pub struct StreamEvent {
 
 impl ApiClient {
     /// A client of the API at `base` (e.g. `http://127.0.0.1:8080`), sending `token` as a bearer
-    /// token when given.
+    /// token when given; an `https://` server must have a certificate the system trusts.
     ///
     /// # Errors
-    /// `base` is not an `http://` URL.
+    /// `base` is not an `http://` or `https://` URL.
     pub fn new(base: &str, token: Option<&str>) -> Result<Self, CallError> {
+        Self::with_ca(base, token, None)
+    }
+
+    /// The same, trusting only the CA certificates in the PEM file `ca_cert` (when given) for an
+    /// `https://` server.
+    ///
+    /// # Errors
+    /// `base` is not an `http://` or `https://` URL, or `ca_cert` cannot be read or holds no
+    /// certificate.
+    pub fn with_ca(base: &str, token: Option<&str>, ca_cert: Option<&Path>) -> Result<Self, CallError> {
         let trimmed = base.trim().trim_end_matches('/');
         let bad = |reason: &str| CallError::BadUrl { url: base.to_owned(), reason: reason.to_owned() };
-        let rest = trimmed.strip_prefix("http://").ok_or_else(|| {
-            bad(if trimmed.starts_with("https://") {
-                "https is not supported by this build; use http:// (e.g. through a local proxy)"
-            } else {
-                "it must start with http://"
-            })
-        })?;
+        let rest = trimmed
+            .strip_prefix("http://")
+            .or_else(|| trimmed.strip_prefix("https://"))
+            .ok_or_else(|| bad("it must start with http:// or https://"))?;
         if rest.is_empty() {
             return Err(bad("it names no host"));
         }
         reqwest::Url::parse(trimmed).map_err(|e| bad(&e.to_string()))?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .build()
-            .map_err(|source| CallError::Transport { url: trimmed.to_owned(), source })?;
+        crate::tls::install_crypto_provider();
+        let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10));
+        if let Some(path) = ca_cert {
+            let roots = crate::tls::read_certificates("CA certificate", path)?;
+            let roots = roots
+                .iter()
+                .map(|der| reqwest::Certificate::from_der(der))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| crate::tls::TlsError::BadPem {
+                    what: "CA certificate",
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                })?;
+            builder = builder.tls_certs_only(roots);
+        }
+        let http =
+            builder.build().map_err(|source| CallError::Transport { url: trimmed.to_owned(), source })?;
         Ok(ApiClient {
             base: trimmed.to_owned(),
             token: token.map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned),
@@ -396,8 +434,7 @@ impl ApiClient {
     }
 
     async fn send(&self, request: RequestBuilder, url: &str) -> Result<Response, CallError> {
-        let response =
-            request.send().await.map_err(|source| CallError::Transport { url: url.to_owned(), source })?;
+        let response = request.send().await.map_err(|source| transport(url, source))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -421,6 +458,33 @@ impl ApiClient {
             response.bytes().await.map_err(|source| CallError::Transport { url: url.clone(), source })?;
         serde_json::from_slice(&bytes).map_err(|e| CallError::Decode { url, reason: e.to_string() })
     }
+}
+
+/// A failed request: [`CallError::Tls`] when the TLS handshake failed, else
+/// [`CallError::Transport`].
+fn transport(url: &str, source: reqwest::Error) -> CallError {
+    match tls_failure(&source) {
+        Some(reason) => CallError::Tls { url: url.to_owned(), reason },
+        None => CallError::Transport { url: url.to_owned(), source },
+    }
+}
+
+/// What rustls said, when an error was caused by a rustls error (reqwest wraps it in an
+/// `io::Error`, whose `source` skips it: look inside).
+fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(rustls) = error.downcast_ref::<rustls::Error>() {
+            return Some(rustls.to_string());
+        }
+        if let Some(inner) = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref())
+            && let Some(reason) = tls_failure(inner)
+        {
+            return Some(reason);
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// The API's JSON error `{"error":{"code","message","field"}}`, or the body as the message.
@@ -701,11 +765,19 @@ mod tests {
     }
 
     #[test]
-    fn a_url_that_is_not_http_is_refused_by_name() {
-        let error = ApiClient::new("https://example.com", None).unwrap_err();
-        assert!(error.to_string().contains("https is not supported"), "{error}");
+    fn a_url_that_is_not_http_or_https_is_refused_by_name() {
+        assert_eq!(ApiClient::new("https://example.com/", None).unwrap().base(), "https://example.com");
         let error = ApiClient::new("localhost:8080", None).unwrap_err();
         assert!(error.to_string().contains("`localhost:8080`"), "{error}");
+        assert!(error.to_string().contains("http:// or https://"), "{error}");
+        let error = ApiClient::new("https://", None).unwrap_err();
+        assert!(error.to_string().contains("`https://` is not valid"), "{error}");
+        let error =
+            ApiClient::with_ca("https://x", None, Some(Path::new("/nonexistent/ca.pem"))).unwrap_err();
+        assert!(
+            error.to_string().contains("cannot read the CA certificate file /nonexistent/ca.pem"),
+            "{error}"
+        );
         assert_eq!(ApiClient::new("http://127.0.0.1:8080/", None).unwrap().base(), "http://127.0.0.1:8080");
     }
 

@@ -10,6 +10,7 @@
 //! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
 //! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
 //! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
+//! | [`tls`] | TLS of the API: certificate and key files, the handshaking listener, trusted CAs |
 //! | [`commands`] | one module per subcommand |
 //!
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
@@ -23,6 +24,7 @@ pub mod convert;
 pub mod metrics;
 pub mod sessions;
 pub mod telemetry;
+pub mod tls;
 pub mod worker;
 
 use std::process::ExitCode;

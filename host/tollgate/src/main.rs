@@ -7,6 +7,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = tollgate::Cli::parse();
+    // Before any reqwest client (the OTLP exporter's, the API client's) is built.
+    tollgate::tls::install_crypto_provider();
     let prepared = match tollgate::prepare(&cli) {
         Ok(prepared) => prepared,
         Err(error) => {

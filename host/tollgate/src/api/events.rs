@@ -9,14 +9,15 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
-use serde::Deserialize;
 use serde_json::Value;
 
+use super::input::{Params, path_ids};
 use super::{ApiError, ApiResult, ApiState};
 
 /// Events read per store call.
@@ -24,20 +25,15 @@ const PAGE: i64 = 200;
 /// The longest wait for a wake-up before the store is read again (the poll fallback).
 const POLL: Duration = Duration::from_secs(1);
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct EventsQuery {
-    after: Option<i64>,
-    follow: Option<bool>,
-}
-
 pub(super) async fn stream(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    RawQuery(query): RawQuery,
 ) -> ApiResult {
-    let Query(query) = query.map_err(|e| ApiError::bad("query", e.body_text()))?;
+    let [id] = path_ids(path, ["id"])?;
+    let params = Params::parse(query.as_deref(), &["after", "follow"])?;
+    let query_after = params.int("after", 0, i64::MAX)?;
     let from_header = match headers.get("last-event-id") {
         Some(value) => Some(
             value
@@ -48,14 +44,14 @@ pub(super) async fn stream(
         ),
         None => None,
     };
-    let after = from_header.or(query.after).unwrap_or(0);
+    let after = from_header.or(query_after).unwrap_or(0);
     if after < 0 {
-        return Err(ApiError::bad("after", "after must be 0 or more"));
+        return Err(ApiError::bad("Last-Event-ID", "Last-Event-ID must be 0 or more"));
     }
     if state.store.session(&id).await?.is_none() {
         return Err(ApiError::no_session(&id));
     }
-    let follow = query.follow.unwrap_or(true);
+    let follow = params.boolean("follow")?.unwrap_or(true);
     Ok(Sse::new(events(state, id, after, follow))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())

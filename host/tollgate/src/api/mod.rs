@@ -7,31 +7,34 @@
 //! `openapi.json` beside this file (served at `/openapi.json`).
 //!
 //! Errors are JSON: `{"error":{"code":"…","message":"…","field":"…"}}` with a 4xx for bad input
-//! (the field named), 404 for an unknown session or interrupt, 409 for a conflicting repeat,
-//! 401 without the bearer token when one is configured, 5xx when the store fails: 503 with a
-//! `Retry-After` header when the store is unavailable for a while (database unreachable, pool
-//! timeout, disk full, read-only file), the message naming the cause. `/healthz` probes a read
-//! and a write (writing nothing): `ok` (200), `degraded` (200: reads work, writes do not) or
-//! `down` (503), with the store's reason.
+//! (the field, query parameter or limit named; see [`input`]), 404 for an unknown session or
+//! interrupt, 405 for a wrong method, 409 for a conflicting repeat, 413 for a body over
+//! [`MAX_BODY`], 415 for a body that is not `application/json`, 401 without the bearer token
+//! when one is configured, 5xx when the store fails: 503 with a `Retry-After` header when the
+//! store is unavailable for a while (database unreachable, pool timeout, disk full, read-only
+//! file), the message naming the cause. `/healthz` probes a read and a write (writing nothing):
+//! `ok` (200), `degraded` (200: reads work, writes do not) or `down` (503), with the store's
+//! reason.
 
 mod events;
+mod input;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tollgate_engine::session::EngineError;
 use tollgate_engine::session::client::Decision;
+use tollgate_engine::session::{EngineError, status};
 use tollgate_store::{Store, StoreError, UnavailableReason};
 
+use self::input::{JsonBody, Params, parse, path_ids};
 use crate::metrics::Metrics;
 use crate::sessions::{self, ClientError};
 
@@ -39,7 +42,13 @@ use crate::sessions::{self, ClientError};
 pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// The largest request body accepted.
-const MAX_BODY: usize = 512 * 1024;
+pub const MAX_BODY: usize = 512 * 1024;
+
+/// The session statuses `GET /v1/sessions?status=` filters by: the state machine's.
+const STATUSES: [&str; 3] = [status::IDLE, status::RUNNING, status::AWAITING_APPROVAL];
+
+/// The largest page of a list.
+const MAX_LIMIT: i64 = 1000;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -74,6 +83,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
@@ -167,25 +177,6 @@ impl From<StoreError> for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-/// Parses a JSON body into `T`, naming the field serde complained about.
-fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    if body.is_empty() {
-        return Err(ApiError::bad("body", "the request needs a JSON object body"));
-    }
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let text = e.inner().to_string();
-        // A wrong type is reported at its path; a missing or unknown field by serde's message.
-        let path = e.path().to_string();
-        let field = if path != "." {
-            path
-        } else {
-            text.split('`').nth(1).filter(|_| text.contains("field")).unwrap_or("body").to_owned()
-        };
-        ApiError::bad(field, format!("invalid JSON body: {text}"))
-    })
-}
-
 /// The `Idempotency-Key` header, else the body's `client_key`.
 fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<String>, ApiError> {
     match headers.get("idempotency-key") {
@@ -245,7 +236,11 @@ struct MessageView {
     replayed: bool,
 }
 
-async fn create_session(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+async fn create_session(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> ApiResult {
     let request: CreateSession = if body.is_empty() {
         CreateSession { session_id: None, message: None, client_key: None }
     } else {
@@ -289,10 +284,11 @@ struct SendMessage {
 
 async fn send_message(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult {
+    let [id] = path_ids(path, ["id"])?;
     let request: SendMessage = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
     let receipt = sessions::send(state.store.as_ref(), &id, &request.text, key.as_deref()).await?;
@@ -315,10 +311,11 @@ struct Decide {
 
 async fn decide(
     State(state): State<ApiState>,
-    Path((id, interrupt_id)): Path<(String, String)>,
+    path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult {
+    let [id, interrupt_id] = path_ids(path, ["id", "interrupt_id"])?;
     let request: Decide = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
     let decision = Decision { approved: request.approved, message: request.message };
@@ -333,39 +330,34 @@ async fn decide(
     .into_response())
 }
 
-async fn get_session(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+async fn get_session(
+    State(state): State<ApiState>,
+    path: Result<Path<Vec<String>>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let [id] = path_ids(path, ["id"])?;
+    Params::parse(query.as_deref(), &[])?;
     match sessions::snapshot(state.store.as_ref(), &id).await? {
         Some(snapshot) => Ok(axum::Json(snapshot).into_response()),
         None => Err(ApiError::no_session(&id)),
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    status: Option<String>,
-    after: Option<String>,
-    limit: Option<i64>,
-}
-
-fn limit_of(limit: Option<i64>) -> Result<i64, ApiError> {
-    match limit {
-        None => Ok(100),
-        Some(n @ 1..=1000) => Ok(n),
-        Some(n) => Err(ApiError::bad("limit", format!("limit must be 1 to 1000, not {n}"))),
+async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
+    let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
+    let status = params.one_of("status", &STATUSES)?;
+    let after = params.text("after").unwrap_or("");
+    if after.len() > input::MAX_ID {
+        return Err(ApiError::bad(
+            "after",
+            format!(
+                "after must be a session id (the `next_after` of the previous page) of at most {} bytes",
+                input::MAX_ID
+            ),
+        ));
     }
-}
-
-async fn list_sessions(
-    State(state): State<ApiState>,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult {
-    let Query(query) = query.map_err(|e| ApiError::bad("query", e.body_text()))?;
-    let limit = limit_of(query.limit)?;
-    let list = state
-        .store
-        .list_sessions(query.status.as_deref(), query.after.as_deref().unwrap_or(""), limit)
-        .await?;
+    let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
+    let list = state.store.list_sessions(status.as_deref(), after, limit).await?;
     let next = (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
     let sessions: Vec<Value> = list
         .into_iter()
@@ -374,24 +366,10 @@ async fn list_sessions(
     Ok(axum::Json(json!({"sessions": sessions, "next_after": next})).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InterruptQuery {
-    status: Option<String>,
-    limit: Option<i64>,
-}
-
-async fn list_interrupts(
-    State(state): State<ApiState>,
-    query: Result<Query<InterruptQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult {
-    let Query(query) = query.map_err(|e| ApiError::bad("query", e.body_text()))?;
-    if let Some(status) = query.status.as_deref()
-        && status != "pending"
-    {
-        return Err(ApiError::bad("status", format!("only status=pending is listed, not `{status}`")));
-    }
-    let limit = limit_of(query.limit)?;
+async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
+    let params = Params::parse(query.as_deref(), &["status", "limit"])?;
+    params.one_of("status", &["pending"])?;
+    let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
     let interrupts: Vec<Value> = state
         .store
         .open_interrupts(limit)
@@ -466,8 +444,18 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; see /openapi.json")
 }
 
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}; see /openapi.json", request.method(), request.uri().path()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    use axum::body::Bytes;
+
     use super::*;
 
     #[test]

@@ -1,8 +1,10 @@
-//! One module per `tollgate` subcommand; each has an `Args` struct and an async `run`.
+//! One module per `tollgate` subcommand; each has an `Args` struct and an async `run`. `token`
+//! reads the API's bearer token for the server and the client commands alike.
 
 pub mod approvals;
 pub mod demo;
 pub mod serve;
 pub mod session;
+pub mod token;
 pub mod tools;
 pub mod worker;

@@ -1,16 +1,23 @@
 //! `tollgate serve` (the HTTP API and a Worker in one process) and `tollgate api` (the API
-//! alone, for many Workers on PostgreSQL).
+//! alone, for many Workers on PostgreSQL), over HTTPS with `--tls-cert`/`--tls-key`.
+//!
+//! Everything the options name (the certificate, its key, the token file) is read and checked
+//! before the store is opened or a port bound, so bad input stops the process before it serves
+//! anything.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use axum::Router;
 use clap::Args;
 
 use super::worker::{WorkerArgs, build, shutdown_signal};
 use crate::api::{ApiState, router};
 use crate::metrics::Metrics;
+use crate::tls::TlsListener;
 
 /// Options of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -37,24 +44,111 @@ pub struct HttpArgs {
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", env = "TOLLGATE_LISTEN")]
     pub listen: SocketAddr,
-    /// Require `Authorization: Bearer <token>` on every route but `/healthz`.
+    /// Require `Authorization: Bearer <token>` on every route but `/healthz`. On the command line
+    /// it is visible to every local user (a warning says so): prefer `--token-file` or the
+    /// environment.
     #[arg(long, env = "TOLLGATE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read the bearer token from this file (one line; keep it `chmod 600`).
+    #[arg(long, env = "TOLLGATE_TOKEN_FILE", value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key`.
+    #[arg(long, env = "TOLLGATE_TLS_CERT", value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "TOLLGATE_TLS_KEY", value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// What [`HttpArgs`] name, read and checked.
+struct Http {
+    listen: SocketAddr,
+    token: Option<Arc<str>>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl HttpArgs {
+    /// Reads the token and the certificate: every error names the file and the reason.
+    fn load(&self) -> anyhow::Result<Http> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::server_config(cert, key)?),
+            (Some(_), None) => anyhow::bail!(
+                "--tls-cert needs --tls-key (or TOLLGATE_TLS_KEY): the certificate's private key"
+            ),
+            (None, Some(_)) => anyhow::bail!(
+                "--tls-key needs --tls-cert (or TOLLGATE_TLS_CERT): the certificate it belongs to"
+            ),
+            (None, None) => None,
+        };
+        let token = super::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
+        Ok(Http { listen: self.listen, token: token.map(Arc::from), tls })
+    }
+}
+
+impl Http {
+    /// Binds the address; warns when plain HTTP is served beyond loopback.
+    async fn bind(&self) -> anyhow::Result<Listening> {
+        let listener = tokio::net::TcpListener::bind(self.listen)
+            .await
+            .with_context(|| format!("listening on {}", self.listen))?;
+        let local = listener.local_addr()?;
+        match &self.tls {
+            Some(config) => Ok(Listening::Tls(TlsListener::new(listener, config.clone())?, local)),
+            None => {
+                if !local.ip().is_loopback() {
+                    tracing::warn!(
+                        "serving plain HTTP on {local}, which is not a loopback address: the bearer token and \
+                         every session cross the network unencrypted; pass --tls-cert and --tls-key"
+                    );
+                }
+                Ok(Listening::Plain(listener, local))
+            }
+        }
+    }
+}
+
+/// A bound listener, plain or TLS.
+enum Listening {
+    Plain(tokio::net::TcpListener, SocketAddr),
+    Tls(TlsListener, SocketAddr),
+}
+
+impl Listening {
+    /// `http://ADDR` or `https://ADDR`.
+    fn url(&self) -> String {
+        match self {
+            Listening::Plain(_, addr) => format!("http://{addr}"),
+            Listening::Tls(_, addr) => format!("https://{addr}"),
+        }
+    }
+
+    /// Serves `app` until `stop` turns `true`.
+    async fn serve(self, app: Router, stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+        let until = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        match self {
+            Listening::Plain(listener, _) => {
+                axum::serve(listener, app).with_graceful_shutdown(until(stop)).await
+            }
+            Listening::Tls(listener, _) => {
+                axum::serve(listener, app).with_graceful_shutdown(until(stop)).await
+            }
+        }
+        .context("the HTTP server failed")
+    }
 }
 
 /// Runs `tollgate serve`.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let http = args.http.load()?;
     let metrics = Arc::new(Metrics::default());
     let (worker, store) = build(&args.worker).await?;
     let worker = worker.with_metrics(metrics.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let state = ApiState { store, token: token(args.http.token), metrics, stopping: stop_rx.clone() };
-    let listener = bind(args.http.listen).await?;
-    eprintln!(
-        "tollgate serving on http://{} (agent {})",
-        listener.local_addr()?,
-        args.worker.agent.display()
-    );
+    let state = ApiState { store, token: http.token.clone(), metrics, stopping: stop_rx.clone() };
+    let listener = http.bind().await?;
+    eprintln!("tollgate serving on {} (agent {})", listener.url(), args.worker.agent.display());
     let worker_task = tokio::spawn({
         let mut stop = stop_rx.clone();
         async move {
@@ -65,45 +159,29 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .await
         }
     });
-    let mut stop = stop_rx;
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    });
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
-    server.await.context("the HTTP server failed")?;
+    listener.serve(router(state), stop_rx).await?;
     worker_task.await.context("the Worker stopped")?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `tollgate api`.
 pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
+    let http = args.http.load()?;
     let store =
         tollgate_store::open(&args.db).await.with_context(|| format!("opening the store {}", args.db))?;
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let state =
-        ApiState { store, token: token(args.http.token), metrics: Arc::default(), stopping: stop_rx.clone() };
-    let listener = bind(args.http.listen).await?;
-    eprintln!("tollgate API on http://{} (no Worker in this process)", listener.local_addr()?);
+        ApiState { store, token: http.token.clone(), metrics: Arc::default(), stopping: stop_rx.clone() };
+    let listener = http.bind().await?;
+    eprintln!("tollgate API on {} (no Worker in this process)", listener.url());
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        })
-        .await
-        .context("the HTTP server failed")?;
+    listener.serve(router(state), stop_rx).await?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn token(token: Option<String>) -> Option<Arc<str>> {
-    token.filter(|t| !t.trim().is_empty()).map(|t| Arc::from(t.trim()))
-}
-
-async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))
 }

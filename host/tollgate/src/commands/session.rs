@@ -3,7 +3,7 @@
 //!
 //! It owns what these commands print and how `watch` follows a stream (reconnecting with
 //! `Last-Event-ID`, stopping with `--until-idle`); the calls themselves are [`crate::client`]'s.
-//! [`ClientArgs`] (`--url`, `--token`, `--json`) is shared with `tollgate approvals`.
+//! [`ClientArgs`] (`--url`, `--token`/`--token-file`, `--ca-cert`, `--json`) is shared with `tollgate approvals`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -28,9 +28,17 @@ pub struct ClientArgs {
     /// The API's base URL.
     #[arg(long, global = true, env = "TOLLGATE_URL", default_value = DEFAULT_URL)]
     pub url: String,
-    /// The bearer token the API requires, if it requires one.
+    /// The bearer token the API requires, if it requires one (on the command line it is visible
+    /// to every local user: prefer `--token-file` or the environment).
     #[arg(long, global = true, env = "TOLLGATE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read the bearer token from this file (one line).
+    #[arg(long, global = true, env = "TOLLGATE_TOKEN_FILE", value_name = "PATH")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Trust only the CA certificates in this PEM file for an `https://` URL (default: the
+    /// system's roots).
+    #[arg(long, global = true, env = "TOLLGATE_CA_CERT", value_name = "PEM")]
+    pub ca_cert: Option<std::path::PathBuf>,
     /// Print JSON (one document, or one event per line for `watch`) instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -40,15 +48,23 @@ impl ClientArgs {
     /// The client these options describe.
     ///
     /// # Errors
-    /// The URL is not an `http://` URL.
+    /// The URL is not an `http://` or `https://` URL, the token file or the CA certificate
+    /// cannot be used.
     pub fn client(&self) -> anyhow::Result<ApiClient> {
-        Ok(ApiClient::new(&self.url, self.token.as_deref())?)
+        let token = super::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
+        Ok(ApiClient::with_ca(&self.url, token.as_deref(), self.ca_cert.as_deref())?)
     }
 
-    /// `--url URL` when it is not the default, for commands printed as hints.
+    /// `--url URL` when it is not the default (and `--ca-cert PEM` when given), for commands
+    /// printed as hints.
     pub fn url_flag(&self) -> String {
         let url = self.url.trim().trim_end_matches('/');
-        if url == DEFAULT_URL { String::new() } else { format!(" --url {}", shell_word(url)) }
+        let mut flags =
+            if url == DEFAULT_URL { String::new() } else { format!(" --url {}", shell_word(url)) };
+        if let Some(ca) = &self.ca_cert {
+            flags.push_str(&format!(" --ca-cert {}", shell_word(&ca.display().to_string())));
+        }
+        flags
     }
 }
 
@@ -551,9 +567,15 @@ mod tests {
 
     #[test]
     fn the_url_flag_is_printed_only_for_a_url_other_than_the_default() {
-        let args = ClientArgs { url: format!("{DEFAULT_URL}/"), token: None, json: false };
+        let args = ClientArgs {
+            url: format!("{DEFAULT_URL}/"),
+            token: None,
+            token_file: None,
+            ca_cert: None,
+            json: false,
+        };
         assert_eq!(args.url_flag(), "");
-        let args = ClientArgs { url: "http://10.0.0.1:9".into(), token: None, json: false };
-        assert_eq!(args.url_flag(), " --url http://10.0.0.1:9");
+        let args = ClientArgs { url: "https://10.0.0.1:9".into(), ca_cert: Some("ca.pem".into()), ..args };
+        assert_eq!(args.url_flag(), " --url https://10.0.0.1:9 --ca-cert ca.pem");
     }
 }

@@ -2,15 +2,19 @@
 //! the mock model, the example agent's components built from source, and SIGKILL at named points.
 //!
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
+//! - `api_input`: bad input to every route of `tollgate api`, refused as JSON errors.
+//! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `matrix`: the seeds' crash matrix.
 //! - `outage`: PostgreSQL stopped and started again under `tollgate serve` and a Worker.
 //! - `scale`: two Workers on one PostgreSQL database, a thousand sessions waiting for approval,
 //!   refused rows.
 
 mod api;
+mod api_input;
 mod matrix;
 mod outage;
 mod scale;
 mod served;
+mod tls;
 mod tracing;
 mod util;

@@ -71,6 +71,8 @@ impl World {
 
     async fn build(test: &str, refund: Refund, db: Option<&str>) -> Option<World> {
         let cli = real_cli(test)?;
+        // reqwest has no TLS provider of its own (see tollgate::tls): the tests' clients need it.
+        tollgate::tls::install_crypto_provider();
         let slot = SLOTS.acquire().await.expect("never closed");
         let dir = tempfile::Builder::new().prefix("tollgate-durable-").tempdir().expect("temp dir");
         let agent = dir.path().join("agent");
