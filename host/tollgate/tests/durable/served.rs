@@ -81,6 +81,10 @@ impl Served {
             .args(["--url", &self.url])
             .env_remove("TOLLGATE_TOKEN")
             .env_remove("TOLLGATE_URL")
+            .env_remove("TOLLGATE_TOKEN_FILE")
+            .env_remove("TOLLGATE_TLS_CERT")
+            .env_remove("TOLLGATE_TLS_KEY")
+            .env_remove("TOLLGATE_CA_CERT")
             .stdin(Stdio::null())
             .kill_on_drop(true);
         command

@@ -129,6 +129,10 @@ impl World {
         command
             .env_remove("TOLLGATE_TOKEN")
             .env_remove("TOLLGATE_LISTEN")
+            .env_remove("TOLLGATE_TOKEN_FILE")
+            .env_remove("TOLLGATE_TLS_CERT")
+            .env_remove("TOLLGATE_TLS_KEY")
+            .env_remove("TOLLGATE_CA_CERT")
             .env("TOLLGATE_CLAUDE_CLI", &self.cli)
             .env("ANTHROPIC_BASE_URL", self.mock.base_url())
             .env("ANTHROPIC_API_KEY", "dummy")
