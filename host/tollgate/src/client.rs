@@ -71,9 +71,7 @@ pub enum CallError {
     CaCert(#[from] crate::tls::TlsError),
     /// The TLS handshake failed: most often the server's certificate is not signed by a CA this
     /// client trusts, or is for another name.
-    #[error(
-        "the TLS connection to {url} failed: {reason}; if the server's certificate is signed by a private CA, pass its certificate with --ca-cert PEM (or TOLLGATE_CA_CERT)"
-    )]
+    #[error("the TLS connection to {url} failed: {reason}; {}", tls_hint(reason))]
     Tls {
         /// The URL called.
         url: String,
@@ -469,6 +467,15 @@ fn transport(url: &str, source: reqwest::Error) -> CallError {
     }
 }
 
+/// What to do about a refused handshake.
+fn tls_hint(reason: &str) -> &'static str {
+    if reason.contains("CaUsedAsEndEntity") {
+        "the server's certificate is a CA certificate (basicConstraints CA:TRUE), which is refused as a server's: serve a certificate with CA:FALSE (e.g. `openssl req -x509 … -addext basicConstraints=critical,CA:FALSE`) or one a CA signed"
+    } else {
+        "if the server's certificate is signed by a private CA (or self-signed), pass that certificate with --ca-cert PEM (or TOLLGATE_CA_CERT)"
+    }
+}
+
 /// What rustls said, when an error was caused by a rustls error (reqwest wraps it in an
 /// `io::Error`, whose `source` skips it: look inside).
 fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
@@ -779,6 +786,20 @@ mod tests {
             "{error}"
         );
         assert_eq!(ApiClient::new("http://127.0.0.1:8080/", None).unwrap().base(), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn a_ca_certificate_served_as_the_server_s_gets_its_own_hint() {
+        let error = CallError::Tls {
+            url: "https://h".into(),
+            reason: "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))".into(),
+        };
+        assert!(error.to_string().contains("CA:FALSE"), "{error}");
+        let error = CallError::Tls {
+            url: "https://h".into(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert!(error.to_string().contains("--ca-cert PEM"), "{error}");
     }
 
     #[test]

@@ -235,6 +235,7 @@ async fn a_client_without_the_ca_is_refused_with_a_clear_tls_error() {
     assert!(stderr.contains(&format!("the TLS connection to {}", server.url)), "{stderr}");
     assert!(stderr.contains("invalid peer certificate"), "{stderr}");
     assert!(stderr.contains("--ca-cert"), "the error says how to trust the CA: {stderr}");
+    assert!(!stderr.contains("rustls_platform_verifier"), "the failure is reported once: {stderr}");
 
     // Another CA's certificate does not make the server trusted either.
     let other = Pki::new();
