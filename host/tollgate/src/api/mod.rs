@@ -239,8 +239,10 @@ struct MessageView {
 async fn create_session(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    RawQuery(query): RawQuery,
     JsonBody(body): JsonBody,
 ) -> ApiResult {
+    Params::parse(query.as_deref(), &[])?;
     let request: CreateSession = if body.is_empty() {
         CreateSession { session_id: None, message: None, client_key: None }
     } else {
@@ -286,9 +288,11 @@ async fn send_message(
     State(state): State<ApiState>,
     path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
+    RawQuery(query): RawQuery,
     JsonBody(body): JsonBody,
 ) -> ApiResult {
     let [id] = path_ids(path, ["id"])?;
+    Params::parse(query.as_deref(), &[])?;
     let request: SendMessage = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
     let receipt = sessions::send(state.store.as_ref(), &id, &request.text, key.as_deref()).await?;
@@ -313,9 +317,11 @@ async fn decide(
     State(state): State<ApiState>,
     path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
+    RawQuery(query): RawQuery,
     JsonBody(body): JsonBody,
 ) -> ApiResult {
     let [id, interrupt_id] = path_ids(path, ["id", "interrupt_id"])?;
+    Params::parse(query.as_deref(), &[])?;
     let request: Decide = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
     let decision = Decision { approved: request.approved, message: request.message };

@@ -161,6 +161,14 @@ async fn query_parameters_are_checked_on_every_route_naming_the_parameter_and_th
     refused(&answer, 400, "invalid_request", "after", &["status, limit"], "interrupt after");
 
     call(http.post(format!("{url}/v1/sessions")).json(&json!({"session_id": "q"}))).await;
+    for (path, body) in [
+        ("/v1/sessions?dry_run=1", json!({})),
+        ("/v1/sessions/q/messages?dry_run=1", json!({"text": "hi"})),
+        ("/v1/sessions/q/interrupts/toolu_1?dry_run=1", json!({"approved": true})),
+    ] {
+        let answer = call(http.post(format!("{url}{path}")).json(&body)).await;
+        refused(&answer, 400, "invalid_request", "dry_run", &["this route takes: none"], path);
+    }
     let answer = get("/v1/sessions/q?verbose=1").await;
     refused(&answer, 400, "invalid_request", "verbose", &["this route takes: none"], "a snapshot parameter");
     for (query, field) in
