@@ -83,6 +83,13 @@ pub const CLAUDE_CODE_BUILT_IN_TOOL_NAMES: &[&str] = &[
     "Write",
 ];
 
+/// Whether `name` is a Claude Code built-in tool's name in any letter case (`bash`, `READ`): a
+/// custom tool so named would read as the built-in to the model and to anyone reviewing a
+/// policy or a record, so the comparison ignores ASCII case.
+pub fn is_built_in_name(name: &str) -> bool {
+    CLAUDE_CODE_BUILT_IN_TOOL_NAMES.iter().any(|built_in| built_in.eq_ignore_ascii_case(name))
+}
+
 /// The prefix of every MCP tool name in the CLI.
 const MCP_PREFIX: &str = "mcp__";
 
@@ -168,7 +175,7 @@ impl ToolCatalog {
         if name.starts_with(MCP_PREFIX) {
             return Err(CatalogError::McpPrefix { name });
         }
-        if CLAUDE_CODE_BUILT_IN_TOOL_NAMES.contains(&name.as_str()) {
+        if is_built_in_name(&name) {
             return Err(CatalogError::BuiltInName { name });
         }
         if self.tools.contains_key(&name) {
@@ -366,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_custom_tool_must_not_use_a_claude_code_tool_name() {
-        for name in ["Bash", "Write", "WebFetch", "Task", "Agent"] {
+        for name in ["Bash", "Write", "WebFetch", "Task", "Agent", "bash", "READ", "webfetch", "tOdOwRiTe"] {
             assert_eq!(
                 catalog().with_tool(name, Annotations::default()),
                 Err(CatalogError::BuiltInName { name: name.to_owned() })

@@ -24,8 +24,16 @@
 //! - a wall-clock deadline: an epoch ticker stops a spinning guest, a tokio timeout stops one
 //!   blocked in a host call (a sleep, a slow HTTP request);
 //! - a cap on all of the component's memories together;
-//! - a bound on the output it returns, its log messages and its stderr;
+//! - a bound on the output it returns, its log messages and its stderr, and log text escaped so
+//!   a guest cannot forge host log lines;
+//! - a bound on what the host holds on its behalf, derived from the same memory cap: live wasi
+//!   resources, bytes of `wasi:http` header sets and of buffered request bodies (a body to a
+//!   denied host is drained and discarded, never collected);
 //! - nothing the manifest does not grant: no files, environment, sockets or outbound HTTP.
+//!
+//! Input schemas are bounded at load (size, nesting, `$ref`s, and their expansion with `$ref`s
+//! followed), so that validating a call's arguments, which cannot be interrupted, stays short;
+//! a call whose arguments are too large for its schema's expansion is refused before validation.
 //!
 //! # Caveats
 //! - The first load of a component compiles it (0.1 s for Rust, seconds for JavaScript or Python);
@@ -39,6 +47,7 @@ mod cache;
 mod error;
 mod manifest;
 mod names;
+mod schema;
 mod state;
 mod tools;
 
@@ -220,15 +229,18 @@ fn classify_trap(
         return CallError::MemoryLimit { tool, limit_bytes: limits.memory_bytes };
     }
     let stderr = store.data().stderr.text();
-    let stderr = stderr.trim();
+    let stderr = state::escape_controls(stderr.trim());
     let with_stderr = |reason: String| {
         if stderr.is_empty() {
             reason
         } else {
-            let tail = state::truncate(stderr, 2000);
+            let tail = state::truncate(&stderr, 2000);
             format!("{reason}; its stderr: {tail}")
         }
     };
+    if let Some(reason) = host_budget_exceeded(error, limits) {
+        return CallError::Trapped { tool, reason };
+    }
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => CallError::DeadlineExceeded { tool, limit: limits.timeout },
         Some(Trap::StackOverflow) => {
@@ -249,6 +261,34 @@ fn classify_trap(
             CallError::Trapped { tool, reason: with_stderr(root) }
         }
     }
+}
+
+/// Whether the guest ran into the host's own budget (too many live resources, a header set too
+/// large), and if so what to tell about it.
+fn host_budget_exceeded(error: &wasmtime::Error, limits: &Limits) -> Option<String> {
+    use wasmtime::component::ResourceTableError;
+    use wasmtime_wasi_http::FieldMapError;
+    let budget = state::HostBudget::for_memory(limits.memory_bytes);
+    let memory_mb = limits.memory_bytes >> 20;
+    let table_full = |e: Option<&ResourceTableError>| matches!(e, Some(ResourceTableError::Full));
+    let fields_full = |e: Option<&FieldMapError>| {
+        matches!(e, Some(FieldMapError::TotalSizeTooBig | FieldMapError::TooManyFields))
+    };
+    if table_full(error.downcast_ref()) || error.chain().any(|e| table_full(e.downcast_ref())) {
+        return Some(format!(
+            "host resource limit: it held more than {} wasi resources at once (header sets, requests, \
+             bodies, streams), the most a {memory_mb} MiB tool may hold",
+            budget.handles
+        ));
+    }
+    if fields_full(error.downcast_ref()) || error.chain().any(|e| fields_full(e.downcast_ref())) {
+        return Some(format!(
+            "host resource limit: a wasi:http header set grew past {} KiB, the most a {memory_mb} MiB tool \
+             may build",
+            budget.field_bytes >> 10
+        ));
+    }
+    None
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.

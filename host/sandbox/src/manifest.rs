@@ -172,13 +172,23 @@ impl Default for Limits {
     }
 }
 
-/// A config key's value, resolved.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A config key's value, resolved. Its `Debug` form hides the value, so a manifest printed with
+/// `{:?}` (in a log line, a panic message) never shows a secret.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigValue {
     /// The value; `None` when it comes from an unset environment variable.
     pub value: Option<String>,
     /// Where it came from, for `tollgate tools check` (never the value itself).
     pub source: String,
+}
+
+impl std::fmt::Debug for ConfigValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigValue")
+            .field("value", &self.value.as_ref().map(|_| "<hidden>"))
+            .field("source", &self.source)
+            .finish()
+    }
 }
 
 /// A component's grants and limits, resolved and checked.
@@ -358,6 +368,12 @@ mod tests {
         let described = m.describe().join("\n");
         assert!(described.contains("B (env VAR_B, set)"), "{described}");
         assert!(!described.contains("two"), "a value must never be printed: {described}");
+        let debugged = format!("{m:?}");
+        assert!(
+            !debugged.contains("\"two\"") && !debugged.contains("\"one\""),
+            "nor debug-printed: {debugged}"
+        );
+        assert!(debugged.contains("<hidden>"), "{debugged}");
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! Which names a custom tool may take. Pure.
 //!
 //! A tool's name must be usable as an MCP tool name and must not be mistaken for something else:
-//! never a Claude Code built-in (the list lives in one place, `tollgate_engine::catalog`), and
-//! never `mcp__…` (the CLI's prefix for MCP tools).
+//! never a Claude Code built-in in any letter case (the list lives in one place,
+//! `tollgate_engine::catalog`), and never `mcp__…` (the CLI's prefix for MCP tools).
 
-use tollgate_engine::catalog::CLAUDE_CODE_BUILT_IN_TOOL_NAMES;
+use tollgate_engine::catalog::is_built_in_name;
 
 /// The longest tool name accepted.
 pub const MAX_TOOL_NAME_LEN: usize = 64;
@@ -23,8 +23,10 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
     if name.starts_with("mcp__") {
         return Err("the name starts with `mcp__`, the prefix Claude Code gives MCP tools".into());
     }
-    if CLAUDE_CODE_BUILT_IN_TOOL_NAMES.contains(&name) {
-        return Err(format!("`{name}` is a Claude Code built-in tool; choose another name"));
+    if is_built_in_name(name) {
+        return Err(format!(
+            "`{name}` is a Claude Code built-in tool's name (letter case aside); choose another name"
+        ));
     }
     Ok(())
 }
@@ -35,7 +37,7 @@ mod tests {
 
     #[test]
     fn ordinary_names_pass() {
-        for name in ["lookup_order", "create-refund", "x", "Tool2"] {
+        for name in ["lookup_order", "create-refund", "x", "Tool2", "bash_history", "reader"] {
             assert_eq!(check_tool_name(name), Ok(()), "{name}");
         }
     }
@@ -55,6 +57,10 @@ mod tests {
             "Agent",
             "TodoWrite",
             "NotebookEdit",
+            "bash",
+            "READ",
+            "webSearch",
+            "ls",
         ] {
             let error = check_tool_name(name).unwrap_err();
             assert!(error.contains("built-in"), "{name}: {error}");

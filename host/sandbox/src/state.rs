@@ -5,6 +5,12 @@
 //! Deny by default: no arguments, no environment, empty stdin, stdout discarded, stderr kept (the
 //! first 16 KiB, for a panic message), no preopens, no name lookup, no UDP, TCP only to granted
 //! addresses, and every `wasi:http` request checked against the allow-list.
+//!
+//! The host's own memory is bounded per call too, by a [`HostBudget`] derived from the
+//! component's `memory_mb`: the resource table holds at most `handles` live resources (header
+//! sets, requests, bodies, streams, pollables), each header set at most `field_bytes`, each
+//! request body buffers at most two `body_chunk`s; a denied request's body is drained and
+//! discarded, never collected. Log messages are escaped so a guest cannot forge host log lines.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -30,6 +36,40 @@ const STDERR_KEPT: usize = 16 << 10;
 const LOG_MESSAGE_MAX: usize = 4 << 10;
 /// Log messages kept per call; later ones are counted and dropped.
 const LOG_MESSAGES_MAX: u32 = 256;
+
+/// What the host itself may hold for one call on behalf of its guest, derived from the
+/// component's memory cap. Worst case, header sets take about `memory_mb` and buffered request
+/// bodies half of it again (never less than the floors below). Pure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HostBudget {
+    /// Live entries of the resource table (every `wasi:*` resource the guest holds).
+    pub(crate) handles: usize,
+    /// Bytes of one `wasi:http` header set (names and values, in wasmtime's accounting).
+    pub(crate) field_bytes: usize,
+    /// Bytes of one write to an outgoing body; two such chunks are buffered per body.
+    pub(crate) body_chunk: usize,
+}
+
+impl HostBudget {
+    /// Fewest live handles a call gets, whatever its memory: enough for any real guest
+    /// (JavaScript and Python runtimes hold dozens).
+    pub(crate) const MIN_HANDLES: usize = 256;
+    /// Most live handles a call gets.
+    pub(crate) const MAX_HANDLES: usize = 16 << 10;
+    /// The largest header set (a proxy accepts 8 to 16 KiB on the wire).
+    pub(crate) const MAX_FIELD_BYTES: usize = 64 << 10;
+    /// The smallest header-set cap.
+    pub(crate) const MIN_FIELD_BYTES: usize = 4 << 10;
+    /// Bytes per write to an outgoing body.
+    pub(crate) const BODY_CHUNK: usize = 16 << 10;
+
+    /// The budget of a component whose memories may hold `memory_bytes` in all.
+    pub(crate) fn for_memory(memory_bytes: usize) -> Self {
+        let handles = (memory_bytes / Self::MAX_FIELD_BYTES).clamp(Self::MIN_HANDLES, Self::MAX_HANDLES);
+        let field_bytes = (memory_bytes / handles).clamp(Self::MIN_FIELD_BYTES, Self::MAX_FIELD_BYTES);
+        Self { handles, field_bytes, body_chunk: Self::BODY_CHUNK }
+    }
+}
 
 /// The state of one store (one call, or one load-time `list-tools`).
 pub(crate) struct HostState {
@@ -78,11 +118,16 @@ impl HostState {
         } else {
             b.allow_tcp(false);
         }
+        let budget = HostBudget::for_memory(manifest.limits.memory_bytes);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(budget.field_bytes);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(budget.handles);
         Ok(Self {
             wasi: b.build(),
-            http: WasiHttpCtx::new(),
-            hooks: HttpPolicy { allowed: manifest.allowed_hosts.clone() },
-            table: ResourceTable::new(),
+            http,
+            hooks: HttpPolicy { allowed: manifest.allowed_hosts.clone(), body_chunk: budget.body_chunk },
+            table,
             limiter: MemoryLimiter::new(manifest.limits.memory_bytes),
             config,
             component,
@@ -121,7 +166,7 @@ impl log::Host for HostState {
             }
             return;
         }
-        let message = truncate(&message, LOG_MESSAGE_MAX);
+        let message = escape_controls(truncate(&message, LOG_MESSAGE_MAX));
         let component = &*self.component;
         match level {
             log::Level::Trace => tracing::trace!(target: "tollgate::guest", component, "{message}"),
@@ -149,6 +194,31 @@ pub(crate) fn truncate(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// `text` with every control character made visible (`\n`, `\r`, `\t`, `\u{1b}`, …) and
+/// backslashes doubled, so what a guest writes stays on one line and cannot draw host log lines,
+/// move the cursor or recolour a terminal. Borrows when there is nothing to escape.
+pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    // Line and paragraph separators break lines in some viewers; bidi controls reorder them.
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(|c| hidden(c) || c == '\\') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if hidden(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Caps the memory of all of a component's memories together (wasmtime's `StoreLimits` caps each
@@ -209,6 +279,7 @@ impl ResourceLimiter for MemoryLimiter {
 /// The `wasi:http` hook: a request leaves only when the allow-list admits its destination.
 struct HttpPolicy {
     allowed: AllowedHosts,
+    body_chunk: usize,
 }
 
 type IoFuture = Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>;
@@ -234,12 +305,26 @@ impl WasiHttpHooks for HttpPolicy {
             _ => false,
         };
         if !allowed {
-            tracing::info!(uri = %uri, "outbound request denied: not on the component's allow-list");
-            // Drain the body the guest is writing before refusing: StarlingMonkey's fetch traps
-            // when the body stream of a refused request is dropped under it. The call's deadline
-            // bounds the wait.
+            // Without the query: it may carry a credential the tool was granted.
+            let destination = format!(
+                "{}://{}{}",
+                uri.scheme_str().unwrap_or("?"),
+                uri.authority().map_or("?", |a| a.as_str()),
+                uri.path()
+            );
+            tracing::info!(
+                destination = %escape_controls(&destination),
+                "outbound request denied: not on the component's allow-list"
+            );
+            // Drain the body the guest is writing before refusing (StarlingMonkey's fetch traps
+            // when the body stream of a refused request is dropped under it), one frame at a
+            // time and discarding each: memory stays at one chunk whatever the body's size. The
+            // call's deadline bounds the wait.
             return Box::new(async move {
-                let _ = request.into_body().collect().await;
+                let mut body = request.into_body();
+                while let Some(Ok(frame)) = body.frame().await {
+                    drop(frame);
+                }
                 Err(wasmtime_wasi_http::Error::HttpRequestDenied)
             });
         }
@@ -247,6 +332,14 @@ impl WasiHttpHooks for HttpPolicy {
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
             Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as IoFuture))
         })
+    }
+
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        self.body_chunk
     }
 }
 
@@ -312,6 +405,32 @@ mod tests {
         assert!(l.memory_growing(4 << 20, 6 << 20, None).unwrap(), "4 + 6 MiB is exactly the cap");
         assert!(l.memory_growing(6 << 20, 7 << 20, None).is_err(), "4 + 7 MiB passes a 10 MiB cap");
         assert_eq!(l.refused, Some(11 << 20));
+    }
+
+    #[test]
+    fn the_host_budget_follows_the_memory_cap_within_its_floors() {
+        let small = HostBudget::for_memory(16 << 20);
+        assert_eq!(small, HostBudget { handles: 256, field_bytes: 64 << 10, body_chunk: 16 << 10 });
+        assert_eq!(HostBudget::for_memory(128 << 20).handles, 2048);
+        assert_eq!(HostBudget::for_memory(1 << 20).field_bytes, 4 << 10, "the floor");
+        assert_eq!(HostBudget::for_memory(1 << 30).handles, 16 << 10, "the ceiling");
+        for mb in [1usize, 16, 48, 128, 1024] {
+            let b = HostBudget::for_memory(mb << 20);
+            let headers = b.handles * b.field_bytes;
+            assert!(headers <= (mb << 20).max(1 << 20), "{mb} MiB: headers may take {headers}");
+        }
+    }
+
+    #[test]
+    fn guest_log_text_cannot_break_lines_or_send_escapes() {
+        assert_eq!(escape_controls("plain text é"), "plain text é");
+        assert_eq!(
+            escape_controls("ok\n2026-01-01T00:00:00Z  INFO tollgate: forged\r\u{1b}[2K\u{7}"),
+            "ok\\n2026-01-01T00:00:00Z  INFO tollgate: forged\\r\\u{1b}[2K\\u{7}"
+        );
+        assert_eq!(escape_controls("a\\nb"), "a\\\\nb", "a literal backslash-n stays distinguishable");
+        assert_eq!(escape_controls("tab\there\u{85}"), "tab\\there\\u{85}");
+        assert_eq!(escape_controls("x\u{2028}y\u{202e}z"), "x\\u{2028}y\\u{202e}z");
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! Loading a directory compiles (or reads from the cache) every `*.wasm` in it, links it, checks
 //! that it exports `tollgate:tool/tools@0.1.0`, resolves its manifest, lists its tools once, and
 //! checks every tool: a valid name that is unique across the directory and is no Claude Code
-//! built-in, a description, and an input schema that compiles. Any problem fails the whole load
-//! with an error naming the file and the tool: a half-loaded tool set would hide a tool from the
-//! model without anyone noticing.
+//! built-in (in any letter case), a description, and an input schema within the bounds of
+//! [`crate::schema`] (size, nesting, `$ref`s, expansion) that compiles. Any problem fails the
+//! whole load with an error naming the file, the tool and the bound: a half-loaded tool set would
+//! hide a tool from the model without anyone noticing.
 //!
 //! A call validates its arguments against the schema on the host (the handler never sees
-//! arguments that fail it), then runs in a fresh instance under the component's limits.
+//! arguments that fail it), within a validation budget, then runs in a fresh instance under the
+//! component's limits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -24,10 +26,17 @@ use crate::cache::CacheOutcome;
 use crate::error::{CallError, LoadError};
 use crate::manifest::{Manifest, ManifestError, ManifestFile};
 use crate::names::check_tool_name;
+use crate::schema::{SchemaBounds, SchemaCost};
 use crate::{Annotations, Sandbox};
 
 /// The interface a tool component must export.
 pub(crate) const TOOLS_EXPORT: &str = "tollgate:tool/tools@0.1.0";
+/// Tools one component may list.
+pub(crate) const MAX_TOOLS_PER_COMPONENT: usize = 256;
+/// Bytes of all of one component's input schemas together.
+pub(crate) const MAX_SCHEMA_BYTES_PER_COMPONENT: usize = 1 << 20;
+/// Bytes of one tool's description.
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 64 << 10;
 
 /// Manifests that come from the agent's `tollgate.toml` (`[tools.<component>]` tables), by
 /// component name. A component not named here may have a `<name>.toml` beside it.
@@ -237,6 +246,7 @@ struct LoadedComponent {
 struct LoadedTool {
     info: ToolInfo,
     validator: jsonschema::Validator,
+    cost: SchemaCost,
     component: usize,
 }
 
@@ -397,6 +407,7 @@ impl Sandbox {
                 .map_err(|e| LoadError::ListFailed { path: path.clone(), reason: e.to_string() })?;
 
             let index = components.len();
+            check_listing(&path, &specs)?;
             let mut names = Vec::new();
             for spec in specs {
                 let tool = check_spec(&path, &name, spec)?;
@@ -440,14 +451,53 @@ impl Sandbox {
     }
 }
 
+/// Checks the size of a whole `list-tools` answer before any schema is parsed.
+fn check_listing(path: &Path, specs: &[wit::ToolSpec]) -> Result<(), LoadError> {
+    let too_big = |reason: String| LoadError::ListFailed { path: path.to_path_buf(), reason };
+    if specs.len() > MAX_TOOLS_PER_COMPONENT {
+        return Err(too_big(format!(
+            "it lists {} tools, more than the limit of {MAX_TOOLS_PER_COMPONENT} per component",
+            specs.len()
+        )));
+    }
+    for spec in specs {
+        SchemaBounds::default().check_size(&spec.input_schema).map_err(|reason| LoadError::BadTool {
+            path: path.to_path_buf(),
+            tool: crate::state::escape_controls(crate::state::truncate(&spec.name, 128)).into_owned(),
+            reason,
+        })?;
+    }
+    let total: usize = specs.iter().map(|s| s.input_schema.len()).sum();
+    if total > MAX_SCHEMA_BYTES_PER_COMPONENT {
+        return Err(too_big(format!(
+            "its input schemas take {} KiB together, more than the limit of {} KiB per component",
+            total.div_ceil(1024),
+            MAX_SCHEMA_BYTES_PER_COMPONENT >> 10
+        )));
+    }
+    Ok(())
+}
+
 /// Checks one spec from `list-tools` and compiles its schema.
 fn check_spec(path: &Path, component: &str, spec: wit::ToolSpec) -> Result<LoadedTool, LoadError> {
-    let bad =
-        |reason: String| LoadError::BadTool { path: path.to_path_buf(), tool: spec.name.clone(), reason };
+    let bad = |reason: String| LoadError::BadTool {
+        path: path.to_path_buf(),
+        tool: crate::state::escape_controls(crate::state::truncate(&spec.name, 128)).into_owned(),
+        reason,
+    };
     check_tool_name(&spec.name).map_err(bad)?;
     if spec.description.trim().is_empty() {
         return Err(bad("it has no description; the model needs one to use it".into()));
     }
+    if spec.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(bad(format!(
+            "its description is {} KiB, more than the limit of {} KiB",
+            spec.description.len().div_ceil(1024),
+            MAX_DESCRIPTION_BYTES >> 10
+        )));
+    }
+    let bounds = SchemaBounds::default();
+    bounds.check_size(&spec.input_schema).map_err(bad)?;
     let schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
         .map_err(|e| bad(format!("its input schema is not JSON: {e}")))?;
     if !schema.is_object() {
@@ -460,6 +510,7 @@ fn check_spec(path: &Path, component: &str, spec: wit::ToolSpec) -> Result<Loade
             "its input schema must describe an object (`\"type\": \"object\"`), not {ty}"
         )));
     }
+    let cost = bounds.check(&schema).map_err(bad)?;
     let validator = jsonschema::validator_for(&schema)
         .map_err(|e| bad(format!("its input schema is not a valid JSON Schema: {e}")))?;
     let a = spec.annotations;
@@ -477,6 +528,7 @@ fn check_spec(path: &Path, component: &str, spec: wit::ToolSpec) -> Result<Loade
             component: component.to_string(),
         },
         validator,
+        cost,
         component: 0,
     })
 }
@@ -505,6 +557,9 @@ impl ToolSet {
         let tool = &self.inner.tools[index];
         let value: serde_json::Value = serde_json::from_str(arguments)
             .map_err(|e| CallError::InvalidJson { tool: name.to_string(), reason: e.to_string() })?;
+        SchemaBounds::default().check_call(tool.cost, &value).map_err(|problem| {
+            CallError::InvalidArguments { tool: name.to_string(), problems: vec![problem] }
+        })?;
         let problems: Vec<String> = tool
             .validator
             .iter_errors(&value)

@@ -2,7 +2,9 @@
 //!
 //! `DIR` is an agent directory (it holds `tollgate.toml`; tools are in `DIR/tools/`, manifests
 //! may be `[tools.<name>]` tables there, the options factory is `[agent] options_factory`) or a
-//! bare directory of components.
+//! bare directory of components. Without `tollgate.toml`, the components are `DIR/*.wasm`, or
+//! `DIR/tools/*.wasm` when `DIR` holds none but has a `tools/` folder; each one's manifest is the
+//! `<name>.toml` beside it or none (everything denied). `check` says which it used.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -115,6 +117,7 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
         }
         ToolsCommand::Check { dir } => {
             let layout = Layout::of(&dir)?;
+            writeln!(out, "{}", layout.described)?;
             let tools = layout.load(&sandbox).await?;
             for component in tools.components() {
                 let how = match component.cache {
@@ -152,6 +155,9 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
                     options.tools.map_or("default".into(), |t| t.join(", ")),
                     if factory.has_cli_policy() { ", decides built-in tool calls" } else { "" }
                 )?;
+                for line in factory.manifest().describe() {
+                    writeln!(out, "  {line}")?;
+                }
             }
             writeln!(out, "ok: {} components, {} tools", tools.components().len(), tools.tools().len())?;
             Ok(ExitCode::SUCCESS)
@@ -164,6 +170,15 @@ struct Layout {
     tools: PathBuf,
     manifests: Manifests,
     factory: Option<PathBuf>,
+    /// What was found, in a sentence, for `check`.
+    described: String,
+}
+
+/// Whether `dir` holds a `*.wasm` file.
+fn has_components(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| e.path().extension().is_some_and(|x| x == "wasm") && e.path().is_file())
+    })
 }
 
 impl Layout {
@@ -173,7 +188,32 @@ impl Layout {
         }
         let config = dir.join("tollgate.toml");
         if !config.is_file() {
-            return Ok(Self { tools: dir.to_path_buf(), manifests: Manifests::default(), factory: None });
+            let beside =
+                "manifests from the <name>.toml beside each component, none meaning everything denied";
+            let (tools, described) = if !has_components(dir) && dir.join("tools").is_dir() {
+                let tools = dir.join("tools");
+                let described = format!(
+                    "no tollgate.toml in {}: checking {}/*.wasm as tool components, {beside}",
+                    dir.display(),
+                    tools.display()
+                );
+                (tools, described)
+            } else {
+                let described = format!(
+                    "no tollgate.toml in {}: checking {}/*.wasm as tool components, {beside}",
+                    dir.display(),
+                    dir.display()
+                );
+                (dir.to_path_buf(), described)
+            };
+            if !has_components(&tools) {
+                bail!(
+                    "nothing to check in {}: no tollgate.toml, and no *.wasm components in it{}",
+                    dir.display(),
+                    if dir.join("tools").is_dir() { " or in its tools/ folder" } else { "" }
+                );
+            }
+            return Ok(Self { tools, manifests: Manifests::default(), factory: None, described });
         }
         let manifests = Manifests::from_agent_config(&config)?;
         let text = std::fs::read_to_string(&config)?;
@@ -185,7 +225,13 @@ impl Layout {
                 bail!("{}: `[agent] options_factory` must be a path, not {other}", config.display())
             }
         };
-        Ok(Self { tools: dir.join("tools"), manifests, factory })
+        let described = format!(
+            "agent {}: tool components from {}/*.wasm, manifests from its [tools.<name>] tables or the \
+             <name>.toml beside each component",
+            config.display(),
+            dir.join("tools").display()
+        );
+        Ok(Self { tools: dir.join("tools"), manifests, factory, described })
     }
 
     async fn load(&self, sandbox: &Sandbox) -> anyhow::Result<ToolSet> {

@@ -130,3 +130,60 @@ fn check_fails_on_a_tool_named_bash_and_names_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn check_on_a_folder_with_tools_but_no_tollgate_toml_says_what_it_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tools")).unwrap();
+    std::fs::copy(guests::ORDERS, dir.path().join("tools/orders.wasm")).unwrap();
+    std::fs::write(dir.path().join("tools/orders.toml"), "memory_mb = 32\n").unwrap();
+    let output = tollgate(dir.path(), &["check", "DIR"]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let first = stdout.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        format!(
+            "no tollgate.toml in {0}: checking {0}/tools/*.wasm as tool components, manifests from the \
+             <name>.toml beside each component, none meaning everything denied",
+            dir.path().display()
+        )
+    );
+    assert!(stdout.contains("limits: memory 32 MiB"), "the manifest beside it was read: {stdout}");
+    assert!(stdout.trim_end().ends_with("ok: 1 components, 1 tools"), "{stdout}");
+
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::create_dir(empty.path().join("tools")).unwrap();
+    let output = tollgate(empty.path(), &["check", "DIR"]);
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("nothing to check")
+            && stderr.contains("no tollgate.toml")
+            && stderr.contains("tools/"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_names_the_config_keys_a_tool_may_read_but_never_their_values() {
+    let dir = agent();
+    let secret = "sk-live-cli-check-7Hq2";
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cwasm-cache");
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["tools", "--cache-dir"])
+        .arg(&cache)
+        .args(["check"])
+        .arg(dir.path())
+        .env("TOLLGATE_TEST_PAYMENTS_URL", secret)
+        .env("RUST_LOG", "trace,cranelift_codegen=warn,regalloc2=warn,wasmtime_cranelift=warn")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("config: PAYMENTS_URL (env TOLLGATE_TEST_PAYMENTS_URL, set)"), "{stdout}");
+    assert!(
+        !stdout.contains(secret) && !stderr.contains(secret),
+        "the value was printed:\n{stdout}\n{stderr}"
+    );
+}
