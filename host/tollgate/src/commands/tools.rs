@@ -190,29 +190,23 @@ impl Layout {
         if !config.is_file() {
             let beside =
                 "manifests from the <name>.toml beside each component, none meaning everything denied";
-            let (tools, described) = if !has_components(dir) && dir.join("tools").is_dir() {
-                let tools = dir.join("tools");
-                let described = format!(
-                    "no tollgate.toml in {}: checking {}/*.wasm as tool components, {beside}",
-                    dir.display(),
-                    tools.display()
-                );
-                (tools, described)
+            let tools = if !has_components(dir) && dir.join("tools").is_dir() {
+                dir.join("tools")
             } else {
-                let described = format!(
-                    "no tollgate.toml in {}: checking {}/*.wasm as tool components, {beside}",
-                    dir.display(),
-                    dir.display()
-                );
-                (dir.to_path_buf(), described)
+                dir.to_path_buf()
             };
             if !has_components(&tools) {
                 bail!(
-                    "nothing to check in {}: no tollgate.toml, and no *.wasm components in it{}",
+                    "nothing to load in {}: no tollgate.toml, and no *.wasm components in it{}",
                     dir.display(),
                     if dir.join("tools").is_dir() { " or in its tools/ folder" } else { "" }
                 );
             }
+            let described = format!(
+                "no tollgate.toml in {}: checking {}/*.wasm as tool components, {beside}",
+                dir.display(),
+                tools.display()
+            );
             return Ok(Self { tools, manifests: Manifests::default(), factory: None, described });
         }
         let manifests = Manifests::from_agent_config(&config)?;

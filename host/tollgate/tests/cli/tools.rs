@@ -158,7 +158,7 @@ fn check_on_a_folder_with_tools_but_no_tollgate_toml_says_what_it_checked() {
     let (_, stderr) = text(&output);
     assert!(!output.status.success());
     assert!(
-        stderr.contains("nothing to check")
+        stderr.contains("nothing to load")
             && stderr.contains("no tollgate.toml")
             && stderr.contains("tools/"),
         "{stderr}"
