@@ -391,3 +391,58 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
     }
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transcript_the_cli_refuses_fails_each_turn_after_its_attempts_and_is_counted() {
+    let Some(world) = World::new("refused transcript", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let served = Served::start(&world, "api", None).await;
+    world.send("t", "say one").await;
+    let first = world.wait_idle_after("t", 1).await;
+    assert_eq!(last_answer(&first), "said: one", "{}", world.diagnostics());
+    // Keep the stored transcript's session but replace its entries with ones the CLI cannot load.
+    let mut conn = raw_sqlite(&world).await;
+    sqlx::query(
+        "UPDATE items SET body = '{\"kind\":\"claude_transcript\",\"session_id\":'
+             || json_quote(json_extract(body, '$.session_id'))
+             || ',\"entries\":[{\"type\":\"x-unknown\",\"uuid\":\"bad-' || seq || '\"}]}'
+         WHERE session_id = 't' AND kind = 'claude_transcript'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    world.send("t", "say two").await;
+    world.send("other", "say fine").await;
+    let other = world.wait_idle_after("other", 1).await;
+    assert_eq!(last_answer(&other), "said: fine", "another session is not blocked");
+    let failed = world.wait_idle_after("t", 2).await;
+    let error = failed.last_turn_error.clone().expect("the turn failed with an error");
+    assert!(!error.is_empty(), "{failed:#?}");
+    world.send("t", "say three").await;
+    let again = world.wait_idle_after("t", 3).await;
+    assert!(again.last_turn_error.is_some(), "the next turn fails the same way: {again:#?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(world.store.step_in_flight("t").await.unwrap().is_none(), "nothing loops");
+    let events = world.events("t").await;
+    let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(
+        (count("turn_failed"), count("attempt_failed")),
+        (2, 4),
+        "three attempts per turn: {events:?}"
+    );
+    assert!(
+        events.iter().filter(|e| e.kind == "turn_failed").all(|e| e.payload.get().contains("segment_failed"))
+    );
+    eprintln!("the refused transcript's turn error: {error}");
+
+    let metrics = reqwest::get(format!("{}/metrics", served.url)).await.unwrap().text().await.unwrap();
+    for line in [
+        "tollgate_turn_failures_total{reason=\"segment_failed\"} 2",
+        "tollgate_poison_steps_total{kind=\"RunModel\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} is not in /metrics:\n{metrics}");
+    }
+    served.stop().await;
+}
