@@ -2,9 +2,11 @@
 //! directories with the resume file (PROTOCOL.md §1, §12, §18 steps 1–2).
 //!
 //! Read [`argv`] and [`ScratchDirs`]. [`argv`] is pure; [`ScratchDirs::create`] makes
-//! `<root>/tollgate-segment-XXXXXX/{home,config,tmp}` and, for a resume, writes the stored entries
-//! to `config/projects/<key(realpath cwd)>/<session>.jsonl`, one compact line each, byte for byte
-//! as the CLI mirrored them ([`write_resume_file`]). Dropping [`ScratchDirs`] removes everything.
+//! `<root>/tollgate-segment-<pid>-XXXXXX/{home,config,tmp}` (mode `0700`: transcripts are private)
+//! and, for a resume, writes the stored entries to
+//! `config/projects/<key(realpath cwd)>/<session>.jsonl` (mode `0600`), one compact line each,
+//! byte for byte as the CLI mirrored them ([`write_resume_file`]). Dropping [`ScratchDirs`]
+//! removes everything; [`remove_stale_scratch`] removes what a killed process left behind.
 //!
 //! ```
 //! use tollgate_claude::launch::{ArgvOptions, argv};
@@ -23,6 +25,7 @@
 //! - The project key uses `realpath(cwd)`; a `cwd` that does not exist fails the setup.
 
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tollgate_protocol::TranscriptEntry;
@@ -106,12 +109,13 @@ impl ScratchDirs {
     pub fn create(parent: Option<&Path>) -> Result<ScratchDirs, SegmentError> {
         let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
         let root = tempfile::Builder::new()
-            .prefix("tollgate-segment-")
+            .prefix(&format!("{SCRATCH_PREFIX}{}-", std::process::id()))
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir_in(&parent)
             .map_err(|source| SegmentError::Setup { path: parent.clone(), source })?;
         let dirs = ScratchDirs { root };
         for dir in [dirs.home(), dirs.config(), dirs.tmp()] {
-            std::fs::create_dir(&dir).map_err(|source| SegmentError::Setup { path: dir.clone(), source })?;
+            private_dir().create(&dir).map_err(|source| SegmentError::Setup { path: dir.clone(), source })?;
         }
         Ok(dirs)
     }
@@ -137,6 +141,67 @@ impl ScratchDirs {
     }
 }
 
+/// How every segment's root directory name starts; the creating process's pid follows.
+pub const SCRATCH_PREFIX: &str = "tollgate-segment-";
+
+/// A directory only its owner can enter (`0700`).
+fn private_dir() -> std::fs::DirBuilder {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.mode(0o700);
+    builder
+}
+
+/// Removes the scratch directories that dead processes left under `parent` (the system temp
+/// dir when `None`): a Worker killed by `SIGKILL` (or a power cut) cannot remove its own, and they
+/// hold transcripts. A directory is removed only when its name is `tollgate-segment-<pid>-…`, it
+/// is this user's, and no process `<pid>` is alive; a directory of a live process (another
+/// Worker, or this one) is left alone. Returns how many were removed; a directory that cannot
+/// be removed is logged and skipped.
+///
+/// # Caveats
+///
+/// A dead Worker's pid that a live process took over keeps its directories until that process
+/// ends; directories of an older naming (`tollgate-segment-XXXXXX`, no pid) are not touched.
+pub fn remove_stale_scratch(parent: Option<&Path>) -> usize {
+    let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    let Ok(entries) = std::fs::read_dir(&parent) else { return 0 };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = scratch_owner(&name.to_string_lossy()) else { continue };
+        let Ok(meta) = entry.path().symlink_metadata() else { continue };
+        if !meta.is_dir() || meta.uid() != me || process_alive(pid) {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(err) => {
+                tracing::warn!(path = %entry.path().display(), %err, "a stale segment directory could not be removed")
+            }
+        }
+    }
+    removed
+}
+
+/// The pid in a scratch directory's name `tollgate-segment-<pid>-<random>`.
+fn scratch_owner(name: &str) -> Option<u32> {
+    let (pid, random) = name.strip_prefix(SCRATCH_PREFIX)?.split_once('-')?;
+    if random.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok().filter(|pid| *pid > 0)
+}
+
+/// Whether process `pid` exists (a zombie counts until it is reaped).
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks for existence and permission.
+    let sent = unsafe { libc::kill(pid, 0) };
+    sent == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// Writes `entries` to `<config>/projects/<key(realpath cwd)>/<session>.jsonl` and returns the
 /// file's path. See the module docs for what is left out.
 ///
@@ -155,7 +220,7 @@ pub fn write_resume_file(
     };
     let real = std::fs::canonicalize(cwd).map_err(setup(cwd))?;
     let dir = config.join("projects").join(project_key(&real.to_string_lossy()));
-    std::fs::create_dir_all(&dir).map_err(setup(&dir))?;
+    private_dir().recursive(true).create(&dir).map_err(setup(&dir))?;
     let file = dir.join(format!("{session_id}.jsonl"));
     let mut text = String::new();
     for entry in entries {
@@ -168,7 +233,13 @@ pub fn write_resume_file(
         text.push_str(entry.as_str());
         text.push('\n');
     }
-    let mut out = std::fs::File::create(&file).map_err(setup(&file))?;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&file)
+        .map_err(setup(&file))?;
     out.write_all(text.as_bytes()).map_err(setup(&file))?;
     Ok(file)
 }
@@ -213,5 +284,61 @@ mod tests {
         let root = dirs.root().to_path_buf();
         drop(dirs);
         assert!(!root.exists());
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn segment_directories_and_the_resume_file_are_private_and_named_by_pid() {
+        let parent = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::create(Some(parent.path())).unwrap();
+        let name = dirs.root().file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(scratch_owner(&name), Some(std::process::id()), "{name}");
+        for dir in [dirs.root().to_path_buf(), dirs.home(), dirs.config(), dirs.tmp()] {
+            assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        }
+        let cwd = tempfile::tempdir().unwrap();
+        let entries = [TranscriptEntry::from_raw(r#"{"type":"user","uuid":"u1"}"#).unwrap()];
+        let file = write_resume_file(&dirs.config(), cwd.path(), "s-1", &entries).unwrap();
+        assert_eq!(mode(&file), 0o600);
+        assert_eq!(mode(file.parent().unwrap()), 0o700);
+    }
+
+    #[test]
+    fn only_scratch_directories_of_dead_processes_are_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        let live = ScratchDirs::create(Some(parent.path())).unwrap();
+        // A child that has exited and been reaped: its pid names no process (unless reused at once).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let dead = parent.path().join(format!("{SCRATCH_PREFIX}{dead_pid}-abc123"));
+        std::fs::create_dir_all(dead.join("config/projects/x")).unwrap();
+        std::fs::write(dead.join("config/projects/x/s.jsonl"), "{}\n").unwrap();
+        let unrelated = [
+            parent.path().join(format!("{SCRATCH_PREFIX}abc123")),
+            parent.path().join(format!("{SCRATCH_PREFIX}{dead_pid}-")),
+            parent.path().join("something-else"),
+        ];
+        for dir in &unrelated {
+            std::fs::create_dir(dir).unwrap();
+        }
+        assert_eq!(remove_stale_scratch(Some(parent.path())), 1);
+        assert!(!dead.exists(), "the dead process's directory is gone");
+        assert!(live.root().exists(), "a live process's directory stays");
+        for dir in &unrelated {
+            assert!(dir.exists(), "{} is not a scratch directory of a pid", dir.display());
+        }
+    }
+
+    #[test]
+    fn a_scratch_directory_name_gives_its_pid() {
+        assert_eq!(scratch_owner("tollgate-segment-1234-Ab9xYz"), Some(1234));
+        assert_eq!(scratch_owner("tollgate-segment-Ab9xYz"), None);
+        assert_eq!(scratch_owner("tollgate-segment-0-x"), None);
+        assert_eq!(scratch_owner("tollgate-segment--x"), None);
+        assert_eq!(scratch_owner("other-1234-x"), None);
     }
 }

@@ -14,6 +14,10 @@
 //! - stdin is written by its own task, so a CLI that stops reading stdin cannot block the reader
 //!   of stdout. Closing stdin ([`CliProcess::close_stdin`]) happens after the queued lines are
 //!   written.
+//! - On Linux the CLI dies with the process that started it, even when that process is
+//!   SIGKILLed (a parent-death signal; see `spawn_dying_with_this_process`). Only the CLI itself
+//!   gets the signal: a tool process it started (its own group) outlives it until the next
+//!   `kill_process_group` of that group, or forever once the Worker is gone.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -91,7 +95,7 @@ impl CliProcess {
         for (name, value) in &launch.env {
             command.env(name, value);
         }
-        let mut child = command.spawn()?;
+        let mut child = spawn_dying_with_this_process(command)?;
         let pid = child.id().unwrap_or_default();
         let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
@@ -200,6 +204,64 @@ impl Drop for CliProcess {
             task.abort();
         }
     }
+}
+
+/// Spawns `command` so that the child gets `SIGKILL` when this process dies, even by `SIGKILL`
+/// (Linux: `PR_SET_PDEATHSIG`; elsewhere a plain spawn).
+///
+/// Linux sends the parent-death signal when the *thread* that forked the child exits, not the
+/// process, and tokio's threads come and go (a worker thread that ran `block_in_place` ends up in
+/// the blocking pool, whose idle threads exit). So every child is forked by one spawner thread
+/// that lives as long as the process. The child also checks, after setting the signal, that its
+/// parent is still this process: a Worker that died in between leaves no orphan.
+#[cfg(target_os = "linux")]
+fn spawn_dying_with_this_process(mut command: tokio::process::Command) -> std::io::Result<Child> {
+    use std::sync::OnceLock;
+    use std::sync::mpsc as std_mpsc;
+
+    type Reply = std_mpsc::SyncSender<std::io::Result<Child>>;
+    type Job = (tokio::process::Command, tokio::runtime::Handle, Reply);
+    static SPAWNER: OnceLock<std_mpsc::Sender<Job>> = OnceLock::new();
+
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the child between fork and exec and only makes
+    // async-signal-safe calls (prctl, getppid, _exit); it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(111);
+            }
+            Ok(())
+        });
+    }
+    let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("tollgate-cli-spawner".into())
+            .spawn(move || {
+                // Never returns while the process lives: `SPAWNER` keeps the sender.
+                for (mut command, runtime, reply) in rx {
+                    let _entered = runtime.enter();
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("the CLI spawner thread starts");
+        tx
+    });
+    let (reply, answer) = std_mpsc::sync_channel(1);
+    spawner
+        .send((command, runtime, reply))
+        .map_err(|_| std::io::Error::other("the CLI spawner thread is gone"))?;
+    answer.recv().map_err(|_| std::io::Error::other("the CLI spawner thread is gone"))?
+}
+
+#[cfg(not(target_os = "linux"))]
+fn spawn_dying_with_this_process(mut command: tokio::process::Command) -> std::io::Result<Child> {
+    command.spawn()
 }
 
 /// Sends `SIGKILL` to process group `pgid`. A group that is already gone is not an error.

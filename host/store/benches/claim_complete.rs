@@ -110,6 +110,7 @@ async fn waiting(store: Arc<dyn Store>) -> (Duration, Duration) {
             payload: j("{}"),
             start: StepStart::OnInterrupt("i".into()),
             only_if_items_after: None,
+            session_status: None,
         });
         store.commit(&c, park).await.unwrap();
     }

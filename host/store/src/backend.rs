@@ -430,6 +430,11 @@ macro_rules! impl_store {
                     Some(step) => Self::insert_step(&mut tx, sid, step, true).await?,
                     None => None,
                 };
+                let woken_status = message.wake.as_ref().and_then(|w| w.session_status.clone());
+                let update = SessionUpdate {
+                    status: step_id.and(woken_status),
+                    ..SessionUpdate::default()
+                };
                 sqlx::query(Self::q(
                     "INSERT INTO idempotency_keys (session_id, operation, client_key, request, response, created_at)
                      VALUES ($1, $2, $3, $4, $5, NOW_MS)",
@@ -441,7 +446,7 @@ macro_rules! impl_store {
                 .bind(serde_json::json!([seq, step_id]).to_string())
                 .execute(&mut *tx)
                 .await?;
-                Self::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;
+                Self::save_seqs(&mut tx, sid, item_seq, event_seq, &update).await?;
                 let woke = step_id.is_some();
                 tx.commit().await?;
                 self.notify(sid, woke, !message.events.is_empty()).await;
@@ -644,9 +649,13 @@ macro_rules! impl_store {
                     })?;
                 }
                 let mut queued = matches!(commit.finish, Finish::Retry(_));
+                let mut session_update = commit.session.clone();
                 for step in &commit.steps {
                     let id = Self::insert_step(&mut tx, sid, step, false).await?;
                     queued |= id.is_some() && !matches!(step.start, StepStart::OnInterrupt(_));
+                    if id.is_some() && step.session_status.is_some() {
+                        session_update.status.clone_from(&step.session_status);
+                    }
                     receipt.step_ids.push(id);
                 }
                 for event in &commit.events {
@@ -655,11 +664,11 @@ macro_rules! impl_store {
                             .await?;
                     receipt.event_seqs.push(seq);
                 }
-                let session_changed = commit.session.status.is_some()
-                    || commit.session.run_state.is_some()
-                    || commit.session.add_usage != Usage::default();
+                let session_changed = session_update.status.is_some()
+                    || session_update.run_state.is_some()
+                    || session_update.add_usage != Usage::default();
                 if session_changed || item_seq != first_item_seq || event_seq != first_event_seq {
-                    Self::save_seqs(&mut tx, sid, item_seq, event_seq, &commit.session).await?;
+                    Self::save_seqs(&mut tx, sid, item_seq, event_seq, &session_update).await?;
                 }
                 let evented = !commit.events.is_empty();
                 tx.commit().await?;
@@ -671,6 +680,25 @@ macro_rules! impl_store {
                     self.signals.events_appended(sid);
                 }
                 Ok(receipt)
+            }
+
+            async fn release(&self, claimed: &Claimed) -> Result<(), StoreError> {
+                let row = sqlx::query(Self::q(
+                    "UPDATE steps SET state = 'queued', due_at = NOW_MS, lease_owner = NULL,
+                         attempt = attempt - 1, updated_at = NOW_MS
+                     WHERE step_id = $1 AND fence = $2 AND state = 'claimed' RETURNING session_id",
+                ))
+                .bind(claimed.step.step_id)
+                .bind(claimed.fence)
+                .fetch_optional(self.write_pool())
+                .await?;
+                let Some(row) = row else {
+                    return Err(StoreError::LeaseLost { step_id: claimed.step.step_id, fence: claimed.fence });
+                };
+                let sid: String = row.try_get("session_id")?;
+                self.notify(&sid, true, false).await;
+                self.signals.work_ready();
+                Ok(())
             }
 
             async fn step(&self, step_id: i64) -> Result<Option<Step>, StoreError> {

@@ -95,7 +95,8 @@ pub const ROW_VERSION: i64 = 1;
 ///   fence, and leases it until DB-now + `lease`. A commit or heartbeat with a fence that is no
 ///   longer the step's latest claim (or a step no longer claimed) writes nothing and returns
 ///   [`StoreError::LeaseLost`]. A lease that expired but was not reclaimed yet still commits:
-///   nobody else holds the step.
+///   nobody else holds the step. [`Store::release`] hands a claim back at once (a draining
+///   Worker), leaving it just as stale.
 /// - **At most one step in flight per session** (queued, claimed or waiting): a commit that would
 ///   break it fails with [`StoreError::StepInFlight`] and writes nothing; a
 ///   [`UserMessage::wake`] step is skipped while another step is in flight.
@@ -138,6 +139,19 @@ pub trait Store: Send + Sync {
     /// Commits the attempt's result and state changes in one transaction checked against the
     /// claim's fence; `LeaseLost` (nothing written) when the claim is stale.
     async fn commit(&self, claimed: &Claimed, commit: Commit) -> Result<CommitReceipt, StoreError>;
+
+    /// Hands the claim back: the step is queued and claimable at once by any Worker, and the
+    /// claim is stale from now on (its commits and heartbeats return `LeaseLost`; the next claim
+    /// gets a higher fence). The released attempt is not counted: the next claim gets the same
+    /// `attempt` (a Worker that stops on purpose does not use up a step's attempts; what the
+    /// attempt already committed, such as a single-attempt call's `started` mark, stays).
+    /// `LeaseLost` (nothing changed) when the claim is already stale.
+    ///
+    /// The default commits [`Finish::Retry`] with no delay, which counts the attempt; both
+    /// backends override it.
+    async fn release(&self, claimed: &Claimed) -> Result<(), StoreError> {
+        self.commit(claimed, Commit::finish(Finish::Retry(Duration::ZERO))).await.map(drop)
+    }
 
     /// The step, or `Ok(None)`.
     async fn step(&self, step_id: i64) -> Result<Option<Step>, StoreError>;

@@ -206,12 +206,30 @@ pub struct NewStep {
     /// inside the transaction). This closes the race between a turn that ends and a user
     /// message that arrives meanwhile: exactly one of the two enqueues the next step.
     pub only_if_items_after: Option<(i64, String)>,
+    /// The session's status once this step is enqueued, in the same transaction; only when it
+    /// is (its condition held; a [`UserMessage::wake`] found no step in flight). It wins over the
+    /// commit's [`SessionUpdate::status`], so a turn that ends `idle` while a queued message
+    /// starts the next one shows `running`.
+    pub session_status: Option<String>,
 }
 
 impl NewStep {
     /// A step claimable now, unconditionally.
     pub fn now(kind: impl Into<String>, payload: Box<RawValue>) -> Self {
-        NewStep { kind: kind.into(), payload, start: StepStart::Now, only_if_items_after: None }
+        NewStep {
+            kind: kind.into(),
+            payload,
+            start: StepStart::Now,
+            only_if_items_after: None,
+            session_status: None,
+        }
+    }
+
+    /// The same step, setting the session's status to `status` when it is enqueued.
+    #[must_use]
+    pub fn with_session_status(mut self, status: impl Into<String>) -> Self {
+        self.session_status = Some(status.into());
+        self
     }
 }
 

@@ -118,6 +118,7 @@ fn message(session: &str, key: &str, size: usize) -> UserMessage {
             payload: raw("{}").unwrap(),
             start: StepStart::Now,
             only_if_items_after: None,
+            session_status: None,
         }),
         events: vec![],
     }

@@ -26,6 +26,7 @@ pub fn step(step: engine::NextStep) -> store::NewStep {
             engine::Start::OnInterrupt(id) => store::StepStart::OnInterrupt(id),
         },
         only_if_items_after: step.only_if_prompts_after.map(|seq| (seq, item_kind::USER_PROMPT.to_owned())),
+        session_status: step.session_status.map(str::to_owned),
     }
 }
 

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tollgate_engine::session::{failure_reason, step_kind};
+
 /// Bucket bounds of the duration histograms, in seconds.
 const BUCKETS: &[f64] =
     &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0];
@@ -40,6 +42,8 @@ struct Inner {
     steps: BTreeMap<(String, &'static str), u64>,
     step_seconds: BTreeMap<String, Histogram>,
     sandbox_traps: u64,
+    turn_failures: BTreeMap<&'static str, u64>,
+    poison_steps: BTreeMap<String, u64>,
 }
 
 /// The process's metrics. Share it behind an `Arc`.
@@ -55,8 +59,8 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// A step of `kind` ended with `result` (`committed`, `lease_lost`, `parked`, `store_error`)
-    /// after `took`.
+    /// A step of `kind` ended with `result` (`committed`, `lease_lost`, `parked`, `store_error`,
+    /// `released`) after `took`.
     pub fn step(&self, kind: &str, result: &'static str, took: Duration) {
         let mut inner = self.inner.lock().expect("metrics lock");
         *inner.steps.entry((kind.to_owned(), result)).or_default() += 1;
@@ -66,6 +70,18 @@ impl Metrics {
     /// A tool call trapped or ran out of time or memory in the sandbox.
     pub fn sandbox_trap(&self) {
         self.inner.lock().expect("metrics lock").sandbox_traps += 1;
+    }
+
+    /// A turn ended failed, for `reason` (one of `tollgate_engine::session::failure_reason`, or
+    /// `other`).
+    pub fn turn_failed(&self, reason: &'static str) {
+        *self.inner.lock().expect("metrics lock").turn_failures.entry(reason).or_default() += 1;
+    }
+
+    /// A step of `kind` failed on every attempt and gave up: its turn failed, or (a tool step)
+    /// its call was recorded `outcome_unknown`.
+    pub fn poison_step(&self, kind: &str) {
+        *self.inner.lock().expect("metrics lock").poison_steps.entry(kind.to_owned()).or_default() += 1;
     }
 
     /// The Prometheus text, with `open_interrupts` (read from the store by the caller).
@@ -102,6 +118,25 @@ impl Metrics {
         );
         out.push_str("# TYPE tollgate_sandbox_traps_total counter\n");
         let _ = writeln!(out, "tollgate_sandbox_traps_total {}", inner.sandbox_traps);
+        out.push_str("# HELP tollgate_turn_failures_total Turns that ended failed, by reason.\n");
+        out.push_str("# TYPE tollgate_turn_failures_total counter\n");
+        let reasons = failure_reason::ALL.iter().copied().chain(inner.turn_failures.keys().copied());
+        for reason in reasons.collect::<std::collections::BTreeSet<_>>() {
+            let n = inner.turn_failures.get(reason).copied().unwrap_or(0);
+            let _ = writeln!(out, "tollgate_turn_failures_total{{reason=\"{reason}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP tollgate_poison_steps_total Steps that failed on every attempt and gave up, by kind.\n",
+        );
+        out.push_str("# TYPE tollgate_poison_steps_total counter\n");
+        let kinds = [step_kind::RUN_MODEL, step_kind::CALL_TOOL, step_kind::CALL_SINGLE_ATTEMPT_TOOL]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(inner.poison_steps.keys().cloned());
+        for kind in kinds.collect::<std::collections::BTreeSet<_>>() {
+            let n = inner.poison_steps.get(&kind).copied().unwrap_or(0);
+            let _ = writeln!(out, "tollgate_poison_steps_total{{kind=\"{kind}\"}} {n}");
+        }
         if let Some(open) = open_interrupts {
             out.push_str("# HELP tollgate_open_interrupts Decisions waiting for a human, in the store.\n");
             out.push_str("# TYPE tollgate_open_interrupts gauge\n");
@@ -129,5 +164,20 @@ mod tests {
         assert!(text.contains("tollgate_step_duration_seconds_count{kind=\"RunModel\"} 2"));
         assert!(text.contains("tollgate_sandbox_traps_total 1"));
         assert!(text.contains("tollgate_open_interrupts 3"));
+    }
+
+    #[test]
+    fn turn_failures_count_by_reason_and_poison_steps_by_kind_from_zero() {
+        let metrics = Metrics::default();
+        let text = metrics.render(None);
+        assert!(text.contains("tollgate_turn_failures_total{reason=\"unusable_rows\"} 0"), "{text}");
+        assert!(text.contains("tollgate_poison_steps_total{kind=\"RunModel\"} 0"), "{text}");
+        metrics.turn_failed(failure_reason::SEGMENT_FAILED);
+        metrics.turn_failed(failure_reason::SEGMENT_FAILED);
+        metrics.poison_step("CallTool");
+        let text = metrics.render(None);
+        assert!(text.contains("tollgate_turn_failures_total{reason=\"segment_failed\"} 2"), "{text}");
+        assert!(text.contains("tollgate_turn_failures_total{reason=\"spend_limit\"} 0"), "{text}");
+        assert!(text.contains("tollgate_poison_steps_total{kind=\"CallTool\"} 1"), "{text}");
     }
 }

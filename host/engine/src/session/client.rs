@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, event_kind, item_kind, raw, step_kind,
+    EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, event_kind, item_kind, raw, status,
+    step_kind,
 };
 
 /// The longest user message accepted, in bytes.
@@ -49,6 +50,7 @@ pub fn user_message(text: &str) -> Result<ClientMessage, EngineError> {
             payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
             start: Start::Now,
             only_if_prompts_after: None,
+            session_status: Some(status::RUNNING),
         },
         events: vec![NewEvent { kind: event_kind::USER_MESSAGE, payload: json!({"text": text}) }],
     })

@@ -98,8 +98,25 @@ pub mod event_kind {
     pub const ATTEMPT_FAILED: &str = "attempt_failed";
     /// The turn answered.
     pub const TURN_COMPLETED: &str = "turn_completed";
-    /// The turn failed; see `last_turn_error`.
+    /// The turn failed; see `last_turn_error`. Its payload: `{"turn_id","error","reason"}`
+    /// with a [`super::failure_reason`].
     pub const TURN_FAILED: &str = "turn_failed";
+}
+
+/// Why a turn failed: the `reason` of a `turn_failed` event, a closed set (a metrics label).
+pub mod failure_reason {
+    /// The segment failed on its last attempt, or in a way another attempt cannot fix.
+    pub const SEGMENT_FAILED: &str = "segment_failed";
+    /// The segment's Worker stopped (crashed, was killed) on every attempt.
+    pub const WORKER_STOPPED: &str = "worker_stopped";
+    /// The session's spend limit is reached.
+    pub const SPEND_LIMIT: &str = "spend_limit";
+    /// The CLI deferred a call that runs inline.
+    pub const INLINE_DEFERRED: &str = "inline_deferred";
+    /// The step's stored rows cannot be read or do not fit together (corrupt, inconsistent).
+    pub const UNUSABLE_ROWS: &str = "unusable_rows";
+    /// Every reason, for metrics.
+    pub const ALL: &[&str] = &[SEGMENT_FAILED, WORKER_STOPPED, SPEND_LIMIT, INLINE_DEFERRED, UNUSABLE_ROWS];
 }
 
 /// Attempts of one segment before its turn fails.
@@ -445,6 +462,9 @@ pub struct NextStep {
     /// Enqueue only if the session holds a `user_prompt` item after this seq (a queued message
     /// starts the next turn; the store checks this inside the commit).
     pub only_if_prompts_after: Option<i64>,
+    /// The session's status once the step is enqueued (only if it is): a new turn's `RunModel`
+    /// makes the session `running` from the moment it is queued.
+    pub session_status: Option<&'static str>,
 }
 
 /// An item to append to the session's log.

@@ -3,7 +3,9 @@ use serde_json::value::RawValue;
 
 use super::client::{Decision, user_message};
 use super::tools::{Begin, ToolRun, begin_tool_step, on_approval, on_resume_turn, on_tool_result};
-use super::turn::{HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, on_segment, plan_run_model};
+use super::turn::{
+    HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, on_segment, on_unusable_rows, plan_run_model,
+};
 use super::view::messages;
 use super::*;
 use crate::gate::DeferredCall;
@@ -87,7 +89,10 @@ fn a_new_turn_sends_every_prompt_no_completed_turn_answered() {
 fn a_wake_with_no_new_prompt_finishes_without_a_segment() {
     let state = RunState { prompts_through: 1, ..RunState::default() };
     match plan(&RunModelStep::default(), 1, &state, &[prompt(1, "answered")], &[]) {
-        Plan::Finish(t) => assert!(t.steps.is_empty() && t.run_state.is_none()),
+        Plan::Finish(t) => {
+            assert!(t.steps.is_empty() && t.run_state.is_none());
+            assert_eq!(t.status, Some(status::IDLE), "a wake that finds nothing leaves the session idle");
+        }
         Plan::Run(run) => panic!("ran {run:?}"),
     }
 }
@@ -434,6 +439,90 @@ fn user_messages_must_have_text() {
     let message = user_message("Refund order 7").unwrap();
     assert_eq!(message.item.body.get(), r#"{"kind":"user_prompt","text":"Refund order 7"}"#);
     assert_eq!(message.wake.kind, step_kind::RUN_MODEL);
+    assert_eq!(message.wake.session_status, Some(status::RUNNING), "running from the moment it is queued");
+}
+
+#[test]
+fn a_turn_that_ends_while_a_message_waits_queues_the_next_turn_as_running() {
+    let state = RunState::default();
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &[prompt(1, "hi")], &[]));
+    let t = on_segment(
+        &run,
+        &state,
+        &[],
+        SegmentResult::Completed {
+            session_id: "cli-1".into(),
+            result: "hello".into(),
+            entries: vec![],
+            usage: Usage::default(),
+            cost_usd: None,
+        },
+    );
+    assert_eq!(t.status, Some(status::IDLE));
+    assert_eq!(t.steps[0].only_if_prompts_after, Some(1));
+    assert_eq!(t.steps[0].session_status, Some(status::RUNNING), "running only if it is enqueued");
+}
+
+#[test]
+fn every_failed_turn_names_its_reason_in_the_event() {
+    let state = RunState::default();
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &[prompt(1, "hi")], &[]));
+    let t = on_segment(&run, &state, &[], SegmentResult::Failed { error: "bad".into(), retryable: false });
+    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+    assert_eq!(event.payload, json!({"turn_id": "turn-1", "error": "bad", "reason": "segment_failed"}));
+    let Plan::Finish(t) =
+        plan(&RunModelStep::default(), RUN_MODEL_ATTEMPTS + 1, &state, &[prompt(1, "hi")], &[])
+    else {
+        panic!("must not run")
+    };
+    assert_eq!(t.events[0].payload["reason"], failure_reason::WORKER_STOPPED);
+}
+
+#[test]
+fn unusable_rows_with_a_readable_run_state_fail_the_turn_like_any_other() {
+    let (_, deferred_t) = defer(
+        &RunState::default(),
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
+    );
+    let state = deferred_t.run_state.unwrap();
+    let t = on_unusable_rows(
+        Some("turn-1"),
+        Some(&state),
+        &[],
+        Some(1),
+        "the tool call record is corrupt".into(),
+    );
+    assert_eq!(
+        t.finish,
+        Finish::Done(json!({"outcome": "turn_failed", "error": "the tool call record is corrupt"}))
+    );
+    let next = t.run_state.unwrap();
+    assert_eq!(next.last_turn_error.as_deref(), Some("the tool call record is corrupt"));
+    assert!(next.turn.is_none() && next.turn_entries.is_empty(), "the suspended turn is over");
+    assert_eq!(t.status, Some(status::IDLE));
+    assert_eq!(t.steps[0].only_if_prompts_after, Some(1), "the turn's own prompts do not rerun at once");
+    let event = &t.events[0];
+    assert_eq!((event.kind, &event.payload["reason"]), (event_kind::TURN_FAILED, &json!("unusable_rows")));
+    assert_eq!(event.payload["turn_id"], "turn-1");
+
+    let fresh = on_unusable_rows(None, Some(&RunState::default()), &[], None, "x".into());
+    assert!(fresh.steps.is_empty(), "prompts unknown: no next turn that would fail the same way");
+    assert_eq!(fresh.events[0].payload["turn_id"], "turn-1");
+}
+
+#[test]
+fn unusable_rows_without_a_run_state_leave_it_alone_and_say_why() {
+    let t = on_unusable_rows(None, None, &[], Some(4), "corrupt row in `sessions` (s): not JSON".into());
+    assert!(t.run_state.is_none(), "an unreadable run state is never overwritten");
+    assert!(t.items.is_empty() && t.calls.is_empty());
+    assert_eq!(t.status, Some(status::IDLE));
+    assert!(matches!(t.finish, Finish::Done(_)));
+    assert_eq!(
+        t.events[0].payload,
+        json!({"turn_id": null, "error": "corrupt row in `sessions` (s): not JSON", "reason": "unusable_rows"})
+    );
+    assert_eq!(t.steps.len(), 1);
+    assert_eq!(t.steps[0].only_if_prompts_after, Some(4));
 }
 
 #[test]

@@ -19,7 +19,7 @@ pub(super) fn tool_step(call: &CallEntry, payload: Value) -> NextStep {
         (ToolKind::Custom, DeferredRun::CallSingleAttemptTool) => step_kind::CALL_SINGLE_ATTEMPT_TOOL,
         (ToolKind::Custom, DeferredRun::CallTool) => step_kind::CALL_TOOL,
     };
-    NextStep { kind, payload, start: Start::Now, only_if_prompts_after: None }
+    NextStep { kind, payload, start: Start::Now, only_if_prompts_after: None, session_status: None }
 }
 
 fn call_step(call: &CallEntry) -> Value {
@@ -36,6 +36,7 @@ fn record(call: &CallEntry, outcome: Outcome) -> Transition {
         payload: call_step(call),
         start: Start::Now,
         only_if_prompts_after: None,
+        session_status: None,
     });
     t.status = Some(status::RUNNING);
     t = t.event(
@@ -185,6 +186,7 @@ pub fn on_resume_turn(step: &CallStep) -> Transition {
         .expect("serializes"),
         start: Start::Now,
         only_if_prompts_after: None,
+        session_status: None,
     });
     t.status = Some(status::RUNNING);
     t

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::client::Decision;
 use super::{
     CallEntry, CallState, CallStep, EngineError, Finish, Limits, NewInterrupt, NewItem, NextStep,
-    RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition, TurnState, Usage, event_kind, item_kind,
-    raw, status, step_kind,
+    RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition, TurnState, Usage, event_kind,
+    failure_reason, item_kind, raw, status, step_kind,
 };
 use crate::gate::DeferredCall;
 use crate::policy::Handling;
@@ -158,9 +158,9 @@ pub fn plan_run_model(
                 Some(upto) => (state.next_turn_id(), upto),
                 // A wake whose messages an earlier turn already answered.
                 None => {
-                    return Ok(Plan::Finish(Box::new(Transition::new(Finish::Done(
-                        json!({"outcome": "nothing_to_do"}),
-                    )))));
+                    let mut t = Transition::new(Finish::Done(json!({"outcome": "nothing_to_do"})));
+                    t.status = Some(status::IDLE);
+                    return Ok(Plan::Finish(Box::new(t)));
                 }
             }
         }
@@ -175,14 +175,16 @@ pub fn plan_run_model(
         let error = format!(
             "the segment did not finish in {RUN_MODEL_ATTEMPTS} attempts (its Worker stopped each time)"
         );
-        return Ok(Plan::Finish(Box::new(fail_turn(state, &turn_id, prompts_upto, calls, error))));
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::WORKER_STOPPED, error);
+        return Ok(Plan::Finish(Box::new(t)));
     }
     if let Some(limit) = limits.spend_limit_usd
         && state.cost_usd >= limit
     {
         let error =
             format!("the session's spend limit of ${limit:.2} is reached (${:.4} spent)", state.cost_usd);
-        return Ok(Plan::Finish(Box::new(fail_turn(state, &turn_id, prompts_upto, calls, error))));
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::SPEND_LIMIT, error);
+        return Ok(Plan::Finish(Box::new(t)));
     }
 
     let mut transcript = Vec::new();
@@ -273,6 +275,7 @@ pub fn on_segment(
                     &run.turn_id,
                     run.prompts_upto,
                     calls,
+                    failure_reason::INLINE_DEFERRED,
                     format!("the CLI deferred {}, which runs inline", call.tool_name),
                 );
             };
@@ -323,6 +326,7 @@ pub fn on_segment(
                     payload: call_step,
                     start: Start::OnInterrupt(entry.tool_call_id.clone()),
                     only_if_prompts_after: None,
+                    session_status: None,
                 });
                 t.status = Some(status::AWAITING_APPROVAL);
                 t = t.event(
@@ -349,7 +353,7 @@ pub fn on_segment(
                     json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
                 )
             } else {
-                fail_turn(state, &run.turn_id, run.prompts_upto, calls, error)
+                fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
             }
         }
     }
@@ -368,6 +372,7 @@ pub(super) fn fail_turn(
     turn_id: &str,
     prompts_upto: i64,
     calls: &[CallEntry],
+    reason: &'static str,
     error: String,
 ) -> Transition {
     let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
@@ -389,7 +394,50 @@ pub(super) fn fail_turn(
     t.run_state = Some(next);
     t.status = Some(status::IDLE);
     t.steps.push(next_turn(prompts_upto));
-    t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error}))
+    t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+}
+
+/// A claimed step whose stored rows cannot be used (a run state, record or payload that does not
+/// parse, rows that disagree) ends its turn, instead of being tried again forever with no word
+/// to anyone. `error` says what is wrong and is what the client reads.
+///
+/// - With the run state readable (`state`), this is an ordinary failed turn: `last_turn_error`,
+///   the turn-failure note for `calls` that have records, and the next turn if a prompt arrived
+///   after the turn's prompts.
+/// - Without it, nothing overwrites the unreadable run state (an operator may repair it): the
+///   step ends, the session goes `idle`, and a `turn_failed` event carries the error. A later
+///   message starts a turn that fails the same way, with its own event, until the row is fixed.
+///
+/// `turn_id` is the turn the step names, if it names one; `prompts_seen` is the highest prompt
+/// seq the Worker read (`None` when the items could not be read: then no next turn is queued,
+/// as it would fail the same way).
+pub fn on_unusable_rows(
+    turn_id: Option<&str>,
+    state: Option<&RunState>,
+    calls: &[CallEntry],
+    prompts_seen: Option<i64>,
+    error: String,
+) -> Transition {
+    let reason = failure_reason::UNUSABLE_ROWS;
+    match state {
+        Some(state) => {
+            let (turn_id, prompts_upto) = match &state.turn {
+                Some(turn) => (turn.turn_id.clone(), Some(turn.prompts_upto)),
+                None => (turn_id.map_or_else(|| state.next_turn_id(), str::to_owned), prompts_seen),
+            };
+            let mut t = fail_turn(state, &turn_id, prompts_upto.unwrap_or(i64::MAX), calls, reason, error);
+            if prompts_upto.is_none() {
+                t.steps.clear();
+            }
+            t
+        }
+        None => {
+            let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
+            t.status = Some(status::IDLE);
+            t.steps.extend(prompts_seen.map(next_turn));
+            t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+        }
+    }
 }
 
 /// `RunModel` for the next turn, if a message arrived after the prompts this turn answered.
@@ -399,6 +447,7 @@ fn next_turn(prompts_upto: i64) -> NextStep {
         payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
         start: Start::Now,
         only_if_prompts_after: Some(prompts_upto),
+        session_status: Some(status::RUNNING),
     }
 }
 

@@ -103,6 +103,10 @@ cases![
     concurrent_workers_never_claim_a_step_twice,
     sessions_waiting_for_approval_are_rows_only,
     sessions_are_listed_in_id_order_by_page_and_status,
+    a_released_claim_is_claimable_at_once_with_the_same_attempt_and_stays_fenced,
+    a_released_claim_wakes_a_waiting_worker,
+    releasing_a_stale_claim_changes_nothing,
+    a_step_sets_the_session_status_only_when_it_is_enqueued,
 ];
 
 /// Runs every case, each on a fresh harness from `fresh(case_name)`.
@@ -321,6 +325,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
             payload: j(r#"{"tool_call_id":"toolu_1"}"#),
             start: StepStart::OnInterrupt("i1".into()),
             only_if_items_after: None,
+            session_status: None,
         }],
         session: SessionUpdate {
             status: Some("awaiting_approval".into()),
@@ -463,6 +468,7 @@ async fn resolve_interrupt_queues_the_waiting_step_once_under_a_client_key(h: Ha
         payload: j("{}"),
         start: StepStart::OnInterrupt("i1".into()),
         only_if_items_after: None,
+        session_status: None,
     });
     let waiting = s.commit(&c, park).await.unwrap().step_ids[0].unwrap();
     assert_eq!(s.open_interrupts(10).await.unwrap().len(), 1);
@@ -506,6 +512,7 @@ async fn a_conditional_step_is_enqueued_only_when_new_items_arrived(h: Harness) 
         payload: j("{}"),
         start: StepStart::Now,
         only_if_items_after: Some((after, "user_prompt".into())),
+        session_status: None,
     };
     let mut end = done();
     end.steps.push(next_turn(1));
@@ -653,6 +660,7 @@ async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
             payload: j("{}"),
             start: StepStart::OnInterrupt("i1".into()),
             only_if_items_after: None,
+            session_status: None,
         });
         s.commit(&c, park).await.unwrap();
     }
@@ -690,4 +698,106 @@ async fn sessions_are_listed_in_id_order_by_page_and_status(h: Harness) {
     assert_eq!(ids(s.list_sessions(Some("running"), "", 10).await.unwrap()), ["d"]);
     assert_eq!(ids(s.list_sessions(Some("idle"), "", 10).await.unwrap()), ["a", "b", "c"]);
     assert!(s.list_sessions(Some("nope"), "", 10).await.unwrap().is_empty());
+}
+
+async fn a_released_claim_is_claimable_at_once_with_the_same_attempt_and_stays_fenced(h: Harness) {
+    let s = &*h.store;
+    let released = claimed_session(s, "s").await;
+    let mut mark = Commit::finish(Finish::Keep);
+    mark.tool_calls.push(ToolCallRecord {
+        tool_call_id: "toolu_1".into(),
+        status: "started".into(),
+        record: j(r#"{"status":"started","attempt":1}"#),
+    });
+    s.commit(&released, mark).await.expect("the claim commits before it is released");
+    s.release(&released).await.expect("release");
+    let step = s.step(released.step.step_id).await.unwrap().unwrap();
+    assert_eq!(step.state, StepState::Queued);
+    let next = s.claim("w2", LONG).await.unwrap().expect("claimable at once, not after the 60 s lease");
+    assert_eq!(next.step.step_id, released.step.step_id);
+    assert_eq!(
+        (next.step.attempt, next.fence),
+        (1, 2),
+        "the released attempt is not counted; the fence moves on"
+    );
+    assert_eq!(
+        s.tool_call("s", "toolu_1").await.unwrap().unwrap().status,
+        "started",
+        "what the released claim committed stays"
+    );
+    let mut late = done();
+    late.events.push(event("text_delta", r#"{"text":"late"}"#));
+    late.session.status = Some("late".into());
+    let err = s.commit(&released, late).await.expect_err("a released claim is stale");
+    assert!(matches!(err, StoreError::LeaseLost { fence: 1, .. }), "{err}");
+    assert!(matches!(s.heartbeat(&released, LONG).await, Err(StoreError::LeaseLost { .. })));
+    assert!(matches!(s.release(&released).await, Err(StoreError::LeaseLost { .. })));
+    assert!(s.read_events("s", 0, 10).await.unwrap().is_empty(), "the late commit wrote nothing");
+    assert_ne!(s.session("s").await.unwrap().unwrap().status, "late");
+    s.commit(&next, done()).await.expect("the new holder commits");
+    assert_eq!(s.step(next.step.step_id).await.unwrap().unwrap().state, StepState::Done);
+}
+
+async fn a_released_claim_wakes_a_waiting_worker(h: Harness) {
+    let s = h.store.clone();
+    let c = claimed_session(&*s, "s").await;
+    let mut signal = s.work_signal();
+    let waiter = tokio::spawn(async move { signal.wait(Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.release(&c).await.unwrap();
+    assert!(waiter.await.unwrap(), "woken by the release, not the timeout");
+}
+
+async fn releasing_a_stale_claim_changes_nothing(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    s.send_user_message(message("s", "k1", "hello")).await.unwrap();
+    let stale = s.claim("w1", Duration::from_millis(1)).await.unwrap().expect("due");
+    let fresh = claim_within(s, "w2", LONG, Duration::from_secs(10)).await.expect("reclaimed");
+    let err = s.release(&stale).await.expect_err("stale");
+    assert!(matches!(err, StoreError::LeaseLost { fence: 1, .. }), "{err}");
+    let step = s.step(fresh.step.step_id).await.unwrap().unwrap();
+    assert_eq!((step.state, step.attempt, step.fence), (StepState::Claimed, 2, 2), "still w2's");
+    assert!(s.claim("w3", LONG).await.unwrap().is_none(), "still held");
+    s.commit(&fresh, done()).await.expect("w2 still holds it");
+    s.commit(&fresh, done()).await.expect_err("done");
+    assert!(matches!(s.release(&fresh).await, Err(StoreError::LeaseLost { .. })), "a done step stays done");
+    assert_eq!(s.step(fresh.step.step_id).await.unwrap().unwrap().state, StepState::Done);
+}
+
+async fn a_step_sets_the_session_status_only_when_it_is_enqueued(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    let wake = |key: &str| {
+        let mut m = message("s", key, key);
+        m.wake = m.wake.map(|w| w.with_session_status("running"));
+        m
+    };
+    let woke = s.send_user_message(wake("k1")).await.unwrap();
+    assert!(woke.step_id.is_some());
+    assert_eq!(s.session("s").await.unwrap().unwrap().status, "running", "queued: running at once");
+    let c = s.claim("w1", LONG).await.unwrap().expect("the turn");
+    let skipped = s.send_user_message(wake("k2")).await.unwrap();
+    assert_eq!(skipped.step_id, None, "a turn runs: no wake");
+    let next_turn = |after: i64| {
+        NewStep {
+            kind: "RunModel".into(),
+            payload: j("{}"),
+            start: StepStart::Now,
+            only_if_items_after: Some((after, "user_prompt".into())),
+            session_status: None,
+        }
+        .with_session_status("running")
+    };
+    let mut end = done();
+    end.session.status = Some("idle".into());
+    end.steps.push(next_turn(1));
+    assert!(s.commit(&c, end).await.unwrap().step_ids[0].is_some(), "k2 arrived after seq 1");
+    assert_eq!(s.session("s").await.unwrap().unwrap().status, "running", "the next turn is queued");
+    let c2 = s.claim("w1", LONG).await.unwrap().expect("the next turn");
+    let mut end = done();
+    end.session.status = Some("idle".into());
+    end.steps.push(next_turn(2));
+    assert_eq!(s.commit(&c2, end).await.unwrap().step_ids, vec![None]);
+    assert_eq!(s.session("s").await.unwrap().unwrap().status, "idle", "nothing queued: the commit's status");
 }

@@ -1,4 +1,5 @@
-//! `tollgate worker --agent DIR --db URL`: one Worker, until SIGINT or SIGTERM.
+//! `tollgate worker --agent DIR --db URL`: one Worker, until SIGINT or SIGTERM; then it drains
+//! (`--drain-secs`) and exits.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,6 +36,10 @@ pub struct WorkerArgs {
     /// The longest wait between claims when no wake-up arrives, in seconds.
     #[arg(long, default_value_t = 2.0)]
     pub poll_secs: f64,
+    /// On SIGTERM or SIGINT: how long the steps in hand may take to finish, in seconds, before
+    /// they are stopped and handed to another Worker (0: at once).
+    #[arg(long, default_value_t = 30.0)]
+    pub drain_secs: f64,
     /// This Worker's name (default `worker-<pid>`).
     #[arg(long)]
     pub worker_id: Option<String>,
@@ -67,6 +72,9 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
         );
     }
     let poll = secs("poll-secs", args.poll_secs)?;
+    let drain = Duration::try_from_secs_f64(args.drain_secs).ok().with_context(|| {
+        format!("--drain-secs must be zero or a positive number of seconds, not {}", args.drain_secs)
+    })?;
     let sandbox = Sandbox::new(SandboxConfig::default())?;
     let agent = Arc::new(Agent::load(&args.agent, sandbox).await?);
     let url = db_url(args.db.as_deref(), agent.dir());
@@ -80,6 +88,7 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
         lease,
         heartbeat,
         poll,
+        drain,
         ..WorkerConfig::default()
     };
     if let Some(id) = &args.worker_id {

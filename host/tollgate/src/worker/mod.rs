@@ -9,13 +9,25 @@
 //! frozen, or the database clock moved past it) stops the step and can commit nothing: the store
 //! checks every write against the claim's fence.
 //!
+//! Stopping ([`Worker::run`]'s `shutdown`, SIGTERM in `tollgate worker` and `tollgate serve`)
+//! drains: no new claims; the steps in hand get [`WorkerConfig::drain`] to finish; then each one
+//! left is stopped (its CLI's process group killed) and its claim released with
+//! [`Store::release`], so another Worker takes it at once instead of after the lease.
+//!
 //! # Caveats
 //!
-//! - A step whose rows do not parse (a corrupt or future-version run state or record) is not run:
-//!   it is put back with a long delay and logged, so nothing is lost and an operator can repair
-//!   or upgrade; see [`PARKED_RETRY`].
+//! - A step whose rows cannot be used (a corrupt run state, record or payload; rows that
+//!   disagree) ends its turn with a `turn_failed` event (and `last_turn_error` when the run state
+//!   is readable; an unreadable one is never overwritten), instead of being retried forever; see
+//!   `tollgate_engine::session::turn::on_unusable_rows`. A row written by a *newer* Tollgate (or
+//!   a step kind this build does not know) is not run: it is put back with a long delay and
+//!   logged, for a newer Worker; see [`PARKED_RETRY`].
 //! - SIGKILL loses nothing that was committed; the step's lease expires and another Worker (or
-//!   this one, restarted) claims it with a higher attempt.
+//!   this one, restarted) claims it with a higher attempt. The CLI dies with its Worker
+//!   (`tollgate_claude::transport`), and the next Worker to start removes the segment
+//!   directories it left (`tollgate_claude::launch::remove_stale_scratch`).
+//! - A released step was stopped mid-way: what it committed stays (a single-attempt call's
+//!   `started` mark makes its next claim record `outcome_unknown`, never a second run).
 
 mod run_model;
 mod tool_steps;
@@ -25,13 +37,16 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
 use tollgate_claude::CliBinary;
-use tollgate_engine::session::{StepInput, Transition};
+use tollgate_engine::session::{
+    CallEntry, EngineError, RunState, StepInput, Transition, event_kind, failure_reason, item_kind,
+};
 use tollgate_store::{Claimed, CommitReceipt, Store, StoreError};
 use tracing::{debug, error, info, warn};
 
 use crate::agent::Agent;
 use crate::convert;
 use crate::metrics::Metrics;
+use crate::sessions;
 
 /// How long a step whose rows cannot be read waits before it is tried again.
 pub const PARKED_RETRY: Duration = Duration::from_secs(300);
@@ -49,6 +64,8 @@ pub struct WorkerConfig {
     pub heartbeat: Duration,
     /// The longest wait between claims when no wake-up arrives.
     pub poll: Duration,
+    /// How long a stopping Worker lets the steps in hand finish before it releases them.
+    pub drain: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -59,6 +76,7 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
             poll: Duration::from_secs(2),
+            drain: Duration::from_secs(30),
         }
     }
 }
@@ -91,6 +109,9 @@ pub(crate) enum StepError {
     /// The step's rows cannot be used.
     #[error(transparent)]
     Engine(#[from] tollgate_engine::session::EngineError),
+    /// The Worker is stopping and its drain time is up: the step is handed back.
+    #[error("the Worker is stopping; the step was handed back")]
+    Released,
 }
 
 impl From<StoreError> for StepError {
@@ -120,11 +141,17 @@ impl Worker {
         &self.metrics
     }
 
-    /// Runs until `shutdown` resolves, then waits for the steps in hand.
+    /// Runs until `shutdown` resolves, then drains: the steps in hand get
+    /// [`WorkerConfig::drain`] to finish, and those left are stopped and released.
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
         let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let mut work = self.store.work_signal();
         let mut tasks = tokio::task::JoinSet::new();
+        let (release_tx, release_rx) = watch::channel(false);
+        let stale = tollgate_claude::launch::remove_stale_scratch(None);
+        if stale > 0 {
+            info!(removed = stale, "removed segment directories that stopped Workers left behind");
+        }
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, "worker started");
         tokio::pin!(shutdown);
         // Claims failed in a row (the store is unavailable): the retry backs off with jitter.
@@ -135,9 +162,17 @@ impl Worker {
                 () = &mut shutdown => break,
             };
             while tasks.try_join_next().is_some() {}
+            let claim = self.store.claim(&self.config.worker_id, self.config.lease);
+            tokio::pin!(claim);
             let claimed = tokio::select! {
-                claimed = self.store.claim(&self.config.worker_id, self.config.lease) => claimed,
-                () = &mut shutdown => break,
+                claimed = &mut claim => claimed,
+                () = &mut shutdown => {
+                    // The claim may be taken already: give it a moment, and hand it back.
+                    if let Ok(Ok(Some(claimed))) = tokio::time::timeout(Duration::from_secs(2), claim).await {
+                        self.release(&claimed).await;
+                    }
+                    break;
+                }
             };
             if claimed.is_ok() && claim_failures > 0 {
                 info!(failures = claim_failures, "claims work again");
@@ -146,8 +181,9 @@ impl Worker {
             match claimed {
                 Ok(Some(claimed)) => {
                     let worker = self.clone();
+                    let release = release_rx.clone();
                     tasks.spawn(async move {
-                        worker.run_claimed(claimed).await;
+                        worker.run_claimed(claimed, release).await;
                         drop(permit);
                     });
                 }
@@ -171,12 +207,54 @@ impl Worker {
                 }
             }
         }
-        info!(steps = tasks.len(), "worker stopping; finishing the steps in hand");
-        while tasks.join_next().await.is_some() {}
+        if !tasks.is_empty() {
+            info!(
+                steps = tasks.len(),
+                drain_secs = self.config.drain.as_secs_f64(),
+                "worker stopping: no new claims; finishing the steps in hand"
+            );
+            let drained =
+                tokio::time::timeout(self.config.drain, async { while tasks.join_next().await.is_some() {} })
+                    .await;
+            if drained.is_err() {
+                warn!(
+                    steps = tasks.len(),
+                    "the drain time is up: stopping the steps in hand and releasing them"
+                );
+                let _ = release_tx.send(true);
+                while tasks.join_next().await.is_some() {}
+            }
+        }
+        info!(worker = %self.config.worker_id, "worker stopped");
     }
 
-    /// Runs one claimed step under its heartbeat.
-    async fn run_claimed(&self, claimed: Claimed) {
+    /// Hands `claimed` back so another Worker claims it at once; a claim that is already stale
+    /// needs nothing.
+    async fn release(&self, claimed: &Claimed) {
+        let mut delay = Duration::from_millis(50);
+        for _ in 0..4 {
+            match self.store.release(claimed).await {
+                Ok(()) => {
+                    info!(step = claimed.step.step_id, kind = %claimed.step.kind, session = %claimed.step.session_id,
+                        "released the step to another Worker");
+                    return;
+                }
+                Err(StoreError::LeaseLost { .. }) => return,
+                Err(err) if err.is_retryable() => {
+                    warn!(error = %err, "release failed; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay *= 4;
+                }
+                Err(err) => {
+                    warn!(error = %err, "release failed; the step runs again when its lease expires");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs one claimed step under its heartbeat, until it ends or `release` turns true.
+    async fn run_claimed(&self, claimed: Claimed, mut release: watch::Receiver<bool>) {
         let step = &claimed.step;
         debug!(step = step.step_id, kind = %step.kind, session = %step.session_id, attempt = step.attempt, "claimed");
         let (lost_tx, mut lost_rx) = watch::channel(false);
@@ -206,19 +284,32 @@ impl Worker {
             })
         };
         let started = std::time::Instant::now();
+        // Dropping the step's future stops it: a segment's CLI process group is killed.
         let result = tokio::select! {
             result = self.execute(&claimed) => result,
             _ = lost_rx.wait_for(|lost| *lost) => Err(StepError::LeaseLost),
+            Ok(_) = release.wait_for(|release| *release) => Err(StepError::Released),
         };
         heartbeat.abort();
+        let result = match result {
+            Err(StepError::Engine(err)) if !is_newer(&err) => {
+                self.end_turn_on_unusable_rows(&claimed, err.to_string()).await
+            }
+            Err(StepError::Store(err @ StoreError::Corrupt { .. })) => {
+                self.end_turn_on_unusable_rows(&claimed, err.to_string()).await
+            }
+            other => other,
+        };
         let outcome = match &result {
             Ok(()) => "committed",
             Err(StepError::LeaseLost) => "lease_lost",
             Err(StepError::Engine(_)) => "parked",
             Err(StepError::Store(_)) => "store_error",
+            Err(StepError::Released) => "released",
         };
         self.metrics.step(&claimed.step.kind, outcome, started.elapsed());
         match result {
+            Err(StepError::Released) => self.release(&claimed).await,
             Ok(()) => debug!(step = claimed.step.step_id, "committed"),
             Err(StepError::LeaseLost) => warn!(
                 step = claimed.step.step_id,
@@ -229,7 +320,7 @@ impl Worker {
             ),
             Err(StepError::Engine(err)) => {
                 error!(step = claimed.step.step_id, session = %claimed.step.session_id, error = %err,
-                    "the step's rows cannot be used; parked for {} s, nothing was changed", PARKED_RETRY.as_secs());
+                    "the step's rows cannot be used by this build; parked for {} s, nothing was changed", PARKED_RETRY.as_secs());
                 let park = tollgate_store::Commit::finish(tollgate_store::Finish::Retry(PARKED_RETRY));
                 if let Err(err) = self.store.commit(&claimed, park).await {
                     warn!(error = %err, "could not park the step");
@@ -237,6 +328,56 @@ impl Worker {
             }
             Err(StepError::Store(err)) => {
                 warn!(step = claimed.step.step_id, error = %err, "the store failed; the step runs again when its lease expires");
+            }
+        }
+    }
+
+    /// Ends the turn of a step whose rows cannot be used, with `error` for the client (see the
+    /// module's caveats). An error here (the failure could not be written either) parks the step.
+    async fn end_turn_on_unusable_rows(&self, claimed: &Claimed, error: String) -> Result<(), StepError> {
+        let step = &claimed.step;
+        let store = self.store.as_ref();
+        error!(step = step.step_id, kind = %step.kind, session = %step.session_id, error = %error,
+            "the step's rows cannot be used; ending its turn");
+        let state = match store.session(&step.session_id).await {
+            Ok(Some(session)) => RunState::parse(session.run_state.get()).ok(),
+            _ => None,
+        };
+        let calls: Vec<CallEntry> = match store.tool_calls(&step.session_id).await {
+            Ok(records) => records.iter().filter_map(|r| CallEntry::parse(r.record.get()).ok()).collect(),
+            Err(_) => Vec::new(),
+        };
+        let prompts_seen = sessions::read_all_items(store, &step.session_id).await.ok().map(|items| {
+            items
+                .iter()
+                .filter(|i| i.kind == item_kind::USER_PROMPT || i.kind == item_kind::TURN_FAILURE_NOTE)
+                .map(|i| i.seq)
+                .max()
+                .unwrap_or(0)
+        });
+        let turn_id = match StepInput::parse(&step.kind, step.payload.get()) {
+            Ok(StepInput::RunModel(input)) => input.turn_id,
+            Ok(
+                StepInput::AwaitToolApproval(call)
+                | StepInput::CallTool(call)
+                | StepInput::CallSingleAttemptTool(call)
+                | StepInput::ResumeTurn(call),
+            ) => Some(call.turn_id),
+            Err(_) => None,
+        };
+        let transition = tollgate_engine::session::turn::on_unusable_rows(
+            turn_id.as_deref(),
+            state.as_ref(),
+            &calls,
+            prompts_seen,
+            error.clone(),
+        );
+        match self.commit(claimed, transition).await {
+            Ok(_) => Ok(()),
+            Err(StepError::LeaseLost) => Err(StepError::LeaseLost),
+            Err(other) => {
+                warn!(error = %other, "the turn's failure could not be written");
+                Err(StepError::Engine(EngineError::Inconsistent(error)))
             }
         }
     }
@@ -258,8 +399,18 @@ impl Worker {
         claimed: &Claimed,
         transition: Transition,
     ) -> Result<CommitReceipt, StepError> {
+        let failed_turns: Vec<&'static str> = transition
+            .events
+            .iter()
+            .filter(|e| e.kind == event_kind::TURN_FAILED)
+            .map(|e| {
+                let reason = e.payload["reason"].as_str().unwrap_or_default();
+                failure_reason::ALL.iter().copied().find(|known| *known == reason).unwrap_or("other")
+            })
+            .collect();
         let commit = convert::commit(transition);
         let mut delay = Duration::from_millis(50);
+        let mut result = None;
         for _ in 0..4 {
             match self.store.commit(claimed, commit.clone()).await {
                 Err(err) if err.is_retryable() => {
@@ -267,11 +418,35 @@ impl Worker {
                     tokio::time::sleep(delay).await;
                     delay *= 4;
                 }
-                other => return Ok(other?),
+                other => {
+                    result = Some(other);
+                    break;
+                }
             }
         }
-        Ok(self.store.commit(claimed, commit).await?)
+        let receipt = match result {
+            Some(result) => result?,
+            None => self.store.commit(claimed, commit).await?,
+        };
+        for reason in failed_turns {
+            self.metrics.turn_failed(reason);
+            if is_poison(reason) {
+                self.metrics.poison_step(&claimed.step.kind);
+            }
+        }
+        Ok(receipt)
     }
+}
+
+/// A row or step kind of a newer Tollgate: left for a newer Worker, not failed.
+fn is_newer(error: &EngineError) -> bool {
+    matches!(error, EngineError::FutureVersion { .. } | EngineError::UnknownStep { .. })
+}
+
+/// A turn failure that means its step failed every time it ran (not a limit it reached).
+fn is_poison(reason: &str) -> bool {
+    [failure_reason::SEGMENT_FAILED, failure_reason::WORKER_STOPPED, failure_reason::UNUSABLE_ROWS]
+        .contains(&reason)
 }
 
 /// The longest wait between retries of a failed claim or heartbeat (and never more than the

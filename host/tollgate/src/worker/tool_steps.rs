@@ -5,7 +5,7 @@
 use tollgate_engine::record::{ContentPart, text_of_content};
 use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::tools::{self as rules, Begin, ToolRun};
-use tollgate_engine::session::{CallEntry, CallStep, EngineError};
+use tollgate_engine::session::{CALL_TOOL_ATTEMPTS, CallEntry, CallStep, EngineError, Finish};
 use tollgate_sandbox::{CallError, Content, DeferredExecution};
 use tollgate_store::Claimed;
 use tracing::{info, warn};
@@ -54,9 +54,16 @@ pub(super) async fn call(
     let call = load_call(worker, claimed, step).await?;
     let (key, attempt) = match rules::begin_tool_step(session, single_attempt, claimed.step.attempt, &call) {
         Begin::Finish(transition) => {
-            info!(session = %session, tool_call = %call.tool_call_id, attempt = claimed.step.attempt,
-                "not running the call again: {}", if single_attempt { "a single-attempt call that started" } else { "attempts ran out" });
+            let ran_out = claimed.step.attempt > CALL_TOOL_ATTEMPTS;
+            if call.state.outcome().is_none() {
+                info!(session = %session, tool_call = %call.tool_call_id, attempt = claimed.step.attempt,
+                    "not running the call again: {}", if ran_out { "attempts ran out" } else { "a single-attempt call that started" });
+            }
             worker.commit(claimed, *transition).await?;
+            if ran_out && !single_attempt && call.state.outcome().is_none() {
+                // Its Worker stopped on every attempt.
+                worker.metrics.poison_step(&claimed.step.kind);
+            }
             return Ok(());
         }
         Begin::Run { idempotency_key, attempt, mark_started } => {
@@ -113,7 +120,14 @@ pub(super) async fn call(
     if let ToolRun::Error { message } = &run {
         warn!(session = %session, tool_call = %call.tool_call_id, attempt, error = %message, "tool call failed");
     }
-    worker.commit(claimed, rules::on_tool_result(single_attempt, i64::from(attempt), &call, run)).await?;
+    let errored = matches!(run, ToolRun::Error { .. });
+    let transition = rules::on_tool_result(single_attempt, i64::from(attempt), &call, run);
+    let gave_up = errored && !single_attempt && matches!(transition.finish, Finish::Done(_));
+    worker.commit(claimed, transition).await?;
+    if gave_up {
+        // Every attempt failed: the call is recorded `outcome_unknown` and the turn goes on.
+        worker.metrics.poison_step(&claimed.step.kind);
+    }
     Ok(())
 }
 

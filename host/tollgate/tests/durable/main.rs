@@ -6,11 +6,15 @@
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `matrix`: the seeds' crash matrix.
 //! - `outage`: PostgreSQL stopped and started again under `tollgate serve` and a Worker.
+//! - `lifecycle`: a Worker's life and death: graceful drain and the handover of a released step,
+//!   the CLI dying with a SIGKILLed Worker, private and reclaimed segment folders, poison steps,
+//!   unreadable rows, statuses.
 //! - `scale`: two Workers on one PostgreSQL database, a thousand sessions waiting for approval,
 //!   refused rows.
 
 mod api;
 mod api_input;
+mod lifecycle;
 mod matrix;
 mod outage;
 mod scale;

@@ -184,11 +184,16 @@ async fn a_future_version_or_corrupt_row_is_refused_by_name_and_nothing_else_is_
     assert!(future.contains("version 2"), "{future}");
     let corrupt = sessions::snapshot(world.store.as_ref(), "corrupt").await.unwrap_err().to_string();
     assert!(corrupt.contains("run state is corrupt"), "{corrupt}");
-    // Their messages are kept, and their steps wait (parked), not lost.
+    // Their messages are kept. A newer Tollgate's row waits (parked) for a newer Worker; a corrupt
+    // one ends its turn with an error event instead of waiting forever.
     for session in ["future", "corrupt"] {
         let items = sessions::read_all_items(world.store.as_ref(), session).await.unwrap();
         assert_eq!(items.len(), 1, "{session}: the message is stored");
-        let step = world.store.step_in_flight(session).await.unwrap().expect("the step is still there");
-        assert_eq!(step.kind, "RunModel");
     }
+    let step = world.store.step_in_flight("future").await.unwrap().expect("the step is still there");
+    assert_eq!(step.kind, "RunModel");
+    assert!(world.store.step_in_flight("corrupt").await.unwrap().is_none());
+    let events = world.events("corrupt").await;
+    let failed = events.iter().find(|e| e.kind == "turn_failed").expect("a turn_failed event");
+    assert!(failed.payload.get().contains("run state is corrupt"), "{}", failed.payload.get());
 }

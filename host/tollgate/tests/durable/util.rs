@@ -323,6 +323,25 @@ impl WorkerProcess {
             .unwrap_or(0)
     }
 
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// Sends `signal` and returns at once.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: sending a signal to our own child's pid.
+        unsafe { libc::kill(self.pid(), signal) };
+    }
+
+    /// Waits until it has exited (60 s at most) and returns how.
+    pub async fn exited(mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the Worker did not exit; its log:\n{}", self.log_text()))
+            .expect("wait for the Worker")
+    }
+
     /// Its child processes, from `/proc`.
     pub fn children(&self) -> Vec<u32> {
         let mut out = Vec::new();

@@ -1,0 +1,448 @@
+//! A Worker's life and death: SIGTERM drains (finishes the step in hand, or releases it to another
+//! Worker at once), the CLI dies with a SIGKILLed Worker, segment folders are private and the next
+//! Worker removes a dead one's, poison steps end instead of looping, a session whose row cannot be
+//! read ends its turn with an error event, and a queued turn shows `running`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tollgate::sessions;
+use tollgate_store::StepState;
+use tollgate_store::testing::PgCluster;
+
+use crate::served::Served;
+use crate::util::{Refund, WorkerProcess, World};
+
+const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
+const GATE_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether process `pid` runs (a zombie does not: it only waits to be reaped).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state follows the last `)`.
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}
+
+/// Waits until `worker`'s log contains `text` (60 s at most).
+async fn wait_log(worker: &WorkerProcess, text: &str) {
+    let start = Instant::now();
+    while !worker.log_text().contains(text) {
+        assert!(start.elapsed() < Duration::from_secs(60), "no {text:?} in the log:\n{}", worker.log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls the step until a claim newer than `fence` holds it; returns the time since `since`.
+async fn wait_for_reclaim(world: &World, step_id: i64, fence: i64, since: Instant) -> Duration {
+    loop {
+        let step = world.store.step(step_id).await.expect("read the step").expect("the step exists");
+        if step.fence > fence && step.state == StepState::Claimed {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "never reclaimed: {step:?}\n{}",
+            world.diagnostics()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn last_answer(snapshot: &sessions::Snapshot) -> String {
+    snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+/// The segment folders of process `pid` under `dir`.
+fn segment_folders(dir: &Path, pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("tollgate-segment-{pid}-");
+    std::fs::read_dir(dir)
+        .expect("read the temp dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_drain_zero_hands_a_running_segment_to_another_worker_at_once() {
+    let Some(cluster) = PgCluster::start_or_skip() else { return };
+    let Some(world) = World::on_db("drain handover", Refund::SingleAttemptWithApproval, &cluster.url()).await
+    else {
+        return;
+    };
+    const LEASE_SECS: u64 = 10;
+    let lease = LEASE_SECS.to_string();
+    let args = |drain: &'static str| {
+        vec!["--lease-secs", &lease, "--heartbeat-secs", "2", "--concurrency", "1", "--drain-secs", drain]
+    };
+    let a = world.worker_with("a", &world.db, &args("0"));
+    world.send("s", "pause h1 ;; say hello").await;
+    world.mock.wait_for_gate("h1", GATE_WAIT).await.expect("A's segment reached the model");
+    let held = world.store.step_in_flight("s").await.unwrap().expect("A holds the step");
+    let cli = a.children();
+    assert_eq!(cli.len(), 1, "A runs one CLI: {cli:?}");
+    let b = world.worker_with("b", &world.db, &args("30"));
+    wait_log(&b, "worker started").await;
+
+    let sigterm = Instant::now();
+    a.signal(libc::SIGTERM);
+    let handover = wait_for_reclaim(&world, held.step_id, held.fence, sigterm).await;
+    let a_log = a.log_text();
+    let status = a.exited().await;
+    let exited = sigterm.elapsed();
+    assert!(status.success(), "A exits cleanly: {status}\n{a_log}");
+    assert!(!alive(cli[0]), "A's CLI was stopped");
+    let a_log = std::fs::read_to_string(world.dir.path().join("a.log")).unwrap_or(a_log);
+    assert!(a_log.contains("released the step"), "{a_log}");
+    let reclaimed = world.store.step(held.step_id).await.unwrap().unwrap();
+    assert_eq!(reclaimed.attempt, held.attempt, "the released attempt is not counted");
+
+    world.mock.wait_for_gate_arrivals("h1", 2, GATE_WAIT).await.expect("B's segment reached the model");
+    world.mock.open_gate("h1");
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    assert_eq!(last_answer(&done), "said: hello");
+    let events = world.events("s").await;
+    assert_eq!(events.iter().filter(|e| e.kind == "turn_completed").count(), 1, "{events:?}");
+    let claims: std::collections::BTreeSet<_> = events.iter().filter_map(|e| e.step).collect();
+    assert!(claims.len() >= 2, "A's and B's claims wrote events, each under its fence: {claims:?}");
+
+    // For comparison, what a Worker that dies (SIGKILL) costs today: the rest of its lease.
+    world.send("s2", "pause h2 ;; say two").await;
+    world.mock.wait_for_gate("h2", GATE_WAIT).await.expect("B's segment reached the model");
+    let held = world.store.step_in_flight("s2").await.unwrap().expect("B holds the step");
+    let c = world.worker_with("c", &world.db, &args("30"));
+    wait_log(&c, "worker started").await;
+    let sigkill = Instant::now();
+    b.kill().await;
+    let after_kill = wait_for_reclaim(&world, held.step_id, held.fence, sigkill).await;
+    world.mock.open_gate("h2");
+    world.wait_idle_after("s2", 1).await;
+    drop(c);
+
+    eprintln!(
+        "handover to another Worker (PostgreSQL, lease {LEASE_SECS} s, heartbeat 2 s): after SIGTERM with \
+         --drain-secs 0 {} ms (the Worker exited after {} ms); after SIGKILL {} ms",
+        handover.as_millis(),
+        exited.as_millis(),
+        after_kill.as_millis()
+    );
+    assert!(
+        handover < Duration::from_secs(LEASE_SECS) / 2,
+        "a released step is taken well before the lease: {handover:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_the_step_in_hand_finish_within_the_drain_time_and_claims_nothing_new() {
+    let Some(world) = World::new("drain finishes the step", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let a = world.worker_with(
+        "a",
+        &world.db,
+        &["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2", "--drain-secs", "60"],
+    );
+    world.send("s", "pause d1 ;; say drained").await;
+    world.mock.wait_for_gate("d1", GATE_WAIT).await.expect("the segment reached the model");
+    a.signal(libc::SIGTERM);
+    wait_log(&a, "worker stopping").await;
+    world.send("later", "say never by A").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    world.mock.open_gate("d1");
+    let log_path = a.log.clone();
+    let status = a.exited().await;
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(!log.contains("released the step"), "the step finished in time: {log}");
+    let done = world.snapshot("s").await;
+    assert_eq!((done.status.as_str(), last_answer(&done).as_str()), ("idle", "said: drained"), "{log}");
+    let queued = world.store.step_in_flight("later").await.unwrap().expect("still queued");
+    assert_eq!(
+        (queued.state, queued.attempt),
+        (StepState::Queued, 0),
+        "a stopping Worker claims nothing new"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_single_attempt_write_released_mid_call_is_outcome_unknown_and_never_runs_twice() {
+    let Some(world) = World::new("release mid-call", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    world.payments.hold();
+    let a = world.worker_with(
+        "a",
+        &world.db,
+        &["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2", "--drain-secs", "0"],
+    );
+    world.send("s", REFUND).await;
+    let waiting = world.wait_for("s", "the approval", |s| s.status == "awaiting_approval").await;
+    let id = waiting.pending_interrupts[0]["interrupt_id"].as_str().unwrap().to_owned();
+    world.decide("s", &id, true, None, "k").await;
+    world.payments.wait_for(1).await;
+    a.signal(libc::SIGTERM);
+    let log_path = a.log.clone();
+    assert!(a.exited().await.success());
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+    assert!(log.contains("released the step"), "{log}");
+    let step = world.store.step_in_flight("s").await.unwrap().expect("the released step");
+    assert_eq!((step.kind.as_str(), step.state), ("CallSingleAttemptTool", StepState::Queued));
+    world.payments.release();
+
+    let _b = world.worker("b");
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    assert_eq!(done.tool_calls[0]["status"], "outcome_unknown", "{done:#?}");
+    assert_eq!(world.payments.count(), 1, "never run twice");
+    let (seen, is_error) = world.tool_result_seen(&id).expect("the model was told");
+    assert!(seen.contains("unknown") && is_error, "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigkilled_workers_cli_dies_with_it_and_the_next_worker_removes_its_private_segment_folder() {
+    let Some(world) = World::new("CLI dies with its Worker", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let tmp = world.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let env = [("TMPDIR", tmp.to_str().unwrap())];
+    let a = world.worker_with_env("a", &env);
+    world.send("s", "pause k1 ;; say after").await;
+    world.mock.wait_for_gate("k1", GATE_WAIT).await.expect("the segment reached the model");
+    let cli = a.children();
+    assert_eq!(cli.len(), 1, "{cli:?}");
+    let folders = segment_folders(&tmp, a.id());
+    assert_eq!(folders.len(), 1, "one segment folder named by A's pid: {folders:?}");
+    let folder = folders[0].clone();
+    for dir in [folder.clone(), folder.join("config"), folder.join("home"), folder.join("tmp")] {
+        assert_eq!(mode(&dir), 0o700, "{} is private", dir.display());
+    }
+
+    let killed = Instant::now();
+    a.kill().await;
+    while alive(cli[0]) {
+        assert!(killed.elapsed() < Duration::from_secs(10), "the CLI {} outlived its Worker", cli[0]);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let died = killed.elapsed();
+    eprintln!("the CLI died {} ms after its Worker was SIGKILLed", died.as_millis());
+    assert!(died < Duration::from_secs(2), "{died:?}");
+    assert!(folder.exists(), "a SIGKILLed Worker cannot clean up");
+
+    let b = world.worker_with_env("b", &env);
+    wait_log(&b, "removed segment directories").await;
+    assert!(!folder.exists(), "B removed A's folder");
+    world.mock.open_gate("k1");
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(last_answer(&done), "said: after", "{}", world.diagnostics());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(segment_folders(&tmp, b.id()).is_empty(), "B removes its own folder after each segment");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_is_running_from_the_moment_its_turn_is_queued_until_the_last_queued_turn_ends() {
+    let Some(world) = World::new("running status", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let running = || async {
+        let list = world.store.list_sessions(Some("running"), "", 10).await.unwrap();
+        list.into_iter().map(|s| s.session_id).collect::<Vec<_>>()
+    };
+    world.send("s", "pause r1 ;; say first").await;
+    assert_eq!(world.snapshot("s").await.status, "running", "queued, no Worker yet");
+    assert_eq!(running().await, ["s"]);
+    let _a = world.worker("a");
+    world.mock.wait_for_gate("r1", GATE_WAIT).await.expect("the segment reached the model");
+    assert_eq!(world.snapshot("s").await.status, "running", "its first segment runs");
+    sessions::send(world.store.as_ref(), "s", "pause r2 ;; say second", None).await.unwrap();
+    world.mock.open_gate("r1");
+    world.mock.wait_for_gate("r2", GATE_WAIT).await.expect("the queued turn started");
+    let between = world.snapshot("s").await;
+    assert_eq!(between.status, "running", "the queued turn runs: {between:#?}");
+    world.mock.open_gate("r2");
+    let done = world.wait_idle_after("s", 2).await;
+    assert_eq!((done.status.as_str(), last_answer(&done).as_str()), ("idle", "said: second"));
+    assert!(running().await.is_empty());
+}
+
+/// Opens the world's SQLite file for raw SQL.
+async fn raw_sqlite(world: &World) -> sqlx::SqliteConnection {
+    use sqlx::ConnectOptions;
+    let path = world.db.strip_prefix("sqlite://").expect("a SQLite world");
+    sqlx::sqlite::SqliteConnectOptions::new().filename(path).connect().await.expect("open the file")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_whose_run_state_cannot_be_read_ends_each_turn_with_an_error_event() {
+    let Some(world) = World::new("unreadable run state", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    for session in ["not-json", "wrong-shape", "good"] {
+        sessions::start(world.store.as_ref(), session).await.unwrap();
+    }
+    let mut conn = raw_sqlite(&world).await;
+    sqlx::query("UPDATE sessions SET run_state = '{broken' WHERE session_id = 'not-json'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE sessions SET run_state = '{\"version\":1,\"turn_entries\":7}' WHERE session_id = 'wrong-shape'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let run_state = |id: &'static str| {
+        let path = world.db.clone();
+        async move {
+            use sqlx::ConnectOptions;
+            let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path.strip_prefix("sqlite://").unwrap())
+                .connect()
+                .await
+                .unwrap();
+            sqlx::query_scalar::<_, String>("SELECT run_state FROM sessions WHERE session_id = ?")
+                .bind(id)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    let _a = world.worker("a");
+    for session in ["not-json", "wrong-shape", "good"] {
+        sessions::send(world.store.as_ref(), session, "say hi", Some("k1")).await.expect("accepted");
+    }
+    let good = world.wait_idle_after("good", 1).await;
+    assert_eq!(last_answer(&good), "said: hi", "{}", world.diagnostics());
+    for (session, named) in
+        [("not-json", "corrupt row in `sessions`"), ("wrong-shape", "run state is corrupt")]
+    {
+        let start = Instant::now();
+        let failed = loop {
+            let events = world.events(session).await;
+            if let Some(e) = events.iter().find(|e| e.kind == "turn_failed") {
+                break e.payload.get().to_owned();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{session}: no turn_failed\n{}",
+                world.diagnostics()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(failed.contains(named) && failed.contains("unusable_rows"), "{session}: {failed}");
+        assert!(world.store.step_in_flight(session).await.unwrap().is_none(), "{session}: not retried");
+    }
+    assert_eq!(run_state("not-json").await, "{broken", "an unreadable run state is never overwritten");
+    let statuses = world.store.list_sessions(None, "", 10).await.unwrap();
+    assert!(statuses.iter().all(|s| s.status == "idle"), "{statuses:?}");
+    let readable = world.store.session("wrong-shape").await.unwrap().unwrap();
+    assert_eq!(readable.run_state.get(), r#"{"version":1,"turn_entries":7}"#);
+
+    // Each later message fails its own turn once; nothing loops.
+    sessions::send(world.store.as_ref(), "not-json", "say again", Some("k2")).await.expect("accepted");
+    let start = Instant::now();
+    while world.events("not-json").await.iter().filter(|e| e.kind == "turn_failed").count() < 2 {
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", world.diagnostics());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let failures = world.events("not-json").await.iter().filter(|e| e.kind == "turn_failed").count();
+    assert_eq!(failures, 2, "one failed turn per message");
+    assert_eq!(world.mock.message_requests().len(), 1, "only the good session reached the model");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and_is_counted() {
+    let Some(world) = World::new("poison tool", Refund::SingleAttemptWithApproval).await else { return };
+    std::fs::copy(tollgate_test_guests::HOSTILE, world.agent.join("tools/hostile.wasm")).expect("hostile");
+    let config = std::fs::read_to_string(world.agent.join("tollgate.toml")).unwrap();
+    let config = config.replace(
+        "Grep = { effect = \"read\" }",
+        "Grep = { effect = \"read\" }\npanic = { effect = \"idempotent_write\" }",
+    );
+    std::fs::write(world.agent.join("tollgate.toml"), config).unwrap();
+    let served = Served::start(&world, "api", None).await;
+    world.send("poison", "call panic").await;
+    world.send("other", "say fine").await;
+    let other = world.wait_idle_after("other", 1).await;
+    assert_eq!(last_answer(&other), "said: fine", "{}", world.diagnostics());
+
+    let done = world.wait_idle_after("poison", 1).await;
+    assert_eq!(done.tool_calls.len(), 1, "{done:#?}");
+    assert_eq!(done.tool_calls[0]["status"], "outcome_unknown", "{done:#?}");
+    let events = world.events("poison").await;
+    let retries = events.iter().filter(|e| e.kind == "attempt_failed").count();
+    assert_eq!(retries, 2, "three attempts, then it gave up: {events:?}");
+    let id = done.tool_calls[0]["tool_call_id"].as_str().unwrap();
+    let (seen, is_error) = world.tool_result_seen(id).expect("the model was told");
+    assert!(is_error && seen.contains("unknown"), "{seen}");
+
+    let metrics = reqwest::get(format!("{}/metrics", served.url)).await.unwrap().text().await.unwrap();
+    for line in ["tollgate_poison_steps_total{kind=\"CallTool\"} 1", "tollgate_sandbox_traps_total 3"] {
+        assert!(metrics.contains(line), "{line} is not in /metrics:\n{metrics}");
+    }
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transcript_the_cli_refuses_fails_each_turn_after_its_attempts_and_is_counted() {
+    let Some(world) = World::new("refused transcript", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let served = Served::start(&world, "api", None).await;
+    world.send("t", "say one").await;
+    let first = world.wait_idle_after("t", 1).await;
+    assert_eq!(last_answer(&first), "said: one", "{}", world.diagnostics());
+    // Keep the stored transcript's session but replace its entries with ones the CLI cannot load.
+    let mut conn = raw_sqlite(&world).await;
+    sqlx::query(
+        "UPDATE items SET body = '{\"kind\":\"claude_transcript\",\"session_id\":'
+             || json_quote(json_extract(body, '$.session_id'))
+             || ',\"entries\":[{\"type\":\"x-unknown\",\"uuid\":\"bad-' || seq || '\"}]}'
+         WHERE session_id = 't' AND kind = 'claude_transcript'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    world.send("t", "say two").await;
+    world.send("other", "say fine").await;
+    let other = world.wait_idle_after("other", 1).await;
+    assert_eq!(last_answer(&other), "said: fine", "another session is not blocked");
+    let failed = world.wait_idle_after("t", 2).await;
+    let error = failed.last_turn_error.clone().expect("the turn failed with an error");
+    assert!(!error.is_empty(), "{failed:#?}");
+    world.send("t", "say three").await;
+    let again = world.wait_idle_after("t", 3).await;
+    assert!(again.last_turn_error.is_some(), "the next turn fails the same way: {again:#?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(world.store.step_in_flight("t").await.unwrap().is_none(), "nothing loops");
+    let events = world.events("t").await;
+    let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(
+        (count("turn_failed"), count("attempt_failed")),
+        (2, 4),
+        "three attempts per turn: {events:?}"
+    );
+    assert!(
+        events.iter().filter(|e| e.kind == "turn_failed").all(|e| e.payload.get().contains("segment_failed"))
+    );
+    eprintln!("the refused transcript's turn error: {error}");
+
+    let metrics = reqwest::get(format!("{}/metrics", served.url)).await.unwrap().text().await.unwrap();
+    for line in [
+        "tollgate_turn_failures_total{reason=\"segment_failed\"} 2",
+        "tollgate_poison_steps_total{kind=\"RunModel\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} is not in /metrics:\n{metrics}");
+    }
+    served.stop().await;
+}
