@@ -115,6 +115,11 @@ impl Worker {
         self
     }
 
+    /// The agent it runs.
+    pub fn agent(&self) -> &Arc<Agent> {
+        &self.agent
+    }
+
     /// The metrics it records into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -125,7 +130,10 @@ impl Worker {
         let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let mut work = self.store.work_signal();
         let mut tasks = tokio::task::JoinSet::new();
-        info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, "worker started");
+        // Only sessions this agent may run: unpinned ones, and those pinned to its digest.
+        let digests = self.agent.claim_digests();
+        info!(worker = %self.config.worker_id, concurrency = self.config.concurrency,
+            agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
         tokio::pin!(shutdown);
         // Claims failed in a row (the store is unavailable): the retry backs off with jitter.
         let mut claim_failures = 0u32;
@@ -136,7 +144,7 @@ impl Worker {
             };
             while tasks.try_join_next().is_some() {}
             let claimed = tokio::select! {
-                claimed = self.store.claim(&self.config.worker_id, self.config.lease) => claimed,
+                claimed = self.store.claim_for(&self.config.worker_id, self.config.lease, &digests) => claimed,
                 () = &mut shutdown => break,
             };
             if claimed.is_ok() && claim_failures > 0 {
