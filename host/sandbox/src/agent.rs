@@ -15,7 +15,7 @@ use crate::bindings::agent::plain::OptionsFactoryPre;
 use crate::bindings::agent::plain::tollgate::agent::types as wit;
 use crate::bindings::agent::with_policy::OptionsFactoryWithCliPolicyPre;
 use crate::error::{CallError, LoadError};
-use crate::tools::{Grants, Manifests, export_names};
+use crate::tools::{ComponentSource, Grants, Manifests, export_names};
 use crate::{Manifest, Sandbox};
 
 /// The interface an options factory must export.
@@ -155,9 +155,19 @@ impl Sandbox {
         path: &Path,
         manifests: &Manifests,
     ) -> Result<OptionsFactory, LoadError> {
+        self.load_options_factory_source(&ComponentSource::read(path)?, manifests).await
+    }
+
+    /// As [`Sandbox::load_options_factory`], from a file already read.
+    pub async fn load_options_factory_source(
+        &self,
+        source: &ComponentSource,
+        manifests: &Manifests,
+    ) -> Result<OptionsFactory, LoadError> {
+        let path = source.path.as_path();
         let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("agent").to_string();
-        let manifest = self.manifest_for(&name, path, manifests)?;
-        let (component, _, _) = self.compile(path)?;
+        let manifest = self.manifest_for(&name, source, manifests)?;
+        let (component, _, _) = self.compile(source)?;
         let instance_pre = self
             .inner
             .linker

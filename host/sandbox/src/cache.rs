@@ -16,6 +16,11 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+
+/// The SHA-256 of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -58,25 +63,27 @@ impl ComponentCache {
         Self { dir }
     }
 
-    /// The artifact file for these bytes on this engine.
-    pub(crate) fn key(engine: &Engine, wasm: &[u8]) -> String {
+    /// The artifact file for the component whose bytes hash to `sha256` on this engine.
+    pub(crate) fn key(engine: &Engine, sha256: &[u8; 32]) -> String {
         let mut sha = Sha256::new();
-        sha.update(Sha256::digest(wasm));
+        sha.update(sha256);
         engine.precompile_compatibility_hash().hash(&mut ShaHasher(&mut sha));
         sha.update(WASMTIME_VERSION.as_bytes());
         hex::encode(sha.finalize())
     }
 
-    /// Loads `wasm` as a component through the cache.
+    /// Loads `wasm` as a component through the cache; `sha256` is the SHA-256 of `wasm`, computed
+    /// once by whoever read the bytes (an agent lock checks the same digest).
     pub(crate) fn load(
         &self,
         engine: &Engine,
         wasm: &[u8],
+        sha256: &[u8; 32],
     ) -> Result<(Component, CacheOutcome), wasmtime::Error> {
         let Some(dir) = &self.dir else {
             return Ok((Component::new(engine, wasm)?, CacheOutcome::Uncached));
         };
-        let path = dir.join(format!("{}.cwasm", Self::key(engine, wasm)));
+        let path = dir.join(format!("{}.cwasm", Self::key(engine, sha256)));
         let mut outcome = CacheOutcome::Miss;
         if path.exists() {
             // Read, not mapped: a mapped file truncated later by anyone would crash the process

@@ -67,7 +67,9 @@ pub use error::{CallError, LoadError};
 pub use manifest::{ConfigSource, DirGrant, Limits, Manifest, ManifestError, ManifestFile, ResolvedDir};
 pub use names::check_tool_name;
 pub use tollgate_engine::policy::Annotations;
-pub use tools::{ComponentInfo, Content, DeferredExecution, Manifests, ToolInfo, ToolOutput, ToolSet};
+pub use tools::{
+    ComponentInfo, ComponentSource, Content, DeferredExecution, Manifests, ToolInfo, ToolOutput, ToolSet,
+};
 
 use crate::cache::ComponentCache;
 use crate::state::HostState;

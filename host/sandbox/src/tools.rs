@@ -65,10 +65,17 @@ impl Manifests {
     /// Reads the `[tools.<component>]` tables of an agent's `tollgate.toml`; the file's other
     /// tables are not this crate's business and are ignored.
     pub fn from_agent_config(path: &Path) -> Result<Self, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ManifestError::Syntax {
+            origin: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_agent_config_text(path, &text)
+    }
+
+    /// As [`Manifests::from_agent_config`], from the file's text already read.
+    pub fn from_agent_config_text(path: &Path, text: &str) -> Result<Self, ManifestError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ManifestError::Syntax { origin: origin.clone(), message: e.to_string() })?;
-        let table: toml::Table = toml::from_str(&text)
+        let table: toml::Table = toml::from_str(text)
             .map_err(|e| ManifestError::Syntax { origin: origin.clone(), message: e.to_string() })?;
         let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let mut manifests = Self::default();
@@ -287,12 +294,67 @@ fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(files)
 }
 
-/// Reads a file that must be a WebAssembly component.
-pub(crate) fn read_component_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })?;
+/// A component file read once: its bytes, their SHA-256 (the compile cache's key, and what an
+/// agent lock pins), and the text of its `<name>.toml` manifest beside it, if any. Loading from a
+/// source never reads the file again, so what was hashed is what runs.
+#[derive(Clone)]
+pub struct ComponentSource {
+    /// Where it was read from (named in errors; its stem names the component).
+    pub path: PathBuf,
+    /// The `.wasm` bytes.
+    pub bytes: Vec<u8>,
+    /// The SHA-256 of `bytes`.
+    pub sha256: [u8; 32],
+    /// The manifest beside it: its path and text.
+    pub manifest: Option<(PathBuf, String)>,
+}
+
+impl std::fmt::Debug for ComponentSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentSource")
+            .field("path", &self.path)
+            .field("len", &self.bytes.len())
+            .field("sha256", &hex::encode(self.sha256))
+            .finish_non_exhaustive()
+    }
+}
+
+impl ComponentSource {
+    /// Reads `path` and the `<name>.toml` beside it, hashing the bytes once.
+    ///
+    /// # Errors
+    /// An unreadable file.
+    pub fn read(path: &Path) -> Result<Self, LoadError> {
+        let bytes =
+            std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })?;
+        let beside = path.with_extension("toml");
+        let manifest = if beside.is_file() {
+            let text = std::fs::read_to_string(&beside)
+                .map_err(|source| LoadError::Io { path: beside.clone(), source })?;
+            Some((beside, text))
+        } else {
+            None
+        };
+        Ok(Self::new(path.to_path_buf(), bytes, manifest))
+    }
+
+    /// A source from bytes already read (the SHA-256 is computed here).
+    pub fn new(path: PathBuf, bytes: Vec<u8>, manifest: Option<(PathBuf, String)>) -> Self {
+        let sha256 = crate::cache::sha256(&bytes);
+        Self { path, bytes, sha256, manifest }
+    }
+
+    /// The component's name: the file stem.
+    pub fn name(&self) -> String {
+        self.path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string()
+    }
+}
+
+/// Checks that `bytes` (read from `path`) are a WebAssembly component.
+pub(crate) fn check_component_bytes(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     match bytes.get(..8) {
         Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => Err(LoadError::NotAComponent { path: path.to_path_buf() }),
-        Some([0, b'a', b's', b'm', ..]) => Ok(bytes),
+        Some([0, b'a', b's', b'm', ..]) => Ok(()),
         _ => Err(LoadError::NotWasm { path: path.to_path_buf() }),
     }
 }
@@ -312,15 +374,19 @@ pub(crate) fn export_names(sandbox: &Sandbox, component: &Component) -> String {
 }
 
 impl Sandbox {
-    /// Compiles (or reads from the cache) and links one component file.
-    pub(crate) fn compile(&self, path: &Path) -> Result<(Component, CacheOutcome, u64), LoadError> {
-        let bytes = read_component_bytes(path)?;
-        let (component, outcome) = self
-            .inner
-            .cache
-            .load(&self.inner.engine, &bytes)
-            .map_err(|e| LoadError::Invalid { path: path.to_path_buf(), reason: format!("{e:#}") })?;
-        Ok((component, outcome, bytes.len() as u64))
+    /// Compiles (or reads from the cache, keyed on the source's SHA-256) one component.
+    pub(crate) fn compile(
+        &self,
+        source: &ComponentSource,
+    ) -> Result<(Component, CacheOutcome, u64), LoadError> {
+        let path = &source.path;
+        check_component_bytes(path, &source.bytes)?;
+        let (component, outcome) =
+            self.inner
+                .cache
+                .load(&self.inner.engine, &source.bytes, &source.sha256)
+                .map_err(|e| LoadError::Invalid { path: path.to_path_buf(), reason: format!("{e:#}") })?;
+        Ok((component, outcome, source.bytes.len() as u64))
     }
 
     /// Resolves the manifest of component `name` at `path`: from `manifests`, or from
@@ -328,25 +394,25 @@ impl Sandbox {
     pub(crate) fn manifest_for(
         &self,
         name: &str,
-        path: &Path,
+        source: &ComponentSource,
         manifests: &Manifests,
     ) -> Result<Manifest, LoadError> {
-        let beside = path.with_extension("toml");
         let env = |key: &str| std::env::var(key).ok();
         let max = self.inner.config.max_memory_mb;
-        match (manifests.entries.get(name), beside.is_file()) {
-            (Some((_, origin, _)), true) => Err(LoadError::TwoManifests {
+        match (manifests.entries.get(name), &source.manifest) {
+            (Some((_, origin, _)), Some((beside, _))) => Err(LoadError::TwoManifests {
                 component: name.to_string(),
                 first: origin.clone(),
                 second: beside.display().to_string(),
             }),
-            (Some((file, origin, base)), false) => Ok(file.resolve(origin, base, max, &env)?),
-            (None, true) => {
-                let file = ManifestFile::read(&beside)?;
+            (Some((file, origin, base)), None) => Ok(file.resolve(origin, base, max, &env)?),
+            (None, Some((beside, text))) => {
+                let origin = beside.display().to_string();
+                let file = ManifestFile::parse(text, &origin)?;
                 let base = beside.parent().unwrap_or(Path::new("."));
-                Ok(file.resolve(&beside.display().to_string(), base, max, &env)?)
+                Ok(file.resolve(&origin, base, max, &env)?)
             }
-            (None, false) => Ok(Manifest::default()),
+            (None, None) => Ok(Manifest::default()),
         }
     }
 
@@ -367,9 +433,21 @@ impl Sandbox {
     /// Loads every `*.wasm` of `dir` as a tool component. See the module documentation for what
     /// is checked; the first problem is the error.
     pub async fn load_tools(&self, dir: &Path, manifests: &Manifests) -> Result<ToolSet, LoadError> {
-        let files = wasm_files(dir)?;
+        let sources =
+            wasm_files(dir)?.iter().map(|path| ComponentSource::read(path)).collect::<Result<_, _>>()?;
+        self.load_tool_sources(dir, sources, manifests).await
+    }
+
+    /// As [`Sandbox::load_tools`], from the components of `dir` already read (sorted by file
+    /// name): nothing is read from disk again.
+    pub async fn load_tool_sources(
+        &self,
+        dir: &Path,
+        sources: Vec<ComponentSource>,
+        manifests: &Manifests,
+    ) -> Result<ToolSet, LoadError> {
         for (component, (_, origin, _)) in &manifests.entries {
-            if !files.iter().any(|f| f.file_stem().is_some_and(|s| s == component.as_str())) {
+            if !sources.iter().any(|f| f.path.file_stem().is_some_and(|s| s == component.as_str())) {
                 return Err(LoadError::ManifestWithoutComponent {
                     origin: origin.clone(),
                     component: component.clone(),
@@ -382,11 +460,13 @@ impl Sandbox {
         let mut component_infos = Vec::new();
         let mut tools: Vec<LoadedTool> = Vec::new();
         let mut by_name: HashMap<String, usize> = HashMap::new();
-        for path in files {
+        for source in sources {
             let started = Instant::now();
-            let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-            let manifest = self.manifest_for(&name, &path, manifests)?;
-            let (component, cache, size) = self.compile(&path)?;
+            let path = source.path.clone();
+            let name = source.name();
+            let manifest = self.manifest_for(&name, &source, manifests)?;
+            let (component, cache, size) = self.compile(&source)?;
+            drop(source);
             let instance_pre = self
                 .inner
                 .linker

@@ -50,6 +50,7 @@ async fn seed(store: &dyn Store, sessions: usize, prefix: &str) {
                 session_id: id.clone(),
                 status: "idle".into(),
                 run_state: j(r#"{"version":1}"#),
+                agent: None,
             })
             .await
             .unwrap();
@@ -156,7 +157,12 @@ async fn reclaim(store: &dyn Store, url: &str, lease: Duration, n: usize) -> Vec
     let session = format!("reclaim{}", lease.as_millis());
     let run_state = j(r#"{"version":1}"#);
     store
-        .create_session(NewSession { session_id: session.clone(), status: "idle".into(), run_state })
+        .create_session(NewSession {
+            session_id: session.clone(),
+            status: "idle".into(),
+            run_state,
+            agent: None,
+        })
         .await
         .unwrap();
     let mut times = Vec::with_capacity(n);

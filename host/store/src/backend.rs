@@ -7,8 +7,8 @@
 //!
 //! # Caveats
 //!
-//! - SQL text uses PostgreSQL placeholders (`$1`) and the token `NOW_MS` (the database clock in
-//!   ms); [`render`] rewrites both for SQLite. No other `$` may appear in the text.
+//! - SQL text uses PostgreSQL placeholders (`$1`) and the tokens `NOW_MS` (the database clock in
+//!   ms) and `PIN_OF_SESSION` (a new step's pin, from session `$1`); [`render`] rewrites them. No other `$` may appear in the text.
 //! - Lock order in every writing transaction: the session row first, then steps. A commit and a
 //!   concurrent `send_user_message` on PostgreSQL therefore queue on the session row instead of
 //!   deadlocking on the in-flight index.
@@ -17,8 +17,13 @@
 const PG_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 const SQLITE_NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
+/// A new step's `pin`: the digest of the session `$1` when it is pinned, else `''` (any Worker).
+const PIN_OF_SESSION: &str = "COALESCE((SELECT CASE WHEN agent_pinned THEN agent_digest END
+    FROM sessions WHERE session_id = $1), '')";
+
 /// Rewrites shared SQL for a dialect.
 pub(crate) fn render(pg: bool, sql: &str) -> String {
+    let sql = sql.replace("PIN_OF_SESSION", PIN_OF_SESSION);
     if pg {
         return sql.replace("NOW_MS", PG_NOW_MS);
     }
@@ -68,6 +73,40 @@ pub(crate) const CLAIM_PG: &str = "WITH c AS (
     FROM c WHERE s.step_id = c.step_id
     RETURNING s.step_id, s.session_id, s.row_version, s.kind, s.payload, s.state, s.interrupt_id,
         s.due_at, s.attempt, s.fence, s.output";
+
+/// [`CLAIM_PG`] limited to steps whose `pin` is one of the JSON array `$4` (`""` and the Worker's
+/// digests): the array becomes an init-plan constant, so `pin = ANY(…)` is an index condition of
+/// `steps_due_pin (pin, due_at)` and only claimable rows are read.
+pub(crate) const CLAIM_FOR_PG: &str = "WITH c AS (
+        SELECT step_id FROM steps
+        WHERE state IN ('queued', 'claimed') AND due_at <= NOW_MS AND row_version <= $3
+            AND pin = ANY(ARRAY(SELECT jsonb_array_elements_text($4::jsonb)))
+        ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+    UPDATE steps s SET state = 'claimed', lease_owner = $1, due_at = NOW_MS + $2,
+        attempt = s.attempt + 1, fence = s.fence + 1, updated_at = NOW_MS
+    FROM c WHERE s.step_id = c.step_id
+    RETURNING s.step_id, s.session_id, s.row_version, s.kind, s.payload, s.state, s.interrupt_id,
+        s.due_at, s.attempt, s.fence, s.output";
+
+/// [`CLAIM_SQLITE`] limited like [`CLAIM_FOR_PG`] (`pin IN` the JSON array `$4`).
+pub(crate) const CLAIM_FOR_SQLITE: &str = "UPDATE steps SET state = 'claimed', lease_owner = $1,
+        due_at = NOW_MS + $2, attempt = attempt + 1, fence = fence + 1, updated_at = NOW_MS
+    WHERE step_id = (SELECT step_id FROM steps
+        WHERE state IN ('queued', 'claimed') AND due_at <= NOW_MS AND row_version <= $3
+            AND pin IN (SELECT value FROM json_each($4))
+        ORDER BY due_at LIMIT 1)
+    RETURNING step_id, session_id, row_version, kind, payload, state, interrupt_id, due_at, attempt,
+        fence, output";
+
+/// Checks an agent digest given to the store: 1 to 200 bytes.
+pub(crate) fn check_digest(digest: &str) -> Result<(), crate::StoreError> {
+    if digest.is_empty() || digest.len() > 200 {
+        return Err(crate::StoreError::Invalid {
+            what: format!("an agent digest must be 1 to 200 bytes, not {} bytes", digest.len()),
+        });
+    }
+    Ok(())
+}
 
 /// One statement: SQLite takes the write lock before it reads, so the sub-select and the update
 /// are atomic against every other writer (of this process or another).
@@ -196,15 +235,15 @@ macro_rules! impl_store {
                 let sql = if or_skip {
                     Self::q(
                         "INSERT INTO steps (session_id, row_version, kind, payload, state, interrupt_id, due_at,
-                             created_at, updated_at)
-                         VALUES ($1, $2, $3, $4, $5, $6, NOW_MS + $7, NOW_MS, NOW_MS)
+                             created_at, updated_at, pin)
+                         VALUES ($1, $2, $3, $4, $5, $6, NOW_MS + $7, NOW_MS, NOW_MS, PIN_OF_SESSION)
                          ON CONFLICT DO NOTHING RETURNING step_id",
                     )
                 } else {
                     Self::q(
                         "INSERT INTO steps (session_id, row_version, kind, payload, state, interrupt_id, due_at,
-                             created_at, updated_at)
-                         VALUES ($1, $2, $3, $4, $5, $6, NOW_MS + $7, NOW_MS, NOW_MS)
+                             created_at, updated_at, pin)
+                         VALUES ($1, $2, $3, $4, $5, $6, NOW_MS + $7, NOW_MS, NOW_MS, PIN_OF_SESSION)
                          RETURNING step_id",
                     )
                 };
@@ -282,6 +321,12 @@ macro_rules! impl_store {
                 }
             }
 
+            fn decode_agent(row: &<$db as sqlx::Database>::Row) -> Result<Option<AgentDigest>, StoreError> {
+                let digest: Option<String> = row.try_get("agent_digest")?;
+                let pinned: bool = row.try_get("agent_pinned")?;
+                Ok(digest.map(|digest| AgentDigest { digest, pinned }))
+            }
+
             fn decode_step(row: &<$db as sqlx::Database>::Row) -> Result<Step, StoreError> {
                 let step_id: i64 = row.try_get("step_id")?;
                 let key = step_id.to_string();
@@ -330,14 +375,20 @@ macro_rules! impl_store {
         impl Store for $store {
             async fn create_session(&self, session: NewSession) -> Result<bool, StoreError> {
                 $crate::backend::check_run_state(&session.run_state)?;
+                if let Some(agent) = &session.agent {
+                    $crate::backend::check_digest(&agent.digest)?;
+                }
                 let done = sqlx::query(Self::q(
-                    "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at)
-                     VALUES ($1, $2, $3, $4, NOW_MS, NOW_MS) ON CONFLICT DO NOTHING",
+                    "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
+                         agent_digest, agent_pinned)
+                     VALUES ($1, $2, $3, $4, NOW_MS, NOW_MS, $5, $6) ON CONFLICT DO NOTHING",
                 ))
                 .bind(&session.session_id)
                 .bind($crate::ROW_VERSION)
                 .bind(&session.status)
                 .bind(session.run_state.get())
+                .bind(session.agent.as_ref().map(|a| a.digest.as_str()))
+                .bind(session.agent.as_ref().is_some_and(|a| a.pinned))
                 .execute(self.write_pool())
                 .await?;
                 Ok(done.rows_affected() == 1)
@@ -347,7 +398,7 @@ macro_rules! impl_store {
                 let row = sqlx::query(Self::q(
                     "SELECT session_id, row_version, status, run_state, usage_input_tokens,
                          usage_cached_input_tokens, usage_output_tokens, usage_model_calls,
-                         next_item_seq, next_event_seq, created_at, updated_at
+                         next_item_seq, next_event_seq, created_at, updated_at, agent_digest, agent_pinned
                      FROM sessions WHERE session_id = $1",
                 ))
                 .bind(session_id)
@@ -375,6 +426,7 @@ macro_rules! impl_store {
                     next_event_seq: row.try_get("next_event_seq")?,
                     created_at: row.try_get("created_at")?,
                     updated_at: row.try_get("updated_at")?,
+                    agent: Self::decode_agent(&row)?,
                 }))
             }
 
@@ -558,6 +610,112 @@ macro_rules! impl_store {
                     worker_id: worker_id.to_owned(),
                     step,
                 }))
+            }
+
+            async fn claim_for(
+                &self,
+                worker_id: &str,
+                lease: Duration,
+                digests: &[String],
+            ) -> Result<Option<Claimed>, StoreError> {
+                for digest in digests {
+                    $crate::backend::check_digest(digest)?;
+                }
+                let pins: Vec<&str> = std::iter::once("").chain(digests.iter().map(String::as_str)).collect();
+                let pins = serde_json::to_string(&pins).expect("strings serialize");
+                let sql = if $pg { $crate::backend::CLAIM_FOR_PG } else { $crate::backend::CLAIM_FOR_SQLITE };
+                let row = sqlx::query(Self::q(sql))
+                    .bind(worker_id)
+                    .bind($crate::backend::ms(lease))
+                    .bind($crate::ROW_VERSION)
+                    .bind(pins)
+                    .fetch_optional(self.write_pool())
+                    .await?;
+                let Some(row) = row else { return Ok(None) };
+                let step = Self::decode_step(&row)?;
+                Ok(Some(Claimed {
+                    fence: step.fence,
+                    lease_until: step.due_at.unwrap_or_default(),
+                    worker_id: worker_id.to_owned(),
+                    step,
+                }))
+            }
+
+            async fn upgrade_session(&self, session_id: &str, to: &str) -> Result<UpgradeReceipt, StoreError> {
+                $crate::backend::check_digest(to)?;
+                let sid = session_id;
+                let mut tx = self.begin_write().await?;
+                let (item_seq, mut event_seq) = Self::lock_session(&mut tx, sid).await?;
+                let row = sqlx::query(Self::q(
+                    "SELECT agent_digest, agent_pinned FROM sessions WHERE session_id = $1",
+                ))
+                .bind(sid)
+                .fetch_one(&mut *tx)
+                .await?;
+                let from = Self::decode_agent(&row)?;
+                let target = AgentDigest { digest: to.to_owned(), pinned: true };
+                let step = sqlx::query(Self::q(
+                    "SELECT step_id, kind, state, attempt FROM steps
+                     WHERE session_id = $1 AND state IN ('queued', 'claimed', 'waiting')",
+                ))
+                .bind(sid)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let mut queued = false;
+                if let Some(step) = step {
+                    let (id, kind, state, attempt): (i64, String, String, i64) = (
+                        step.try_get("step_id")?,
+                        step.try_get("kind")?,
+                        step.try_get("state")?,
+                        step.try_get("attempt")?,
+                    );
+                    let busy = |detail: String| StoreError::SessionBusy { session_id: sid.to_owned(), detail };
+                    match state.as_str() {
+                        "claimed" => return Err(busy(format!("step {id} ({kind}) is claimed"))),
+                        "queued" if attempt > 0 => {
+                            return Err(busy(format!("step {id} ({kind}) ran {attempt} attempt(s) and is queued again")));
+                        }
+                        "queued" => queued = true,
+                        _ => {}
+                    }
+                }
+                if from.as_ref() == Some(&target) {
+                    return Ok(UpgradeReceipt { from, to: target, event_seq: None });
+                }
+                sqlx::query(Self::q(
+                    "UPDATE sessions SET agent_digest = $2, agent_pinned = $3 WHERE session_id = $1",
+                ))
+                .bind(sid)
+                .bind(to)
+                .bind(true)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(Self::q(
+                    "UPDATE steps SET pin = $2, updated_at = NOW_MS
+                     WHERE session_id = $1 AND state IN ('queued', 'waiting')",
+                ))
+                .bind(sid)
+                .bind(to)
+                .execute(&mut *tx)
+                .await?;
+                let payload = serde_json::json!({
+                    "from": from.as_ref().map(|a| a.digest.as_str()),
+                    "from_pinned": from.as_ref().is_some_and(|a| a.pinned),
+                    "to": to,
+                });
+                let event = NewEvent {
+                    kind: "agent_upgraded".to_owned(),
+                    payload: serde_json::value::RawValue::from_string(payload.to_string()).expect("JSON"),
+                };
+                let seq = Self::append_event(&mut tx, sid, &mut event_seq, &event, None).await?;
+                Self::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;
+                tx.commit().await?;
+                self.notify(sid, queued, true).await;
+                if queued {
+                    self.signals.work_ready();
+                }
+                self.signals.events_appended(sid);
+                Ok(UpgradeReceipt { from, to: target, event_seq: Some(seq) })
             }
 
             async fn heartbeat(&self, claimed: &Claimed, lease: Duration) -> Result<i64, StoreError> {
@@ -787,7 +945,8 @@ macro_rules! impl_store {
                 limit: i64,
             ) -> Result<Vec<SessionSummary>, StoreError> {
                 let rows = sqlx::query(Self::q(
-                    "SELECT session_id, row_version, status, created_at, updated_at FROM sessions
+                    "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned
+                     FROM sessions
                      WHERE session_id > $1 AND ($2 IS NULL OR status = $2)
                      ORDER BY session_id LIMIT $3",
                 ))
@@ -805,6 +964,7 @@ macro_rules! impl_store {
                             status: row.try_get("status")?,
                             created_at: row.try_get("created_at")?,
                             updated_at: row.try_get("updated_at")?,
+                            agent: Self::decode_agent(row)?,
                         })
                     })
                     .collect()

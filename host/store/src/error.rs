@@ -76,6 +76,17 @@ pub enum StoreError {
         /// The session.
         session_id: String,
     },
+    /// The session is running a step (claimed, or queued again after an attempt), so it cannot
+    /// move to another agent now. Nothing was written.
+    #[error(
+        "session `{session_id}` is running a step ({detail}); only a waiting or idle session can be upgraded"
+    )]
+    SessionBusy {
+        /// The session.
+        session_id: String,
+        /// What it is doing, e.g. `step 7 (RunModel) is claimed`.
+        detail: String,
+    },
     /// The caller passed something the store refuses (e.g. a run state without a `version`).
     #[error("invalid input: {what}")]
     Invalid {

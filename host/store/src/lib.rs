@@ -20,7 +20,7 @@
 //!
 //! let store = tollgate_store::open("sqlite://agent/tollgate.db").await?;
 //! store.create_session(NewSession { session_id: "s-1".into(), status: "idle".into(),
-//!     run_state: raw(r#"{"version":1}"#).unwrap() }).await?;
+//!     run_state: raw(r#"{"version":1}"#).unwrap(), agent: None }).await?;
 //! let mut work = store.work_signal();
 //! loop {
 //!     while let Some(claimed) = store.claim("worker-1", Duration::from_secs(60)).await? {
@@ -34,13 +34,17 @@
 //!
 //! # Schema
 //!
-//! One migration per backend (`migrations/{sqlite,postgres}/0001_init.sql`, same tables, types
+//! Migrations per backend (`migrations/{sqlite,postgres}/000N_*.sql`, same tables, types
 //! differ): `sessions`, `items` (PK `(session_id, seq)`, unique `(session_id, uuid)`), `steps`
 //! (partial index `steps_due(due_at) WHERE state IN ('queued','claimed')` serves both fresh
 //! work and expired leases; partial unique `steps_in_flight(session_id) WHERE state IN
 //! ('queued','claimed','waiting')` keeps one step in flight per session), `events` (PK
 //! `(session_id, seq)`), `interrupts` (partial index on open ones), `tool_calls`,
-//! `idempotency_keys`. JSON columns are `text` on both backends (never `jsonb`, which would
+//! `idempotency_keys`. Migration 0002 adds the agent a session runs under
+//! (`sessions.agent_digest`, `sessions.agent_pinned`) and `steps.pin` (`''`: any Worker, else the
+//! pinned digest, copied from the session when a step is inserted) with the partial index
+//! `steps_due_pin(pin, due_at) WHERE state IN ('queued','claimed')` that [`Store::claim_for`]
+//! scans. JSON columns are `text` on both backends (never `jsonb`, which would
 //! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -131,6 +135,24 @@ pub trait Store: Send + Sync {
     /// Claims the oldest due step for `worker_id` with a lease of `lease`; `Ok(None)` when none
     /// is due. Rows with a future `row_version` are never claimed.
     async fn claim(&self, worker_id: &str, lease: Duration) -> Result<Option<Claimed>, StoreError>;
+
+    /// As [`Store::claim`], but only steps of sessions this Worker may run: unpinned sessions
+    /// (no agent digest, or one recorded with `pinned: false`) and sessions pinned to one of
+    /// `digests` (the agent digests the Worker loaded). A step of a session pinned to another
+    /// digest stays for a Worker that loaded it. One index range per digest (`steps_due_pin`).
+    async fn claim_for(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        digests: &[String],
+    ) -> Result<Option<Claimed>, StoreError>;
+
+    /// Pins the session to the agent digest `to` and records an `agent_upgraded` event
+    /// (`{"from": <digest or null>, "from_pinned": bool, "to": <digest>}`, its `created_at` the
+    /// time) in the same transaction. Only a session that is idle, waiting on an interrupt, or
+    /// queued but never claimed moves: a running one is [`StoreError::SessionBusy`] and nothing
+    /// is written. Already pinned to `to`: `Ok` with no event.
+    async fn upgrade_session(&self, session_id: &str, to: &str) -> Result<UpgradeReceipt, StoreError>;
 
     /// Extends the claim's lease to DB-now + `lease` and returns the new end; `LeaseLost` when the
     /// claim is stale (stop the work, write nothing).

@@ -162,13 +162,22 @@ async fn listen(pool: PgPool, listener: PgListener, signals: Signals) {
 }
 
 fn migrator() -> Migrator {
-    Migrator::with_migrations(vec![Migration::new(
-        1,
-        "init".into(),
-        MigrationType::Simple,
-        include_str!("../migrations/postgres/0001_init.sql").into_sql_str(),
-        false,
-    )])
+    Migrator::with_migrations(vec![
+        Migration::new(
+            1,
+            "init".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0001_init.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            2,
+            "agent_digest".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0002_agent_digest.sql").into_sql_str(),
+            false,
+        ),
+    ])
 }
 
 crate::backend::impl_store!(PgStore, sqlx::Postgres, true);

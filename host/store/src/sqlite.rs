@@ -190,13 +190,22 @@ async fn outside_transaction(conn: &mut sqlx::SqliteConnection) -> Result<bool, 
 }
 
 fn migrator() -> Migrator {
-    Migrator::with_migrations(vec![Migration::new(
-        1,
-        "init".into(),
-        MigrationType::Simple,
-        include_str!("../migrations/sqlite/0001_init.sql").into_sql_str(),
-        false,
-    )])
+    Migrator::with_migrations(vec![
+        Migration::new(
+            1,
+            "init".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0001_init.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            2,
+            "agent_digest".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0002_agent_digest.sql").into_sql_str(),
+            false,
+        ),
+    ])
 }
 
 crate::backend::impl_store!(SqliteStore, sqlx::Sqlite, false);

@@ -53,6 +53,31 @@ pub struct Session {
     pub created_at: i64,
     /// Last change (DB clock, ms).
     pub updated_at: i64,
+    /// The agent it runs under (`None`: not known; any Worker runs it).
+    pub agent: Option<AgentDigest>,
+}
+
+/// The agent a session runs under: the digest of the agent bundle it started with (or was
+/// upgraded to), and whether only a Worker that loaded exactly that digest may run its steps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentDigest {
+    /// The agent digest, e.g. `sha256:3f…` (opaque to the store; 1 to 200 bytes).
+    pub digest: String,
+    /// `true`: only [`crate::Store::claim_for`] with this digest claims the session's steps;
+    /// `false`: the digest is a record only and any Worker runs it.
+    pub pinned: bool,
+}
+
+/// What [`crate::Store::upgrade_session`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpgradeReceipt {
+    /// The agent before.
+    pub from: Option<AgentDigest>,
+    /// The agent now (pinned to the digest asked for).
+    pub to: AgentDigest,
+    /// The seq of the `agent_upgraded` event, `None` when the session was already pinned to it
+    /// (nothing was written).
+    pub event_seq: Option<i64>,
 }
 
 /// A session in a listing ([`crate::Store::list_sessions`]).
@@ -66,6 +91,8 @@ pub struct SessionSummary {
     pub created_at: i64,
     /// Last change (DB clock, ms).
     pub updated_at: i64,
+    /// The agent it runs under.
+    pub agent: Option<AgentDigest>,
 }
 
 /// A session to create with [`crate::Store::create_session`].
@@ -77,6 +104,8 @@ pub struct NewSession {
     pub status: String,
     /// Initial run state: a JSON object with an integer `version`.
     pub run_state: Box<RawValue>,
+    /// The agent it runs under (`None`: not known, any Worker runs it).
+    pub agent: Option<AgentDigest>,
 }
 
 /// A change of the session row inside a commit. `None` fields stay as they are.

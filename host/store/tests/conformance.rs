@@ -32,7 +32,8 @@ async fn reopening_a_sqlite_file_keeps_its_sessions_and_migrates_once() {
     let path = dir.path().join("agent.db");
     let store = SqliteStore::open(&path).await.unwrap();
     let run_state = tollgate_store::raw(r#"{"version":1}"#).unwrap();
-    let session = tollgate_store::NewSession { session_id: "s".into(), status: "idle".into(), run_state };
+    let session =
+        tollgate_store::NewSession { session_id: "s".into(), status: "idle".into(), run_state, agent: None };
     assert!(store.create_session(session).await.unwrap());
     drop(store);
     let again = SqliteStore::open(&path).await.unwrap();
@@ -46,7 +47,7 @@ async fn a_database_migrated_by_a_newer_build_is_refused_with_a_clear_error() {
     let store = SqliteStore::open(&path).await.unwrap();
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
-         VALUES (2, 'from the future', true, x'00', 0)",
+         VALUES (99, 'from the future', true, x'00', 0)",
     )
     .execute(store.raw_pool())
     .await
@@ -77,6 +78,7 @@ async fn a_postgres_message_wakes_a_worker_of_another_store_handle_through_notif
         session_id: "s".into(),
         status: "idle".into(),
         run_state: raw(r#"{"version":1}"#).unwrap(),
+        agent: None,
     };
     api.create_session(session).await.unwrap();
     let mut signal = worker.work_signal();

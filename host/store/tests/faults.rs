@@ -97,6 +97,7 @@ async fn new_session(store: &dyn Store, id: &str) {
         session_id: id.into(),
         status: "idle".into(),
         run_state: raw(r#"{"version":1}"#).unwrap(),
+        agent: None,
     };
     store.create_session(session).await.unwrap();
 }

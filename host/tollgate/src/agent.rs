@@ -1,9 +1,14 @@
 //! An agent directory: `tollgate.toml`, an optional options factory, and `tools/*.wasm`.
 //!
-//! [`Agent::load`] reads and checks the configuration once; [`Agent::tools`] loads the tool
-//! components anew for every segment attempt and tool step (DESIGN.md §5: a `.wasm` dropped into
-//! `tools/` takes effect at the next attempt), and [`Agent::options`] gives a segment its Claude
-//! Code options, from the factory or the static `[options]` table.
+//! [`Agent::load`] reads every file of the bundle once ([`crate::bundle`]), checks it against
+//! `tollgate.lock` when there is one, and checks the configuration; [`Agent::options`] gives a
+//! segment its Claude Code options, from the factory or the static `[options]` table.
+//!
+//! [`Agent::tools`]: a **locked** agent's tools are loaded once, from the bytes that were hashed
+//! and checked, and never read from disk again. An **unlocked** agent loads `tools/` anew for
+//! every segment attempt and tool step (DESIGN.md §5: a `.wasm` dropped into `tools/` takes effect
+//! at the next attempt). Either way [`Agent::digest`] is the agent digest of the files as read at
+//! load: for an unlocked agent it describes the process's start, not a later hot-dropped tool.
 //!
 //! ```toml
 //! [agent]
@@ -34,6 +39,9 @@ use tollgate_engine::session::Limits;
 use tollgate_sandbox::SandboxConfig;
 use tollgate_sandbox::{AgentOptions, FactoryError, OptionsFactory};
 use tollgate_sandbox::{Manifests, OptionsContext, Sandbox, ToolSet};
+use tollgate_store::AgentDigest;
+
+use crate::bundle::{Bundle, LOCK_FILE, Lock};
 
 /// The file name of an agent's configuration.
 pub const CONFIG_FILE: &str = "tollgate.toml";
@@ -65,6 +73,18 @@ pub struct Agent {
     pub limits: Limits,
     /// How long one segment may run.
     pub segment_timeout: Duration,
+    digest: String,
+    /// A locked agent's tools, loaded once.
+    pinned_tools: Option<ToolSet>,
+}
+
+/// Whether [`Agent::load_with`] checks `tollgate.lock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockUse {
+    /// Check the lock when there is one (every Worker and server).
+    Verify,
+    /// Load as if there were no lock (`tollgate agent lock`, which replaces it).
+    Ignore,
 }
 
 impl std::fmt::Debug for Agent {
@@ -84,19 +104,39 @@ impl Agent {
     /// A missing directory, an unreadable or invalid configuration (the message names the key),
     /// an options factory that does not load.
     pub async fn load(dir: &Path, sandbox: Sandbox) -> anyhow::Result<Agent> {
+        Self::load_with(dir, sandbox, LockUse::Verify).await
+    }
+
+    /// [`Agent::load`], checking `tollgate.lock` or not.
+    ///
+    /// # Errors
+    /// As [`Agent::load`]; with [`LockUse::Verify`] also a lock that does not parse (the file and
+    /// line named) or a bundle that differs from it (each file named with both digests). Nothing
+    /// is compiled before the lock is checked.
+    pub async fn load_with(dir: &Path, sandbox: Sandbox, lock: LockUse) -> anyhow::Result<Agent> {
         if !dir.is_dir() {
             bail!("the agent directory {} does not exist", dir.display());
         }
         let dir = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
+        let bundle = Bundle::read(&dir)?;
+        let locked = match lock {
+            LockUse::Verify => match Lock::read(&dir)? {
+                Some(lock) => {
+                    lock.verify(&bundle)?;
+                    true
+                }
+                None => false,
+            },
+            LockUse::Ignore => false,
+        };
         let config = dir.join(CONFIG_FILE);
-        let (table, manifests) = if config.is_file() {
-            let text =
-                std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?;
-            let table: toml::Table =
-                toml::from_str(&text).with_context(|| format!("{}", config.display()))?;
-            (table, Manifests::from_agent_config(&config)?)
-        } else {
-            (toml::Table::new(), Manifests::default())
+        let (table, manifests) = match &bundle.config {
+            Some(text) => {
+                let table: toml::Table =
+                    toml::from_str(text).with_context(|| format!("{}", config.display()))?;
+                (table, Manifests::from_agent_config_text(&config, text)?)
+            }
+            None => (toml::Table::new(), Manifests::default()),
         };
         let where_ = config.display();
         for key in table.keys() {
@@ -137,14 +177,26 @@ impl Agent {
             Some(secs) => Duration::from_secs(secs),
             None => DEFAULT_SEGMENT_TIMEOUT,
         };
-        let factory = match &agent.options_factory {
-            Some(path) => Some(
+        let factory = match (&agent.options_factory, &bundle.factory) {
+            (Some(_), Some(source)) => Some(
                 sandbox
-                    .load_options_factory(&dir.join(path), &manifests)
+                    .load_options_factory_source(source, &manifests)
                     .await
                     .with_context(|| format!("{where_}: [agent] options_factory"))?,
             ),
-            None => None,
+            (Some(path), None) => {
+                bail!("{where_}: [agent] options_factory: {} does not exist", dir.join(path).display())
+            }
+            (None, _) => None,
+        };
+        let tools_dir = dir.join("tools");
+        let tools = if !tools_dir.exists() && manifests.is_empty() {
+            sandbox.no_tools()
+        } else {
+            sandbox
+                .load_tool_sources(&tools_dir, bundle.tools, &manifests)
+                .await
+                .context("loading the agent's tools")?
         };
         let loaded = Agent {
             dir,
@@ -156,8 +208,9 @@ impl Agent {
             static_options,
             limits: Limits { spend_limit_usd: agent.spend_limit_usd },
             segment_timeout,
+            digest: bundle.digest,
+            pinned_tools: locked.then_some(tools),
         };
-        loaded.tools().await.context("loading the agent's tools")?;
         Ok(loaded)
     }
 
@@ -166,11 +219,42 @@ impl Agent {
         &self.dir
     }
 
-    /// The tool components of `tools/` as they are now (none when it does not exist).
+    /// The agent digest of the bundle as read at load (`sha256:…`, see [`crate::bundle`]).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Whether the agent was loaded from a bundle checked against its `tollgate.lock`.
+    pub fn is_locked(&self) -> bool {
+        self.pinned_tools.is_some()
+    }
+
+    /// What a session created by this process records: the digest, pinned when the agent is
+    /// locked (only Workers that loaded it run the session), a record only when it is not.
+    pub fn session_agent(&self) -> AgentDigest {
+        AgentDigest { digest: self.digest.clone(), pinned: self.is_locked() }
+    }
+
+    /// The digests whose pinned sessions this agent's Worker may run: its own when locked, none
+    /// when unlocked (an unlocked Worker runs unpinned sessions only).
+    pub fn claim_digests(&self) -> Vec<String> {
+        if self.is_locked() { vec![self.digest.clone()] } else { Vec::new() }
+    }
+
+    /// The lock file's path.
+    pub fn lock_path(&self) -> std::path::PathBuf {
+        self.dir.join(LOCK_FILE)
+    }
+
+    /// The tool components: a locked agent's, loaded once; else `tools/` as it is now (none when
+    /// it does not exist).
     ///
     /// # Errors
     /// A component that does not load.
     pub async fn tools(&self) -> anyhow::Result<ToolSet> {
+        if let Some(tools) = &self.pinned_tools {
+            return Ok(tools.clone());
+        }
         let dir = self.dir.join("tools");
         if !dir.exists() && self.manifests.is_empty() {
             return Ok(self.sandbox.no_tools());
@@ -229,6 +313,43 @@ mod tests {
         let ctx = OptionsContext { session_id: "s".into(), turn_id: "turn-1".into(), attempt: 1 };
         assert_eq!(agent.options(&ctx).await.unwrap().model.as_deref(), Some("m"));
         assert!(agent.tools().await.unwrap().tools().is_empty(), "no tools/ directory is no tools");
+    }
+
+    #[tokio::test]
+    async fn a_locked_agent_loads_only_the_files_its_lock_lists_with_their_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join(CONFIG_FILE);
+        std::fs::write(&config, "[options]\nmodel = \"m\"\n").unwrap();
+        let sandbox = || Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
+        let unlocked = Agent::load(dir.path(), sandbox()).await.unwrap();
+        assert!(!unlocked.is_locked());
+        assert!(unlocked.claim_digests().is_empty(), "an unlocked Worker runs unpinned sessions only");
+        assert!(!unlocked.session_agent().pinned);
+        let canonical = dir.path().canonicalize().unwrap();
+        Lock::of(&Bundle::read(&canonical).unwrap()).write(&canonical).unwrap();
+        let locked = Agent::load(dir.path(), sandbox()).await.unwrap();
+        assert!(locked.is_locked());
+        assert_eq!(locked.digest(), unlocked.digest(), "the same files, the same digest");
+        assert_eq!(locked.claim_digests(), [locked.digest().to_owned()]);
+        assert!(locked.session_agent().pinned);
+
+        let expected = crate::bundle::file_digest(&std::fs::read(&config).unwrap());
+        std::fs::write(&config, "[options]\nmodel = \"other\"\n").unwrap();
+        let found = crate::bundle::file_digest(&std::fs::read(&config).unwrap());
+        let error = format!("{:#}", Agent::load(dir.path(), sandbox()).await.unwrap_err());
+        assert!(
+            error.contains(&format!("tollgate.toml changed: expected {expected}, found {found}")),
+            "{error}"
+        );
+        let ignored = Agent::load_with(dir.path(), sandbox(), LockUse::Ignore).await.unwrap();
+        assert!(!ignored.is_locked());
+
+        std::fs::write(&config, "[options]\nmodel = \"m\"\n").unwrap();
+        std::fs::create_dir(dir.path().join("tools")).unwrap();
+        // Not even WebAssembly: refused by the lock before anything is compiled.
+        std::fs::write(dir.path().join("tools/dropped.wasm"), b"junk").unwrap();
+        let error = format!("{:#}", Agent::load(dir.path(), sandbox()).await.unwrap_err());
+        assert!(error.contains("tools/dropped.wasm is not in the lock"), "{error}");
     }
 
     #[tokio::test]

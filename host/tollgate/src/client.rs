@@ -219,6 +219,41 @@ pub struct SessionRow {
     pub created_at: i64,
     /// Last change (ms since the epoch).
     pub updated_at: i64,
+    /// The agent digest it runs under (`None`: any Worker).
+    #[serde(default)]
+    pub agent_digest: Option<String>,
+    /// Whether only a Worker that loaded `agent_digest` runs it.
+    #[serde(default)]
+    pub agent_pinned: bool,
+}
+
+/// The answer of `POST /v1/sessions/{id}/upgrade`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Upgraded {
+    /// The session.
+    pub session_id: String,
+    /// The digest before (`None`: none was recorded).
+    pub from: Option<String>,
+    /// Whether it was pinned before.
+    #[serde(default)]
+    pub from_pinned: bool,
+    /// The digest it is pinned to now.
+    pub to: String,
+    /// `false` when it was already pinned to `to` (nothing changed).
+    pub upgraded: bool,
+}
+
+/// The answer of `POST /v1/agent-upgrades`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct UpgradedAll {
+    /// The digest sessions were pinned to.
+    pub to: String,
+    /// `{session_id, from}` of each session moved.
+    pub upgraded: Vec<Value>,
+    /// `{session_id, message}` of each session left because it is running a step.
+    pub busy: Vec<Value>,
+    /// Sessions already pinned to `to`.
+    pub unchanged: u64,
 }
 
 /// A pending approval (`GET /v1/interrupts?status=pending`).
@@ -372,6 +407,26 @@ impl ApiClient {
             query.push(("limit", limit.to_string()));
         }
         self.call(Method::GET, "/v1/sessions", |r| r.query(&query)).await
+    }
+
+    /// `POST /v1/sessions/{id}/upgrade`: pins a waiting or idle session to the agent digest `to`.
+    ///
+    /// # Errors
+    /// See [`CallError`]; a running session is [`CallError::Api`] with status 409.
+    pub async fn upgrade_session(&self, id: &str, to: &str) -> Result<Upgraded, CallError> {
+        let body = json!({"to": to});
+        let path = format!("/v1/sessions/{}/upgrade", segment(id));
+        self.call(Method::POST, &path, |r| r.json(&body)).await
+    }
+
+    /// `POST /v1/agent-upgrades`: pins every waiting or idle session (under `from` only, when
+    /// given) to `to`.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn upgrade_all(&self, to: &str, from: Option<&str>) -> Result<UpgradedAll, CallError> {
+        let body = json!({"to": to, "from": from});
+        self.call(Method::POST, "/v1/agent-upgrades", |r| r.json(&body)).await
     }
 
     /// `GET /v1/interrupts?status=pending`: the approvals waiting, oldest first.

@@ -3,6 +3,7 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`agent`] | an agent directory: `tollgate.toml`, the options factory, `tools/` |
+//! | [`bundle`] | an agent's files, their digests, the agent digest and `tollgate.lock` |
 //! | [`worker`] | claiming, running and committing steps |
 //! | [`sessions`] | client calls: start, send, resolve, snapshot |
 //! | [`convert`] | the state machine's values as the store's |
@@ -18,6 +19,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod bundle;
 pub mod client;
 pub mod commands;
 pub mod convert;
@@ -48,6 +50,8 @@ pub struct Cli {
 pub enum Command {
     /// Inspect and try tool components in the sandbox, without a model.
     Tools(commands::tools::ToolsArgs),
+    /// Pin an agent's files: `agent lock DIR` writes DIR/tollgate.lock.
+    Agent(commands::agent::AgentArgs),
     /// Run a Worker: claim and run the steps of sessions in a store.
     Worker(commands::worker::WorkerArgs),
     /// Serve the HTTP API with a Worker in the same process (SQLite beside the agent by default).
@@ -89,6 +93,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
         match cli.command {
             Command::Demo(args) => commands::demo::run(args, demo.expect("prepared above")).await,
             Command::Tools(args) => commands::tools::run(args).await,
+            Command::Agent(args) => commands::agent::run(args).await,
             Command::Worker(args) => commands::worker::run(args).await,
             Command::Serve(args) => commands::serve::serve(args).await,
             Command::Api(args) => commands::serve::api(args).await,

@@ -10,7 +10,8 @@ use tollgate_engine::session::turn::HistoryItem;
 use tollgate_engine::session::view::{self, Message};
 use tollgate_engine::session::{CallEntry, EngineError, RunState, status};
 use tollgate_store::{
-    Item, MessageReceipt, NewSession, Resolution, ResolveReceipt, Store, StoreError, UserMessage,
+    AgentDigest, Item, MessageReceipt, NewSession, Resolution, ResolveReceipt, Store, StoreError,
+    UpgradeReceipt, UserMessage,
 };
 
 use crate::convert;
@@ -26,19 +27,59 @@ pub enum ClientError {
     Store(#[from] StoreError),
 }
 
-/// Creates the session unless it exists; `true` when it was created.
+/// Creates the session unless it exists, under no known agent (any Worker runs it); `true` when
+/// it was created.
 ///
 /// # Errors
 /// A bad id, or the store failed.
 pub async fn start(store: &dyn Store, session_id: &str) -> Result<bool, ClientError> {
+    start_under(store, session_id, None).await
+}
+
+/// Creates the session unless it exists, recording the agent it runs under (see
+/// [`crate::agent::Agent::session_agent`]); `true` when it was created. An existing session keeps
+/// its agent.
+///
+/// # Errors
+/// A bad id, a digest that is not `sha256:<64 hex digits>`, or the store failed.
+pub async fn start_under(
+    store: &dyn Store,
+    session_id: &str,
+    agent: Option<AgentDigest>,
+) -> Result<bool, ClientError> {
     check_id("session_id", session_id)?;
+    if let Some(agent) = &agent {
+        check_digest("agent_digest", &agent.digest)?;
+    }
     Ok(store
         .create_session(NewSession {
             session_id: session_id.to_owned(),
             status: status::IDLE.to_owned(),
             run_state: RunState::default().to_raw(),
+            agent,
         })
         .await?)
+}
+
+/// Pins the session to the agent digest `to` (see [`Store::upgrade_session`]).
+///
+/// # Errors
+/// A malformed digest, an unknown session, a session that is running a step.
+pub async fn upgrade(store: &dyn Store, session_id: &str, to: &str) -> Result<UpgradeReceipt, ClientError> {
+    check_digest("to", to)?;
+    Ok(store.upgrade_session(session_id, to).await?)
+}
+
+/// Refuses anything but `sha256:<64 lowercase hex digits>`.
+pub fn check_digest(field: &'static str, digest: &str) -> Result<(), EngineError> {
+    if crate::bundle::is_digest(digest) {
+        Ok(())
+    } else {
+        Err(EngineError::BadInput {
+            field,
+            reason: format!("{digest:?} is not an agent digest (sha256: and 64 lowercase hex digits)"),
+        })
+    }
 }
 
 /// Stores a user message under `client_key` (a fresh key when `None`) and starts a turn when none

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tollgate_engine::session::client::Decision;
 use tollgate_engine::session::{EngineError, status};
-use tollgate_store::{Store, StoreError, UnavailableReason};
+use tollgate_store::{AgentDigest, Store, StoreError, UnavailableReason};
 
 use self::input::{JsonBody, Params, parse, path_ids};
 use crate::metrics::Metrics;
@@ -62,6 +62,9 @@ pub struct ApiState {
     /// Turns `true` when the server stops: open event streams end, so a graceful shutdown does
     /// not wait for their clients.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// The agent a new session records when the request names none: the agent this process
+    /// loaded (`tollgate serve`), or `None` (`tollgate api`: any Worker runs it).
+    pub agent: Option<AgentDigest>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -78,6 +81,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/sessions/{id}/messages", post(send_message))
         .route("/v1/sessions/{id}/interrupts/{interrupt_id}", post(decide))
         .route("/v1/sessions/{id}/events", get(events::stream))
+        .route("/v1/sessions/{id}/upgrade", post(upgrade_session))
+        .route("/v1/agent-upgrades", post(upgrade_all))
         .route("/v1/interrupts", get(list_interrupts))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -159,6 +164,7 @@ impl From<StoreError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", text)
             }
             StoreError::Invalid { .. } => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", text),
+            StoreError::SessionBusy { .. } => ApiError::new(StatusCode::CONFLICT, "session_busy", text),
             StoreError::Corrupt { .. } | StoreError::FutureVersion { .. } => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "stored_row_refused", text)
             }
@@ -227,6 +233,8 @@ struct CreateSession {
     session_id: Option<String>,
     message: Option<String>,
     client_key: Option<String>,
+    /// Pins the new session to this agent digest (else the serving process's agent, if any).
+    agent_digest: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -244,12 +252,16 @@ async fn create_session(
 ) -> ApiResult {
     Params::parse(query.as_deref(), &[])?;
     let request: CreateSession = if body.is_empty() {
-        CreateSession { session_id: None, message: None, client_key: None }
+        CreateSession { session_id: None, message: None, client_key: None, agent_digest: None }
     } else {
         parse(&body)?
     };
     let session_id = request.session_id.unwrap_or_else(new_session_id);
-    let created = sessions::start(state.store.as_ref(), &session_id).await?;
+    let agent = match request.agent_digest {
+        Some(digest) => Some(AgentDigest { digest, pinned: true }),
+        None => state.agent.clone(),
+    };
+    let created = sessions::start_under(state.store.as_ref(), &session_id, agent).await?;
     let message = match &request.message {
         Some(text) => {
             // Idempotent on the id: the same first message under the same id is one message.
@@ -367,9 +379,98 @@ async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery)
     let next = (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
     let sessions: Vec<Value> = list
         .into_iter()
-        .map(|s| json!({"session_id": s.session_id, "status": s.status, "created_at": s.created_at, "updated_at": s.updated_at}))
+        .map(|s| {
+            json!({
+                "session_id": s.session_id,
+                "status": s.status,
+                "created_at": s.created_at,
+                "updated_at": s.updated_at,
+                "agent_digest": s.agent.as_ref().map(|a| a.digest.as_str()),
+                "agent_pinned": s.agent.as_ref().is_some_and(|a| a.pinned),
+            })
+        })
         .collect();
     Ok(axum::Json(json!({"sessions": sessions, "next_after": next})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Upgrade {
+    to: String,
+}
+
+/// `POST /v1/sessions/{id}/upgrade {to}`: pins a waiting or idle session to the agent digest `to`.
+async fn upgrade_session(
+    State(state): State<ApiState>,
+    path: Result<Path<Vec<String>>, PathRejection>,
+    RawQuery(query): RawQuery,
+    JsonBody(body): JsonBody,
+) -> ApiResult {
+    let [id] = path_ids(path, ["id"])?;
+    Params::parse(query.as_deref(), &[])?;
+    let request: Upgrade = parse(&body)?;
+    let receipt = sessions::upgrade(state.store.as_ref(), &id, &request.to).await?;
+    Ok(axum::Json(json!({
+        "session_id": id,
+        "from": receipt.from.as_ref().map(|a| a.digest.as_str()),
+        "from_pinned": receipt.from.as_ref().is_some_and(|a| a.pinned),
+        "to": receipt.to.digest,
+        "upgraded": receipt.event_seq.is_some(),
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpgradeAll {
+    to: String,
+    /// Only sessions under this digest (else every session not already pinned to `to`).
+    from: Option<String>,
+}
+
+/// `POST /v1/agent-upgrades {to, from?}`: every session that can move (idle or waiting) is
+/// pinned to `to`; the running ones are listed as busy and left as they are.
+async fn upgrade_all(
+    State(state): State<ApiState>,
+    RawQuery(query): RawQuery,
+    JsonBody(body): JsonBody,
+) -> ApiResult {
+    Params::parse(query.as_deref(), &[])?;
+    let request: UpgradeAll = parse(&body)?;
+    sessions::check_digest("to", &request.to).map_err(ClientError::from)?;
+    if let Some(from) = &request.from {
+        sessions::check_digest("from", from).map_err(ClientError::from)?;
+    }
+    let (mut upgraded, mut busy, mut unchanged) = (Vec::new(), Vec::new(), 0u64);
+    let mut after = String::new();
+    loop {
+        let page = state.store.list_sessions(None, &after, 500).await?;
+        let Some(last) = page.last() else { break };
+        after.clone_from(&last.session_id);
+        for session in page {
+            let digest = session.agent.as_ref().map(|a| a.digest.as_str());
+            if request.from.as_deref().is_some_and(|from| digest != Some(from)) {
+                continue;
+            }
+            if session.agent.as_ref().is_some_and(|a| a.pinned && a.digest == request.to) {
+                unchanged += 1;
+                continue;
+            }
+            match state.store.upgrade_session(&session.session_id, &request.to).await {
+                Ok(receipt) if receipt.event_seq.is_some() => {
+                    upgraded.push(json!({"session_id": session.session_id, "from": digest}));
+                }
+                Ok(_) => unchanged += 1,
+                Err(error @ StoreError::SessionBusy { .. }) => {
+                    busy.push(json!({"session_id": session.session_id, "message": error.to_string()}));
+                }
+                Err(StoreError::SessionNotFound { .. }) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+    Ok(axum::Json(json!({"to": request.to, "upgraded": upgraded, "busy": busy, "unchanged": unchanged}))
+        .into_response())
 }
 
 async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
@@ -493,6 +594,8 @@ mod tests {
             "/v1/sessions/{id}/interrupts/{interrupt_id}",
             "/v1/sessions/{id}/events",
             "/v1/interrupts",
+            "/v1/sessions/{id}/upgrade",
+            "/v1/agent-upgrades",
             "/healthz",
             "/metrics",
         ] {

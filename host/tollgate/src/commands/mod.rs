@@ -1,6 +1,7 @@
 //! One module per `tollgate` subcommand; each has an `Args` struct and an async `run`. `token`
 //! reads the API's bearer token for the server and the client commands alike.
 
+pub mod agent;
 pub mod approvals;
 pub mod demo;
 pub mod serve;

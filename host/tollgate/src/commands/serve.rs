@@ -146,9 +146,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (worker, store) = build(&args.worker).await?;
     let worker = worker.with_metrics(metrics.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let state = ApiState { store, token: http.token.clone(), metrics, stopping: stop_rx.clone() };
+    let state = ApiState {
+        store,
+        token: http.token.clone(),
+        metrics,
+        stopping: stop_rx.clone(),
+        agent: Some(worker.agent().session_agent()),
+    };
     let listener = http.bind().await?;
-    eprintln!("tollgate serving on {} (agent {})", listener.url(), args.worker.agent.display());
+    eprintln!(
+        "tollgate serving on {} (agent {}, {})",
+        listener.url(),
+        args.worker.agent.display(),
+        agent_note(worker.agent())
+    );
     let worker_task = tokio::spawn({
         let mut stop = stop_rx.clone();
         async move {
@@ -175,7 +186,14 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
         tollgate_store::open(&args.db).await.with_context(|| format!("opening the store {}", args.db))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let state =
-        ApiState { store, token: http.token.clone(), metrics: Arc::default(), stopping: stop_rx.clone() };
+        // No agent here: a session records the digest its request names, or none (any Worker).
+        ApiState {
+            store,
+            token: http.token.clone(),
+            metrics: Arc::default(),
+            stopping: stop_rx.clone(),
+            agent: None,
+        };
     let listener = http.bind().await?;
     eprintln!("tollgate API on {} (no Worker in this process)", listener.url());
     tokio::spawn(async move {
@@ -184,4 +202,10 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
     });
     listener.serve(router(state), stop_rx).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `digest sha256:… (locked)` or `(unlocked)`, for start-up lines.
+pub fn agent_note(agent: &crate::agent::Agent) -> String {
+    let how = if agent.is_locked() { "locked" } else { "unlocked: tools/ is read at every step" };
+    format!("digest {} ({how})", agent.digest())
 }

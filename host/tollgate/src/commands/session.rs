@@ -1,4 +1,4 @@
-//! `tollgate session start|send|show|list|watch`: sessions through the HTTP API, printed for a
+//! `tollgate session start|send|show|list|upgrade|watch`: sessions through the HTTP API, printed for a
 //! person (or as JSON with `--json`).
 //!
 //! It owns what these commands print and how `watch` follows a stream (reconnecting with
@@ -115,6 +115,22 @@ pub enum SessionCommand {
         #[arg(long)]
         limit: Option<i64>,
     },
+    /// Move waiting or idle sessions to another agent bundle: pin them to the agent digest `--to`
+    /// (recorded as an `agent_upgraded` event). A running session is left as it is.
+    Upgrade {
+        /// The session (or `--all`).
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every session that can move (with `--from`: only those under that digest).
+        #[arg(long)]
+        all: bool,
+        /// The agent digest to move to (`sha256:…`, as `tollgate agent lock` prints it).
+        #[arg(long)]
+        to: String,
+        /// With `--all`: only sessions under this digest.
+        #[arg(long, requires = "all")]
+        from: Option<String>,
+    },
     /// Follow a session's events live: text as it arrives, tool calls, approvals, turn ends.
     Watch {
         /// The session.
@@ -182,12 +198,57 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
                 let rows: Vec<Vec<String>> = page
                     .sessions
                     .iter()
-                    .map(|s| vec![s.session_id.clone(), s.status.clone(), age(now, s.updated_at)])
+                    .map(|s| {
+                        let agent = match (&s.agent_digest, s.agent_pinned) {
+                            (Some(digest), true) => digest.clone(),
+                            (Some(digest), false) => format!("{digest} (unpinned)"),
+                            (None, _) => "- (any Worker)".to_owned(),
+                        };
+                        vec![s.session_id.clone(), s.status.clone(), age(now, s.updated_at), agent]
+                    })
                     .collect();
-                table(out, &["SESSION", "STATUS", "UPDATED"], &rows)?;
+                table(out, &["SESSION", "STATUS", "UPDATED", "AGENT DIGEST"], &rows)?;
             }
             if let Some(next) = &page.next_after {
                 writeln!(out, "more: tollgate session list --after {}", shell_word(next))?;
+            }
+        }
+        SessionCommand::Upgrade { id, all, to, from } => {
+            if all {
+                let done = client.upgrade_all(&to, from.as_deref()).await?;
+                if args.client.json {
+                    return print_json(out, &done);
+                }
+                for moved in &done.upgraded {
+                    writeln!(out, "{}: {} -> {to}", text_of(&moved["session_id"]), text_of(&moved["from"]))?;
+                }
+                for busy in &done.busy {
+                    writeln!(
+                        out,
+                        "{}: left as it is: {}",
+                        text_of(&busy["session_id"]),
+                        text_of(&busy["message"])
+                    )?;
+                }
+                writeln!(
+                    out,
+                    "{} upgraded, {} busy (running a step; try again once they wait), {} already on {to}",
+                    done.upgraded.len(),
+                    done.busy.len(),
+                    done.unchanged
+                )?;
+            } else {
+                let id = id.expect("clap requires an id without --all");
+                let done = client.upgrade_session(&id, &to).await?;
+                if args.client.json {
+                    return print_json(out, &done);
+                }
+                if done.upgraded {
+                    let from = done.from.as_deref().unwrap_or("no recorded digest");
+                    writeln!(out, "session {id}: {from} -> {}", done.to)?;
+                } else {
+                    writeln!(out, "session {id} is already on {}", done.to)?;
+                }
             }
         }
         SessionCommand::Watch { id, after, until_idle } => {

@@ -101,8 +101,9 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
 pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let (worker, _store) = build(&args).await?;
     eprintln!(
-        "tollgate worker ready (agent {}, store {})",
+        "tollgate worker ready (agent {}, {}, store {})",
         args.agent.display(),
+        super::serve::agent_note(worker.agent()),
         db_url(args.db.as_deref(), &args.agent)
     );
     worker.run(shutdown_signal()).await;

@@ -136,6 +136,11 @@ impl Worker {
         self
     }
 
+    /// The agent it runs.
+    pub fn agent(&self) -> &Arc<Agent> {
+        &self.agent
+    }
+
     /// The metrics it records into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -152,7 +157,10 @@ impl Worker {
         if stale > 0 {
             info!(removed = stale, "removed segment directories that stopped Workers left behind");
         }
-        info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, "worker started");
+        // Only sessions this agent may run: unpinned ones, and those pinned to its digest.
+        let digests = self.agent.claim_digests();
+        info!(worker = %self.config.worker_id, concurrency = self.config.concurrency,
+            agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
         tokio::pin!(shutdown);
         // Claims failed in a row (the store is unavailable): the retry backs off with jitter.
         let mut claim_failures = 0u32;
@@ -162,7 +170,7 @@ impl Worker {
                 () = &mut shutdown => break,
             };
             while tasks.try_join_next().is_some() {}
-            let claim = self.store.claim(&self.config.worker_id, self.config.lease);
+            let claim = self.store.claim_for(&self.config.worker_id, self.config.lease, &digests);
             tokio::pin!(claim);
             let claimed = tokio::select! {
                 claimed = &mut claim => claimed,

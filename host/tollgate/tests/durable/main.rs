@@ -1,6 +1,8 @@
 //! Durable sessions end to end: Workers as child processes on a real store, the real CLI against
 //! the mock model, the example agent's components built from source, and SIGKILL at named points.
 //!
+//! - `bundles`: pinned agent bundles: a swapped component refused, Workers of two bundles on one
+//!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
 //! - `api_input`: bad input to every route of `tollgate api`, refused as JSON errors.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
@@ -15,6 +17,7 @@
 mod api;
 mod api_input;
 mod lifecycle;
+mod bundles;
 mod matrix;
 mod outage;
 mod scale;

@@ -148,12 +148,34 @@ impl World {
     }
 
     fn spawn_worker(&self, name: &str, db: &str, extra: &[&str], env: &[(&str, &str)]) -> WorkerProcess {
+        self.spawn_worker_of(name, &self.agent, db, extra, env)
+    }
+
+    /// Starts a Worker process like [`World::worker`] that loads the agent directory `agent`.
+    pub fn worker_of(&self, name: &str, agent: &Path) -> WorkerProcess {
+        self.spawn_worker_of(
+            name,
+            agent,
+            &self.db,
+            &["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2"],
+            &[],
+        )
+    }
+
+    fn spawn_worker_of(
+        &self,
+        name: &str,
+        agent: &Path,
+        db: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> WorkerProcess {
         let log = self.dir.path().join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
         let child = self
             .tollgate()
             .args(["worker", "--agent"])
-            .arg(&self.agent)
+            .arg(agent)
             .args(["--db", db, "--worker-id", name, "--poll-secs", "0.2"])
             .args(extra)
             .envs(env.iter().copied())
