@@ -811,6 +811,8 @@ async fn a_step_sets_the_session_status_only_when_it_is_enqueued(h: Harness) {
     end.steps.push(next_turn(2));
     assert_eq!(s.commit(&c2, end).await.unwrap().step_ids, vec![None]);
     assert_eq!(s.session("s").await.unwrap().unwrap().status, "idle", "nothing queued: the commit's status");
+}
+
 fn pinned(digest: &str) -> Option<AgentDigest> {
     Some(AgentDigest { digest: digest.into(), pinned: true })
 }
@@ -894,6 +896,7 @@ async fn waiting_under(store: &dyn Store, id: &str, digest: &str) -> i64 {
         payload: j("{}"),
         start: StepStart::OnInterrupt("i1".into()),
         only_if_items_after: None,
+        session_status: None,
     });
     store.commit(&c, park).await.unwrap().step_ids[0].unwrap()
 }
