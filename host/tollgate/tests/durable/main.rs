@@ -4,6 +4,8 @@
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
 //! - `api_input`: bad input to every route of `tollgate api`, refused as JSON errors.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
+//! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
+//!   with `benches/chaos.rs`).
 //! - `matrix`: the seeds' crash matrix.
 //! - `outage`: PostgreSQL stopped and started again under `tollgate serve` and a Worker.
 //! - `scale`: two Workers on one PostgreSQL database, a thousand sessions waiting for approval,
@@ -11,6 +13,9 @@
 
 mod api;
 mod api_input;
+mod chaos;
+#[path = "../chaos_common/mod.rs"]
+mod chaos_common;
 mod matrix;
 mod outage;
 mod scale;
