@@ -155,6 +155,8 @@ pub struct Verdict {
     pub failed: usize,
     /// `outcome_unknown` records, by tool.
     pub outcome_unknown: BTreeMap<String, usize>,
+    /// Why failed turns failed (`last_turn_error`, first 120 characters), with counts.
+    pub failures: BTreeMap<String, usize>,
     /// How much evidence the checks read: events, claims, payments, call records.
     pub evidence: (usize, usize, usize, usize),
     pub violations: Vec<Violation>,
@@ -252,7 +254,12 @@ fn sessions_ended(o: &Observed, verdict: &mut Verdict, out: &mut Vec<Violation>)
         match problem {
             Some(p) => out.push(v("stuck", format!("{id}: {p}"))),
             None if completed == 1 => verdict.completed += 1,
-            None => verdict.failed += 1,
+            None => {
+                verdict.failed += 1;
+                let why: String =
+                    row.last_turn_error.as_deref().unwrap_or_default().chars().take(120).collect();
+                *verdict.failures.entry(why).or_default() += 1;
+            }
         }
     }
 }

@@ -161,6 +161,9 @@ impl Report {
             v.evidence.2,
             v.evidence.3
         );
+        for (why, count) in &v.failures {
+            let _ = writeln!(out, "failed turns ({count}): {why}");
+        }
         if let Some(failure) = &self.failure {
             let _ = writeln!(out, "\nRUN FAILED: {failure}");
         }
