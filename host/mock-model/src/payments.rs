@@ -39,6 +39,11 @@ pub struct Received {
     pub idempotency_key: String,
     /// Its body.
     pub body: String,
+    /// Its path, from the request line (`/refunds`).
+    pub path: String,
+    /// When its body was complete (this machine's wall clock), so a test can order it against
+    /// other logs.
+    pub at: std::time::SystemTime,
 }
 
 impl Payments {
@@ -158,7 +163,8 @@ async fn read_request(socket: &mut TcpStream) -> Option<Received> {
         if request.len() >= head_end + 4 + length {
             let idempotency_key = header("idempotency-key").unwrap_or_default();
             let body = text[head_end + 4..].to_owned();
-            return Some(Received { text, idempotency_key, body });
+            let path = text.split_whitespace().nth(1).unwrap_or_default().to_owned();
+            return Some(Received { text, idempotency_key, body, path, at: std::time::SystemTime::now() });
         }
     }
 }

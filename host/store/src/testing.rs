@@ -167,6 +167,32 @@ impl PgCluster {
         PgStore::connect_with(options, max_connections).await.expect("open PgStore")
     }
 
+    /// Restarts the server (`pg_ctl restart -m fast`, waiting until it accepts connections
+    /// again): every connection is closed, committed data stays, the port and options are the
+    /// same.
+    ///
+    /// # Errors
+    /// [`ClusterError::Command`] when `pg_ctl` fails (with the server log).
+    pub fn restart(&self) -> Result<(), ClusterError> {
+        let data = self.data_dir();
+        let log = self.dir.path().join("server.log");
+        self.pg(
+            "pg_ctl",
+            &["-D", path_str(&data), "-l", path_str(&log), "-m", "fast", "-w", "-t", "60", "restart"],
+        )
+        .map(drop)
+        .map_err(|e| match e {
+            ClusterError::Command { command, detail } => ClusterError::Command {
+                command,
+                detail: format!(
+                    "{detail}\nserver log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
+            },
+            other => other,
+        })
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }

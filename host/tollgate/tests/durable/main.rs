@@ -6,6 +6,8 @@
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
 //! - `api_input`: bad input to every route of `tollgate api`, refused as JSON errors.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
+//! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
+//!   with `benches/chaos.rs`).
 //! - `matrix`: the seeds' crash matrix.
 //! - `outage`: PostgreSQL stopped and started again under `tollgate serve` and a Worker.
 //! - `lifecycle`: a Worker's life and death: graceful drain and the handover of a released step,
@@ -18,6 +20,9 @@ mod api;
 mod api_input;
 mod lifecycle;
 mod bundles;
+mod chaos;
+#[path = "../chaos_common/mod.rs"]
+mod chaos_common;
 mod matrix;
 mod outage;
 mod scale;

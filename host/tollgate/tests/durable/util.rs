@@ -15,7 +15,7 @@ pub use tollgate_mock_model::payments::Payments;
 use tollgate_store::{Event, Store};
 
 /// Workers start real CLIs (~240 MB, a core each): two tests at once at most.
-static SLOTS: Semaphore = Semaphore::const_new(2);
+pub static SLOTS: Semaphore = Semaphore::const_new(2);
 
 /// The workspace root.
 pub fn root() -> PathBuf {
