@@ -16,9 +16,15 @@
 //!   or upgrade; see [`PARKED_RETRY`].
 //! - SIGKILL loses nothing that was committed; the step's lease expires and another Worker (or
 //!   this one, restarted) claims it with a higher attempt.
+//! - Segments reach the model through the Worker's [`ModelProxy`], started at the first segment;
+//!   the CLI gets a per-segment token, never the Worker's API key.
+//! - A segment's CLI works in its session's workspace, `<workspace root>/<session id>` (0700),
+//!   unless the options name a `cwd`. The workspace stays between segments on this host; a
+//!   session continued by a Worker on another host starts with an empty one.
 
 mod run_model;
 mod tool_steps;
+pub mod workspace;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +38,7 @@ use tracing::{debug, error, info, warn};
 use crate::agent::Agent;
 use crate::convert;
 use crate::metrics::Metrics;
+use crate::proxy::{ModelProxy, ProxyError, Upstream};
 
 /// How long a step whose rows cannot be read waits before it is tried again.
 pub const PARKED_RETRY: Duration = Duration::from_secs(300);
@@ -49,6 +56,16 @@ pub struct WorkerConfig {
     pub heartbeat: Duration,
     /// The longest wait between claims when no wake-up arrives.
     pub poll: Duration,
+    /// Where sessions' workspaces (the CLI's default working folder) go; `None` is
+    /// [`default_workspace_root`].
+    pub workspace_root: Option<std::path::PathBuf>,
+}
+
+/// `<system temp dir>/tollgate-workspaces-<uid>`.
+pub fn default_workspace_root() -> std::path::PathBuf {
+    // SAFETY: getuid(2) cannot fail and has no memory effects.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("tollgate-workspaces-{uid}"))
 }
 
 impl Default for WorkerConfig {
@@ -59,6 +76,7 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
             poll: Duration::from_secs(2),
+            workspace_root: None,
         }
     }
 }
@@ -71,6 +89,7 @@ pub struct Worker {
     cli: CliBinary,
     config: Arc<WorkerConfig>,
     metrics: Arc<Metrics>,
+    proxy: Arc<tokio::sync::OnceCell<ModelProxy>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -105,7 +124,17 @@ impl From<StoreError> for StepError {
 impl Worker {
     /// A Worker for `agent` on `store`, starting `cli` for segments.
     pub fn new(store: Arc<dyn Store>, agent: Arc<Agent>, cli: CliBinary, config: WorkerConfig) -> Self {
-        Worker { store, agent, cli, config: Arc::new(config), metrics: Arc::default() }
+        Worker { store, agent, cli, config: Arc::new(config), metrics: Arc::default(), proxy: Arc::default() }
+    }
+
+    /// The model proxy, started at the first call with the Worker's own `ANTHROPIC_*` upstream.
+    pub(crate) async fn model_proxy(&self) -> Result<&ModelProxy, ProxyError> {
+        self.proxy.get_or_try_init(|| ModelProxy::start(Upstream::from_env(), self.metrics.clone())).await
+    }
+
+    /// The root of the sessions' workspaces.
+    pub fn workspace_root(&self) -> std::path::PathBuf {
+        self.config.workspace_root.clone().unwrap_or_else(default_workspace_root)
     }
 
     /// Records into `metrics` (shared with the API's `/metrics` in `tollgate serve`).
