@@ -7,7 +7,8 @@
 //! 1. makes fresh `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR` directories and, for a resume, writes the
 //!    stored entries to the project's transcript file ([`crate::launch`]);
 //! 2. starts the CLI in its own process group ([`crate::transport`]) with the argv of PROTOCOL.md
-//!    §1.1 and the environment of §1.2;
+//!    §1.1 and the environment of §1.2, built from an allow-list (nothing else of the host's
+//!    environment is inherited: see [`crate::transport::inherited_allowed_variables`]);
 //! 3. writes `initialize` first (the gate's `PreToolUse` matcher for every tool, with a timeout;
 //!    an application hook if any; the sdk server), then the prompt of a fresh segment, or **no
 //!    prompt** for a resumed deferred call;
@@ -72,7 +73,7 @@ use crate::error::SegmentError;
 use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file};
 use crate::mcp::{McpBridge, ToolServer};
 use crate::tools::ToolRunner;
-use crate::transport::{CliProcess, Launch, LineEvent, inherited_claude_variables};
+use crate::transport::{CliProcess, Launch, LineEvent, inherited_allowed_variables};
 
 /// The request id of the host's `initialize`.
 const INITIALIZE_ID: &str = "tollgate_initialize";
@@ -181,6 +182,9 @@ pub struct SegmentSpec {
     /// More arguments, appended.
     pub extra_args: Vec<String>,
     /// Variables set after the segment's own (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, proxies…).
+    /// With the allow-listed ones of [`crate::transport::inherited_allowed_variables`], `HOME`,
+    /// `CLAUDE_CONFIG_DIR`, `TMPDIR` and `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`, they are the
+    /// CLI's whole environment.
     pub env: Vec<(OsString, OsString)>,
     /// The sdk MCP server's name.
     pub server_name: String,
@@ -434,18 +438,21 @@ async fn run(
         write_resume_file(&dirs.config(), &spec.cwd, session_id, entries)?;
     }
 
-    let mut env: Vec<(OsString, OsString)> = vec![
+    // An allow-list, not the inherited environment: the host's secrets stay out of the CLI and
+    // of every command its tools run.
+    let mut env: Vec<(OsString, OsString)> = inherited_allowed_variables();
+    env.extend([
         ("HOME".into(), dirs.home().into()),
         ("CLAUDE_CONFIG_DIR".into(), dirs.config().into()),
         ("TMPDIR".into(), dirs.tmp().into()),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
-    ];
+    ]);
     env.extend(spec.env.iter().cloned());
     let launch = Launch {
         program: spec.cli.path().to_path_buf(),
         args: spec.args().into_iter().map(OsString::from).collect(),
         cwd: spec.cwd.clone(),
-        env_remove: inherited_claude_variables(),
+        env_remove: Vec::new(),
         env,
         max_line_bytes: spec.max_line_bytes,
     };

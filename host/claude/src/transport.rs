@@ -18,6 +18,10 @@
 //!   SIGKILLed (a parent-death signal; see `spawn_dying_with_this_process`). Only the CLI itself
 //!   gets the signal: a tool process it started (its own group) outlives it until the next
 //!   `kill_process_group` of that group, or forever once the Worker is gone.
+//! - The child's environment is exactly [`Launch::env`]: nothing is inherited (`env_clear`), so
+//!   the host's own secrets (its API tokens, database URLs, the model API key) never reach the
+//!   CLI or the tools it runs. [`inherited_allowed_variables`] is the allow-list a caller starts
+//!   from.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -56,9 +60,10 @@ pub struct Launch {
     pub args: Vec<OsString>,
     /// Its working directory.
     pub cwd: PathBuf,
-    /// Variables to remove from the inherited environment.
+    /// Variables to remove from `env` (kept for callers of the inherited-environment era; the
+    /// child inherits nothing).
     pub env_remove: Vec<OsString>,
-    /// Variables to set, in order (later ones win).
+    /// The child's whole environment, in order (later ones win).
     pub env: Vec<(OsString, OsString)>,
     /// The longest stdout line accepted, in bytes.
     pub max_line_bytes: usize,
@@ -88,12 +93,12 @@ impl CliProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
-            .process_group(0);
-        for name in &launch.env_remove {
-            command.env_remove(name);
-        }
+            .process_group(0)
+            .env_clear();
         for (name, value) in &launch.env {
-            command.env(name, value);
+            if !launch.env_remove.contains(name) {
+                command.env(name, value);
+            }
         }
         let mut child = spawn_dying_with_this_process(command)?;
         let pid = child.id().unwrap_or_default();
@@ -341,6 +346,23 @@ async fn drain_stderr(mut stderr: ChildStderr, tail: Arc<Mutex<VecDeque<u8>>>, p
     }
 }
 
+/// The host's variables a CLI may inherit: where programs are (`PATH`), the locale (`LANG`,
+/// `LANGUAGE`, `LC_*`), `TZ`, `TERM`, and the outbound proxy settings (`HTTPS_PROXY`, `HTTP_PROXY`,
+/// `ALL_PROXY`, `NO_PROXY`, either case; PROTOCOL.md §1.2). Nothing else: no credentials, no
+/// `TOLLGATE_*`, no `ANTHROPIC_*` or `CLAUDE*` settings (the segment sets its own).
+pub fn inherited_allowed_variables() -> Vec<(OsString, OsString)> {
+    std::env::vars_os().filter(|(name, _)| name.to_str().is_some_and(allowed_variable)).collect()
+}
+
+/// Whether `name` is on the allow-list of [`inherited_allowed_variables`].
+pub fn allowed_variable(name: &str) -> bool {
+    const EXACT: &[&str] = &["PATH", "LANG", "LANGUAGE", "TZ", "TERM"];
+    const PROXIES: &[&str] = &["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"];
+    EXACT.contains(&name)
+        || name.starts_with("LC_")
+        || PROXIES.iter().any(|proxy| name == *proxy || name == proxy.to_ascii_lowercase())
+}
+
 /// Names of inherited variables a segment must not see: the developer's or Worker's Claude and
 /// Anthropic settings (PROTOCOL.md §1.2), which the segment sets itself.
 pub fn inherited_claude_variables() -> Vec<OsString> {
@@ -351,4 +373,31 @@ pub fn inherited_claude_variables() -> Vec<OsString> {
             upper.starts_with("CLAUDE") || upper.starts_with("ANTHROPIC")
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_allow_list_of_variables_is_inherited() {
+        for name in
+            ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HTTPS_PROXY", "no_proxy", "http_proxy"]
+        {
+            assert!(allowed_variable(name), "{name}");
+        }
+        for name in [
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "TOLLGATE_TOKEN",
+            "DATABASE_URL",
+            "AWS_SECRET_ACCESS_KEY",
+            "HOME",
+            "Https_Proxy",
+            "PATHX",
+        ] {
+            assert!(!allowed_variable(name), "{name}");
+        }
+    }
 }

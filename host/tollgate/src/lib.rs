@@ -8,6 +8,7 @@
 //! | [`sessions`] | client calls: start, send, resolve, snapshot |
 //! | [`convert`] | the state machine's values as the store's |
 //! | [`metrics`] | the Prometheus counters the Worker updates |
+//! | [`proxy`] | the loopback model proxy: the CLI gets a per-segment token, never the API key |
 //! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
 //! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
 //! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
@@ -24,6 +25,7 @@ pub mod client;
 pub mod commands;
 pub mod convert;
 pub mod metrics;
+pub mod proxy;
 pub mod sessions;
 pub mod telemetry;
 pub mod tls;

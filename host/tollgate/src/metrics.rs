@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::proxy::prices::TokenCounts;
 use tollgate_engine::session::{failure_reason, step_kind};
 
 /// Bucket bounds of the duration histograms, in seconds.
@@ -44,6 +45,10 @@ struct Inner {
     sandbox_traps: u64,
     turn_failures: BTreeMap<&'static str, u64>,
     poison_steps: BTreeMap<String, u64>,
+    model_requests: BTreeMap<&'static str, u64>,
+    model_seconds: Histogram,
+    model_tokens: TokenCounts,
+    model_cost_usd: f64,
 }
 
 /// The process's metrics. Share it behind an `Arc`.
@@ -82,6 +87,26 @@ impl Metrics {
     /// its call was recorded `outcome_unknown`.
     pub fn poison_step(&self, kind: &str) {
         *self.inner.lock().expect("metrics lock").poison_steps.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    /// A model request through the proxy ended with `result` (`ok`, `upstream_error`,
+    /// `unreachable`, `unauthorized`, `spend_limit`), after `took` when it was forwarded, with the
+    /// tokens and cost its answer reported.
+    pub fn model_request(
+        &self,
+        result: &'static str,
+        took: Option<Duration>,
+        usage: Option<(TokenCounts, f64)>,
+    ) {
+        let mut inner = self.inner.lock().expect("metrics lock");
+        *inner.model_requests.entry(result).or_default() += 1;
+        if let Some(took) = took {
+            inner.model_seconds.observe(took.as_secs_f64());
+        }
+        if let Some((tokens, cost)) = usage {
+            inner.model_tokens.add(&tokens);
+            inner.model_cost_usd += cost;
+        }
     }
 
     /// The Prometheus text, with `open_interrupts` (read from the store by the caller).
@@ -137,6 +162,42 @@ impl Metrics {
             let n = inner.poison_steps.get(&kind).copied().unwrap_or(0);
             let _ = writeln!(out, "tollgate_poison_steps_total{{kind=\"{kind}\"}} {n}");
         }
+        out.push_str(
+            "# HELP tollgate_model_requests_total Model API requests through the Worker's proxy, by result \
+             (ok, upstream_error, unreachable, unauthorized, spend_limit).\n",
+        );
+        out.push_str("# TYPE tollgate_model_requests_total counter\n");
+        for (result, n) in &inner.model_requests {
+            let _ = writeln!(out, "tollgate_model_requests_total{{result=\"{result}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP tollgate_model_request_duration_seconds How long forwarded model requests took, to the \
+             end of the answer.\n",
+        );
+        out.push_str("# TYPE tollgate_model_request_duration_seconds histogram\n");
+        let h = &inner.model_seconds;
+        for (bound, count) in BUCKETS.iter().zip(h.counts.iter().chain(std::iter::repeat(&0))) {
+            let _ = writeln!(out, "tollgate_model_request_duration_seconds_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "tollgate_model_request_duration_seconds_bucket{{le=\"+Inf\"}} {}", h.count);
+        let _ = writeln!(out, "tollgate_model_request_duration_seconds_sum {}", h.sum);
+        let _ = writeln!(out, "tollgate_model_request_duration_seconds_count {}", h.count);
+        out.push_str("# HELP tollgate_model_tokens_total Tokens the model API reported, by kind.\n");
+        out.push_str("# TYPE tollgate_model_tokens_total counter\n");
+        let t = &inner.model_tokens;
+        for (kind, n) in [
+            ("input", t.input),
+            ("output", t.output),
+            ("cache_creation_input", t.cache_creation),
+            ("cache_read_input", t.cache_read),
+        ] {
+            let _ = writeln!(out, "tollgate_model_tokens_total{{kind=\"{kind}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP tollgate_model_cost_usd_total What the model requests cost at list prices, in USD.\n",
+        );
+        out.push_str("# TYPE tollgate_model_cost_usd_total counter\n");
+        let _ = writeln!(out, "tollgate_model_cost_usd_total {}", inner.model_cost_usd);
         if let Some(open) = open_interrupts {
             out.push_str("# HELP tollgate_open_interrupts Decisions waiting for a human, in the store.\n");
             out.push_str("# TYPE tollgate_open_interrupts gauge\n");
@@ -179,5 +240,22 @@ mod tests {
         assert!(text.contains("tollgate_turn_failures_total{reason=\"segment_failed\"} 2"), "{text}");
         assert!(text.contains("tollgate_turn_failures_total{reason=\"spend_limit\"} 0"), "{text}");
         assert!(text.contains("tollgate_poison_steps_total{kind=\"CallTool\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn model_requests_count_by_result_with_their_latency_tokens_and_cost() {
+        let metrics = Metrics::default();
+        let tokens = TokenCounts { input: 10, output: 5, cache_creation: 2, cache_read: 3 };
+        metrics.model_request("ok", Some(Duration::from_millis(30)), Some((tokens, 0.5)));
+        metrics.model_request("ok", Some(Duration::from_millis(300)), Some((tokens, 0.25)));
+        metrics.model_request("spend_limit", None, None);
+        let text = metrics.render(None);
+        assert!(text.contains("tollgate_model_requests_total{result=\"ok\"} 2"), "{text}");
+        assert!(text.contains("tollgate_model_requests_total{result=\"spend_limit\"} 1"));
+        assert!(text.contains("tollgate_model_request_duration_seconds_bucket{le=\"0.05\"} 1"));
+        assert!(text.contains("tollgate_model_request_duration_seconds_count 2"));
+        assert!(text.contains("tollgate_model_tokens_total{kind=\"input\"} 20"));
+        assert!(text.contains("tollgate_model_tokens_total{kind=\"cache_read_input\"} 6"));
+        assert!(text.contains("tollgate_model_cost_usd_total 0.75"));
     }
 }

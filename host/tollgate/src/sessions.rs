@@ -159,7 +159,8 @@ pub struct Snapshot {
     pub tool_calls: Vec<Value>,
     /// Token totals.
     pub usage: UsageView,
-    /// What the session's segments cost (US dollars, as the CLI reported).
+    /// What the session's segments cost (US dollars: every model request priced by the Worker's
+    /// model proxy, `tollgate::proxy::prices`; as the CLI reported for segments run without it).
     pub cost_usd: f64,
     /// Why the last turn failed, until a turn completes.
     pub last_turn_error: Option<String>,

@@ -19,6 +19,11 @@
 //! | `chat {model}` | INTERNAL, no usage | it made none or several (an inline tool call, subagents) |
 //! | `execute_tool {tool}` | INTERNAL | an inline call (child of its segment) or a deferred call attempt |
 //!
+//! A `chat` span also carries what the Worker's model proxy measured of every request of the
+//! segment ([`proxy_attributes`]): `tollgate.model.requests`, `.request_errors`,
+//! `.requests_refused`, `tollgate.usage.input_tokens` (cache reads and writes included),
+//! `.output_tokens`, `.cost_usd`, and `tollgate.model.errors` (the upstream's error texts).
+//!
 //! # Caveats
 //!
 //! - Spans are exported by a batch processor on its own thread: the [`Telemetry`] guard must live
@@ -40,6 +45,8 @@ use tollgate_claude::{SegmentEvent, SegmentStats};
 use tollgate_engine::session::tools::ToolRun;
 use tollgate_engine::session::turn::SegmentResult;
 use tracing::warn;
+
+use crate::proxy::ProxySummary;
 
 /// The instrumentation scope and the default `service.name`.
 const SERVICE: &str = "tollgate";
@@ -270,6 +277,25 @@ pub fn segment_span(scope: &Scope, meta: &ModelCallMetadata, result: &SegmentRes
     }
 }
 
+/// What the model proxy measured of a segment's requests, as `chat` span attributes (see the
+/// module docs).
+pub fn proxy_attributes(summary: &ProxySummary) -> Vec<KeyValue> {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut attributes = vec![
+        KeyValue::new("tollgate.model.requests", int(summary.requests)),
+        KeyValue::new("tollgate.model.request_errors", int(summary.failed)),
+        KeyValue::new("tollgate.model.requests_refused", int(summary.refused)),
+        KeyValue::new("tollgate.usage.input_tokens", int(summary.tokens.all_input())),
+        KeyValue::new("tollgate.usage.output_tokens", int(summary.tokens.output)),
+        KeyValue::new("tollgate.usage.cost_usd", summary.cost_usd),
+    ];
+    if !summary.errors.is_empty() {
+        let errors: Vec<StringValue> = summary.errors.iter().cloned().map(StringValue::from).collect();
+        attributes.push(KeyValue::new("tollgate.model.errors", Value::Array(Array::String(errors))));
+    }
+    attributes
+}
+
 /// How a tool call attempt ended, as a span says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolOutcome {
@@ -340,6 +366,7 @@ pub struct SegmentTrace {
     started: SystemTime,
     options_model: Option<String>,
     meta: ModelCallMetadata,
+    proxy: Option<ProxySummary>,
 }
 
 impl SegmentTrace {
@@ -350,7 +377,13 @@ impl SegmentTrace {
             started: SystemTime::now(),
             options_model: None,
             meta: ModelCallMetadata::default(),
+            proxy: None,
         }
+    }
+
+    /// What the model proxy measured of the segment's requests.
+    pub fn proxied(&mut self, summary: &ProxySummary) {
+        self.proxy = Some(summary.clone());
     }
 
     /// The options' model, the request model when the CLI sends no init message.
@@ -366,7 +399,11 @@ impl SegmentTrace {
     /// Ends the segment's span now, with the inline tool calls' spans as its children.
     pub fn finish(self, result: &SegmentResult, tools: InlineTools) {
         let end = SystemTime::now();
-        let parent = segment_span(&self.scope, &self.meta, result).record(&Context::new(), self.started, end);
+        let mut plan = segment_span(&self.scope, &self.meta, result);
+        if let Some(summary) = &self.proxy {
+            plan.attributes.extend(proxy_attributes(summary));
+        }
+        let parent = plan.record(&Context::new(), self.started, end);
         for call in tools.done {
             tool_span(&self.scope, &call.name, &call.id, false, call.outcome, None)
                 .record(&parent, call.start, call.end);
@@ -580,6 +617,36 @@ mod tests {
         let mut stats = stats(2, 0, "firstParty");
         stats.response_models.insert("claude-haiku-5".into());
         assert_eq!(model_call_metadata(&stats, None).response_model, None);
+    }
+
+    #[test]
+    fn the_proxy_measurements_become_usage_and_request_attributes() {
+        let summary = ProxySummary {
+            requests: 3,
+            failed: 1,
+            refused: 1,
+            tokens: crate::proxy::prices::TokenCounts {
+                input: 10,
+                output: 4,
+                cache_creation: 2,
+                cache_read: 5,
+            },
+            cost_usd: 0.25,
+            errors: vec!["HTTP 529: overloaded_error: busy".into()],
+            ..ProxySummary::default()
+        };
+        let attributes = proxy_attributes(&summary);
+        let get = |key: &str| attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.clone());
+        assert_eq!(get("tollgate.model.requests"), Some(Value::I64(3)));
+        assert_eq!(get("tollgate.model.request_errors"), Some(Value::I64(1)));
+        assert_eq!(get("tollgate.model.requests_refused"), Some(Value::I64(1)));
+        assert_eq!(get("tollgate.usage.input_tokens"), Some(Value::I64(17)));
+        assert_eq!(get("tollgate.usage.output_tokens"), Some(Value::I64(4)));
+        assert_eq!(get("tollgate.usage.cost_usd"), Some(Value::F64(0.25)));
+        assert_eq!(
+            get("tollgate.model.errors"),
+            Some(Value::Array(Array::String(vec!["HTTP 529: overloaded_error: busy".into()])))
+        );
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct WorkerArgs {
     /// The `claude` binary (default: `$TOLLGATE_CLAUDE_CLI`, the pinned install, then `PATH`).
     #[arg(long)]
     pub claude: Option<PathBuf>,
+    /// Where each session's workspace (the CLI's default working folder, 0700) is made; never
+    /// inside the agent directory (default: `<temp dir>/tollgate-workspaces-<uid>`).
+    #[arg(long, env = "TOLLGATE_WORKSPACE_ROOT")]
+    pub workspace_root: Option<PathBuf>,
 }
 
 /// The store URL of `db`, or the SQLite file beside the agent.
@@ -78,6 +82,11 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
     let sandbox = Sandbox::new(SandboxConfig::default())?;
     let agent = Arc::new(Agent::load(&args.agent, sandbox).await?);
     let url = db_url(args.db.as_deref(), agent.dir());
+    let workspace_root = args.workspace_root.clone().unwrap_or_else(crate::worker::default_workspace_root);
+    let sqlite_file =
+        url.strip_prefix("sqlite://").map(|rest| PathBuf::from(rest.split('?').next().unwrap_or(rest)));
+    crate::worker::workspace::check_root(&workspace_root, agent.dir(), sqlite_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
     let store = tollgate_store::open(&url).await.with_context(|| format!("opening the store {url}"))?;
     let locator = CliLocator { configured: args.claude.clone(), ..CliLocator::default() };
     let cli = CliBinary::locate(&locator)
@@ -89,6 +98,7 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
         heartbeat,
         poll,
         drain,
+        workspace_root: Some(workspace_root),
         ..WorkerConfig::default()
     };
     if let Some(id) = &args.worker_id {

@@ -28,9 +28,15 @@
 //!   directories it left (`tollgate_claude::launch::remove_stale_scratch`).
 //! - A released step was stopped mid-way: what it committed stays (a single-attempt call's
 //!   `started` mark makes its next claim record `outcome_unknown`, never a second run).
+//! - Segments reach the model through the Worker's [`ModelProxy`], started at the first segment;
+//!   the CLI gets a per-segment token, never the Worker's API key.
+//! - A segment's CLI works in its session's workspace, `<workspace root>/<session id>` (0700),
+//!   unless the options name a `cwd`. The workspace stays between segments on this host; a
+//!   session continued by a Worker on another host starts with an empty one.
 
 mod run_model;
 mod tool_steps;
+pub mod workspace;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +52,7 @@ use tracing::{debug, error, info, warn};
 use crate::agent::Agent;
 use crate::convert;
 use crate::metrics::Metrics;
+use crate::proxy::{ModelProxy, ProxyError, Upstream};
 use crate::sessions;
 
 /// How long a step whose rows cannot be read waits before it is tried again.
@@ -66,6 +73,16 @@ pub struct WorkerConfig {
     pub poll: Duration,
     /// How long a stopping Worker lets the steps in hand finish before it releases them.
     pub drain: Duration,
+    /// Where sessions' workspaces (the CLI's default working folder) go; `None` is
+    /// [`default_workspace_root`].
+    pub workspace_root: Option<std::path::PathBuf>,
+}
+
+/// `<system temp dir>/tollgate-workspaces-<uid>`.
+pub fn default_workspace_root() -> std::path::PathBuf {
+    // SAFETY: getuid(2) cannot fail and has no memory effects.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("tollgate-workspaces-{uid}"))
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +94,7 @@ impl Default for WorkerConfig {
             heartbeat: Duration::from_secs(10),
             poll: Duration::from_secs(2),
             drain: Duration::from_secs(30),
+            workspace_root: None,
         }
     }
 }
@@ -89,6 +107,7 @@ pub struct Worker {
     cli: CliBinary,
     config: Arc<WorkerConfig>,
     metrics: Arc<Metrics>,
+    proxy: Arc<tokio::sync::OnceCell<ModelProxy>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -126,7 +145,17 @@ impl From<StoreError> for StepError {
 impl Worker {
     /// A Worker for `agent` on `store`, starting `cli` for segments.
     pub fn new(store: Arc<dyn Store>, agent: Arc<Agent>, cli: CliBinary, config: WorkerConfig) -> Self {
-        Worker { store, agent, cli, config: Arc::new(config), metrics: Arc::default() }
+        Worker { store, agent, cli, config: Arc::new(config), metrics: Arc::default(), proxy: Arc::default() }
+    }
+
+    /// The model proxy, started at the first call with the Worker's own `ANTHROPIC_*` upstream.
+    pub(crate) async fn model_proxy(&self) -> Result<&ModelProxy, ProxyError> {
+        self.proxy.get_or_try_init(|| ModelProxy::start(Upstream::from_env(), self.metrics.clone())).await
+    }
+
+    /// The root of the sessions' workspaces.
+    pub fn workspace_root(&self) -> std::path::PathBuf {
+        self.config.workspace_root.clone().unwrap_or_else(default_workspace_root)
     }
 
     /// Records into `metrics` (shared with the API's `/metrics` in `tollgate serve`).

@@ -1,6 +1,7 @@
 //! `RunModel`: plan the segment from the session's rows, start the CLI with the agent's options
 //! and tools, stream its events into the store as they come, and commit how it ended.
 
+use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,9 @@ use tollgate_sandbox::{AgentOptions, OptionsContext};
 use tollgate_store::Claimed;
 use tracing::{info, warn};
 
-use super::{StepError, Worker};
+use super::{StepError, Worker, workspace};
 use crate::agent::Agent;
+use crate::proxy::{ProxySummary, SpendLimit};
 use crate::sessions;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
 
@@ -106,7 +108,42 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         first,
         events_rx,
     ));
-    let result = segment(worker, session_id, &run, events_tx, &mut trace).await;
+    // The segment's access to the model: a token of the Worker's proxy, revoked when it is dropped
+    // below, once the CLI is gone.
+    let access = match worker.model_proxy().await {
+        Ok(proxy) => Ok((
+            proxy.base_url(),
+            proxy.register(SpendLimit {
+                limit_usd: worker.agent.limits.spend_limit_usd,
+                spent_before_usd: state.cost_usd,
+            }),
+        )),
+        Err(err) => Err(err.to_string()),
+    };
+    let result = match &access {
+        Ok((base_url, token)) => {
+            let model = ModelAccess { base_url, token: token.token() };
+            segment(worker, session_id, &run, events_tx, &mut trace, &model).await
+        }
+        Err(error) => {
+            drop(events_tx);
+            SegmentResult::Failed { error: error.clone(), retryable: true }
+        }
+    };
+    let summary = access.as_ref().ok().map(|(_, token)| token.summary());
+    drop(access);
+    let result = match &summary {
+        Some(summary) => {
+            trace.proxied(summary);
+            with_proxy_accounting(result, summary)
+        }
+        None => result,
+    };
+    // A failed segment's requests cost money too: they count against the limit.
+    let failed_cost = match (&result, &summary) {
+        (SegmentResult::Failed { .. }, Some(summary)) => summary.cost_usd,
+        _ => 0.0,
+    };
     // Every streamed event is written before the segment's end.
     let tools = match flusher.await {
         Ok(Ok(tools)) => tools,
@@ -120,8 +157,39 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     if let SegmentResult::Failed { error, retryable } = &result {
         warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
     }
-    worker.commit(claimed, turn::on_segment(&run, &state, &calls, result)).await?;
+    let mut transition = turn::on_segment(&run, &state, &calls, result);
+    if failed_cost > 0.0 {
+        let mut next = transition.run_state.take().unwrap_or_else(|| state.clone());
+        next.cost_usd += failed_cost;
+        transition.run_state = Some(next);
+    }
+    worker.commit(claimed, transition).await?;
     Ok(())
+}
+
+/// Where a segment's CLI reaches the model: the proxy and the segment's token.
+struct ModelAccess<'a> {
+    base_url: &'a str,
+    token: &'a str,
+}
+
+/// The segment's result with what the proxy measured: a segment the proxy stopped at the spend
+/// limit fails with that reason (not retried), and the cost of a completed or deferred one is the
+/// proxy's (every request priced, [`crate::proxy::prices`]) when its requests went through it.
+fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> SegmentResult {
+    if let Some(reason) = &summary.stopped {
+        return SegmentResult::Failed { error: reason.clone(), retryable: false };
+    }
+    let measured = |cli: Option<f64>| if summary.requests > 0 { Some(summary.cost_usd) } else { cli };
+    match result {
+        SegmentResult::Completed { session_id, result, entries, usage, cost_usd } => {
+            SegmentResult::Completed { session_id, result, entries, usage, cost_usd: measured(cost_usd) }
+        }
+        SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
+            SegmentResult::Deferred { session_id, call, entries, usage, cost_usd: measured(cost_usd) }
+        }
+        failed @ SegmentResult::Failed { .. } => failed,
+    }
 }
 
 /// Runs the CLI for `run` and reports how it ended, and what the CLI said about its model calls
@@ -133,6 +201,7 @@ async fn segment(
     run: &SegmentRun,
     events: mpsc::UnboundedSender<SegmentEvent>,
     trace: &mut SegmentTrace,
+    model: &ModelAccess<'_>,
 ) -> SegmentResult {
     let agent = &worker.agent;
     let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
@@ -180,9 +249,16 @@ async fn segment(
             }
         }
     };
-    let cwd = options.cwd.clone().map_or_else(|| agent.dir().to_path_buf(), Into::into);
+    let cwd = match &options.cwd {
+        Some(cwd) => cwd.into(),
+        None => match workspace::prepare(&worker.workspace_root(), session_id) {
+            Ok(dir) => dir,
+            Err(err) => return failed(err, true),
+        },
+    };
     let mut spec = SegmentSpec::with_start(worker.cli.clone(), cwd, start);
-    spec.env.extend(passed_through_env());
+    spec.env.extend(cli_settings_env());
+    spec.env.extend(model_env(model.base_url, model.token, |name| std::env::var_os(name)));
     if let Err(err) = apply_options(&mut spec, &options) {
         return failed(err, false);
     }
@@ -256,16 +332,59 @@ fn entries_of(entries: &[Box<serde_json::value::RawValue>]) -> Result<Vec<Transc
         .collect()
 }
 
-/// The Worker's own `ANTHROPIC_*` and `CLAUDE_CODE_*` settings (credentials, base URL, retries),
-/// which the segment otherwise drops from the inherited environment; the options' `env` comes
-/// after and wins.
-fn passed_through_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    std::env::vars_os()
-        .filter(|(name, _)| {
-            name.to_str()
-                .is_some_and(|name| name.starts_with("ANTHROPIC_") || name.starts_with("CLAUDE_CODE_"))
-        })
-        .collect()
+/// The Worker's CLI settings a segment's CLI gets: tuning, never credentials. Everything else of
+/// the Worker's environment stays out (the segment's environment is an allow-list,
+/// [`tollgate_claude::transport::inherited_allowed_variables`]); the options' `env` comes after and
+/// wins.
+const CLI_SETTINGS: &[&str] = &[
+    "CLAUDE_CODE_MAX_RETRIES",
+    "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+    "API_TIMEOUT_MS",
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+];
+
+fn cli_settings_env() -> Vec<(OsString, OsString)> {
+    CLI_SETTINGS.iter().filter_map(|name| Some((OsString::from(name), std::env::var_os(name)?))).collect()
+}
+
+/// How the CLI reaches the model: the proxy's URL and the segment's token as its API key. When the
+/// Worker has an outbound proxy set, loopback is added to `NO_PROXY` so the CLI reaches the model
+/// proxy directly (PROTOCOL.md §1.2). `var` reads the Worker's environment.
+fn model_env(
+    base_url: &str,
+    token: &str,
+    var: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> =
+        vec![("ANTHROPIC_BASE_URL".into(), base_url.into()), ("ANTHROPIC_API_KEY".into(), token.into())];
+    let proxied = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+        .iter()
+        .any(|name| var(name).is_some_and(|v| !v.is_empty()));
+    if proxied {
+        for name in ["NO_PROXY", "no_proxy"] {
+            let existing = var(name).map(|v| v.to_string_lossy().into_owned());
+            if name == "no_proxy" && existing.is_none() {
+                continue;
+            }
+            let existing = existing.unwrap_or_default();
+            let has = |host: &str| existing.split(',').any(|h| h.trim() == host);
+            let mut value = existing.clone();
+            for host in ["127.0.0.1", "localhost"] {
+                if !has(host) {
+                    if !value.is_empty() {
+                        value.push(',');
+                    }
+                    value.push_str(host);
+                }
+            }
+            env.push((name.into(), value.into()));
+        }
+    }
+    env
 }
 
 /// The agent's options as CLI arguments and environment.
@@ -453,6 +572,55 @@ mod tests {
             let options: AgentOptions = serde_json::from_value(json!({"extra": {flag: "x"}})).unwrap();
             let error = apply_options(&mut spec(), &options).unwrap_err();
             assert!(error.contains(&format!("--{flag}")), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_cli_reaches_the_model_through_the_proxy_with_its_token_and_loopback_is_not_proxied() {
+        let worker_env = |name: &str| match name {
+            "HTTPS_PROXY" => Some(OsString::from("http://proxy:3128")),
+            "NO_PROXY" => Some(OsString::from("internal.example")),
+            "ANTHROPIC_API_KEY" => Some(OsString::from("sk-real")),
+            _ => None,
+        };
+        let env = model_env("http://127.0.0.1:5", "tgp-1-abc", worker_env);
+        let get =
+            |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_string_lossy().into_owned());
+        assert_eq!(get("ANTHROPIC_BASE_URL").as_deref(), Some("http://127.0.0.1:5"));
+        assert_eq!(get("ANTHROPIC_API_KEY").as_deref(), Some("tgp-1-abc"));
+        assert_eq!(get("NO_PROXY").as_deref(), Some("internal.example,127.0.0.1,localhost"));
+        assert_eq!(get("no_proxy"), None);
+        assert!(env.iter().all(|(_, v)| v != "sk-real"));
+        let direct = model_env("http://127.0.0.1:5", "t", |_| None);
+        assert_eq!(direct.len(), 2, "no outbound proxy, no NO_PROXY");
+    }
+
+    #[test]
+    fn a_segment_stopped_at_the_spend_limit_fails_for_good_and_a_proxied_one_costs_what_the_proxy_measured() {
+        let completed = || SegmentResult::Completed {
+            session_id: "c".into(),
+            result: "ok".into(),
+            entries: Vec::new(),
+            usage: Usage::default(),
+            cost_usd: Some(9.0),
+        };
+        let mut summary = ProxySummary { requests: 2, cost_usd: 0.5, ..ProxySummary::default() };
+        match with_proxy_accounting(completed(), &summary) {
+            SegmentResult::Completed { cost_usd, .. } => assert_eq!(cost_usd, Some(0.5)),
+            other => panic!("{other:?}"),
+        }
+        summary.stopped = Some("the session's spend limit of $1 was reached".into());
+        match with_proxy_accounting(completed(), &summary) {
+            SegmentResult::Failed { error, retryable } => {
+                assert!(error.contains("spend limit of $1 was reached"));
+                assert!(!retryable);
+            }
+            other => panic!("{other:?}"),
+        }
+        let unproxied = ProxySummary::default();
+        match with_proxy_accounting(completed(), &unproxied) {
+            SegmentResult::Completed { cost_usd, .. } => assert_eq!(cost_usd, Some(9.0)),
+            other => panic!("{other:?}"),
         }
     }
 

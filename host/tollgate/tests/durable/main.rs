@@ -15,17 +15,20 @@
 //!   unreadable rows, statuses.
 //! - `scale`: two Workers on one PostgreSQL database, a thousand sessions waiting for approval,
 //!   refused rows.
+//! - `secrets`: what the agent's `Bash` can reach (environment, process tree, store), the model
+//!   proxy's key swap and token revocation, the spend limit within a segment.
 
 mod api;
 mod api_input;
-mod lifecycle;
 mod bundles;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
+mod lifecycle;
 mod matrix;
 mod outage;
 mod scale;
+mod secrets;
 mod served;
 mod tls;
 mod tracing;
