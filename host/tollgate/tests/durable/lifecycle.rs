@@ -98,7 +98,12 @@ async fn sigterm_with_drain_zero_hands_a_running_segment_to_another_worker_at_on
     let status = a.exited().await;
     let exited = sigterm.elapsed();
     assert!(status.success(), "A exits cleanly: {status}\n{a_log}");
-    assert!(!alive(cli[0]), "A's CLI was stopped");
+    // Killed before A exited; a loaded machine may take a moment to tear the process down.
+    let stopped = Instant::now();
+    while alive(cli[0]) {
+        assert!(stopped.elapsed() < Duration::from_secs(5), "A's CLI {} outlived A's drain", cli[0]);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let a_log = std::fs::read_to_string(world.dir.path().join("a.log")).unwrap_or(a_log);
     assert!(a_log.contains("released the step"), "{a_log}");
     let reclaimed = world.store.step(held.step_id).await.unwrap().unwrap();
