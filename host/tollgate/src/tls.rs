@@ -205,6 +205,8 @@ async fn accept_loop(
                 continue;
             }
         };
+        // Server-Sent Events are small writes: see `commands::serve` on TCP_NODELAY.
+        let _ = tcp.set_nodelay(true);
         let (acceptor, tx) = (acceptor.clone(), tx.clone());
         tokio::spawn(async move {
             let _slot = slot;

@@ -129,6 +129,11 @@ impl Listening {
         };
         match self {
             Listening::Plain(listener, _) => {
+                // Server-Sent Events are small writes: without TCP_NODELAY each waits for the
+                // client's delayed ACK (about 40 ms).
+                let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 axum::serve(listener, app).with_graceful_shutdown(until(stop)).await
             }
             Listening::Tls(listener, _) => {

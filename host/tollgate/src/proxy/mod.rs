@@ -287,6 +287,13 @@ impl ModelProxy {
             metrics,
         });
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        // The answer streams as many small writes: without TCP_NODELAY, Nagle's algorithm holds
+        // each one for the client's delayed ACK (about 40 ms a request on loopback).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %err, "the model proxy could not set TCP_NODELAY");
+            }
+        });
         let task = tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, app).await {
                 tracing::error!(error = %err, "the model proxy stopped");
