@@ -117,6 +117,12 @@ pub enum SegmentResult {
         /// Whether another attempt may succeed.
         retryable: bool,
     },
+    /// The model proxy refused the segment's next model request: the session's spend limit was
+    /// reached during the segment. The turn fails for that reason and is not retried.
+    SpendLimitReached {
+        /// Why, for `last_turn_error`.
+        error: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -355,6 +361,9 @@ pub fn on_segment(
             } else {
                 fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
             }
+        }
+        SegmentResult::SpendLimitReached { error } => {
+            fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SPEND_LIMIT, error)
         }
     }
 }

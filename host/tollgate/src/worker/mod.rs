@@ -39,7 +39,7 @@ mod tool_steps;
 pub mod workspace;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, watch};
 use tollgate_claude::CliBinary;
@@ -320,7 +320,7 @@ impl Worker {
                 }
             })
         };
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         // Dropping the step's future stops it: a segment's CLI process group is killed.
         let result = tokio::select! {
             result = self.execute(&claimed) => result,
@@ -446,24 +446,21 @@ impl Worker {
             })
             .collect();
         let commit = convert::commit(transition);
-        let mut delay = Duration::from_millis(50);
-        let mut result = None;
-        for _ in 0..4 {
+        // A store that is unavailable (a database restart, a full disk) is retried, backing off
+        // with jitter, for as long as the lease: the step's work (a segment's model calls) is kept
+        // if the store returns in time. Retrying is safe past that too, since the store checks
+        // the claim's fence: a step another Worker took meanwhile answers `LeaseLost`.
+        let deadline = Instant::now() + self.config.lease.max(Duration::from_secs(5));
+        let mut failures = 0u32;
+        let receipt = loop {
             match self.store.commit(claimed, commit.clone()).await {
-                Err(err) if err.is_retryable() => {
-                    warn!(error = %err, "commit failed; trying again");
-                    tokio::time::sleep(delay).await;
-                    delay *= 4;
+                Err(err) if err.is_retryable() && Instant::now() < deadline => {
+                    failures += 1;
+                    warn!(error = %err, failures, "commit failed; trying again");
+                    tokio::time::sleep(backoff(failures, MAX_BACKOFF)).await;
                 }
-                other => {
-                    result = Some(other);
-                    break;
-                }
+                other => break other?,
             }
-        }
-        let receipt = match result {
-            Some(result) => result?,
-            None => self.store.commit(claimed, commit).await?,
         };
         for reason in failed_turns {
             self.metrics.turn_failed(reason);

@@ -141,7 +141,9 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     };
     // A failed segment's requests cost money too: they count against the limit.
     let failed_cost = match (&result, &summary) {
-        (SegmentResult::Failed { .. }, Some(summary)) => summary.cost_usd,
+        (SegmentResult::Failed { .. } | SegmentResult::SpendLimitReached { .. }, Some(summary)) => {
+            summary.cost_usd
+        }
         _ => 0.0,
     };
     // Every streamed event is written before the segment's end.
@@ -154,8 +156,14 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         }
     };
     trace.finish(&result, tools);
-    if let SegmentResult::Failed { error, retryable } = &result {
-        warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
+    match &result {
+        SegmentResult::Failed { error, retryable } => {
+            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
+        }
+        SegmentResult::SpendLimitReached { error } => {
+            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, error = %error, "segment stopped at the spend limit");
+        }
+        _ => {}
     }
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     if failed_cost > 0.0 {
@@ -178,7 +186,7 @@ struct ModelAccess<'a> {
 /// proxy's (every request priced, [`crate::proxy::prices`]) when its requests went through it.
 fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> SegmentResult {
     if let Some(reason) = &summary.stopped {
-        return SegmentResult::Failed { error: reason.clone(), retryable: false };
+        return SegmentResult::SpendLimitReached { error: reason.clone() };
     }
     let measured = |cli: Option<f64>| if summary.requests > 0 { Some(summary.cost_usd) } else { cli };
     match result {
@@ -188,7 +196,7 @@ fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> Segme
         SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
             SegmentResult::Deferred { session_id, call, entries, usage, cost_usd: measured(cost_usd) }
         }
-        failed @ SegmentResult::Failed { .. } => failed,
+        failed @ (SegmentResult::Failed { .. } | SegmentResult::SpendLimitReached { .. }) => failed,
     }
 }
 
@@ -611,9 +619,8 @@ mod tests {
         }
         summary.stopped = Some("the session's spend limit of $1 was reached".into());
         match with_proxy_accounting(completed(), &summary) {
-            SegmentResult::Failed { error, retryable } => {
+            SegmentResult::SpendLimitReached { error } => {
                 assert!(error.contains("spend limit of $1 was reached"));
-                assert!(!retryable);
             }
             other => panic!("{other:?}"),
         }

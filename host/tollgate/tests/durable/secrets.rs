@@ -196,7 +196,9 @@ async fn a_segment_that_would_overspend_is_stopped_at_the_request_that_crosses_t
     assert_eq!(world.mock.message_requests().len(), 1, "the second model request never left the Worker");
     assert!(failed.cost_usd >= 0.0001, "the failed segment's spend is counted: {}", failed.cost_usd);
     let events = world.events("s").await;
-    assert!(events.iter().any(|e| e.kind == "turn_failed"));
+    let turn_failed = events.iter().find(|e| e.kind == "turn_failed").expect("a turn_failed event");
+    let payload: serde_json::Value = serde_json::from_str(turn_failed.payload.get()).expect("JSON");
+    assert_eq!(payload["reason"], "spend_limit", "{payload}");
     assert!(!events.iter().any(|e| e.kind == "attempt_failed"), "a spend stop is not retried");
 
     // The next turn does not start a segment at all.
