@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
-cargo build --locked --quiet --target wasm32-wasip2 --profile guest --target-dir target/guests \
+cargo build --locked --target wasm32-wasip2 --profile guest --target-dir target/guests \
   -p tollgate-example-orders -p tollgate-example-payments -p tollgate-example-support-factory
 out=target/guests/wasm32-wasip2/guest
 agent=examples/agents/support

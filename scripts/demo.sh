@@ -6,8 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage says what it does; cargo shows its own progress. The first run compiles wasmtime
+# and the rest of the host from source: about 10-15 minutes on 2 cores, seconds afterwards.
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
+echo "== [1/4] the pinned Claude Code CLI (npm ci from the lockfile)" >&2
 scripts/install-claude-cli.sh >/dev/null
+echo "== [2/4] the example agent's components (wasm32-wasip2; first run: 2-4 minutes)" >&2
 scripts/build-examples.sh
-cargo build --locked --quiet -p tollgate
+echo "== [3/4] tollgate itself (first run: about 10 minutes on 2 cores; then seconds)" >&2
+cargo build --locked -p tollgate
+echo "== [4/4] the demo" >&2
 exec target/debug/tollgate demo --agent examples/agents/support "$@"

@@ -259,21 +259,10 @@ impl World {
     }
 
     fn command(&self) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        let mut command =
+            tollgate_command(&self.cli, &self.mock.base_url(), &self.payments.url, &self.dir.join("cache"));
         command
-            .env_remove("TOLLGATE_TOKEN")
-            .env_remove("TOLLGATE_LISTEN")
             .env_remove("TOLLGATE_DB")
-            .env("TOLLGATE_CLAUDE_CLI", &self.cli)
-            .env("ANTHROPIC_BASE_URL", self.mock.base_url())
-            .env("ANTHROPIC_API_KEY", "dummy")
-            .env("HTTPS_PROXY", "http://127.0.0.1:1")
-            .env("HTTP_PROXY", "http://127.0.0.1:1")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("CLAUDE_CODE_MAX_RETRIES", "0")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("PAYMENTS_URL", &self.payments.url)
-            .env("TOLLGATE_CACHE_DIR", self.dir.join("cache"))
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info,tollgate::worker=debug")
             .stdin(Stdio::null())
@@ -326,6 +315,41 @@ impl Drop for World {
 
 /// Runs one soak on `cluster` with the CLI at `cli`, and returns its report (check
 /// [`Report::ok`]).
+/// The `tollgate` binary with the tests' environment: the pinned CLI `cli`, the mock model at
+/// `model_url` (with a dummy key), a refused outbound proxy for everything else, the payments
+/// service at `payments_url`, the component cache `cache_dir`, and none of a developer's own
+/// `TOLLGATE_*` token, listen or TLS settings. Shared with the durable tests' `World`.
+pub fn tollgate_command(
+    cli: &Path,
+    model_url: &str,
+    payments_url: &str,
+    cache_dir: &Path,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    for name in [
+        "TOLLGATE_TOKEN",
+        "TOLLGATE_TOKEN_FILE",
+        "TOLLGATE_LISTEN",
+        "TOLLGATE_TLS_CERT",
+        "TOLLGATE_TLS_KEY",
+        "TOLLGATE_CA_CERT",
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .env("TOLLGATE_CLAUDE_CLI", cli)
+        .env("ANTHROPIC_BASE_URL", model_url)
+        .env("ANTHROPIC_API_KEY", "dummy")
+        .env("HTTPS_PROXY", "http://127.0.0.1:1")
+        .env("HTTP_PROXY", "http://127.0.0.1:1")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("PAYMENTS_URL", payments_url)
+        .env("TOLLGATE_CACHE_DIR", cache_dir);
+    command
+}
+
 pub async fn run(cfg: &Config, cli: &Path, cluster: PgCluster) -> Report {
     let started = Instant::now();
     let dir = tempfile::Builder::new().prefix("tollgate-chaos-").tempdir().expect("temp dir");

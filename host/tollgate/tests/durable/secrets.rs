@@ -208,3 +208,69 @@ async fn a_segment_that_would_overspend_is_stopped_at_the_request_that_crosses_t
     assert_eq!(world.mock.message_requests().len(), 1);
     let _ = worker.kill().await;
 }
+
+/// A tool's `[config]` secret, read from the Worker's environment, reaches the tool (as its bearer
+/// token to the payments service) and nothing else of a run: no line of the Worker's log at debug
+/// level, no event, no byte of the store's files, not the snapshot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_secret_reaches_the_tool_and_no_log_line_event_row_or_snapshot() {
+    let Some(world) = World::new("tool secret", Refund::SingleAttemptWithApproval).await else { return };
+    let secret = format!("sk-live-{}-Qx7tool", std::process::id());
+    let tools = world.agent.join("tools");
+    for name in ["orders.wasm", "payments.wasm"] {
+        std::fs::remove_file(tools.join(name)).expect("remove an example tool");
+    }
+    let _ = std::fs::remove_file(world.agent.join("agent.wasm"));
+    std::fs::copy(tollgate_test_guests::HOSTILE, tools.join("hostile.wasm")).expect("the hostile guest");
+    std::fs::write(
+        tools.join("hostile.toml"),
+        "allowed_outbound_hosts = [\"http://127.0.0.1:*\"]\n\
+         [config]\nSECRET = { env = \"TOLLGATE_TEST_TOOL_SECRET\" }\n",
+    )
+    .expect("its manifest");
+    std::fs::write(
+        world.agent.join("tollgate.toml"),
+        "[agent]\nflow_type = \"ToolSecret\"\n\
+         [options]\nmodel = \"claude-sonnet-4-5\"\npermission_mode = \"default\"\n\
+         [policies]\ndefault_effect = \"unclassified\"\nuse_secret = { effect = \"read\" }\n",
+    )
+    .expect("the agent config");
+    let mut worker =
+        worker(&world, &world.db, &[("TOLLGATE_TEST_TOOL_SECRET", secret.as_str()), ("RUST_LOG", "debug")]);
+
+    let args = serde_json::json!({
+        "allowed_url": format!("{}/secret-check", world.payments.url),
+        "denied_url": "http://localhost:9",
+    });
+    world.send("s", &format!("call use_secret {args}")).await;
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    let _ = worker.kill().await;
+
+    let reached = world.payments.requests();
+    let check = reached.iter().find(|r| r.path == "/secret-check").expect("the tool called the allowed host");
+    assert!(check.text.contains(&format!("Bearer {secret}")), "the secret reached the tool: {}", check.text);
+    let snapshot = serde_json::to_string(&done).expect("the snapshot as JSON");
+    assert!(
+        snapshot.contains("denied: true"),
+        "the request with the secret in its query was denied: {snapshot}"
+    );
+
+    let log = std::fs::read_to_string(world.dir.path().join("worker.log")).expect("the Worker's log");
+    assert!(log.contains("using the secret"), "the guest's own log line is there (debug level):\n{log}");
+    assert!(!log.contains(&secret), "the secret is in the Worker's log:\n{log}");
+    for event in world.events("s").await {
+        assert!(
+            !event.payload.get().contains(&secret),
+            "event {} ({}) holds the secret",
+            event.seq,
+            event.kind
+        );
+    }
+    assert!(!snapshot.contains(&secret), "the snapshot holds the secret");
+    let db_file = world.db.trim_start_matches("sqlite://").to_owned();
+    for file in [db_file.clone(), format!("{db_file}-wal")] {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()), "{file} holds the secret");
+    }
+}

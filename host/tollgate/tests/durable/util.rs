@@ -125,25 +125,14 @@ impl World {
     /// The `tollgate` binary with this world's environment: the pinned CLI, the mock model, a
     /// refused proxy for everything else, the payments service, a private component cache.
     pub fn tollgate(&self) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        command
-            .env_remove("TOLLGATE_TOKEN")
-            .env_remove("TOLLGATE_LISTEN")
-            .env_remove("TOLLGATE_TOKEN_FILE")
-            .env_remove("TOLLGATE_TLS_CERT")
-            .env_remove("TOLLGATE_TLS_KEY")
-            .env_remove("TOLLGATE_CA_CERT")
-            .env("TOLLGATE_CLAUDE_CLI", &self.cli)
-            .env("ANTHROPIC_BASE_URL", self.mock.base_url())
-            .env("ANTHROPIC_API_KEY", "dummy")
-            .env("HTTPS_PROXY", "http://127.0.0.1:1")
-            .env("HTTP_PROXY", "http://127.0.0.1:1")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("CLAUDE_CODE_MAX_RETRIES", "0")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("PAYMENTS_URL", &self.payments.url)
-            .env("TOLLGATE_CACHE_DIR", self.dir.path().join("cache"))
-            .env("RUST_LOG", "info,tollgate::guest=debug");
+        let cache = self.dir.path().join("cache");
+        let mut command = crate::chaos_common::tollgate_command(
+            &self.cli,
+            &self.mock.base_url(),
+            &self.payments.url,
+            &cache,
+        );
+        command.env("RUST_LOG", "info,tollgate::guest=debug");
         command
     }
 
