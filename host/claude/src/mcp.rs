@@ -305,11 +305,6 @@ impl McpBridge {
         self.pending.retain(|_, pending| pending != request_id);
     }
 
-    /// Whether an answer is still owed.
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
     /// The next answer for the CLI. Waits forever when nothing is pending (use it in a `select!`).
     pub async fn next_answer(&mut self) -> HostFrame {
         loop {

@@ -281,13 +281,6 @@ pub fn kill_process_group(pgid: u32) {
     }
 }
 
-/// Whether any process of group `pgid` is still alive (zombies count until reaped).
-pub fn process_group_alive(pgid: u32) -> bool {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return false };
-    // SAFETY: signal 0 only checks for existence and permission.
-    unsafe { libc::kill(-pgid, 0) == 0 }
-}
-
 fn missing(pipe: &str) -> std::io::Error {
     std::io::Error::other(format!("the child's {pipe} was not piped"))
 }

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{Annotations, Handling, Policies};
+use crate::policy::{Annotations, Policies};
 
 /// The default name of Tollgate's in-process MCP server (`--mcp-config` `mcpServers.tools`).
 pub const DEFAULT_TOOL_SERVER_NAME: &str = "tools";
@@ -224,31 +224,6 @@ impl ToolCatalog {
         ToolRef::Cli { name: cli_tool_name }
     }
 
-    /// How a call of the CLI's `cli_tool_name` runs under `policies`, before any per-call
-    /// decision: what the options validation needs to reject an `allowed_tools` entry for a
-    /// deferrable tool (DESIGN.md §2 step 2). A collision or a custom tool the listing lacks counts
-    /// as its policy says, with no annotations.
-    ///
-    /// ```
-    /// use tollgate_engine::catalog::ToolCatalog;
-    /// use tollgate_engine::policy::{Annotations, Policies};
-    ///
-    /// let catalog = ToolCatalog::new("tools")?.with_tool("create_refund", Annotations::default())?;
-    /// let policies = Policies::default();
-    /// assert!(catalog.handling(&policies, "mcp__tools__create_refund").is_deferred());
-    /// assert!(catalog.handling(&policies, "Bash").is_deferred());
-    /// # Ok::<(), tollgate_engine::catalog::CatalogError>(())
-    /// ```
-    pub fn handling(&self, policies: &Policies, cli_tool_name: &str) -> Handling {
-        match self.classify(cli_tool_name) {
-            ToolRef::Custom { name, .. } => {
-                policies.resolve(name, self.annotations(name)).handling(ToolKind::Custom)
-            }
-            ToolRef::Collision { name } => policies.resolve(name, None).handling(ToolKind::Custom),
-            ToolRef::Cli { name } => policies.resolve(name, None).handling(ToolKind::Cli),
-        }
-    }
-
     /// Checks that no policy names a custom tool by its prefixed CLI name.
     ///
     /// # Errors
@@ -418,23 +393,6 @@ mod tests {
             Policies::default().with("mcp__github__create_issue", PolicyEntry::new(Effect::Read));
         let Ok(external_only) = external_only else { panic!("valid policies") };
         assert_eq!(catalog().check_policies(&external_only), Ok(()));
-    }
-
-    #[test]
-    fn handling_tells_which_tools_allowed_tools_must_not_list() {
-        let catalog = ToolCatalog::new(DEFAULT_TOOL_SERVER_NAME).and_then(|c| {
-            c.with_tool("lookup_order", Annotations { read_only: true, ..Annotations::default() })
-        });
-        let policies = Policies::default().with("Read", PolicyEntry::new(Effect::Read));
-        let (Ok(catalog), Ok(policies)) = (catalog, policies) else { panic!("fixture") };
-        assert!(!catalog.handling(&policies, "mcp__tools__lookup_order").is_deferred());
-        assert!(!catalog.handling(&policies, "Read").is_deferred());
-        assert!(catalog.handling(&policies, "Bash").is_deferred());
-        assert!(catalog.handling(&policies, "mcp__tools__unlisted").is_deferred());
-        assert!(
-            catalog.handling(&policies, "lookup_order").is_deferred(),
-            "a collision is never safe to allow"
-        );
     }
 
     #[test]
