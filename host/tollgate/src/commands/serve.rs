@@ -14,7 +14,7 @@ use anyhow::Context;
 use axum::Router;
 use clap::Args;
 
-use super::worker::{WorkerArgs, build, shutdown_signal};
+use super::worker::{StopSignals, WorkerArgs, build};
 use crate::api::{ApiState, router};
 use crate::metrics::Metrics;
 use crate::tls::TlsListener;
@@ -165,18 +165,23 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.worker.agent.display(),
         agent_note(worker.agent())
     );
+    let signals = StopSignals::listen();
     let worker_task = tokio::spawn({
         let mut stop = stop_rx.clone();
+        let hurry = signals.nth(2);
         async move {
             worker
-                .run(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
+                .run_until(
+                    async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    },
+                    hurry,
+                )
                 .await
         }
     });
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signals.nth(1).await;
         let _ = stop_tx.send(true);
     });
     listener.serve(router(state), stop_rx).await?;
@@ -201,8 +206,9 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
         };
     let listener = http.bind().await?;
     eprintln!("tollgate API on {} (no Worker in this process)", listener.url());
+    let stopped = StopSignals::listen().nth(1);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        stopped.await;
         let _ = stop_tx.send(true);
     });
     listener.serve(router(state), stop_rx).await?;

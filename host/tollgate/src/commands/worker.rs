@@ -1,5 +1,5 @@
 //! `tollgate worker --agent DIR --db URL`: one Worker, until SIGINT or SIGTERM; then it drains
-//! (`--drain-secs`) and exits.
+//! (`--drain-secs`, cut short by a second signal) and exits.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,7 +37,8 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 2.0)]
     pub poll_secs: f64,
     /// On SIGTERM or SIGINT: how long the steps in hand may take to finish, in seconds, before
-    /// they are stopped and handed to another Worker (0: at once).
+    /// they are stopped and handed to another Worker (0: at once; a second signal also ends the
+    /// drain at once).
     #[arg(long, default_value_t = 30.0)]
     pub drain_secs: f64,
     /// This Worker's name (default `worker-<pid>`).
@@ -116,15 +117,50 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         super::serve::agent_note(worker.agent()),
         db_url(args.db.as_deref(), &args.agent)
     );
-    worker.run(shutdown_signal()).await;
+    let signals = StopSignals::listen();
+    worker.run_until(signals.nth(1), signals.nth(2)).await;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = async { match term.as_mut() { Some(term) => { term.recv().await; } None => std::future::pending().await } } => {}
+/// Counts SIGINT and SIGTERM from the moment it listens: the first stops a process gracefully
+/// (the Worker drains), the second cuts the drain short.
+#[derive(Clone)]
+pub struct StopSignals(tokio::sync::watch::Receiver<u32>);
+
+impl StopSignals {
+    /// Installs the handlers (once, so no signal falls between two waits) and starts counting.
+    pub fn listen() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (tx, rx) = tokio::sync::watch::channel(0u32);
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut int = signal(SignalKind::interrupt()).ok();
+        tokio::spawn(async move {
+            async fn next(stream: &mut Option<tokio::signal::unix::Signal>) {
+                match stream {
+                    Some(stream) => {
+                        if stream.recv().await.is_none() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            loop {
+                tokio::select! {
+                    () = next(&mut term) => {}
+                    () = next(&mut int) => {}
+                }
+                tx.send_modify(|n| *n += 1);
+            }
+        });
+        StopSignals(rx)
+    }
+
+    /// Resolves once `n` signals arrived.
+    pub fn nth(&self, n: u32) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|count| *count >= n).await;
+        }
     }
 }

@@ -178,6 +178,16 @@ impl Worker {
     /// Runs until `shutdown` resolves, then drains: the steps in hand get
     /// [`WorkerConfig::drain`] to finish, and those left are stopped and released.
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
+        self.run_until(shutdown, std::future::pending()).await;
+    }
+
+    /// [`Worker::run`], with the drain cut short when `hurry` resolves (an operator's second
+    /// SIGTERM): the steps still in hand are stopped and released at once.
+    pub async fn run_until(
+        &self,
+        shutdown: impl std::future::Future<Output = ()>,
+        hurry: impl std::future::Future<Output = ()>,
+    ) {
         let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let mut work = self.store.work_signal();
         let mut tasks = tokio::task::JoinSet::new();
@@ -250,13 +260,18 @@ impl Worker {
                 drain_secs = self.config.drain.as_secs_f64(),
                 "worker stopping: no new claims; finishing the steps in hand"
             );
-            let drained =
-                tokio::time::timeout(self.config.drain, async { while tasks.join_next().await.is_some() {} })
-                    .await;
-            if drained.is_err() {
+            let all_done = async { while tasks.join_next().await.is_some() {} };
+            let drained = tokio::select! {
+                drained = tokio::time::timeout(self.config.drain, all_done) => drained.is_ok(),
+                () = hurry => {
+                    info!("asked again to stop: cutting the drain short");
+                    false
+                }
+            };
+            if !drained {
                 warn!(
                     steps = tasks.len(),
-                    "the drain time is up: stopping the steps in hand and releasing them"
+                    "the drain is over: stopping the steps in hand and releasing them"
                 );
                 let _ = release_tx.send(true);
                 while tasks.join_next().await.is_some() {}

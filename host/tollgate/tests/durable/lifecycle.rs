@@ -70,6 +70,40 @@ fn segment_folders(dir: &Path, pid: u32) -> Vec<PathBuf> {
         .collect()
 }
 
+/// An operator who does not want to wait for the drain sends SIGTERM again: the step in hand is
+/// stopped and released at once, and the Worker exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_sigterm_cuts_the_drain_short_and_releases_the_step() {
+    let Some(world) = World::new("second sigterm", Refund::SingleAttemptWithApproval).await else { return };
+    let mut a = world.worker_with("a", &world.db, &["--drain-secs", "120", "--concurrency", "1"]);
+    wait_log(&a, "worker started").await;
+    world.send("s", "pause h2 ;; say hello").await;
+    world.mock.wait_for_gate("h2", GATE_WAIT).await.expect("A's segment reached the model");
+    let held = world.store.step_in_flight("s").await.unwrap().expect("A holds the step");
+
+    a.signal(libc::SIGTERM);
+    wait_log(&a, "finishing the steps in hand").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.is_running(), "one SIGTERM drains: A waits for its step\n{}", a.log_text());
+    let second = Instant::now();
+    a.signal(libc::SIGTERM);
+    let status = a.exited().await;
+    let took = second.elapsed();
+    eprintln!("second SIGTERM to exit: {} ms (drain time 120 s)", took.as_millis());
+    let log = std::fs::read_to_string(world.dir.path().join("a.log")).expect("A's log");
+    assert!(status.success(), "A exits cleanly: {status}\n{log}");
+    assert!(took < Duration::from_secs(20), "{took:?}\n{log}");
+    assert!(log.contains("cutting the drain short") && log.contains("released the step"), "{log}");
+    let step = world.store.step(held.step_id).await.unwrap().unwrap();
+    assert_eq!(
+        (step.state, step.attempt),
+        (StepState::Queued, held.attempt - 1),
+        "handed back; the released attempt is not counted (the next claim is attempt {} again)",
+        held.attempt
+    );
+    world.mock.open_gate("h2");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_with_drain_zero_hands_a_running_segment_to_another_worker_at_once() {
     let Some(cluster) = PgCluster::start_or_skip() else { return };
