@@ -33,6 +33,8 @@
 //!   its steps are found by the poll fallback of [`crate::WorkSignal::wait`].
 //! - A full disk is seen by the write that needs new space: a small write may still succeed
 //!   where a larger one fails (SQLite reuses the WAL file's space after a checkpoint).
+//!   [`Store::probe_write`] (the health check) reports `disk_full` once less than
+//!   [`MIN_FREE_BYTES`] is left on the file's filesystem, before a write fails.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -56,6 +58,8 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     signals: Signals,
+    /// The file, whose filesystem's free space [`Store::probe_write`] checks.
+    path: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -104,7 +108,7 @@ impl SqliteStore {
         migrator().run(&writer).await?;
         let reader =
             SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(true)).await?;
-        Ok(SqliteStore { writer, reader, signals: Signals::new() })
+        Ok(SqliteStore { writer, reader, signals: Signals::new(), path: path.to_owned() })
     }
 
     /// The writer pool, for tests that need raw SQL (e.g. to corrupt a row).
@@ -115,11 +119,23 @@ impl SqliteStore {
 
     /// Checks that a write can be taken now: a write transaction whose one statement changes
     /// nothing but needs a writable file, rolled back.
+    /// A write probe, then the disk: the probe writes nothing, so it cannot see a full disk;
+    /// a filesystem with less than [`MIN_FREE_BYTES`] left is reported as `disk_full` before a
+    /// real write fails on it.
     async fn check_writable(&self) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         sqlx::query(PROBE_SQL).execute(&mut *tx).await?;
         tx.rollback().await?;
-        Ok(())
+        match free_bytes(&self.path) {
+            Some(free) if free < MIN_FREE_BYTES => Err(StoreError::Unavailable {
+                reason: UnavailableReason::DiskFull,
+                source: sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    format!("{} KiB left on the filesystem of {}", free / 1024, self.path.display()),
+                )),
+            }),
+            _ => Ok(()),
+        }
     }
 
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
@@ -131,6 +147,26 @@ impl SqliteStore {
     fn read_pool(&self) -> &SqlitePool {
         &self.reader
     }
+}
+
+/// Below this much free space on the database's filesystem, [`Store::probe_write`] reports the
+/// disk full: the next write that needs a new page may fail.
+pub const MIN_FREE_BYTES: u64 = 1024 * 1024;
+
+/// The bytes an unprivileged process may still write on the filesystem holding `path` (`None`
+/// when `statvfs` fails, e.g. the file is gone).
+fn free_bytes(path: &Path) -> Option<u64> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string and `stat` is a valid place for the result,
+    // read only when the call succeeded.
+    let stat = unsafe {
+        if libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// How often, at most, an idle writer connection is probed for writability before use.

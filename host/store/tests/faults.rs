@@ -154,7 +154,12 @@ async fn a_full_disk_fails_writes_as_disk_full_corrupts_nothing_and_writes_resum
     let store = SqliteStore::open(&fs.path().join("agent.db")).await.unwrap();
     new_session(&store, "s").await;
     store.send_user_message(message("s", "before", 100)).await.unwrap();
+    store.probe_write().await.expect("4 MiB free: the health probe is happy");
     let ballast = fill(fs.path());
+    let probe =
+        store.probe_write().await.expect_err("the health probe sees the full disk before a write fails");
+    assert_eq!(probe.unavailable(), Some(UnavailableReason::DiskFull), "{probe}");
+    assert!(probe.to_string().contains("0 KiB left"), "{probe}");
 
     // Messages of growing size until the disk refuses one; then more, which must all fail the
     // same way (before the fix, every write after the first failure failed with "attempted to
@@ -181,6 +186,7 @@ async fn a_full_disk_fails_writes_as_disk_full_corrupts_nothing_and_writes_resum
         failures.len()
     );
     assert!(healed < HEAL_WITHIN, "took {healed:?}");
+    store.probe_write().await.expect("space is back: the health probe is happy again");
     // The message written on the full disk under the same key stayed unwritten: a retry now
     // writes it once.
     store.send_user_message(message("s", "full-0", 64 * 1024)).await.unwrap();
