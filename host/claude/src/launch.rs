@@ -158,10 +158,16 @@ fn private_dir() -> std::fs::DirBuilder {
 /// Worker, or this one) is left alone. Returns how many were removed; a directory that cannot
 /// be removed is logged and skipped.
 ///
+/// Before a directory goes, the processes its dead Worker's CLI left running are killed: a tool
+/// process the CLI started (a `Bash` command) is in its own process group and outlives the CLI,
+/// which dies with its Worker. They are found by their environment, which points into the
+/// directory (`HOME`, `TMPDIR`, `CLAUDE_CONFIG_DIR` are inherited from the CLI).
+///
 /// # Caveats
 ///
 /// A dead Worker's pid that a live process took over keeps its directories until that process
-/// ends; directories of an older naming (`tollgate-segment-XXXXXX`, no pid) are not touched.
+/// ends; directories of an older naming (`tollgate-segment-XXXXXX`, no pid) are not touched. A
+/// tool process that cleared its environment is not found.
 pub fn remove_stale_scratch(parent: Option<&Path>) -> usize {
     let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
     let Ok(entries) = std::fs::read_dir(&parent) else { return 0 };
@@ -175,6 +181,10 @@ pub fn remove_stale_scratch(parent: Option<&Path>) -> usize {
         if !meta.is_dir() || meta.uid() != me || process_alive(pid) {
             continue;
         }
+        let killed = kill_processes_under(&entry.path(), me);
+        if killed > 0 {
+            tracing::info!(path = %entry.path().display(), killed, "killed the tool processes a dead Worker's CLI left running");
+        }
         match std::fs::remove_dir_all(entry.path()) {
             Ok(()) => removed += 1,
             Err(err) => {
@@ -183,6 +193,33 @@ pub fn remove_stale_scratch(parent: Option<&Path>) -> usize {
         }
     }
     removed
+}
+
+/// Kills (`SIGKILL`) the processes of user `uid` whose environment has a variable pointing into
+/// `dir` (`NAME=<dir>/…`); returns how many.
+fn kill_processes_under(dir: &Path, uid: u32) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    let mut needle = b"=".to_vec();
+    needle.extend_from_slice(dir.as_os_str().as_bytes());
+    needle.push(b'/');
+    let Ok(processes) = std::fs::read_dir("/proc") else { return 0 };
+    let mut killed = 0;
+    for entry in processes.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<libc::pid_t>().ok()) else {
+            continue;
+        };
+        if entry.metadata().map(|m| m.uid()).ok() != Some(uid) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|b| *b == 0).any(|var| var.windows(needle.len()).any(|w| w == needle.as_slice())) {
+            // SAFETY: kill(2) has no memory effects.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+    }
+    killed
 }
 
 /// The pid in a scratch directory's name `tollgate-segment-<pid>-<random>`.

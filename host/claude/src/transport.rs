@@ -16,8 +16,8 @@
 //!   written.
 //! - On Linux the CLI dies with the process that started it, even when that process is
 //!   SIGKILLed (a parent-death signal; see `spawn_dying_with_this_process`). Only the CLI itself
-//!   gets the signal: a tool process it started (its own group) outlives it until the next
-//!   `kill_process_group` of that group, or forever once the Worker is gone.
+//!   gets the signal: a tool process it started (its own group) outlives it, until the next
+//!   Worker on this host starts and kills it (`launch::remove_stale_scratch`).
 //! - The child's environment is exactly [`Launch::env`]: nothing is inherited (`env_clear`), so
 //!   the host's own secrets (its API tokens, database URLs, the model API key) never reach the
 //!   CLI or the tools it runs. [`inherited_allowed_variables`] is the allow-list a caller starts

@@ -1,5 +1,6 @@
 //! A Worker's life and death: SIGTERM drains (finishes the step in hand, or releases it to another
-//! Worker at once), the CLI dies with a SIGKILLed Worker, segment folders are private and the next
+//! Worker at once; a second SIGTERM at once), the CLI dies with a SIGKILLed Worker and the next
+//! Worker kills the `Bash` command it left running, segment folders are private and the next
 //! Worker removes a dead one's, poison steps end instead of looping, a session whose row cannot be
 //! read ends its turn with an error event, and a queued turn shows `running`.
 
@@ -284,6 +285,78 @@ async fn a_sigkilled_workers_cli_dies_with_it_and_the_next_worker_removes_its_pr
     assert_eq!(last_answer(&done), "said: after", "{}", world.diagnostics());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(segment_folders(&tmp, b.id()).is_empty(), "B removes its own folder after each segment");
+}
+
+/// The processes of `sleep <seconds>`, from `/proc`.
+fn sleeps(seconds: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+        if args.len() == 2 && args[0].ends_with(b"sleep") && args[1] == seconds.as_bytes() && alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A `Bash` command the CLI started is in its own process group and outlives the CLI, which dies
+/// with its SIGKILLed Worker; the next Worker on the host kills it when it removes the dead
+/// Worker's segment folder (the command's environment points into it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bash_command_a_sigkilled_workers_cli_left_running_is_killed_by_the_next_worker() {
+    let Some(world) = World::new("orphaned bash command", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    crate::secrets::bash_agent(&world.agent, "");
+    let tmp = world.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let env = [("TMPDIR", tmp.to_str().unwrap())];
+    let seconds = format!("299.{}", std::process::id());
+    let a = world.worker_with_env("a", &env);
+    world
+        .send(
+            "s",
+            &format!(
+                "call Bash {}",
+                serde_json::json!({ "command": format!("echo waiting && sleep {seconds} && echo done") })
+            ),
+        )
+        .await;
+    let start = Instant::now();
+    while sleeps(&seconds).is_empty() {
+        assert!(start.elapsed() < GATE_WAIT, "the Bash command never started\n{}", world.diagnostics());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cli = a.children();
+    a.kill().await;
+    let killed = Instant::now();
+    while cli.iter().any(|pid| alive(*pid)) {
+        assert!(killed.elapsed() < Duration::from_secs(10), "the CLI outlived its Worker");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let orphans = sleeps(&seconds);
+    assert!(!orphans.is_empty(), "the command outlives the CLI (its own process group): nothing to test");
+
+    let b = world.worker_with_env("b", &env);
+    wait_log(&b, "removed segment directories").await;
+    let start = Instant::now();
+    while orphans.iter().any(|pid| alive(*pid)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "B left A's command {orphans:?} running\n{}",
+            b.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        b.log_text().contains("killed the tool processes a dead Worker's CLI left running"),
+        "{}",
+        b.log_text()
+    );
+    eprintln!("B killed {} process(es) A's CLI left running", orphans.len());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -18,7 +18,7 @@ const API_TOKEN: &str = "tollgate-api-token-5d2b91";
 const REFUND_ID: &str = "re_SECRET_4242";
 
 /// An agent with `Bash` only, allowed inline by its policy, and these `[agent]` lines.
-fn bash_agent(agent: &Path, agent_table: &str) {
+pub(crate) fn bash_agent(agent: &Path, agent_table: &str) {
     let _ = std::fs::remove_dir_all(agent.join("tools"));
     let _ = std::fs::remove_file(agent.join("agent.wasm"));
     let config = format!(
