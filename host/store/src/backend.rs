@@ -327,6 +327,21 @@ macro_rules! impl_store {
                 Ok(digest.map(|digest| AgentDigest { digest, pinned }))
             }
 
+            /// The claim a claiming statement returned as `row` (none: nothing was due).
+            fn claimed(
+                row: Option<&<$db as sqlx::Database>::Row>,
+                worker_id: &str,
+            ) -> Result<Option<Claimed>, StoreError> {
+                let Some(row) = row else { return Ok(None) };
+                let step = Self::decode_step(row)?;
+                Ok(Some(Claimed {
+                    fence: step.fence,
+                    lease_until: step.due_at.unwrap_or_default(),
+                    worker_id: worker_id.to_owned(),
+                    step,
+                }))
+            }
+
             fn decode_step(row: &<$db as sqlx::Database>::Row) -> Result<Step, StoreError> {
                 let step_id: i64 = row.try_get("step_id")?;
                 let key = step_id.to_string();
@@ -602,14 +617,7 @@ macro_rules! impl_store {
                     .bind($crate::ROW_VERSION)
                     .fetch_optional(self.write_pool())
                     .await?;
-                let Some(row) = row else { return Ok(None) };
-                let step = Self::decode_step(&row)?;
-                Ok(Some(Claimed {
-                    fence: step.fence,
-                    lease_until: step.due_at.unwrap_or_default(),
-                    worker_id: worker_id.to_owned(),
-                    step,
-                }))
+                Self::claimed(row.as_ref(), worker_id)
             }
 
             async fn claim_for(
@@ -631,14 +639,7 @@ macro_rules! impl_store {
                     .bind(pins)
                     .fetch_optional(self.write_pool())
                     .await?;
-                let Some(row) = row else { return Ok(None) };
-                let step = Self::decode_step(&row)?;
-                Ok(Some(Claimed {
-                    fence: step.fence,
-                    lease_until: step.due_at.unwrap_or_default(),
-                    worker_id: worker_id.to_owned(),
-                    step,
-                }))
+                Self::claimed(row.as_ref(), worker_id)
             }
 
             async fn upgrade_session(&self, session_id: &str, to: &str) -> Result<UpgradeReceipt, StoreError> {

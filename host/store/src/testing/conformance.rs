@@ -229,6 +229,20 @@ fn done() -> Commit {
     Commit::finish(Finish::Done(j("null")))
 }
 
+/// A commit that ends the step and parks an `AwaitToolApproval` step on a new interrupt `i1`.
+fn parked_on_i1() -> Commit {
+    let mut park = done();
+    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
+    park.steps.push(NewStep {
+        kind: "AwaitToolApproval".into(),
+        payload: j("{}"),
+        start: StepStart::OnInterrupt("i1".into()),
+        only_if_items_after: None,
+        session_status: None,
+    });
+    park
+}
+
 // ---------------------------------------------------------------- cases
 
 async fn a_new_session_reads_back_with_its_run_state_byte_exact(h: Harness) {
@@ -472,15 +486,7 @@ async fn send_user_message_is_idempotent_under_a_client_key(h: Harness) {
 async fn resolve_interrupt_queues_the_waiting_step_once_under_a_client_key(h: Harness) {
     let s = &*h.store;
     let c = claimed_session(s, "s").await;
-    let mut park = done();
-    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
-    park.steps.push(NewStep {
-        kind: "AwaitToolApproval".into(),
-        payload: j("{}"),
-        start: StepStart::OnInterrupt("i1".into()),
-        only_if_items_after: None,
-        session_status: None,
-    });
+    let park = parked_on_i1();
     let waiting = s.commit(&c, park).await.unwrap().step_ids[0].unwrap();
     assert_eq!(s.open_interrupts(10).await.unwrap().len(), 1);
     let parked = s.step_in_flight("s").await.unwrap().expect("the waiting step");
@@ -664,15 +670,7 @@ async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
     for i in 0..N {
         let id = format!("s{i}");
         let c = claimed_session(s, &id).await;
-        let mut park = done();
-        park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
-        park.steps.push(NewStep {
-            kind: "AwaitToolApproval".into(),
-            payload: j("{}"),
-            start: StepStart::OnInterrupt("i1".into()),
-            only_if_items_after: None,
-            session_status: None,
-        });
+        let park = parked_on_i1();
         s.commit(&c, park).await.unwrap();
     }
     assert!(s.claim("w1", LONG).await.unwrap().is_none(), "nothing to run while they wait");
@@ -889,15 +887,7 @@ async fn claim_for_takes_only_steps_of_unpinned_sessions_and_of_its_own_digests(
 async fn waiting_under(store: &dyn Store, id: &str, digest: &str) -> i64 {
     session_under(store, id, pinned(digest)).await;
     let c = store.claim_for("w", LONG, &[digest.to_owned()]).await.unwrap().expect("its step");
-    let mut park = done();
-    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
-    park.steps.push(NewStep {
-        kind: "AwaitToolApproval".into(),
-        payload: j("{}"),
-        start: StepStart::OnInterrupt("i1".into()),
-        only_if_items_after: None,
-        session_status: None,
-    });
+    let park = parked_on_i1();
     store.commit(&c, park).await.unwrap().step_ids[0].unwrap()
 }
 
