@@ -37,7 +37,10 @@ use tollgate_claude::{CliBinary, CliLocator, SegmentOutcome, SegmentSpec, run_se
 use tollgate_engine::gate::Gate;
 use tollgate_engine::policy::{Annotations, Policies};
 use tollgate_engine::record::Outcome;
-use tollgate_protocol::{HookMatcher, HostFrame, Initialize, TranscriptEntry, UserPrompt};
+use tollgate_protocol::{
+    HookAnswer, HookMatcher, HostFrame, Initialize, PermissionAnswer, PermissionDecision, TranscriptEntry,
+    UserPrompt,
+};
 
 const TEXT_SCRIPT: &str = "say hello";
 const PAIR_SCRIPT: &str = r#"call note {"text":"x"}"#;
@@ -206,7 +209,7 @@ async fn bare_segment(
     project: &Path,
     prompt: Option<&str>,
     resume: Option<(&str, &[TranscriptEntry])>,
-    hook_decision: &str,
+    hook_decision: PermissionDecision,
 ) -> BareRun {
     let started = Instant::now();
     let scratch = tempfile::tempdir().expect("scratch");
@@ -291,17 +294,12 @@ async fn bare_segment(
                             _ => HostFrame::mcp_notification_ack(id),
                         }
                     }
-                    Some("hook_callback") => {
-                        HostFrame::ControlResponse(tollgate_protocol::ControlResponse::success(
-                            id,
-                            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": hook_decision}}),
-                        ))
-                    }
+                    Some("hook_callback") => HostFrame::hook_answer(
+                        id,
+                        HookAnswer { decision: Some(hook_decision), reason: None, updated_input: None },
+                    ),
                     Some("can_use_tool") => {
-                        HostFrame::ControlResponse(tollgate_protocol::ControlResponse::success(
-                            id,
-                            json!({"behavior": "allow", "updatedInput": request["input"]}),
-                        ))
+                        HostFrame::permission_answer(id, PermissionAnswer::allow(request["input"].clone()))
                     }
                     _ => HostFrame::error_response(id, "unsupported"),
                 };
@@ -433,23 +431,36 @@ async fn main() {
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
         let h = host.ask("text").await;
-        let b = bare_segment(cli.path(), &mock.base_url(), project.path(), Some(TEXT_SCRIPT), None, "allow")
-            .await;
+        let b = bare_segment(
+            cli.path(),
+            &mock.base_url(),
+            project.path(),
+            Some(TEXT_SCRIPT),
+            None,
+            PermissionDecision::Allow,
+        )
+        .await;
         let t = match ts.as_mut() {
             Some(ts) => ts.ask("run").await,
             None => Value::Null,
         };
         let hp = host.ask("pair").await;
-        let bp_first =
-            bare_segment(cli.path(), &mock.base_url(), project.path(), Some(PAIR_SCRIPT), None, "defer")
-                .await;
+        let bp_first = bare_segment(
+            cli.path(),
+            &mock.base_url(),
+            project.path(),
+            Some(PAIR_SCRIPT),
+            None,
+            PermissionDecision::Defer,
+        )
+        .await;
         let bp_second = bare_segment(
             cli.path(),
             &mock.base_url(),
             project.path(),
             None,
             Some((&bp_first.session_id, &bp_first.entries)),
-            "allow",
+            PermissionDecision::Allow,
         )
         .await;
         let checks = [

@@ -13,6 +13,7 @@
 //! | [`segment`] | the run: spec, outcome, the frame loop, hook and permission answers |
 //! | [`mcp`] | the rmcp tool server and its bridge over `mcp_message` control requests |
 //! | [`transport`] | the child process: process group, pipes, line limit, stderr drain |
+//! | `answer` | the one mapping from a gate decision to the hook or permission answer the CLI receives |
 //! | [`launch`] | argv, scratch directories, the resume file |
 //! | [`cli`] | finding the binary and refusing unsupported versions |
 //! | [`project_key`] | the transcript folder name of a working directory |
@@ -31,6 +32,7 @@
 //! - An application hook's input rewrite is sent without a permission decision; see
 //!   [`AppHook`] for what CLI 2.1.328 does with the other shapes.
 
+mod answer;
 pub mod cli;
 mod error;
 pub mod launch;
@@ -44,6 +46,6 @@ pub mod transport;
 pub use cli::{CliBinary, CliLocator};
 pub use error::{CliError, SegmentError};
 pub use segment::{
-    AppHook, CliDecider, SegmentEvent, SegmentOutcome, SegmentReport, SegmentSpec, SegmentStats, Start,
-    run_segment,
+    AppHook, CliDecider, DeciderAnswer, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentReport,
+    SegmentSpec, SegmentStats, Start, run_segment,
 };

@@ -14,8 +14,10 @@
 //! - notifications → `{"jsonrpc":"2.0","result":{},"id":0}` at once, as both Agent SDKs answer;
 //! - `tools/list` → every tool with `_meta["anthropic/alwaysLoad"]=true` (else the CLI hides MCP
 //!   tools behind tool search, §6.5) and its annotations as MCP hints;
-//! - `tools/call` → [`Gate::permit_mcp_call`] with `_meta["claudecode/toolUseId"]`: run the tool
-//!   ([`ToolRunner::call`]), return the recorded result (a resumed deferred call), or refuse.
+//! - `tools/call` → a [`PermitRequest`] to the segment's loop, which owns the gate and answers
+//!   with [`Gate::permit_mcp_call`](tollgate_engine::gate::Gate::permit_mcp_call) for
+//!   `_meta["claudecode/toolUseId"]`: run the tool ([`ToolRunner::call`]), return the recorded
+//!   result (a resumed deferred call), or refuse.
 //!
 //! This module does not decide anything itself (the gate does) and does not own the pipes
 //! ([`crate::segment`] does).
@@ -24,11 +26,10 @@
 //!
 //! - JSON-RPC ids are unique per server per process, so the bridge keys pending requests by id. A
 //!   message rmcp cannot parse is answered by the bridge itself with a JSON-RPC error (`-32600`).
-//! - The gate is behind a `std::sync::Mutex` shared with the hook handling; it is never held across
-//!   an `await`.
+//! - Once the segment's loop has stopped, a `tools/call` is refused (nobody holds the gate).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rmcp::ServerHandler;
 use rmcp::model::{
@@ -38,9 +39,10 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tollgate_engine::gate::{Gate, McpPermit};
+use tollgate_engine::gate::McpPermit;
+use tollgate_engine::record::ToolResult;
 use tollgate_protocol::HostFrame;
 
 use crate::segment::SegmentEvent;
@@ -52,11 +54,22 @@ pub const ALWAYS_LOAD_META: &str = "anthropic/alwaysLoad";
 /// `_meta` key of a `tools/call` that names the model's tool use ID.
 pub const TOOL_USE_ID_META: &str = "claudecode/toolUseId";
 
+/// A `tools/call` asking the gate's owner whether it may run.
+#[derive(Debug)]
+pub struct PermitRequest {
+    /// `_meta["claudecode/toolUseId"]`, when the CLI sent one.
+    pub tool_use_id: Option<String>,
+    /// The custom tool's own name.
+    pub tool: String,
+    /// Where the permit goes.
+    pub reply: oneshot::Sender<McpPermit>,
+}
+
 /// The custom tool server of one segment. See the module docs.
 pub struct ToolServer {
     server_name: String,
     tools: Vec<ToolSpec>,
-    gate: Arc<Mutex<Gate>>,
+    permits: mpsc::UnboundedSender<PermitRequest>,
     runner: Arc<dyn ToolRunner>,
     events: Option<mpsc::UnboundedSender<SegmentEvent>>,
 }
@@ -71,18 +84,18 @@ impl std::fmt::Debug for ToolServer {
 }
 
 impl ToolServer {
-    /// A server named `server_name` for the runner's tools. When the gate resumes a deferred call
-    /// of a tool the runner no longer offers, that tool is listed too (replay-only), or the CLI
-    /// would end with `tool_deferred_unavailable`.
+    /// A server named `server_name` for the runner's tools, asking `permits` before each call.
+    /// `replay_only` is the tool of a resumed deferred call that the runner no longer offers
+    /// ([`Gate::replay_only_tool`](tollgate_engine::gate::Gate::replay_only_tool)): it is listed
+    /// too, or the CLI would end with `tool_deferred_unavailable`.
     pub fn new(
         server_name: impl Into<String>,
         runner: Arc<dyn ToolRunner>,
-        gate: Arc<Mutex<Gate>>,
+        replay_only: Option<String>,
+        permits: mpsc::UnboundedSender<PermitRequest>,
         events: Option<mpsc::UnboundedSender<SegmentEvent>>,
     ) -> Self {
         let mut tools = runner.tools();
-        let replay_only =
-            gate.lock().unwrap_or_else(|p| p.into_inner()).replay_only_tool().map(str::to_owned);
         if let Some(name) = replay_only.filter(|name| !tools.iter().any(|t| &t.name == name)) {
             tools.push(ToolSpec {
                 name,
@@ -92,7 +105,7 @@ impl ToolServer {
                 annotations: Default::default(),
             });
         }
-        ToolServer { server_name: server_name.into(), tools, gate, runner, events }
+        ToolServer { server_name: server_name.into(), tools, permits, runner, events }
     }
 
     /// The `tools/list` entry of one tool.
@@ -121,8 +134,22 @@ impl ToolServer {
     }
 
     async fn run(&self, tool_use_id: Option<String>, name: &str, arguments: Value) -> CallToolResult {
-        let permit =
-            self.gate.lock().unwrap_or_else(|p| p.into_inner()).permit_mcp_call(tool_use_id.as_deref(), name);
+        let (reply, permit) = oneshot::channel();
+        let asked = self.permits.send(PermitRequest {
+            tool_use_id: tool_use_id.clone(),
+            tool: name.to_owned(),
+            reply,
+        });
+        let permit = match asked {
+            Ok(()) => permit.await.ok(),
+            Err(_) => None,
+        };
+        let permit = permit.unwrap_or_else(|| {
+            McpPermit::Refuse(ToolResult {
+                text: format!("{name} did not run: the segment has ended"),
+                is_error: true,
+            })
+        });
         match permit {
             McpPermit::Run => {
                 let id = tool_use_id.unwrap_or_default();
@@ -354,10 +381,12 @@ fn base64(data: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
     use crate::tools::{CallFuture, ToolOutput, ToolRunError};
     use tollgate_engine::catalog::ToolKind;
-    use tollgate_engine::gate::ToolCall;
+    use tollgate_engine::gate::{Gate, ToolCall};
     use tollgate_engine::policy::{Annotations, Policies};
     use tollgate_engine::record::{Outcome, ToolCallRecord};
 
@@ -383,9 +412,21 @@ mod tests {
         }
     }
 
+    /// A bridge whose permits come from `gate`, answered by a task (the segment's loop in
+    /// production); the test decides hooks on the same gate.
     fn bridge(gate: Gate) -> (McpBridge, Arc<Mutex<Gate>>) {
+        let replay_only = gate.replay_only_tool().map(str::to_owned);
         let gate = Arc::new(Mutex::new(gate));
-        (McpBridge::start(ToolServer::new("tools", Arc::new(Echo), gate.clone(), None)), gate)
+        let (permits, mut asked) = mpsc::unbounded_channel::<PermitRequest>();
+        let owner = gate.clone();
+        tokio::spawn(async move {
+            while let Some(request) = asked.recv().await {
+                let permit =
+                    owner.lock().unwrap().permit_mcp_call(request.tool_use_id.as_deref(), &request.tool);
+                let _ = request.reply.send(permit);
+            }
+        });
+        (McpBridge::start(ToolServer::new("tools", Arc::new(Echo), replay_only, permits, None)), gate)
     }
 
     fn echo_gate() -> Gate {

@@ -14,7 +14,10 @@
 //!    prompt** for a resumed deferred call;
 //! 4. answers `hook_callback` and `can_use_tool` from the [`Gate`], serves `mcp_message` through the
 //!    rmcp server ([`crate::mcp`]), forwards main-conversation text deltas as
-//!    [`SegmentEvent::TextDelta`], and collects the `transcript_mirror` entries;
+//!    [`SegmentEvent::TextDelta`], and collects the `transcript_mirror` entries. One loop owns the
+//!    gate: the tool server's permits reach it over a channel, and a [`CliDecider`] question runs
+//!    as its own task whose answer is one more event of the loop, so a slow decider holds up only
+//!    its own call;
 //! 5. closes stdin after the `result`, reads stdout to EOF (the last mirror entries come after the
 //!    result), reaps the process and kills what is left of its group.
 //!
@@ -52,26 +55,31 @@
 //!   completed session resumed without a prompt would wait for input until the timeout.
 //! - Entries of subagent transcripts (`projects/<key>/<session>/…`) are not collected.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
+use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::sleep_until;
-use tollgate_engine::gate::{CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall};
+use tollgate_engine::gate::{
+    CliDeciderQuery, CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall,
+};
 use tollgate_protocol::{
-    ApiEvent, CliRequest, ControlResponse, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
-    InitializeResponse, PermissionDecision, ProtocolError, ResultMessage, System, TranscriptEntry, Usage,
-    UserPrompt, parse_line,
+    ApiEvent, CliRequest, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
+    InitializeResponse, ProtocolError, ResultMessage, System, TranscriptEntry, Usage, UserPrompt, parse_line,
 };
 
+use crate::answer::{app_hook_frame, hook_frame, permission_frame};
 use crate::cli::CliBinary;
 use crate::error::SegmentError;
 use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file};
-use crate::mcp::{McpBridge, ToolServer};
+use crate::mcp::{McpBridge, PermitRequest, ToolServer};
 use crate::tools::ToolRunner;
 use crate::transport::{CliProcess, Launch, LineEvent, inherited_allowed_variables};
 
@@ -124,11 +132,19 @@ pub trait AppHook: Send + Sync + 'static {
     fn pre_tool_use(&self, input: &HookInput) -> HookAnswer;
 }
 
+/// What a [`CliDecider`] answers: `Ok(None)` leaves the call to the policy table; `Err(text)`
+/// denies it with the text.
+pub type DeciderAnswer = Result<Option<CliToolDecision>, String>;
+
+/// A [`CliDecider`]'s answer to come. It owns what it needs: the segment runs it as a task.
+pub type DeciderFuture = Pin<Box<dyn Future<Output = DeciderAnswer> + Send + 'static>>;
+
 /// The options factory's per-call decider for CLI tools (`decide-cli-tool`), when the agent has
-/// one. Used only with [`Gate::with_cli_decider`].
+/// one. Used only with [`Gate::with_cli_decider`]. The segment asks it from a task of its own and
+/// goes on reading the CLI meanwhile; a decider that panics denies the call.
 pub trait CliDecider: Send + Sync + 'static {
-    /// `Ok(None)` leaves the call to the policy table; `Err(text)` denies it with the text.
-    fn decide(&self, tool_name: &str, input: &Value) -> Result<Option<CliToolDecision>, String>;
+    /// The decision for one call of the CLI tool `tool_name` with `input`.
+    fn decide(&self, tool_name: String, input: Value) -> DeciderFuture;
 }
 
 /// How the segment starts.
@@ -457,9 +473,15 @@ async fn run(
         max_line_bytes: spec.max_line_bytes,
     };
 
-    let gate = Arc::new(Mutex::new(gate));
-    let mut bridge =
-        McpBridge::start(ToolServer::new(spec.server_name.clone(), runner, gate.clone(), events.clone()));
+    let (permits, mut permit_requests) = mpsc::unbounded_channel::<PermitRequest>();
+    let replay_only = gate.replay_only_tool().map(str::to_owned);
+    let mut bridge = McpBridge::start(ToolServer::new(
+        spec.server_name.clone(),
+        runner,
+        replay_only,
+        permits,
+        events.clone(),
+    ));
     let mut process = CliProcess::spawn(&launch)
         .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?;
     let pid = process.pid();
@@ -473,7 +495,8 @@ async fn run(
     }
 
     let mut turn = Turn {
-        gate: gate.clone(),
+        gate,
+        deciding: Deciding::default(),
         spec,
         events,
         started,
@@ -505,6 +528,14 @@ async fn run(
                 LineEvent::Error(err) => break Some(Stop::Io(err)),
             },
             answer = bridge.next_answer() => process.send(answer.to_line()),
+            Some(permit) = permit_requests.recv() => {
+                let answer = turn.gate.permit_mcp_call(permit.tool_use_id.as_deref(), &permit.tool);
+                let _ = permit.reply.send(answer);
+            }
+            (asked, answer) = turn.deciding.next() => {
+                let decision = turn.gate.answer_cli_decider(asked.query, answer);
+                process.send(asked.reply.frame(&asked.request_id, &decision).to_line());
+            }
             () = sleep_until(init_deadline), if !turn.initialized => break Some(Stop::InitializeTimeout),
             () = sleep_until(deadline) => break Some(Stop::Timeout),
             () = sleep_until(drain_deadline.unwrap_or(deadline)), if drain_deadline.is_some() => {
@@ -537,7 +568,8 @@ async fn run(
             Stop::Timeout => SegmentError::Timeout { pid, limit: spec.timeout, stderr },
         });
     }
-    let gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+    drop(turn.deciding);
+    let gate = &turn.gate;
     if let Some(failure) = gate.failure() {
         return Err(SegmentError::Gate(failure.clone()));
     }
@@ -580,9 +612,65 @@ async fn run(
     }
 }
 
+/// How to answer a call once the CLI decider has spoken.
+enum Reply {
+    /// A `hook_callback` of the gate's matcher.
+    Hook,
+    /// A `can_use_tool` request that asked about this input.
+    Permission { input: Value },
+}
+
+impl Reply {
+    fn frame(&self, request_id: &str, decision: &Decision) -> HostFrame {
+        match self {
+            Reply::Hook => hook_frame(request_id, decision),
+            Reply::Permission { input } => permission_frame(request_id, decision, input),
+        }
+    }
+}
+
+/// A call waiting for the CLI decider.
+struct Asked {
+    request_id: String,
+    query: CliDeciderQuery,
+    reply: Reply,
+}
+
+/// The CLI decider's questions in flight, each a task.
+#[derive(Default)]
+struct Deciding {
+    tasks: JoinSet<DeciderAnswer>,
+    asked: HashMap<tokio::task::Id, Asked>,
+}
+
+impl Deciding {
+    fn ask(&mut self, decider: &dyn CliDecider, asked: Asked) {
+        let answer = decider.decide(asked.query.tool_name().to_owned(), asked.query.input().clone());
+        let task = self.tasks.spawn(answer);
+        self.asked.insert(task.id(), asked);
+    }
+
+    /// The next answered question. Waits forever when none is in flight (use it in a `select!`;
+    /// it is cancel-safe).
+    async fn next(&mut self) -> (Asked, DeciderAnswer) {
+        loop {
+            let (id, answer) = match self.tasks.join_next_with_id().await {
+                None => return std::future::pending().await,
+                Some(Ok((id, answer))) => (id, answer),
+                Some(Err(err)) => (err.id(), Err(format!("the CLI tool decider failed: {err}"))),
+            };
+            if let Some(asked) = self.asked.remove(&id) {
+                return (asked, answer);
+            }
+        }
+    }
+}
+
 /// The state of one segment's conversation with the CLI.
 struct Turn<'a> {
-    gate: Arc<Mutex<Gate>>,
+    /// The segment's one gate: only this loop asks it.
+    gate: Gate,
+    deciding: Deciding,
     spec: &'a SegmentSpec,
     events: Option<mpsc::UnboundedSender<SegmentEvent>>,
     started: Instant,
@@ -611,21 +699,11 @@ impl Turn<'_> {
             Frame::ControlRequest(request) => {
                 let id = request.request_id;
                 let answer = match request.request {
-                    CliRequest::HookCallback(hook) => {
-                        Some(self.on_hook(&id, &hook.callback_id, hook.input, line))
-                    }
+                    CliRequest::HookCallback(hook) => self.on_hook(id, &hook.callback_id, hook.input),
                     CliRequest::CanUseTool(ask) => {
                         let call = ToolCall::new(ask.tool_use_id, ask.tool_name, ask.input.clone());
-                        let decision = self.decide(&call, false);
-                        Some(match decision.permission_result(&ask.input) {
-                            Some(payload) => {
-                                HostFrame::ControlResponse(ControlResponse::success(id, payload))
-                            }
-                            None => HostFrame::error_response(
-                                id,
-                                "the gate has no answer for this permission request",
-                            ),
-                        })
+                        let step = self.gate.can_use_tool(&call);
+                        self.step(id, step, Reply::Permission { input: ask.input })
                     }
                     CliRequest::McpMessage(mcp) => bridge.accept(&id, &mcp.server_name, &mcp.message),
                     other => Some(HostFrame::error_response(
@@ -689,57 +767,46 @@ impl Turn<'_> {
         Ok(())
     }
 
-    fn on_hook(&mut self, request_id: &str, callback_id: &str, input: HookInput, line: &str) -> HostFrame {
+    fn on_hook(&mut self, request_id: String, callback_id: &str, input: HookInput) -> Option<HostFrame> {
         if callback_id == APP_HOOK_ID {
-            let pending =
-                self.gate.lock().unwrap_or_else(|p| p.into_inner()).pending().map(|p| p.tool_call_id.clone());
+            let pending = self.gate.pending().map(|p| p.tool_call_id.as_str());
             let answer = match &self.spec.app_hook {
-                Some(hook) if pending.as_deref() != Some(input.tool_use_id.as_str()) => {
-                    hook.pre_tool_use(&input)
-                }
+                Some(hook) if pending != Some(input.tool_use_id.as_str()) => hook.pre_tool_use(&input),
                 _ => HookAnswer::no_decision(),
             };
-            let payload = match (answer.decision, answer.updated_input.clone()) {
-                (Some(PermissionDecision::Deny), _) | (_, None) => answer.to_value(),
-                (_, Some(updated)) => {
-                    serde_json::json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}})
-                }
-            };
-            return HostFrame::ControlResponse(ControlResponse::success(request_id, payload));
+            return Some(app_hook_frame(&request_id, answer));
         }
         if callback_id != GATE_HOOK_ID {
-            return HostFrame::error_response(
+            return Some(HostFrame::error_response(
                 request_id,
                 format!("unknown hook callback id {callback_id:?}"),
-            );
+            ));
         }
-        // `agent_id` (a subagent's call) is not a typed field: read it from the raw line.
-        let raw: Value = serde_json::from_str(line).unwrap_or(Value::Null);
-        let origin = Origin::from_hook_input(raw.pointer("/request/input").unwrap_or(&Value::Null));
         let call = ToolCall {
+            origin: Origin::of_agent(input.agent_id.as_deref()),
             tool_use_id: input.tool_use_id,
             tool_name: input.tool_name,
             input: input.tool_input,
-            origin,
         };
-        let decision = self.decide(&call, true);
-        HostFrame::ControlResponse(ControlResponse::success(request_id, decision.hook_response()))
+        let step = self.gate.pre_tool_use(&call);
+        self.step(request_id, step, Reply::Hook)
     }
 
-    /// The gate's decision for a hook (`pre_tool_use`) or a `can_use_tool` request, asking the CLI
-    /// decider when the gate wants it.
-    fn decide(&mut self, call: &ToolCall, hook: bool) -> Decision {
-        let mut gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
-        let step = if hook { gate.pre_tool_use(call) } else { gate.can_use_tool(call) };
+    /// The answer for a step of the gate: at once for a decision; later, from
+    /// [`Deciding::next`], when the CLI decider is asked.
+    fn step(&mut self, request_id: String, step: Step, reply: Reply) -> Option<HostFrame> {
         match step {
-            Step::Decided(decision) => decision,
-            Step::AskCliDecider(query) => {
-                let answer = match &self.spec.cli_decider {
-                    Some(decider) => decider.decide(query.tool_name(), query.input()),
-                    None => Ok(None),
-                };
-                gate.answer_cli_decider(query, answer)
-            }
+            Step::Decided(decision) => Some(reply.frame(&request_id, &decision)),
+            Step::AskCliDecider(query) => match &self.spec.cli_decider {
+                Some(decider) => {
+                    self.deciding.ask(decider.as_ref(), Asked { request_id, query, reply });
+                    None
+                }
+                None => {
+                    let decision = self.gate.answer_cli_decider(query, Ok(None));
+                    Some(reply.frame(&request_id, &decision))
+                }
+            },
         }
     }
 }

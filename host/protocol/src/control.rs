@@ -113,6 +113,10 @@ pub struct HookInput {
     /// Present only for MCP tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_server: Option<McpServerRef>,
+    /// Set for a call made inside a subagent (Claude Code's documented hook input; not captured
+    /// on CLI 2.1.328, PROTOCOL.md §19). Absent or empty for the main conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
 }
 
 /// `{"name":"tools","source":"sdk"}`: which MCP server a tool belongs to.

@@ -267,6 +267,16 @@ pub enum PermissionDecision {
 /// ```
 ///
 /// [`HookAnswer::no_decision`] is `{}`: the CLI then runs its normal permission flow.
+/// [`HookAnswer::rewrite`] is `updatedInput` without a decision:
+///
+/// ```json
+/// {"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{…}}}
+/// ```
+///
+/// On CLI 2.1.328 that is the one shape of a rewrite that survives another matcher's decision:
+/// an `updatedInput` sent with `allow` was dropped when a later matcher answered `defer`, and one
+/// sent with `defer` was dropped too; a decision-less one is applied, and a deferred call carries
+/// it (`tollgate-claude`'s `tests/all/real_cli.rs`).
 ///
 /// It (de)serializes to and from that payload, so a fake CLI can read it with
 /// [`ControlResponse::decode`](crate::ControlResponse::decode); an invalid
@@ -276,9 +286,9 @@ pub enum PermissionDecision {
 pub struct HookAnswer {
     /// `None` = `{}`, no decision.
     pub decision: Option<PermissionDecision>,
-    /// `permissionDecisionReason`; for `deny` the model reads it.
+    /// `permissionDecisionReason`; for `deny` the model reads it. Sent only with a decision.
     pub reason: Option<String>,
-    /// `updatedInput`: replaces the tool's arguments (with `allow`).
+    /// `updatedInput`: replaces the tool's arguments (with `allow`, or alone: a rewrite).
     pub updated_input: Option<Value>,
 }
 
@@ -306,6 +316,12 @@ impl HookAnswer {
     /// `{}`: let the CLI's permission flow decide.
     pub fn no_decision() -> Self {
         HookAnswer { decision: None, reason: None, updated_input: None }
+    }
+
+    /// Replace the tool's arguments and decide nothing: the other matchers (and then the CLI's
+    /// permission flow) decide the call with `input`.
+    pub fn rewrite(input: Value) -> Self {
+        HookAnswer { decision: None, reason: None, updated_input: Some(input) }
     }
 
     fn decide(decision: PermissionDecision) -> Self {
@@ -353,12 +369,13 @@ struct PreToolUseOutputWire {
 
 impl From<HookAnswer> for HookOutputWire {
     fn from(answer: HookAnswer) -> Self {
-        let specific = answer.decision.map(|decision| PreToolUseOutputWire {
-            hook_event_name: "PreToolUse".into(),
-            permission_decision: Some(decision),
-            permission_decision_reason: answer.reason,
-            updated_input: answer.updated_input,
-        });
+        let specific =
+            (answer.decision.is_some() || answer.updated_input.is_some()).then(|| PreToolUseOutputWire {
+                hook_event_name: "PreToolUse".into(),
+                permission_decision: answer.decision,
+                permission_decision_reason: answer.reason.filter(|_| answer.decision.is_some()),
+                updated_input: answer.updated_input,
+            });
         HookOutputWire { specific }
     }
 }
@@ -527,6 +544,14 @@ mod tests {
     }
 
     #[test]
+    fn a_hook_rewrite_sends_updated_input_without_a_decision() {
+        assert_eq!(
+            HostFrame::hook_answer("r1", HookAnswer::rewrite(json!({"text": "x"}))).to_json(),
+            r#"{"type":"control_response","response":{"subtype":"success","request_id":"r1","response":{"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{"text":"x"}}}}}"#
+        );
+    }
+
+    #[test]
     fn hook_answers_read_back_from_their_payload() {
         let answers = [
             HookAnswer::allow().reason("ok").updated_input(json!({"a": 1})),
@@ -534,6 +559,7 @@ mod tests {
             HookAnswer::ask(),
             HookAnswer::defer(),
             HookAnswer::no_decision(),
+            HookAnswer::rewrite(json!({"b": 2})),
         ];
         for answer in answers {
             let back: HookAnswer = serde_json::from_value(answer.to_value()).unwrap();

@@ -14,6 +14,7 @@
 //! | `stall` | starts a `sleep` child (same process group), asks the hook, then hangs, ignoring stdin |
 //! | `no-init` | never answers `initialize` |
 //! | `ask` | like `happy`, but asks `can_use_tool` instead of the hook (a resumed call whose hook was skipped) |
+//! | `slow-decider` | asks the hook about `Bash` and, before reading the answer, streams the delta `while deciding`; then prints a `result` naming the decision |
 //!
 //! `claude --version` prints `FAKE_CLAUDE_VERSION` (default `2.1.328`) and ` (Claude Code)`.
 
@@ -84,6 +85,7 @@ fn main() {
                 std::thread::sleep(Duration::from_secs(60));
             }
         }
+        "slow-decider" => fake.slow_decider(&hook_id),
         _ => fake.happy(&hook_id, mode == "ask"),
     }
 }
@@ -117,12 +119,23 @@ impl<R: BufRead> Fake<R> {
 
     /// Sends a control request and returns the matching answer's `response` payload.
     fn ask(&mut self, request: Value) -> Value {
+        let request_id = self.request(request);
+        self.answer(&request_id)
+    }
+
+    /// Sends a control request; returns its id.
+    fn request(&mut self, request: Value) -> String {
         self.next_id += 1;
         let request_id = format!("fake_req_{}", self.next_id);
         emit(&json!({"type": "control_request", "request_id": request_id, "request": request}));
+        request_id
+    }
+
+    /// Waits for the answer to `request_id`; holds the other lines read meanwhile.
+    fn answer(&mut self, request_id: &str) -> Value {
         loop {
             let Some(line) = self.read_stdin() else { std::process::exit(0) };
-            if line["type"] == "control_response" && line["response"]["request_id"] == request_id.as_str() {
+            if line["type"] == "control_response" && line["response"]["request_id"] == request_id {
                 return line["response"].clone();
             }
             self.held.push_back(line);
@@ -154,6 +167,23 @@ impl<R: BufRead> Fake<R> {
             &json!({"type": "transcript_mirror", "filePath": format!("/fake/config/projects/-fake/{}.jsonl", self.session),
             "entries": entries}),
         );
+    }
+
+    fn slow_decider(&mut self, hook_id: &str) {
+        let request_id = self.request(json!({"subtype": "hook_callback", "callback_id": hook_id,
+            "tool_use_id": "toolu_fake_bash", "input": {"session_id": self.session, "hook_event_name": "PreToolUse",
+            "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "toolu_fake_bash"}}));
+        self.delta("while deciding");
+        let answer = self.answer(&request_id);
+        let decision =
+            answer["response"]["hookSpecificOutput"]["permissionDecision"].as_str().unwrap_or("none");
+        self.mirror(
+            json!([{"type": "user", "uuid": "fake-u1", "message": {"role": "user", "content": "hi"}}]),
+        );
+        emit(&json!({"type": "result", "subtype": "success", "is_error": false, "session_id": self.session,
+            "result": format!("Bash: {decision}"), "terminal_reason": "completed",
+            "usage": {"input_tokens": 10, "output_tokens": 2}, "permission_denials": []}));
+        self.wait_for_eof();
     }
 
     fn wait_for_eof(&mut self) {

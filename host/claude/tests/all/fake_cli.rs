@@ -2,9 +2,15 @@
 //! misbehave. Each failure must end the segment with `Failed`, a clear error, and no process left.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate_claude::{SegmentError, SegmentEvent, SegmentOutcome, SegmentSpec};
+use serde_json::Value;
+use tokio::sync::{Notify, mpsc};
+use tollgate_claude::{
+    CliDecider, DeciderFuture, SegmentError, SegmentEvent, SegmentOutcome, SegmentSpec, run_segment,
+};
+use tollgate_engine::gate::CliToolDecision;
 
 use crate::util::{Echo, describe, fake_cli, gate, run};
 
@@ -66,6 +72,62 @@ async fn a_call_that_reaches_can_use_tool_instead_of_the_hook_is_decided_by_the_
     let SegmentOutcome::Completed { result, .. } = &report.outcome else { panic!("{text}") };
     assert_eq!(result, "listed \"echo\"; tool said echo: ping", "{text}");
     assert!(events.iter().any(|e| matches!(e, SegmentEvent::ToolCallFinished { .. })), "{events:?}");
+}
+
+/// A decider that takes up to 2 s: it answers once the segment has passed on the text delta the
+/// fake CLI streams while waiting for the hook's answer, or after 2 s if that never comes.
+struct SlowDecider {
+    streamed: Arc<Notify>,
+    released_by_the_delta: Arc<AtomicBool>,
+    asked: Arc<AtomicUsize>,
+}
+
+impl CliDecider for SlowDecider {
+    fn decide(&self, tool_name: String, _input: Value) -> DeciderFuture {
+        assert_eq!(tool_name, "Bash");
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let (streamed, released) = (self.streamed.clone(), self.released_by_the_delta.clone());
+        Box::pin(async move {
+            let by_delta = tokio::time::timeout(Duration::from_secs(2), streamed.notified()).await.is_ok();
+            released.store(by_delta, Ordering::SeqCst);
+            Ok(Some(CliToolDecision::Allow))
+        })
+    }
+}
+
+/// On a current-thread runtime (the tokio test default), so nothing may block the thread.
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_cli_decider_does_not_stall_the_segment_s_other_frames() {
+    let (mut spec, _project) = spec("slow-decider");
+    let decider = SlowDecider {
+        streamed: Arc::new(Notify::new()),
+        released_by_the_delta: Arc::new(AtomicBool::new(false)),
+        asked: Arc::new(AtomicUsize::new(0)),
+    };
+    let (streamed, released, asked) =
+        (decider.streamed.clone(), decider.released_by_the_delta.clone(), decider.asked.clone());
+    spec.cli_decider = Some(Arc::new(decider));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let watcher = tokio::spawn(async move {
+        let mut events = Vec::new();
+        while let Some(event) = rx.recv().await {
+            if event == (SegmentEvent::TextDelta { text: "while deciding".into() }) {
+                streamed.notify_one();
+            }
+            events.push(event);
+        }
+        events
+    });
+    let report = run_segment(spec, gate(&Echo).with_cli_decider(), Arc::new(Echo), Some(tx)).await;
+    let events = watcher.await.unwrap();
+    let text = describe(&report);
+    let SegmentOutcome::Completed { result, .. } = &report.outcome else { panic!("{text}") };
+    assert_eq!(result, "Bash: allow", "{text}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "{text}");
+    assert!(
+        released.load(Ordering::SeqCst),
+        "the delta streamed while the decider decided did not reach the caller before its 2 s ran out: {events:?}"
+    );
 }
 
 #[tokio::test]

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tollgate_claude::{CliDecider, SegmentEvent, SegmentOutcome, SegmentSpec, Start, run_segment};
+use tollgate_claude::{
+    CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start, run_segment,
+};
 use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
-use tollgate_engine::gate::{CliToolDecision, Gate};
+use tollgate_engine::gate::Gate;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind};
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
@@ -272,10 +274,7 @@ async fn segment(
     }
     spec.timeout = agent.segment_timeout;
     if agent.has_cli_policy() {
-        spec.cli_decider = Some(Arc::new(FactoryDecider {
-            agent: agent.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        }));
+        spec.cli_decider = Some(Arc::new(FactoryDecider { agent: agent.clone() }));
     }
     let report = run_segment(spec, gate, runner, Some(events)).await;
     trace.ran(&report.stats);
@@ -445,18 +444,18 @@ fn apply_options(spec: &mut SegmentSpec, options: &AgentOptions) -> Result<(), S
     Ok(())
 }
 
-/// The options factory's `decide-cli-tool`, asked from the segment's (synchronous) hook path.
+/// The options factory's `decide-cli-tool`, which the segment asks from a task of its own.
 struct FactoryDecider {
     agent: Arc<Agent>,
-    runtime: tokio::runtime::Handle,
 }
 
 impl CliDecider for FactoryDecider {
-    fn decide(&self, tool_name: &str, input: &Value) -> Result<Option<CliToolDecision>, String> {
-        let Some(factory) = self.agent.factory() else { return Ok(None) };
-        let input = input.to_string();
-        tokio::task::block_in_place(|| self.runtime.block_on(factory.decide_cli_tool(tool_name, &input)))
-            .map_err(|e| e.to_string())
+    fn decide(&self, tool_name: String, input: Value) -> DeciderFuture {
+        let agent = self.agent.clone();
+        Box::pin(async move {
+            let Some(factory) = agent.factory() else { return Ok(None) };
+            factory.decide_cli_tool(&tool_name, &input.to_string()).await.map_err(|e| e.to_string())
+        })
     }
 }
 

@@ -1,0 +1,152 @@
+//! The one mapping from a decision to the answer the CLI receives.
+//!
+//! The engine decides ([`Decision`]), `tollgate-protocol` owns the bytes ([`HookAnswer`],
+//! [`PermissionAnswer`], [`HostFrame`]); this module only picks the shape for each decision:
+//!
+//! | decision | `hook_callback` answer | `can_use_tool` answer |
+//! | --- | --- | --- |
+//! | allow | `allow` | `allow` with the request's input |
+//! | allow with new input (CLI decider) | `allow` + `updatedInput` | `allow` with the new input |
+//! | replay of the pending record | `allow` + the recorded arguments | `allow` with the recorded arguments |
+//! | defer | `defer` | (never: an error response) |
+//! | deny | `deny` + `permissionDecisionReason` | `deny` + `message` |
+//!
+//! The application hook's answer ([`crate::AppHook`]) passes through, except that a rewrite is sent
+//! as `updatedInput` **without** a decision ([`HookAnswer::rewrite`]), the one shape CLI 2.1.328
+//! applies when the gate's matcher then defers.
+
+use serde_json::Value;
+use tollgate_engine::gate::Decision;
+use tollgate_protocol::{HookAnswer, HostFrame, PermissionAnswer, PermissionDecision};
+
+/// The answer to the gate's `PreToolUse` `hook_callback` request `request_id`.
+pub(crate) fn hook_frame(request_id: &str, decision: &Decision) -> HostFrame {
+    let answer = match decision {
+        Decision::Allow { updated_input: None } => HookAnswer::allow(),
+        Decision::Allow { updated_input: Some(input) } => HookAnswer::allow().updated_input(input.clone()),
+        Decision::Replay(record) => HookAnswer::allow().updated_input(record.arguments.clone()),
+        Decision::Defer => HookAnswer::defer(),
+        Decision::Deny { message, .. } => HookAnswer::deny(message.clone()),
+    };
+    HostFrame::hook_answer(request_id, answer)
+}
+
+/// The answer to the `can_use_tool` request `request_id` that asked about `input`.
+pub(crate) fn permission_frame(request_id: &str, decision: &Decision, input: &Value) -> HostFrame {
+    let answer = match decision {
+        Decision::Allow { updated_input } => {
+            PermissionAnswer::allow(updated_input.as_ref().unwrap_or(input).clone())
+        }
+        Decision::Replay(record) => PermissionAnswer::allow(record.arguments.clone()),
+        Decision::Deny { message, .. } => PermissionAnswer::deny(message.clone()),
+        Decision::Defer => {
+            return HostFrame::error_response(
+                request_id,
+                "the gate has no answer for this permission request",
+            );
+        }
+    };
+    HostFrame::permission_answer(request_id, answer)
+}
+
+/// The answer to the application hook's `hook_callback` request `request_id`.
+pub(crate) fn app_hook_frame(request_id: &str, answer: HookAnswer) -> HostFrame {
+    let answer = match (answer.decision, answer.updated_input.clone()) {
+        (Some(PermissionDecision::Deny), _) | (_, None) => answer,
+        (_, Some(updated)) => HookAnswer::rewrite(updated),
+    };
+    HostFrame::hook_answer(request_id, answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tollgate_engine::catalog::ToolKind;
+    use tollgate_engine::gate::DenyReason;
+    use tollgate_engine::record::{Outcome, ToolCallRecord};
+
+    use super::*;
+
+    const HOOK: &str =
+        r#"{"type":"control_response","response":{"subtype":"success","request_id":"r","response":"#;
+
+    fn deny() -> Decision {
+        Decision::Deny { message: "no".into(), reason: DenyReason::CliDecider }
+    }
+
+    fn replay() -> Decision {
+        Decision::Replay(ToolCallRecord::new(
+            "toolu_1",
+            "create_refund",
+            ToolKind::Custom,
+            json!({"order_id": "7"}),
+            Outcome::Succeeded { output: "refunded".into() },
+        ))
+    }
+
+    /// Every line the segment sends for a decision, byte for byte.
+    #[test]
+    fn every_hook_answer_shape_the_segment_sends() {
+        let cases = [
+            (Decision::Allow { updated_input: None }, r#"{"permissionDecision":"allow"}"#),
+            (
+                Decision::Allow { updated_input: Some(json!({"command": "ls -la"})) },
+                r#"{"permissionDecision":"allow","updatedInput":{"command":"ls -la"}}"#,
+            ),
+            (replay(), r#"{"permissionDecision":"allow","updatedInput":{"order_id":"7"}}"#),
+            (Decision::Defer, r#"{"permissionDecision":"defer"}"#),
+            (deny(), r#"{"permissionDecision":"deny","permissionDecisionReason":"no"}"#),
+        ];
+        for (decision, fields) in cases {
+            let fields = fields.trim_start_matches('{');
+            let expected =
+                format!(r#"{HOOK}{{"hookSpecificOutput":{{"hookEventName":"PreToolUse",{fields}}}}}}}"#);
+            assert_eq!(hook_frame("r", &decision).to_json(), expected, "{decision:?}");
+        }
+    }
+
+    #[test]
+    fn every_permission_answer_shape_the_segment_sends() {
+        let asked = json!({"command": "ls"});
+        let cases = [
+            (
+                Decision::Allow { updated_input: None },
+                r#"{"behavior":"allow","updatedInput":{"command":"ls"}}"#,
+            ),
+            (
+                Decision::Allow { updated_input: Some(json!({"command": "ls -la"})) },
+                r#"{"behavior":"allow","updatedInput":{"command":"ls -la"}}"#,
+            ),
+            (replay(), r#"{"behavior":"allow","updatedInput":{"order_id":"7"}}"#),
+            (deny(), r#"{"behavior":"deny","message":"no"}"#),
+        ];
+        for (decision, payload) in cases {
+            assert_eq!(permission_frame("r", &decision, &asked).to_json(), format!("{HOOK}{payload}}}}}"));
+        }
+        assert_eq!(
+            permission_frame("r", &Decision::Defer, &asked).to_json(),
+            r#"{"type":"control_response","response":{"subtype":"error","request_id":"r","error":"the gate has no answer for this permission request"}}"#
+        );
+    }
+
+    #[test]
+    fn the_application_hook_rewrites_without_a_decision_and_otherwise_passes_through() {
+        let rewrite = r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{"text":"x"}}}"#;
+        let cases = [
+            (HookAnswer::allow().updated_input(json!({"text": "x"})), rewrite.to_owned()),
+            (HookAnswer::rewrite(json!({"text": "x"})), rewrite.to_owned()),
+            (HookAnswer::no_decision(), "{}".to_owned()),
+            (
+                HookAnswer::deny("not here").updated_input(json!({"text": "x"})),
+                r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"not here","updatedInput":{"text":"x"}}}"#.to_owned(),
+            ),
+        ];
+        for (answer, payload) in cases {
+            assert_eq!(
+                app_hook_frame("r", answer.clone()).to_json(),
+                format!("{HOOK}{payload}}}}}"),
+                "{answer:?}"
+            );
+        }
+    }
+}

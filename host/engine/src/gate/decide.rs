@@ -1,0 +1,263 @@
+//! Decisions for new calls: the rules table of the module docs, the CLI decider's answers, MCP
+//! permits, and the check of the CLI's deferred call.
+
+use super::call::{CallState, Decided, Phase, Target};
+use super::{
+    Channel, CliDeciderQuery, CliToolDecision, Decision, DeferredCall, DenyReason, Gate, GateError,
+    McpPermit, Origin, Step, ToolCall,
+};
+use crate::catalog::{ToolKind, ToolRef};
+use crate::policy::ToolPolicy;
+use crate::record::ToolResult;
+use crate::texts;
+
+impl Gate {
+    /// Decides a `PreToolUse` hook callback.
+    pub fn pre_tool_use(&mut self, call: &ToolCall) -> Step {
+        self.decide(call, Channel::PreToolUse)
+    }
+
+    /// Decides a `can_use_tool` request: the fallback for a call whose hook did not run. Never
+    /// yields [`Decision::Defer`].
+    pub fn can_use_tool(&mut self, call: &ToolCall) -> Step {
+        self.decide(call, Channel::CanUseTool)
+    }
+
+    /// Finishes a call that [`Step::AskCliDecider`] held, with the decider's answer: `Ok(None)`
+    /// leaves the call to the policy table, `Err(text)` (the factory failed) denies it with the
+    /// text.
+    pub fn answer_cli_decider(
+        &mut self,
+        query: CliDeciderQuery,
+        answer: Result<Option<CliToolDecision>, String>,
+    ) -> Decision {
+        let waiting = self
+            .calls
+            .get(&query.tool_use_id)
+            .is_some_and(|state| matches!(state.phase, Phase::AskingDecider));
+        if !waiting {
+            return Decision::deny(
+                DenyReason::AlreadyDecided,
+                texts::render(texts::ALREADY_DECIDED, &query.tool_name),
+            );
+        }
+        let table = self.policies.resolve(&query.tool_name, None);
+        let decided = match answer {
+            Err(message) => Decided::denied(DenyReason::CliDeciderFailed, message),
+            Ok(Some(CliToolDecision::Allow)) => Decided::Allowed { updated_input: None },
+            Ok(Some(CliToolDecision::AllowWithInput(input))) => {
+                Decided::Allowed { updated_input: Some(input) }
+            }
+            Ok(Some(CliToolDecision::Deny(message))) => Decided::denied(DenyReason::CliDecider, message),
+            Ok(Some(CliToolDecision::RequireApproval)) => {
+                let policy = ToolPolicy { requires_approval: true, ..table };
+                self.deferrable(&query.tool_use_id, &query.tool_name, &query.origin, query.channel, policy)
+            }
+            Ok(None) if table.handling(ToolKind::Cli).is_deferred() => {
+                self.deferrable(&query.tool_use_id, &query.tool_name, &query.origin, query.channel, table)
+            }
+            Ok(None) => Decided::Allowed { updated_input: None },
+        };
+        let decision = decided.decision();
+        if let Some(state) = self.calls.get_mut(&query.tool_use_id) {
+            state.phase = Phase::Decided(decided);
+        }
+        decision
+    }
+
+    /// Whether the custom tool server may run `tool` (its bare name) for a `tools/call` under
+    /// `tool_use_id` (`_meta["claudecode/toolUseId"]`). Each permit is used once.
+    pub fn permit_mcp_call(&mut self, tool_use_id: Option<&str>, tool: &str) -> McpPermit {
+        let refuse = McpPermit::Refuse(ToolResult {
+            text: texts::render(texts::MCP_CALL_NOT_PERMITTED, &self.catalog.cli_name(tool)),
+            is_error: true,
+        });
+        let Some(state) = tool_use_id.and_then(|id| self.calls.get_mut(id)) else {
+            return refuse;
+        };
+        if state.target != Target::Custom(tool.to_owned()) {
+            return refuse;
+        }
+        match &mut state.phase {
+            Phase::Decided(Decided::Inline { used: used @ false }) => {
+                *used = true;
+                McpPermit::Run
+            }
+            Phase::Decided(Decided::Replayed { record, served: served @ false }) => {
+                *served = true;
+                McpPermit::Replay(record.outcome.tool_result(&state.tool_name))
+            }
+            _ => refuse,
+        }
+    }
+
+    /// Checks the CLI's `deferred_tool_use` (`id`, `name`, `input`) against the segment's one
+    /// deferred call and returns the call to record, with `input` as its arguments.
+    ///
+    /// # Errors
+    ///
+    /// A [`GateError`] when the gate deferred no call, another call, or this call under another
+    /// tool. The segment then fails.
+    pub fn accept_deferral(
+        &self,
+        tool_use_id: &str,
+        tool_name: &str,
+        input: serde_json::Value,
+    ) -> Result<DeferredCall, GateError> {
+        let nothing = || GateError::NothingDeferred {
+            tool_use_id: tool_use_id.to_owned(),
+            tool_name: tool_name.to_owned(),
+        };
+        let Some(deferred) = self.deferred.as_deref() else {
+            return Err(nothing());
+        };
+        if deferred != tool_use_id {
+            return Err(GateError::DeferredAnotherCall {
+                reported: tool_use_id.to_owned(),
+                deferred: deferred.to_owned(),
+            });
+        }
+        let Some(state) = self.calls.get(deferred) else {
+            return Err(nothing());
+        };
+        if state.tool_name != tool_name {
+            return Err(GateError::DeferredAnotherTool {
+                tool_use_id: tool_use_id.to_owned(),
+                reported: tool_name.to_owned(),
+                deferred: state.tool_name.clone(),
+            });
+        }
+        let (name, kind) = match &state.target {
+            Target::Custom(name) => (name.clone(), ToolKind::Custom),
+            Target::Cli(name) => (name.clone(), ToolKind::Cli),
+            Target::Collision => return Err(nothing()),
+        };
+        let Phase::Decided(Decided::Deferred { policy }) = state.phase else {
+            return Err(nothing());
+        };
+        Ok(DeferredCall {
+            tool_use_id: tool_use_id.to_owned(),
+            tool_name: name,
+            handling: policy.handling(kind),
+            kind,
+            arguments: input,
+            policy,
+        })
+    }
+
+    fn decide(&mut self, call: &ToolCall, channel: Channel) -> Step {
+        if self.calls.contains_key(&call.tool_use_id) {
+            return Step::Decided(self.decide_again(call, channel));
+        }
+        let tool = self.catalog.classify(&call.tool_name);
+        let target = Target::of(tool);
+        if let Some(decided) = self.recorded_call(tool, call) {
+            return self.settle(call, channel, target, decided);
+        }
+        let name = call.tool_name.as_str();
+        let decided = match tool {
+            ToolRef::Collision { name: shared } => {
+                self.failure.get_or_insert(GateError::NameCollision { tool: shared.to_owned() });
+                Decided::denied(DenyReason::NameCollision, texts::render(texts::NAME_COLLISION, name))
+            }
+            ToolRef::Custom { listed: false, .. } => {
+                Decided::denied(DenyReason::ToolNotOffered, texts::render(texts::TOOL_NOT_OFFERED, name))
+            }
+            ToolRef::Custom { name: custom, listed: true } => {
+                let policy = self.policies.resolve(custom, self.catalog.annotations(custom));
+                if policy.handling(ToolKind::Custom).is_deferred() {
+                    self.deferrable(&call.tool_use_id, name, &call.origin, channel, policy)
+                } else {
+                    Decided::Inline { used: false }
+                }
+            }
+            ToolRef::Cli { name: cli } if self.asks_cli_decider => {
+                let state = CallState {
+                    target,
+                    tool_name: call.tool_name.clone(),
+                    channel,
+                    phase: Phase::AskingDecider,
+                };
+                self.calls.insert(call.tool_use_id.clone(), state);
+                return Step::AskCliDecider(CliDeciderQuery {
+                    tool_use_id: call.tool_use_id.clone(),
+                    tool_name: cli.to_owned(),
+                    input: call.input.clone(),
+                    origin: call.origin.clone(),
+                    channel,
+                });
+            }
+            ToolRef::Cli { name: cli } => {
+                let policy = self.policies.resolve(cli, None);
+                if policy.handling(ToolKind::Cli).is_deferred() {
+                    self.deferrable(&call.tool_use_id, name, &call.origin, channel, policy)
+                } else {
+                    Decided::Allowed { updated_input: None }
+                }
+            }
+        };
+        self.settle(call, channel, target, decided)
+    }
+
+    /// A second request under a decided tool use ID.
+    fn decide_again(&mut self, call: &ToolCall, channel: Channel) -> Decision {
+        let already = Decision::deny(
+            DenyReason::AlreadyDecided,
+            texts::render(texts::ALREADY_DECIDED, &call.tool_name),
+        );
+        let Some(state) = self.calls.get_mut(&call.tool_use_id) else {
+            return already;
+        };
+        match (&state.phase, state.channel, channel) {
+            // Claude Code ignored the defer and asks instead: deny with the retry text and free the
+            // segment's deferral, since this call will not end the segment.
+            (Phase::Decided(Decided::Deferred { .. }), Channel::PreToolUse, Channel::CanUseTool) => {
+                let denied = Decided::denied(
+                    DenyReason::DeferIgnored,
+                    texts::render(texts::ONLY_ONE_DEFERRED_CALL, &call.tool_name),
+                );
+                let decision = denied.decision();
+                state.phase = Phase::Decided(denied);
+                if self.deferred.as_deref() == Some(call.tool_use_id.as_str()) {
+                    self.deferred = None;
+                }
+                decision
+            }
+            (Phase::Decided(first @ Decided::Denied { .. }), _, _) => first.decision(),
+            _ => already,
+        }
+    }
+
+    /// The decision for a deferrable call: defer the segment's first, deny the rest.
+    fn deferrable(
+        &mut self,
+        tool_use_id: &str,
+        tool_name: &str,
+        origin: &Origin,
+        channel: Channel,
+        policy: ToolPolicy,
+    ) -> Decided {
+        let retry = || texts::render(texts::ONLY_ONE_DEFERRED_CALL, tool_name);
+        if matches!(origin, Origin::Subagent { .. }) {
+            Decided::denied(
+                DenyReason::InSubagent,
+                texts::render(texts::CALL_FROM_MAIN_CONVERSATION, tool_name),
+            )
+        } else if channel == Channel::CanUseTool {
+            Decided::denied(DenyReason::DeferIgnored, retry())
+        } else if self.deferred.is_some() {
+            Decided::denied(DenyReason::OnlyOneDeferredCall, retry())
+        } else {
+            self.deferred = Some(tool_use_id.to_owned());
+            Decided::Deferred { policy }
+        }
+    }
+
+    fn settle(&mut self, call: &ToolCall, channel: Channel, target: Target, decided: Decided) -> Step {
+        let decision = decided.decision();
+        let state =
+            CallState { target, tool_name: call.tool_name.clone(), channel, phase: Phase::Decided(decided) };
+        self.calls.insert(call.tool_use_id.clone(), state);
+        Step::Decided(decision)
+    }
+}

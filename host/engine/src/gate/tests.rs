@@ -1,0 +1,752 @@
+//! The gate's rules, one test each, in the order of the module docs' table.
+
+use serde_json::json;
+
+use super::*;
+use crate::catalog::DEFAULT_TOOL_SERVER_NAME;
+use crate::policy::{Annotations, DeferredRun, Effect, PolicyEntry};
+
+const RETRY_REFUND: &str = "mcp__tools__create_refund did not run. Only one tool call per reply can run \
+    outside this turn, and another call already does. Call mcp__tools__create_refund again by itself.";
+
+/// The seeds' support agent: `lookup_order` (read-only hint), `create_refund`
+/// (non_idempotent_write), `set_status` (idempotent hint), `Read`/`Grep` read, `Bash` none.
+fn gate() -> Gate {
+    let policies = Policies::default()
+        .with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))
+        .and_then(|p| p.with("Read", PolicyEntry::new(Effect::Read)))
+        .and_then(|p| p.with("Grep", PolicyEntry::new(Effect::Read)))
+        .and_then(|p| p.with("Write", PolicyEntry::new(Effect::IdempotentWrite)))
+        .and_then(|p| p.with("audit_log", PolicyEntry::new(Effect::Read).with_approval(true)));
+    let catalog = ToolCatalog::new(DEFAULT_TOOL_SERVER_NAME)
+        .and_then(|c| c.with_tool("lookup_order", Annotations { read_only: true, ..Annotations::default() }))
+        .and_then(|c| c.with_tool("create_refund", Annotations::default()))
+        .and_then(|c| c.with_tool("set_status", Annotations { idempotent: true, ..Annotations::default() }))
+        .and_then(|c| c.with_tool("audit_log", Annotations { read_only: true, ..Annotations::default() }));
+    match (policies, catalog) {
+        (Ok(policies), Ok(catalog)) => Gate::new(policies, catalog),
+        (policies, catalog) => panic!("fixture: {policies:?} {catalog:?}"),
+    }
+}
+
+fn call(id: &str, tool: &str) -> ToolCall {
+    ToolCall::new(id, tool, json!({ "id": id }))
+}
+
+fn decided(step: Step) -> Decision {
+    match step {
+        Step::Decided(decision) => decision,
+        Step::AskCliDecider(query) => panic!("unexpected decider query for {}", query.tool_name()),
+    }
+}
+
+fn hook(gate: &mut Gate, id: &str, tool: &str) -> Decision {
+    decided(gate.pre_tool_use(&call(id, tool)))
+}
+
+fn ask(gate: &mut Gate, id: &str, tool: &str) -> Decision {
+    decided(gate.can_use_tool(&call(id, tool)))
+}
+
+fn denial(decision: &Decision) -> (&str, DenyReason) {
+    match decision {
+        Decision::Deny { message, reason } => (message.as_str(), *reason),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+fn allow() -> Decision {
+    Decision::Allow { updated_input: None }
+}
+
+fn refund_record(outcome: Outcome) -> ToolCallRecord {
+    ToolCallRecord::new(
+        "toolu_refund",
+        "create_refund",
+        ToolKind::Custom,
+        json!({ "order_id": "7" }),
+        outcome,
+    )
+}
+
+fn bash_record(outcome: Outcome) -> ToolCallRecord {
+    ToolCallRecord::new("toolu_bash", "Bash", ToolKind::Cli, json!({ "command": "make deploy" }), outcome)
+}
+
+fn refused(gate: &mut Gate, id: Option<&str>, tool: &str) -> bool {
+    matches!(gate.permit_mcp_call(id, tool), McpPermit::Refuse(ToolResult { is_error: true, .. }))
+}
+
+// --- first segment: allow, defer, deny ---
+
+#[test]
+fn an_approval_free_custom_read_is_allowed_and_may_run_once_over_mcp() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__lookup_order"), allow());
+    assert_eq!(gate.permit_mcp_call(Some("toolu_1"), "lookup_order"), McpPermit::Run);
+    assert!(refused(&mut gate, Some("toolu_1"), "lookup_order"), "a permit is used once");
+    assert_eq!(gate.deferred_call_id(), None);
+}
+
+#[test]
+fn the_first_deferrable_custom_call_of_a_segment_is_deferred() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    assert_eq!(gate.deferred_call_id(), Some("toolu_1"));
+}
+
+#[test]
+fn a_second_write_in_one_segment_is_denied_with_the_retry_text() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    let second = hook(&mut gate, "toolu_2", "mcp__tools__create_refund");
+    assert_eq!(denial(&second), (RETRY_REFUND, DenyReason::OnlyOneDeferredCall));
+    assert_eq!(gate.deferred_call_id(), Some("toolu_1"));
+}
+
+#[test]
+fn a_cli_tool_that_needs_approval_after_a_deferred_write_is_denied_with_its_own_name() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    let bash = hook(&mut gate, "toolu_2", "Bash");
+    assert_eq!(
+        denial(&bash),
+        (
+            "Bash did not run. Only one tool call per reply can run outside this turn, and another call \
+             already does. Call Bash again by itself.",
+            DenyReason::OnlyOneDeferredCall
+        )
+    );
+}
+
+#[test]
+fn inline_calls_after_the_deferral_are_still_allowed() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    assert_eq!(hook(&mut gate, "toolu_2", "mcp__tools__lookup_order"), allow());
+    assert_eq!(hook(&mut gate, "toolu_3", "Read"), allow());
+}
+
+#[test]
+fn an_idempotent_custom_write_defers_without_approval_to_call_tool() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__set_status"), Decision::Defer);
+    let deferred = gate.accept_deferral("toolu_1", "mcp__tools__set_status", json!({ "s": 1 }));
+    assert_eq!(
+        deferred.map(|call| call.handling),
+        Ok(Handling::Deferred { requires_approval: false, runs_in: DeferredRun::CallTool })
+    );
+}
+
+#[test]
+fn a_custom_read_that_requires_approval_is_deferred() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__audit_log"), Decision::Defer);
+    assert!(refused(&mut gate, Some("toolu_1"), "audit_log"), "a deferred call never runs over MCP here");
+}
+
+#[test]
+fn an_approval_free_cli_tool_is_allowed_and_never_runs_over_our_mcp_server() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "Read"), allow());
+    assert!(refused(&mut gate, Some("toolu_1"), "Read"));
+}
+
+#[test]
+fn a_cli_tool_with_an_approval_free_write_policy_runs_inline() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "Write"), allow());
+}
+
+#[test]
+fn a_cli_tool_without_policy_waits_for_approval_under_the_default_effect() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "Bash"), Decision::Defer);
+    let deferred = gate.accept_deferral("toolu_1", "Bash", json!({ "command": "ls" }));
+    assert_eq!(
+        deferred,
+        Ok(DeferredCall {
+            tool_use_id: "toolu_1".to_owned(),
+            tool_name: "Bash".to_owned(),
+            kind: ToolKind::Cli,
+            arguments: json!({ "command": "ls" }),
+            policy: ToolPolicy { effect: Effect::Unclassified, requires_approval: true },
+            handling: Handling::Deferred { requires_approval: true, runs_in: DeferredRun::ResumedSegment },
+        })
+    );
+}
+
+#[test]
+fn an_external_mcp_tool_is_a_cli_tool_named_in_full() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__github__create_issue"), Decision::Defer);
+    let deferred = gate.accept_deferral("toolu_1", "mcp__github__create_issue", json!({}));
+    assert_eq!(
+        deferred.map(|call| (call.tool_name, call.kind)),
+        Ok(("mcp__github__create_issue".to_owned(), ToolKind::Cli))
+    );
+}
+
+// --- subagents ---
+
+#[test]
+fn a_deferrable_call_inside_a_subagent_is_denied_with_the_main_conversation_text() {
+    let mut gate = gate();
+    let decision = decided(
+        gate.pre_tool_use(&call("toolu_1", "mcp__tools__create_refund").in_subagent(Some("a1".into()))),
+    );
+    assert_eq!(
+        denial(&decision),
+        (
+            "mcp__tools__create_refund did not run. A subagent cannot call it, because its calls run outside \
+             this turn. Call mcp__tools__create_refund from the main conversation instead.",
+            DenyReason::InSubagent
+        )
+    );
+    assert_eq!(gate.deferred_call_id(), None, "the segment's deferral stays free");
+    assert_eq!(hook(&mut gate, "toolu_2", "mcp__tools__create_refund"), Decision::Defer);
+}
+
+#[test]
+fn an_inline_call_inside_a_subagent_is_allowed() {
+    let mut gate = gate();
+    let read = decided(gate.pre_tool_use(&call("toolu_1", "mcp__tools__lookup_order").in_subagent(None)));
+    assert_eq!(read, allow());
+    assert_eq!(gate.permit_mcp_call(Some("toolu_1"), "lookup_order"), McpPermit::Run);
+    let grep = decided(gate.pre_tool_use(&call("toolu_2", "Grep").in_subagent(None)));
+    assert_eq!(grep, allow());
+}
+
+// --- one decision per tool use ID ---
+
+#[test]
+fn a_second_pre_tool_use_for_a_decided_id_is_denied_and_keeps_the_first_decision() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__lookup_order"), allow());
+    let again = hook(&mut gate, "toolu_1", "mcp__tools__create_refund");
+    assert_eq!(
+        denial(&again),
+        (
+            "mcp__tools__create_refund did not run. This tool use ID already has a decision in this reply; \
+             call mcp__tools__create_refund again with a new tool use.",
+            DenyReason::AlreadyDecided
+        )
+    );
+    assert_eq!(gate.decision("toolu_1"), Some(allow()));
+    assert_eq!(gate.deferred_call_id(), None, "the repeated ID did not take the deferral");
+    assert!(refused(&mut gate, Some("toolu_1"), "create_refund"), "no permit for the other tool");
+}
+
+#[test]
+fn a_deferred_id_asked_again_is_denied_and_stays_deferred() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    assert_eq!(
+        denial(&hook(&mut gate, "toolu_1", "mcp__tools__create_refund")).1,
+        DenyReason::AlreadyDecided
+    );
+    assert_eq!(gate.decision("toolu_1"), Some(Decision::Defer));
+    assert_eq!(gate.deferred_call_id(), Some("toolu_1"));
+}
+
+#[test]
+fn a_denied_id_asked_again_gets_the_same_denial() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    let first = hook(&mut gate, "toolu_2", "Bash");
+    assert_eq!(hook(&mut gate, "toolu_2", "Bash"), first);
+    assert_eq!(ask(&mut gate, "toolu_2", "Bash"), first);
+}
+
+// --- can_use_tool fallback ---
+
+#[test]
+fn can_use_tool_after_a_hook_allow_is_denied() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "Read"), allow());
+    assert_eq!(denial(&ask(&mut gate, "toolu_1", "Read")).1, DenyReason::AlreadyDecided);
+    assert_eq!(gate.decision("toolu_1"), Some(allow()));
+}
+
+#[test]
+fn can_use_tool_for_an_ignored_defer_is_denied_with_the_retry_text_and_frees_the_deferral() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    assert_eq!(
+        denial(&ask(&mut gate, "toolu_1", "mcp__tools__create_refund")),
+        (RETRY_REFUND, DenyReason::DeferIgnored)
+    );
+    assert_eq!(gate.deferred_call_id(), None);
+    assert!(gate.accept_deferral("toolu_1", "mcp__tools__create_refund", json!({})).is_err());
+    assert_eq!(hook(&mut gate, "toolu_2", "mcp__tools__create_refund"), Decision::Defer);
+}
+
+#[test]
+fn can_use_tool_for_a_new_deferrable_call_is_denied_with_the_retry_text() {
+    let mut gate = gate();
+    assert_eq!(
+        denial(&ask(&mut gate, "toolu_1", "mcp__tools__create_refund")),
+        (RETRY_REFUND, DenyReason::DeferIgnored)
+    );
+    assert_eq!(gate.deferred_call_id(), None, "can_use_tool never defers");
+}
+
+#[test]
+fn can_use_tool_for_a_new_inline_call_uses_the_same_table() {
+    let mut gate = gate();
+    assert_eq!(ask(&mut gate, "toolu_1", "mcp__tools__lookup_order"), allow());
+    assert_eq!(gate.permit_mcp_call(Some("toolu_1"), "lookup_order"), McpPermit::Run);
+    assert_eq!(ask(&mut gate, "toolu_2", "Grep"), allow());
+}
+
+// --- resumed segments ---
+
+#[test]
+fn the_pending_custom_call_replays_its_record_with_the_recorded_arguments() {
+    let record = refund_record(Outcome::Succeeded { output: "refunded r_1".to_owned() });
+    let mut gate = gate().resuming(record.clone());
+    let decision = hook(&mut gate, "toolu_refund", "mcp__tools__create_refund");
+    assert_eq!(decision, Decision::Replay(record));
+}
+
+#[test]
+fn the_mcp_server_returns_the_recorded_output_once_without_running_the_tool() {
+    let mut gate = gate().resuming(refund_record(Outcome::Succeeded { output: "refunded r_1".to_owned() }));
+    let _ = hook(&mut gate, "toolu_refund", "mcp__tools__create_refund");
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_refund"), "create_refund"),
+        McpPermit::Replay(ToolResult { text: "refunded r_1".to_owned(), is_error: false })
+    );
+    assert!(refused(&mut gate, Some("toolu_refund"), "create_refund"), "a record replays at most once");
+}
+
+#[test]
+fn a_rejected_custom_call_is_allowed_and_the_mcp_server_returns_the_rejection_text() {
+    let mut gate =
+        gate().resuming(refund_record(Outcome::Rejected { message: Some("wrong order".to_owned()) }));
+    assert!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund").is_allow());
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_refund"), "create_refund"),
+        McpPermit::Replay(ToolResult {
+            text: "The user rejected this call: wrong order".to_owned(),
+            is_error: true
+        })
+    );
+}
+
+#[test]
+fn an_unknown_outcome_replays_as_the_unknown_outcome_text() {
+    let mut gate = gate().resuming(refund_record(Outcome::OutcomeUnknown));
+    assert!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund").is_allow());
+    let McpPermit::Replay(result) = gate.permit_mcp_call(Some("toolu_refund"), "create_refund") else {
+        panic!("expected a replay");
+    };
+    assert!(result.is_error);
+    assert!(
+        result.text.starts_with("The outcome of mcp__tools__create_refund is unknown"),
+        "{}",
+        result.text
+    );
+}
+
+#[test]
+fn an_approved_cli_tool_is_allowed_with_its_recorded_input_and_runs_inside_the_cli() {
+    let record = bash_record(Outcome::approved_cli_tool());
+    let mut gate = gate().resuming(record.clone());
+    let decision = hook(&mut gate, "toolu_bash", "Bash");
+    assert_eq!(decision, Decision::Replay(record));
+    assert!(refused(&mut gate, Some("toolu_bash"), "Bash"), "our MCP server never serves a CLI tool");
+}
+
+#[test]
+fn a_rejected_cli_tool_is_denied_with_the_rejection_text() {
+    let mut gate =
+        gate().resuming(bash_record(Outcome::Rejected { message: Some("not on prod".to_owned()) }));
+    assert_eq!(
+        denial(&hook(&mut gate, "toolu_bash", "Bash")),
+        ("The user rejected this call: not on prod", DenyReason::Rejected)
+    );
+}
+
+#[test]
+fn a_cli_tool_record_that_is_not_an_approval_is_denied_with_its_text() {
+    let mut gate = gate().resuming(bash_record(Outcome::Failed { error: "approval expired".to_owned() }));
+    assert_eq!(
+        denial(&hook(&mut gate, "toolu_bash", "Bash")),
+        ("approval expired", DenyReason::RecordedFailure)
+    );
+}
+
+#[test]
+fn a_resumed_segment_may_defer_one_new_call_after_the_replay() {
+    let mut gate = gate().resuming(refund_record(Outcome::Succeeded { output: "ok".to_owned() }));
+    assert!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund").is_allow());
+    assert_eq!(hook(&mut gate, "toolu_2", "mcp__tools__create_refund"), Decision::Defer);
+    assert_eq!(denial(&hook(&mut gate, "toolu_3", "Bash")).1, DenyReason::OnlyOneDeferredCall);
+}
+
+#[test]
+fn a_record_replays_only_as_its_own_tool() {
+    let cases = [
+        (refund_record(Outcome::Succeeded { output: "ok".to_owned() }), "toolu_refund", "Bash"),
+        (
+            refund_record(Outcome::Succeeded { output: "ok".to_owned() }),
+            "toolu_refund",
+            "mcp__tools__lookup_order",
+        ),
+        (bash_record(Outcome::approved_cli_tool()), "toolu_bash", "mcp__tools__Bash"),
+        (bash_record(Outcome::approved_cli_tool()), "toolu_bash", "Write"),
+    ];
+    for (record, id, tool) in cases {
+        let mut gate = gate().resuming(record);
+        let decision = hook(&mut gate, id, tool);
+        assert_eq!(denial(&decision).1, DenyReason::RecordedUnderThisId, "{tool}");
+        assert!(
+            denial(&decision)
+                .0
+                .starts_with(&format!("{tool} did not run. Another call with this tool use ID"))
+        );
+        let bare = tool.trim_start_matches("mcp__tools__");
+        assert!(refused(&mut gate, Some(id), bare), "{tool} must not run under the record's ID");
+    }
+}
+
+#[test]
+fn the_pending_call_does_not_replay_inside_a_subagent() {
+    let mut gate = gate().resuming(refund_record(Outcome::Succeeded { output: "ok".to_owned() }));
+    let decision =
+        decided(gate.pre_tool_use(&call("toolu_refund", "mcp__tools__create_refund").in_subagent(None)));
+    assert_eq!(denial(&decision).1, DenyReason::RecordedUnderThisId);
+}
+
+#[test]
+fn a_recorded_call_that_an_earlier_segment_resumed_is_denied() {
+    let earlier = ToolCallRecord::new(
+        "toolu_old",
+        "create_refund",
+        ToolKind::Custom,
+        json!({}),
+        Outcome::OutcomeUnknown,
+    );
+    let mut gate = gate().with_turn_records([earlier]);
+    assert_eq!(
+        denial(&hook(&mut gate, "toolu_old", "mcp__tools__create_refund")).1,
+        DenyReason::RecordedUnderThisId
+    );
+    assert!(refused(&mut gate, Some("toolu_old"), "create_refund"));
+    assert_eq!(gate.deferred_call_id(), None);
+}
+
+#[test]
+fn the_pending_record_replays_even_when_listed_among_the_turn_records() {
+    let record = refund_record(Outcome::Succeeded { output: "ok".to_owned() });
+    let mut gate = gate().with_turn_records([record.clone()]).resuming(record.clone());
+    assert_eq!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund"), Decision::Replay(record));
+}
+
+#[test]
+fn a_second_decision_for_the_pending_call_is_denied() {
+    let mut gate = gate().resuming(refund_record(Outcome::Succeeded { output: "ok".to_owned() }));
+    assert!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund").is_allow());
+    assert_eq!(
+        denial(&hook(&mut gate, "toolu_refund", "mcp__tools__create_refund")).1,
+        DenyReason::AlreadyDecided
+    );
+    assert_eq!(
+        denial(&ask(&mut gate, "toolu_refund", "mcp__tools__create_refund")).1,
+        DenyReason::AlreadyDecided
+    );
+}
+
+#[test]
+fn can_use_tool_answers_a_resumed_call_whose_hook_did_not_run_from_the_record_once() {
+    let mut gate = gate().resuming(refund_record(Outcome::Succeeded { output: "refunded r_1".to_owned() }));
+    let asked =
+        ToolCall::new("toolu_refund", "mcp__tools__create_refund", json!({ "order_id": "rewritten" }));
+    let decision = decided(gate.can_use_tool(&asked));
+    let Decision::Replay(record) = &decision else { panic!("expected a replay, got {decision:?}") };
+    assert_eq!(record.arguments, json!({ "order_id": "7" }), "the recorded arguments, never the CLI's input");
+    assert!(matches!(gate.permit_mcp_call(Some("toolu_refund"), "create_refund"), McpPermit::Replay(_)));
+    assert_eq!(denial(&decided(gate.can_use_tool(&asked))).1, DenyReason::AlreadyDecided);
+}
+
+#[test]
+fn can_use_tool_denies_a_rejected_resumed_cli_tool_with_the_plain_rejection_text() {
+    let mut gate = gate().resuming(bash_record(Outcome::Rejected { message: None }));
+    let decision = ask(&mut gate, "toolu_bash", "Bash");
+    assert_eq!(denial(&decision), ("The user rejected this call.", DenyReason::Rejected));
+}
+
+// --- tools that vanished or collide ---
+
+#[test]
+fn a_vanished_custom_tool_still_replays_its_record() {
+    let record = ToolCallRecord::new(
+        "toolu_gone",
+        "retired_tool",
+        ToolKind::Custom,
+        json!({}),
+        Outcome::Succeeded { output: "done".to_owned() },
+    );
+    let mut gate = gate().resuming(record.clone());
+    assert_eq!(hook(&mut gate, "toolu_gone", "mcp__tools__retired_tool"), Decision::Replay(record));
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_gone"), "retired_tool"),
+        McpPermit::Replay(ToolResult { text: "done".to_owned(), is_error: false })
+    );
+}
+
+#[test]
+fn only_a_pending_custom_tool_that_the_listing_lacks_is_replay_only() {
+    let vanished = ToolCallRecord::new(
+        "toolu_gone",
+        "retired_tool",
+        ToolKind::Custom,
+        json!({}),
+        Outcome::OutcomeUnknown,
+    );
+    assert_eq!(gate().resuming(vanished).replay_only_tool(), Some("retired_tool"));
+    let listed = refund_record(Outcome::OutcomeUnknown);
+    assert_eq!(gate().resuming(listed).replay_only_tool(), None);
+    assert_eq!(gate().resuming(bash_record(Outcome::approved_cli_tool())).replay_only_tool(), None);
+    assert_eq!(gate().replay_only_tool(), None);
+}
+
+#[test]
+fn a_new_call_of_a_vanished_custom_tool_is_denied() {
+    let mut gate = gate();
+    assert_eq!(
+        denial(&hook(&mut gate, "toolu_1", "mcp__tools__retired_tool")),
+        (
+            "mcp__tools__retired_tool did not run. This agent does not offer mcp__tools__retired_tool now.",
+            DenyReason::ToolNotOffered
+        )
+    );
+    assert!(refused(&mut gate, Some("toolu_1"), "retired_tool"));
+}
+
+#[test]
+fn a_claude_code_tool_named_like_a_custom_tool_is_denied_and_fails_the_segment() {
+    let mut gate = gate();
+    assert_eq!(gate.failure(), None);
+    let decision = hook(&mut gate, "toolu_1", "lookup_order");
+    let (_, reason) = denial(&decision);
+    assert_eq!(reason, DenyReason::NameCollision);
+    assert!(reason.fails_segment());
+    let failure = gate.failure().cloned();
+    assert_eq!(failure, Some(GateError::NameCollision { tool: "lookup_order".to_owned() }));
+    assert!(!failure.is_some_and(|error| error.is_retryable()));
+}
+
+// --- the MCP server ---
+
+#[test]
+fn an_mcp_call_without_a_tool_use_id_is_refused() {
+    let mut gate = gate();
+    let _ = hook(&mut gate, "toolu_1", "mcp__tools__lookup_order");
+    assert_eq!(
+        gate.permit_mcp_call(None, "lookup_order"),
+        McpPermit::Refuse(ToolResult {
+            text: "mcp__tools__lookup_order did not run. Tollgate has no permission decision for this call."
+                .to_owned(),
+            is_error: true,
+        })
+    );
+}
+
+#[test]
+fn an_mcp_call_under_an_undecided_or_denied_id_is_refused() {
+    let mut gate = gate();
+    assert!(refused(&mut gate, Some("toolu_never"), "lookup_order"));
+    let _ = hook(&mut gate, "toolu_1", "mcp__tools__create_refund");
+    let _ = hook(&mut gate, "toolu_2", "mcp__tools__create_refund");
+    assert!(refused(&mut gate, Some("toolu_1"), "create_refund"), "deferred");
+    assert!(refused(&mut gate, Some("toolu_2"), "create_refund"), "denied");
+}
+
+#[test]
+fn an_mcp_call_under_a_permitted_id_but_another_tool_is_refused_and_keeps_the_permit() {
+    let mut gate = gate();
+    let _ = hook(&mut gate, "toolu_1", "mcp__tools__lookup_order");
+    assert!(refused(&mut gate, Some("toolu_1"), "create_refund"));
+    assert_eq!(gate.permit_mcp_call(Some("toolu_1"), "lookup_order"), McpPermit::Run);
+}
+
+// --- the per-call CLI decider ---
+
+fn with_decider(step: Step, answer: Result<Option<CliToolDecision>, String>, gate: &mut Gate) -> Decision {
+    match step {
+        Step::AskCliDecider(query) => gate.answer_cli_decider(query, answer),
+        Step::Decided(decision) => panic!("expected a decider query, got {decision:?}"),
+    }
+}
+
+fn decide_bash(answer: Result<Option<CliToolDecision>, String>) -> (Gate, Decision) {
+    let mut gate = gate().with_cli_decider();
+    let bash = ToolCall::new("toolu_1", "Bash", json!({ "command": "ls" }));
+    let step = gate.pre_tool_use(&bash);
+    if let Step::AskCliDecider(query) = &step {
+        assert_eq!((query.tool_use_id(), query.tool_name(), query.input()), ("toolu_1", "Bash", &bash.input));
+    }
+    let decision = with_decider(step, answer, &mut gate);
+    (gate, decision)
+}
+
+#[test]
+fn the_cli_decider_may_allow_a_tool_that_the_table_would_defer() {
+    let (gate, decision) = decide_bash(Ok(Some(CliToolDecision::Allow)));
+    assert_eq!(decision, allow());
+    assert_eq!(gate.decision("toolu_1"), Some(allow()));
+    assert_eq!(gate.deferred_call_id(), None);
+}
+
+#[test]
+fn the_cli_decider_may_rewrite_the_input() {
+    let (_, decision) =
+        decide_bash(Ok(Some(CliToolDecision::AllowWithInput(json!({ "command": "ls -la" })))));
+    assert_eq!(decision, Decision::Allow { updated_input: Some(json!({ "command": "ls -la" })) });
+}
+
+#[test]
+fn the_cli_decider_may_deny_with_its_own_text() {
+    let (_, decision) = decide_bash(Ok(Some(CliToolDecision::Deny("rm is not allowed".to_owned()))));
+    assert_eq!(denial(&decision), ("rm is not allowed", DenyReason::CliDecider));
+}
+
+#[test]
+fn a_failing_cli_decider_denies_the_call_with_its_error() {
+    let (_, decision) = decide_bash(Err("factory trapped".to_owned()));
+    assert_eq!(denial(&decision), ("factory trapped", DenyReason::CliDeciderFailed));
+}
+
+#[test]
+fn the_cli_decider_may_require_approval_for_a_tool_the_table_allows() {
+    let mut gate = gate().with_cli_decider();
+    let step = gate.pre_tool_use(&call("toolu_1", "Read"));
+    assert_eq!(with_decider(step, Ok(Some(CliToolDecision::RequireApproval)), &mut gate), Decision::Defer);
+    let deferred = gate.accept_deferral("toolu_1", "Read", json!({ "file_path": "/etc/hosts" }));
+    assert_eq!(
+        deferred.map(|call| (call.policy, call.handling)),
+        Ok((
+            ToolPolicy { effect: Effect::Read, requires_approval: true },
+            Handling::Deferred { requires_approval: true, runs_in: DeferredRun::ResumedSegment }
+        ))
+    );
+}
+
+#[test]
+fn without_an_answer_the_cli_decider_leaves_the_call_to_the_table() {
+    let (gate, decision) = decide_bash(Ok(None));
+    assert_eq!(decision, Decision::Defer);
+    assert_eq!(gate.deferred_call_id(), Some("toolu_1"));
+    let mut gate = self::gate().with_cli_decider();
+    let step = gate.pre_tool_use(&call("toolu_2", "Grep"));
+    assert_eq!(with_decider(step, Ok(None), &mut gate), allow());
+}
+
+#[test]
+fn a_decider_approval_requirement_inside_a_subagent_is_denied() {
+    let mut gate = gate().with_cli_decider();
+    let step = gate.pre_tool_use(&call("toolu_1", "Read").in_subagent(None));
+    let decision = with_decider(step, Ok(Some(CliToolDecision::RequireApproval)), &mut gate);
+    assert_eq!(denial(&decision).1, DenyReason::InSubagent);
+}
+
+#[test]
+fn a_decider_approval_requirement_after_the_deferral_is_denied_with_the_retry_text() {
+    let mut gate = gate().with_cli_decider();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    let step = gate.pre_tool_use(&call("toolu_2", "Read"));
+    let decision = with_decider(step, Ok(Some(CliToolDecision::RequireApproval)), &mut gate);
+    assert_eq!(denial(&decision).1, DenyReason::OnlyOneDeferredCall);
+}
+
+#[test]
+fn the_cli_decider_is_not_asked_about_custom_tools_or_replays() {
+    let mut gate = gate().with_cli_decider().resuming(bash_record(Outcome::approved_cli_tool()));
+    assert!(matches!(gate.pre_tool_use(&call("toolu_bash", "Bash")), Step::Decided(Decision::Replay(_))));
+    assert!(matches!(gate.pre_tool_use(&call("toolu_1", "mcp__tools__lookup_order")), Step::Decided(_)));
+    assert!(matches!(gate.pre_tool_use(&call("toolu_2", "mcp__tools__create_refund")), Step::Decided(_)));
+}
+
+#[test]
+fn a_call_waiting_for_the_cli_decider_cannot_be_decided_twice() {
+    let mut gate = gate().with_cli_decider();
+    let step = gate.pre_tool_use(&call("toolu_1", "Bash"));
+    assert_eq!(gate.decision("toolu_1"), None);
+    assert_eq!(denial(&hook(&mut gate, "toolu_1", "Bash")).1, DenyReason::AlreadyDecided);
+    assert_eq!(with_decider(step, Ok(Some(CliToolDecision::Allow)), &mut gate), allow());
+    assert_eq!(gate.decision("toolu_1"), Some(allow()));
+}
+
+#[test]
+fn can_use_tool_asks_the_cli_decider_too_but_never_defers() {
+    let mut gate = gate().with_cli_decider();
+    let step = gate.can_use_tool(&call("toolu_1", "Bash"));
+    let decision = with_decider(step, Ok(Some(CliToolDecision::RequireApproval)), &mut gate);
+    assert_eq!(denial(&decision).1, DenyReason::DeferIgnored);
+    assert_eq!(gate.deferred_call_id(), None);
+}
+
+// --- accepting the CLI's deferral ---
+
+#[test]
+fn the_deferral_becomes_a_call_with_the_clis_final_input() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    let deferred =
+        gate.accept_deferral("toolu_1", "mcp__tools__create_refund", json!({ "order_id": "rewritten" }));
+    let Ok(deferred) = deferred else { panic!("{deferred:?}") };
+    assert_eq!(deferred.tool_name, "create_refund");
+    assert_eq!(deferred.kind, ToolKind::Custom);
+    assert_eq!(
+        deferred.handling,
+        Handling::Deferred { requires_approval: true, runs_in: DeferredRun::CallSingleAttemptTool }
+    );
+    assert_eq!(
+        deferred.record(Outcome::OutcomeUnknown),
+        ToolCallRecord::new(
+            "toolu_1",
+            "create_refund",
+            ToolKind::Custom,
+            json!({ "order_id": "rewritten" }),
+            Outcome::OutcomeUnknown
+        )
+    );
+}
+
+#[test]
+fn a_deferral_the_gate_never_made_fails_the_segment() {
+    let gate = gate();
+    let error = gate.accept_deferral("toolu_1", "mcp__tools__create_refund", json!({}));
+    assert_eq!(
+        error,
+        Err(GateError::NothingDeferred {
+            tool_use_id: "toolu_1".to_owned(),
+            tool_name: "mcp__tools__create_refund".to_owned(),
+        })
+    );
+    assert!(error.is_err_and(|error| error.is_retryable()));
+}
+
+#[test]
+fn a_deferral_under_another_id_or_tool_fails_the_segment() {
+    let mut gate = gate();
+    let _ = hook(&mut gate, "toolu_1", "mcp__tools__create_refund");
+    let _ = hook(&mut gate, "toolu_2", "mcp__tools__create_refund");
+    assert_eq!(
+        gate.accept_deferral("toolu_2", "mcp__tools__create_refund", json!({})),
+        Err(GateError::DeferredAnotherCall {
+            reported: "toolu_2".to_owned(),
+            deferred: "toolu_1".to_owned()
+        })
+    );
+    assert_eq!(
+        gate.accept_deferral("toolu_1", "Bash", json!({})),
+        Err(GateError::DeferredAnotherTool {
+            tool_use_id: "toolu_1".to_owned(),
+            reported: "Bash".to_owned(),
+            deferred: "mcp__tools__create_refund".to_owned(),
+        })
+    );
+}
