@@ -11,6 +11,7 @@ use http::HeaderMap;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::watch;
+use tollgate_protocol::ContentBlock;
 
 use crate::reply::Reply;
 
@@ -61,21 +62,22 @@ impl RecordedRequest {
 /// The text and error flag of the `tool_result` for `tool_use_id` in a Messages API request body
 /// (text parts joined by newlines, exactly as the CLI sent them).
 pub fn tool_result(body: &Value, tool_use_id: &str) -> Option<(String, bool)> {
-    for message in body["messages"].as_array()? {
-        for block in message["content"].as_array().into_iter().flatten() {
-            if block["type"] == "tool_result" && block["tool_use_id"] == tool_use_id {
-                let text = match &block["content"] {
-                    Value::String(text) => text.clone(),
-                    Value::Array(parts) => {
-                        parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
-                    }
-                    _ => String::new(),
-                };
-                return Some((text, block["is_error"].as_bool().unwrap_or(false)));
-            }
+    let blocks =
+        body["messages"].as_array()?.iter().flat_map(|message| message["content"].as_array()).flatten();
+    blocks.filter_map(|block| serde_json::from_value::<ContentBlock>(block.clone()).ok()).find_map(|block| {
+        let ContentBlock::ToolResult { tool_use_id: id, content, is_error } = block else { return None };
+        if id != tool_use_id {
+            return None;
         }
-    }
-    None
+        let text = match content {
+            Some(Value::String(text)) => text,
+            Some(Value::Array(parts)) => {
+                parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
+            }
+            _ => String::new(),
+        };
+        Some((text, is_error.unwrap_or(false)))
+    })
 }
 
 /// Headers whose values are secrets.

@@ -5,6 +5,9 @@
 
 use serde::Serialize;
 use serde_json::Value;
+/// A content block of the Messages API: the protocol crate's type, which the CLI's frames carry
+/// too. The mock writes only `Text` and `ToolUse`.
+pub use tollgate_protocol::ContentBlock;
 
 /// The answer to one logged request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -69,7 +72,7 @@ impl AssistantReply {
             .iter()
             .filter_map(|block| match block {
                 ContentBlock::Text { text } => Some(text.as_str()),
-                ContentBlock::ToolUse { .. } => None,
+                _ => None,
             })
             .collect();
         texts.join("\n")
@@ -79,29 +82,9 @@ impl AssistantReply {
     pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.content.iter().filter_map(|block| match block {
             ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
-            ContentBlock::Text { .. } => None,
+            _ => None,
         })
     }
-}
-
-/// One content block of an assistant message, as in the Messages API.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentBlock {
-    /// `{"type":"text","text":…}`
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// `{"type":"tool_use","id":…,"name":…,"input":{…}}`
-    ToolUse {
-        /// The tool use ID (`toolu_mock_<hex>_<call index>`).
-        id: String,
-        /// The tool name as the request's `tools` array names it.
-        name: String,
-        /// The arguments object.
-        input: Value,
-    },
 }
 
 /// `stop_reason` of a message.

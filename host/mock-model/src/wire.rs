@@ -2,6 +2,8 @@
 //! and the error body.
 //!
 //! This module owns bytes only; what to say is [`crate::plan`]'s job. Read [`sse_events`] first.
+//! The events and content blocks are `tollgate-protocol`'s types (the ones the CLI's
+//! `stream_event` frames carry), so the mock and the host agree on one definition.
 //!
 //! # Wire format
 //!
@@ -31,7 +33,9 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::reply::{AssistantReply, ContentBlock};
+use tollgate_protocol::{ApiEvent, ContentBlock, Delta};
+
+use crate::reply::AssistantReply;
 
 /// The fixed parts of one reply: its message ID, the model named by the request, and token counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,9 +50,8 @@ pub struct MessageMeta {
 
 /// The SSE events of a streamed reply, one `Bytes` per event.
 pub fn sse_events(message: &AssistantReply, meta: &MessageMeta) -> Vec<Bytes> {
-    let mut events = vec![sse(
-        "message_start",
-        &json!({"type": "message_start", "message": {
+    let mut events = vec![sse(&ApiEvent::MessageStart {
+        message: json!({
             "id": meta.id, "type": "message", "role": "assistant", "model": meta.model,
             "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {
@@ -56,46 +59,41 @@ pub fn sse_events(message: &AssistantReply, meta: &MessageMeta) -> Vec<Bytes> {
                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
                 "service_tier": "standard",
             },
-        }}),
-    )];
+        }),
+    })];
     for (index, block) in message.content.iter().enumerate() {
-        let (start, delta_type, delta_key, payload) = match block {
-            ContentBlock::Text { text } => {
-                (json!({"type": "text", "text": ""}), "text_delta", "text", text.clone())
-            }
-            ContentBlock::ToolUse { id, name, input } => (
-                json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                "input_json_delta",
-                "partial_json",
-                input.to_string(),
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let (start, deltas): (ContentBlock, Vec<Delta>) = match block {
+            ContentBlock::Text { text } => (
+                ContentBlock::Text { text: String::new() },
+                halves(text).into_iter().map(|text| Delta::TextDelta { text: text.to_owned() }).collect(),
             ),
+            ContentBlock::ToolUse { id, name, input } => (
+                ContentBlock::ToolUse { id: id.clone(), name: name.clone(), input: json!({}) },
+                halves(&input.to_string())
+                    .into_iter()
+                    .map(|part| Delta::InputJsonDelta { partial_json: part.to_owned() })
+                    .collect(),
+            ),
+            other => (other.clone(), Vec::new()),
         };
-        events.push(sse(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index, "content_block": start}),
-        ));
+        events.push(sse(&ApiEvent::ContentBlockStart { index, content_block: start }));
         if index == 0 {
-            events.push(sse("ping", &json!({"type": "ping"})));
+            events.push(sse(&ApiEvent::Other(json!({"type": "ping"}))));
         }
-        for part in halves(&payload) {
-            events.push(sse(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": delta_type, delta_key: part}}),
-            ));
+        for delta in deltas {
+            events.push(sse(&ApiEvent::ContentBlockDelta { index, delta }));
         }
-        events.push(sse("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
+        events.push(sse(&ApiEvent::ContentBlockStop { index }));
     }
-    events.push(sse(
-        "message_delta",
-        &json!({"type": "message_delta",
-        "delta": {"stop_reason": message.stop_reason.as_str(), "stop_sequence": null},
-        "usage": {
+    events.push(sse(&ApiEvent::MessageDelta {
+        delta: json!({"stop_reason": message.stop_reason.as_str(), "stop_sequence": null}),
+        usage: Some(json!({
             "input_tokens": meta.input_tokens, "output_tokens": output_tokens(message),
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-        }}),
-    ));
-    events.push(sse("message_stop", &json!({"type": "message_stop"})));
+        })),
+    }));
+    events.push(sse(&ApiEvent::MessageStop));
     events
 }
 
@@ -140,12 +138,16 @@ fn output_tokens(message: &AssistantReply) -> u64 {
         .map(|block| match block {
             ContentBlock::Text { text } => (text.len() as u64 / 4).max(1),
             ContentBlock::ToolUse { .. } => 10,
+            _ => 0,
         })
         .sum()
 }
 
-fn sse(event: &str, data: &Value) -> Bytes {
-    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+/// One SSE event: `event: <its type>` and its data as compact JSON.
+fn sse(event: &ApiEvent) -> Bytes {
+    let data = serde_json::to_value(event).unwrap_or(Value::Null);
+    let name = data["type"].as_str().unwrap_or("unknown");
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
 /// Cuts a string in two on a character boundary; a string of one character or none stays whole.
