@@ -5,14 +5,21 @@
 //! reads them back into the same types, and the OpenAPI document is generated from them
 //! (`utoipa`), so the three cannot drift apart.
 //!
-//! The wire format is the one the API has always sent. Objects that used to be built as JSON values
-//! have their fields declared in alphabetical order, the order they were sent in; `Option`s go out
-//! as `null` unless marked otherwise.
+//! The wire format is the one the API has always sent, byte for byte. Objects that used to be
+//! built as JSON values have their fields declared in alphabetical order, the order they were sent
+//! in; objects that were nested in such a value go out through `sorted_keys`. `Option`s go out as
+//! `null` unless marked otherwise.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
+
+/// Serializes `value` with its object keys sorted (through a JSON value, whose maps are sorted):
+/// the order of the objects the API sent nested in a JSON value before it had types.
+fn sorted_keys<T: Serialize, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(value).map_err(serde::ser::Error::custom)?.serialize(serializer)
+}
 
 // ---- Requests ----
 
@@ -141,6 +148,7 @@ pub struct Created {
     /// `false` when the session existed.
     pub created: bool,
     /// The first message's receipt, when one was sent.
+    #[serde(serialize_with = "sorted_keys")]
     pub message: Option<MessageReceipt>,
     /// The session's id (the one given, or a fresh one).
     pub session_id: String,
@@ -183,6 +191,7 @@ pub struct Snapshot {
     /// The tool calls that wait for a decision.
     pub pending_interrupts: Vec<PendingApproval>,
     /// Every deferred tool call and its state.
+    #[serde(serialize_with = "sorted_keys")]
     pub tool_calls: Vec<ToolCall>,
     /// Token totals.
     pub usage: Usage,
@@ -262,10 +271,7 @@ pub struct PendingApproval {
 }
 
 /// A deferred tool call and where it is (`Snapshot::tool_calls`).
-///
-/// Sent with its keys sorted (the stored call used to go out as a JSON value), `status` and the
-/// state's own field among them.
-#[derive(Clone, Debug, PartialEq, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
 pub struct ToolCall {
     /// The input it runs with.
     pub arguments: Value,
@@ -284,35 +290,6 @@ pub struct ToolCall {
     pub tool_name: String,
     /// The turn that made it.
     pub turn_id: String,
-}
-
-impl Serialize for ToolCall {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        /// The fields in declaration order; the value's map sorts them.
-        #[derive(Serialize)]
-        struct Fields<'a> {
-            arguments: &'a Value,
-            kind: ToolKind,
-            requires_approval: bool,
-            runs_in: RunsIn,
-            #[serde(flatten)]
-            state: &'a CallStatus,
-            tool_call_id: &'a str,
-            tool_name: &'a str,
-            turn_id: &'a str,
-        }
-        let fields = Fields {
-            arguments: &self.arguments,
-            kind: self.kind,
-            requires_approval: self.requires_approval,
-            runs_in: self.runs_in,
-            state: &self.state,
-            tool_call_id: &self.tool_call_id,
-            tool_name: &self.tool_name,
-            turn_id: &self.turn_id,
-        };
-        serde_json::to_value(fields).map_err(serde::ser::Error::custom)?.serialize(serializer)
-    }
 }
 
 /// Where a deferred call is in its life; the last four are final.
@@ -677,10 +654,12 @@ mod tests {
     #[test]
     fn bodies_go_out_byte_for_byte_as_the_api_has_always_sent_them() {
         let receipt = MessageReceipt { item_seq: 3, turn_started: true, replayed: false };
+        assert_eq!(wire(&receipt), r#"{"item_seq":3,"turn_started":true,"replayed":false}"#);
+        // Nested in `Created` it went out sorted.
         let created = Created { created: true, message: Some(receipt), session_id: "s".into() };
         assert_eq!(
             wire(&created),
-            r#"{"created":true,"message":{"item_seq":3,"turn_started":true,"replayed":false},"session_id":"s"}"#
+            r#"{"created":true,"message":{"item_seq":3,"replayed":false,"turn_started":true},"session_id":"s"}"#
         );
         let created = Created { message: None, ..created };
         assert_eq!(wire(&created), r#"{"created":true,"message":null,"session_id":"s"}"#);
@@ -718,7 +697,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_call_goes_out_with_its_keys_sorted_and_reads_back_the_same() {
+    fn a_snapshot_s_tool_calls_go_out_with_their_keys_sorted_and_read_back_the_same() {
         let call = ToolCall {
             arguments: json!({"order_id": "7"}),
             kind: ToolKind::Custom,
@@ -729,14 +708,32 @@ mod tests {
             tool_name: "create_refund".into(),
             turn_id: "t1".into(),
         };
-        let text = wire(&call);
+        let started = ToolCall { state: CallStatus::Started { attempt: 2 }, ..call.clone() };
+        let snapshot = Snapshot {
+            session_id: "s".into(),
+            status: "idle".into(),
+            messages: Vec::new(),
+            pending_interrupts: Vec::new(),
+            tool_calls: vec![call, started],
+            usage: Usage { input_tokens: 1, cached_input_tokens: 0, output_tokens: 2, model_calls: 1 },
+            cost_usd: 0.25,
+            last_turn_error: None,
+            turn_id: None,
+            next_event_seq: 7,
+        };
+        let text = wire(&snapshot);
         assert_eq!(
             text,
-            r#"{"arguments":{"order_id":"7"},"kind":"custom","message":null,"requires_approval":true,"runs_in":"call_single_attempt_tool","status":"rejected","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"}"#
+            concat!(
+                r#"{"session_id":"s","status":"idle","messages":[],"pending_interrupts":[],"tool_calls":["#,
+                r#"{"arguments":{"order_id":"7"},"kind":"custom","message":null,"requires_approval":true,"runs_in":"call_single_attempt_tool","status":"rejected","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"},"#,
+                r#"{"arguments":{"order_id":"7"},"attempt":2,"kind":"custom","requires_approval":true,"runs_in":"call_single_attempt_tool","status":"started","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"}],"#,
+                r#""usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2,"model_calls":1},"#,
+                r#""cost_usd":0.25,"last_turn_error":null,"turn_id":null,"next_event_seq":7}"#
+            )
         );
-        assert_eq!(serde_json::from_str::<ToolCall>(&text).unwrap(), call);
-        let started = ToolCall { state: CallStatus::Started { attempt: 2 }, ..call };
-        assert_eq!(serde_json::from_str::<ToolCall>(&wire(&started)).unwrap(), started);
+        let back: Snapshot = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.tool_calls, snapshot.tool_calls);
     }
 
     #[test]
