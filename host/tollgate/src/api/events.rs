@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use super::input::{Params, path_ids};
-use super::openapi::{LastEventId, SessionId};
+use super::openapi::{LastEventId, ReadErrors, SessionId};
 use super::types::{ErrorBody, EventsQuery, StreamError, StreamEvent};
 use super::{ApiError, ApiResult, ApiState};
 use axum::extract::rejection::PathRejection;
@@ -35,11 +35,8 @@ const POLL: Duration = Duration::from_secs(1);
     params(SessionId, EventsQuery, LastEventId),
     responses(
         (status = 200, description = "The events, live unless `follow=false`", body = StreamEvent, content_type = "text/event-stream"),
-        (status = 400, description = "A query parameter or `Last-Event-ID` is wrong (named)", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
         (status = 404, description = "`session_not_found`", body = ErrorBody),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        ReadErrors,
     )
 )]
 pub(super) async fn stream(

@@ -257,13 +257,8 @@ async fn authorize(State(state): State<ApiState>, request: Request, next: Next) 
     responses(
         (status = 201, description = "Created", body = Created),
         (status = 200, description = "It existed; unchanged (its first message, when given, stored once)", body = Created),
-        (status = 400, description = "A field is wrong (named), or the body is not JSON", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the key was used for another message", body = ErrorBody),
-        (status = 413, description = "The body is over 512 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 500, description = "A stored row cannot be read, or the store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::WriteErrors,
     )
 )]
 async fn create_session(
@@ -320,14 +315,9 @@ fn new_session_id() -> String {
     request_body = SendMessage,
     responses(
         (status = 202, description = "Stored (or the same key's message replayed)", body = MessageReceipt),
-        (status = 400, description = "A field is wrong (named: an empty or over-long text, a bad key), or the body is not JSON", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
         (status = 404, description = "`session_not_found`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the key was used for another message", body = ErrorBody),
-        (status = 413, description = "The body is over 512 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 500, description = "A stored row cannot be read, or the store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::WriteErrors,
     )
 )]
 async fn send_message(
@@ -355,14 +345,9 @@ async fn send_message(
     request_body = Decide,
     responses(
         (status = 200, description = "Decided (or the same decision replayed)", body = DecisionReceipt),
-        (status = 400, description = "A field is wrong (named), or the body is not JSON", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
         (status = 404, description = "`session_not_found` or `interrupt_not_found`", body = ErrorBody),
         (status = 409, description = "`interrupt_already_resolved` (decided otherwise) or `idempotency_conflict`", body = ErrorBody),
-        (status = 413, description = "The body is over 512 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 500, description = "A stored row cannot be read, or the store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::WriteErrors,
     )
 )]
 async fn decide(
@@ -397,11 +382,8 @@ async fn decide(
     params(openapi::SessionId),
     responses(
         (status = 200, description = "The snapshot", body = Snapshot),
-        (status = 400, description = "The id or a query parameter is wrong (named)", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
         (status = 404, description = "`session_not_found`", body = ErrorBody),
-        (status = 500, description = "A stored row cannot be read, or the store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::ReadErrors,
     )
 )]
 async fn get_session(
@@ -426,10 +408,7 @@ async fn get_session(
     params(types::ListSessionsQuery),
     responses(
         (status = 200, description = "A page; continue with `after=next_after`", body = SessionPage),
-        (status = 400, description = "A query parameter is wrong (named)", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::ReadErrors,
     )
 )]
 async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
@@ -473,14 +452,9 @@ async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery)
     request_body = UpgradeSession,
     responses(
         (status = 200, description = "Upgraded (or already there)", body = Upgraded),
-        (status = 400, description = "A field is wrong (named: `to` is not a digest), or the body is not JSON", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
         (status = 404, description = "`session_not_found`", body = ErrorBody),
         (status = 409, description = "`session_busy`: the session is running a step; nothing changed", body = ErrorBody),
-        (status = 413, description = "The body is over 512 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::WriteErrors,
     )
 )]
 async fn upgrade_session(
@@ -513,12 +487,7 @@ async fn upgrade_session(
     request_body = UpgradeAll,
     responses(
         (status = 200, description = "What moved", body = UpgradedAll),
-        (status = 400, description = "A field is wrong (named: a digest), or the body is not JSON", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
-        (status = 413, description = "The body is over 512 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::WriteErrors,
     )
 )]
 async fn upgrade_all(
@@ -572,10 +541,7 @@ async fn upgrade_all(
     params(types::InterruptsQuery),
     responses(
         (status = 200, description = "The open interrupts", body = InterruptList),
-        (status = 400, description = "A query parameter is wrong (named)", body = ErrorBody),
-        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
-        (status = 500, description = "A stored interrupt cannot be read (named), or the store failed", body = ErrorBody),
-        (status = 503, description = "The store cannot take the request now (`Retry-After`)", body = ErrorBody),
+        openapi::ReadErrors,
     )
 )]
 async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {

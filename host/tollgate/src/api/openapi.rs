@@ -10,7 +10,9 @@
 use std::sync::LazyLock;
 
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{IntoParams, Modify, OpenApi};
+use utoipa::{IntoParams, IntoResponses, Modify, OpenApi};
+
+use super::types::ErrorBody;
 
 /// What belongs to the whole API; the routes add themselves (see `super::routes`).
 #[derive(OpenApi)]
@@ -22,7 +24,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
     ),
     modifiers(&BearerScheme),
     security(("bearer" = [])),
-    components(schemas(super::types::StreamError)),
+    components(schemas(ErrorBody, super::types::StreamError)),
     tags(
         (name = "sessions", description = "Sessions, their messages and snapshots"),
         (name = "approvals", description = "Deferred tool calls waiting for a person"),
@@ -54,6 +56,47 @@ pub fn document() -> &'static str {
         super::routes().into_openapi().to_pretty_json().expect("the OpenAPI document serializes")
     });
     &DOCUMENT
+}
+
+/// The errors every route that reads the store can answer (besides its own 404 and 409).
+#[derive(Debug, IntoResponses)]
+pub enum ReadErrors {
+    /// `invalid_request`: a query parameter, header or path id is wrong (named in `field`).
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// `unauthorized`: the bearer token is missing or wrong.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// `stored_row_refused` (a stored row cannot be read; named) or `store_error`.
+    #[response(status = 500)]
+    Internal(ErrorBody),
+    /// `store_unavailable`: the store cannot take the request now; retry after `Retry-After` seconds.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// The errors every route that takes a JSON body can answer (besides its own 404 and 409).
+#[derive(Debug, IntoResponses)]
+pub enum WriteErrors {
+    /// `invalid_request` (a field, query parameter, header or path id is wrong, named in `field`)
+    /// or `invalid_json` (the body is not JSON; the position in `message`).
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// `unauthorized`: the bearer token is missing or wrong.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// `body_too_large`: the body is over 512 KiB.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// `unsupported_media_type`: the body is not `application/json`.
+    #[response(status = 415)]
+    NotJson(ErrorBody),
+    /// `stored_row_refused` (a stored row cannot be read; named) or `store_error`.
+    #[response(status = 500)]
+    Internal(ErrorBody),
+    /// `store_unavailable`: the store cannot take the request now; retry after `Retry-After` seconds.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
 }
 
 /// The `{id}` of a session's routes.

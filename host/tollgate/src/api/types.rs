@@ -7,8 +7,9 @@
 //!
 //! The wire format is the one the API has always sent, byte for byte. Objects that used to be
 //! built as JSON values have their fields declared in alphabetical order, the order they were sent
-//! in; objects that were nested in such a value go out through `sorted_keys`. `Option`s go out as
-//! `null` unless marked otherwise.
+//! in; objects that were nested in such a value go out through `sorted_keys`. An answer's `Option`
+//! goes out as `null`, never left out, so the schema marks it required (and nullable); a request's
+//! may be left out.
 
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
@@ -149,6 +150,7 @@ pub struct Created {
     pub created: bool,
     /// The first message's receipt, when one was sent.
     #[serde(serialize_with = "sorted_keys")]
+    #[schema(required = true)]
     pub message: Option<MessageReceipt>,
     /// The session's id (the one given, or a fresh one).
     pub session_id: String,
@@ -197,10 +199,14 @@ pub struct Snapshot {
     pub usage: Usage,
     /// What the session's segments cost (US dollars: every model request priced by the Worker's
     /// model proxy, `tollgate::proxy::prices`; as the CLI reported for segments run without it).
+    #[serde(default)] // A client reads a server older than the field.
+    #[schema(required = true)]
     pub cost_usd: f64,
     /// Why the last turn failed, until a turn completes.
+    #[schema(required = true)]
     pub last_turn_error: Option<String>,
     /// The turn in progress.
+    #[schema(required = true)]
     pub turn_id: Option<String>,
     /// The seq the next event will get.
     pub next_event_seq: i64,
@@ -318,6 +324,7 @@ pub enum CallStatus {
     /// The reviewer rejected the call.
     Rejected {
         /// The reviewer's reason (`null` when none was given).
+        #[schema(required = true)]
         message: Option<String>,
     },
     /// A single-attempt call whose Worker died while it ran: it may or may not have happened.
@@ -352,6 +359,7 @@ impl CallStatus {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct SessionPage {
     /// The `after` of the next page, when there may be one.
+    #[schema(required = true)]
     pub next_after: Option<String>,
     /// The sessions, by id.
     pub sessions: Vec<SessionRow>,
@@ -361,8 +369,12 @@ pub struct SessionPage {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct SessionRow {
     /// The agent digest it runs under; `null`: none recorded (any Worker).
+    #[serde(default)] // A client reads a server older than the field.
+    #[schema(required = true)]
     pub agent_digest: Option<String>,
     /// Whether only Workers that loaded `agent_digest` run it.
+    #[serde(default)]
+    #[schema(required = true)]
     pub agent_pinned: bool,
     /// Creation time (ms since the epoch).
     pub created_at: i64,
@@ -379,8 +391,11 @@ pub struct SessionRow {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct Upgraded {
     /// The digest before (`null`: none was recorded).
+    #[schema(required = true)]
     pub from: Option<String>,
     /// Whether it was pinned before.
+    #[serde(default)] // A client reads a server older than the field.
+    #[schema(required = true)]
     pub from_pinned: bool,
     /// The session.
     pub session_id: String,
@@ -407,6 +422,7 @@ pub struct UpgradedAll {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct MovedSession {
     /// The digest it ran under (`null`: none was recorded).
+    #[schema(required = true)]
     pub from: Option<String>,
     /// The session.
     pub session_id: String,
@@ -495,8 +511,10 @@ pub struct StreamEvent {
     ))]
     pub kind: String,
     /// The step that wrote it, if one did.
+    #[schema(required = true)]
     pub step_id: Option<i64>,
     /// That step's fence (a retried attempt has a higher one).
+    #[schema(required = true)]
     pub fence: Option<i64>,
     /// When it was stored (ms since the epoch).
     pub created_at: i64,
@@ -547,10 +565,12 @@ pub enum HealthStatus {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct StoreHealth {
     /// The first failure's text.
+    #[schema(required = true)]
     pub error: Option<String>,
     /// Whether a read worked.
     pub readable: bool,
     /// Why a probe failed, e.g. `read_only`, `disk_full`, `unreachable`, `pool_timeout`, `error`.
+    #[schema(required = true)]
     pub reason: Option<String>,
     /// Whether the store can take a write.
     pub writable: bool,
@@ -571,6 +591,7 @@ pub struct ErrorDetail {
     /// What kind of error.
     pub code: ErrorCode,
     /// The request's field, query parameter or header that was wrong, when one was.
+    #[schema(required = true)]
     pub field: Option<String>,
     /// What happened, naming the value or limit.
     pub message: String,

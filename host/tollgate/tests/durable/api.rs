@@ -556,6 +556,9 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
     missing.as_object_mut().unwrap().remove("status");
     let error = check(200, &missing).unwrap_err();
     assert!(error.contains("status"), "{error}");
+    let mut omitted = good.clone();
+    omitted.as_object_mut().unwrap().remove("last_turn_error");
+    check(200, &omitted).expect_err("an answer's absent value is sent as null, never left out");
     let mut wrong_type = good.clone();
     wrong_type["next_event_seq"] = json!("9");
     assert!(check(200, &wrong_type).unwrap_err().contains("next_event_seq"));
