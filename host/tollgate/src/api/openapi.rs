@@ -9,6 +9,7 @@
 
 use std::sync::LazyLock;
 
+use utoipa::openapi::Required;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi};
 
@@ -53,7 +54,13 @@ pub(super) fn base() -> utoipa::openapi::OpenApi {
 /// The generated document, as served (pretty JSON).
 pub fn document() -> &'static str {
     static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-        super::routes().into_openapi().to_pretty_json().expect("the OpenAPI document serializes")
+        let mut document = super::routes().into_openapi();
+        // utoipa derives a body's `required` from its type; `POST /v1/sessions` also takes none.
+        let create = document.paths.paths.get_mut("/v1/sessions").and_then(|item| item.post.as_mut());
+        if let Some(body) = create.and_then(|operation| operation.request_body.as_mut()) {
+            body.required = Some(Required::False);
+        }
+        document.to_pretty_json().expect("the OpenAPI document serializes")
     });
     &DOCUMENT
 }
@@ -195,8 +202,20 @@ mod tests {
         assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
         assert_eq!(doc["security"], serde_json::json!([{"bearer": []}]));
         assert_eq!(doc["paths"]["/healthz"]["get"]["security"], serde_json::json!([{}]), "no auth");
-        for body in ["CreateSession", "SendMessage", "Decide", "UpgradeSession", "UpgradeAll"] {
-            assert!(doc["components"]["schemas"][body].is_object(), "{body}");
+        let bodies = [
+            ("/v1/sessions", "CreateSession", false),
+            ("/v1/sessions/{id}/messages", "SendMessage", true),
+            ("/v1/sessions/{id}/interrupts/{interrupt_id}", "Decide", true),
+            ("/v1/sessions/{id}/upgrade", "UpgradeSession", true),
+            ("/v1/agent-upgrades", "UpgradeAll", true),
+        ];
+        for (path, body, required) in bodies {
+            let request = &doc["paths"][path]["post"]["requestBody"];
+            let schema = &request["content"]["application/json"]["schema"]["$ref"];
+            assert_eq!(schema, &format!("#/components/schemas/{body}"), "{path}");
+            assert_eq!(request["required"], required, "{path}");
+            let schema = &doc["components"]["schemas"][body];
+            assert_eq!(schema["additionalProperties"], false, "{body} refuses unknown fields");
         }
         for shared in ["ToolCall", "CallStatus", "PendingApproval", "ApprovalRequest", "ErrorBody"] {
             assert!(doc["components"]["schemas"][shared].is_object(), "{shared}");

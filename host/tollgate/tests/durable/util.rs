@@ -399,14 +399,17 @@ fn escape(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")
 }
 
-/// The document's path template that `path` (a request's URL path) is an instance of.
+/// The document's path template that `path` (a request's URL path) is an instance of; the one with
+/// the fewest `{parameters}` when several are.
 fn template_of(path: &str) -> Option<&'static str> {
     let given: Vec<&str> = path.split('/').collect();
-    openapi()["paths"].as_object().expect("paths").keys().map(String::as_str).find(|template| {
+    let paths = openapi()["paths"].as_object().expect("paths");
+    let matches = paths.keys().map(String::as_str).filter(|template| {
         let parts: Vec<&str> = template.split('/').collect();
         parts.len() == given.len()
             && parts.iter().zip(&given).all(|(t, g)| (t.starts_with('{') && !g.is_empty()) || t == g)
-    })
+    });
+    matches.min_by_key(|template| template.matches('{').count())
 }
 
 /// Checks an answer of the HTTP API against the generated OpenAPI document: `status` must be
