@@ -1,5 +1,6 @@
-//! A typed client of the HTTP API (see `api/openapi.json`): one method per route, the API's JSON
-//! errors as [`CallError`]s, and the live event stream parsed from Server-Sent Events.
+//! A typed client of the HTTP API (see `api/openapi.json`): one method per route, its bodies the
+//! API's own types ([`crate::api::types`]), the API's JSON errors as [`CallError`]s, and the live
+//! event stream parsed from Server-Sent Events.
 //!
 //! It owns the wire: URLs, the bearer token, status codes, bodies and the SSE framing
 //! ([`SseParser`], a line-based parser over the response's bytes). It does not own what a command
@@ -31,8 +32,12 @@ use std::pin::Pin;
 use futures_util::{Stream, StreamExt};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+
+use crate::api::types::{
+    CreateSession, Created, Decide, DecisionReceipt, ErrorBody, EventsQuery, InterruptList, InterruptsQuery,
+    ListSessionsQuery, MessageReceipt, PendingInterrupt, SendMessage, SessionPage, Snapshot, StreamError,
+    StreamEvent, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
+};
 
 /// A call to the API that failed.
 #[derive(Debug, thiserror::Error)]
@@ -113,187 +118,6 @@ pub struct ApiClient {
     http: reqwest::Client,
 }
 
-/// The answer of `POST /v1/sessions`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Created {
-    /// The session's id (the one given, or a fresh one).
-    pub session_id: String,
-    /// `false` when the session existed.
-    pub created: bool,
-    /// The first message's receipt, when one was sent.
-    pub message: Option<MessageReceipt>,
-}
-
-/// What storing a user message did.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct MessageReceipt {
-    /// The message's item seq.
-    pub item_seq: i64,
-    /// Whether it started a turn (else it waits for the running one).
-    pub turn_started: bool,
-    /// Whether the same key had stored it before.
-    pub replayed: bool,
-}
-
-/// The answer of a decision.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct DecisionReceipt {
-    /// The session.
-    pub session_id: String,
-    /// The interrupt decided.
-    pub interrupt_id: String,
-    /// The decision.
-    pub approved: bool,
-    /// Whether the same decision had been stored before.
-    pub replayed: bool,
-}
-
-/// A session as the API shows it (`GET /v1/sessions/{id}`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Snapshot {
-    /// The session's id.
-    pub session_id: String,
-    /// `idle`, `running` or `awaiting_approval`.
-    pub status: String,
-    /// The conversation.
-    pub messages: Vec<Message>,
-    /// Open interrupts: `{interrupt_id, tool_name, arguments, …}`.
-    pub pending_interrupts: Vec<Value>,
-    /// Every deferred tool call: `{tool_call_id, tool_name, arguments, status, …}`.
-    pub tool_calls: Vec<Value>,
-    /// Token totals.
-    pub usage: Usage,
-    /// What the session cost (US dollars).
-    #[serde(default)]
-    pub cost_usd: f64,
-    /// Why the last turn failed, until a turn completes.
-    pub last_turn_error: Option<String>,
-    /// The turn in progress.
-    pub turn_id: Option<String>,
-    /// The seq the next event will get.
-    pub next_event_seq: i64,
-}
-
-/// One message of a conversation.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Message {
-    /// `user` or `assistant`.
-    pub role: String,
-    /// Its text.
-    pub text: String,
-    /// A prompt no completed turn answered yet.
-    #[serde(default)]
-    pub pending: bool,
-}
-
-/// Token totals.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
-pub struct Usage {
-    /// Input tokens, cache included.
-    pub input_tokens: i64,
-    /// Cache reads.
-    pub cached_input_tokens: i64,
-    /// Output tokens.
-    pub output_tokens: i64,
-    /// Model calls.
-    pub model_calls: i64,
-}
-
-/// A page of `GET /v1/sessions`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct SessionPage {
-    /// The sessions, by id.
-    pub sessions: Vec<SessionRow>,
-    /// The `after` of the next page, when there may be one.
-    pub next_after: Option<String>,
-}
-
-/// One session of a list.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct SessionRow {
-    /// Its id.
-    pub session_id: String,
-    /// Its status.
-    pub status: String,
-    /// Creation time (ms since the epoch).
-    pub created_at: i64,
-    /// Last change (ms since the epoch).
-    pub updated_at: i64,
-    /// The agent digest it runs under (`None`: any Worker).
-    #[serde(default)]
-    pub agent_digest: Option<String>,
-    /// Whether only a Worker that loaded `agent_digest` runs it.
-    #[serde(default)]
-    pub agent_pinned: bool,
-}
-
-/// The answer of `POST /v1/sessions/{id}/upgrade`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Upgraded {
-    /// The session.
-    pub session_id: String,
-    /// The digest before (`None`: none was recorded).
-    pub from: Option<String>,
-    /// Whether it was pinned before.
-    #[serde(default)]
-    pub from_pinned: bool,
-    /// The digest it is pinned to now.
-    pub to: String,
-    /// `false` when it was already pinned to `to` (nothing changed).
-    pub upgraded: bool,
-}
-
-/// The answer of `POST /v1/agent-upgrades`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct UpgradedAll {
-    /// The digest sessions were pinned to.
-    pub to: String,
-    /// `{session_id, from}` of each session moved.
-    pub upgraded: Vec<Value>,
-    /// `{session_id, message}` of each session left because it is running a step.
-    pub busy: Vec<Value>,
-    /// Sessions already pinned to `to`.
-    pub unchanged: u64,
-}
-
-/// A pending approval (`GET /v1/interrupts?status=pending`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct PendingInterrupt {
-    /// The session it belongs to.
-    pub session_id: String,
-    /// Its id (the tool call's).
-    pub interrupt_id: String,
-    /// The tool that waits.
-    pub tool_name: Option<String>,
-    /// The arguments it would run with.
-    #[serde(default)]
-    pub arguments: Value,
-    /// When it opened (ms since the epoch).
-    pub created_at: i64,
-}
-
-#[derive(Deserialize)]
-struct InterruptList {
-    interrupts: Vec<PendingInterrupt>,
-}
-
-/// One event of a session's stream: the SSE data of `GET /v1/sessions/{id}/events`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-pub struct StreamEvent {
-    /// Its seq (also the SSE `id`).
-    pub seq: i64,
-    /// Its kind, e.g. `text_delta`.
-    pub kind: String,
-    /// The step that wrote it, if one did.
-    pub step_id: Option<i64>,
-    /// That step's fence (a retried attempt has a higher one).
-    pub fence: Option<i64>,
-    /// When it was stored (ms since the epoch).
-    pub created_at: i64,
-    /// The kind's payload.
-    pub payload: Value,
-}
-
 impl ApiClient {
     /// A client of the API at `base` (e.g. `http://127.0.0.1:8080`), sending `token` as a bearer
     /// token when given; an `https://` server must have a certificate the system trusts.
@@ -360,7 +184,11 @@ impl ApiClient {
         id: Option<&str>,
         message: Option<&str>,
     ) -> Result<Created, CallError> {
-        let body = json!({"session_id": id, "message": message});
+        let body = CreateSession {
+            session_id: id.map(str::to_owned),
+            message: message.map(str::to_owned),
+            ..CreateSession::default()
+        };
         self.call(Method::POST, "/v1/sessions", |r| r.json(&body)).await
     }
 
@@ -374,7 +202,7 @@ impl ApiClient {
         text: &str,
         key: Option<&str>,
     ) -> Result<MessageReceipt, CallError> {
-        let body = json!({"text": text, "client_key": key});
+        let body = SendMessage { text: text.to_owned(), client_key: key.map(str::to_owned) };
         self.call(Method::POST, &format!("/v1/sessions/{}/messages", segment(id)), |r| r.json(&body)).await
     }
 
@@ -396,16 +224,8 @@ impl ApiClient {
         after: Option<&str>,
         limit: Option<i64>,
     ) -> Result<SessionPage, CallError> {
-        let mut query: Vec<(&str, String)> = Vec::new();
-        if let Some(status) = status {
-            query.push(("status", status.to_owned()));
-        }
-        if let Some(after) = after {
-            query.push(("after", after.to_owned()));
-        }
-        if let Some(limit) = limit {
-            query.push(("limit", limit.to_string()));
-        }
+        let query =
+            ListSessionsQuery { status: status.map(str::to_owned), after: after.map(str::to_owned), limit };
         self.call(Method::GET, "/v1/sessions", |r| r.query(&query)).await
     }
 
@@ -414,7 +234,7 @@ impl ApiClient {
     /// # Errors
     /// See [`CallError`]; a running session is [`CallError::Api`] with status 409.
     pub async fn upgrade_session(&self, id: &str, to: &str) -> Result<Upgraded, CallError> {
-        let body = json!({"to": to});
+        let body = UpgradeSession { to: to.to_owned() };
         let path = format!("/v1/sessions/{}/upgrade", segment(id));
         self.call(Method::POST, &path, |r| r.json(&body)).await
     }
@@ -425,7 +245,7 @@ impl ApiClient {
     /// # Errors
     /// See [`CallError`].
     pub async fn upgrade_all(&self, to: &str, from: Option<&str>) -> Result<UpgradedAll, CallError> {
-        let body = json!({"to": to, "from": from});
+        let body = UpgradeAll { to: to.to_owned(), from: from.map(str::to_owned) };
         self.call(Method::POST, "/v1/agent-upgrades", |r| r.json(&body)).await
     }
 
@@ -434,7 +254,8 @@ impl ApiClient {
     /// # Errors
     /// See [`CallError`].
     pub async fn pending_interrupts(&self) -> Result<Vec<PendingInterrupt>, CallError> {
-        let list: InterruptList = self.call(Method::GET, "/v1/interrupts?status=pending", |r| r).await?;
+        let query = InterruptsQuery { status: Some("pending".to_owned()), limit: None };
+        let list: InterruptList = self.call(Method::GET, "/v1/interrupts", |r| r.query(&query)).await?;
         Ok(list.interrupts)
     }
 
@@ -450,7 +271,7 @@ impl ApiClient {
         approved: bool,
         message: Option<&str>,
     ) -> Result<DecisionReceipt, CallError> {
-        let body = json!({"approved": approved, "message": message});
+        let body = Decide { approved, message: message.map(str::to_owned), client_key: None };
         let path = format!("/v1/sessions/{}/interrupts/{}", segment(id), segment(interrupt_id));
         self.call(Method::POST, &path, |r| r.json(&body)).await
     }
@@ -460,11 +281,13 @@ impl ApiClient {
     /// # Errors
     /// See [`CallError`]; errors while streaming come from [`EventStream::next`].
     pub async fn events(&self, id: &str, after: i64, follow: bool) -> Result<EventStream, CallError> {
-        let path =
-            format!("/v1/sessions/{}/events{}", segment(id), if follow { "" } else { "?follow=false" });
+        let path = format!("/v1/sessions/{}/events", segment(id));
         let url = format!("{}{path}", self.base);
-        let mut request =
-            self.request(Method::GET, &path).header(reqwest::header::ACCEPT, "text/event-stream");
+        let query = EventsQuery { after: None, follow: (!follow).then_some(false) };
+        let mut request = self
+            .request(Method::GET, &path)
+            .query(&query)
+            .header(reqwest::header::ACCEPT, "text/event-stream");
         if after > 0 {
             request = request.header("Last-Event-ID", after.to_string());
         }
@@ -549,20 +372,24 @@ fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     None
 }
 
-/// The API's JSON error `{"error":{"code","message","field"}}`, or the body as the message.
+/// The API's JSON error ([`ErrorBody`]), or the body as the message (code `http_error`).
 fn api_error(status: StatusCode, body: &str) -> CallError {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let error = parsed.as_ref().and_then(|v| v.get("error"));
-    let text = |key: &str| error.and_then(|e| e.get(key)).and_then(Value::as_str).map(str::to_owned);
-    let message = text("message").unwrap_or_else(|| {
-        let body = body.trim();
-        if body.is_empty() { format!("the API answered {status}") } else { body.to_owned() }
-    });
-    CallError::Api {
-        status: status.as_u16(),
-        code: text("code").unwrap_or_else(|| "http_error".to_owned()),
-        message,
-        field: text("field"),
+    match serde_json::from_str::<ErrorBody>(body) {
+        Ok(ErrorBody { error }) => CallError::Api {
+            status: status.as_u16(),
+            code: error.code.as_str().to_owned(),
+            message: error.message,
+            field: error.field,
+        },
+        Err(_) => {
+            let body = body.trim();
+            CallError::Api {
+                status: status.as_u16(),
+                code: "http_error".to_owned(),
+                message: if body.is_empty() { format!("the API answered {status}") } else { body.to_owned() },
+                field: None,
+            }
+        }
     }
 }
 
@@ -622,10 +449,8 @@ impl EventStream {
         loop {
             if let Some(sse) = self.ready.pop_front() {
                 if sse.event == "error" {
-                    let message = serde_json::from_str::<Value>(&sse.data)
-                        .ok()
-                        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
-                        .unwrap_or(sse.data);
+                    let message =
+                        serde_json::from_str::<StreamError>(&sse.data).map_or(sse.data, |e| e.error);
                     return Err(CallError::Stream { url: self.url.clone(), message });
                 }
                 let event: StreamEvent = serde_json::from_str(&sse.data).map_err(|e| CallError::Decode {

@@ -3,17 +3,18 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
-use serde_json::Value;
+use tollgate_engine::catalog::ToolKind as EngineToolKind;
+use tollgate_engine::policy::DeferredRun;
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::HistoryItem;
-use tollgate_engine::session::view::{self, Message};
-use tollgate_engine::session::{CallEntry, EngineError, RunState, status};
+use tollgate_engine::session::view;
+use tollgate_engine::session::{CallEntry, CallState, EngineError, RunState, status};
 use tollgate_store::{
     AgentDigest, Item, MessageReceipt, NewSession, Resolution, ResolveReceipt, Store, StoreError,
     UpgradeReceipt, UserMessage,
 };
 
+use crate::api::types::{CallStatus, Message, PendingApproval, RunsIn, Snapshot, ToolCall, ToolKind, Usage};
 use crate::convert;
 
 /// A client call that failed.
@@ -144,45 +145,6 @@ pub async fn resolve(
         .await?)
 }
 
-/// A session as a client sees it.
-#[derive(Clone, Debug, Serialize)]
-pub struct Snapshot {
-    /// The session's name.
-    pub session_id: String,
-    /// `idle`, `running` or `awaiting_approval`.
-    pub status: String,
-    /// The conversation as text.
-    pub messages: Vec<Message>,
-    /// Open interrupts: `{interrupt_id, tool_name, arguments, …}`.
-    pub pending_interrupts: Vec<Value>,
-    /// Every deferred tool call and its state.
-    pub tool_calls: Vec<Value>,
-    /// Token totals.
-    pub usage: UsageView,
-    /// What the session's segments cost (US dollars: every model request priced by the Worker's
-    /// model proxy, `tollgate::proxy::prices`; as the CLI reported for segments run without it).
-    pub cost_usd: f64,
-    /// Why the last turn failed, until a turn completes.
-    pub last_turn_error: Option<String>,
-    /// The turn in progress.
-    pub turn_id: Option<String>,
-    /// The next event seq a reader would get.
-    pub next_event_seq: i64,
-}
-
-/// Token totals of a session.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct UsageView {
-    /// Input tokens, cache included.
-    pub input_tokens: i64,
-    /// Cache reads.
-    pub cached_input_tokens: i64,
-    /// Output tokens.
-    pub output_tokens: i64,
-    /// Model calls.
-    pub model_calls: i64,
-}
-
 /// The session's snapshot, or `None` when it does not exist.
 ///
 /// # Errors
@@ -197,25 +159,29 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
     let mut pending_interrupts = Vec::new();
     let mut tool_calls = Vec::new();
     for record in store.tool_calls(session_id).await? {
-        let call = CallEntry::parse(record.record.get())?;
-        if call.state == tollgate_engine::session::CallState::PendingApproval {
-            pending_interrupts.push(serde_json::json!({
-                "interrupt_id": call.tool_call_id,
-                "tool_name": call.tool_name,
-                "kind": call.kind,
-                "arguments": call.arguments,
-                "turn_id": call.turn_id,
-            }));
+        let call = tool_call(CallEntry::parse(record.record.get())?);
+        if call.state == CallStatus::PendingApproval {
+            pending_interrupts.push(PendingApproval {
+                arguments: call.arguments.clone(),
+                interrupt_id: call.tool_call_id.clone(),
+                kind: call.kind,
+                tool_name: call.tool_name.clone(),
+                turn_id: call.turn_id.clone(),
+            });
         }
-        tool_calls.push(call.to_value());
+        tool_calls.push(call);
     }
+    let messages = view::messages(&history, &state)
+        .into_iter()
+        .map(|m| Message { role: m.role.to_owned(), text: m.text, pending: m.pending })
+        .collect();
     Ok(Some(Snapshot {
         session_id: session.session_id,
         status: session.status,
-        messages: view::messages(&history, &state),
+        messages,
         pending_interrupts,
         tool_calls,
-        usage: UsageView {
+        usage: Usage {
             input_tokens: session.usage.input_tokens,
             cached_input_tokens: session.usage.cached_input_tokens,
             output_tokens: session.usage.output_tokens,
@@ -226,6 +192,35 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         turn_id: state.turn.map(|t| t.turn_id),
         next_event_seq: session.next_event_seq,
     }))
+}
+
+/// A stored deferred call as the API shows it.
+fn tool_call(call: CallEntry) -> ToolCall {
+    ToolCall {
+        arguments: call.arguments,
+        kind: match call.kind {
+            EngineToolKind::Custom => ToolKind::Custom,
+            EngineToolKind::Cli => ToolKind::Cli,
+        },
+        requires_approval: call.requires_approval,
+        runs_in: match call.runs_in {
+            DeferredRun::CallTool => RunsIn::CallTool,
+            DeferredRun::CallSingleAttemptTool => RunsIn::CallSingleAttemptTool,
+            DeferredRun::ResumedSegment => RunsIn::ResumedSegment,
+        },
+        state: match call.state {
+            CallState::PendingApproval => CallStatus::PendingApproval,
+            CallState::Queued => CallStatus::Queued,
+            CallState::Started { attempt } => CallStatus::Started { attempt },
+            CallState::Succeeded { output } => CallStatus::Succeeded { output },
+            CallState::Failed { error } => CallStatus::Failed { error },
+            CallState::Rejected { message } => CallStatus::Rejected { message },
+            CallState::OutcomeUnknown => CallStatus::OutcomeUnknown,
+        },
+        tool_call_id: call.tool_call_id,
+        tool_name: call.tool_name,
+        turn_id: call.turn_id,
+    }
 }
 
 /// Every item of the session, in order.

@@ -1,7 +1,7 @@
 //! `GET /v1/sessions/{id}/events`: the session's events as Server-Sent Events, from a seq on.
 //!
-//! Each SSE event has `id: <seq>` and `event: <kind>`; its data is
-//! `{"seq","kind","step_id","fence","created_at","payload"}`. A client resumes with the
+//! Each SSE event has `id: <seq>` and `event: <kind>`; its data is a [`StreamEvent`]
+//! `{"seq","kind","step_id","fence","created_at","payload"}`, the payload byte for byte as stored. A client resumes with the
 //! `Last-Event-ID` header or `?after=<seq>`. Live text is grouped by (`payload.turn_id`,
 //! `step_id`, `fence`): a retried attempt of a step has a higher fence, so a client drops the
 //! text of the attempt it supersedes. `?follow=false` returns what is stored and ends.
@@ -9,22 +9,36 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use super::input::{Params, path_ids};
+use super::openapi::{LastEventId, ReadErrors, SessionId};
+use super::types::{ErrorBody, EventsQuery, StreamError, StreamEvent};
+use super::{ApiError, ApiResult, ApiState};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
-use serde_json::Value;
-
-use super::input::{Params, path_ids};
-use super::{ApiError, ApiResult, ApiState};
 
 /// Events read per store call.
 const PAGE: i64 = 200;
 /// The longest wait for a wake-up before the store is read again (the poll fallback).
 const POLL: Duration = Duration::from_secs(1);
 
+/// `GET /v1/sessions/{id}/events`.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/events",
+    tag = "events",
+    summary = "The session's events as Server-Sent Events",
+    description = "`text/event-stream`: each event's `id` is its seq, its `event` its kind, its `data` a StreamEvent. When the store fails mid-stream an `error` event (data: a StreamError) ends the stream; resume with `Last-Event-ID`. Comments (`:`) keep the connection alive every 15 s.",
+    params(SessionId, EventsQuery, LastEventId),
+    responses(
+        (status = 200, description = "The events, live unless `follow=false`", body = StreamEvent, content_type = "text/event-stream"),
+        (status = 404, description = "`session_not_found`", body = ErrorBody),
+        ReadErrors,
+    )
+)]
 pub(super) async fn stream(
     State(state): State<ApiState>,
     path: Result<Path<Vec<String>>, PathRejection>,
@@ -101,7 +115,8 @@ fn events(
                 Err(error) => {
                     // Tell the client and end; it resumes with Last-Event-ID.
                     cursor.done = true;
-                    let data = serde_json::json!({"error": error.to_string()}).to_string();
+                    let data = StreamError { error: error.to_string() };
+                    let data = serde_json::to_string(&data).expect("serializes");
                     cursor.buffered.push_back(Event::default().event("error").data(data));
                 }
             }
@@ -110,17 +125,14 @@ fn events(
 }
 
 fn sse_event(event: &tollgate_store::Event) -> Event {
-    let (step_id, fence) = match event.step {
-        Some((step, fence)) => (Value::from(step), Value::from(fence)),
-        None => (Value::Null, Value::Null),
+    let data = StreamEvent {
+        seq: event.seq,
+        kind: event.kind.clone(),
+        step_id: event.step.map(|(step, _)| step),
+        fence: event.step.map(|(_, fence)| fence),
+        created_at: event.created_at,
+        payload: event.payload.clone(),
     };
-    // Built by hand so the stored payload goes out as stored.
-    let data = format!(
-        r#"{{"seq":{},"kind":{},"step_id":{step_id},"fence":{fence},"created_at":{},"payload":{}}}"#,
-        event.seq,
-        Value::String(event.kind.clone()),
-        event.created_at,
-        event.payload.get()
-    );
+    let data = serde_json::to_string(&data).expect("serializes");
     Event::default().id(event.seq.to_string()).event(event.kind.clone()).data(data)
 }

@@ -14,6 +14,7 @@ use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
+use super::types::ErrorCode;
 use super::{ApiError, MAX_BODY};
 
 /// The longest id accepted in a path (session ids are at most this long).
@@ -52,7 +53,7 @@ fn unsupported(given: &str) -> ApiError {
         field: Some("Content-Type".to_owned()),
         ..ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             format!("the body must be JSON with `Content-Type: application/json`, not `{given}`"),
         )
     }
@@ -64,7 +65,7 @@ fn too_large_or_bad(rejection: BytesRejection) -> ApiError {
             field: Some("body".to_owned()),
             ..ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
+                ErrorCode::BodyTooLarge,
                 format!(
                     "the request body is larger than the limit of {MAX_BODY} bytes ({} KiB)",
                     MAX_BODY / 1024
@@ -115,7 +116,7 @@ fn syntax(error: &serde_json::Error) -> ApiError {
         field: Some("body".to_owned()),
         ..ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_json",
+            ErrorCode::InvalidJson,
             format!("the body is not valid JSON: {what} at line {}, column {}", error.line(), error.column()),
         )
     }
@@ -272,12 +273,12 @@ mod tests {
             text: String,
         }
         let error = parse::<Body>(&Bytes::from_static(b"{\n \"text\": \"hi\",\n}")).unwrap_err();
-        assert_eq!(error.code, "invalid_json");
+        assert_eq!(error.code, ErrorCode::InvalidJson);
         assert_eq!(error.field.as_deref(), Some("body"));
         assert!(error.message.contains("line 3, column 1"), "{}", error.message);
         let error = parse::<Body>(&Bytes::from_static(b"{\"text\": \"hi\"} trailing")).unwrap_err();
-        assert_eq!(error.code, "invalid_json", "{}", error.message);
+        assert_eq!(error.code, ErrorCode::InvalidJson, "{}", error.message);
         let error = parse::<Body>(&Bytes::from_static(b"{\"text\": ")).unwrap_err();
-        assert_eq!(error.code, "invalid_json", "{}", error.message);
+        assert_eq!(error.code, ErrorCode::InvalidJson, "{}", error.message);
     }
 }

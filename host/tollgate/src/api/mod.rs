@@ -3,10 +3,11 @@
 //!
 //! [`router`] builds it over a store; `tollgate serve` runs it beside a Worker and `tollgate api`
 //! alone. Every write goes through [`crate::sessions`], so the state machine's rules and the
-//! store's idempotency hold for HTTP clients too. The routes and their shapes are listed in
-//! `openapi.json` beside this file (served at `/openapi.json`).
+//! store's idempotency hold for HTTP clients too. Every body is a type of [`types`]; the OpenAPI
+//! document is generated from those types and the handlers' `#[utoipa::path]` attributes
+//! ([`openapi`], served at `/openapi.json`, kept as the golden file `openapi.json` beside this file).
 //!
-//! Errors are JSON: `{"error":{"code":"…","message":"…","field":"…"}}` with a 4xx for bad input
+//! Errors are JSON ([`types::ErrorBody`]): `{"error":{"code":"…","field":"…","message":"…"}}` with a 4xx for bad input
 //! (the field, query parameter or limit named; see [`input`]), 404 for an unknown session or
 //! interrupt, 405 for a wrong method, 409 for a conflicting repeat, 413 for a body over
 //! [`MAX_BODY`], 415 for a body that is not `application/json`, 401 without the bearer token
@@ -18,28 +19,32 @@
 
 mod events;
 mod input;
+pub mod openapi;
+pub mod types;
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::Router;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use tollgate_engine::session::client::Decision;
 use tollgate_engine::session::{EngineError, status};
 use tollgate_store::{AgentDigest, Store, StoreError, UnavailableReason};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use self::input::{JsonBody, Params, parse, path_ids};
+use self::types::{
+    BusySession, CreateSession, Created, Decide, DecisionReceipt, ErrorBody, ErrorCode, ErrorDetail, Health,
+    HealthStatus, InterruptList, MessageReceipt, MovedSession, PendingInterrupt, SendMessage, SessionPage,
+    SessionRow, Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
+};
 use crate::metrics::Metrics;
 use crate::sessions::{self, ClientError};
-
-/// The OpenAPI document of this API.
-pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 512 * 1024;
@@ -75,18 +80,8 @@ impl std::fmt::Debug for ApiState {
 
 /// The API's routes over `state`.
 pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/v1/sessions", post(create_session).get(list_sessions))
-        .route("/v1/sessions/{id}", get(get_session))
-        .route("/v1/sessions/{id}/messages", post(send_message))
-        .route("/v1/sessions/{id}/interrupts/{interrupt_id}", post(decide))
-        .route("/v1/sessions/{id}/events", get(events::stream))
-        .route("/v1/sessions/{id}/upgrade", post(upgrade_session))
-        .route("/v1/agent-upgrades", post(upgrade_all))
-        .route("/v1/interrupts", get(list_interrupts))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
+    let (routes, _) = routes().split_for_parts();
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
@@ -94,11 +89,28 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
+/// Every route with its handler and its documentation: the router and the OpenAPI document
+/// come from this one list.
+fn routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(create_session, list_sessions))
+        .routes(routes!(get_session))
+        .routes(routes!(send_message))
+        .routes(routes!(decide))
+        .routes(routes!(events::stream))
+        .routes(routes!(upgrade_session))
+        .routes(routes!(upgrade_all))
+        .routes(routes!(list_interrupts))
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi_json))
+}
+
 /// An API error as JSON.
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     message: String,
     field: Option<String>,
     /// Seconds for a `Retry-After` header (a store that is unavailable for a while).
@@ -106,26 +118,27 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError { status, code, message: message.into(), field: None, retry_after: None }
     }
 
     fn bad(field: impl Into<String>, message: impl Into<String>) -> Self {
         ApiError {
             field: Some(field.into()),
-            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+            ..Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
         }
     }
 
     fn no_session(id: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "session_not_found", format!("no session `{id}`"))
+        Self::new(StatusCode::NOT_FOUND, ErrorCode::SessionNotFound, format!("no session `{id}`"))
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
-        let mut response = (self.status, axum::Json(body)).into_response();
+        let body =
+            ErrorBody { error: ErrorDetail { code: self.code, field: self.field, message: self.message } };
+        let mut response = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
         }
@@ -139,9 +152,11 @@ impl From<ClientError> for ApiError {
             ClientError::BadInput(EngineError::BadInput { field, reason }) => {
                 ApiError::bad(field, format!("{field}: {reason}"))
             }
-            ClientError::BadInput(other) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "stored_row_refused", other.to_string())
-            }
+            ClientError::BadInput(other) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::StoredRowRefused,
+                other.to_string(),
+            ),
             ClientError::Store(store) => store.into(),
         }
     }
@@ -152,31 +167,35 @@ impl From<StoreError> for ApiError {
         let text = error.to_string();
         match error {
             StoreError::SessionNotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "session_not_found", text)
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::SessionNotFound, text)
             }
             StoreError::InterruptNotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "interrupt_not_found", text)
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::InterruptNotFound, text)
             }
             StoreError::InterruptAlreadyResolved { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "interrupt_already_resolved", text)
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::InterruptAlreadyResolved, text)
             }
             StoreError::IdempotencyConflict { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", text)
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::IdempotencyConflict, text)
             }
-            StoreError::Invalid { .. } => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", text),
-            StoreError::SessionBusy { .. } => ApiError::new(StatusCode::CONFLICT, "session_busy", text),
+            StoreError::Invalid { .. } => {
+                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, text)
+            }
+            StoreError::SessionBusy { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::SessionBusy, text)
+            }
             StoreError::Corrupt { .. } | StoreError::FutureVersion { .. } => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "stored_row_refused", text)
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoredRowRefused, text)
             }
             StoreError::Unavailable { reason, .. } => ApiError {
                 retry_after: Some(retry_after(reason)),
                 ..ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
+                    ErrorCode::StoreUnavailable,
                     format!("the store cannot take this request now ({reason}); retry later: {text}"),
                 )
             },
-            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", text),
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreError, text),
         }
     }
 }
@@ -215,7 +234,7 @@ async fn authorize(State(state): State<ApiState>, request: Request, next: Next) 
         _ => {
             let mut response = ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "unauthorized",
+                ErrorCode::Unauthorized,
                 "a valid `Authorization: Bearer <token>` header is required",
             )
             .into_response();
@@ -227,23 +246,21 @@ async fn authorize(State(state): State<ApiState>, request: Request, next: Next) 
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateSession {
-    session_id: Option<String>,
-    message: Option<String>,
-    client_key: Option<String>,
-    /// Pins the new session to this agent digest (else the serving process's agent, if any).
-    agent_digest: Option<String>,
-}
-
-#[derive(Serialize)]
-struct MessageView {
-    item_seq: i64,
-    turn_started: bool,
-    replayed: bool,
-}
-
+/// `POST /v1/sessions`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    tag = "sessions",
+    summary = "Create a session (idempotent on its id), optionally with its first message",
+    params(openapi::IdempotencyKey),
+    request_body(content = CreateSession, description = "May be empty (the same as `{}`)"),
+    responses(
+        (status = 201, description = "Created", body = Created),
+        (status = 200, description = "It existed; unchanged (its first message, when given, stored once)", body = Created),
+        (status = 409, description = "`idempotency_conflict`: the key was used for another message", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
 async fn create_session(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -251,11 +268,7 @@ async fn create_session(
     JsonBody(body): JsonBody,
 ) -> ApiResult {
     Params::parse(query.as_deref(), &[])?;
-    let request: CreateSession = if body.is_empty() {
-        CreateSession { session_id: None, message: None, client_key: None, agent_digest: None }
-    } else {
-        parse(&body)?
-    };
+    let request: CreateSession = if body.is_empty() { CreateSession::default() } else { parse(&body)? };
     let session_id = request.session_id.unwrap_or_else(new_session_id);
     let agent = match request.agent_digest {
         Some(digest) => Some(AgentDigest { digest, pinned: true }),
@@ -268,17 +281,20 @@ async fn create_session(
             let key = client_key(&headers, request.client_key.clone())?
                 .unwrap_or_else(|| format!("create:{session_id}"));
             let receipt = sessions::send(state.store.as_ref(), &session_id, text, Some(&key)).await?;
-            Some(MessageView {
-                item_seq: receipt.item_seq,
-                turn_started: receipt.step_id.is_some(),
-                replayed: receipt.replayed,
-            })
+            Some(message_receipt(&receipt))
         }
         None => None,
     };
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, axum::Json(json!({"session_id": session_id, "created": created, "message": message})))
-        .into_response())
+    Ok((status, Json(Created { created, message, session_id })).into_response())
+}
+
+fn message_receipt(receipt: &tollgate_store::MessageReceipt) -> MessageReceipt {
+    MessageReceipt {
+        item_seq: receipt.item_seq,
+        turn_started: receipt.step_id.is_some(),
+        replayed: receipt.replayed,
+    }
 }
 
 fn new_session_id() -> String {
@@ -289,13 +305,21 @@ fn new_session_id() -> String {
     format!("session-{:x}{:x}{}", nanos, std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SendMessage {
-    text: String,
-    client_key: Option<String>,
-}
-
+/// `POST /v1/sessions/{id}/messages`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/messages",
+    tag = "sessions",
+    summary = "Send a user message; it starts a turn, or waits for the running one to end",
+    params(openapi::SessionId, openapi::IdempotencyKey),
+    request_body = SendMessage,
+    responses(
+        (status = 202, description = "Stored (or the same key's message replayed)", body = MessageReceipt),
+        (status = 404, description = "`session_not_found`", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the key was used for another message", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
 async fn send_message(
     State(state): State<ApiState>,
     path: Result<Path<Vec<String>>, PathRejection>,
@@ -308,23 +332,24 @@ async fn send_message(
     let request: SendMessage = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
     let receipt = sessions::send(state.store.as_ref(), &id, &request.text, key.as_deref()).await?;
-    let view = MessageView {
-        item_seq: receipt.item_seq,
-        turn_started: receipt.step_id.is_some(),
-        replayed: receipt.replayed,
-    };
-    Ok((StatusCode::ACCEPTED, axum::Json(view)).into_response())
+    Ok((StatusCode::ACCEPTED, Json(message_receipt(&receipt))).into_response())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Decide {
-    approved: bool,
-    #[serde(default)]
-    message: Option<String>,
-    client_key: Option<String>,
-}
-
+/// `POST /v1/sessions/{id}/interrupts/{interrupt_id}`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/interrupts/{interrupt_id}",
+    tag = "approvals",
+    summary = "Approve or reject a deferred tool call (idempotent)",
+    params(openapi::SessionId, openapi::InterruptId, openapi::IdempotencyKey),
+    request_body = Decide,
+    responses(
+        (status = 200, description = "Decided (or the same decision replayed)", body = DecisionReceipt),
+        (status = 404, description = "`session_not_found` or `interrupt_not_found`", body = ErrorBody),
+        (status = 409, description = "`interrupt_already_resolved` (decided otherwise) or `idempotency_conflict`", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
 async fn decide(
     State(state): State<ApiState>,
     path: Result<Path<Vec<String>>, PathRejection>,
@@ -339,15 +364,28 @@ async fn decide(
     let decision = Decision { approved: request.approved, message: request.message };
     let receipt =
         sessions::resolve(state.store.as_ref(), &id, &interrupt_id, &decision, key.as_deref()).await?;
-    Ok(axum::Json(json!({
-        "session_id": id,
-        "interrupt_id": interrupt_id,
-        "approved": decision.approved,
-        "replayed": receipt.replayed,
-    }))
-    .into_response())
+    let answer = DecisionReceipt {
+        approved: decision.approved,
+        interrupt_id,
+        replayed: receipt.replayed,
+        session_id: id,
+    };
+    Ok(Json(answer).into_response())
 }
 
+/// `GET /v1/sessions/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}",
+    tag = "sessions",
+    summary = "The session's snapshot",
+    params(openapi::SessionId),
+    responses(
+        (status = 200, description = "The snapshot", body = Snapshot),
+        (status = 404, description = "`session_not_found`", body = ErrorBody),
+        openapi::ReadErrors,
+    )
+)]
 async fn get_session(
     State(state): State<ApiState>,
     path: Result<Path<Vec<String>>, PathRejection>,
@@ -356,11 +394,23 @@ async fn get_session(
     let [id] = path_ids(path, ["id"])?;
     Params::parse(query.as_deref(), &[])?;
     match sessions::snapshot(state.store.as_ref(), &id).await? {
-        Some(snapshot) => Ok(axum::Json(snapshot).into_response()),
+        Some(snapshot) => Ok(Json::<Snapshot>(snapshot).into_response()),
         None => Err(ApiError::no_session(&id)),
     }
 }
 
+/// `GET /v1/sessions`.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    tag = "sessions",
+    summary = "List sessions, by id",
+    params(types::ListSessionsQuery),
+    responses(
+        (status = 200, description = "A page; continue with `after=next_after`", body = SessionPage),
+        openapi::ReadErrors,
+    )
+)]
 async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
     let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
     let status = params.one_of("status", &STATUSES)?;
@@ -376,30 +426,37 @@ async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery)
     }
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
     let list = state.store.list_sessions(status.as_deref(), after, limit).await?;
-    let next = (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
-    let sessions: Vec<Value> = list
+    let next_after =
+        (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
+    let sessions = list
         .into_iter()
-        .map(|s| {
-            json!({
-                "session_id": s.session_id,
-                "status": s.status,
-                "created_at": s.created_at,
-                "updated_at": s.updated_at,
-                "agent_digest": s.agent.as_ref().map(|a| a.digest.as_str()),
-                "agent_pinned": s.agent.as_ref().is_some_and(|a| a.pinned),
-            })
+        .map(|s| SessionRow {
+            agent_digest: s.agent.as_ref().map(|a| a.digest.clone()),
+            agent_pinned: s.agent.as_ref().is_some_and(|a| a.pinned),
+            created_at: s.created_at,
+            session_id: s.session_id,
+            status: s.status,
+            updated_at: s.updated_at,
         })
         .collect();
-    Ok(axum::Json(json!({"sessions": sessions, "next_after": next})).into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Upgrade {
-    to: String,
+    Ok(Json(SessionPage { next_after, sessions }).into_response())
 }
 
 /// `POST /v1/sessions/{id}/upgrade {to}`: pins a waiting or idle session to the agent digest `to`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/upgrade",
+    tag = "agents",
+    summary = "Pin a waiting or idle session to another agent digest (recorded as an agent_upgraded event with from, to and the time)",
+    params(openapi::SessionId),
+    request_body = UpgradeSession,
+    responses(
+        (status = 200, description = "Upgraded (or already there)", body = Upgraded),
+        (status = 404, description = "`session_not_found`", body = ErrorBody),
+        (status = 409, description = "`session_busy`: the session is running a step; nothing changed", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
 async fn upgrade_session(
     State(state): State<ApiState>,
     path: Result<Path<Vec<String>>, PathRejection>,
@@ -408,28 +465,31 @@ async fn upgrade_session(
 ) -> ApiResult {
     let [id] = path_ids(path, ["id"])?;
     Params::parse(query.as_deref(), &[])?;
-    let request: Upgrade = parse(&body)?;
+    let request: UpgradeSession = parse(&body)?;
     let receipt = sessions::upgrade(state.store.as_ref(), &id, &request.to).await?;
-    Ok(axum::Json(json!({
-        "session_id": id,
-        "from": receipt.from.as_ref().map(|a| a.digest.as_str()),
-        "from_pinned": receipt.from.as_ref().is_some_and(|a| a.pinned),
-        "to": receipt.to.digest,
-        "upgraded": receipt.event_seq.is_some(),
-    }))
+    Ok(Json(Upgraded {
+        from: receipt.from.as_ref().map(|a| a.digest.clone()),
+        from_pinned: receipt.from.as_ref().is_some_and(|a| a.pinned),
+        session_id: id,
+        to: receipt.to.digest,
+        upgraded: receipt.event_seq.is_some(),
+    })
     .into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UpgradeAll {
-    to: String,
-    /// Only sessions under this digest (else every session not already pinned to `to`).
-    from: Option<String>,
 }
 
 /// `POST /v1/agent-upgrades {to, from?}`: every session that can move (idle or waiting) is
 /// pinned to `to`; the running ones are listed as busy and left as they are.
+#[utoipa::path(
+    post,
+    path = "/v1/agent-upgrades",
+    tag = "agents",
+    summary = "Pin every waiting or idle session (under `from` only, when given) to the agent digest `to`; running ones are listed as busy and left",
+    request_body = UpgradeAll,
+    responses(
+        (status = 200, description = "What moved", body = UpgradedAll),
+        openapi::WriteErrors,
+    )
+)]
 async fn upgrade_all(
     State(state): State<ApiState>,
     RawQuery(query): RawQuery,
@@ -448,8 +508,8 @@ async fn upgrade_all(
         let Some(last) = page.last() else { break };
         after.clone_from(&last.session_id);
         for session in page {
-            let digest = session.agent.as_ref().map(|a| a.digest.as_str());
-            if request.from.as_deref().is_some_and(|from| digest != Some(from)) {
+            let digest = session.agent.as_ref().map(|a| a.digest.clone());
+            if request.from.is_some() && digest != request.from {
                 continue;
             }
             if session.agent.as_ref().is_some_and(|a| a.pinned && a.digest == request.to) {
@@ -458,44 +518,59 @@ async fn upgrade_all(
             }
             match state.store.upgrade_session(&session.session_id, &request.to).await {
                 Ok(receipt) if receipt.event_seq.is_some() => {
-                    upgraded.push(json!({"session_id": session.session_id, "from": digest}));
+                    upgraded.push(MovedSession { from: digest, session_id: session.session_id });
                 }
                 Ok(_) => unchanged += 1,
                 Err(error @ StoreError::SessionBusy { .. }) => {
-                    busy.push(json!({"session_id": session.session_id, "message": error.to_string()}));
+                    busy.push(BusySession { message: error.to_string(), session_id: session.session_id });
                 }
                 Err(StoreError::SessionNotFound { .. }) => {}
                 Err(error) => return Err(error.into()),
             }
         }
     }
-    Ok(axum::Json(json!({"to": request.to, "upgraded": upgraded, "busy": busy, "unchanged": unchanged}))
-        .into_response())
+    Ok(Json(UpgradedAll { busy, to: request.to, unchanged, upgraded }).into_response())
 }
 
+/// `GET /v1/interrupts?status=pending`.
+#[utoipa::path(
+    get,
+    path = "/v1/interrupts",
+    tag = "approvals",
+    summary = "The approvals inbox across sessions, oldest first",
+    params(types::InterruptsQuery),
+    responses(
+        (status = 200, description = "The open interrupts", body = InterruptList),
+        openapi::ReadErrors,
+    )
+)]
 async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
     let params = Params::parse(query.as_deref(), &["status", "limit"])?;
     params.one_of("status", &["pending"])?;
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
-    let interrupts: Vec<Value> = state
-        .store
-        .open_interrupts(limit)
-        .await?
-        .into_iter()
-        .map(|i| {
-            let request: Value = serde_json::from_str(i.request.get()).unwrap_or(Value::Null);
-            json!({
-                "session_id": i.session_id,
-                "interrupt_id": i.interrupt_id,
-                "tool_name": request.get("tool_name"),
-                "arguments": request.get("arguments"),
-                "turn_id": request.get("turn_id"),
-                "created_at": i.created_at,
-                "request": request,
-            })
-        })
-        .collect();
-    Ok(axum::Json(json!({"interrupts": interrupts})).into_response())
+    let mut interrupts = Vec::new();
+    for open in state.store.open_interrupts(limit).await? {
+        let request: types::ApprovalRequest = serde_json::from_str(open.request.get()).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::StoredRowRefused,
+                format!(
+                    "the request of interrupt `{}` of session `{}` is not an approval request: {e}",
+                    open.interrupt_id, open.session_id
+                ),
+            )
+        })?;
+        interrupts.push(PendingInterrupt {
+            arguments: request.arguments.clone(),
+            created_at: open.created_at,
+            interrupt_id: open.interrupt_id,
+            session_id: open.session_id,
+            tool_name: request.tool_name.clone(),
+            turn_id: request.turn_id.clone(),
+            request,
+        });
+    }
+    Ok(Json(InterruptList { interrupts }).into_response())
 }
 
 /// How long a client should wait before retrying a request the store could not take.
@@ -511,6 +586,17 @@ const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `ok` when the store reads and can take a write, `degraded` (200) when it reads but cannot
 /// write, `down` (503) when it cannot read; `store` says which and why.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    summary = "Liveness and store health: a read and a write probe that writes nothing (no auth)",
+    security(()),
+    responses(
+        (status = 200, description = "`ok`, or `degraded` when the store reads but cannot take a write (reason e.g. read_only, disk_full)", body = Health),
+        (status = 503, description = "`down`: the store cannot be read (reason e.g. unreachable, pool_timeout)", body = Health),
+    )
+)]
 async fn healthz(State(state): State<ApiState>) -> Response {
     let timed = |what: &'static str| StoreError::Invalid {
         what: format!("no {what} answer within {} s", HEALTH_TIMEOUT.as_secs()),
@@ -522,39 +608,61 @@ async fn healthz(State(state): State<ApiState>) -> Response {
     );
     let read = read.unwrap_or_else(|_| Err(timed("read"))).map(|_| ());
     let write = write.unwrap_or_else(|_| Err(timed("write")));
-    let reason = |e: &StoreError| e.unavailable().map_or("error", UnavailableReason::code);
+    let reason = |e: &StoreError| e.unavailable().map_or("error", UnavailableReason::code).to_owned();
     let (status, http) = match (&read, &write) {
-        (Ok(()), Ok(())) => ("ok", StatusCode::OK),
-        (Ok(()), Err(_)) => ("degraded", StatusCode::OK),
-        (Err(_), _) => ("down", StatusCode::SERVICE_UNAVAILABLE),
+        (Ok(()), Ok(())) => (HealthStatus::Ok, StatusCode::OK),
+        (Ok(()), Err(_)) => (HealthStatus::Degraded, StatusCode::OK),
+        (Err(_), _) => (HealthStatus::Down, StatusCode::SERVICE_UNAVAILABLE),
     };
     let failed = read.as_ref().err().or(write.as_ref().err());
-    let store = json!({
-        "readable": read.is_ok(),
-        "writable": write.is_ok(),
-        "reason": failed.map(reason),
-        "error": failed.map(ToString::to_string),
-    });
-    (http, axum::Json(json!({"status": status, "store": store}))).into_response()
+    let store = StoreHealth {
+        error: failed.map(ToString::to_string),
+        readable: read.is_ok(),
+        reason: failed.map(reason),
+        writable: write.is_ok(),
+    };
+    (http, Json(Health { status, store })).into_response()
 }
 
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    summary = "Prometheus metrics: steps, step (segment, tool call) durations, sandbox traps, open interrupts",
+    responses(
+        (status = 200, description = "The metrics", body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+    )
+)]
 async fn metrics(State(state): State<ApiState>) -> Response {
     let open = state.store.count_open_interrupts().await.ok();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(open)).into_response()
 }
 
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+/// `GET /openapi.json`.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    summary = "This document",
+    responses(
+        (status = 200, description = "OpenAPI 3.1", body = Object),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+    )
+)]
+async fn openapi_json() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], openapi::document()).into_response()
 }
 
 async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; see /openapi.json")
+    ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route; see /openapi.json")
 }
 
 async fn method_not_allowed(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         format!("{} is not allowed on {}; see /openapi.json", request.method(), request.uri().path()),
     )
 }
@@ -582,24 +690,5 @@ mod tests {
         assert_eq!(error.field.as_deref(), Some("approved"));
         let error = parse::<SendMessage>(&Bytes::new()).unwrap_err();
         assert_eq!(error.field.as_deref(), Some("body"));
-    }
-
-    #[test]
-    fn the_openapi_document_is_json_and_lists_every_route() {
-        let doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
-        for path in [
-            "/v1/sessions",
-            "/v1/sessions/{id}",
-            "/v1/sessions/{id}/messages",
-            "/v1/sessions/{id}/interrupts/{interrupt_id}",
-            "/v1/sessions/{id}/events",
-            "/v1/interrupts",
-            "/v1/sessions/{id}/upgrade",
-            "/v1/agent-upgrades",
-            "/healthz",
-            "/metrics",
-        ] {
-            assert!(doc["paths"].get(path).is_some(), "{path} is not documented");
-        }
     }
 }

@@ -64,7 +64,7 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                     vec![
                         i.session_id.clone(),
                         i.interrupt_id.clone(),
-                        i.tool_name.clone().unwrap_or_else(|| "-".to_owned()),
+                        i.tool_name.clone(),
                         clip(&compact(&i.arguments), 60),
                         age(now, i.created_at),
                     ]

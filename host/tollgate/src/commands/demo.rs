@@ -254,18 +254,11 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
     println!("Tool call records:");
     println!("  {:<16} {:<16} OUTPUT", "TOOL", "STATUS");
     for call in &snapshot.tool_calls {
-        let detail = call
-            .get("output")
-            .or_else(|| call.get("error"))
-            .or_else(|| call.get("message"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let detail = detail.as_str().map_or_else(|| detail.to_string(), str::to_owned);
         println!(
             "  {:<16} {:<16} {}",
-            call["tool_name"].as_str().unwrap_or("?"),
-            call["status"].as_str().unwrap_or("?"),
-            detail
+            call.tool_name,
+            call.state.name(),
+            call.state.text().unwrap_or("null")
         );
     }
     let u = snapshot.usage;

@@ -14,7 +14,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::client::{ApiClient, CallError, Snapshot, StreamEvent};
+use crate::api::types::{Snapshot, StreamEvent};
+use crate::client::{ApiClient, CallError};
 
 /// The API's address when neither `--url` nor `TOLLGATE_URL` is given.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
@@ -220,15 +221,10 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
                     return print_json(out, &done);
                 }
                 for moved in &done.upgraded {
-                    writeln!(out, "{}: {} -> {to}", text_of(&moved["session_id"]), text_of(&moved["from"]))?;
+                    writeln!(out, "{}: {} -> {to}", moved.session_id, moved.from.as_deref().unwrap_or("-"))?;
                 }
                 for busy in &done.busy {
-                    writeln!(
-                        out,
-                        "{}: left as it is: {}",
-                        text_of(&busy["session_id"]),
-                        text_of(&busy["message"])
-                    )?;
+                    writeln!(out, "{}: left as it is: {}", busy.session_id, busy.message)?;
                 }
                 writeln!(
                     out,
@@ -303,9 +299,8 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
     if !snapshot.pending_interrupts.is_empty() {
         writeln!(out, "\npending approvals:")?;
         for interrupt in &snapshot.pending_interrupts {
-            let id = interrupt["interrupt_id"].as_str().unwrap_or("?");
-            let tool = interrupt["tool_name"].as_str().unwrap_or("?");
-            writeln!(out, "  {tool} {}", compact(&interrupt["arguments"]))?;
+            let id = &interrupt.interrupt_id;
+            writeln!(out, "  {} {}", interrupt.tool_name, compact(&interrupt.arguments))?;
             writeln!(
                 out,
                 "    approve: tollgate approvals approve {} {}{}",
@@ -328,17 +323,12 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
             .tool_calls
             .iter()
             .map(|call| {
-                let outcome = ["output", "error", "message"]
-                    .iter()
-                    .find_map(|key| call[*key].as_str())
-                    .map(|text| clip(text, 60))
-                    .unwrap_or_default();
                 vec![
-                    text_of(&call["tool_call_id"]),
-                    text_of(&call["tool_name"]),
-                    text_of(&call["status"]),
-                    clip(&compact(&call["arguments"]), 50),
-                    outcome,
+                    call.tool_call_id.clone(),
+                    call.tool_name.clone(),
+                    call.state.name().to_owned(),
+                    clip(&compact(&call.arguments), 50),
+                    call.state.text().map(|text| clip(text, 60)).unwrap_or_default(),
                 ]
             })
             .collect();
@@ -440,7 +430,7 @@ impl Printer {
             out.flush()?;
             return Ok(());
         }
-        let p = &event.payload;
+        let p = &event.payload_value();
         if event.kind == "text_delta" {
             let group = (p["turn_id"].clone(), event.step_id, event.fence);
             if self.text_of.as_ref() != Some(&group) {

@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
-use tollgate::client::SseParser;
+use tollgate::api::types::{
+    CallStatus, Created, ErrorBody, ErrorCode, ErrorDetail, MessageReceipt, RunsIn, Snapshot, ToolCall,
+    ToolKind, Usage,
+};
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World};
+use crate::util::{Refund, World, api, api_events, assert_schema, check_answer};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const WAIT: Duration = Duration::from_secs(90);
@@ -33,13 +36,9 @@ fn stream_events(
     let request = http.get(format!("{url}/v1/sessions/{session}/events"));
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
-        let response = request.send().await.expect("open the event stream");
-        assert_eq!(response.status(), 200);
-        assert_eq!(response.headers()["content-type"], "text/event-stream");
-        let mut body = response.bytes_stream();
-        let mut parser = SseParser::default();
-        while let Some(Ok(chunk)) = futures_util::StreamExt::next(&mut body).await {
-            for event in parser.push(&chunk) {
+        let mut stream = api_events(request).await;
+        while let Some(events) = stream.next().await {
+            for event in events {
                 let seen = Seen {
                     id: event.id.as_deref().expect("an id").parse().expect("a seq id"),
                     kind: event.event,
@@ -77,25 +76,19 @@ async fn until(
     }
 }
 
-async fn json_of(response: reqwest::Response) -> (u16, Value) {
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("a body");
-    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
+/// The status and JSON body of an answer (checked against the OpenAPI document).
+async fn json_of(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let answer = api(request).await;
+    let text = &answer.text;
+    (answer.status, serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
 }
 
 async fn post(http: &reqwest::Client, url: String, body: &str) -> (u16, Value) {
-    let response = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await
-        .expect("POST");
-    json_of(response).await
+    json_of(http.post(url).header("content-type", "application/json").body(body.to_owned())).await
 }
 
 async fn get(http: &reqwest::Client, url: String) -> (u16, Value) {
-    json_of(http.get(url).send().await.expect("GET")).await
+    json_of(http.get(url)).await
 }
 
 fn last_answer(snapshot: &Value) -> String {
@@ -206,12 +199,8 @@ async fn a_refund_approved_over_http_runs_once_and_the_event_stream_shows_each_s
     let later: Vec<i64> = seen.iter().map(|e| e.id).filter(|id| *id > after).collect();
     let resumed = http
         .get(format!("{url}/v1/sessions/h/events?follow=false"))
-        .header("Last-Event-ID", after.to_string())
-        .send()
-        .await
-        .expect("resume");
-    assert_eq!(resumed.status(), 200);
-    let events = SseParser::default().push(&resumed.bytes().await.expect("the stored events"));
+        .header("Last-Event-ID", after.to_string());
+    let events = api_events(resumed).await.all().await;
     let ids: Vec<i64> = events.iter().map(|e| e.id.as_deref().unwrap().parse().unwrap()).collect();
     assert_eq!(ids.first(), Some(&(after + 1)), "{ids:?}");
     assert!(ids.iter().all(|id| *id > after));
@@ -219,24 +208,20 @@ async fn a_refund_approved_over_http_runs_once_and_the_event_stream_shows_each_s
         ids.starts_with(&later),
         "the resumed stream has what the live one had after {after}: {ids:?} vs {later:?}"
     );
-    let by_query = http
-        .get(format!("{url}/v1/sessions/h/events?follow=false&after={after}"))
-        .send()
-        .await
-        .expect("after");
-    let by_query = SseParser::default().push(&by_query.bytes().await.expect("events"));
+    let by_query = http.get(format!("{url}/v1/sessions/h/events?follow=false&after={after}"));
+    let by_query = api_events(by_query).await.all().await;
     assert_eq!(by_query.len(), events.len());
     let (status, error) = get(&http, format!("{url}/v1/sessions/nope/events")).await;
     assert_eq!(status, 404, "{error}");
 
-    let metrics =
-        http.get(format!("{url}/metrics")).send().await.expect("metrics").text().await.expect("text");
+    let metrics = api(http.get(format!("{url}/metrics"))).await.text;
     for name in ["tollgate_steps_total", "tollgate_open_interrupts"] {
         assert!(metrics.contains(name), "{name} is not in /metrics:\n{metrics}");
     }
-    let (status, openapi) = get(&http, format!("{url}/openapi.json")).await;
-    assert_eq!(status, 200);
-    assert!(openapi["paths"]["/v1/sessions"].is_object(), "{openapi}");
+    let openapi = api(http.get(format!("{url}/openapi.json"))).await;
+    assert_eq!(openapi.status, 200);
+    assert!(openapi.body["paths"]["/v1/sessions"].is_object(), "{}", openapi.text);
+    assert_eq!(openapi.text, tollgate::api::openapi::document(), "it serves the generated document");
     // An open stream keeps SIGTERM waiting (see `sigterm_stops_the_server_while_an_event_stream_is_open`).
     streaming.abort();
     let _ = streaming.await;
@@ -293,6 +278,9 @@ async fn the_cli_client_starts_watches_approves_and_shows_a_session() {
             let listed =
                 stdout_of(&served.tollgate(&["approvals", "list", "--json"]).await, "approvals list --json");
             let listed: Value = serde_json::from_str(&listed).expect("JSON");
+            for item in listed.as_array().expect("a list") {
+                assert_schema("PendingInterrupt", item);
+            }
             if let Some(found) = listed.as_array().expect("a list").iter().find(|i| i["session_id"] == "c") {
                 assert_eq!(found["tool_name"], "create_refund");
                 assert_eq!(found["arguments"], json!({"order_id": "7", "amount_cents": 500}));
@@ -356,6 +344,7 @@ async fn the_cli_client_starts_watches_approves_and_shows_a_session() {
         "show --json",
     ))
     .expect("JSON");
+    assert_schema("Snapshot", &snapshot);
     let after = (snapshot["next_event_seq"].as_i64().expect("a seq") - 1).to_string();
     let sent = stdout_of(
         &served.tollgate(&["session", "send", "c", "say hello", "--key", "k1"]).await,
@@ -421,25 +410,20 @@ async fn with_a_token_every_route_but_healthz_needs_it_from_http_and_the_cli_cli
             if let Some(auth) = auth {
                 request = request.header("authorization", auth);
             }
-            let response = request.send().await.expect("send");
-            assert_eq!(response.status(), 401, "{method} {path} with {auth:?}");
-            assert_eq!(response.headers()["www-authenticate"], "Bearer");
+            let answer = api(request).await;
+            assert_eq!(answer.status, 401, "{method} {path} with {auth:?}");
+            assert_eq!(answer.headers["www-authenticate"], "Bearer");
         }
     }
-    let health = http.get(format!("{url}/healthz")).send().await.expect("healthz");
-    assert_eq!(health.status(), 200, "/healthz needs no token");
+    let health = api(http.get(format!("{url}/healthz"))).await;
+    assert_eq!(health.status, 200, "/healthz needs no token");
     let (status, created) = json_of(
-        http.post(format!("{url}/v1/sessions"))
-            .bearer_auth("s3cret")
-            .json(&json!({"session_id": "t"}))
-            .send()
-            .await
-            .expect("create"),
+        http.post(format!("{url}/v1/sessions")).bearer_auth("s3cret").json(&json!({"session_id": "t"})),
     )
     .await;
     assert_eq!(status, 201, "{created}");
-    let listed = http.get(format!("{url}/v1/sessions")).bearer_auth("s3cret").send().await.expect("list");
-    assert_eq!(listed.status(), 200);
+    let listed = api(http.get(format!("{url}/v1/sessions")).bearer_auth("s3cret")).await;
+    assert_eq!(listed.status, 200);
 
     let without = served.tollgate(&["session", "list"]).await;
     assert_eq!(without.status.code(), Some(2));
@@ -488,6 +472,7 @@ async fn session_watch_resumes_after_its_connection_drops_without_repeating_even
         "show --json",
     ))
     .expect("JSON");
+    assert_schema("Snapshot", &snapshot);
     let interrupt = snapshot["pending_interrupts"][0]["interrupt_id"].as_str().expect("pending").to_owned();
     stdout_of(&second.tollgate(&["approvals", "approve", "r", &interrupt]).await, "approvals approve");
 
@@ -512,8 +497,7 @@ async fn sigterm_stops_the_server_while_an_event_stream_is_open() {
     let served = Served::start(&world, "serve", None).await;
     stdout_of(&served.tollgate(&["session", "start", "q"]).await, "session start");
     let http = reqwest::Client::new();
-    let open = http.get(format!("{}/v1/sessions/q/events", served.url)).send().await.expect("open a stream");
-    assert_eq!(open.status(), 200);
+    let _open = api_events(http.get(format!("{}/v1/sessions/q/events", served.url))).await;
     let stopping = Instant::now();
     served.stop().await;
     assert!(
@@ -534,4 +518,92 @@ fn collect_err(mut stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
         }
     });
     text
+}
+
+/// The check every test's HTTP call goes through can fail: bodies, statuses, media types and
+/// routes the generated document does not allow are refused, naming what is wrong.
+#[test]
+fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
+    let call = ToolCall {
+        arguments: json!({"order_id": "7", "amount_cents": 500}),
+        kind: ToolKind::Custom,
+        requires_approval: true,
+        runs_in: RunsIn::CallSingleAttemptTool,
+        state: CallStatus::Succeeded { output: "r_1".into() },
+        tool_call_id: "toolu_1".into(),
+        tool_name: "create_refund".into(),
+        turn_id: "t1".into(),
+    };
+    let snapshot = Snapshot {
+        session_id: "s".into(),
+        status: "idle".into(),
+        messages: Vec::new(),
+        pending_interrupts: Vec::new(),
+        tool_calls: vec![call],
+        usage: Usage { input_tokens: 1, cached_input_tokens: 0, output_tokens: 1, model_calls: 1 },
+        cost_usd: 0.5,
+        last_turn_error: None,
+        turn_id: None,
+        next_event_seq: 9,
+    };
+    let good = serde_json::to_value(&snapshot).unwrap();
+    let check = |status: u16, body: &Value| {
+        check_answer("GET", "/v1/sessions/s", status, "application/json", &body.to_string())
+    };
+    check(200, &good).expect("a typed snapshot is a snapshot");
+
+    let mut missing = good.clone();
+    missing.as_object_mut().unwrap().remove("status");
+    let error = check(200, &missing).unwrap_err();
+    assert!(error.contains("status"), "{error}");
+    let mut omitted = good.clone();
+    omitted.as_object_mut().unwrap().remove("last_turn_error");
+    check(200, &omitted).expect_err("an answer's absent value is sent as null, never left out");
+    let mut wrong_type = good.clone();
+    wrong_type["next_event_seq"] = json!("9");
+    assert!(check(200, &wrong_type).unwrap_err().contains("next_event_seq"));
+    let mut unknown_state = good.clone();
+    unknown_state["tool_calls"][0]["status"] = json!("exploded");
+    check(200, &unknown_state).expect_err("a tool call status the document does not list");
+    let mut no_output = good.clone();
+    no_output["tool_calls"][0].as_object_mut().unwrap().remove("output");
+    check(200, &no_output).expect_err("a succeeded call without its output");
+
+    let error_body =
+        |code: &str| json!({"error": {"code": code, "field": null, "message": "no session `s`"}});
+    check(404, &error_body("session_not_found")).expect("a documented error");
+    check(404, &error_body("no_such_code")).expect_err("an error code the document does not list");
+    check(200, &error_body("session_not_found")).expect_err("an error body as a snapshot");
+    let error = check(418, &error_body("session_not_found")).unwrap_err();
+    assert!(error.contains("does not document the status 418"), "{error}");
+    let error = check_answer("GET", "/v1/sessions/s", 200, "text/plain", &good.to_string()).unwrap_err();
+    assert!(error.contains("text/plain"), "{error}");
+    assert!(check_answer("GET", "/v1/sessions/s", 200, "application/json", "{").is_err(), "not JSON");
+
+    // Routes the document lacks may only answer the router's 404 and 405 errors.
+    let not_found = serde_json::to_string(&ErrorBody {
+        error: ErrorDetail { code: ErrorCode::NotFound, field: None, message: "no such route".into() },
+    })
+    .unwrap();
+    check_answer("GET", "/v2/nothing", 404, "application/json", &not_found).expect("the fallback");
+    check_answer("DELETE", "/v1/sessions", 405, "application/json", &not_found).expect("a wrong method");
+    check_answer("GET", "/v2/nothing", 200, "application/json", &not_found).expect_err("an unknown route");
+
+    // Request bodies are not answers; a receipt is not a `Created`.
+    let receipt = MessageReceipt { item_seq: 1, turn_started: true, replayed: false };
+    let created = Created { created: true, message: Some(receipt.clone()), session_id: "s".into() };
+    let created = serde_json::to_string(&created).unwrap();
+    check_answer("POST", "/v1/sessions", 201, "application/json", &created).expect("a Created");
+    let receipt = serde_json::to_string(&receipt).unwrap();
+    check_answer("POST", "/v1/sessions", 201, "application/json", &receipt).expect_err("a receipt");
+
+    // Every event of a stream is checked; an `error` event as a StreamError.
+    let events = "id: 1\nevent: text_delta\ndata: {\"seq\":1,\"kind\":\"text_delta\",\"step_id\":2,\"fence\":1,\"created_at\":5,\"payload\":{\"text\":\"hi\"}}\n\nevent: error\ndata: {\"error\":\"the store failed\"}\n\n";
+    check_answer("GET", "/v1/sessions/s/events", 200, "text/event-stream", events).expect("a stream");
+    let broken = events.replace("\"seq\":1,", "");
+    let error = check_answer("GET", "/v1/sessions/s/events", 200, "text/event-stream", &broken).unwrap_err();
+    assert!(error.contains("seq"), "{error}");
+    let bad_error = events.replace("\"error\":\"the store failed\"", "\"message\":\"x\"");
+    check_answer("GET", "/v1/sessions/s/events", 200, "text/event-stream", &bad_error)
+        .expect_err("an error event without its error");
 }

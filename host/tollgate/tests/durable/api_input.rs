@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::tls::{ApiServer, Pki};
+use crate::util::api;
 
 struct Answer {
     status: u16,
@@ -22,11 +23,11 @@ impl Answer {
     }
 }
 
+/// Sends `request`; the answer is checked against the OpenAPI document (see [`api`]) and must be
+/// JSON.
 async fn call(request: reqwest::RequestBuilder) -> Answer {
-    let response = request.send().await.expect("the API answers");
-    let status = response.status().as_u16();
-    let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
-    let text = response.text().await.expect("a body");
+    let answer = api(request).await;
+    let (status, content_type, text) = (answer.status, answer.content_type, answer.text);
     let body = serde_json::from_str(&text).unwrap_or_else(|e| {
         panic!("{status} answered with a body that is not JSON ({e}, {content_type:?}): {text}")
     });

@@ -212,7 +212,7 @@ async fn a_session_waiting_for_approval_under_bundle_a_upgraded_to_b_is_finished
     stdout_of(&served.tollgate(&["session", "start", "w", "--message", REFUND]).await, "session start");
     let waiting =
         world.wait_for("w", "the refund to wait for approval", |s| !s.pending_interrupts.is_empty()).await;
-    let interrupt = waiting.pending_interrupts[0]["interrupt_id"].as_str().unwrap().to_owned();
+    let interrupt = waiting.pending_interrupts[0].interrupt_id.clone();
     stdout_of(&served.tollgate(&["session", "start", "idle"]).await, "session start idle");
 
     let listed = stdout_of(&served.tollgate(&["session", "list"]).await, "session list");
@@ -222,6 +222,7 @@ async fn a_session_waiting_for_approval_under_bundle_a_upgraded_to_b_is_finished
     );
     let json = stdout_of(&served.tollgate(&["session", "list", "--json"]).await, "session list --json");
     let page: Value = serde_json::from_str(&json).unwrap();
+    crate::util::assert_schema("SessionPage", &page);
     assert_eq!(page["sessions"][1]["session_id"], "w");
     assert_eq!(
         (&page["sessions"][1]["agent_digest"], &page["sessions"][1]["agent_pinned"]),
@@ -246,7 +247,7 @@ async fn a_session_waiting_for_approval_under_bundle_a_upgraded_to_b_is_finished
 
     world.decide("w", &interrupt, true, None, "approve-w").await;
     let done = world.wait_idle_after("w", 1).await;
-    assert_eq!(done.tool_calls[0]["status"], "succeeded", "{}", world.diagnostics());
+    assert_eq!(done.tool_calls[0].state.name(), "succeeded", "{}", world.diagnostics());
     assert_eq!(world.payments.count(), 1, "the refund ran once");
     let events = world.events("w").await;
     let upgraded: Vec<Value> = events

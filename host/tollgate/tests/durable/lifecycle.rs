@@ -52,7 +52,7 @@ async fn wait_for_reclaim(world: &World, step_id: i64, fence: i64, since: Instan
     }
 }
 
-fn last_answer(snapshot: &sessions::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 
@@ -225,7 +225,7 @@ async fn a_single_attempt_write_released_mid_call_is_outcome_unknown_and_never_r
     );
     world.send("s", REFUND).await;
     let waiting = world.wait_for("s", "the approval", |s| s.status == "awaiting_approval").await;
-    let id = waiting.pending_interrupts[0]["interrupt_id"].as_str().unwrap().to_owned();
+    let id = waiting.pending_interrupts[0].interrupt_id.clone();
     world.decide("s", &id, true, None, "k").await;
     world.payments.wait_for(1).await;
     a.signal(libc::SIGTERM);
@@ -240,7 +240,7 @@ async fn a_single_attempt_write_released_mid_call_is_outcome_unknown_and_never_r
     let _b = world.worker("b");
     let done = world.wait_idle_after("s", 1).await;
     assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
-    assert_eq!(done.tool_calls[0]["status"], "outcome_unknown", "{done:#?}");
+    assert_eq!(done.tool_calls[0].state.name(), "outcome_unknown", "{done:#?}");
     assert_eq!(world.payments.count(), 1, "never run twice");
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model was told");
     assert!(seen.contains("unknown") && is_error, "{seen}");
@@ -489,15 +489,15 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
 
     let done = world.wait_idle_after("poison", 1).await;
     assert_eq!(done.tool_calls.len(), 1, "{done:#?}");
-    assert_eq!(done.tool_calls[0]["status"], "outcome_unknown", "{done:#?}");
+    assert_eq!(done.tool_calls[0].state.name(), "outcome_unknown", "{done:#?}");
     let events = world.events("poison").await;
     let retries = events.iter().filter(|e| e.kind == "attempt_failed").count();
     assert_eq!(retries, 2, "three attempts, then it gave up: {events:?}");
-    let id = done.tool_calls[0]["tool_call_id"].as_str().unwrap();
+    let id = done.tool_calls[0].tool_call_id.as_str();
     let (seen, is_error) = world.tool_result_seen(id).expect("the model was told");
     assert!(is_error && seen.contains("unknown"), "{seen}");
 
-    let metrics = reqwest::get(format!("{}/metrics", served.url)).await.unwrap().text().await.unwrap();
+    let metrics = crate::util::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
     for line in ["tollgate_poison_steps_total{kind=\"CallTool\"} 1", "tollgate_sandbox_traps_total 3"] {
         assert!(metrics.contains(line), "{line} is not in /metrics:\n{metrics}");
     }
@@ -549,7 +549,7 @@ async fn a_transcript_the_cli_refuses_fails_each_turn_after_its_attempts_and_is_
     );
     eprintln!("the refused transcript's turn error: {error}");
 
-    let metrics = reqwest::get(format!("{}/metrics", served.url)).await.unwrap().text().await.unwrap();
+    let metrics = crate::util::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
     for line in [
         "tollgate_turn_failures_total{reason=\"segment_failed\"} 2",
         "tollgate_poison_steps_total{kind=\"RunModel\"} 2",

@@ -11,15 +11,15 @@ use crate::util::{Refund, World};
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const GATE_WAIT: Duration = Duration::from_secs(60);
 
-fn pending_id(snapshot: &tollgate::sessions::Snapshot) -> String {
-    snapshot.pending_interrupts[0]["interrupt_id"].as_str().expect("an interrupt id").to_owned()
+fn pending_id(snapshot: &tollgate::api::types::Snapshot) -> String {
+    snapshot.pending_interrupts[0].interrupt_id.clone()
 }
 
-fn last_answer(snapshot: &tollgate::sessions::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 
-async fn awaiting(world: &World, session: &str) -> tollgate::sessions::Snapshot {
+async fn awaiting(world: &World, session: &str) -> tollgate::api::types::Snapshot {
     world.wait_for(session, "the approval", |s| s.status == "awaiting_approval").await
 }
 
@@ -62,9 +62,9 @@ async fn an_approved_write_survives_a_worker_restart_runs_once_and_shows_in_the_
     world.send("s", REFUND).await;
     let waiting = awaiting(&world, "s").await;
     let id = pending_id(&waiting);
-    assert_eq!(waiting.pending_interrupts[0]["tool_name"], "create_refund");
+    assert_eq!(waiting.pending_interrupts[0].tool_name, "create_refund");
     assert_eq!(
-        waiting.pending_interrupts[0]["arguments"],
+        waiting.pending_interrupts[0].arguments,
         serde_json::json!({"order_id": "7", "amount_cents": 500})
     );
     // Waiting holds no process: the segment's CLI is gone.
@@ -86,8 +86,8 @@ async fn an_approved_write_survives_a_worker_restart_runs_once_and_shows_in_the_
     assert_eq!(done.status, "idle");
     assert!(done.pending_interrupts.is_empty());
     assert_eq!(done.tool_calls.len(), 1);
-    assert_eq!(done.tool_calls[0]["status"], "succeeded");
-    assert!(done.tool_calls[0]["output"].as_str().unwrap().contains("r_1"));
+    assert_eq!(done.tool_calls[0].state.name(), "succeeded");
+    assert!(done.tool_calls[0].state.text().unwrap().contains("r_1"));
     let (seen, is_error) = world.tool_result_seen(&id).expect("the resumed segment sent the tool result");
     assert!(seen.contains("r_1") && !is_error, "{seen}");
     assert!(last_answer(&done).contains("r_1"));
@@ -126,8 +126,11 @@ async fn a_rejected_write_never_runs_and_the_model_reads_the_reason() {
     let done = world.wait_idle_after("s", 1).await;
     assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
     assert_eq!(world.payments.count(), 0);
-    assert_eq!(done.tool_calls[0]["status"], "rejected");
-    assert_eq!(done.tool_calls[0]["message"], "not this order");
+    assert_eq!(done.tool_calls[0].state.name(), "rejected");
+    assert_eq!(
+        done.tool_calls[0].state,
+        tollgate::api::types::CallStatus::Rejected { message: Some("not this order".into()) }
+    );
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model saw a result");
     // The CLI may append its own `<system-reminder>` after a tool result.
     assert!(seen.starts_with("The user rejected this call: not this order"), "{seen}");
@@ -136,7 +139,7 @@ async fn a_rejected_write_never_runs_and_the_model_reads_the_reason() {
 
 /// Approves the refund, SIGKILLs Worker A while the payments service holds the refund's request,
 /// and lets Worker B finish the turn. Returns the call's id and the final snapshot.
-async fn refund_killed_mid_call(world: &World) -> (String, tollgate::sessions::Snapshot) {
+async fn refund_killed_mid_call(world: &World) -> (String, tollgate::api::types::Snapshot) {
     world.payments.hold();
     let a = world.worker("a");
     world.send("s", REFUND).await;
@@ -159,7 +162,7 @@ async fn sigkill_during_a_single_attempt_write_records_outcome_unknown_and_never
         return;
     };
     let (id, done) = refund_killed_mid_call(&world).await;
-    assert_eq!(done.tool_calls[0]["status"], "outcome_unknown");
+    assert_eq!(done.tool_calls[0].state.name(), "outcome_unknown");
     assert_eq!(world.payments.count(), 1, "never run twice");
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model was told");
     assert!(seen.contains("unknown") && is_error, "{seen}");
@@ -172,7 +175,7 @@ async fn sigkill_during_an_idempotent_write_runs_it_again_under_the_same_key() {
         return;
     };
     let (id, done) = refund_killed_mid_call(&world).await;
-    assert_eq!(done.tool_calls[0]["status"], "succeeded");
+    assert_eq!(done.tool_calls[0].state.name(), "succeeded");
     let keys = world.payments.keys();
     assert_eq!(keys.len(), 2, "re-run after the crash: {keys:?}");
     assert_eq!(keys[0], keys[1], "with the same idempotency key");
@@ -284,7 +287,7 @@ async fn a_turn_that_fails_after_a_write_leaves_the_note_for_the_next_prompt() {
     let failed = world.wait_idle_after("s", 1).await;
     assert!(failed.last_turn_error.is_some(), "{failed:#?}");
     assert_eq!(world.payments.count(), 1);
-    assert_eq!(failed.tool_calls[0]["status"], "succeeded");
+    assert_eq!(failed.tool_calls[0].state.name(), "succeeded");
 
     world.send("s", "recall").await;
     let done = world.wait_idle_after("s", 2).await;

@@ -19,25 +19,25 @@ use serde_json::{Value, json};
 use tollgate_store::testing::PgCluster;
 
 use crate::served::Served;
-use crate::util::{Refund, World};
+use crate::util::{Refund, World, api};
 
 /// The longest the store may take to work again once the database is back.
 const RESUME_WITHIN: Duration = Duration::from_secs(5);
 
 async fn post(http: &reqwest::Client, url: &str, body: Value) -> (u16, Option<String>, Value) {
-    let response = http.post(url).json(&body).send().await.expect("the API answers");
-    let status = response.status().as_u16();
-    let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-    (status, retry, response.json().await.unwrap_or(Value::Null))
+    let answer = api(http.post(url).json(&body)).await;
+    let retry = answer.headers.get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    (answer.status, retry, answer.body)
 }
 
-fn last_answer(snapshot: &tollgate::sessions::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 
 async fn healthz(http: &reqwest::Client, url: &str) -> (u16, Value) {
-    let response = http.get(format!("{url}/healthz")).send().await.expect("the API answers");
-    (response.status().as_u16(), response.json().await.expect("JSON"))
+    let answer = api(http.get(format!("{url}/healthz"))).await;
+    let body = serde_json::from_str(&answer.text).expect("JSON");
+    (answer.status, body)
 }
 
 #[tokio::test(flavor = "multi_thread")]

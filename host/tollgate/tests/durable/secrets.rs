@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tollgate::sessions::{self, Snapshot};
+use tollgate::api::types::Snapshot;
+use tollgate::sessions;
 use tollgate_store::Store;
 
 use crate::util::{Refund, World};

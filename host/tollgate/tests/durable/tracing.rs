@@ -215,7 +215,7 @@ async fn an_approved_write_exports_a_deferred_execute_tool_span_and_sigterm_flus
     let a = world.worker_with_env("a", &env);
     world.send("s", r#"call create_refund {"order_id":"7","amount_cents":500}"#).await;
     let waiting = world.wait_for("s", "the approval", |s| s.status == "awaiting_approval").await;
-    let id = waiting.pending_interrupts[0]["interrupt_id"].as_str().expect("an interrupt id").to_owned();
+    let id = waiting.pending_interrupts[0].interrupt_id.clone();
     world.decide("s", &id, true, None, "k").await;
     let done = world.wait_idle_after("s", 1).await;
     assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());

@@ -1,14 +1,18 @@
 //! The crash tests' world: an agent directory built from source, a store, the mock model, a
-//! payments service that can hold a refund, and Workers as child processes to SIGKILL.
+//! payments service that can hold a refund, and Workers as child processes to SIGKILL; and the
+//! one way the tests call the HTTP API ([`api`], [`api_events`]), which checks every answer
+//! against the generated OpenAPI document.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tollgate::sessions::{self, Snapshot};
+use tollgate::api::types::Snapshot;
+use tollgate::client::{SseEvent, SseParser};
+use tollgate::sessions;
 use tollgate_engine::session::client::Decision;
 use tollgate_mock_model::MockModel;
 pub use tollgate_mock_model::payments::Payments;
@@ -361,5 +365,202 @@ impl WorkerProcess {
             out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
         }
         out
+    }
+}
+
+/// The generated OpenAPI document (the one `/openapi.json` serves).
+fn openapi() -> &'static Value {
+    static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
+        serde_json::from_str(tollgate::api::openapi::document()).expect("the OpenAPI document is JSON")
+    });
+    &DOCUMENT
+}
+
+/// Checks `instance` against the schema at `pointer` of the document (a JSON pointer, `$ref`s
+/// resolved within the document); `Err` lists every mismatch with its place.
+fn check_schema(pointer: &str, instance: &Value) -> Result<(), String> {
+    let doc = openapi();
+    let schema = doc.pointer(pointer).unwrap_or_else(|| panic!("the document has no schema at {pointer}"));
+    // The schema's `$ref`s point into the document's components.
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "components": doc["components"],
+        "allOf": [schema],
+    });
+    let validator = jsonschema::draft202012::new(&root)
+        .unwrap_or_else(|e| panic!("the schema at {pointer} does not compile: {e}"));
+    let errors: Vec<String> =
+        validator.iter_errors(instance).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+}
+
+/// A JSON pointer's segment (`/` and `~` escaped).
+fn escape(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// The document's path template that `path` (a request's URL path) is an instance of; the one with
+/// the fewest `{parameters}` when several are.
+fn template_of(path: &str) -> Option<&'static str> {
+    let given: Vec<&str> = path.split('/').collect();
+    let paths = openapi()["paths"].as_object().expect("paths");
+    let matches = paths.keys().map(String::as_str).filter(|template| {
+        let parts: Vec<&str> = template.split('/').collect();
+        parts.len() == given.len()
+            && parts.iter().zip(&given).all(|(t, g)| (t.starts_with('{') && !g.is_empty()) || t == g)
+    });
+    matches.min_by_key(|template| template.matches('{').count())
+}
+
+/// Checks an answer of the HTTP API against the generated OpenAPI document: `status` must be
+/// documented for `method path` (a route or method the document lacks may only answer 404 or
+/// 405), `media` (the `Content-Type` without parameters) must be one it documents for that
+/// status, and `body` must match its schema: JSON bodies as a whole, a `text/event-stream` event
+/// by event (`error` events as a `StreamError`), text as a string.
+///
+/// # Errors
+/// What does not match, and where.
+pub fn check_answer(method: &str, path: &str, status: u16, media: &str, body: &str) -> Result<(), String> {
+    let method = method.to_ascii_lowercase();
+    let operation = template_of(path).filter(|t| openapi()["paths"][*t][&method].is_object());
+    let Some(template) = operation else {
+        // Not a route of the document: the router's fallbacks answer with an error.
+        if !matches!(status, 404 | 405) {
+            return Err(format!("{method} {path} is not in the document, yet it answered {status}"));
+        }
+        let json: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        return check_schema("/components/schemas/ErrorBody", &json);
+    };
+    let responses = format!("/paths/{}/{method}/responses", escape(template));
+    let answer = openapi()
+        .pointer(&format!("{responses}/{status}"))
+        .ok_or_else(|| format!("{method} {template} does not document the status {status}"))?;
+    let content = answer["content"].as_object().ok_or_else(|| format!("{status} documents no body"))?;
+    let (documented, _) = content
+        .iter()
+        .find(|(documented, _)| documented.split(';').next().map(str::trim) == Some(media))
+        .ok_or_else(|| {
+            let listed: Vec<&String> = content.keys().collect();
+            format!("{method} {template} answered {status} as `{media}`; the document says {listed:?}")
+        })?;
+    let schema = format!("{responses}/{status}/content/{}/schema", escape(documented));
+    match media {
+        "application/json" => {
+            let json: Value =
+                serde_json::from_str(body).map_err(|e| format!("the body is not JSON ({e})"))?;
+            check_schema(&schema, &json)
+        }
+        "text/event-stream" => {
+            let mut parser = SseParser::default();
+            let mut events = parser.push(body.as_bytes());
+            events.extend(parser.finish());
+            events.iter().try_for_each(|event| check_event(&schema, event))
+        }
+        _ => check_schema(&schema, &Value::String(body.to_owned())),
+    }
+}
+
+/// Checks one Server-Sent Event's data against the stream's schema (at `schema`), or an `error`
+/// event's against `StreamError`.
+fn check_event(schema: &str, event: &SseEvent) -> Result<(), String> {
+    let json: Value = serde_json::from_str(&event.data)
+        .map_err(|e| format!("event {:?} is not JSON ({e}): {}", event.id, event.data))?;
+    let schema = if event.event == "error" { "/components/schemas/StreamError" } else { schema };
+    check_schema(schema, &json).map_err(|e| format!("event {:?} ({}): {e}", event.id, event.event))
+}
+
+/// An answer of the HTTP API, checked against the OpenAPI document.
+#[derive(Debug)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `Content-Type`, when there was one.
+    pub content_type: Option<String>,
+    /// Its headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// The body.
+    pub text: String,
+    /// The body as JSON (`Null` when the body is not JSON).
+    pub body: Value,
+}
+
+/// Sends `request` to the HTTP API and reads the whole answer; panics (naming the route, the
+/// status and the mismatch) when the generated OpenAPI document does not allow it.
+pub async fn api(request: reqwest::RequestBuilder) -> Answer {
+    let (http, request) = request.build_split();
+    let request = request.expect("a valid request");
+    let (method, path) = (request.method().to_string(), request.url().path().to_owned());
+    let response = http.execute(request).await.expect("the API answers");
+    let (status, headers) = (response.status().as_u16(), response.headers().clone());
+    let content_type = headers.get("content-type").map(|v| v.to_str().expect("ASCII").to_owned());
+    let text = response.text().await.expect("a body");
+    let media = media_of(content_type.as_deref());
+    if let Err(mismatch) = check_answer(&method, &path, status, &media, &text) {
+        panic!(
+            "{method} {path} answered {status} with what the OpenAPI document does not allow: {mismatch}\nbody: {text}"
+        );
+    }
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Answer { status, content_type, headers, text, body }
+}
+
+/// The `Content-Type` without its parameters (`-` when there is none).
+fn media_of(content_type: Option<&str>) -> String {
+    content_type.and_then(|c| c.split(';').next()).unwrap_or("-").trim().to_ascii_lowercase()
+}
+
+/// A live event stream of the HTTP API whose every event is checked against the document.
+pub struct ApiEvents {
+    path: String,
+    schema: String,
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
+    parser: SseParser,
+}
+
+/// Opens `GET …/events` (`request`): asserts it answered 200 as a documented `text/event-stream`.
+pub async fn api_events(request: reqwest::RequestBuilder) -> ApiEvents {
+    let (http, request) = request.build_split();
+    let request = request.expect("a valid request");
+    let path = request.url().path().to_owned();
+    let response = http.execute(request).await.expect("open the event stream");
+    let media = media_of(response.headers().get("content-type").and_then(|v| v.to_str().ok()));
+    assert_eq!((response.status().as_u16(), media.as_str()), (200, "text/event-stream"), "GET {path}");
+    let template = template_of(&path).unwrap_or_else(|| panic!("{path} is not in the document"));
+    let schema = format!("/paths/{}/get/responses/200/content/text~1event-stream/schema", escape(template));
+    assert!(openapi().pointer(&schema).is_some(), "GET {template} documents no event stream");
+    ApiEvents { path, schema, body: Box::pin(response.bytes_stream()), parser: SseParser::default() }
+}
+
+impl ApiEvents {
+    /// The events the next chunk completed (maybe none); `None` when the stream ended. Panics on
+    /// an event the document does not allow.
+    pub async fn next(&mut self) -> Option<Vec<SseEvent>> {
+        let events = match futures_util::StreamExt::next(&mut self.body).await {
+            Some(Ok(chunk)) => self.parser.push(&chunk),
+            Some(Err(_)) | None => return None,
+        };
+        for event in &events {
+            if let Err(mismatch) = check_event(&self.schema, event) {
+                panic!("GET {} sent an event the OpenAPI document does not allow: {mismatch}", self.path);
+            }
+        }
+        Some(events)
+    }
+
+    /// Every event until the server ends the stream (`?follow=false`).
+    pub async fn all(mut self) -> Vec<SseEvent> {
+        let mut all = Vec::new();
+        while let Some(events) = self.next().await {
+            all.extend(events);
+        }
+        all
+    }
+}
+
+/// Panics unless `value` (e.g. a `--json` output of the client) matches the document's schema
+/// `name`.
+pub fn assert_schema(name: &str, value: &Value) {
+    if let Err(mismatch) = check_schema(&format!("/components/schemas/{name}"), value) {
+        panic!("not a {name} by the OpenAPI document: {mismatch}\n{value:#}");
     }
 }

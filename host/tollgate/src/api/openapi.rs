@@ -1,0 +1,224 @@
+//! The OpenAPI document of the HTTP API, generated: the handlers' `#[utoipa::path]` attributes
+//! and the types of [`super::types`] give every route, parameter, body and answer; this module
+//! adds what belongs to the whole API (its title, the bearer scheme) and the parameters several
+//! routes share.
+//!
+//! The document is served at `/openapi.json` and kept as the golden file `openapi.json` beside
+//! this module: a test compares the two, and `UPDATE_GOLDEN=1 cargo test -p tollgate --lib
+//! openapi` rewrites the file (review its diff: it is the API's contract).
+
+use std::sync::LazyLock;
+
+use utoipa::openapi::Required;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{IntoParams, IntoResponses, Modify, OpenApi};
+
+use super::types::ErrorBody;
+
+/// What belongs to the whole API; the routes add themselves (see `super::routes`).
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Tollgate API",
+        version = "0.1.0",
+        description = "Durable Claude Code sessions with gated tool calls. Bearer-token auth on every route but /healthz when the server has a token. Every error is an ErrorBody that names the field, query parameter or limit that was wrong. A route that does not exist answers 404 `not_found`, a method a route does not take 405 `method_not_allowed`, both as an ErrorBody."
+    ),
+    modifiers(&BearerScheme),
+    security(("bearer" = [])),
+    components(schemas(ErrorBody, super::types::StreamError)),
+    tags(
+        (name = "sessions", description = "Sessions, their messages and snapshots"),
+        (name = "approvals", description = "Deferred tool calls waiting for a person"),
+        (name = "events", description = "A session's events, live"),
+        (name = "agents", description = "Which agent digest a session runs under"),
+        (name = "operations", description = "Health, metrics and this document"),
+    )
+)]
+struct Base;
+
+/// Adds the `bearer` HTTP scheme the document's `security` names.
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The document without its routes.
+pub(super) fn base() -> utoipa::openapi::OpenApi {
+    Base::openapi()
+}
+
+/// The generated document, as served (pretty JSON).
+pub fn document() -> &'static str {
+    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+        let mut document = super::routes().into_openapi();
+        // utoipa derives a body's `required` from its type; `POST /v1/sessions` also takes none.
+        let create = document.paths.paths.get_mut("/v1/sessions").and_then(|item| item.post.as_mut());
+        if let Some(body) = create.and_then(|operation| operation.request_body.as_mut()) {
+            body.required = Some(Required::False);
+        }
+        document.to_pretty_json().expect("the OpenAPI document serializes")
+    });
+    &DOCUMENT
+}
+
+/// The errors every route that reads the store can answer (besides its own 404 and 409).
+#[derive(Debug, IntoResponses)]
+pub enum ReadErrors {
+    /// `invalid_request`: a query parameter, header or path id is wrong (named in `field`).
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// `unauthorized`: the bearer token is missing or wrong.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// `stored_row_refused` (a stored row cannot be read; named) or `store_error`.
+    #[response(status = 500)]
+    Internal(ErrorBody),
+    /// `store_unavailable`: the store cannot take the request now; retry after `Retry-After` seconds.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// The errors every route that takes a JSON body can answer (besides its own 404 and 409).
+#[derive(Debug, IntoResponses)]
+pub enum WriteErrors {
+    /// `invalid_request` (a field, query parameter, header or path id is wrong, named in `field`)
+    /// or `invalid_json` (the body is not JSON; the position in `message`).
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// `unauthorized`: the bearer token is missing or wrong.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// `body_too_large`: the body is over 512 KiB.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// `unsupported_media_type`: the body is not `application/json`.
+    #[response(status = 415)]
+    NotJson(ErrorBody),
+    /// `stored_row_refused` (a stored row cannot be read; named) or `store_error`.
+    #[response(status = 500)]
+    Internal(ErrorBody),
+    /// `store_unavailable`: the store cannot take the request now; retry after `Retry-After` seconds.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// The `{id}` of a session's routes.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SessionId {
+    /// The session id (1-200 bytes).
+    pub id: String,
+}
+
+/// The `{interrupt_id}` of a decision.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct InterruptId {
+    /// The interrupt's id (its tool call's; 1-200 bytes).
+    pub interrupt_id: String,
+}
+
+/// The `Idempotency-Key` header of a write.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKey {
+    /// A client key: a repeat with the same key and request returns the first answer and writes
+    /// nothing; the same key for another request is a 409 `idempotency_conflict`. It wins over the
+    /// body's `client_key`.
+    #[param(rename = "Idempotency-Key")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The `Last-Event-ID` header of the event stream.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct LastEventId {
+    /// Resume after this event seq (wins over `?after=`).
+    #[param(rename = "Last-Event-ID", minimum = 0)]
+    pub last_event_id: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn the_golden_openapi_json_is_the_generated_document() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api/openapi.json");
+        let generated = format!("{}\n", document());
+        if std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1") {
+            std::fs::write(&path, &generated).expect("write the golden file");
+            eprintln!("rewrote {}", path.display());
+            return;
+        }
+        let golden = std::fs::read_to_string(&path).expect("read the golden file");
+        assert!(
+            golden == generated,
+            "{} is not the generated document: the API's types or routes changed. Run \
+             `UPDATE_GOLDEN=1 cargo test -p tollgate --lib openapi` and review the diff.",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn the_document_describes_every_route_its_bodies_the_event_stream_and_the_bearer_scheme() {
+        let doc: Value = serde_json::from_str(document()).expect("the document is JSON");
+        assert_eq!(doc["openapi"], "3.1.0");
+        let operations = [
+            ("/v1/sessions", "post", "201", "Created"),
+            ("/v1/sessions", "get", "200", "SessionPage"),
+            ("/v1/sessions/{id}", "get", "200", "Snapshot"),
+            ("/v1/sessions/{id}/messages", "post", "202", "MessageReceipt"),
+            ("/v1/sessions/{id}/interrupts/{interrupt_id}", "post", "200", "DecisionReceipt"),
+            ("/v1/sessions/{id}/upgrade", "post", "200", "Upgraded"),
+            ("/v1/agent-upgrades", "post", "200", "UpgradedAll"),
+            ("/v1/interrupts", "get", "200", "InterruptList"),
+            ("/healthz", "get", "200", "Health"),
+        ];
+        for (path, method, status, schema) in operations {
+            let answer = &doc["paths"][path][method]["responses"][status];
+            assert_eq!(
+                answer["content"]["application/json"]["schema"]["$ref"],
+                format!("#/components/schemas/{schema}"),
+                "{method} {path} {status}"
+            );
+        }
+        let events = &doc["paths"]["/v1/sessions/{id}/events"]["get"];
+        assert_eq!(
+            events["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
+            "#/components/schemas/StreamEvent"
+        );
+        for path in ["/metrics", "/openapi.json"] {
+            assert!(doc["paths"][path]["get"]["responses"]["200"].is_object(), "{path}");
+        }
+        assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert_eq!(doc["security"], serde_json::json!([{"bearer": []}]));
+        assert_eq!(doc["paths"]["/healthz"]["get"]["security"], serde_json::json!([{}]), "no auth");
+        let bodies = [
+            ("/v1/sessions", "CreateSession", false),
+            ("/v1/sessions/{id}/messages", "SendMessage", true),
+            ("/v1/sessions/{id}/interrupts/{interrupt_id}", "Decide", true),
+            ("/v1/sessions/{id}/upgrade", "UpgradeSession", true),
+            ("/v1/agent-upgrades", "UpgradeAll", true),
+        ];
+        for (path, body, required) in bodies {
+            let request = &doc["paths"][path]["post"]["requestBody"];
+            let schema = &request["content"]["application/json"]["schema"]["$ref"];
+            assert_eq!(schema, &format!("#/components/schemas/{body}"), "{path}");
+            assert_eq!(request["required"], required, "{path}");
+            let schema = &doc["components"]["schemas"][body];
+            assert_eq!(schema["additionalProperties"], false, "{body} refuses unknown fields");
+        }
+        for shared in ["ToolCall", "CallStatus", "PendingApproval", "ApprovalRequest", "ErrorBody"] {
+            assert!(doc["components"]["schemas"][shared].is_object(), "{shared}");
+        }
+    }
+}

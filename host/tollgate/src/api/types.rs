@@ -1,0 +1,782 @@
+//! Every body of the HTTP API, once: the requests, the responses, the SSE event data and the
+//! JSON error, as typed structs and enums.
+//!
+//! The handlers ([`crate::api`]) build their answers from these, the client ([`crate::client`])
+//! reads them back into the same types, and the OpenAPI document is generated from them
+//! (`utoipa`), so the three cannot drift apart.
+//!
+//! The wire format is the one the API has always sent, byte for byte. Objects that used to be
+//! built as JSON values have their fields declared in alphabetical order, the order they were sent
+//! in; objects that were nested in such a value go out through `sorted_keys`. An answer's `Option`
+//! goes out as `null`, never left out, so the schema marks it required (and nullable); a request's
+//! may be left out.
+
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use utoipa::{IntoParams, ToSchema};
+
+/// Serializes `value` with its object keys sorted (through a JSON value, whose maps are sorted):
+/// the order of the objects the API sent nested in a JSON value before it had types.
+fn sorted_keys<T: Serialize, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(value).map_err(serde::ser::Error::custom)?.serialize(serializer)
+}
+
+// ---- Requests ----
+
+/// `POST /v1/sessions`: creates a session (idempotent on its id), optionally with its first
+/// message. An empty body is the same as `{}`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// 1-200 of letters, digits and `-_.:/@`; generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The first user message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The first message's idempotency key (the `Idempotency-Key` header wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<String>,
+    /// Pin the new session to this agent digest: only Workers that loaded it run the session.
+    /// Default: the digest of the agent the serving process loaded (pinned when that agent is
+    /// locked); none under `tollgate api` (any Worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    pub agent_digest: Option<String>,
+}
+
+/// `POST /v1/sessions/{id}/messages`: a user message.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessage {
+    /// The message's text.
+    pub text: String,
+    /// Its idempotency key (the `Idempotency-Key` header wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<String>,
+}
+
+/// `POST /v1/sessions/{id}/interrupts/{interrupt_id}`: a decision.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Decide {
+    /// Approve (`true`) or reject.
+    pub approved: bool,
+    /// For a rejection, what the model reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The decision's idempotency key (the `Idempotency-Key` header wins; without either the
+    /// decision itself is the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<String>,
+}
+
+/// `POST /v1/sessions/{id}/upgrade`: the agent digest to pin the session to.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeSession {
+    /// The digest.
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    pub to: String,
+}
+
+/// `POST /v1/agent-upgrades`: the agent digest to pin sessions to, and which.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeAll {
+    /// The digest.
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    pub to: String,
+    /// Only sessions under this digest (else every session not already pinned to `to`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    pub from: Option<String>,
+}
+
+// ---- Query strings ----
+
+/// The query of `GET /v1/sessions`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListSessionsQuery {
+    /// Only sessions of this status: `idle`, `running` or `awaiting_approval`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^(idle|running|awaiting_approval)$")]
+    pub status: Option<String>,
+    /// The `next_after` of the previous page (a session id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 200)]
+    pub after: Option<String>,
+    /// The page's size (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+/// The query of `GET /v1/interrupts`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct InterruptsQuery {
+    /// Only `pending` (the only status listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^pending$")]
+    pub status: Option<String>,
+    /// The most to list (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+/// The query of `GET /v1/sessions/{id}/events`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Resume after this event seq (the `Last-Event-ID` header wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+    /// `false`: send what is stored and end; default `true` (stream live events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<bool>,
+}
+
+// ---- Sessions and messages ----
+
+/// The answer of `POST /v1/sessions`: 201 when created, 200 when it existed (unchanged).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Created {
+    /// `false` when the session existed.
+    pub created: bool,
+    /// The first message's receipt, when one was sent.
+    #[serde(serialize_with = "sorted_keys")]
+    #[schema(required = true)]
+    pub message: Option<MessageReceipt>,
+    /// The session's id (the one given, or a fresh one).
+    pub session_id: String,
+}
+
+/// What storing a user message did.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct MessageReceipt {
+    /// The message's item seq.
+    pub item_seq: i64,
+    /// Whether it started a turn; `false` when a running turn picks it up when it ends.
+    pub turn_started: bool,
+    /// Whether the same key had stored it before.
+    pub replayed: bool,
+}
+
+/// The answer of a decision.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct DecisionReceipt {
+    /// The decision.
+    pub approved: bool,
+    /// The interrupt decided.
+    pub interrupt_id: String,
+    /// Whether the same decision had been stored before.
+    pub replayed: bool,
+    /// The session.
+    pub session_id: String,
+}
+
+/// A session as a client sees it (`GET /v1/sessions/{id}`).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Snapshot {
+    /// The session's id.
+    pub session_id: String,
+    /// `idle`, `running` or `awaiting_approval`.
+    #[schema(examples("idle", "running", "awaiting_approval"))]
+    pub status: String,
+    /// The conversation as text, oldest first.
+    pub messages: Vec<Message>,
+    /// The tool calls that wait for a decision.
+    pub pending_interrupts: Vec<PendingApproval>,
+    /// Every deferred tool call and its state.
+    #[serde(serialize_with = "sorted_keys")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Token totals.
+    pub usage: Usage,
+    /// What the session's segments cost (US dollars: every model request priced by the Worker's
+    /// model proxy, `tollgate::proxy::prices`; as the CLI reported for segments run without it).
+    #[serde(default)] // A client reads a server older than the field.
+    #[schema(required = true)]
+    pub cost_usd: f64,
+    /// Why the last turn failed, until a turn completes.
+    #[schema(required = true)]
+    pub last_turn_error: Option<String>,
+    /// The turn in progress.
+    #[schema(required = true)]
+    pub turn_id: Option<String>,
+    /// The seq the next event will get.
+    pub next_event_seq: i64,
+}
+
+/// One message of a conversation.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Message {
+    /// `user` or `assistant`.
+    #[schema(examples("user", "assistant"))]
+    pub role: String,
+    /// Its text (text blocks joined by blank lines).
+    pub text: String,
+    /// A prompt no completed turn answered yet (queued, in progress, or of a failed turn);
+    /// omitted when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
+}
+
+/// Token totals of a session.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Usage {
+    /// Input tokens, cache included.
+    pub input_tokens: i64,
+    /// Cache reads.
+    pub cached_input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Model calls.
+    pub model_calls: i64,
+}
+
+/// Which side runs a tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// A custom tool: a WASM component behind Tollgate's MCP server.
+    Custom,
+    /// A tool that runs inside the CLI (a built-in, or a tool of an external MCP server).
+    Cli,
+}
+
+/// Where a deferred call runs once approved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunsIn {
+    /// A custom tool in a tool step: up to 3 attempts under one idempotency key.
+    CallTool,
+    /// A custom tool in a single-attempt tool step; a crash records `outcome_unknown`.
+    CallSingleAttemptTool,
+    /// A CLI tool: the CLI runs it in the resumed segment.
+    ResumedSegment,
+}
+
+/// A tool call that waits for a decision (`Snapshot::pending_interrupts`).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct PendingApproval {
+    /// The input it would run with.
+    pub arguments: Value,
+    /// The interrupt's id (the tool call's).
+    pub interrupt_id: String,
+    /// Which side runs the tool.
+    pub kind: ToolKind,
+    /// The tool.
+    pub tool_name: String,
+    /// The turn that made the call.
+    pub turn_id: String,
+}
+
+/// A deferred tool call and where it is (`Snapshot::tool_calls`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
+pub struct ToolCall {
+    /// The input it runs with.
+    pub arguments: Value,
+    /// Which side runs the tool.
+    pub kind: ToolKind,
+    /// Whether it waits for a decision first.
+    pub requires_approval: bool,
+    /// Where it runs once approved.
+    pub runs_in: RunsIn,
+    /// Where it is: `status` and that state's field.
+    #[serde(flatten)]
+    pub state: CallStatus,
+    /// The model's tool use id.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// The turn that made it.
+    pub turn_id: String,
+}
+
+/// Where a deferred call is in its life; the last four are final.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CallStatus {
+    /// Waits for a decision.
+    PendingApproval,
+    /// Approved (or needs no approval); its tool step is queued.
+    Queued,
+    /// Its tool step started attempt `attempt`.
+    Started {
+        /// The attempt that started, from 1.
+        attempt: i64,
+    },
+    /// The tool ran and returned.
+    Succeeded {
+        /// What it returned.
+        output: String,
+    },
+    /// The tool failed.
+    Failed {
+        /// The failure text.
+        error: String,
+    },
+    /// The reviewer rejected the call.
+    Rejected {
+        /// The reviewer's reason (`null` when none was given).
+        #[schema(required = true)]
+        message: Option<String>,
+    },
+    /// A single-attempt call whose Worker died while it ran: it may or may not have happened.
+    OutcomeUnknown,
+}
+
+impl CallStatus {
+    /// The `status` it is sent as.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CallStatus::PendingApproval => "pending_approval",
+            CallStatus::Queued => "queued",
+            CallStatus::Started { .. } => "started",
+            CallStatus::Succeeded { .. } => "succeeded",
+            CallStatus::Failed { .. } => "failed",
+            CallStatus::Rejected { .. } => "rejected",
+            CallStatus::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+
+    /// The final state's text: the output, the error or the reviewer's message.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            CallStatus::Succeeded { output: text } | CallStatus::Failed { error: text } => Some(text),
+            CallStatus::Rejected { message } => message.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// A page of `GET /v1/sessions`, by id.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct SessionPage {
+    /// The `after` of the next page, when there may be one.
+    #[schema(required = true)]
+    pub next_after: Option<String>,
+    /// The sessions, by id.
+    pub sessions: Vec<SessionRow>,
+}
+
+/// One session of a list.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct SessionRow {
+    /// The agent digest it runs under; `null`: none recorded (any Worker).
+    #[serde(default)] // A client reads a server older than the field.
+    #[schema(required = true)]
+    pub agent_digest: Option<String>,
+    /// Whether only Workers that loaded `agent_digest` run it.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub agent_pinned: bool,
+    /// Creation time (ms since the epoch).
+    pub created_at: i64,
+    /// Its id.
+    pub session_id: String,
+    /// Its status.
+    #[schema(examples("idle", "running", "awaiting_approval"))]
+    pub status: String,
+    /// Last change (ms since the epoch).
+    pub updated_at: i64,
+}
+
+/// The answer of `POST /v1/sessions/{id}/upgrade`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Upgraded {
+    /// The digest before (`null`: none was recorded).
+    #[schema(required = true)]
+    pub from: Option<String>,
+    /// Whether it was pinned before.
+    #[serde(default)] // A client reads a server older than the field.
+    #[schema(required = true)]
+    pub from_pinned: bool,
+    /// The session.
+    pub session_id: String,
+    /// The digest it is pinned to now.
+    pub to: String,
+    /// `false` when it was already pinned to `to` (nothing changed).
+    pub upgraded: bool,
+}
+
+/// The answer of `POST /v1/agent-upgrades`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct UpgradedAll {
+    /// The sessions left because they are running a step.
+    pub busy: Vec<BusySession>,
+    /// The digest sessions were pinned to.
+    pub to: String,
+    /// Sessions already pinned to `to`.
+    pub unchanged: u64,
+    /// The sessions moved.
+    pub upgraded: Vec<MovedSession>,
+}
+
+/// A session `POST /v1/agent-upgrades` moved.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct MovedSession {
+    /// The digest it ran under (`null`: none was recorded).
+    #[schema(required = true)]
+    pub from: Option<String>,
+    /// The session.
+    pub session_id: String,
+}
+
+/// A session `POST /v1/agent-upgrades` left as it is.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct BusySession {
+    /// Why (the store's `session_busy` message).
+    pub message: String,
+    /// The session.
+    pub session_id: String,
+}
+
+// ---- The approvals inbox ----
+
+/// The answer of `GET /v1/interrupts?status=pending`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct InterruptList {
+    /// The open interrupts across sessions, oldest first.
+    pub interrupts: Vec<PendingInterrupt>,
+}
+
+/// An approval waiting in the inbox.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct PendingInterrupt {
+    /// The arguments the tool would run with (the request's).
+    pub arguments: Value,
+    /// When it opened (ms since the epoch).
+    pub created_at: i64,
+    /// Its id (the tool call's).
+    pub interrupt_id: String,
+    /// What is asked, as stored.
+    pub request: ApprovalRequest,
+    /// The session it belongs to.
+    pub session_id: String,
+    /// The tool that waits (the request's).
+    pub tool_name: String,
+    /// The turn that made the call (the request's).
+    pub turn_id: String,
+}
+
+/// What an interrupt asks: the approval of one tool call (also the `request` of an
+/// `interrupt_opened` event).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
+pub struct ApprovalRequest {
+    /// The input the tool would run with.
+    pub arguments: Value,
+    /// The tool's effect, e.g. `non_idempotent_write`.
+    pub effect: String,
+    /// Which side runs the tool.
+    pub kind: ToolKind,
+    /// The tool call's id.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// The turn that made the call.
+    pub turn_id: String,
+    /// Always `tool_approval`.
+    #[serde(rename = "type")]
+    #[schema(examples("tool_approval"))]
+    pub request_type: String,
+}
+
+// ---- Events ----
+
+/// The data of one Server-Sent Event of `GET /v1/sessions/{id}/events` (its SSE `id` is `seq`,
+/// its SSE `event` is `kind`). Group live text by (`payload.turn_id`, `step_id`, `fence`).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct StreamEvent {
+    /// Its seq (also the SSE `id`).
+    pub seq: i64,
+    /// Its kind, e.g. `text_delta`.
+    #[schema(examples(
+        "user_message",
+        "turn_started",
+        "text_delta",
+        "tool_call_started",
+        "tool_call_finished",
+        "interrupt_opened",
+        "interrupt_resolved",
+        "attempt_failed",
+        "turn_completed",
+        "turn_failed",
+        "agent_upgraded"
+    ))]
+    pub kind: String,
+    /// The step that wrote it, if one did.
+    #[schema(required = true)]
+    pub step_id: Option<i64>,
+    /// That step's fence (a retried attempt has a higher one).
+    #[schema(required = true)]
+    pub fence: Option<i64>,
+    /// When it was stored (ms since the epoch).
+    pub created_at: i64,
+    /// The kind's payload, byte for byte as stored.
+    #[schema(value_type = Object)]
+    pub payload: Box<RawValue>,
+}
+
+impl StreamEvent {
+    /// The payload as a JSON value.
+    pub fn payload_value(&self) -> Value {
+        serde_json::from_str(self.payload.get()).unwrap_or(Value::Null)
+    }
+}
+
+/// The data of the SSE `error` event that ends a stream the store failed under; the client
+/// resumes with `Last-Event-ID`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct StreamError {
+    /// What failed.
+    pub error: String,
+}
+
+// ---- Health ----
+
+/// The answer of `/healthz`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`, `degraded` (reads work, writes do not) or `down` (503).
+    pub status: HealthStatus,
+    /// The store's probes.
+    pub store: StoreHealth,
+}
+
+/// How healthy the server is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    /// The store reads and can take a write.
+    Ok,
+    /// The store reads but cannot take a write (200).
+    Degraded,
+    /// The store cannot be read (503).
+    Down,
+}
+
+/// The store's read and write probes (the write probe writes nothing).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct StoreHealth {
+    /// The first failure's text.
+    #[schema(required = true)]
+    pub error: Option<String>,
+    /// Whether a read worked.
+    pub readable: bool,
+    /// Why a probe failed, e.g. `read_only`, `disk_full`, `unreachable`, `pool_timeout`, `error`.
+    #[schema(required = true)]
+    pub reason: Option<String>,
+    /// Whether the store can take a write.
+    pub writable: bool,
+}
+
+// ---- Errors ----
+
+/// Every error answer: `{"error":{"code","field","message"}}`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// What kind of error.
+    pub code: ErrorCode,
+    /// The request's field, query parameter or header that was wrong, when one was.
+    #[schema(required = true)]
+    pub field: Option<String>,
+    /// What happened, naming the value or limit.
+    pub message: String,
+}
+
+/// The code of an error answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: a field, query parameter, header or path id is wrong (named in `field`).
+    InvalidRequest,
+    /// 400: the body is not JSON (the position in `message`).
+    InvalidJson,
+    /// 413: the body is over the limit.
+    BodyTooLarge,
+    /// 415: the body is not `application/json`.
+    UnsupportedMediaType,
+    /// 401: the bearer token is missing or wrong.
+    Unauthorized,
+    /// 404: no such route.
+    NotFound,
+    /// 405: the route does not take this method.
+    MethodNotAllowed,
+    /// 404: no such session.
+    SessionNotFound,
+    /// 404: no such interrupt.
+    InterruptNotFound,
+    /// 409: the interrupt was decided otherwise before.
+    InterruptAlreadyResolved,
+    /// 409: the idempotency key was used for another request.
+    IdempotencyConflict,
+    /// 409: the session is running a step.
+    SessionBusy,
+    /// 503: the store cannot take the request now (a `Retry-After` header says when to retry).
+    StoreUnavailable,
+    /// 500: a stored row cannot be read (named in `message`).
+    StoredRowRefused,
+    /// 500: the store failed.
+    StoreError,
+}
+
+impl ErrorCode {
+    /// The code as sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidJson => "invalid_json",
+            ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::SessionNotFound => "session_not_found",
+            ErrorCode::InterruptNotFound => "interrupt_not_found",
+            ErrorCode::InterruptAlreadyResolved => "interrupt_already_resolved",
+            ErrorCode::IdempotencyConflict => "idempotency_conflict",
+            ErrorCode::SessionBusy => "session_busy",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::StoredRowRefused => "stored_row_refused",
+            ErrorCode::StoreError => "store_error",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn wire(value: &impl Serialize) -> String {
+        serde_json::to_string(value).expect("serializes")
+    }
+
+    #[test]
+    fn bodies_go_out_byte_for_byte_as_the_api_has_always_sent_them() {
+        let receipt = MessageReceipt { item_seq: 3, turn_started: true, replayed: false };
+        assert_eq!(wire(&receipt), r#"{"item_seq":3,"turn_started":true,"replayed":false}"#);
+        // Nested in `Created` it went out sorted.
+        let created = Created { created: true, message: Some(receipt), session_id: "s".into() };
+        assert_eq!(
+            wire(&created),
+            r#"{"created":true,"message":{"item_seq":3,"replayed":false,"turn_started":true},"session_id":"s"}"#
+        );
+        let created = Created { message: None, ..created };
+        assert_eq!(wire(&created), r#"{"created":true,"message":null,"session_id":"s"}"#);
+        let error = ErrorBody {
+            error: ErrorDetail { code: ErrorCode::InvalidJson, field: None, message: "m".into() },
+        };
+        assert_eq!(wire(&error), r#"{"error":{"code":"invalid_json","field":null,"message":"m"}}"#);
+        let message = Message { role: "user".into(), text: "hi".into(), pending: false };
+        assert_eq!(wire(&message), r#"{"role":"user","text":"hi"}"#);
+        let health = Health {
+            status: HealthStatus::Degraded,
+            store: StoreHealth {
+                error: Some("e".into()),
+                readable: true,
+                reason: Some("read_only".into()),
+                writable: false,
+            },
+        };
+        assert_eq!(
+            wire(&health),
+            r#"{"status":"degraded","store":{"error":"e","readable":true,"reason":"read_only","writable":false}}"#
+        );
+        let event = StreamEvent {
+            seq: 4,
+            kind: "text_delta".into(),
+            step_id: None,
+            fence: None,
+            created_at: 9,
+            payload: RawValue::from_string(r#"{"z":1, "a":2}"#.into()).unwrap(),
+        };
+        assert_eq!(
+            wire(&event),
+            r#"{"seq":4,"kind":"text_delta","step_id":null,"fence":null,"created_at":9,"payload":{"z":1, "a":2}}"#
+        );
+    }
+
+    #[test]
+    fn a_snapshot_s_tool_calls_go_out_with_their_keys_sorted_and_read_back_the_same() {
+        let call = ToolCall {
+            arguments: json!({"order_id": "7"}),
+            kind: ToolKind::Custom,
+            requires_approval: true,
+            runs_in: RunsIn::CallSingleAttemptTool,
+            state: CallStatus::Rejected { message: None },
+            tool_call_id: "toolu_1".into(),
+            tool_name: "create_refund".into(),
+            turn_id: "t1".into(),
+        };
+        let started = ToolCall { state: CallStatus::Started { attempt: 2 }, ..call.clone() };
+        let snapshot = Snapshot {
+            session_id: "s".into(),
+            status: "idle".into(),
+            messages: Vec::new(),
+            pending_interrupts: Vec::new(),
+            tool_calls: vec![call, started],
+            usage: Usage { input_tokens: 1, cached_input_tokens: 0, output_tokens: 2, model_calls: 1 },
+            cost_usd: 0.25,
+            last_turn_error: None,
+            turn_id: None,
+            next_event_seq: 7,
+        };
+        let text = wire(&snapshot);
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"session_id":"s","status":"idle","messages":[],"pending_interrupts":[],"tool_calls":["#,
+                r#"{"arguments":{"order_id":"7"},"kind":"custom","message":null,"requires_approval":true,"runs_in":"call_single_attempt_tool","status":"rejected","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"},"#,
+                r#"{"arguments":{"order_id":"7"},"attempt":2,"kind":"custom","requires_approval":true,"runs_in":"call_single_attempt_tool","status":"started","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"}],"#,
+                r#""usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2,"model_calls":1},"#,
+                r#""cost_usd":0.25,"last_turn_error":null,"turn_id":null,"next_event_seq":7}"#
+            )
+        );
+        let back: Snapshot = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.tool_calls, snapshot.tool_calls);
+    }
+
+    #[test]
+    fn every_error_code_is_sent_as_its_name() {
+        for code in [
+            ErrorCode::InvalidRequest,
+            ErrorCode::InvalidJson,
+            ErrorCode::BodyTooLarge,
+            ErrorCode::UnsupportedMediaType,
+            ErrorCode::Unauthorized,
+            ErrorCode::NotFound,
+            ErrorCode::MethodNotAllowed,
+            ErrorCode::SessionNotFound,
+            ErrorCode::InterruptNotFound,
+            ErrorCode::InterruptAlreadyResolved,
+            ErrorCode::IdempotencyConflict,
+            ErrorCode::SessionBusy,
+            ErrorCode::StoreUnavailable,
+            ErrorCode::StoredRowRefused,
+            ErrorCode::StoreError,
+        ] {
+            assert_eq!(wire(&code), format!("\"{code}\""));
+        }
+    }
+}
