@@ -71,6 +71,7 @@ pub mod testing;
 pub mod types;
 
 mod backend;
+mod dialect;
 
 use std::sync::Arc;
 use std::time::Duration;

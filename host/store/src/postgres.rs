@@ -22,12 +22,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
-use sqlx::{Row, SqlSafeStr};
 
-use crate::error::{check_row_version, stored_json};
-use crate::signal::{ALL_SESSIONS, EventSignal, Signals, WorkSignal};
+use crate::backend::Backend;
+use crate::signal::{ALL_SESSIONS, Signals};
 use crate::*;
 
 /// A [`Store`] on a PostgreSQL database.
@@ -84,6 +84,22 @@ impl PgStore {
     pub fn raw_pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+impl Backend for PgStore {
+    type Db = sqlx::Postgres;
+
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+
+    fn write_pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn read_pool(&self) -> &PgPool {
+        &self.pool
+    }
 
     /// See [`Store::probe_write`]: a `DELETE … WHERE false` fails in a read-only transaction
     /// (a standby, `default_transaction_read_only`) and needs a live connection.
@@ -94,14 +110,25 @@ impl PgStore {
         Ok(())
     }
 
-    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-        Ok(self.pool.begin().await?)
+    fn signals(&self) -> &Signals {
+        &self.signals
     }
-    fn write_pool(&self) -> &PgPool {
-        &self.pool
-    }
-    fn read_pool(&self) -> &PgPool {
-        &self.pool
+
+    /// Wakes other processes **after** the commit: a NOTIFY inside the transaction would hold
+    /// PostgreSQL's database-wide notify lock through the commit's WAL flush and serialize every
+    /// committing Worker. A lost notify (crash right after the commit, dropped connection) is
+    /// covered by the waiters' poll; an error here is logged, never returned, because the change
+    /// is already committed.
+    async fn notify_others(&self, session_id: &str, work: bool, events: bool) {
+        let sql = match (work, events) {
+            (false, false) => return,
+            (true, true) => "SELECT pg_notify('tollgate_work', ''), pg_notify('tollgate_events', $1)",
+            (true, false) => "SELECT pg_notify('tollgate_work', $1)",
+            (false, true) => "SELECT pg_notify('tollgate_events', $1)",
+        };
+        if let Err(e) = sqlx::query(sql).bind(session_id).execute(&self.pool).await {
+            tracing::warn!(error = %e, "store: NOTIFY after commit failed; waiters will poll");
+        }
     }
 }
 
@@ -179,5 +206,3 @@ fn migrator() -> Migrator {
         ),
     ])
 }
-
-crate::backend::impl_store!(PgStore, sqlx::Postgres, true);

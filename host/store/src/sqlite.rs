@@ -2,7 +2,8 @@
 //!
 //! It owns the connection set-up: one **writer** connection (every write and every claim goes
 //! through it, each transaction `BEGIN IMMEDIATE`) and a small pool of readers (WAL lets them
-//! read while the writer writes). The statements are the shared ones of the `backend` module.
+//! read while the writer writes) and implements the `backend` module's `Backend` seam, which
+//! gives it the shared [`Store`] implementation.
 //! sqlx runs each SQLite connection on its own thread, so no call blocks the async runtime and
 //! no `spawn_blocking` is needed.
 //!
@@ -46,10 +47,10 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Connection, Row, SqlSafeStr};
+use sqlx::{Connection, SqlSafeStr};
 
-use crate::error::{check_row_version, stored_json};
-use crate::signal::{EventSignal, Signals, WorkSignal};
+use crate::backend::Backend;
+use crate::signal::Signals;
 use crate::*;
 
 /// A [`Store`] on one SQLite file.
@@ -116,6 +117,22 @@ impl SqliteStore {
     pub fn raw_pool(&self) -> &SqlitePool {
         &self.writer
     }
+}
+
+impl Backend for SqliteStore {
+    type Db = sqlx::Sqlite;
+
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    fn write_pool(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    fn read_pool(&self) -> &SqlitePool {
+        &self.reader
+    }
 
     /// Checks that a write can be taken now: a write transaction whose one statement changes
     /// nothing but needs a writable file, rolled back.
@@ -138,15 +155,12 @@ impl SqliteStore {
         }
     }
 
-    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
-        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    fn signals(&self) -> &Signals {
+        &self.signals
     }
-    fn write_pool(&self) -> &SqlitePool {
-        &self.writer
-    }
-    fn read_pool(&self) -> &SqlitePool {
-        &self.reader
-    }
+
+    /// Nobody to wake: wake-ups are in-process only (see the module's caveats).
+    async fn notify_others(&self, _session_id: &str, _work: bool, _events: bool) {}
 }
 
 /// Below this much free space on the database's filesystem, [`Store::probe_write`] reports the
@@ -243,5 +257,3 @@ fn migrator() -> Migrator {
         ),
     ])
 }
-
-crate::backend::impl_store!(SqliteStore, sqlx::Sqlite, false);

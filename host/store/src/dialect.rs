@@ -1,0 +1,349 @@
+//! What differs between the two SQL dialects, and nothing else: [`Dialect`], implemented for
+//! `sqlx::Sqlite` and `sqlx::Postgres`, hands the shared store code ([`crate::backend`]) its
+//! [`Statements`], each rendered **once** per dialect on first use and kept for the process's life.
+//!
+//! Read [`Statements`] first: every statement the store runs, in the order the store code uses
+//! them, each written once in text both dialects share. The seam is small:
+//!
+//! | What | SQLite | PostgreSQL |
+//! |---|---|---|
+//! | the database clock in ms (`{now}` in the text) | `unixepoch('subsec')` | `clock_timestamp()` |
+//! | claiming a step | one `UPDATE … WHERE step_id = (SELECT …)`: SQLite holds the write lock | `WITH … FOR UPDATE SKIP LOCKED` then `UPDATE … FROM` |
+//! | a claim limited to pins | `pin IN (SELECT value FROM json_each($4))` | `pin = ANY(ARRAY(SELECT jsonb_array_elements_text($4::jsonb)))` |
+//! | rows a statement changed | `SqliteQueryResult::rows_affected` | `PgQueryResult::rows_affected` |
+//!
+//! Placeholders are `$1`, `$2`, … in both: sqlx binds SQLite's `$N` parameters by their number
+//! (as it does `?N`), so the text needs no rewriting. Errors are classified in [`crate::error`]
+//! from the codes of both databases; a unique violation is `is_unique_violation()` on both.
+//!
+//! It does not own connections, pools, transactions or wake-ups (the backend modules do), nor
+//! the order of statements inside a transaction (the `backend` module does).
+
+use std::sync::LazyLock;
+
+/// One of the two SQL dialects the store speaks. Sealed: implemented for `sqlx::Sqlite` and
+/// `sqlx::Postgres` only.
+pub(crate) trait Dialect: sqlx::Database + sealed::Sealed {
+    /// Every statement in this dialect, rendered on first use.
+    fn statements() -> &'static Statements;
+
+    /// How many rows a statement changed (the drivers' results share no trait for it).
+    fn rows_affected(result: &Self::QueryResult) -> u64;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::Sqlite {}
+    impl Sealed for sqlx::Postgres {}
+}
+
+impl Dialect for sqlx::Sqlite {
+    fn statements() -> &'static Statements {
+        static SQLITE: LazyLock<Statements> = LazyLock::new(|| {
+            let now = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+            // One statement: SQLite takes the write lock before it reads, so the sub-select and
+            // the update are atomic against every other writer (of this process or another).
+            let claim = |only_pins: &str| {
+                format!(
+                    "UPDATE steps SET state = 'claimed', lease_owner = $1,
+                         due_at = {now} + $2, attempt = attempt + 1, fence = fence + 1, updated_at = {now}
+                     WHERE step_id = (SELECT step_id FROM steps
+                         WHERE state IN ('queued', 'claimed') AND due_at <= {now} AND row_version <= $3
+                             {only_pins}
+                         ORDER BY due_at LIMIT 1)
+                     RETURNING step_id, session_id, row_version, kind, payload, state, interrupt_id,
+                         due_at, attempt, fence, output"
+                )
+            };
+            Statements::render(now, claim(""), claim("AND pin IN (SELECT value FROM json_each($4))"))
+        });
+        &SQLITE
+    }
+
+    fn rows_affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+}
+
+impl Dialect for sqlx::Postgres {
+    fn statements() -> &'static Statements {
+        static POSTGRES: LazyLock<Statements> = LazyLock::new(|| {
+            let now = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+            // Workers never wait on each other's candidate rows (`SKIP LOCKED`). Limited to pins,
+            // the JSON array `$4` becomes an init-plan constant, so `pin = ANY(…)` is an index
+            // condition of `steps_due_pin (pin, due_at)` and only claimable rows are read.
+            let claim = |only_pins: &str| {
+                format!(
+                    "WITH c AS (
+                         SELECT step_id FROM steps
+                         WHERE state IN ('queued', 'claimed') AND due_at <= {now} AND row_version <= $3
+                             {only_pins}
+                         ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+                     UPDATE steps s SET state = 'claimed', lease_owner = $1, due_at = {now} + $2,
+                         attempt = s.attempt + 1, fence = s.fence + 1, updated_at = {now}
+                     FROM c WHERE s.step_id = c.step_id
+                     RETURNING s.step_id, s.session_id, s.row_version, s.kind, s.payload, s.state,
+                         s.interrupt_id, s.due_at, s.attempt, s.fence, s.output"
+                )
+            };
+            Statements::render(
+                now,
+                claim(""),
+                claim("AND pin = ANY(ARRAY(SELECT jsonb_array_elements_text($4::jsonb)))"),
+            )
+        });
+        &POSTGRES
+    }
+
+    fn rows_affected(result: &sqlx::postgres::PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
+}
+
+/// The columns of a step, as [`crate::backend`] decodes them.
+const STEP_COLUMNS: &str =
+    "step_id, session_id, row_version, kind, payload, state, interrupt_id, due_at, attempt, fence, output";
+
+/// The columns of an interrupt, as [`crate::backend`] decodes them.
+const INTERRUPT_COLUMNS: &str =
+    "session_id, interrupt_id, row_version, request, resolution, created_at, resolved_at";
+
+/// Every statement of the store in one dialect. Parameters are `$1`, `$2`, … as the doc of each
+/// names them; the store code binds them in that order.
+pub(crate) struct Statements {
+    // Inside a session's write transaction.
+    /// Locks session `$1`'s row (the first write of every transaction) and returns
+    /// `next_item_seq`, `next_event_seq`, `row_version`.
+    pub lock_session: &'static str,
+    /// Appends item (`$1` session, `$2` seq, `$3` row version, `$4` kind, `$5` uuid, `$6` turn,
+    /// `$7` body); a repeated uuid is skipped.
+    pub append_item: &'static str,
+    /// Appends event (`$1` session, `$2` seq, `$3` row version, `$4` kind, `$5` payload, `$6`
+    /// step, `$7` fence).
+    pub append_event: &'static str,
+    /// Whether session `$1` has an item of kind `$3` after seq `$2`.
+    pub item_after: &'static str,
+    /// Inserts a step (`$1` session, `$2` row version, `$3` kind, `$4` payload, `$5` state, `$6`
+    /// interrupt, `$7` delay in ms), pinned as its session is; returns `step_id`. A second step
+    /// in flight is a unique violation.
+    pub insert_step: &'static str,
+    /// [`Statements::insert_step`], but a second step in flight is skipped (no row returned).
+    pub insert_step_or_skip: &'static str,
+    /// Stores session `$1`'s next seqs (`$2` item, `$3` event), status `$4` and run state `$5`
+    /// when given, and adds usage (`$6` input, `$7` cached input, `$8` output, `$9` model calls).
+    pub save_session: &'static str,
+    /// Session `$1`'s response to client key `$3` of operation `$2`.
+    pub idempotency_key: &'static str,
+    /// Records the response (`$5`) to request `$4` under client key `$3` of operation `$2`.
+    pub insert_idempotency_key: &'static str,
+    /// Interrupt `$2` of session `$1`, with its `state` and `client_key`.
+    pub interrupt_to_resolve: &'static str,
+    /// The step waiting (or that waited) on interrupt `$2` of session `$1`.
+    pub step_of_interrupt: &'static str,
+    /// Resolves interrupt `$2` of session `$1` with resolution `$3` under client key `$4`.
+    pub resolve_interrupt: &'static str,
+    /// Queues the step of session `$1` waiting on interrupt `$2`; returns its `step_id`.
+    pub queue_waiting_step: &'static str,
+    /// Session `$1`'s agent digest and pin.
+    pub agent_of_session: &'static str,
+    /// Session `$1`'s step in flight: `step_id`, `kind`, `state`, `attempt`.
+    pub busy_step: &'static str,
+    /// Pins session `$1` to digest `$2` (`$3`: pinned).
+    pub pin_session: &'static str,
+    /// Moves session `$1`'s queued and waiting steps to pin `$2`.
+    pub pin_steps: &'static str,
+    /// Finishes step `$1` under fence `$2` with output `$3`.
+    pub finish_done: &'static str,
+    /// Queues step `$1` again under fence `$2` after `$3` ms.
+    pub finish_retry: &'static str,
+    /// Keeps step `$1`'s claim under fence `$2` (touches `updated_at` only).
+    pub finish_keep: &'static str,
+    /// Inserts or replaces tool call `$2` of session `$1` (`$3` row version, `$4` status, `$5`
+    /// record).
+    pub upsert_tool_call: &'static str,
+    /// Opens interrupt `$2` of session `$1` (`$3` row version, `$4` request); an existing one is
+    /// a unique violation.
+    pub insert_interrupt: &'static str,
+    /// Creates session `$1` (`$2` row version, `$3` status, `$4` run state, `$5` agent digest,
+    /// `$6` pinned) unless it exists.
+    pub create_session: &'static str,
+
+    // Claims, one statement each.
+    /// Claims the oldest due step for worker `$1` with a lease of `$2` ms, rows up to version
+    /// `$3`; returns the step's columns.
+    pub claim: &'static str,
+    /// [`Statements::claim`] limited to steps whose `pin` is one of the JSON array `$4`.
+    pub claim_for: &'static str,
+    /// Extends the lease of step `$1` under fence `$2` by `$3` ms; returns `due_at`.
+    pub heartbeat: &'static str,
+    /// Queues claimed step `$1` under fence `$2` at once, not counting the attempt; returns
+    /// `session_id`.
+    pub release: &'static str,
+
+    // Reads.
+    /// Session `$1`.
+    pub session: &'static str,
+    /// Step `$1`.
+    pub step: &'static str,
+    /// Up to `$3` items of session `$1` after seq `$2`.
+    pub items: &'static str,
+    /// Up to `$3` events of session `$1` after seq `$2`.
+    pub events: &'static str,
+    /// Interrupt `$2` of session `$1`.
+    pub interrupt: &'static str,
+    /// Up to `$3` sessions after id `$1`, with status `$2` unless it is null.
+    pub sessions: &'static str,
+    /// How many interrupts are open (`n`).
+    pub count_open_interrupts: &'static str,
+    /// Up to `$1` open interrupts, oldest first.
+    pub open_interrupts: &'static str,
+    /// Tool call `$2` of session `$1`.
+    pub tool_call: &'static str,
+    /// Every tool call of session `$1`, in the order first written.
+    pub tool_calls: &'static str,
+    /// Session `$1`'s step in flight.
+    pub step_in_flight: &'static str,
+}
+
+impl Statements {
+    /// The statements with the clock expression `now` and the dialect's two claims. Runs once
+    /// per dialect; the text is kept for the process's life.
+    fn render(now: &str, claim: String, claim_for: String) -> Self {
+        // A new step's pin: the digest of session `$1` when it is pinned, else `''` (any Worker).
+        let pin = "COALESCE((SELECT CASE WHEN agent_pinned THEN agent_digest END
+            FROM sessions WHERE session_id = $1), '')";
+        let insert_step = format!(
+            "INSERT INTO steps (session_id, row_version, kind, payload, state, interrupt_id, due_at,
+                 created_at, updated_at, pin)
+             VALUES ($1, $2, $3, $4, $5, $6, {now} + $7, {now}, {now}, {pin})"
+        );
+        let keep = |s: String| -> &'static str { s.leak() };
+        Statements {
+            lock_session: keep(format!(
+                "UPDATE sessions SET updated_at = {now} WHERE session_id = $1
+                 RETURNING next_item_seq, next_event_seq, row_version"
+            )),
+            append_item: keep(format!(
+                "INSERT INTO items (session_id, seq, row_version, kind, uuid, turn_id, body, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, {now}) ON CONFLICT DO NOTHING"
+            )),
+            append_event: keep(format!(
+                "INSERT INTO events (session_id, seq, row_version, kind, payload, step_id, fence, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, {now})"
+            )),
+            item_after: "SELECT 1 FROM items WHERE session_id = $1 AND seq > $2 AND kind = $3 LIMIT 1",
+            insert_step_or_skip: keep(format!("{insert_step} ON CONFLICT DO NOTHING RETURNING step_id")),
+            insert_step: keep(format!("{insert_step} RETURNING step_id")),
+            save_session: keep(format!(
+                "UPDATE sessions SET next_item_seq = $2, next_event_seq = $3,
+                     status = COALESCE($4, status), run_state = COALESCE($5, run_state),
+                     usage_input_tokens = usage_input_tokens + $6,
+                     usage_cached_input_tokens = usage_cached_input_tokens + $7,
+                     usage_output_tokens = usage_output_tokens + $8,
+                     usage_model_calls = usage_model_calls + $9,
+                     updated_at = {now}
+                 WHERE session_id = $1"
+            )),
+            idempotency_key: "SELECT request, response FROM idempotency_keys
+                 WHERE session_id = $1 AND operation = $2 AND client_key = $3",
+            insert_idempotency_key: keep(format!(
+                "INSERT INTO idempotency_keys (session_id, operation, client_key, request, response, created_at)
+                 VALUES ($1, $2, $3, $4, $5, {now})"
+            )),
+            interrupt_to_resolve: "SELECT session_id, interrupt_id, row_version, state, request, resolution,
+                     client_key, created_at, resolved_at
+                 FROM interrupts WHERE session_id = $1 AND interrupt_id = $2",
+            step_of_interrupt: "SELECT step_id FROM steps WHERE session_id = $1 AND interrupt_id = $2
+                 ORDER BY step_id LIMIT 1",
+            resolve_interrupt: keep(format!(
+                "UPDATE interrupts SET state = 'resolved', resolution = $3, client_key = $4,
+                     resolved_at = {now}
+                 WHERE session_id = $1 AND interrupt_id = $2"
+            )),
+            queue_waiting_step: keep(format!(
+                "UPDATE steps SET state = 'queued', due_at = {now}, updated_at = {now}
+                 WHERE session_id = $1 AND interrupt_id = $2 AND state = 'waiting'
+                 RETURNING step_id"
+            )),
+            agent_of_session: "SELECT agent_digest, agent_pinned FROM sessions WHERE session_id = $1",
+            busy_step: "SELECT step_id, kind, state, attempt FROM steps
+                 WHERE session_id = $1 AND state IN ('queued', 'claimed', 'waiting')",
+            pin_session: "UPDATE sessions SET agent_digest = $2, agent_pinned = $3 WHERE session_id = $1",
+            pin_steps: keep(format!(
+                "UPDATE steps SET pin = $2, updated_at = {now}
+                 WHERE session_id = $1 AND state IN ('queued', 'waiting')"
+            )),
+            finish_done: keep(format!(
+                "UPDATE steps SET state = 'done', output = $3, due_at = NULL, lease_owner = NULL,
+                     updated_at = {now}
+                 WHERE step_id = $1 AND fence = $2 AND state = 'claimed'"
+            )),
+            finish_retry: keep(format!(
+                "UPDATE steps SET state = 'queued', due_at = {now} + $3, lease_owner = NULL,
+                     updated_at = {now}
+                 WHERE step_id = $1 AND fence = $2 AND state = 'claimed'"
+            )),
+            finish_keep: keep(format!(
+                "UPDATE steps SET updated_at = {now}
+                 WHERE step_id = $1 AND fence = $2 AND state = 'claimed'"
+            )),
+            upsert_tool_call: keep(format!(
+                "INSERT INTO tool_calls (session_id, tool_call_id, row_version, status, record,
+                     created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, {now}, {now})
+                 ON CONFLICT (session_id, tool_call_id) DO UPDATE SET status = excluded.status,
+                     record = excluded.record, row_version = excluded.row_version,
+                     updated_at = excluded.updated_at"
+            )),
+            insert_interrupt: keep(format!(
+                "INSERT INTO interrupts (session_id, interrupt_id, row_version, state, request, created_at)
+                 VALUES ($1, $2, $3, 'open', $4, {now})"
+            )),
+            create_session: keep(format!(
+                "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
+                     agent_digest, agent_pinned)
+                 VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6) ON CONFLICT DO NOTHING"
+            )),
+            claim: keep(claim),
+            claim_for: keep(claim_for),
+            heartbeat: keep(format!(
+                "UPDATE steps SET due_at = {now} + $3, updated_at = {now}
+                 WHERE step_id = $1 AND fence = $2 AND state = 'claimed' RETURNING due_at"
+            )),
+            release: keep(format!(
+                "UPDATE steps SET state = 'queued', due_at = {now}, lease_owner = NULL,
+                     attempt = attempt - 1, updated_at = {now}
+                 WHERE step_id = $1 AND fence = $2 AND state = 'claimed' RETURNING session_id"
+            )),
+            session: "SELECT session_id, row_version, status, run_state, usage_input_tokens,
+                     usage_cached_input_tokens, usage_output_tokens, usage_model_calls,
+                     next_item_seq, next_event_seq, created_at, updated_at, agent_digest, agent_pinned
+                 FROM sessions WHERE session_id = $1",
+            step: keep(format!("SELECT {STEP_COLUMNS} FROM steps WHERE step_id = $1")),
+            items: "SELECT seq, row_version, kind, uuid, turn_id, body, created_at FROM items
+                 WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            events: "SELECT seq, row_version, kind, payload, step_id, fence, created_at FROM events
+                 WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            interrupt: keep(format!(
+                "SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = $1 AND interrupt_id = $2"
+            )),
+            sessions: "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned
+                 FROM sessions
+                 WHERE session_id > $1 AND ($2 IS NULL OR status = $2)
+                 ORDER BY session_id LIMIT $3",
+            count_open_interrupts: "SELECT count(*) AS n FROM interrupts WHERE state = 'open'",
+            open_interrupts: keep(format!(
+                "SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE state = 'open'
+                 ORDER BY created_at, session_id, interrupt_id LIMIT $1"
+            )),
+            tool_call: "SELECT row_version, status, record FROM tool_calls
+                 WHERE session_id = $1 AND tool_call_id = $2",
+            tool_calls: "SELECT tool_call_id, row_version, status, record FROM tool_calls
+                 WHERE session_id = $1 ORDER BY created_at, tool_call_id",
+            step_in_flight: keep(format!(
+                "SELECT {STEP_COLUMNS} FROM steps
+                 WHERE session_id = $1 AND state IN ('queued', 'claimed', 'waiting')"
+            )),
+        }
+    }
+}
