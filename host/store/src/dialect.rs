@@ -347,3 +347,149 @@ impl Statements {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Every statement by name. Destructured without `..`, so a new statement must be added here.
+    fn each(s: &'static Statements) -> Vec<(&'static str, &'static str)> {
+        let Statements {
+            lock_session,
+            append_item,
+            append_event,
+            item_after,
+            insert_step,
+            insert_step_or_skip,
+            save_session,
+            idempotency_key,
+            insert_idempotency_key,
+            interrupt_to_resolve,
+            step_of_interrupt,
+            resolve_interrupt,
+            queue_waiting_step,
+            agent_of_session,
+            busy_step,
+            pin_session,
+            pin_steps,
+            finish_done,
+            finish_retry,
+            finish_keep,
+            upsert_tool_call,
+            insert_interrupt,
+            create_session,
+            claim,
+            claim_for,
+            heartbeat,
+            release,
+            session,
+            step,
+            items,
+            events,
+            interrupt,
+            sessions,
+            count_open_interrupts,
+            open_interrupts,
+            tool_call,
+            tool_calls,
+            step_in_flight,
+        } = s;
+        vec![
+            ("lock_session", *lock_session),
+            ("append_item", *append_item),
+            ("append_event", *append_event),
+            ("item_after", *item_after),
+            ("insert_step", *insert_step),
+            ("insert_step_or_skip", *insert_step_or_skip),
+            ("save_session", *save_session),
+            ("idempotency_key", *idempotency_key),
+            ("insert_idempotency_key", *insert_idempotency_key),
+            ("interrupt_to_resolve", *interrupt_to_resolve),
+            ("step_of_interrupt", *step_of_interrupt),
+            ("resolve_interrupt", *resolve_interrupt),
+            ("queue_waiting_step", *queue_waiting_step),
+            ("agent_of_session", *agent_of_session),
+            ("busy_step", *busy_step),
+            ("pin_session", *pin_session),
+            ("pin_steps", *pin_steps),
+            ("finish_done", *finish_done),
+            ("finish_retry", *finish_retry),
+            ("finish_keep", *finish_keep),
+            ("upsert_tool_call", *upsert_tool_call),
+            ("insert_interrupt", *insert_interrupt),
+            ("create_session", *create_session),
+            ("claim", *claim),
+            ("claim_for", *claim_for),
+            ("heartbeat", *heartbeat),
+            ("release", *release),
+            ("session", *session),
+            ("step", *step),
+            ("items", *items),
+            ("events", *events),
+            ("interrupt", *interrupt),
+            ("sessions", *sessions),
+            ("count_open_interrupts", *count_open_interrupts),
+            ("open_interrupts", *open_interrupts),
+            ("tool_call", *tool_call),
+            ("tool_calls", *tool_calls),
+            ("step_in_flight", *step_in_flight),
+        ]
+    }
+
+    /// The `$N` placeholders of `sql`, each with the character after its digits.
+    fn placeholders(sql: &str) -> Vec<(u32, Option<char>)> {
+        let mut found = Vec::new();
+        for (i, _) in sql.match_indices('$') {
+            let rest = &sql[i + 1..];
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            let n = rest[..digits].parse().unwrap_or_else(|_| panic!("`$` without a number in {sql}"));
+            found.push((n, rest[digits..].chars().next()));
+        }
+        found
+    }
+
+    #[test]
+    fn each_dialect_renders_its_statements_once_and_keeps_them() {
+        assert!(std::ptr::eq(sqlx::Sqlite::statements(), sqlx::Sqlite::statements()));
+        assert!(std::ptr::eq(sqlx::Postgres::statements(), sqlx::Postgres::statements()));
+        let clocks = [
+            ("SQLite", sqlx::Sqlite::statements(), "unixepoch"),
+            ("PostgreSQL", sqlx::Postgres::statements(), "clock_timestamp"),
+        ];
+        for (dialect, statements, clock) in clocks {
+            for (name, sql) in each(statements) {
+                assert!(!sql.contains(['{', '}']), "{dialect} `{name}` kept a template token: {sql}");
+                let other = if clock == "unixepoch" { "clock_timestamp" } else { "unixepoch" };
+                assert!(!sql.contains(other), "{dialect} `{name}` uses the other dialect's clock: {sql}");
+            }
+            assert!(statements.lock_session.contains(clock), "{dialect}: {}", statements.lock_session);
+        }
+    }
+
+    #[test]
+    fn both_dialects_take_the_same_numbered_parameters_in_every_statement() {
+        let sqlite = each(sqlx::Sqlite::statements());
+        let postgres = each(sqlx::Postgres::statements());
+        for ((name, lite), (_, pg)) in sqlite.into_iter().zip(postgres) {
+            let numbers = |sql| placeholders(sql).into_iter().map(|p| p.0).collect::<BTreeSet<_>>();
+            assert_eq!(numbers(lite), numbers(pg), "`{name}` binds different parameters:\n{lite}\n{pg}");
+            let expected: BTreeSet<u32> = (1..=numbers(lite).len() as u32).collect();
+            assert_eq!(numbers(lite), expected, "`{name}` skips a parameter number: {lite}");
+        }
+    }
+
+    /// SQLite reads `$AAAA` as a named parameter whose name may go on with `::` or `(…)`, so a
+    /// `$4::jsonb` in SQLite text would swallow the cast into the parameter's name: each `$N`
+    /// must end at its digits.
+    #[test]
+    fn sqlite_reads_every_placeholder_as_a_plain_number() {
+        for (name, sql) in each(sqlx::Sqlite::statements()) {
+            for (n, next) in placeholders(sql) {
+                let bad = next.is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | ':' | '(' | '$'));
+                assert!(!bad, "`{name}`: `${n}` is followed by {next:?}: {sql}");
+            }
+        }
+    }
+}

@@ -10,8 +10,11 @@
 //! kinds, item kinds, statuses and payloads are opaque strings and JSON to it.
 //!
 //! Modules: [`types`] (values in and out), [`error`] ([`StoreError`], terminal vs retryable),
-//! [`signal`] (wake-ups), [`sqlite`] and [`postgres`] (the backends), `testing` (feature
-//! `testing`: a throwaway PostgreSQL cluster and the conformance suite).
+//! [`signal`] (wake-ups), [`sqlite`] and [`postgres`] (the backends: connections, pools,
+//! wake-ups across processes), and two private ones: `backend` (the one generic [`Store`]
+//! implementation both backends share) and `dialect` (what differs between their SQL, each
+//! dialect's statements rendered once); `testing` (feature `testing`: a throwaway PostgreSQL
+//! cluster and the conformance suite).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tollgate_store::StoreError> {
