@@ -68,7 +68,7 @@ async fn wake<B: Backend>(backend: &B, session_id: &str, work: bool, events: boo
 
 /// The helpers of the `Store` implementation, generic over the database: a namespace (never
 /// constructed), so that the sqlx bounds are written once for all of them.
-pub(crate) struct Sql<DB>(PhantomData<DB>);
+struct Sql<DB>(PhantomData<DB>);
 
 impl<DB> Sql<DB>
 where

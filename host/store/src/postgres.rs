@@ -30,7 +30,8 @@ use crate::backend::Backend;
 use crate::signal::{ALL_SESSIONS, Signals};
 use crate::*;
 
-/// A [`Store`] on a PostgreSQL database.
+/// A [`Store`] on a PostgreSQL database (the shared implementation of the `backend` module,
+/// through its `Backend` seam).
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,

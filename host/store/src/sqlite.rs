@@ -53,7 +53,8 @@ use crate::backend::Backend;
 use crate::signal::Signals;
 use crate::*;
 
-/// A [`Store`] on one SQLite file.
+/// A [`Store`] on one SQLite file (the shared implementation of the `backend` module, through
+/// its `Backend` seam).
 #[derive(Clone)]
 pub struct SqliteStore {
     writer: SqlitePool,
