@@ -1,7 +1,10 @@
 //! How a segment starts the CLI: the argv, the environment, and the per-segment scratch
 //! directories with the resume file (PROTOCOL.md §1, §12, §18 steps 1–2).
 //!
-//! Read [`argv`] and [`ScratchDirs`]. [`argv`] is pure; [`ScratchDirs::create`] makes
+//! Read [`argv`], [`apply_options`] and [`ScratchDirs`]. [`argv`] is pure: the host's own flags;
+//! [`apply_options`] is the one mapping of an agent's options (checked by
+//! [`tollgate_engine::options::check_options`], so none of them replaces a host flag) to CLI
+//! flags and environment. [`ScratchDirs::create`] makes
 //! `<root>/tollgate-segment-<pid>-XXXXXX/{home,config,tmp}` (mode `0700`: transcripts are private)
 //! and, for a resume, writes the stored entries to
 //! `config/projects/<key(realpath cwd)>/<session>.jsonl` (mode `0600`), one compact line each,
@@ -28,10 +31,13 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+use tollgate_engine::options::CheckedOptions;
 use tollgate_protocol::TranscriptEntry;
 
 use crate::error::SegmentError;
 use crate::project_key::project_key;
+use crate::segment::SegmentSpec;
 
 /// What [`argv`] needs. Defaults: server `tools`, no permission mode, no resume, `--setting-sources=`
 /// (no settings files), no extra arguments.
@@ -91,6 +97,57 @@ pub fn argv(options: &ArgvOptions<'_>) -> Vec<String> {
     }
     args.extend(options.extra.iter().cloned());
     args
+}
+
+/// Sets the agent's `options` on `spec`: `permission_mode` and `setting_sources` (placed by
+/// [`argv`]), the other options as flags appended to `extra_args` in this order — `--model`,
+/// `--system-prompt`, `--append-system-prompt`, `--tools`, `--disallowedTools`, `--max-turns`,
+/// `--max-budget-usd`, `--mcp-config` (the external servers), then each `extra` flag
+/// (`--flag=value`; `true` or `null`: `--flag`; `false`: left out) — and `env` after the
+/// variables already set, so it wins.
+pub fn apply_options(spec: &mut SegmentSpec, options: &CheckedOptions) {
+    spec.permission_mode.clone_from(&options.permission_mode);
+    spec.setting_sources = Some(options.setting_sources.clone());
+    let args = &mut spec.extra_args;
+    if let Some(model) = &options.model {
+        args.push(format!("--model={model}"));
+    }
+    if let Some(prompt) = &options.system_prompt {
+        args.extend(["--system-prompt".to_owned(), prompt.clone()]);
+    }
+    if let Some(prompt) = &options.append_system_prompt {
+        args.extend(["--append-system-prompt".to_owned(), prompt.clone()]);
+    }
+    if let Some(tools) = &options.tools {
+        args.extend(["--tools".to_owned(), tools.join(",")]);
+    }
+    if !options.disallowed_tools.is_empty() {
+        args.extend(["--disallowedTools".to_owned(), options.disallowed_tools.join(",")]);
+    }
+    if let Some(turns) = options.max_turns {
+        args.push(format!("--max-turns={turns}"));
+    }
+    if let Some(budget) = options.max_budget_usd {
+        args.push(format!("--max-budget-usd={budget}"));
+    }
+    if !options.mcp_servers.is_empty() {
+        let servers: serde_json::Map<String, Value> =
+            options.mcp_servers.iter().map(|s| (s.name.clone(), s.config.clone())).collect();
+        args.extend(["--mcp-config".to_owned(), serde_json::json!({"mcpServers": servers}).to_string()]);
+    }
+    if let Some(Value::Object(extra)) = &options.extra {
+        for (flag, value) in extra {
+            match value {
+                Value::Bool(true) | Value::Null => args.push(format!("--{flag}")),
+                Value::Bool(false) => {}
+                Value::String(text) => args.push(format!("--{flag}={text}")),
+                other => args.push(format!("--{flag}={other}")),
+            }
+        }
+    }
+    for (name, value) in &options.env {
+        spec.env.push((name.into(), value.into()));
+    }
 }
 
 /// A segment's private directories: `home`, `config` (`CLAUDE_CONFIG_DIR`) and `tmp` (`TMPDIR`).
@@ -299,6 +356,72 @@ mod tests {
         assert!(!args.iter().any(|a| a.starts_with("--resume")));
         let mode = argv(&ArgvOptions { permission_mode: Some("dontAsk"), ..ArgvOptions::default() });
         assert!(mode.contains(&"--permission-mode=dontAsk".to_owned()));
+    }
+
+    fn checked(options: serde_json::Value) -> CheckedOptions {
+        tollgate_engine::options::check_options(serde_json::from_value(options).unwrap(), "tools").unwrap()
+    }
+
+    fn spec() -> SegmentSpec {
+        let prompt = tollgate_protocol::UserPrompt::text("hi");
+        SegmentSpec::with_start(crate::CliBinary::unchecked("claude"), "/tmp", crate::Start::Fresh { prompt })
+    }
+
+    #[test]
+    fn options_become_cli_flags_and_environment() {
+        let options = checked(serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "append_system_prompt": "Be brief.",
+            "tools": ["Read", "Bash"],
+            "disallowed_tools": ["WebFetch"],
+            "permission_mode": "dontAsk",
+            "max_turns": 5,
+            "max_budget_usd": 1.5,
+            "env": {"TZ": "UTC"},
+            "extra": {"effort": "high", "verbose": true, "off": false},
+        }));
+        let mut spec = spec();
+        apply_options(&mut spec, &options);
+        assert_eq!(
+            spec.extra_args,
+            [
+                "--model=claude-sonnet-4-5",
+                "--append-system-prompt",
+                "Be brief.",
+                "--tools",
+                "Read,Bash",
+                "--disallowedTools",
+                "WebFetch",
+                "--max-turns=5",
+                "--max-budget-usd=1.5",
+                "--effort=high",
+                "--verbose",
+            ]
+        );
+        assert_eq!(spec.permission_mode.as_deref(), Some("dontAsk"));
+        assert_eq!(spec.setting_sources, Some(vec![]));
+        assert!(spec.env.contains(&("TZ".into(), "UTC".into())));
+        let args = spec.args();
+        assert!(args.contains(&"--permission-mode=dontAsk".to_owned()), "{args:?}");
+        assert!(args.contains(&"--setting-sources=".to_owned()), "{args:?}");
+        assert!(args.ends_with(&spec.extra_args), "the options come after the host's flags: {args:?}");
+    }
+
+    #[test]
+    fn external_mcp_servers_get_their_own_mcp_config_after_the_hosts() {
+        let options = checked(serde_json::json!({
+            "mcp_servers": [{"name": "docs", "config": {"type": "http", "url": "http://docs"}}],
+            "setting_sources": ["project"],
+        }));
+        let mut spec = spec();
+        apply_options(&mut spec, &options);
+        assert_eq!(
+            spec.extra_args,
+            ["--mcp-config", r#"{"mcpServers":{"docs":{"type":"http","url":"http://docs"}}}"#]
+        );
+        let args = spec.args();
+        assert!(args.contains(&"--setting-sources=project".to_owned()), "{args:?}");
+        assert_eq!(args.iter().filter(|a| *a == "--mcp-config").count(), 2, "{args:?}");
     }
 
     #[test]

@@ -14,10 +14,10 @@
 //! | [`mcp`] | the rmcp tool server and its bridge over `mcp_message` control requests |
 //! | [`transport`] | the child process: process group, pipes, line limit, stderr drain |
 //! | `answer` | the one mapping from a gate decision to the hook or permission answer the CLI receives |
-//! | [`launch`] | argv, scratch directories, the resume file |
+//! | [`launch`] | argv (the agent's options as CLI flags), scratch directories, the resume file |
 //! | [`cli`] | finding the binary and refusing unsupported versions |
 //! | [`project_key`] | the transcript folder name of a working directory |
-//! | [`tools`] | what the tool server serves ([`tools::ToolRunner`]; implemented for `tollgate_sandbox::ToolSet`) |
+//! | [`tools`] | what the tool server serves ([`tools::ToolRunner`]; the binary adapts the sandbox's tool set to it) |
 //!
 //! It does not own decisions (the pure `tollgate-engine` does), the wire types
 //! (`tollgate-protocol`), storing entries or records, or running deferred calls (the Worker's
@@ -38,7 +38,6 @@ mod error;
 pub mod launch;
 pub mod mcp;
 pub mod project_key;
-mod sandbox;
 pub mod segment;
 pub mod tools;
 pub mod transport;

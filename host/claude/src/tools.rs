@@ -3,7 +3,8 @@
 //! Read [`ToolRunner`] first. A segment lists the runner's tools in `tools/list` and calls
 //! [`ToolRunner::call`] for an inline call the gate allowed (a read without approval). Deferred
 //! calls never run here: they run in their own durable step, and the resumed segment replays
-//! their record. `tollgate_sandbox::ToolSet` is the production runner; tests may use any other.
+//! their record. The production runner is the binary's adapter of the sandbox's tool set
+//! (`tollgate::tool_runner`); tests may use any other.
 //!
 //! This module does not decide whether a call may run (the gate does) and does not speak MCP
 //! ([`crate::mcp`] does).

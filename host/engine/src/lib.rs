@@ -13,11 +13,15 @@
 //! - [`record`]: the durable outcome of a deferred call and the tool result the model sees for it;
 //! - [`texts`]: every text shown to the model, with the seed section each comes from.
 //!
+//! [`options`] holds a segment's Claude Code options and the one check that stops them from
+//! letting a call bypass the gate.
+//!
 //! [`session`] is the session state machine around it: what each step result changes and which
 //! step comes next, for the Worker to commit.
 
 pub mod catalog;
 pub mod gate;
+pub mod options;
 pub mod policy;
 pub mod record;
 pub mod session;

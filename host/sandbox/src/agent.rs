@@ -5,11 +5,11 @@
 //! call, so it cannot keep state between segments: the same context must give the same options
 //! on every Worker.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
 use tollgate_engine::gate::CliToolDecision;
+use tollgate_engine::options::{AgentOptions, CheckedOptions, McpServer, check_options};
 
 use crate::bindings::agent::plain::OptionsFactoryPre;
 use crate::bindings::agent::plain::tollgate::agent::types as wit;
@@ -20,9 +20,6 @@ use crate::{Manifest, Sandbox};
 
 /// The interface an options factory must export.
 const OPTIONS_EXPORT: &str = "tollgate:agent/options@0.1.0";
-
-/// Permission modes that would let a call run without the gate seeing it.
-const BYPASSING_MODES: &[&str] = &["bypassPermissions", "acceptEdits", "auto"];
 
 /// Which segment the options are for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,81 +32,6 @@ pub struct OptionsContext {
     pub attempt: u32,
 }
 
-/// An external MCP server.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct McpServer {
-    /// Its name.
-    pub name: String,
-    /// Its `--mcp-config` entry.
-    pub config: serde_json::Value,
-}
-
-/// The Claude Code options of one segment (`agent-options` in the WIT).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentOptions {
-    /// The model.
-    pub model: Option<String>,
-    /// Replaces the system prompt.
-    pub system_prompt: Option<String>,
-    /// Appended to the system prompt.
-    pub append_system_prompt: Option<String>,
-    /// Built-in tools offered; `None` keeps the CLI's default set.
-    pub tools: Option<Vec<String>>,
-    /// Built-in tools taken away.
-    #[serde(default)]
-    pub disallowed_tools: Vec<String>,
-    /// The CLI's working directory.
-    pub cwd: Option<String>,
-    /// Extra environment.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// The permission mode.
-    pub permission_mode: Option<String>,
-    /// Model round trips per segment.
-    pub max_turns: Option<u32>,
-    /// Spend limit per turn, in US dollars.
-    pub max_budget_usd: Option<f64>,
-    /// External MCP servers.
-    #[serde(default)]
-    pub mcp_servers: Vec<McpServer>,
-    /// Settings files the CLI reads.
-    #[serde(default)]
-    pub setting_sources: Vec<String>,
-    /// Further CLI options.
-    pub extra: Option<serde_json::Value>,
-}
-
-impl AgentOptions {
-    /// Refuses options that would let a tool call bypass the gate: a permission mode that skips
-    /// permission checks, or an external MCP server that takes the host's own server name.
-    pub fn validate(&self, tool_server: &str) -> Result<(), String> {
-        if let Some(mode) = &self.permission_mode
-            && BYPASSING_MODES.contains(&mode.as_str())
-        {
-            return Err(format!(
-                "permission mode `{mode}` would let tool calls bypass the gate; use `default`, `plan` or `dontAsk`"
-            ));
-        }
-        for server in &self.mcp_servers {
-            if server.name == tool_server {
-                return Err(format!(
-                    "MCP server name `{tool_server}` is the host's own tool server; rename it"
-                ));
-            }
-            if !server.config.is_object() {
-                return Err(format!("MCP server `{}`: its config must be a JSON object", server.name));
-            }
-        }
-        if let Some(extra) = &self.extra
-            && !extra.is_object()
-        {
-            return Err("`extra` must be a JSON object".into());
-        }
-        Ok(())
-    }
-}
-
 /// The factory could not give options or a decision.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 #[non_exhaustive]
@@ -117,7 +39,7 @@ pub enum FactoryError {
     /// The factory returned an error.
     #[error("the options factory refused: {0}")]
     Refused(String),
-    /// It returned something unusable (bad JSON in a field, a bypassing permission mode).
+    /// It returned something unusable (bad JSON in a field, options [`check_options`] refuses).
     #[error("the options factory returned invalid options: {0}")]
     Invalid(String),
     /// It trapped, ran out of time or memory.
@@ -203,9 +125,9 @@ impl OptionsFactory {
         &self.grants.manifest
     }
 
-    /// The options of one segment, checked with [`AgentOptions::validate`] against the host's
-    /// tool server name `tools`.
-    pub async fn build_options(&self, ctx: &OptionsContext) -> Result<AgentOptions, FactoryError> {
+    /// The options of one segment, checked with [`check_options`] against the host's tool server
+    /// name ([`DEFAULT_TOOL_SERVER_NAME`]).
+    pub async fn build_options(&self, ctx: &OptionsContext) -> Result<CheckedOptions, FactoryError> {
         let wit_ctx = wit::OptionsContext {
             session_id: ctx.session_id.clone(),
             turn_id: ctx.turn_id.clone(),
@@ -225,8 +147,7 @@ impl OptionsFactory {
             })
             .await?;
         let options = convert(result.map_err(FactoryError::Refused)?)?;
-        options.validate("tools").map_err(FactoryError::Invalid)?;
-        Ok(options)
+        check_options(options, DEFAULT_TOOL_SERVER_NAME).map_err(|e| FactoryError::Invalid(e.to_string()))
     }
 
     /// Its decision on one call of built-in tool `name` with `input` (a JSON object); `None` when
@@ -277,11 +198,6 @@ fn convert(o: wit::AgentOptions) -> Result<AgentOptions, FactoryError> {
         mcp_servers.push(McpServer { name: server.name, config });
     }
     let extra = o.extra.as_deref().map(|e| json("`extra`", e)).transpose()?;
-    if let Some(budget) = o.max_budget_usd
-        && !(budget.is_finite() && budget > 0.0)
-    {
-        return Err(FactoryError::Invalid(format!("max-budget-usd must be a positive number, not {budget}")));
-    }
     Ok(AgentOptions {
         model: o.model,
         system_prompt: o.system_prompt,
@@ -297,33 +213,4 @@ fn convert(o: wit::AgentOptions) -> Result<AgentOptions, FactoryError> {
         setting_sources: o.setting_sources,
         extra,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permission_modes_that_bypass_the_gate_are_refused() {
-        for mode in ["bypassPermissions", "acceptEdits", "auto"] {
-            let options = AgentOptions { permission_mode: Some(mode.into()), ..Default::default() };
-            assert!(options.validate("tools").unwrap_err().contains(mode));
-        }
-        for mode in ["default", "plan", "dontAsk"] {
-            let options = AgentOptions { permission_mode: Some(mode.into()), ..Default::default() };
-            assert_eq!(options.validate("tools"), Ok(()));
-        }
-    }
-
-    #[test]
-    fn an_mcp_server_may_not_take_the_host_servers_name() {
-        let options = AgentOptions {
-            mcp_servers: vec![McpServer {
-                name: "tools".into(),
-                config: serde_json::json!({"type": "http"}),
-            }],
-            ..Default::default()
-        };
-        assert!(options.validate("tools").unwrap_err().contains("`tools`"));
-    }
 }

@@ -60,7 +60,7 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
 };
 
-pub use agent::{AgentOptions, FactoryError, McpServer, OptionsContext, OptionsFactory};
+pub use agent::{FactoryError, OptionsContext, OptionsFactory};
 pub use allow::{AllowListError, AllowedHosts};
 pub use cache::{CacheOutcome, WASMTIME_VERSION};
 pub use error::{CallError, LoadError};

@@ -24,7 +24,7 @@ use crate::bindings::tool::ToolProviderPre;
 use crate::bindings::tool::tollgate::tool::types as wit;
 use crate::cache::CacheOutcome;
 use crate::error::{CallError, LoadError};
-use crate::manifest::{Manifest, ManifestError, ManifestFile};
+use crate::manifest::{Manifest, ManifestFile};
 use crate::names::check_tool_name;
 use crate::schema::{SchemaBounds, SchemaCost};
 use crate::{Annotations, Sandbox};
@@ -38,8 +38,9 @@ pub(crate) const MAX_SCHEMA_BYTES_PER_COMPONENT: usize = 1 << 20;
 /// Bytes of one tool's description.
 pub(crate) const MAX_DESCRIPTION_BYTES: usize = 64 << 10;
 
-/// Manifests that come from the agent's `tollgate.toml` (`[tools.<component>]` tables), by
-/// component name. A component not named here may have a `<name>.toml` beside it.
+/// Manifests that come from the agent's `tollgate.toml` (`[tools.<component>]` tables, parsed by
+/// the binary's `AgentConfig`: this crate does not read that file), by component name. A
+/// component not named here may have a `<name>.toml` beside it.
 #[derive(Clone, Debug, Default)]
 pub struct Manifests {
     entries: BTreeMap<String, (ManifestFile, String, PathBuf)>,
@@ -60,41 +61,6 @@ impl Manifests {
         base: PathBuf,
     ) {
         self.entries.insert(component.into(), (file, origin.into(), base));
-    }
-
-    /// Reads the `[tools.<component>]` tables of an agent's `tollgate.toml`; the file's other
-    /// tables are not this crate's business and are ignored.
-    pub fn from_agent_config(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ManifestError::Syntax {
-            origin: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Self::from_agent_config_text(path, &text)
-    }
-
-    /// As [`Manifests::from_agent_config`], from the file's text already read.
-    pub fn from_agent_config_text(path: &Path, text: &str) -> Result<Self, ManifestError> {
-        let origin = path.display().to_string();
-        let table: toml::Table = toml::from_str(text)
-            .map_err(|e| ManifestError::Syntax { origin: origin.clone(), message: e.to_string() })?;
-        let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let mut manifests = Self::default();
-        let Some(tools) = table.get("tools") else {
-            return Ok(manifests);
-        };
-        let tools = tools.as_table().ok_or_else(|| ManifestError::Syntax {
-            origin: origin.clone(),
-            message: "`tools` must be a table of `[tools.<component>]` tables".into(),
-        })?;
-        for (component, value) in tools {
-            let table_origin = format!("{origin} [tools.{component}]");
-            let file: ManifestFile = value.clone().try_into().map_err(|e: toml::de::Error| {
-                ManifestError::Syntax { origin: table_origin.clone(), message: e.message().to_string() }
-            })?;
-            // Directories in tollgate.toml are relative to the agent directory, not `tools/`.
-            manifests.insert(component.clone(), file, table_origin, base.clone());
-        }
-        Ok(manifests)
     }
 }
 

@@ -1,8 +1,9 @@
 //! An agent directory: `tollgate.toml`, an optional options factory, and `tools/*.wasm`.
 //!
-//! [`Agent::load`] reads every file of the bundle once ([`crate::bundle`]), checks it against
-//! `tollgate.lock` when there is one, and checks the configuration; [`Agent::options`] gives a
-//! segment its Claude Code options, from the factory or the static `[options]` table.
+//! [`Agent::load`] reads every file of the bundle once ([`crate::bundle`]), checks the
+//! configuration and then the bundle against `tollgate.lock` when there is one; [`Agent::options`]
+//! gives a segment its Claude Code options, from the factory or the static `[options]` table,
+//! checked either way.
 //!
 //! [`Agent::tools`]: a **locked** agent's tools are loaded once, from the bytes that were hashed
 //! and checked, and never read from disk again. An **unlocked** agent loads `tools/` anew for
@@ -10,69 +11,28 @@
 //! at the next attempt). Either way [`Agent::digest`] is the agent digest of the files as read at
 //! load: for an unlocked agent it describes the process's start, not a later hot-dropped tool.
 //!
-//! ```toml
-//! [agent]
-//! flow_type = "SupportAgent"        # a label
-//! options_factory = "agent.wasm"    # or a static [options] table
-//! spend_limit_usd = 5.0             # no new segment once a session spent this much
-//! segment_timeout_secs = 900        # one CLI run, default 15 min
-//!
-//! [options]                         # used when there is no factory
-//! model = "claude-sonnet-4-5"
-//! tools = ["Read", "Grep"]
-//!
-//! [policies]                        # see tollgate_engine::policy
-//! create_refund = { effect = "non_idempotent_write" }
-//!
-//! [tools.payments]                  # the component's grants; see tollgate_sandbox::Manifest
-//! allowed_outbound_hosts = ["https://payments.example.com"]
-//! ```
+//! The configuration itself, `tollgate.toml`, is [`crate::config::AgentConfig`], parsed once by
+//! [`Bundle::read`] from the bytes the lock's digest is computed from.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use serde::Deserialize;
-use tollgate_engine::policy::Policies;
-use tollgate_engine::session::Limits;
+use tollgate_engine::options::CheckedOptions;
 #[cfg(test)]
 use tollgate_sandbox::SandboxConfig;
-use tollgate_sandbox::{AgentOptions, FactoryError, OptionsFactory};
-use tollgate_sandbox::{Manifests, OptionsContext, Sandbox, ToolSet};
+use tollgate_sandbox::{FactoryError, OptionsContext, OptionsFactory, Sandbox, ToolSet};
 use tollgate_store::AgentDigest;
 
 use crate::bundle::{Bundle, LOCK_FILE, Lock};
-
-/// The file name of an agent's configuration.
-pub const CONFIG_FILE: &str = "tollgate.toml";
-
-/// The default limit of one segment (seeds, "Limits": 15 minutes).
-pub const DEFAULT_SEGMENT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct AgentTable {
-    flow_type: Option<String>,
-    options_factory: Option<PathBuf>,
-    spend_limit_usd: Option<f64>,
-    segment_timeout_secs: Option<u64>,
-}
+use crate::config::{AgentConfig, CONFIG_FILE};
 
 /// A loaded agent directory. Share it behind an `Arc`.
 pub struct Agent {
     dir: PathBuf,
-    /// A label (`[agent] flow_type`).
-    pub flow_type: Option<String>,
-    /// The `[policies]` table.
-    pub policies: Policies,
-    manifests: Manifests,
+    /// Its `tollgate.toml` (the defaults when there is none).
+    pub config: AgentConfig,
     sandbox: Sandbox,
     factory: Option<OptionsFactory>,
-    static_options: AgentOptions,
-    /// The limits the state machine enforces.
-    pub limits: Limits,
-    /// How long one segment may run.
-    pub segment_timeout: Duration,
     digest: String,
     /// A locked agent's tools, loaded once.
     pinned_tools: Option<ToolSet>,
@@ -101,8 +61,9 @@ impl Agent {
     /// factory, and one trial load of `tools/` so a broken component is reported now.
     ///
     /// # Errors
-    /// A missing directory, an unreadable or invalid configuration (the message names the key),
-    /// an options factory that does not load.
+    /// A missing directory, an unreadable or invalid configuration (a
+    /// [`crate::config::ConfigError`] naming the file, line and key), an options factory that
+    /// does not load.
     pub async fn load(dir: &Path, sandbox: Sandbox) -> anyhow::Result<Agent> {
         Self::load_with(dir, sandbox, LockUse::Verify).await
     }
@@ -111,14 +72,20 @@ impl Agent {
     ///
     /// # Errors
     /// As [`Agent::load`]; with [`LockUse::Verify`] also a lock that does not parse (the file and
-    /// line named) or a bundle that differs from it (each file named with both digests). Nothing
-    /// is compiled before the lock is checked.
+    /// line named) or a bundle that differs from it (each file named with both digests), checked
+    /// after the configuration parsed. Nothing is compiled before the lock is checked.
     pub async fn load_with(dir: &Path, sandbox: Sandbox, lock: LockUse) -> anyhow::Result<Agent> {
         if !dir.is_dir() {
             bail!("the agent directory {} does not exist", dir.display());
         }
         let dir = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
-        let bundle = Bundle::read(&dir)?;
+        let mut bundle = Bundle::read(&dir)?;
+        // A configuration that does not parse comes first: without it the options factory could
+        // not be found, and the lock would call it missing.
+        let config = match bundle.config.take() {
+            Some(parsed) => parsed?,
+            None => AgentConfig::defaults(dir.join(CONFIG_FILE)),
+        };
         let locked = match lock {
             LockUse::Verify => match Lock::read(&dir)? {
                 Some(lock) => {
@@ -129,89 +96,37 @@ impl Agent {
             },
             LockUse::Ignore => false,
         };
-        let config = dir.join(CONFIG_FILE);
-        let (table, manifests) = match &bundle.config {
-            Some(text) => {
-                let table: toml::Table =
-                    toml::from_str(text).with_context(|| format!("{}", config.display()))?;
-                (table, Manifests::from_agent_config_text(&config, text)?)
-            }
-            None => (toml::Table::new(), Manifests::default()),
-        };
-        let where_ = config.display();
-        for key in table.keys() {
-            if !["agent", "options", "policies", "tools"].contains(&key.as_str()) {
-                bail!(
-                    "{where_}: unknown table `[{key}]` (expected [agent], [options], [policies], [tools.<name>])"
-                );
-            }
-        }
-        let agent: AgentTable = match table.get("agent") {
-            Some(value) => value.clone().try_into().with_context(|| format!("{where_}: [agent]"))?,
-            None => AgentTable::default(),
-        };
-        let policies = match table.get("policies") {
-            Some(value) => Policies::from_value(&serde_json::to_value(value)?)
-                .with_context(|| format!("{where_}: [policies]"))?,
-            None => Policies::default(),
-        };
-        let static_options: AgentOptions = match table.get("options") {
-            Some(value) => {
-                let options: AgentOptions = serde_json::from_value(serde_json::to_value(value)?)
-                    .with_context(|| format!("{where_}: [options]"))?;
-                options.validate("tools").map_err(|e| anyhow::anyhow!("{where_}: [options]: {e}"))?;
-                options
-            }
-            None => AgentOptions::default(),
-        };
-        if agent.options_factory.is_some() && table.contains_key("options") {
-            bail!("{where_}: set either [agent] options_factory or [options], not both");
-        }
-        if let Some(limit) = agent.spend_limit_usd
-            && !(limit.is_finite() && limit > 0.0)
-        {
-            bail!("{where_}: [agent] spend_limit_usd must be a positive number of dollars, not {limit}");
-        }
-        let segment_timeout = match agent.segment_timeout_secs {
-            Some(0) => bail!("{where_}: [agent] segment_timeout_secs must be at least 1"),
-            Some(secs) => Duration::from_secs(secs),
-            None => DEFAULT_SEGMENT_TIMEOUT,
-        };
-        let factory = match (&agent.options_factory, &bundle.factory) {
+        let factory = match (&config.options_factory, &bundle.factory) {
             (Some(_), Some(source)) => Some(
                 sandbox
-                    .load_options_factory_source(source, &manifests)
+                    .load_options_factory_source(source, &config.manifests)
                     .await
-                    .with_context(|| format!("{where_}: [agent] options_factory"))?,
+                    .with_context(|| format!("{}: [agent] options_factory", config.path.display()))?,
             ),
-            (Some(path), None) => {
-                bail!("{where_}: [agent] options_factory: {} does not exist", dir.join(path).display())
-            }
+            (Some(path), None) => bail!(
+                "{}: [agent] options_factory: {} does not exist",
+                config.path.display(),
+                dir.join(path).display()
+            ),
             (None, _) => None,
         };
         let tools_dir = dir.join("tools");
-        let tools = if !tools_dir.exists() && manifests.is_empty() {
+        let tools = if !tools_dir.exists() && config.manifests.is_empty() {
             sandbox.no_tools()
         } else {
             sandbox
-                .load_tool_sources(&tools_dir, bundle.tools, &manifests)
+                .load_tool_sources(&tools_dir, bundle.tools, &config.manifests)
                 .await
                 .context("loading the agent's tools")?
         };
-        let loaded = Agent {
+        Ok(Agent {
             dir,
-            flow_type: agent.flow_type,
-            policies,
-            manifests,
+            config,
             sandbox,
             factory,
-            static_options,
-            limits: Limits { spend_limit_usd: agent.spend_limit_usd },
-            segment_timeout,
             digest: bundle.digest,
             pinned_tools: locked.then_some(tools),
-        };
-        Ok(loaded)
+        })
     }
 
     /// The agent directory (canonical).
@@ -256,10 +171,10 @@ impl Agent {
             return Ok(tools.clone());
         }
         let dir = self.dir.join("tools");
-        if !dir.exists() && self.manifests.is_empty() {
+        if !dir.exists() && self.config.manifests.is_empty() {
             return Ok(self.sandbox.no_tools());
         }
-        Ok(self.sandbox.load_tools(&dir, &self.manifests).await?)
+        Ok(self.sandbox.load_tools(&dir, &self.config.manifests).await?)
     }
 
     /// Whether the options factory decides built-in tool calls.
@@ -272,14 +187,14 @@ impl Agent {
         self.factory.as_ref()
     }
 
-    /// The options of one segment.
+    /// The options of one segment, checked ([`tollgate_engine::options::check_options`]).
     ///
     /// # Errors
     /// The factory refused, trapped, or returned options that would bypass the gate.
-    pub async fn options(&self, ctx: &OptionsContext) -> Result<AgentOptions, FactoryError> {
+    pub async fn options(&self, ctx: &OptionsContext) -> Result<CheckedOptions, FactoryError> {
         match &self.factory {
             Some(factory) => factory.build_options(ctx).await,
-            None => Ok(self.static_options.clone()),
+            None => Ok(self.config.static_options()),
         }
     }
 }
@@ -307,8 +222,8 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(agent.limits.spend_limit_usd, Some(2.5));
-        assert_eq!(agent.segment_timeout, Duration::from_secs(60));
+        assert_eq!(agent.config.limits.spend_limit_usd, Some(2.5));
+        assert_eq!(agent.config.segment_timeout, std::time::Duration::from_secs(60));
         assert!(!agent.has_cli_policy());
         let ctx = OptionsContext { session_id: "s".into(), turn_id: "turn-1".into(), attempt: 1 };
         assert_eq!(agent.options(&ctx).await.unwrap().model.as_deref(), Some("m"));

@@ -38,14 +38,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tollgate_sandbox::ComponentSource;
 
+use crate::config::{AgentConfig, CONFIG_FILE, ConfigError};
+
 /// The lock file's name in an agent directory.
 pub const LOCK_FILE: &str = "tollgate.lock";
 
 /// The lock format this build reads and writes.
 pub const LOCK_VERSION: u32 = 1;
-
-/// The agent's configuration file (also [`crate::agent::CONFIG_FILE`]).
-const CONFIG_FILE: &str = "tollgate.toml";
 
 /// What is wrong with a bundle or its lock.
 #[derive(Debug, thiserror::Error)]
@@ -162,8 +161,9 @@ pub fn is_digest(digest: &str) -> bool {
 pub struct Bundle {
     /// The agent directory (canonical).
     pub dir: PathBuf,
-    /// The text of `tollgate.toml`, when there is one.
-    pub config: Option<String>,
+    /// `tollgate.toml` parsed from the bytes hashed in `files`, when there is one. A parse error
+    /// is kept, not returned, so a lock's mismatch is reported first.
+    pub config: Option<Result<AgentConfig, ConfigError>>,
     /// The options factory named in `tollgate.toml` (with the manifest beside it), when it exists.
     pub factory: Option<ComponentSource>,
     /// `tools/*.wasm` by file name, with the manifests beside them.
@@ -175,8 +175,9 @@ pub struct Bundle {
 }
 
 impl Bundle {
-    /// Reads the bundle of `dir` (canonical). An options factory that is named but missing is
-    /// left out (the lock or the agent's loader reports it).
+    /// Reads the bundle of `dir` (canonical), parsing `tollgate.toml` once to find the options
+    /// factory. An options factory that is named but missing, or named in a configuration that
+    /// does not parse, is left out (the lock or the agent's loader reports it).
     ///
     /// # Errors
     /// A file that exists but cannot be read.
@@ -190,11 +191,12 @@ impl Bundle {
         let config = if config_path.is_file() {
             let text = std::fs::read_to_string(&config_path).map_err(io(&config_path))?;
             files.insert(CONFIG_FILE.to_owned(), file_digest(text.as_bytes()));
-            Some(text)
+            Some(AgentConfig::parse(&config_path, &text))
         } else {
             None
         };
-        let factory = match config.as_deref().and_then(factory_path) {
+        let named = config.as_ref().and_then(|parsed| parsed.as_ref().ok()?.options_factory.clone());
+        let factory = match named {
             Some(relative) => {
                 let path = dir.join(&relative);
                 if path.is_file() {
@@ -253,12 +255,6 @@ fn add_source(files: &mut BTreeMap<String, String>, dir: &Path, source: &Compone
 fn relative(dir: &Path, path: &Path) -> String {
     let rel = path.strip_prefix(dir).unwrap_or(path);
     rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
-}
-
-/// `[agent] options_factory` of a configuration's text, when it parses and names one.
-fn factory_path(config: &str) -> Option<String> {
-    let table: toml::Table = toml::from_str(config).ok()?;
-    Some(table.get("agent")?.get("options_factory")?.as_str()?.to_owned())
 }
 
 /// A parsed `tollgate.lock`.

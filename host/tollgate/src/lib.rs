@@ -3,10 +3,12 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`agent`] | an agent directory: `tollgate.toml`, the options factory, `tools/` |
+//! | [`config`] | `tollgate.toml` itself: its schema, defaults and errors, parsed once |
 //! | [`bundle`] | an agent's files, their digests, the agent digest and `tollgate.lock` |
 //! | [`worker`] | claiming, running and committing steps |
 //! | [`sessions`] | client calls: start, send, resolve, snapshot |
 //! | [`convert`] | the state machine's values as the store's |
+//! | [`tool_runner`] | the sandbox's tool set as the segment's tool runner |
 //! | [`metrics`] | the Prometheus counters the Worker updates |
 //! | [`proxy`] | the loopback model proxy: the CLI gets a per-segment token, never the API key |
 //! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
@@ -23,12 +25,14 @@ pub mod api;
 pub mod bundle;
 pub mod client;
 pub mod commands;
+pub mod config;
 pub mod convert;
 pub mod metrics;
 pub mod proxy;
 pub mod sessions;
 pub mod telemetry;
 pub mod tls;
+pub mod tool_runner;
 pub mod worker;
 
 use std::process::ExitCode;

@@ -5,10 +5,11 @@
 //! - `fake_cli`: the scripted `fake-claude` binary: the frame loop on a happy turn, `can_use_tool`
 //!   instead of the hook, and every way the CLI can misbehave (garbage, a 5 MB line, an exit
 //!   mid-turn, a stall, no `initialize` answer, a dropped segment). Fast; always run.
-//! - `real_cli`: the pinned Claude Code CLI against `tollgate-mock-model` and the real example
-//!   guests (`lookup_order`, `create_refund`): inline reads, defer and resume, rejections, Bash,
-//!   rewritten input, two writes in one reply, four resumes in a row. Skipped loudly when the CLI is
-//!   not installed, unless `TOLLGATE_REQUIRE_REAL_CLI=1`.
+//! - `real_cli`: the pinned Claude Code CLI against `tollgate-mock-model` and the example tools
+//!   (`lookup_order`, `create_refund`: an in-test runner answering as the example guests do; the
+//!   guests themselves run in the `tollgate` crate's tests): inline reads, defer and resume,
+//!   rejections, Bash, rewritten input, two writes in one reply, four resumes in a row. Skipped
+//!   loudly when the CLI is not installed, unless `TOLLGATE_REQUIRE_REAL_CLI=1`.
 //! - `locate`: finding the binary and refusing unsupported versions.
 
 mod fake_cli;

@@ -1,8 +1,9 @@
-//! The pinned Claude Code CLI against the mock model and the real example guests.
+//! The pinned Claude Code CLI against the mock model and the example tools (an in-test runner
+//! that answers as the example guests do).
 //!
 //! Every test drives whole segments through `run_segment`, the way a Worker does: deferred calls
-//! are run "in their step" by the test (the sandbox with a `DeferredExecution`), recorded, and
-//! handed to the next segment's gate. The payments service counts refunds, so a write that runs
+//! are run "in their step" by the test (with the call's idempotency key), recorded, and handed to
+//! the next segment's gate. The payments service counts refunds, so a write that runs
 //! twice is caught.
 
 use std::sync::Arc;
@@ -15,12 +16,12 @@ use tollgate_engine::gate::{DeferredCall, Gate};
 use tollgate_engine::record::{Outcome, ToolCallRecord};
 use tollgate_mock_model::MockModel;
 use tollgate_protocol::{HookAnswer, HookInput, TranscriptEntry, UserPrompt};
-use tollgate_sandbox::{DeferredExecution, ToolSet};
 
 use tollgate_mock_model::tool_result;
 
 use crate::util::{
-    Payments, against_mock, describe_with, dir, example_tools, gate, last_tool_result, real_cli, run,
+    ExampleTools, Payments, against_mock, describe_with, dir, example_tools, gate, last_tool_result,
+    real_cli, run,
 };
 
 /// One session as the store would hold it: the CLI session id and every entry so far.
@@ -48,17 +49,16 @@ struct World {
     cli: tollgate_claude::CliBinary,
     mock: MockModel,
     payments: Payments,
-    tools: Arc<ToolSet>,
+    tools: Arc<ExampleTools>,
     project: tempfile::TempDir,
-    _agent: tempfile::TempDir,
 }
 
 impl World {
     async fn start(cli: tollgate_claude::CliBinary) -> World {
         let mock = MockModel::start().await.expect("start the mock model");
         let payments = Payments::start().await.expect("start payments");
-        let (tools, agent) = example_tools(&payments).await;
-        World { cli, mock, payments, tools, project: dir(), _agent: agent }
+        let tools = example_tools(&payments);
+        World { cli, mock, payments, tools, project: dir() }
     }
 
     fn runner(&self) -> Arc<dyn ToolRunner> {
@@ -94,17 +94,14 @@ impl World {
 
     /// Runs a deferred custom call the way `CallSingleAttemptTool` does, and records it.
     async fn run_step(&self, session: &Session, call: &DeferredCall) -> ToolCallRecord {
-        let execution = DeferredExecution::new(&session.id, "turn-1", &call.tool_use_id, 1);
-        let output = self
+        let key = format!("{}/turn-1/{}", session.id, call.tool_use_id);
+        let (text, is_error) = self
             .tools
-            .call(&call.tool_name, &call.arguments.to_string(), Some(&execution))
+            .run_deferred(&call.tool_name, &call.arguments, &key)
             .await
             .unwrap_or_else(|err| panic!("the deferred {} failed: {err}", call.tool_name));
-        let outcome = if output.is_error {
-            Outcome::Failed { error: output.text() }
-        } else {
-            Outcome::Succeeded { output: output.text() }
-        };
+        let outcome =
+            if is_error { Outcome::Failed { error: text } } else { Outcome::Succeeded { output: text } };
         call.record(outcome)
     }
 

@@ -1,11 +1,12 @@
 //! Shared helpers: configured CLIs and specs, the example tools, a payments service, and failure
 //! messages that carry everything the CLI said.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Semaphore, SemaphorePermit, mpsc};
 use tollgate_claude::tools::{CallFuture, ToolOutput, ToolRunError, ToolRunner, ToolSpec, catalog};
 use tollgate_claude::{
@@ -14,7 +15,6 @@ use tollgate_claude::{
 use tollgate_engine::gate::Gate;
 use tollgate_engine::policy::{Annotations, Effect, Policies, PolicyEntry};
 use tollgate_mock_model::MockModel;
-use tollgate_sandbox::{Manifests, Sandbox, SandboxConfig, ToolSet};
 
 /// Real-CLI runs cost ~240 MB and a core each: at most two at once (2 cores, shared).
 static REAL_CLI_SLOTS: Semaphore = Semaphore::const_new(2);
@@ -129,34 +129,120 @@ pub fn gate(runner: &dyn ToolRunner) -> Gate {
 
 pub use tollgate_mock_model::payments::Payments;
 
-/// The example tools, built from source by `tollgate-test-guests`, loaded in the sandbox:
-/// `lookup_order` (read) and `create_refund` (posting to `payments`).
-pub async fn example_tools(payments: &Payments) -> (Arc<ToolSet>, tempfile::TempDir) {
-    let agent = dir();
-    let tools = agent.path().join("tools");
-    std::fs::create_dir(&tools).expect("tools dir");
-    std::fs::copy(tollgate_test_guests::ORDERS, tools.join("orders.wasm")).expect("copy orders");
-    std::fs::copy(tollgate_test_guests::PAYMENTS, tools.join("payments.wasm")).expect("copy payments");
-    std::fs::write(
-        tools.join("payments.toml"),
-        format!(
-            "allowed_outbound_hosts = [\"http://{}\"]\n[config]\nPAYMENTS_URL = \"{}\"\n",
-            payments.addr, payments.url
-        ),
-    )
-    .expect("manifest");
-    let cache = agent.path().join("cache");
-    let sandbox =
-        Sandbox::new(SandboxConfig { cache_dir: Some(shared_cache(&cache)), ..SandboxConfig::default() })
-            .expect("sandbox");
-    let set = sandbox.load_tools(&tools, &Manifests::default()).await.expect("load the example tools");
-    (Arc::new(set), agent)
+/// The example tools as an in-test runner, answering as the example guests do
+/// (`examples/tools/rust/{orders,payments}`): `lookup_order` (read-only; orders "1" to "99",
+/// delivered, 600 cents times the number) and `create_refund` (open-world; a deferred call POSTs
+/// to `payments` with its idempotency key). The guests themselves run through the sandbox in the
+/// `tollgate` crate's tests; this crate does not depend on the sandbox.
+pub struct ExampleTools {
+    payments: std::net::SocketAddr,
 }
 
-/// A compile cache shared by the tests of this binary (compiling the guests costs seconds).
-fn shared_cache(fallback: &Path) -> PathBuf {
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/h-claude-component-cache");
-    if std::fs::create_dir_all(&shared).is_ok() { shared } else { fallback.to_path_buf() }
+/// The example tools for `payments`.
+pub fn example_tools(payments: &Payments) -> Arc<ExampleTools> {
+    Arc::new(ExampleTools { payments: payments.addr })
+}
+
+impl ExampleTools {
+    /// Runs a deferred call in its step, with its idempotency key: the output's text and whether
+    /// it is an error result.
+    pub async fn run_deferred(
+        &self,
+        name: &str,
+        arguments: &Value,
+        key: &str,
+    ) -> Result<(String, bool), String> {
+        match name {
+            "create_refund" => self.post_refund(arguments, key).await,
+            "lookup_order" => Ok(lookup_order(arguments)),
+            other => Err(format!("no tool {other}")),
+        }
+    }
+
+    /// `POST /refunds` with the `Idempotency-Key` header, as the guest sends it.
+    async fn post_refund(&self, arguments: &Value, key: &str) -> Result<(String, bool), String> {
+        let body = arguments.to_string();
+        let request = format!(
+            "POST /refunds HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nidempotency-key: {key}\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            self.payments,
+            body.len()
+        );
+        let mut socket = tokio::net::TcpStream::connect(self.payments).await.map_err(|e| e.to_string())?;
+        socket.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        socket.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+        let (head, answer) = response.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
+        match head.split_whitespace().nth(1) {
+            Some(status) if status.starts_with('2') => Ok((answer.to_owned(), false)),
+            Some(status) if status.starts_with('4') => Ok((format!("refund refused: {answer}"), true)),
+            other => Err(format!("payments service returned {other:?}")),
+        }
+    }
+}
+
+/// `lookup_order`'s answer: the order as JSON, or a tool-level error.
+fn lookup_order(arguments: &Value) -> (String, bool) {
+    let id = arguments["order_id"].as_str().unwrap_or_default();
+    match id.parse::<u64>() {
+        Ok(n @ 1..=99) if n.to_string() == id => (
+            format!(
+                r#"{{"order_id":"{id}","status":"delivered","total_cents":{},"currency":"EUR"}}"#,
+                600 * n
+            ),
+            false,
+        ),
+        _ => (format!("order {id} not found"), true),
+    }
+}
+
+impl ToolRunner for ExampleTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        vec![
+            ToolSpec {
+                name: "lookup_order".into(),
+                description: "Looks an order up by its ID: its status, total and currency.".into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"order_id": {"type": "string", "description": "The order's ID, such as \"7\"."}},
+                    "required": ["order_id"],
+                    "additionalProperties": false,
+                }),
+                annotations: Annotations { read_only: true, idempotent: true, ..Annotations::default() },
+            },
+            ToolSpec {
+                name: "create_refund".into(),
+                description: "Refunds part or all of an order to the customer's original payment method."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "order_id": {"type": "string", "description": "The order to refund, such as \"7\"."},
+                        "amount_cents": {"type": "integer", "minimum": 1, "description": "The amount to refund, in cents."},
+                        "reason": {"type": "string", "description": "Why, in a few words."},
+                    },
+                    "required": ["order_id", "amount_cents"],
+                    "additionalProperties": false,
+                }),
+                annotations: Annotations { open_world: true, ..Annotations::default() },
+            },
+        ]
+    }
+
+    fn call<'a>(&'a self, name: &'a str, arguments: &'a Value) -> CallFuture<'a> {
+        Box::pin(async move {
+            match name {
+                "lookup_order" => {
+                    let (text, is_error) = lookup_order(arguments);
+                    Ok(ToolOutput { is_error, ..ToolOutput::text(text) })
+                }
+                "create_refund" => {
+                    Err(ToolRunError { message: "create_refund must run as a deferred call".into() })
+                }
+                other => Err(ToolRunError { message: format!("no tool {other}") }),
+            }
+        })
+    }
 }
 
 /// A read-only `echo` tool, for the fake CLI.

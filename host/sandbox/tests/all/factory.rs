@@ -17,7 +17,7 @@ async fn the_example_factory_returns_typed_options() {
         .await
         .unwrap();
     assert!(factory.has_cli_policy());
-    let options = factory.build_options(&ctx()).await.unwrap();
+    let options = factory.build_options(&ctx()).await.unwrap().into_inner();
     assert_eq!(options.model.as_deref(), Some("claude-sonnet-4-5"));
     assert!(options.append_system_prompt.unwrap().contains("session-42"));
     assert_eq!(options.tools, Some(vec!["Read".into(), "Grep".into(), "Bash".into()]));

@@ -115,27 +115,25 @@ async fn a_manifest_in_two_places_is_refused() {
 #[tokio::test]
 async fn a_manifest_for_a_missing_component_is_refused() {
     let dir = ToolsDir::new().component("orders", guests::ORDERS);
-    std::fs::write(
-        dir.root.path().join("tollgate.toml"),
-        "[agent]\nname = \"x\"\n[tools.payments]\nmemory_mb = 16\n",
-    )
-    .unwrap();
-    let manifests = Manifests::from_agent_config(&dir.root.path().join("tollgate.toml")).unwrap();
+    let manifests = agent_config_manifests(&dir, "payments", "memory_mb = 16\n");
     let error = sandbox().load_tools(&dir.tools(), &manifests).await.unwrap_err();
     let text = error.to_string();
     assert!(matches!(error, LoadError::ManifestWithoutComponent { .. }), "{text}");
     assert!(text.contains("[tools.payments]") && text.contains("payments.wasm"), "{text}");
 }
 
+/// What the binary's `AgentConfig` gives for a `[tools.<component>]` table of `tollgate.toml`.
+fn agent_config_manifests(dir: &ToolsDir, component: &str, table: &str) -> Manifests {
+    let origin = format!("{} [tools.{component}]", dir.root.path().join("tollgate.toml").display());
+    let mut manifests = Manifests::default();
+    manifests.insert(component, ManifestFile::parse(table, &origin).unwrap(), origin, dir.root.path().into());
+    manifests
+}
+
 #[tokio::test]
-async fn manifests_from_tollgate_toml_are_applied() {
+async fn manifests_from_the_agent_config_are_applied() {
     let dir = ToolsDir::new().component("orders", guests::ORDERS);
-    std::fs::write(
-        dir.root.path().join("tollgate.toml"),
-        "[tools.orders]\nmemory_mb = 16\ntimeout_ms = 1500\n",
-    )
-    .unwrap();
-    let manifests = Manifests::from_agent_config(&dir.root.path().join("tollgate.toml")).unwrap();
+    let manifests = agent_config_manifests(&dir, "orders", "memory_mb = 16\ntimeout_ms = 1500\n");
     let tools = sandbox().load_tools(&dir.tools(), &manifests).await.unwrap();
     let limits = tools.components()[0].manifest.limits;
     assert_eq!((limits.memory_bytes, limits.timeout.as_millis()), (16 << 20, 1500));

@@ -56,6 +56,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
             }
             Err(error) => {
                 writeln!(out, "{error}")?;
+                if let Some(Err(config)) = &bundle.config {
+                    // Its options factory could not be found: the lock may call it missing.
+                    writeln!(out, "and the configuration does not parse: {config}")?;
+                }
                 Ok(ExitCode::from(1))
             }
         };

@@ -4,7 +4,8 @@
 //! may be `[tools.<name>]` tables there, the options factory is `[agent] options_factory`) or a
 //! bare directory of components. Without `tollgate.toml`, the components are `DIR/*.wasm`, or
 //! `DIR/tools/*.wasm` when `DIR` holds none but has a `tools/` folder; each one's manifest is the
-//! `<name>.toml` beside it or none (everything denied). `check` says which it used.
+//! `<name>.toml` beside it or none (everything denied). `check` says which it used. The
+//! configuration is [`AgentConfig::read`]: the whole file is checked, as a Worker would.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ use clap::{Args, Subcommand};
 use tollgate_sandbox::{
     CacheOutcome, DeferredExecution, Manifests, OptionsContext, Sandbox, SandboxConfig, ToolInfo, ToolSet,
 };
+
+use crate::config::AgentConfig;
 
 /// `tollgate tools …`
 #[derive(Debug, Args)]
@@ -152,7 +155,7 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
                     factory_path.display(),
                     options.model.as_deref().unwrap_or("default"),
                     options.permission_mode.as_deref().unwrap_or("default"),
-                    options.tools.map_or("default".into(), |t| t.join(", ")),
+                    options.tools.as_ref().map_or("default".into(), |t| t.join(", ")),
                     if factory.has_cli_policy() { ", decides built-in tool calls" } else { "" }
                 )?;
                 for line in factory.manifest().describe() {
@@ -186,8 +189,7 @@ impl Layout {
         if !dir.is_dir() {
             bail!("{} is not a directory", dir.display());
         }
-        let config = dir.join("tollgate.toml");
-        if !config.is_file() {
+        let Some(config) = AgentConfig::read(dir)? else {
             let beside =
                 "manifests from the <name>.toml beside each component, none meaning everything denied";
             let tools = if !has_components(dir) && dir.join("tools").is_dir() {
@@ -208,24 +210,15 @@ impl Layout {
                 tools.display()
             );
             return Ok(Self { tools, manifests: Manifests::default(), factory: None, described });
-        }
-        let manifests = Manifests::from_agent_config(&config)?;
-        let text = std::fs::read_to_string(&config)?;
-        let table: toml::Table = toml::from_str(&text).with_context(|| format!("{}", config.display()))?;
-        let factory = match table.get("agent").and_then(|a| a.get("options_factory")) {
-            None => None,
-            Some(toml::Value::String(path)) => Some(dir.join(path)),
-            Some(other) => {
-                bail!("{}: `[agent] options_factory` must be a path, not {other}", config.display())
-            }
         };
+        let factory = config.options_factory.as_ref().map(|path| dir.join(path));
         let described = format!(
             "agent {}: tool components from {}/*.wasm, manifests from its [tools.<name>] tables or the \
              <name>.toml beside each component",
-            config.display(),
+            config.path.display(),
             dir.join("tools").display()
         );
-        Ok(Self { tools: dir.join("tools"), manifests, factory, described })
+        Ok(Self { tools: dir.join("tools"), manifests: config.manifests, factory, described })
     }
 
     async fn load(&self, sandbox: &Sandbox) -> anyhow::Result<ToolSet> {

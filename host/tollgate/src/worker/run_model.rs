@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tollgate_claude::launch::apply_options;
 use tollgate_claude::{
     CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start, run_segment,
 };
@@ -15,7 +16,7 @@ use tollgate_engine::gate::Gate;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind};
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
-use tollgate_sandbox::{AgentOptions, OptionsContext};
+use tollgate_sandbox::OptionsContext;
 use tollgate_store::Claimed;
 use tracing::{info, warn};
 
@@ -24,36 +25,10 @@ use crate::agent::Agent;
 use crate::proxy::{ProxySummary, SpendLimit};
 use crate::sessions;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
+use crate::tool_runner::SandboxTools;
 
 /// How often streamed events are written while a segment runs.
 const EVENT_FLUSH: Duration = Duration::from_millis(200);
-
-/// CLI options the host owns; `extra` may not set them.
-const OWNED_FLAGS: &[&str] = &[
-    "resume",
-    "continue",
-    "fork-session",
-    "session-id",
-    "mcp-config",
-    "strict-mcp-config",
-    "await-initialize",
-    "permission-prompt-tool",
-    "permission-mode",
-    "dangerously-skip-permissions",
-    "allow-dangerously-skip-permissions",
-    "allowedTools",
-    "allowed-tools",
-    "output-format",
-    "input-format",
-    "resume-session-at",
-    "resume-drops-turn",
-    "session-mirror",
-    "include-partial-messages",
-    "setting-sources",
-    "settings",
-    "print",
-    "p",
-];
 
 pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep) -> Result<(), StepError> {
     let session_id = &claimed.step.session_id;
@@ -78,7 +53,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         &state,
         &sessions::history(&items),
         &calls,
-        &worker.agent.limits,
+        &worker.agent.config.limits,
     )?;
     let run = match plan {
         Plan::Finish(transition) => {
@@ -116,7 +91,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         Ok(proxy) => Ok((
             proxy.base_url(),
             proxy.register(SpendLimit {
-                limit_usd: worker.agent.limits.spend_limit_usd,
+                limit_usd: worker.agent.config.limits.spend_limit_usd,
                 spent_before_usd: state.cost_usd,
             }),
         )),
@@ -216,7 +191,7 @@ async fn segment(
     let agent = &worker.agent;
     let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
     let tools = match agent.tools().await {
-        Ok(tools) => Arc::new(tools),
+        Ok(tools) => Arc::new(SandboxTools(tools)),
         Err(err) => return failed(format!("the agent's tools did not load: {err:#}"), true),
     };
     let ctx = OptionsContext {
@@ -233,13 +208,13 @@ async fn segment(
         }
     };
     trace.requested_model(options.model.as_deref());
-    let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = tools.clone();
+    let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = tools;
     let catalog = match tollgate_claude::tools::catalog(DEFAULT_TOOL_SERVER_NAME, &runner.tools()) {
         Ok(catalog) => catalog,
         Err(err) => return failed(format!("the agent's tools cannot be offered: {err}"), false),
     };
     let mut gate =
-        Gate::new(agent.policies.clone(), catalog).with_turn_records(run.turn_records.iter().cloned());
+        Gate::new(agent.config.policies.clone(), catalog).with_turn_records(run.turn_records.iter().cloned());
     if agent.has_cli_policy() {
         gate = gate.with_cli_decider();
     }
@@ -269,10 +244,8 @@ async fn segment(
     let mut spec = SegmentSpec::with_start(worker.cli.clone(), cwd, start);
     spec.env.extend(cli_settings_env());
     spec.env.extend(model_env(model.base_url, model.token, |name| std::env::var_os(name)));
-    if let Err(err) = apply_options(&mut spec, &options) {
-        return failed(err, false);
-    }
-    spec.timeout = agent.segment_timeout;
+    apply_options(&mut spec, &options);
+    spec.timeout = agent.config.segment_timeout;
     if agent.has_cli_policy() {
         spec.cli_decider = Some(Arc::new(FactoryDecider { agent: agent.clone() }));
     }
@@ -394,56 +367,6 @@ fn model_env(
     env
 }
 
-/// The agent's options as CLI arguments and environment.
-fn apply_options(spec: &mut SegmentSpec, options: &AgentOptions) -> Result<(), String> {
-    spec.permission_mode.clone_from(&options.permission_mode);
-    spec.setting_sources = Some(options.setting_sources.clone());
-    let args = &mut spec.extra_args;
-    if let Some(model) = &options.model {
-        args.push(format!("--model={model}"));
-    }
-    if let Some(prompt) = &options.system_prompt {
-        args.extend(["--system-prompt".to_owned(), prompt.clone()]);
-    }
-    if let Some(prompt) = &options.append_system_prompt {
-        args.extend(["--append-system-prompt".to_owned(), prompt.clone()]);
-    }
-    if let Some(tools) = &options.tools {
-        args.extend(["--tools".to_owned(), tools.join(",")]);
-    }
-    if !options.disallowed_tools.is_empty() {
-        args.extend(["--disallowedTools".to_owned(), options.disallowed_tools.join(",")]);
-    }
-    if let Some(turns) = options.max_turns {
-        args.push(format!("--max-turns={turns}"));
-    }
-    if let Some(budget) = options.max_budget_usd {
-        args.push(format!("--max-budget-usd={budget}"));
-    }
-    if !options.mcp_servers.is_empty() {
-        let servers: serde_json::Map<String, Value> =
-            options.mcp_servers.iter().map(|s| (s.name.clone(), s.config.clone())).collect();
-        args.extend(["--mcp-config".to_owned(), json!({"mcpServers": servers}).to_string()]);
-    }
-    if let Some(Value::Object(extra)) = &options.extra {
-        for (flag, value) in extra {
-            if OWNED_FLAGS.contains(&flag.as_str()) {
-                return Err(format!("options `extra` sets --{flag}, which Tollgate owns"));
-            }
-            match value {
-                Value::Bool(true) | Value::Null => args.push(format!("--{flag}")),
-                Value::Bool(false) => {}
-                Value::String(text) => args.push(format!("--{flag}={text}")),
-                other => args.push(format!("--{flag}={other}")),
-            }
-        }
-    }
-    for (name, value) in &options.env {
-        spec.env.push((name.into(), value.into()));
-    }
-    Ok(())
-}
-
 /// The options factory's `decide-cli-tool`, which the segment asks from a task of its own.
 struct FactoryDecider {
     agent: Arc<Agent>,
@@ -524,63 +447,6 @@ fn push_event(pending: &mut Vec<NewEvent>, turn_id: &str, attempt: i64, event: S
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec() -> SegmentSpec {
-        let prompt = UserPrompt::text("hi");
-        SegmentSpec::with_start(
-            tollgate_claude::CliBinary::unchecked("claude"),
-            "/tmp",
-            Start::Fresh { prompt },
-        )
-    }
-
-    #[test]
-    fn options_become_cli_flags_and_environment() {
-        let options: AgentOptions = serde_json::from_value(json!({
-            "model": "claude-sonnet-4-5",
-            "append_system_prompt": "Be brief.",
-            "tools": ["Read", "Bash"],
-            "disallowed_tools": ["WebFetch"],
-            "permission_mode": "dontAsk",
-            "max_turns": 5,
-            "max_budget_usd": 1.5,
-            "env": {"TZ": "UTC"},
-            "extra": {"effort": "high", "verbose": true, "off": false},
-        }))
-        .unwrap();
-        let mut spec = spec();
-        apply_options(&mut spec, &options).unwrap();
-        assert_eq!(
-            spec.extra_args,
-            [
-                "--model=claude-sonnet-4-5",
-                "--append-system-prompt",
-                "Be brief.",
-                "--tools",
-                "Read,Bash",
-                "--disallowedTools",
-                "WebFetch",
-                "--max-turns=5",
-                "--max-budget-usd=1.5",
-                "--effort=high",
-                "--verbose",
-            ]
-        );
-        assert_eq!(spec.permission_mode.as_deref(), Some("dontAsk"));
-        assert_eq!(spec.setting_sources, Some(vec![]));
-        assert!(spec.env.contains(&("TZ".into(), "UTC".into())));
-    }
-
-    #[test]
-    fn an_extra_flag_that_tollgate_owns_is_refused_by_name() {
-        for flag in
-            ["resume", "mcp-config", "permission-mode", "dangerously-skip-permissions", "allowedTools"]
-        {
-            let options: AgentOptions = serde_json::from_value(json!({"extra": {flag: "x"}})).unwrap();
-            let error = apply_options(&mut spec(), &options).unwrap_err();
-            assert!(error.contains(&format!("--{flag}")), "{error}");
-        }
-    }
 
     #[test]
     fn the_cli_reaches_the_model_through_the_proxy_with_its_token_and_loopback_is_not_proxied() {
