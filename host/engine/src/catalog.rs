@@ -95,6 +95,7 @@ const MCP_PREFIX: &str = "mcp__";
 
 /// Which side runs a tool. Serialized as `custom` / `cli` in records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolKind {
     /// A custom tool: a WASM component behind Tollgate's MCP server. Named bare.

@@ -258,6 +258,7 @@ impl Handling {
 
 /// Where a deferred call runs once approved (DESIGN.md §2 step 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DeferredRun {
     /// A custom tool in `CallTool`: up to 3 attempts under one idempotency key.

@@ -3,8 +3,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tollgate_engine::catalog::ToolKind as EngineToolKind;
-use tollgate_engine::policy::DeferredRun;
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::HistoryItem;
 use tollgate_engine::session::view;
@@ -14,7 +12,7 @@ use tollgate_store::{
     UpgradeReceipt, UserMessage,
 };
 
-use crate::api::types::{CallStatus, Message, PendingApproval, RunsIn, Snapshot, ToolCall, ToolKind, Usage};
+use crate::api::types::{Message, PendingApproval, Snapshot, ToolCall, Usage};
 use crate::convert;
 
 /// A client call that failed.
@@ -160,7 +158,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
     let mut tool_calls = Vec::new();
     for record in store.tool_calls(session_id).await? {
         let call = tool_call(CallEntry::parse(record.record.get())?);
-        if call.state == CallStatus::PendingApproval {
+        if call.state == CallState::PendingApproval {
             pending_interrupts.push(PendingApproval {
                 arguments: call.arguments.clone(),
                 interrupt_id: call.tool_call_id.clone(),
@@ -198,25 +196,10 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
 fn tool_call(call: CallEntry) -> ToolCall {
     ToolCall {
         arguments: call.arguments,
-        kind: match call.kind {
-            EngineToolKind::Custom => ToolKind::Custom,
-            EngineToolKind::Cli => ToolKind::Cli,
-        },
+        kind: call.kind,
         requires_approval: call.requires_approval,
-        runs_in: match call.runs_in {
-            DeferredRun::CallTool => RunsIn::CallTool,
-            DeferredRun::CallSingleAttemptTool => RunsIn::CallSingleAttemptTool,
-            DeferredRun::ResumedSegment => RunsIn::ResumedSegment,
-        },
-        state: match call.state {
-            CallState::PendingApproval => CallStatus::PendingApproval,
-            CallState::Queued => CallStatus::Queued,
-            CallState::Started { attempt } => CallStatus::Started { attempt },
-            CallState::Succeeded { output } => CallStatus::Succeeded { output },
-            CallState::Failed { error } => CallStatus::Failed { error },
-            CallState::Rejected { message } => CallStatus::Rejected { message },
-            CallState::OutcomeUnknown => CallStatus::OutcomeUnknown,
-        },
+        runs_in: call.runs_in,
+        state: call.state,
         tool_call_id: call.tool_call_id,
         tool_name: call.tool_name,
         turn_id: call.turn_id,

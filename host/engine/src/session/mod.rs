@@ -241,13 +241,15 @@ impl RunState {
     }
 }
 
-/// Where a deferred call is in its life; the final four are [`Outcome`]s.
+/// Where a deferred call is in its life; the last four are final (each an `Outcome`). Stored in
+/// the session's run state and sent as is by the HTTP API (`status` and that state's field).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum CallState {
     /// Waits for a decision.
     PendingApproval,
-    /// Approved (or needs none); its tool step is queued.
+    /// Approved (or needs no approval); its tool step is queued.
     Queued,
     /// Its tool step started attempt `attempt`; a single-attempt call found here after a crash
     /// records `outcome_unknown`.
@@ -255,22 +257,23 @@ pub enum CallState {
         /// The attempt that started, from 1.
         attempt: i64,
     },
-    /// See [`Outcome::Succeeded`].
+    /// The tool ran and returned.
     Succeeded {
-        /// What the tool returned.
+        /// What it returned.
         output: String,
     },
-    /// See [`Outcome::Failed`].
+    /// The tool failed.
     Failed {
         /// The failure text.
         error: String,
     },
-    /// See [`Outcome::Rejected`].
+    /// The reviewer rejected the call.
     Rejected {
-        /// The reviewer's reason.
+        /// The reviewer's reason (`null` when none was given).
+        #[cfg_attr(feature = "openapi", schema(required = true))]
         message: Option<String>,
     },
-    /// See [`Outcome::OutcomeUnknown`].
+    /// A single-attempt call whose Worker died while it ran: it may or may not have happened.
     OutcomeUnknown,
 }
 
@@ -285,6 +288,15 @@ impl CallState {
             CallState::Failed { .. } => "failed",
             CallState::Rejected { .. } => "rejected",
             CallState::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+
+    /// The final state's text: the output, the error or the reviewer's message.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            CallState::Succeeded { output: text } | CallState::Failed { error: text } => Some(text),
+            CallState::Rejected { message } => message.as_deref(),
+            _ => None,
         }
     }
 

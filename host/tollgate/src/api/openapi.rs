@@ -217,7 +217,7 @@ mod tests {
             let schema = &doc["components"]["schemas"][body];
             assert_eq!(schema["additionalProperties"], false, "{body} refuses unknown fields");
         }
-        for shared in ["ToolCall", "CallStatus", "PendingApproval", "ApprovalRequest", "ErrorBody"] {
+        for shared in ["ToolCall", "CallState", "PendingApproval", "ApprovalRequest", "ErrorBody"] {
             assert!(doc["components"]["schemas"][shared].is_object(), "{shared}");
         }
     }

@@ -16,6 +16,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
+/// The engine's own types, sent as they are (their schemas come from the engine's `openapi`
+/// feature): a call's state, which side runs a tool, and where an approved call runs.
+pub use tollgate_engine::catalog::ToolKind;
+pub use tollgate_engine::policy::DeferredRun;
+pub use tollgate_engine::session::CallState;
+
 /// Serializes `value` with its object keys sorted (through a JSON value, whose maps are sorted):
 /// the order of the objects the API sent nested in a JSON value before it had types.
 fn sorted_keys<T: Serialize, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
@@ -239,28 +245,6 @@ pub struct Usage {
     pub model_calls: i64,
 }
 
-/// Which side runs a tool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolKind {
-    /// A custom tool: a WASM component behind Tollgate's MCP server.
-    Custom,
-    /// A tool that runs inside the CLI (a built-in, or a tool of an external MCP server).
-    Cli,
-}
-
-/// Where a deferred call runs once approved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RunsIn {
-    /// A custom tool in a tool step: up to 3 attempts under one idempotency key.
-    CallTool,
-    /// A custom tool in a single-attempt tool step; a crash records `outcome_unknown`.
-    CallSingleAttemptTool,
-    /// A CLI tool: the CLI runs it in the resumed segment.
-    ResumedSegment,
-}
-
 /// A tool call that waits for a decision (`Snapshot::pending_interrupts`).
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct PendingApproval {
@@ -286,73 +270,16 @@ pub struct ToolCall {
     /// Whether it waits for a decision first.
     pub requires_approval: bool,
     /// Where it runs once approved.
-    pub runs_in: RunsIn,
+    pub runs_in: DeferredRun,
     /// Where it is: `status` and that state's field.
     #[serde(flatten)]
-    pub state: CallStatus,
+    pub state: CallState,
     /// The model's tool use id.
     pub tool_call_id: String,
     /// The tool.
     pub tool_name: String,
     /// The turn that made it.
     pub turn_id: String,
-}
-
-/// Where a deferred call is in its life; the last four are final.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum CallStatus {
-    /// Waits for a decision.
-    PendingApproval,
-    /// Approved (or needs no approval); its tool step is queued.
-    Queued,
-    /// Its tool step started attempt `attempt`.
-    Started {
-        /// The attempt that started, from 1.
-        attempt: i64,
-    },
-    /// The tool ran and returned.
-    Succeeded {
-        /// What it returned.
-        output: String,
-    },
-    /// The tool failed.
-    Failed {
-        /// The failure text.
-        error: String,
-    },
-    /// The reviewer rejected the call.
-    Rejected {
-        /// The reviewer's reason (`null` when none was given).
-        #[schema(required = true)]
-        message: Option<String>,
-    },
-    /// A single-attempt call whose Worker died while it ran: it may or may not have happened.
-    OutcomeUnknown,
-}
-
-impl CallStatus {
-    /// The `status` it is sent as.
-    pub fn name(&self) -> &'static str {
-        match self {
-            CallStatus::PendingApproval => "pending_approval",
-            CallStatus::Queued => "queued",
-            CallStatus::Started { .. } => "started",
-            CallStatus::Succeeded { .. } => "succeeded",
-            CallStatus::Failed { .. } => "failed",
-            CallStatus::Rejected { .. } => "rejected",
-            CallStatus::OutcomeUnknown => "outcome_unknown",
-        }
-    }
-
-    /// The final state's text: the output, the error or the reviewer's message.
-    pub fn text(&self) -> Option<&str> {
-        match self {
-            CallStatus::Succeeded { output: text } | CallStatus::Failed { error: text } => Some(text),
-            CallStatus::Rejected { message } => message.as_deref(),
-            _ => None,
-        }
-    }
 }
 
 /// A page of `GET /v1/sessions`, by id.
@@ -723,13 +650,13 @@ mod tests {
             arguments: json!({"order_id": "7"}),
             kind: ToolKind::Custom,
             requires_approval: true,
-            runs_in: RunsIn::CallSingleAttemptTool,
-            state: CallStatus::Rejected { message: None },
+            runs_in: DeferredRun::CallSingleAttemptTool,
+            state: CallState::Rejected { message: None },
             tool_call_id: "toolu_1".into(),
             tool_name: "create_refund".into(),
             turn_id: "t1".into(),
         };
-        let started = ToolCall { state: CallStatus::Started { attempt: 2 }, ..call.clone() };
+        let started = ToolCall { state: CallState::Started { attempt: 2 }, ..call.clone() };
         let snapshot = Snapshot {
             session_id: "s".into(),
             status: "idle".into(),

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tollgate::api::types::{
-    CallStatus, Created, ErrorBody, ErrorCode, ErrorDetail, MessageReceipt, RunsIn, Snapshot, ToolCall,
+    CallState, Created, DeferredRun, ErrorBody, ErrorCode, ErrorDetail, MessageReceipt, Snapshot, ToolCall,
     ToolKind, Usage,
 };
 
@@ -528,8 +528,8 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         arguments: json!({"order_id": "7", "amount_cents": 500}),
         kind: ToolKind::Custom,
         requires_approval: true,
-        runs_in: RunsIn::CallSingleAttemptTool,
-        state: CallStatus::Succeeded { output: "r_1".into() },
+        runs_in: DeferredRun::CallSingleAttemptTool,
+        state: CallState::Succeeded { output: "r_1".into() },
         tool_call_id: "toolu_1".into(),
         tool_name: "create_refund".into(),
         turn_id: "t1".into(),

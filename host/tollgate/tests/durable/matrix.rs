@@ -129,7 +129,7 @@ async fn a_rejected_write_never_runs_and_the_model_reads_the_reason() {
     assert_eq!(done.tool_calls[0].state.name(), "rejected");
     assert_eq!(
         done.tool_calls[0].state,
-        tollgate::api::types::CallStatus::Rejected { message: Some("not this order".into()) }
+        tollgate::api::types::CallState::Rejected { message: Some("not this order".into()) }
     );
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model saw a result");
     // The CLI may append its own `<system-reminder>` after a tool result.
