@@ -288,3 +288,49 @@ async fn a_receiver_that_fails_twice_gets_every_event_signed_with_stable_ids_acr
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_servers_on_postgres_send_each_event_once() {
+    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let Some(world) =
+        World::on_db("webhooks on PostgreSQL", Refund::SingleAttemptWithApproval, &cluster.url()).await
+    else {
+        return;
+    };
+    let receiver = Receiver::start(Vec::new()).await;
+    let hooks = write_hooks(&world, &receiver.url);
+    let a = Served::start_with(&world, "serve-a", None, "127.0.0.1:0", &["--webhooks", &hooks]).await;
+    let b = Served::start_with(&world, "serve-b", None, "127.0.0.1:0", &["--webhooks", &hooks]).await;
+
+    world.send("s", REFUND).await;
+    let waiting = world.wait_for("s", "the approval", |s| s.status == "awaiting_approval").await;
+    world.decide("s", &waiting.pending_interrupts[0].interrupt_id, true, None, "k1").await;
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    receiver.wait_until("three events", |r| r.len() >= 3, &world).await;
+    // Longer than a poll of both loops: a second sender would have sent by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop((a, b));
+
+    let requests = receiver.requests();
+    let mut types: Vec<String> =
+        requests.iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
+    types.sort_unstable();
+    assert_eq!(types, ["interrupt.created", "interrupt.decided", "turn.completed"], "each event sent once");
+    let deliveries = world.store.outbox().unwrap().deliveries(0, 100).await.unwrap();
+    assert!(
+        deliveries.iter().all(|d| d.state == tollgate_store::DeliveryState::Delivered && d.attempt == 1),
+        "{deliveries:?}"
+    );
+    let events = world.events("s").await;
+    for r in &requests {
+        let body = r.json();
+        let seq = body["data"]["event_seq"].as_i64().unwrap();
+        let at = events.iter().find(|e| e.seq == seq).expect("the event").created_at;
+        eprintln!(
+            "webhook {:<18} delivered {:>6} ms after its event (PostgreSQL, two servers)",
+            body["type"].as_str().unwrap(),
+            r.at_ms - at
+        );
+    }
+}
