@@ -334,3 +334,41 @@ async fn two_servers_on_postgres_send_each_event_once() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_webhooks_file_stops_tollgate_api_naming_the_file_line_and_key_before_the_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("api.db");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!(
+            "[[webhooks]]\nurl = \"http://127.0.0.1:9/\"\nsecret = \"{SECRET}\"\nevents = [\"turn.done\"]\n"
+        ),
+    )
+    .unwrap();
+    let Err(refused) = crate::tls::ApiServer::start(&db, &["--webhooks", bad.to_str().unwrap()], &[]).await
+    else {
+        panic!("tollgate api started with a bad webhooks file");
+    };
+    assert!(!refused.success);
+    let want = format!("{}:4: webhook 1: `events`: unknown event `turn.done`", bad.display());
+    assert!(refused.stderr.contains(&want), "{}", refused.stderr);
+    assert!(!db.exists(), "the store was opened before the webhooks file was checked");
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "[[webhooks]]\nurl = \"http://127.0.0.1:9/\"\nsecret_env = \"HOOK_SECRET\"\nevents = [\"turn.failed\"]\n",
+    )
+    .unwrap();
+    let api = crate::tls::ApiServer::start(
+        &db,
+        &["--webhooks", good.to_str().unwrap()],
+        &[("HOOK_SECRET", SECRET)],
+    )
+    .await
+    .expect("tollgate api starts with a good webhooks file");
+    assert!(api.log_text().contains("sending webhooks to 1 endpoint(s)"), "{}", api.log_text());
+    api.stop().await;
+}
