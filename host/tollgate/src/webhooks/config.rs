@@ -327,6 +327,12 @@ mod tests {
     }
 
     #[test]
+    fn a_file_without_webhooks_is_an_empty_list_that_clears_the_subscriptions() {
+        assert!(parse_with("", &[]).unwrap().is_empty());
+        assert!(parse_with("# none yet\n", &[]).unwrap().is_empty());
+    }
+
+    #[test]
     fn two_webhooks_with_one_name_are_refused() {
         let one =
             format!("[[webhooks]]\nurl = \"http://a/\"\nsecret = \"{SECRET}\"\nevents = [\"turn.failed\"]\n");
