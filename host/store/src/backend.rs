@@ -273,7 +273,7 @@ where
 impl<B, DB> Store for B
 where
     B: Backend<Db = DB>,
-    DB: Dialect,
+    DB: Dialect + crate::outbox::OutboxDialect,
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
@@ -789,6 +789,10 @@ where
 
     async fn probe_write(&self) -> Result<(), StoreError> {
         self.check_writable().await
+    }
+
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        Some(self)
     }
 
     fn work_signal(&self) -> WorkSignal {

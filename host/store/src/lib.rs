@@ -10,7 +10,7 @@
 //! kinds, item kinds, statuses and payloads are opaque strings and JSON to it.
 //!
 //! Modules: [`types`] (values in and out), [`error`] ([`StoreError`], terminal vs retryable),
-//! [`signal`] (wake-ups), [`sqlite`] and [`postgres`] (the backends: connections, pools,
+//! [`signal`] (wake-ups), [`outbox`] (webhook deliveries written with their events), [`sqlite`] and [`postgres`] (the backends: connections, pools,
 //! wake-ups across processes), and two private ones: `backend` (the one generic [`Store`]
 //! implementation both backends share) and `dialect` (what differs between their SQL, each
 //! dialect's statements rendered once); `testing` (feature `testing`: a throwaway PostgreSQL
@@ -47,7 +47,8 @@
 //! (`sessions.agent_digest`, `sessions.agent_pinned`) and `steps.pin` (`''`: any Worker, else the
 //! pinned digest, copied from the session when a step is inserted) with the partial index
 //! `steps_due_pin(pin, due_at) WHERE state IN ('queued','claimed')` that [`Store::claim_for`]
-//! scans. JSON columns are `text` on both backends (never `jsonb`, which would
+//! scans. Migration 0004 adds the webhook outbox (`webhook_subscriptions`, `webhook_deliveries` and a
+//! trigger on `events`; see [`outbox`]). JSON columns are `text` on both backends (never `jsonb`, which would
 //! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -66,6 +67,7 @@
 //!   interrupt; no task, no connection, no lease.
 
 pub mod error;
+pub mod outbox;
 pub mod postgres;
 pub mod signal;
 pub mod sqlite;
@@ -80,6 +82,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::{StoreError, UnavailableReason};
+pub use outbox::{Delivery, DeliveryState, Outbox, Subscription};
 pub use postgres::PgStore;
 pub use signal::{EventSignal, WorkSignal};
 pub use sqlite::SqliteStore;
@@ -225,6 +228,12 @@ pub trait Store: Send + Sync {
     /// [`UnavailableReason::ReadOnly`] or [`UnavailableReason::Unreachable`]). For health checks.
     /// It cannot see a full disk (that needs a write that takes new space).
     async fn probe_write(&self) -> Result<(), StoreError>;
+
+    /// The webhook outbox in the same database ([`outbox`]), or `None` when this store has
+    /// none. Both backends have one.
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        None
+    }
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

@@ -205,5 +205,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0002_agent_digest.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            4,
+            "webhook_outbox".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0004_webhook_outbox.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -17,6 +17,7 @@
 //!   system temp dir, named `tollgate-pg-*`).
 
 pub mod conformance;
+pub mod outbox;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -15,6 +15,7 @@
 //! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
 //! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
 //! | [`tls`] | TLS of the API: certificate and key files, the handshaking listener, trusted CAs |
+//! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
 //! | [`commands`] | one module per subcommand |
 //!
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
@@ -33,6 +34,7 @@ pub mod sessions;
 pub mod telemetry;
 pub mod tls;
 pub mod tool_runner;
+pub mod webhooks;
 pub mod worker;
 
 use std::process::ExitCode;

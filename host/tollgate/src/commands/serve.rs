@@ -1,7 +1,7 @@
 //! `tollgate serve` (the HTTP API and a Worker in one process) and `tollgate api` (the API
 //! alone, for many Workers on PostgreSQL), over HTTPS with `--tls-cert`/`--tls-key`.
 //!
-//! Everything the options name (the certificate, its key, the token file) is read and checked
+//! Everything the options name (the certificate, its key, the token file, the webhooks file) is read and checked
 //! before the store is opened or a port bound, so bad input stops the process before it serves
 //! anything.
 
@@ -58,6 +58,10 @@ pub struct HttpArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "TOLLGATE_TLS_KEY", value_name = "PEM")]
     pub tls_key: Option<PathBuf>,
+    /// Send signed webhooks as this TOML file's `[[webhooks]]` say (see the README, "Webhooks");
+    /// its subscriptions replace those in the store.
+    #[arg(long, env = "TOLLGATE_WEBHOOKS", value_name = "FILE")]
+    pub webhooks: Option<PathBuf>,
 }
 
 /// What [`HttpArgs`] name, read and checked.
@@ -65,6 +69,7 @@ struct Http {
     listen: SocketAddr,
     token: Option<Arc<str>>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    webhooks: Option<Vec<crate::webhooks::Webhook>>,
 }
 
 impl HttpArgs {
@@ -81,11 +86,30 @@ impl HttpArgs {
             (None, None) => None,
         };
         let token = super::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
-        Ok(Http { listen: self.listen, token: token.map(Arc::from), tls })
+        let webhooks = match &self.webhooks {
+            Some(path) => Some(crate::webhooks::config::load(path, &|var| std::env::var(var).ok())?),
+            None => None,
+        };
+        Ok(Http { listen: self.listen, token: token.map(Arc::from), tls, webhooks })
     }
 }
 
 impl Http {
+    /// Starts the webhook delivery loop when `--webhooks` was given; it runs until `stop`.
+    async fn start_webhooks(
+        &mut self,
+        store: &Arc<dyn tollgate_store::Store>,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+        let Some(hooks) = self.webhooks.take() else { return Ok(None) };
+        let count = hooks.len();
+        let deliverer = crate::webhooks::deliver::Deliverer::start(store.clone(), hooks)
+            .await
+            .context("starting the webhook deliveries")?;
+        eprintln!("tollgate sending webhooks to {count} endpoint(s)");
+        Ok(Some(tokio::spawn(deliverer.run(stop.clone()))))
+    }
+
     /// Binds the address; warns when plain HTTP is served beyond loopback.
     async fn bind(&self) -> anyhow::Result<Listening> {
         let listener = tokio::net::TcpListener::bind(self.listen)
@@ -146,11 +170,12 @@ impl Listening {
 
 /// Runs `tollgate serve`.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let http = args.http.load()?;
+    let mut http = args.http.load()?;
     let metrics = Arc::new(Metrics::default());
     let (worker, store) = build(&args.worker).await?;
     let worker = worker.with_metrics(metrics.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let webhooks = http.start_webhooks(&store, &stop_rx).await?;
     let state = ApiState {
         store,
         token: http.token.clone(),
@@ -186,15 +211,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     });
     listener.serve(router(state), stop_rx).await?;
     worker_task.await.context("the Worker stopped")?;
+    if let Some(webhooks) = webhooks {
+        webhooks.await.context("the webhook deliveries stopped")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `tollgate api`.
 pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
-    let http = args.http.load()?;
+    let mut http = args.http.load()?;
     let store =
         tollgate_store::open(&args.db).await.with_context(|| format!("opening the store {}", args.db))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let webhooks = http.start_webhooks(&store, &stop_rx).await?;
     let state =
         // No agent here: a session records the digest its request names, or none (any Worker).
         ApiState {
@@ -212,6 +241,9 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
         let _ = stop_tx.send(true);
     });
     listener.serve(router(state), stop_rx).await?;
+    if let Some(webhooks) = webhooks {
+        webhooks.await.context("the webhook deliveries stopped")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -17,6 +17,8 @@
 //!   refused rows.
 //! - `secrets`: what the agent's `Bash` can reach (environment, process tree, store), the model
 //!   proxy's key swap and token revocation, the spend limit within a segment.
+//! - `webhooks`: `tollgate serve --webhooks` delivering signed events to a loopback receiver that
+//!   fails the first attempts, across a SIGKILL of the server.
 
 mod api;
 mod api_input;
@@ -33,3 +35,4 @@ mod served;
 mod tls;
 mod tracing;
 mod util;
+mod webhooks;

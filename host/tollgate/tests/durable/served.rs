@@ -25,12 +25,24 @@ impl Served {
 
     /// The same, listening on `listen` (to take over the address of a stopped one).
     pub async fn start_on(world: &World, name: &str, token: Option<&str>, listen: &str) -> Served {
+        Self::start_with(world, name, token, listen, &[]).await
+    }
+
+    /// The same with `extra` options (e.g. `--webhooks FILE`).
+    pub async fn start_with(
+        world: &World,
+        name: &str,
+        token: Option<&str>,
+        listen: &str,
+        extra: &[&str],
+    ) -> Served {
         let mut command = world.tollgate();
         command
             .args(["serve", "--agent"])
             .arg(&world.agent)
             .args(["--db", &world.db, "--listen", listen, "--worker-id", name, "--poll-secs", "0.2"])
             .args(["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
