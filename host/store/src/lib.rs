@@ -9,7 +9,8 @@
 //! idempotency keys. It does not know the state machine's rules (`tollgate-engine` does): step
 //! kinds, item kinds, statuses and payloads are opaque strings and JSON to it.
 //!
-//! Modules: [`types`] (values in and out), [`error`] ([`StoreError`], terminal vs retryable),
+//! Modules: [`types`] (values in and out), [`audit`] (who started a session, the append-only
+//! audit trail of decisions), [`error`] ([`StoreError`], terminal vs retryable),
 //! [`signal`] (wake-ups), [`sqlite`] and [`postgres`] (the backends: connections, pools,
 //! wake-ups across processes), and two private ones: `backend` (the one generic [`Store`]
 //! implementation both backends share) and `dialect` (what differs between their SQL, each
@@ -65,6 +66,7 @@
 //! - A waiting session (e.g. awaiting approval) is rows only: one `waiting` step, one open
 //!   interrupt; no task, no connection, no lease.
 
+pub mod audit;
 pub mod error;
 pub mod postgres;
 pub mod signal;
@@ -79,6 +81,7 @@ mod dialect;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use audit::{AuditDecision, AuditEntry, AuditLog, AuditQuery, NewAuditEntry};
 pub use error::{StoreError, UnavailableReason};
 pub use postgres::PgStore;
 pub use signal::{EventSignal, WorkSignal};
@@ -225,6 +228,10 @@ pub trait Store: Send + Sync {
     /// [`UnavailableReason::ReadOnly`] or [`UnavailableReason::Unreachable`]). For health checks.
     /// It cannot see a full disk (that needs a write that takes new space).
     async fn probe_write(&self) -> Result<(), StoreError>;
+
+    /// This store's principals and audit trail ([`audit::AuditLog`]): the same database, the
+    /// same transactions.
+    fn audit(&self) -> &dyn audit::AuditLog;
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

@@ -205,5 +205,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0002_agent_digest.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            3,
+            "audit".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0003_audit.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -256,5 +256,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0002_agent_digest.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            3,
+            "audit".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0003_audit.sql").into_sql_str(),
+            false,
+        ),
     ])
 }
