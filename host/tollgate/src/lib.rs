@@ -22,6 +22,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod auth;
 pub mod bundle;
 pub mod client;
 pub mod commands;
@@ -68,6 +69,8 @@ pub enum Command {
     Session(commands::session::SessionArgs),
     /// List, approve and reject the tool calls waiting for a decision, through the HTTP API.
     Approvals(commands::approvals::ApprovalsArgs),
+    /// Manage the API's principals: `auth add NAME --role approver --auth FILE`.
+    Auth(commands::auth::AuthArgs),
     /// Run the example support agent end to end, offline unless ANTHROPIC_API_KEY is set.
     Demo(commands::demo::DemoArgs),
 }
@@ -105,6 +108,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Api(args) => commands::serve::api(args).await,
             Command::Session(args) => commands::session::run(args).await,
             Command::Approvals(args) => commands::approvals::run(args).await,
+            Command::Auth(args) => commands::auth::run(args),
         }
     })
 }

@@ -52,6 +52,10 @@ pub struct HttpArgs {
     /// Read the bearer token from this file (one line; keep it `chmod 600`).
     #[arg(long, env = "TOLLGATE_TOKEN_FILE", value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// The principals, their roles and groups: a TOML file of token hashes (`tollgate auth add`
+    /// writes it). Beside `--token`, the token is one more admin.
+    #[arg(long = "auth", env = "TOLLGATE_AUTH_FILE", value_name = "FILE")]
+    pub auth: Option<PathBuf>,
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key`.
     #[arg(long, env = "TOLLGATE_TLS_CERT", value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
@@ -63,7 +67,7 @@ pub struct HttpArgs {
 /// What [`HttpArgs`] name, read and checked.
 struct Http {
     listen: SocketAddr,
-    token: Option<Arc<str>>,
+    auth: Arc<crate::auth::Auth>,
     tls: Option<Arc<rustls::ServerConfig>>,
 }
 
@@ -81,7 +85,8 @@ impl HttpArgs {
             (None, None) => None,
         };
         let token = super::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
-        Ok(Http { listen: self.listen, token: token.map(Arc::from), tls })
+        let principals = self.auth.as_deref().map(crate::auth::Principals::load).transpose()?;
+        Ok(Http { listen: self.listen, auth: Arc::new(crate::auth::Auth { token, principals }), tls })
     }
 }
 
@@ -153,7 +158,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let state = ApiState {
         store,
-        token: http.token.clone(),
+        auth: http.auth.clone(),
         metrics,
         stopping: stop_rx.clone(),
         agent: Some(worker.agent().session_agent()),
@@ -199,7 +204,7 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
         // No agent here: a session records the digest its request names, or none (any Worker).
         ApiState {
             store,
-            token: http.token.clone(),
+            auth: http.auth.clone(),
             metrics: Arc::default(),
             stopping: stop_rx.clone(),
             agent: None,
