@@ -185,6 +185,7 @@ mod tests {
             ("/v1/sessions/{id}/upgrade", "post", "200", "Upgraded"),
             ("/v1/agent-upgrades", "post", "200", "UpgradedAll"),
             ("/v1/interrupts", "get", "200", "InterruptList"),
+            ("/v1/audit", "get", "200", "AuditPage"),
             ("/healthz", "get", "200", "Health"),
         ];
         for (path, method, status, schema) in operations {
@@ -221,7 +222,11 @@ mod tests {
             let schema = &doc["components"]["schemas"][body];
             assert_eq!(schema["additionalProperties"], false, "{body} refuses unknown fields");
         }
-        for shared in ["ToolCall", "CallStatus", "PendingApproval", "ApprovalRequest", "ErrorBody"] {
+        let decide = &doc["paths"]["/v1/sessions/{id}/interrupts/{interrupt_id}"]["post"]["responses"];
+        assert!(decide["401"].is_object() && decide["403"].is_object(), "401 and 403 are distinct");
+        for shared in
+            ["ToolCall", "CallStatus", "PendingApproval", "ApprovalRequest", "ErrorBody", "AuditRecord"]
+        {
             assert!(doc["components"]["schemas"][shared].is_object(), "{shared}");
         }
     }

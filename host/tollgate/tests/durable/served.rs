@@ -25,6 +25,12 @@ impl Served {
 
     /// The same, listening on `listen` (to take over the address of a stopped one).
     pub async fn start_on(world: &World, name: &str, token: Option<&str>, listen: &str) -> Served {
+        let token: Vec<&str> = token.map(|t| vec!["--token", t]).unwrap_or_default();
+        Self::start_with(world, name, listen, &token).await
+    }
+
+    /// The same with more `serve` arguments (e.g. `--auth FILE`).
+    pub async fn start_with(world: &World, name: &str, listen: &str, extra: &[&str]) -> Served {
         let mut command = world.tollgate();
         command
             .args(["serve", "--agent"])
@@ -35,9 +41,7 @@ impl Served {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if let Some(token) = token {
-            command.args(["--token", token]);
-        }
+        command.args(extra);
         let mut child = command.spawn().expect("start tollgate serve");
         let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
         let mut log =
