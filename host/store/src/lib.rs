@@ -136,7 +136,8 @@ pub trait Store: Send + Sync {
     /// Appends a user message under a client key and enqueues `wake` if no step is in flight.
     async fn send_user_message(&self, message: UserMessage) -> Result<MessageReceipt, StoreError>;
 
-    /// Resolves an open interrupt under a client key and queues the step waiting on it.
+    /// Resolves an open interrupt under a client key and queues the step waiting on it. It writes
+    /// no audit row: [`audit::AuditLog::resolve_interrupt_as`] is the same decision with one.
     async fn resolve_interrupt(&self, resolution: Resolution) -> Result<ResolveReceipt, StoreError>;
 
     /// Claims the oldest due step for `worker_id` with a lease of `lease`; `Ok(None)` when none
