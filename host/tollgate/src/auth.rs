@@ -64,9 +64,7 @@ pub const LOCAL: &str = "tollgate:local";
 pub const MAX_NAME: usize = 64;
 
 /// A role.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize, utoipa::ToSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Reads sessions, events, the inbox and the audit trail.

@@ -12,6 +12,7 @@
 //! | [`metrics`] | the Prometheus counters the Worker updates |
 //! | [`proxy`] | the loopback model proxy: the CLI gets a per-segment token, never the API key |
 //! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
+//! | [`auth`] | principals and roles: the auth file, tokens by hash, who may decide what (401 vs 403) |
 //! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
 //! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
 //! | [`tls`] | TLS of the API: certificate and key files, the handshaking listener, trusted CAs |
