@@ -29,6 +29,18 @@ async fn add_principal(world: &World, file: &Path, name: &str, roles: &[&str], g
     token
 }
 
+/// Gives the example agent's refund policy `approvers = ["finance"]`.
+fn restrict_refunds_to_finance(world: &World) {
+    let config = world.agent.join("tollgate.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let restricted = text.replace(
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"] }"#,
+    );
+    assert_ne!(text, restricted, "the example's refund policy line changed");
+    std::fs::write(&config, restricted).unwrap();
+}
+
 /// A client command run as the holder of `token`: its success, stdout and stderr.
 async fn as_principal(served: &Served, token: &str, args: &[&str]) -> (bool, String, String) {
     let output =
@@ -46,15 +58,7 @@ async fn only_an_approver_of_the_policys_group_who_did_not_start_the_session_dec
     else {
         return;
     };
-    let config = world.agent.join("tollgate.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let restricted = text.replace(
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#,
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"] }"#,
-    );
-    assert_ne!(text, restricted, "the example's refund policy line changed");
-    std::fs::write(&config, restricted).unwrap();
-
+    restrict_refunds_to_finance(&world);
     let file = world.dir.path().join("auth.toml");
     let vera = add_principal(&world, &file, "vera", &["viewer"], &[]).await;
     let carl = add_principal(&world, &file, "carl", &["client", "approver"], &["finance"]).await;
@@ -175,5 +179,82 @@ async fn only_an_approver_of_the_policys_group_who_did_not_start_the_session_dec
     // The trail is append-only for the API: no route writes it.
     let delete = api(http.delete(format!("{url}/v1/audit")).bearer_auth(&fina)).await;
     assert_eq!(delete.status, 405);
+    served.stop().await;
+}
+
+/// `tollgate api` does not load the agent: the approvers come from the interrupt the Worker
+/// stored. On PostgreSQL, with the `--token` shortcut beside the file (an ordinary admin there).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_without_the_agent_enforces_the_approvers_the_worker_stored_on_postgres() {
+    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let test = "auth: tollgate api on PostgreSQL";
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+        return;
+    };
+    restrict_refunds_to_finance(&world);
+    let file = world.dir.path().join("auth.toml");
+    let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
+    let olga = add_principal(&world, &file, "olga", &["approver"], &["ops"]).await;
+    let fina = add_principal(&world, &file, "fina", &["approver"], &["finance"]).await;
+    let served =
+        Served::start_api(&world, "api", &["--auth", file.to_str().unwrap(), "--token", "the-admin-token"])
+            .await;
+    let _worker = world.worker("w");
+    let (url, http) = (served.url.clone(), reqwest::Client::new());
+
+    let body = json!({"session_id": "p", "message": REFUND}).to_string();
+    let created = api(http
+        .post(format!("{url}/v1/sessions"))
+        .bearer_auth(&carl)
+        .header("content-type", "application/json")
+        .body(body))
+    .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let waiting = world.wait_for("p", "the approval", |s| s.status == "awaiting_approval").await;
+    let id = waiting.pending_interrupts[0].interrupt_id.clone();
+    let inbox = api(http.get(format!("{url}/v1/interrupts")).bearer_auth(&olga)).await;
+    assert_eq!(inbox.body["interrupts"][0]["request"]["approvers"], json!(["finance"]), "{}", inbox.text);
+
+    let decide = format!("{url}/v1/sessions/p/interrupts/{id}");
+    let reject = |token: &str| {
+        http.post(&decide)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(r#"{"approved":false,"message":"not this order"}"#)
+    };
+    for token in [&olga, "the-admin-token"] {
+        let refused = api(reject(token)).await;
+        assert_eq!(
+            (refused.status, &refused.body["error"]["code"]),
+            (403, &json!("group_required")),
+            "{}",
+            refused.text
+        );
+        assert_eq!(refused.body["error"]["needed"], json!(["finance"]));
+    }
+    let client = api(reject(&carl)).await;
+    assert_eq!((client.status, &client.body["error"]["code"]), (403, &json!("role_required")));
+    let decided = api(reject(&fina)).await;
+    assert_eq!(decided.status, 200, "{}", decided.text);
+    let replayed = api(reject(&fina)).await;
+    assert_eq!((replayed.status, &replayed.body["replayed"]), (200, &json!(true)));
+    world.wait_for("p", "the rejection's turn", |s| s.status == "idle").await;
+    assert_eq!(world.payments.count(), 0, "a rejected refund never runs");
+
+    let trail = api(http.get(format!("{url}/v1/audit?session_id=p")).bearer_auth("the-admin-token")).await;
+    let entries = trail.body["entries"].as_array().expect("entries").clone();
+    assert_eq!(entries.len(), 1, "one decision, one row, the replay none: {}", trail.text);
+    assert_eq!(entries[0]["principal"], "fina");
+    assert_eq!(entries[0]["decision"], "rejected");
+    assert_eq!(entries[0]["reason"], "not this order");
+    let page = api(http.get(format!("{url}/v1/audit?limit=1")).bearer_auth(&carl)).await;
+    assert_eq!(page.body["next_after"], entries[0]["audit_id"], "a full page points past its last row");
+    let next =
+        api(http.get(format!("{url}/v1/audit?limit=1&after={}", entries[0]["audit_id"])).bearer_auth(&carl))
+            .await;
+    assert_eq!(
+        (next.body["entries"].as_array().map(Vec::len), &next.body["next_after"]),
+        (Some(0), &Value::Null)
+    );
     served.stop().await;
 }
