@@ -13,7 +13,7 @@
 //! ```toml
 //! [policies]                   # by tool name: a custom tool's own name, a built-in, or mcp__<server>__<tool>
 //! default_effect = "unclassified"
-//! create_refund = { effect = "non_idempotent_write", requires_approval = true }
+//! create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"] }
 //! Read = { effect = "read" }
 //! ```
 //!
@@ -21,7 +21,9 @@
 //!   nor annotations classify. The key is reserved: no policy can name a tool `default_effect`.
 //! - Every other key names a tool and maps to a table with `effect` (required: `read`,
 //!   `idempotent_write`, `non_idempotent_write` or `unclassified`) and `requires_approval`
-//!   (optional boolean; without it the effect's default below applies). Other fields are errors.
+//!   (optional boolean; without it the effect's default below applies), and `approvers`
+//!   (optional array of group names: only a principal in one of these groups may decide a call
+//!   of the tool; see [`Policies::approvers`]). Other fields are errors.
 //! - A custom tool is named bare (`create_refund`, not `mcp__tools__create_refund`);
 //!   [`crate::catalog::ToolCatalog::check_policies`] rejects the prefixed form.
 //!
@@ -289,6 +291,8 @@ pub enum PolicySource {
 pub struct Policies {
     default_effect: Effect,
     entries: BTreeMap<String, PolicyEntry>,
+    /// `approvers` by tool, for the tools that name any.
+    approvers: BTreeMap<String, Vec<String>>,
 }
 
 impl Default for Policies {
@@ -300,7 +304,42 @@ impl Default for Policies {
 impl Policies {
     /// An empty table with `default_effect`.
     pub fn new(default_effect: Effect) -> Self {
-        Self { default_effect, entries: BTreeMap::new() }
+        Self { default_effect, entries: BTreeMap::new(), approvers: BTreeMap::new() }
+    }
+
+    /// The same table where only principals in one of `groups` may decide a call of `tool`
+    /// (an empty list: anyone allowed to decide).
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::EmptyToolName`] and [`PolicyError::ReservedKey`] as for the table;
+    /// [`PolicyError::WrongType`] for an empty group name.
+    pub fn with_approvers(
+        mut self,
+        tool: impl Into<String>,
+        groups: Vec<String>,
+    ) -> Result<Self, PolicyError> {
+        let tool = tool.into();
+        check_tool_key(&tool)?;
+        if groups.iter().any(String::is_empty) {
+            return Err(PolicyError::WrongType {
+                path: format!("{tool}.approvers"),
+                expected: "an array of non-empty group names",
+                found: "an empty string",
+            });
+        }
+        if groups.is_empty() {
+            self.approvers.remove(&tool);
+        } else {
+            self.approvers.insert(tool, groups);
+        }
+        Ok(self)
+    }
+
+    /// The groups whose principals alone may decide a call of `tool` (the entry's `approvers`);
+    /// empty when the policy names none (anyone allowed to decide may).
+    pub fn approvers(&self, tool: &str) -> &[String] {
+        self.approvers.get(tool).map_or(&[], Vec::as_slice)
     }
 
     /// The same table with a policy for `tool` (replacing one it had).
@@ -332,6 +371,9 @@ impl Policies {
             }
             check_tool_key(key)?;
             policies.entries.insert(key.clone(), parse_entry(key, value)?);
+            if let Some(groups) = parse_approvers(key, value)? {
+                policies.approvers.insert(key.clone(), groups);
+            }
         }
         Ok(policies)
     }
@@ -381,6 +423,9 @@ impl Policies {
             fields.insert("effect".to_owned(), Value::from(entry.effect.as_str()));
             if let Some(requires_approval) = entry.requires_approval {
                 fields.insert("requires_approval".to_owned(), Value::from(requires_approval));
+            }
+            if let Some(groups) = self.approvers.get(tool) {
+                fields.insert("approvers".to_owned(), Value::from(groups.clone()));
             }
             map.insert(tool.clone(), Value::Object(fields));
         }
@@ -432,8 +477,10 @@ pub enum PolicyError {
         /// The value found.
         value: String,
     },
-    /// A policy table has a field other than `effect` and `requires_approval`.
-    #[error("[policies] `{tool}`: unknown field `{field}`; expected `effect` or `requires_approval`")]
+    /// A policy table has a field other than `effect`, `requires_approval` and `approvers`.
+    #[error(
+        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `requires_approval` or `approvers`"
+    )]
     UnknownField {
         /// The tool the policy names.
         tool: String,
@@ -483,7 +530,8 @@ fn parse_entry(tool: &str, value: &Value) -> Result<PolicyEntry, PolicyError> {
             found: json_kind(value),
         });
     };
-    if let Some(field) = fields.keys().find(|field| !matches!(field.as_str(), "effect" | "requires_approval"))
+    if let Some(field) =
+        fields.keys().find(|field| !matches!(field.as_str(), "effect" | "requires_approval" | "approvers"))
     {
         return Err(PolicyError::UnknownField { tool: tool.to_owned(), field: field.clone() });
     }
@@ -503,6 +551,26 @@ fn parse_entry(tool: &str, value: &Value) -> Result<PolicyEntry, PolicyError> {
         }
     };
     Ok(PolicyEntry { effect, requires_approval })
+}
+
+/// The entry's `approvers`: `None` when absent or empty.
+fn parse_approvers(tool: &str, value: &Value) -> Result<Option<Vec<String>>, PolicyError> {
+    let Some(groups) = value.get("approvers") else { return Ok(None) };
+    let wrong = |found| PolicyError::WrongType {
+        path: format!("{tool}.approvers"),
+        expected: "an array of non-empty group names",
+        found,
+    };
+    let Value::Array(groups) = groups else { return Err(wrong(json_kind(groups))) };
+    let mut names = Vec::with_capacity(groups.len());
+    for group in groups {
+        match group {
+            Value::String(name) if !name.is_empty() => names.push(name.clone()),
+            Value::String(_) => return Err(wrong("an empty string")),
+            other => return Err(wrong(json_kind(other))),
+        }
+    }
+    Ok((!names.is_empty()).then_some(names))
 }
 
 fn json_kind(value: &Value) -> &'static str {
@@ -681,7 +749,7 @@ mod tests {
         );
         assert_eq!(
             error.to_string(),
-            "[policies] `Bash`: unknown field `approval`; expected `effect` or `requires_approval`"
+            "[policies] `Bash`: unknown field `approval`; expected `effect`, `requires_approval` or `approvers`"
         );
     }
 
@@ -786,6 +854,37 @@ mod tests {
                 approved.handling(ToolKind::Cli),
                 Handling::Deferred { requires_approval: true, runs_in: DeferredRun::ResumedSegment },
                 "{approved:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_policy_names_the_groups_that_alone_may_decide_its_calls() {
+        let table = json!({
+            "create_refund": { "effect": "non_idempotent_write", "approvers": ["finance", "ops"] },
+            "Bash": { "effect": "unclassified", "approvers": [] },
+        });
+        let parsed = policies(table);
+        assert_eq!(parsed.approvers("create_refund"), ["finance", "ops"]);
+        assert!(parsed.approvers("Bash").is_empty(), "an empty list restricts nobody");
+        assert!(parsed.approvers("Read").is_empty(), "no policy, no restriction");
+        assert_eq!(Policies::from_value(&parsed.to_value()).unwrap(), parsed, "round trip");
+        let built = Policies::default()
+            .with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))
+            .unwrap()
+            .with_approvers("create_refund", vec!["finance".into()])
+            .unwrap();
+        assert_eq!(built.approvers("create_refund"), ["finance"]);
+    }
+
+    #[test]
+    fn bad_approvers_are_refused_naming_the_field() {
+        for bad in [json!("finance"), json!([""]), json!([1])] {
+            let table = json!({ "create_refund": { "effect": "read", "approvers": bad } });
+            let error = error(table);
+            assert!(
+                matches!(&error, PolicyError::WrongType { path, .. } if path == "create_refund.approvers"),
+                "{error}"
             );
         }
     }

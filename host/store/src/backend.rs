@@ -284,10 +284,7 @@ where
     for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     async fn create_session(&self, session: NewSession) -> Result<bool, StoreError> {
-        check_run_state(&session.run_state)?;
-        if let Some(agent) = &session.agent {
-            check_digest(&agent.digest)?;
-        }
+        check_new_session(&session)?;
         let done = sqlx::query(DB::statements().create_session)
             .bind(session.session_id.as_str())
             .bind(ROW_VERSION)
@@ -396,66 +393,7 @@ where
     }
 
     async fn resolve_interrupt(&self, r: Resolution) -> Result<ResolveReceipt, StoreError> {
-        let sql = DB::statements();
-        let sid = r.session_id.as_str();
-        let mut tx = self.begin_write().await?;
-        let (item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
-        let row = sqlx::query(sql.interrupt_to_resolve)
-            .bind(sid)
-            .bind(r.interrupt_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(StoreError::InterruptNotFound {
-                session_id: sid.to_owned(),
-                interrupt_id: r.interrupt_id,
-            });
-        };
-        let interrupt = Sql::<DB>::decode_interrupt(&row)?;
-        if let Some(resolution) = interrupt.resolution {
-            let key: Option<String> = row.try_get("client_key")?;
-            if key.as_deref() != Some(r.client_key.as_str()) {
-                return Err(StoreError::InterruptAlreadyResolved {
-                    session_id: sid.to_owned(),
-                    interrupt_id: r.interrupt_id,
-                    resolution,
-                });
-            }
-            if resolution.get() != r.resolution.get() {
-                return Err(StoreError::IdempotencyConflict {
-                    session_id: sid.to_owned(),
-                    operation: "resolve_interrupt",
-                    client_key: r.client_key,
-                });
-            }
-            let step = sqlx::query(sql.step_of_interrupt)
-                .bind(sid)
-                .bind(r.interrupt_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
-            let step_id = step.map(|s| s.try_get("step_id")).transpose()?;
-            return Ok(ResolveReceipt { step_id, replayed: true });
-        }
-        sqlx::query(sql.resolve_interrupt)
-            .bind(sid)
-            .bind(r.interrupt_id.as_str())
-            .bind(r.resolution.get())
-            .bind(r.client_key.as_str())
-            .execute(&mut *tx)
-            .await?;
-        let step = sqlx::query(sql.queue_waiting_step)
-            .bind(sid)
-            .bind(r.interrupt_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let step_id: Option<i64> = step.map(|s| s.try_get("step_id")).transpose()?;
-        for event in &r.events {
-            Sql::append_event(&mut tx, sid, &mut event_seq, event, None).await?;
-        }
-        Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;
-        tx.commit().await?;
-        wake(self, sid, step_id.is_some(), !r.events.is_empty()).await;
-        Ok(ResolveReceipt { step_id, replayed: false })
+        resolve(self, r, None).await
     }
 
     async fn claim(&self, worker_id: &str, lease: Duration) -> Result<Option<Claimed>, StoreError> {
@@ -795,6 +733,10 @@ where
         Some(self)
     }
 
+    fn audit(&self) -> &dyn crate::audit::AuditLog {
+        self
+    }
+
     fn work_signal(&self) -> WorkSignal {
         self.signals().work_signal()
     }
@@ -802,6 +744,90 @@ where
     fn event_signal(&self, session_id: &str) -> EventSignal {
         self.signals().event_signal(session_id)
     }
+}
+
+/// [`Store::resolve_interrupt`], and with `audit` its audit row in the same transaction (the
+/// [`crate::audit::AuditLog`] path): written only when the decision is (never on a replay).
+pub(crate) async fn resolve<B, DB>(
+    backend: &B,
+    r: Resolution,
+    audit: Option<&crate::audit::NewAuditEntry>,
+) -> Result<ResolveReceipt, StoreError>
+where
+    B: Backend<Db = DB>,
+    DB: Dialect,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
+    for<'a> Option<&'a str>: Encode<'a, DB>,
+    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> Option<i64>: Encode<'a, DB>,
+    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> String: Decode<'a, DB> + Type<DB>,
+{
+    let sql = DB::statements();
+    let sid = r.session_id.as_str();
+    let mut tx = backend.begin_write().await?;
+    let (item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
+    let row = sqlx::query(sql.interrupt_to_resolve)
+        .bind(sid)
+        .bind(r.interrupt_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Err(StoreError::InterruptNotFound {
+            session_id: sid.to_owned(),
+            interrupt_id: r.interrupt_id,
+        });
+    };
+    let interrupt = Sql::<DB>::decode_interrupt(&row)?;
+    if let Some(resolution) = interrupt.resolution {
+        let key: Option<String> = row.try_get("client_key")?;
+        if key.as_deref() != Some(r.client_key.as_str()) {
+            return Err(StoreError::InterruptAlreadyResolved {
+                session_id: sid.to_owned(),
+                interrupt_id: r.interrupt_id,
+                resolution,
+            });
+        }
+        if resolution.get() != r.resolution.get() {
+            return Err(StoreError::IdempotencyConflict {
+                session_id: sid.to_owned(),
+                operation: "resolve_interrupt",
+                client_key: r.client_key,
+            });
+        }
+        let step = sqlx::query(sql.step_of_interrupt)
+            .bind(sid)
+            .bind(r.interrupt_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let step_id = step.map(|s| s.try_get("step_id")).transpose()?;
+        return Ok(ResolveReceipt { step_id, replayed: true });
+    }
+    sqlx::query(sql.resolve_interrupt)
+        .bind(sid)
+        .bind(r.interrupt_id.as_str())
+        .bind(r.resolution.get())
+        .bind(r.client_key.as_str())
+        .execute(&mut *tx)
+        .await?;
+    let step = sqlx::query(sql.queue_waiting_step)
+        .bind(sid)
+        .bind(r.interrupt_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let step_id: Option<i64> = step.map(|s| s.try_get("step_id")).transpose()?;
+    for event in &r.events {
+        Sql::append_event(&mut tx, sid, &mut event_seq, event, None).await?;
+    }
+    if let Some(entry) = audit {
+        crate::audit::insert(&mut tx, sid, &r.interrupt_id, entry).await?;
+    }
+    Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;
+    tx.commit().await?;
+    wake(backend, sid, step_id.is_some(), !r.events.is_empty()).await;
+    Ok(ResolveReceipt { step_id, replayed: false })
 }
 
 /// The key of a row for error messages.
@@ -812,6 +838,15 @@ fn key2(a: &str, b: impl std::fmt::Display) -> String {
 /// Milliseconds of a duration, saturating.
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Checks a session to create: its run state and its agent digest.
+pub(crate) fn check_new_session(session: &NewSession) -> Result<(), StoreError> {
+    check_run_state(&session.run_state)?;
+    if let Some(agent) = &session.agent {
+        check_digest(&agent.digest)?;
+    }
+    Ok(())
 }
 
 /// Checks a run state: a JSON object with an integer `version` of at least 1.

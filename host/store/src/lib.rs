@@ -9,7 +9,8 @@
 //! idempotency keys. It does not know the state machine's rules (`tollgate-engine` does): step
 //! kinds, item kinds, statuses and payloads are opaque strings and JSON to it.
 //!
-//! Modules: [`types`] (values in and out), [`error`] ([`StoreError`], terminal vs retryable),
+//! Modules: [`types`] (values in and out), [`audit`] (who started a session, the append-only
+//! audit trail of decisions), [`error`] ([`StoreError`], terminal vs retryable),
 //! [`signal`] (wake-ups), [`outbox`] (webhook deliveries written with their events), [`sqlite`] and [`postgres`] (the backends: connections, pools,
 //! wake-ups across processes), and two private ones: `backend` (the one generic [`Store`]
 //! implementation both backends share) and `dialect` (what differs between their SQL, each
@@ -66,6 +67,7 @@
 //! - A waiting session (e.g. awaiting approval) is rows only: one `waiting` step, one open
 //!   interrupt; no task, no connection, no lease.
 
+pub mod audit;
 pub mod error;
 pub mod outbox;
 pub mod postgres;
@@ -81,6 +83,7 @@ mod dialect;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use audit::{AuditDecision, AuditEntry, AuditLog, AuditQuery, NewAuditEntry};
 pub use error::{StoreError, UnavailableReason};
 pub use outbox::{Delivery, DeliveryState, Outbox, Subscription};
 pub use postgres::PgStore;
@@ -136,7 +139,8 @@ pub trait Store: Send + Sync {
     /// Appends a user message under a client key and enqueues `wake` if no step is in flight.
     async fn send_user_message(&self, message: UserMessage) -> Result<MessageReceipt, StoreError>;
 
-    /// Resolves an open interrupt under a client key and queues the step waiting on it.
+    /// Resolves an open interrupt under a client key and queues the step waiting on it. It writes
+    /// no audit row: [`audit::AuditLog::resolve_interrupt_as`] is the same decision with one.
     async fn resolve_interrupt(&self, resolution: Resolution) -> Result<ResolveReceipt, StoreError>;
 
     /// Claims the oldest due step for `worker_id` with a lease of `lease`; `Ok(None)` when none
@@ -234,6 +238,10 @@ pub trait Store: Send + Sync {
     fn outbox(&self) -> Option<&dyn Outbox> {
         None
     }
+
+    /// This store's principals and audit trail ([`audit::AuditLog`]): the same database, the
+    /// same transactions.
+    fn audit(&self) -> &dyn audit::AuditLog;
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

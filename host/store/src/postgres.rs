@@ -206,6 +206,13 @@ fn migrator() -> Migrator {
             false,
         ),
         Migration::new(
+            3,
+            "audit".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0003_audit.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
             4,
             "webhook_outbox".into(),
             MigrationType::Simple,

@@ -257,6 +257,13 @@ fn migrator() -> Migrator {
             false,
         ),
         Migration::new(
+            3,
+            "audit".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0003_audit.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
             4,
             "webhook_outbox".into(),
             MigrationType::Simple,

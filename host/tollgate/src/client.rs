@@ -34,9 +34,9 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
 use crate::api::types::{
-    CreateSession, Created, Decide, DecisionReceipt, ErrorBody, EventsQuery, InterruptList, InterruptsQuery,
-    ListSessionsQuery, MessageReceipt, PendingInterrupt, SendMessage, SessionPage, Snapshot, StreamError,
-    StreamEvent, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
+    AuditPage, AuditQuery, CreateSession, Created, Decide, DecisionReceipt, ErrorBody, EventsQuery,
+    InterruptList, InterruptsQuery, ListSessionsQuery, MessageReceipt, PendingInterrupt, SendMessage,
+    SessionPage, Snapshot, StreamError, StreamEvent, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
 };
 
 /// A call to the API that failed.
@@ -227,6 +227,14 @@ impl ApiClient {
         let query =
             ListSessionsQuery { status: status.map(str::to_owned), after: after.map(str::to_owned), limit };
         self.call(Method::GET, "/v1/sessions", |r| r.query(&query)).await
+    }
+
+    /// `GET /v1/audit`: a page of the audit trail of decisions, filtered as `query` says.
+    ///
+    /// # Errors
+    /// A bad filter (400 naming it), the API's other errors, or the connection failed.
+    pub async fn audit(&self, query: &AuditQuery) -> Result<AuditPage, CallError> {
+        self.call(Method::GET, "/v1/audit", |r| r.query(query)).await
     }
 
     /// `POST /v1/sessions/{id}/upgrade`: pins a waiting or idle session to the agent digest `to`.

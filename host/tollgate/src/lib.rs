@@ -12,6 +12,7 @@
 //! | [`metrics`] | the Prometheus counters the Worker updates |
 //! | [`proxy`] | the loopback model proxy: the CLI gets a per-segment token, never the API key |
 //! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
+//! | [`auth`] | principals and roles: the auth file, tokens by hash, who may decide what (401 vs 403) |
 //! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
 //! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
 //! | [`tls`] | TLS of the API: certificate and key files, the handshaking listener, trusted CAs |
@@ -23,6 +24,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod auth;
 pub mod bundle;
 pub mod client;
 pub mod commands;
@@ -70,6 +72,8 @@ pub enum Command {
     Session(commands::session::SessionArgs),
     /// List, approve and reject the tool calls waiting for a decision, through the HTTP API.
     Approvals(commands::approvals::ApprovalsArgs),
+    /// Manage the API's principals: `auth add NAME --role approver --auth FILE`.
+    Auth(commands::auth::AuthArgs),
     /// Run the example support agent end to end, offline unless ANTHROPIC_API_KEY is set.
     Demo(commands::demo::DemoArgs),
 }
@@ -107,6 +111,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Api(args) => commands::serve::api(args).await,
             Command::Session(args) => commands::session::run(args).await,
             Command::Approvals(args) => commands::approvals::run(args).await,
+            Command::Auth(args) => commands::auth::run(args),
         }
     })
 }

@@ -8,11 +8,12 @@ use tollgate_engine::session::turn::HistoryItem;
 use tollgate_engine::session::view;
 use tollgate_engine::session::{CallEntry, CallState, EngineError, RunState, status};
 use tollgate_store::{
-    AgentDigest, Item, MessageReceipt, NewSession, Resolution, ResolveReceipt, Store, StoreError,
-    UpgradeReceipt, UserMessage,
+    AgentDigest, AuditQuery, Item, MessageReceipt, NewAuditEntry, NewSession, Resolution, ResolveReceipt,
+    Store, StoreError, UpgradeReceipt, UserMessage,
 };
 
-use crate::api::types::{Message, PendingApproval, Snapshot, ToolCall, Usage};
+use crate::api::types::{AuditDecision, AuditRecord, Message, PendingApproval, Snapshot, ToolCall, Usage};
+use crate::auth;
 use crate::convert;
 
 /// A client call that failed.
@@ -36,8 +37,8 @@ pub async fn start(store: &dyn Store, session_id: &str) -> Result<bool, ClientEr
 }
 
 /// Creates the session unless it exists, recording the agent it runs under (see
-/// [`crate::agent::Agent::session_agent`]); `true` when it was created. An existing session keeps
-/// its agent.
+/// [`crate::agent::Agent::session_agent`]) and [`auth::LOCAL`] as who started it; `true` when it
+/// was created. An existing session keeps its agent.
 ///
 /// # Errors
 /// A bad id, a digest that is not `sha256:<64 hex digits>`, or the store failed.
@@ -46,18 +47,31 @@ pub async fn start_under(
     session_id: &str,
     agent: Option<AgentDigest>,
 ) -> Result<bool, ClientError> {
+    start_by(store, session_id, agent, auth::LOCAL).await
+}
+
+/// [`start_under`], recording `principal` as who started the session (an existing session keeps
+/// its starter): separation of duties keeps them from deciding its interrupts.
+///
+/// # Errors
+/// As [`start_under`].
+pub async fn start_by(
+    store: &dyn Store,
+    session_id: &str,
+    agent: Option<AgentDigest>,
+    principal: &str,
+) -> Result<bool, ClientError> {
     check_id("session_id", session_id)?;
     if let Some(agent) = &agent {
         check_digest("agent_digest", &agent.digest)?;
     }
-    Ok(store
-        .create_session(NewSession {
-            session_id: session_id.to_owned(),
-            status: status::IDLE.to_owned(),
-            run_state: RunState::default().to_raw(),
-            agent,
-        })
-        .await?)
+    let session = NewSession {
+        session_id: session_id.to_owned(),
+        status: status::IDLE.to_owned(),
+        run_state: RunState::default().to_raw(),
+        agent,
+    };
+    Ok(store.audit().create_session_by(session, principal).await?)
 }
 
 /// Pins the session to the agent digest `to` (see [`Store::upgrade_session`]).
@@ -111,17 +125,36 @@ pub async fn send(
         .await?)
 }
 
-/// Decides the open interrupt `interrupt_id` under `client_key`; the waiting step runs next.
+/// Decides the open interrupt `interrupt_id` under `client_key` as [`auth::LOCAL`]; the waiting
+/// step runs next. See [`resolve_as`].
 ///
 /// # Errors
-/// An unknown session or interrupt, one resolved under another key, a key reused for another
-/// decision.
+/// As [`resolve_as`].
 pub async fn resolve(
     store: &dyn Store,
     session_id: &str,
     interrupt_id: &str,
     decision: &Decision,
     client_key: Option<&str>,
+) -> Result<ResolveReceipt, ClientError> {
+    resolve_as(store, session_id, interrupt_id, decision, client_key, auth::LOCAL).await
+}
+
+/// Decides the open interrupt `interrupt_id` under `client_key` as `principal`: the resolution,
+/// a `decision_recorded` event and one audit row (who, the decision, the reason, the tool and its
+/// input; the time is the database's) in one transaction, none on a replay. Whether `principal`
+/// may decide is the caller's check ([`auth::Rules::may_decide`]).
+///
+/// # Errors
+/// An unknown session or interrupt, one resolved under another key, a key reused for another
+/// decision.
+pub async fn resolve_as(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+    principal: &str,
 ) -> Result<ResolveReceipt, ClientError> {
     let client_key = match client_key {
         Some(key) => {
@@ -132,15 +165,93 @@ pub async fn resolve(
         None => format!("decision:{}", serde_json::to_string(decision).expect("serializes")),
     };
     let (resolution, events) = client::resolution(interrupt_id, decision);
-    Ok(store
-        .resolve_interrupt(Resolution {
-            session_id: session_id.to_owned(),
-            interrupt_id: interrupt_id.to_owned(),
-            client_key,
-            resolution: convert::raw(&resolution),
-            events: events.into_iter().map(convert::event).collect(),
-        })
-        .await?)
+    let request = store.interrupt(session_id, interrupt_id).await?.map(|i| i.request);
+    let request: serde_json::Value =
+        request.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
+    let tool_name = request.get("tool_name").and_then(|t| t.as_str()).map(str::to_owned);
+    let input = request.get("arguments").map(convert::raw);
+    let entry = NewAuditEntry {
+        principal: principal.to_owned(),
+        decision: if decision.approved {
+            tollgate_store::AuditDecision::Approved
+        } else {
+            tollgate_store::AuditDecision::Rejected
+        },
+        reason: decision.message.clone(),
+        tool_name,
+        input,
+        edited_input: None,
+    };
+    let mut events: Vec<tollgate_store::NewEvent> = events.into_iter().map(convert::event).collect();
+    events.push(tollgate_store::NewEvent {
+        kind: DECISION_RECORDED.to_owned(),
+        payload: convert::raw(&serde_json::json!({
+            "interrupt_id": interrupt_id,
+            "principal": principal,
+            "decision": entry.decision.as_str(),
+            "reason": entry.reason,
+            "tool_name": entry.tool_name,
+            "input": request.get("arguments"),
+            "edited_input": null,
+        })),
+    });
+    let resolution = Resolution {
+        session_id: session_id.to_owned(),
+        interrupt_id: interrupt_id.to_owned(),
+        client_key,
+        resolution: convert::raw(&resolution),
+        events,
+    };
+    Ok(store.audit().resolve_interrupt_as(resolution, entry).await?)
+}
+
+/// The event kind of a decision's audit row on the session's stream: `{interrupt_id, principal,
+/// decision, reason, tool_name, input, edited_input}`.
+pub const DECISION_RECORDED: &str = "decision_recorded";
+
+/// Every audit row of the session, oldest first.
+///
+/// # Errors
+/// The store failed, or a row is corrupt.
+pub async fn decisions(store: &dyn Store, session_id: &str) -> Result<Vec<AuditRecord>, StoreError> {
+    const PAGE: i64 = 1000;
+    let mut all = Vec::new();
+    loop {
+        let query = AuditQuery {
+            session_id: Some(session_id.to_owned()),
+            after: all.last().map_or(0, |r: &AuditRecord| r.audit_id),
+            limit: PAGE,
+            ..AuditQuery::default()
+        };
+        let page = store.audit().audit_entries(&query).await?;
+        let done = (page.len() as i64) < PAGE;
+        all.extend(page.into_iter().map(audit_record));
+        if done {
+            return Ok(all);
+        }
+    }
+}
+
+/// An audit row as the API shows it.
+pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
+    let json = |raw: Option<Box<serde_json::value::RawValue>>| {
+        raw.and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok())
+    };
+    AuditRecord {
+        audit_id: entry.audit_id,
+        session_id: entry.session_id,
+        interrupt_id: entry.interrupt_id,
+        principal: entry.principal,
+        decision: match entry.decision {
+            tollgate_store::AuditDecision::Approved => AuditDecision::Approved,
+            tollgate_store::AuditDecision::Rejected => AuditDecision::Rejected,
+        },
+        reason: entry.reason,
+        tool_name: entry.tool_name,
+        input: json(entry.input),
+        edited_input: json(entry.edited_input),
+        decided_at: entry.decided_at,
+    }
 }
 
 /// The session's snapshot, or `None` when it does not exist.
@@ -189,6 +300,8 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         last_turn_error: state.last_turn_error,
         turn_id: state.turn.map(|t| t.turn_id),
         next_event_seq: session.next_event_seq,
+        started_by: store.audit().started_by(session_id).await?,
+        decisions: decisions(store, session_id).await?,
     }))
 }
 

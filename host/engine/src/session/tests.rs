@@ -570,3 +570,23 @@ fn the_conversation_view_shows_prompts_and_answers_as_text() {
     let pairs: Vec<_> = shown.iter().map(|m| (m.role, m.text.as_str(), m.pending)).collect();
     assert_eq!(pairs, [("user", "hi", false), ("assistant", "hello", false), ("user", "queued", true)]);
 }
+
+#[test]
+fn an_approval_carries_the_groups_its_policy_names_as_approvers() {
+    let call =
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true);
+    let (_, mut t) = defer(&RunState::default(), call.clone());
+    let unrestricted = t.clone();
+    super::turn::with_approvers(&mut t, &crate::policy::Policies::default());
+    assert_eq!(t.interrupts, unrestricted.interrupts, "no approvers, no change");
+    let policies =
+        crate::policy::Policies::default().with_approvers("create_refund", vec!["finance".into()]).unwrap();
+    super::turn::with_approvers(&mut t, &policies);
+    assert_eq!(t.interrupts[0].request["approvers"], json!(["finance"]));
+    let opened = t.events.iter().find(|e| e.kind == event_kind::INTERRUPT_OPENED).expect("opened");
+    assert_eq!(
+        opened.payload["request"]["approvers"],
+        json!(["finance"]),
+        "the event shows the same request"
+    );
+}

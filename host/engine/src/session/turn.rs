@@ -14,7 +14,7 @@ use super::{
     failure_reason, item_kind, raw, status, step_kind,
 };
 use crate::gate::DeferredCall;
-use crate::policy::Handling;
+use crate::policy::{Handling, Policies};
 use crate::record::ToolCallRecord;
 use crate::texts;
 
@@ -242,6 +242,30 @@ pub fn plan_run_model(
 
 fn is_prompt(kind: &str) -> bool {
     kind == item_kind::USER_PROMPT || kind == item_kind::TURN_FAILURE_NOTE
+}
+
+/// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
+/// with the tool's `approvers` (the groups whose principals alone may decide it), so a process
+/// that decides without loading the agent (`tollgate api`) reads them from the stored request.
+/// A tool whose policy names no approvers is left as it is.
+pub fn with_approvers(t: &mut Transition, policies: &Policies) {
+    for interrupt in &mut t.interrupts {
+        let tool = interrupt.request.get("tool_name").and_then(Value::as_str).unwrap_or_default();
+        let approvers = policies.approvers(tool);
+        if approvers.is_empty()
+            || interrupt.request.get("type").and_then(Value::as_str) != Some("tool_approval")
+        {
+            continue;
+        }
+        interrupt.request["approvers"] = json!(approvers);
+        for event in &mut t.events {
+            let opened = event.kind == event_kind::INTERRUPT_OPENED
+                && event.payload.get("interrupt_id").and_then(Value::as_str) == Some(&interrupt.interrupt_id);
+            if opened {
+                event.payload["request"] = interrupt.request.clone();
+            }
+        }
+    }
 }
 
 /// What the end of a segment changes. `calls` are the session's deferred calls (for a failing

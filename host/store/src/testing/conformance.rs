@@ -60,6 +60,15 @@ impl Harness {
         .unwrap_or_else(|e| panic!("raw SQL `{sql}` failed: {e}"));
     }
 
+    /// Runs raw SQL and returns the database's error text instead of panicking.
+    pub async fn try_exec(&self, sql: &'static str) -> Result<(), String> {
+        match &self.raw {
+            Raw::Sqlite(p) => sqlx::query(sql).execute(p).await.map(drop),
+            Raw::Pg(p) => sqlx::query(sql).execute(p).await.map(drop),
+        }
+        .map_err(|e| e.to_string())
+    }
+
     /// A count from raw SQL (`SELECT count(*) …`).
     ///
     /// # Panics
@@ -72,6 +81,8 @@ impl Harness {
         .unwrap_or_else(|e| panic!("raw SQL `{sql}` failed: {e}"))
     }
 }
+
+mod audit;
 
 type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -123,7 +134,7 @@ where
     Fut: Future<Output = Harness>,
 {
     let mut failed = Vec::new();
-    for (name, case) in CASES {
+    for (name, case) in CASES.iter().chain(audit::CASES) {
         let harness = fresh(name).await;
         let started = std::time::Instant::now();
         match tokio::spawn(case(harness)).await {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{Extension, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -39,10 +39,12 @@ use utoipa_axum::routes;
 
 use self::input::{JsonBody, Params, parse, path_ids};
 use self::types::{
-    BusySession, CreateSession, Created, Decide, DecisionReceipt, ErrorBody, ErrorCode, ErrorDetail, Health,
-    HealthStatus, InterruptList, MessageReceipt, MovedSession, PendingInterrupt, SendMessage, SessionPage,
-    SessionRow, Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
+    AuditPage, BusySession, CreateSession, Created, Decide, DecisionReceipt, ErrorBody, ErrorCode,
+    ErrorDetail, Health, HealthStatus, InterruptList, MessageReceipt, MovedSession, PendingInterrupt,
+    SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded,
+    UpgradedAll,
 };
+use crate::auth::Caller;
 use crate::metrics::Metrics;
 use crate::sessions::{self, ClientError};
 
@@ -60,8 +62,9 @@ const MAX_LIMIT: i64 = 1000;
 pub struct ApiState {
     /// The store.
     pub store: Arc<dyn Store>,
-    /// The bearer token every request but `/healthz` must carry, when set.
-    pub token: Option<Arc<str>>,
+    /// Who may call and what they may do: the `--token` shortcut, the `--auth` file's
+    /// principals, or neither (open).
+    pub auth: Arc<crate::auth::Auth>,
     /// The process's metrics.
     pub metrics: Arc<Metrics>,
     /// Turns `true` when the server stops: open event streams end, so a graceful shutdown does
@@ -74,7 +77,10 @@ pub struct ApiState {
 
 impl std::fmt::Debug for ApiState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiState").field("token", &self.token.as_ref().map(|_| "…")).finish_non_exhaustive()
+        f.debug_struct("ApiState")
+            .field("token", &self.auth.token.as_ref().map(|_| "…"))
+            .field("principals", &self.auth.principals.as_ref().map(crate::auth::Principals::len))
+            .finish_non_exhaustive()
     }
 }
 
@@ -101,6 +107,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(upgrade_session))
         .routes(routes!(upgrade_all))
         .routes(routes!(list_interrupts))
+        .routes(routes!(list_audit))
         .routes(routes!(healthz))
         .routes(routes!(metrics))
         .routes(routes!(openapi_json))
@@ -115,11 +122,13 @@ pub struct ApiError {
     field: Option<String>,
     /// Seconds for a `Retry-After` header (a store that is unavailable for a while).
     retry_after: Option<u64>,
+    /// A 403's roles or groups that would be allowed.
+    needed: Option<Vec<String>>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into(), field: None, retry_after: None }
+        ApiError { status, code, message: message.into(), field: None, retry_after: None, needed: None }
     }
 
     fn bad(field: impl Into<String>, message: impl Into<String>) -> Self {
@@ -136,13 +145,34 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            ErrorBody { error: ErrorDetail { code: self.code, field: self.field, message: self.message } };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                field: self.field,
+                message: self.message,
+                needed: self.needed,
+            },
+        };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
         }
         response
+    }
+}
+
+impl From<crate::auth::Denied> for ApiError {
+    fn from(denied: crate::auth::Denied) -> Self {
+        use crate::auth::Denied;
+        let message = denied.to_string();
+        let (code, needed) = match denied {
+            Denied::Role { roles, .. } => {
+                (ErrorCode::RoleRequired, Some(roles.iter().map(|r| r.as_str().to_owned()).collect()))
+            }
+            Denied::Group { groups, .. } => (ErrorCode::GroupRequired, Some(groups)),
+            Denied::OwnSession { .. } => (ErrorCode::OwnSession, None),
+        };
+        ApiError { needed, ..ApiError::new(StatusCode::FORBIDDEN, code, message) }
     }
 }
 
@@ -213,13 +243,27 @@ fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<St
     }
 }
 
-/// Constant-time comparison of two byte strings (the length is not secret).
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// What a request does, for the role check: reads are `GET`s, `POST /v1/sessions` and
+/// `…/messages` write, `…/interrupts/{id}` decides, the upgrades operate. Anything else (a route
+/// that does not exist, a wrong method) counts as a read, so it gets its 404 or 405.
+fn action_of(method: &axum::http::Method, path: &str) -> crate::auth::Action {
+    use crate::auth::Action;
+    if method != axum::http::Method::POST {
+        return Action::Read;
+    }
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["", "v1", "sessions"] | ["", "v1", "sessions", _, "messages"] => Action::Write,
+        ["", "v1", "sessions", _, "interrupts", _] => Action::Decide,
+        ["", "v1", "sessions", _, "upgrade"] | ["", "v1", "agent-upgrades"] => Action::Operate,
+        _ => Action::Read,
+    }
 }
 
-async fn authorize(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.token else { return next.run(request).await };
+/// Authenticates every request but `/healthz` (401 without a known token), checks the caller's
+/// roles against what the request does (403 naming the roles needed), and hands the handlers the
+/// [`crate::auth::Caller`].
+async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     if request.uri().path() == "/healthz" {
         return next.run(request).await;
     }
@@ -229,21 +273,22 @@ async fn authorize(State(state): State<ApiState>, request: Request, next: Next) 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
         .map(str::trim);
-    match given {
-        Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => next.run(request).await,
-        _ => {
-            let mut response = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::Unauthorized,
-                "a valid `Authorization: Bearer <token>` header is required",
-            )
-            .into_response();
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-            response
-        }
+    let Some(caller) = state.auth.authenticate(given) else {
+        let mut response = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            "a valid `Authorization: Bearer <token>` header is required: no principal has this token",
+        )
+        .into_response();
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        return response;
+    };
+    let action = action_of(request.method(), request.uri().path());
+    if let Err(denied) = state.auth.rules().allows(&caller, action) {
+        return ApiError::from(denied).into_response();
     }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
 }
 
 /// `POST /v1/sessions`.
@@ -263,6 +308,7 @@ async fn authorize(State(state): State<ApiState>, request: Request, next: Next) 
 )]
 async fn create_session(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     JsonBody(body): JsonBody,
@@ -274,7 +320,7 @@ async fn create_session(
         Some(digest) => Some(AgentDigest { digest, pinned: true }),
         None => state.agent.clone(),
     };
-    let created = sessions::start_under(state.store.as_ref(), &session_id, agent).await?;
+    let created = sessions::start_by(state.store.as_ref(), &session_id, agent, &caller.name).await?;
     let message = match &request.message {
         Some(text) => {
             // Idempotent on the id: the same first message under the same id is one message.
@@ -340,11 +386,12 @@ async fn send_message(
     post,
     path = "/v1/sessions/{id}/interrupts/{interrupt_id}",
     tag = "approvals",
-    summary = "Approve or reject a deferred tool call (idempotent)",
+    summary = "Approve or reject a deferred tool call (idempotent); recorded in the audit trail with who decided",
     params(openapi::SessionId, openapi::InterruptId, openapi::IdempotencyKey),
     request_body = Decide,
     responses(
         (status = 200, description = "Decided (or the same decision replayed)", body = DecisionReceipt),
+        (status = 403, description = "`role_required` (not an approver or admin), `group_required` (the tool's policy names `approvers` groups the principal is in none of; listed in `needed`) or `own_session` (the principal started the session: separation of duties)", body = ErrorBody),
         (status = 404, description = "`session_not_found` or `interrupt_not_found`", body = ErrorBody),
         (status = 409, description = "`interrupt_already_resolved` (decided otherwise) or `idempotency_conflict`", body = ErrorBody),
         openapi::WriteErrors,
@@ -352,6 +399,7 @@ async fn send_message(
 )]
 async fn decide(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
@@ -362,8 +410,25 @@ async fn decide(
     let request: Decide = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
     let decision = Decision { approved: request.approved, message: request.message };
-    let receipt =
-        sessions::resolve(state.store.as_ref(), &id, &interrupt_id, &decision, key.as_deref()).await?;
+    // Who may decide: the caller's role, the tool's approver groups (stored with the interrupt
+    // when it opened: this process may not load the agent) and who started the session.
+    if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
+        let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
+        let tool = asked.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default();
+        let approvers: Vec<String> =
+            asked.get("approvers").and_then(|a| serde_json::from_value(a.clone()).ok()).unwrap_or_default();
+        let starter = state.store.audit().started_by(&id).await?;
+        state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
+    }
+    let receipt = sessions::resolve_as(
+        state.store.as_ref(),
+        &id,
+        &interrupt_id,
+        &decision,
+        key.as_deref(),
+        &caller.name,
+    )
+    .await?;
     let answer = DecisionReceipt {
         approved: decision.approved,
         interrupt_id,
@@ -573,6 +638,44 @@ async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuer
     Ok(Json(InterruptList { interrupts }).into_response())
 }
 
+/// `GET /v1/audit`.
+#[utoipa::path(
+    get,
+    path = "/v1/audit",
+    tag = "approvals",
+    summary = "The audit trail of decisions, oldest first: who decided what, when (database clock), why, on which input",
+    params(types::AuditQuery),
+    responses(
+        (status = 200, description = "A page; continue with `after=next_after`", body = AuditPage),
+        openapi::ReadErrors,
+    )
+)]
+async fn list_audit(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
+    let params =
+        Params::parse(query.as_deref(), &["session_id", "principal", "since", "until", "after", "limit"])?;
+    let text = |name: &str| -> Result<Option<String>, ApiError> {
+        match params.text(name) {
+            Some(value) if value.is_empty() || value.len() > input::MAX_ID => {
+                Err(ApiError::bad(name, format!("{name} must be 1 to {} bytes", input::MAX_ID)))
+            }
+            value => Ok(value.map(str::to_owned)),
+        }
+    };
+    let query = tollgate_store::AuditQuery {
+        session_id: text("session_id")?,
+        principal: text("principal")?,
+        since: params.int("since", 0, i64::MAX)?,
+        until: params.int("until", 0, i64::MAX)?,
+        after: params.int("after", 0, i64::MAX)?.unwrap_or(0),
+        limit: params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100),
+    };
+    let entries = state.store.audit().audit_entries(&query).await?;
+    let next_after =
+        (entries.len() as i64 == query.limit).then(|| entries.last().map(|e| e.audit_id)).flatten();
+    let entries = entries.into_iter().map(sessions::audit_record).collect();
+    Ok(Json(AuditPage { entries, next_after }).into_response())
+}
+
 /// How long a client should wait before retrying a request the store could not take.
 fn retry_after(reason: UnavailableReason) -> u64 {
     match reason {
@@ -675,9 +778,25 @@ mod tests {
 
     #[test]
     fn secrets_compare_equal_only_when_every_byte_matches() {
+        use crate::auth::same_secret;
         assert!(same_secret(b"s3cret", b"s3cret"));
         assert!(!same_secret(b"s3cret", b"s3creT"));
         assert!(!same_secret(b"s3cret", b"s3cre"));
+    }
+
+    #[test]
+    fn each_route_is_the_action_its_role_check_needs() {
+        use crate::auth::Action;
+        let post = axum::http::Method::POST;
+        let get = axum::http::Method::GET;
+        assert_eq!(action_of(&post, "/v1/sessions"), Action::Write);
+        assert_eq!(action_of(&post, "/v1/sessions/s/messages"), Action::Write);
+        assert_eq!(action_of(&post, "/v1/sessions/s/interrupts/i"), Action::Decide);
+        assert_eq!(action_of(&post, "/v1/sessions/s/upgrade"), Action::Operate);
+        assert_eq!(action_of(&post, "/v1/agent-upgrades"), Action::Operate);
+        assert_eq!(action_of(&get, "/v1/sessions/s"), Action::Read);
+        assert_eq!(action_of(&get, "/v1/audit"), Action::Read);
+        assert_eq!(action_of(&post, "/v2/nothing"), Action::Read, "a 404 stays a 404");
     }
 
     #[test]

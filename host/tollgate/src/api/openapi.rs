@@ -21,14 +21,14 @@ use super::types::ErrorBody;
     info(
         title = "Tollgate API",
         version = "0.1.0",
-        description = "Durable Claude Code sessions with gated tool calls. Bearer-token auth on every route but /healthz when the server has a token. Every error is an ErrorBody that names the field, query parameter or limit that was wrong. A route that does not exist answers 404 `not_found`, a method a route does not take 405 `method_not_allowed`, both as an ErrorBody."
+        description = "Durable Claude Code sessions with gated tool calls. Bearer-token auth on every route but /healthz when the server has a token or an auth file: 401 `unauthorized` when no principal has the token, 403 when the principal's roles (viewer reads; client also starts sessions and sends messages; approver also decides; admin does everything), the tool's approver groups or separation of duties (nobody decides an interrupt of a session they started) refuse the request, naming what is needed. Every error is an ErrorBody that names the field, query parameter or limit that was wrong. A route that does not exist answers 404 `not_found`, a method a route does not take 405 `method_not_allowed`, both as an ErrorBody."
     ),
     modifiers(&BearerScheme),
     security(("bearer" = [])),
     components(schemas(ErrorBody, super::types::StreamError)),
     tags(
         (name = "sessions", description = "Sessions, their messages and snapshots"),
-        (name = "approvals", description = "Deferred tool calls waiting for a person"),
+        (name = "approvals", description = "Deferred tool calls waiting for a person, and the audit trail of decisions"),
         (name = "events", description = "A session's events, live"),
         (name = "agents", description = "Which agent digest a session runs under"),
         (name = "operations", description = "Health, metrics and this document"),
@@ -92,6 +92,10 @@ pub enum WriteErrors {
     /// `unauthorized`: the bearer token is missing or wrong.
     #[response(status = 401)]
     Unauthorized(ErrorBody),
+    /// `role_required`: the principal is known but its roles do not allow this (the roles that
+    /// would are in `needed`; the message names them too).
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
     /// `body_too_large`: the body is over 512 KiB.
     #[response(status = 413)]
     TooLarge(ErrorBody),
@@ -181,6 +185,7 @@ mod tests {
             ("/v1/sessions/{id}/upgrade", "post", "200", "Upgraded"),
             ("/v1/agent-upgrades", "post", "200", "UpgradedAll"),
             ("/v1/interrupts", "get", "200", "InterruptList"),
+            ("/v1/audit", "get", "200", "AuditPage"),
             ("/healthz", "get", "200", "Health"),
         ];
         for (path, method, status, schema) in operations {
@@ -217,7 +222,11 @@ mod tests {
             let schema = &doc["components"]["schemas"][body];
             assert_eq!(schema["additionalProperties"], false, "{body} refuses unknown fields");
         }
-        for shared in ["ToolCall", "CallState", "PendingApproval", "ApprovalRequest", "ErrorBody"] {
+        let decide = &doc["paths"]["/v1/sessions/{id}/interrupts/{interrupt_id}"]["post"]["responses"];
+        assert!(decide["401"].is_object() && decide["403"].is_object(), "401 and 403 are distinct");
+        for shared in
+            ["ToolCall", "CallState", "PendingApproval", "ApprovalRequest", "ErrorBody", "AuditRecord"]
+        {
             assert!(doc["components"]["schemas"][shared].is_object(), "{shared}");
         }
     }

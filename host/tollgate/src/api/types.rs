@@ -216,6 +216,94 @@ pub struct Snapshot {
     pub turn_id: Option<String>,
     /// The seq the next event will get.
     pub next_event_seq: i64,
+    /// The principal that started the session (`null`: not recorded, e.g. started before
+    /// principals existed).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub started_by: Option<String>,
+    /// Every decision on the session's interrupts, oldest first: its audit trail.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub decisions: Vec<AuditRecord>,
+}
+
+/// One row of the audit trail: a decision, who made it and when.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
+pub struct AuditRecord {
+    /// Its place in the trail (grows with every decision; the cursor of `GET /v1/audit`).
+    pub audit_id: i64,
+    /// The session.
+    pub session_id: String,
+    /// The interrupt decided (its tool call's id).
+    pub interrupt_id: String,
+    /// Who decided.
+    pub principal: String,
+    /// `approved` or `rejected`.
+    pub decision: AuditDecision,
+    /// The decider's text (for a rejection, what the model reads).
+    #[schema(required = true)]
+    pub reason: Option<String>,
+    /// The tool.
+    #[schema(required = true)]
+    pub tool_name: Option<String>,
+    /// The input the call was deferred with.
+    #[schema(required = true, value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// The input the decider replaced it with (`null`: not edited).
+    #[schema(required = true, value_type = Option<Object>)]
+    pub edited_input: Option<Value>,
+    /// When the decision committed (database clock, ms since the epoch).
+    pub decided_at: i64,
+}
+
+/// What a decision was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditDecision {
+    /// The call may run.
+    Approved,
+    /// The call is refused.
+    Rejected,
+}
+
+/// `GET /v1/audit`: a page of the audit trail, oldest first.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AuditPage {
+    /// The decisions.
+    pub entries: Vec<AuditRecord>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    #[schema(required = true)]
+    pub next_after: Option<i64>,
+}
+
+/// The query of `GET /v1/audit`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// Only this session's decisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 200)]
+    pub session_id: Option<String>,
+    /// Only this principal's decisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 200)]
+    pub principal: Option<String>,
+    /// Only decisions at or after this time (ms since the epoch, database clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 0)]
+    pub since: Option<i64>,
+    /// Only decisions before this time (ms since the epoch, database clock; exclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 0)]
+    pub until: Option<i64>,
+    /// The `next_after` of the previous page (an `audit_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+    /// The page's size (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
 }
 
 /// One message of a conversation.
@@ -412,6 +500,10 @@ pub struct ApprovalRequest {
     #[serde(rename = "type")]
     #[schema(examples("tool_approval"))]
     pub request_type: String,
+    /// The groups whose principals alone may decide it (the tool policy's `approvers`); omitted
+    /// when any approver may.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
 }
 
 // ---- Events ----
@@ -434,7 +526,8 @@ pub struct StreamEvent {
         "attempt_failed",
         "turn_completed",
         "turn_failed",
-        "agent_upgraded"
+        "agent_upgraded",
+        "decision_recorded"
     ))]
     pub kind: String,
     /// The step that wrote it, if one did.
@@ -522,6 +615,9 @@ pub struct ErrorDetail {
     pub field: Option<String>,
     /// What happened, naming the value or limit.
     pub message: String,
+    /// 403 only: the roles (`role_required`) or groups (`group_required`) that would be allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needed: Option<Vec<String>>,
 }
 
 /// The code of an error answer.
@@ -538,6 +634,12 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// 401: the bearer token is missing or wrong.
     Unauthorized,
+    /// 403: the principal's roles do not allow this (the roles that would in `needed`).
+    RoleRequired,
+    /// 403: the tool's policy lets only some groups decide it (named in `needed`).
+    GroupRequired,
+    /// 403: the principal started the session, so another must decide (separation of duties).
+    OwnSession,
     /// 404: no such route.
     NotFound,
     /// 405: the route does not take this method.
@@ -569,6 +671,9 @@ impl ErrorCode {
             ErrorCode::BodyTooLarge => "body_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::RoleRequired => "role_required",
+            ErrorCode::GroupRequired => "group_required",
+            ErrorCode::OwnSession => "own_session",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::SessionNotFound => "session_not_found",
@@ -612,7 +717,12 @@ mod tests {
         let created = Created { message: None, ..created };
         assert_eq!(wire(&created), r#"{"created":true,"message":null,"session_id":"s"}"#);
         let error = ErrorBody {
-            error: ErrorDetail { code: ErrorCode::InvalidJson, field: None, message: "m".into() },
+            error: ErrorDetail {
+                code: ErrorCode::InvalidJson,
+                field: None,
+                message: "m".into(),
+                needed: None,
+            },
         };
         assert_eq!(wire(&error), r#"{"error":{"code":"invalid_json","field":null,"message":"m"}}"#);
         let message = Message { role: "user".into(), text: "hi".into(), pending: false };
@@ -668,6 +778,8 @@ mod tests {
             last_turn_error: None,
             turn_id: None,
             next_event_seq: 7,
+            started_by: Some("carl".into()),
+            decisions: Vec::new(),
         };
         let text = wire(&snapshot);
         assert_eq!(
@@ -677,7 +789,8 @@ mod tests {
                 r#"{"arguments":{"order_id":"7"},"kind":"custom","message":null,"requires_approval":true,"runs_in":"call_single_attempt_tool","status":"rejected","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"},"#,
                 r#"{"arguments":{"order_id":"7"},"attempt":2,"kind":"custom","requires_approval":true,"runs_in":"call_single_attempt_tool","status":"started","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"}],"#,
                 r#""usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2,"model_calls":1},"#,
-                r#""cost_usd":0.25,"last_turn_error":null,"turn_id":null,"next_event_seq":7}"#
+                r#""cost_usd":0.25,"last_turn_error":null,"turn_id":null,"next_event_seq":7,"#,
+                r#""started_by":"carl","decisions":[]}"#
             )
         );
         let back: Snapshot = serde_json::from_str(&text).unwrap();
@@ -692,6 +805,9 @@ mod tests {
             ErrorCode::BodyTooLarge,
             ErrorCode::UnsupportedMediaType,
             ErrorCode::Unauthorized,
+            ErrorCode::RoleRequired,
+            ErrorCode::GroupRequired,
+            ErrorCode::OwnSession,
             ErrorCode::NotFound,
             ErrorCode::MethodNotAllowed,
             ErrorCode::SessionNotFound,

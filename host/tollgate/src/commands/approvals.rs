@@ -31,6 +31,27 @@ pub enum ApprovalsCommand {
         /// The interrupt (the tool call's id).
         interrupt: String,
     },
+    /// The audit trail of decisions, oldest first: who decided what, when, why, on which input.
+    Audit {
+        /// Only this session's decisions.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only this principal's decisions.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Only decisions at or after this time (ms since the epoch).
+        #[arg(long)]
+        since: Option<i64>,
+        /// Only decisions before this time (ms since the epoch).
+        #[arg(long)]
+        until: Option<i64>,
+        /// Start after this audit id (the `next_after` of the previous page).
+        #[arg(long)]
+        after: Option<i64>,
+        /// At most this many (1 to 1000).
+        #[arg(long)]
+        limit: Option<i64>,
+    },
     /// Reject a tool call; the model reads the message instead of a result.
     Reject {
         /// The session.
@@ -79,6 +100,23 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                     shell_word(&first.interrupt_id),
                     args.client.url_flag()
                 )?;
+            }
+        }
+        ApprovalsCommand::Audit { session, principal, since, until, after, limit } => {
+            let query =
+                crate::api::types::AuditQuery { session_id: session, principal, since, until, after, limit };
+            let page = client.audit(&query).await?;
+            if args.client.json {
+                return print_json(out, &page);
+            }
+            if page.entries.is_empty() {
+                writeln!(out, "no decisions")?;
+            }
+            for (entry, line) in page.entries.iter().zip(super::session::decision_lines(&page.entries)) {
+                writeln!(out, "{} {line}", entry.session_id)?;
+            }
+            if let Some(next) = page.next_after {
+                writeln!(out, "more: tollgate approvals audit --after {next}")?;
             }
         }
         ApprovalsCommand::Approve { session, interrupt } => {

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod approvals;
+pub mod auth;
 pub mod demo;
 pub mod serve;
 pub mod session;

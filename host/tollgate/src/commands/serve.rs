@@ -52,6 +52,10 @@ pub struct HttpArgs {
     /// Read the bearer token from this file (one line; keep it `chmod 600`).
     #[arg(long, env = "TOLLGATE_TOKEN_FILE", value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// The principals, their roles and groups: a TOML file of token hashes (`tollgate auth add`
+    /// writes it). Beside `--token`, the token is one more admin.
+    #[arg(long = "auth", env = "TOLLGATE_AUTH_FILE", value_name = "FILE")]
+    pub auth: Option<PathBuf>,
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key`.
     #[arg(long, env = "TOLLGATE_TLS_CERT", value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
@@ -67,7 +71,7 @@ pub struct HttpArgs {
 /// What [`HttpArgs`] name, read and checked.
 struct Http {
     listen: SocketAddr,
-    token: Option<Arc<str>>,
+    auth: Arc<crate::auth::Auth>,
     tls: Option<Arc<rustls::ServerConfig>>,
     webhooks: Option<Vec<crate::webhooks::Webhook>>,
 }
@@ -90,7 +94,13 @@ impl HttpArgs {
             Some(path) => Some(crate::webhooks::config::load(path, &|var| std::env::var(var).ok())?),
             None => None,
         };
-        Ok(Http { listen: self.listen, token: token.map(Arc::from), tls, webhooks })
+        let principals = self.auth.as_deref().map(crate::auth::Principals::load).transpose()?;
+        Ok(Http {
+            listen: self.listen,
+            auth: Arc::new(crate::auth::Auth { token, principals }),
+            tls,
+            webhooks,
+        })
     }
 }
 
@@ -178,7 +188,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let webhooks = http.start_webhooks(&store, &stop_rx).await?;
     let state = ApiState {
         store,
-        token: http.token.clone(),
+        auth: http.auth.clone(),
         metrics,
         stopping: stop_rx.clone(),
         agent: Some(worker.agent().session_agent()),
@@ -228,7 +238,7 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
         // No agent here: a session records the digest its request names, or none (any Worker).
         ApiState {
             store,
-            token: http.token.clone(),
+            auth: http.auth.clone(),
             metrics: Arc::default(),
             stopping: stop_rx.clone(),
             agent: None,

@@ -317,6 +317,15 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
             )?;
         }
     }
+    if let Some(starter) = &snapshot.started_by {
+        writeln!(out, "\nstarted by: {starter}")?;
+    }
+    if !snapshot.decisions.is_empty() {
+        writeln!(out, "\ndecisions (audit trail):")?;
+        for line in decision_lines(&snapshot.decisions) {
+            writeln!(out, "  {line}")?;
+        }
+    }
     if !snapshot.tool_calls.is_empty() {
         writeln!(out, "\ntool calls:")?;
         let rows: Vec<Vec<String>> = snapshot
@@ -339,6 +348,55 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
         )?;
     }
     Ok(())
+}
+
+/// One line per audit row: `<time> <principal> approved|rejected <tool> <interrupt> [input] [: reason]`.
+pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<String> {
+    decisions
+        .iter()
+        .map(|d| {
+            let decision = match d.decision {
+                crate::api::types::AuditDecision::Approved => "approved",
+                crate::api::types::AuditDecision::Rejected => "rejected",
+            };
+            let input = d.input.as_ref().map(|i| format!(" {}", clip(&compact(i), 60))).unwrap_or_default();
+            let edited = d
+                .edited_input
+                .as_ref()
+                .map(|i| format!(" edited to {}", clip(&compact(i), 60)))
+                .unwrap_or_default();
+            let reason = d.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+            format!(
+                "{} {} {decision} {} {}{input}{edited}{reason}",
+                format_ms(d.decided_at),
+                d.principal,
+                d.tool_name.as_deref().unwrap_or("-"),
+                d.interrupt_id,
+            )
+        })
+        .collect()
+}
+
+/// A database time (ms since the epoch) as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn format_ms(ms: i64) -> String {
+    let (secs, millis) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 fn indent_row(mut row: Vec<String>) -> Vec<String> {
@@ -478,6 +536,16 @@ impl Printer {
                 let verdict = if p["approved"].as_bool() == Some(true) { "approved" } else { "rejected" };
                 let message = p["message"].as_str().map(|m| format!(": {m}")).unwrap_or_default();
                 writeln!(out, "[approval] {} {verdict}{message}", text_of(&p["interrupt_id"]))?;
+            }
+            "decision_recorded" => {
+                let reason = p["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default();
+                writeln!(
+                    out,
+                    "[audit] {} {} by {}{reason}",
+                    text_of(&p["interrupt_id"]),
+                    text_of(&p["decision"]),
+                    text_of(&p["principal"])
+                )?;
             }
             "attempt_failed" => {
                 writeln!(out, "(retrying…) attempt {} failed: {}", p["attempt"], text_of(&p["error"]))?

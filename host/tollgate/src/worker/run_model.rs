@@ -143,6 +143,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         _ => {}
     }
     let mut transition = turn::on_segment(&run, &state, &calls, result);
+    // The API may not load the agent: the interrupt carries who may decide it.
+    turn::with_approvers(&mut transition, &worker.agent.config.policies);
     if failed_cost > 0.0 {
         let mut next = transition.run_state.take().unwrap_or_else(|| state.clone());
         next.cost_usd += failed_cost;

@@ -545,6 +545,8 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         last_turn_error: None,
         turn_id: None,
         next_event_seq: 9,
+        started_by: Some("tollgate:token".into()),
+        decisions: Vec::new(),
     };
     let good = serde_json::to_value(&snapshot).unwrap();
     let check = |status: u16, body: &Value| {
@@ -582,7 +584,12 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
 
     // Routes the document lacks may only answer the router's 404 and 405 errors.
     let not_found = serde_json::to_string(&ErrorBody {
-        error: ErrorDetail { code: ErrorCode::NotFound, field: None, message: "no such route".into() },
+        error: ErrorDetail {
+            code: ErrorCode::NotFound,
+            field: None,
+            message: "no such route".into(),
+            needed: None,
+        },
     })
     .unwrap();
     check_answer("GET", "/v2/nothing", 404, "application/json", &not_found).expect("the fallback");

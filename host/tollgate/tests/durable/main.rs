@@ -5,6 +5,9 @@
 //!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
 //! - `api_input`: bad input to every route of `tollgate api`, refused as JSON errors.
+//! - `auth`: principals from `tollgate auth add`: 401 and 403 (role, approver group, separation
+//!   of duties) through HTTP and the CLI client, the audit trail in the snapshot, the event stream,
+//!   `session show` and `GET /v1/audit`.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
@@ -22,6 +25,7 @@
 
 mod api;
 mod api_input;
+mod auth;
 mod bundles;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]

@@ -25,31 +25,38 @@ impl Served {
 
     /// The same, listening on `listen` (to take over the address of a stopped one).
     pub async fn start_on(world: &World, name: &str, token: Option<&str>, listen: &str) -> Served {
-        Self::start_with(world, name, token, listen, &[]).await
+        let token: Vec<&str> = token.map(|t| vec!["--token", t]).unwrap_or_default();
+        Self::start_with(world, name, listen, &token).await
     }
 
-    /// The same with `extra` options (e.g. `--webhooks FILE`).
-    pub async fn start_with(
-        world: &World,
-        name: &str,
-        token: Option<&str>,
-        listen: &str,
-        extra: &[&str],
-    ) -> Served {
+    /// The same with more `serve` arguments (e.g. `--auth FILE`).
+    pub async fn start_with(world: &World, name: &str, listen: &str, extra: &[&str]) -> Served {
         let mut command = world.tollgate();
         command
             .args(["serve", "--agent"])
             .arg(&world.agent)
             .args(["--db", &world.db, "--listen", listen, "--worker-id", name, "--poll-secs", "0.2"])
             .args(["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if let Some(token) = token {
-            command.args(["--token", token]);
-        }
+            .args(extra);
+        Self::listening(world, name, command, "tollgate serving on ").await
+    }
+
+    /// `tollgate api --db DB --listen 127.0.0.1:0 EXTRA` on `world`'s store: the API alone, without
+    /// the agent (Workers run elsewhere).
+    pub async fn start_api(world: &World, name: &str, extra: &[&str]) -> Served {
+        let mut command = world.tollgate();
+        command.args(["api", "--db", &world.db, "--listen", "127.0.0.1:0"]).args(extra);
+        Self::listening(world, name, command, "tollgate API on ").await
+    }
+
+    /// Spawns `command` and waits until its stderr says where it listens (after `prefix`).
+    async fn listening(
+        world: &World,
+        name: &str,
+        mut command: tokio::process::Command,
+        prefix: &str,
+    ) -> Served {
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true);
         let mut child = command.spawn().expect("start tollgate serve");
         let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
         let mut log =
@@ -60,7 +67,7 @@ impl Served {
                 let _ = log.write_all(format!("{line}\n").as_bytes()).await;
                 seen.push_str(&line);
                 seen.push('\n');
-                if let Some(rest) = line.strip_prefix("tollgate serving on ") {
+                if let Some(rest) = line.strip_prefix(prefix) {
                     return Some(rest.split_whitespace().next().expect("an address").to_owned());
                 }
             }

@@ -171,7 +171,7 @@ async fn a_receiver_that_fails_twice_gets_every_event_signed_with_stable_ids_acr
     let Some(world) = World::new("webhooks", Refund::SingleAttemptWithApproval).await else { return };
     let receiver = Receiver::start(vec![Answer::Status(500), Answer::Drop]).await;
     let hooks = write_hooks(&world, &receiver.url);
-    let served = Served::start_with(&world, "serve-a", None, "127.0.0.1:0", &["--webhooks", &hooks]).await;
+    let served = Served::start_with(&world, "serve-a", "127.0.0.1:0", &["--webhooks", &hooks]).await;
 
     world.send("s", REFUND).await;
     receiver.wait_until("the first delivery", |r| !r.is_empty(), &world).await;
@@ -184,7 +184,7 @@ async fn a_receiver_that_fails_twice_gets_every_event_signed_with_stable_ids_acr
     }
     served.kill().await;
     let killed = Instant::now();
-    let served = Served::start_with(&world, "serve-b", None, "127.0.0.1:0", &["--webhooks", &hooks]).await;
+    let served = Served::start_with(&world, "serve-b", "127.0.0.1:0", &["--webhooks", &hooks]).await;
 
     receiver.wait_until("interrupt.created accepted", |r| r.iter().any(Received::accepted), &world).await;
     let waiting = world.snapshot("s").await;
@@ -299,8 +299,8 @@ async fn two_servers_on_postgres_send_each_event_once() {
     };
     let receiver = Receiver::start(Vec::new()).await;
     let hooks = write_hooks(&world, &receiver.url);
-    let a = Served::start_with(&world, "serve-a", None, "127.0.0.1:0", &["--webhooks", &hooks]).await;
-    let b = Served::start_with(&world, "serve-b", None, "127.0.0.1:0", &["--webhooks", &hooks]).await;
+    let a = Served::start_with(&world, "serve-a", "127.0.0.1:0", &["--webhooks", &hooks]).await;
+    let b = Served::start_with(&world, "serve-b", "127.0.0.1:0", &["--webhooks", &hooks]).await;
 
     world.send("s", REFUND).await;
     let waiting = world.wait_for("s", "the approval", |s| s.status == "awaiting_approval").await;

@@ -1,0 +1,349 @@
+//! Who started a session, and the append-only audit trail of decisions: the [`AuditLog`] trait,
+//! implemented once for both backends beside the shared [`crate::Store`] implementation, and
+//! reached from any store through [`crate::Store::audit`].
+//!
+//! Read [`AuditLog`] first. A decision made through [`AuditLog::resolve_interrupt_as`] writes the
+//! interrupt's resolution, queues its waiting step, appends its events **and** inserts exactly one
+//! `audit` row, in one transaction; a replay under the same client key writes nothing (no second
+//! row). The `audit` table refuses every `UPDATE` and `DELETE` (triggers of migration 0003), so no
+//! code path can rewrite the trail; it has no foreign key to `sessions` and outlives them.
+//!
+//! It does not know what a principal, a role or a tool *means* (the `tollgate` crate's auth module
+//! does): names and inputs are opaque strings and JSON to it, like everything else in the store.
+//!
+//! # Caveats
+//!
+//! - [`AuditQuery::after`] pages by `audit_id`, which grows with every insert. On PostgreSQL two
+//!   decisions committing concurrently may become visible out of id order, so a reader polling the
+//!   newest page may see a lower id appear after a higher one; read a closed time range
+//!   ([`AuditQuery::until`] in the past) for a complete export.
+//! - [`crate::Store::resolve_interrupt`] writes no audit row: it is the store's primitive, kept
+//!   for callers that decide without a principal. Tollgate decides through
+//!   [`AuditLog::resolve_interrupt_as`] only.
+
+use std::sync::LazyLock;
+
+use serde_json::value::RawValue;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Transaction, Type};
+
+use crate::backend::Backend;
+use crate::dialect::Dialect;
+use crate::error::{check_row_version, stored_json};
+use crate::*;
+
+/// The longest principal name, reason text or tool name the trail takes, in bytes.
+pub const MAX_AUDIT_TEXT: usize = 4096;
+
+/// What a decision was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditDecision {
+    /// The call may run.
+    Approved,
+    /// The call is refused.
+    Rejected,
+}
+
+impl AuditDecision {
+    /// The stored name: `approved` or `rejected`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditDecision::Approved => "approved",
+            AuditDecision::Rejected => "rejected",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "approved" => Some(AuditDecision::Approved),
+            "rejected" => Some(AuditDecision::Rejected),
+            _ => None,
+        }
+    }
+}
+
+/// The audit row a decision writes ([`AuditLog::resolve_interrupt_as`]); the session, the
+/// interrupt and the time (database clock) come from the decision itself.
+#[derive(Clone, Debug)]
+pub struct NewAuditEntry {
+    /// Who decided (1 to [`MAX_AUDIT_TEXT`] bytes).
+    pub principal: String,
+    /// Approved or rejected.
+    pub decision: AuditDecision,
+    /// The decider's text (the rejection message the model reads, or a note).
+    pub reason: Option<String>,
+    /// The tool the decision is about.
+    pub tool_name: Option<String>,
+    /// The input the call was deferred with, exactly as given.
+    pub input: Option<Box<RawValue>>,
+    /// The input the decider replaced it with, when they edited it.
+    pub edited_input: Option<Box<RawValue>>,
+}
+
+/// One row of the audit trail.
+#[derive(Clone, Debug)]
+pub struct AuditEntry {
+    /// Its place in the trail: grows with every row, never reused.
+    pub audit_id: i64,
+    /// The session.
+    pub session_id: String,
+    /// The interrupt decided.
+    pub interrupt_id: String,
+    /// Who decided.
+    pub principal: String,
+    /// Approved or rejected.
+    pub decision: AuditDecision,
+    /// The decider's text.
+    pub reason: Option<String>,
+    /// The tool.
+    pub tool_name: Option<String>,
+    /// The original input, byte for byte.
+    pub input: Option<Box<RawValue>>,
+    /// The edited input, byte for byte.
+    pub edited_input: Option<Box<RawValue>>,
+    /// When the decision committed (database clock, ms).
+    pub decided_at: i64,
+}
+
+/// A page of the trail to read ([`AuditLog::audit_entries`]): rows with `audit_id > after`, in
+/// id order, matching every filter given.
+#[derive(Clone, Debug, Default)]
+pub struct AuditQuery {
+    /// Only this session's.
+    pub session_id: Option<String>,
+    /// Only this principal's.
+    pub principal: Option<String>,
+    /// Only decisions at or after this time (database clock, ms).
+    pub since: Option<i64>,
+    /// Only decisions before this time (database clock, ms).
+    pub until: Option<i64>,
+    /// The last `audit_id` of the previous page (0 for the first).
+    pub after: i64,
+    /// The page's size.
+    pub limit: i64,
+}
+
+/// Principals and the audit trail, on the same database as the sessions.
+///
+/// # Contract (checked by `testing::conformance` on both backends)
+///
+/// - [`AuditLog::resolve_interrupt_as`] is [`Store::resolve_interrupt`] plus exactly one audit
+///   row, in the same transaction: both or neither. A replay (same client key and resolution)
+///   returns `replayed: true` and writes no row; another key on a resolved interrupt is
+///   [`StoreError::InterruptAlreadyResolved`] and writes no row.
+/// - Audit rows are never changed or removed: the database refuses `UPDATE` and `DELETE`.
+/// - [`AuditLog::create_session_by`] is [`Store::create_session`] recording who created the
+///   session; an existing session keeps its creator.
+#[async_trait::async_trait]
+pub trait AuditLog: Send + Sync {
+    /// Creates the session unless it exists, recording `principal` as its creator. `Ok(true)`:
+    /// created; `Ok(false)`: it existed and was left unchanged (its creator too).
+    async fn create_session_by(&self, session: NewSession, principal: &str) -> Result<bool, StoreError>;
+
+    /// Who created the session: `Ok(None)` when the session does not exist or names nobody
+    /// (created by [`Store::create_session`], or before schema 3).
+    async fn started_by(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+
+    /// Resolves the interrupt as [`Store::resolve_interrupt`] does and records `entry` in the
+    /// audit trail in the same transaction.
+    async fn resolve_interrupt_as(
+        &self,
+        resolution: Resolution,
+        entry: NewAuditEntry,
+    ) -> Result<ResolveReceipt, StoreError>;
+
+    /// A page of the trail (see [`AuditQuery`]).
+    async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+}
+
+/// The audit statements of one dialect, rendered once.
+pub(crate) struct AuditStatements {
+    /// [`crate::dialect::Statements::create_session`] plus `$7` the creator.
+    create_session_by: &'static str,
+    /// Session `$1`'s creator.
+    started_by: &'static str,
+    /// Inserts an audit row (`$1` row version, `$2` session, `$3` interrupt, `$4` principal, `$5`
+    /// decision, `$6` reason, `$7` tool, `$8` input, `$9` edited input) at DB-now.
+    insert: &'static str,
+    /// Up to `$6` rows after id `$1`, filtered by session `$2`, principal `$3`, since `$4`, until
+    /// `$5` (each unless null).
+    list: &'static str,
+}
+
+impl AuditStatements {
+    fn render(now: &str) -> Self {
+        let keep = |s: String| -> &'static str { s.leak() };
+        AuditStatements {
+            create_session_by: keep(format!(
+                "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
+                     agent_digest, agent_pinned, started_by)
+                 VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6, $7) ON CONFLICT DO NOTHING"
+            )),
+            started_by: "SELECT started_by FROM sessions WHERE session_id = $1",
+            insert: keep(format!(
+                "INSERT INTO audit (row_version, session_id, interrupt_id, principal, decision, reason,
+                     tool_name, input, edited_input, decided_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, {now})"
+            )),
+            list: "SELECT audit_id, row_version, session_id, interrupt_id, principal, decision, reason,
+                     tool_name, input, edited_input, decided_at
+                 FROM audit
+                 WHERE audit_id > $1 AND ($2 IS NULL OR session_id = $2) AND ($3 IS NULL OR principal = $3)
+                     AND ($4 IS NULL OR decided_at >= $4) AND ($5 IS NULL OR decided_at < $5)
+                 ORDER BY audit_id LIMIT $6",
+        }
+    }
+}
+
+/// The audit statements of `DB`'s dialect (the clock expressions are the dialect module's).
+fn statements<DB: Dialect>() -> &'static AuditStatements {
+    static SQLITE: LazyLock<AuditStatements> =
+        LazyLock::new(|| AuditStatements::render("CAST(unixepoch('subsec') * 1000 AS INTEGER)"));
+    static POSTGRES: LazyLock<AuditStatements> =
+        LazyLock::new(|| AuditStatements::render("(extract(epoch from clock_timestamp()) * 1000)::bigint"));
+    if <DB as sqlx::Database>::NAME == <sqlx::Sqlite as sqlx::Database>::NAME { &SQLITE } else { &POSTGRES }
+}
+
+/// Refuses an entry the trail cannot take; nothing is written.
+pub(crate) fn check_entry(entry: &NewAuditEntry) -> Result<(), StoreError> {
+    if entry.principal.is_empty() || entry.principal.len() > MAX_AUDIT_TEXT {
+        return Err(StoreError::Invalid {
+            what: format!(
+                "an audit principal must be 1 to {MAX_AUDIT_TEXT} bytes, not {} bytes",
+                entry.principal.len()
+            ),
+        });
+    }
+    for (field, text) in [("reason", &entry.reason), ("tool_name", &entry.tool_name)] {
+        if let Some(text) = text.as_ref().filter(|t| t.len() > MAX_AUDIT_TEXT) {
+            return Err(StoreError::Invalid {
+                what: format!("an audit {field} must be at most {MAX_AUDIT_TEXT} bytes, not {}", text.len()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Inserts `entry` for interrupt `interrupt_id` of `session_id` inside the decision's transaction.
+pub(crate) async fn insert<DB>(
+    tx: &mut Transaction<'static, DB>,
+    session_id: &str,
+    interrupt_id: &str,
+    entry: &NewAuditEntry,
+) -> Result<(), StoreError>
+where
+    DB: Dialect,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> Option<&'a str>: Encode<'a, DB>,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+{
+    sqlx::query(statements::<DB>().insert)
+        .bind(ROW_VERSION)
+        .bind(session_id)
+        .bind(interrupt_id)
+        .bind(entry.principal.as_str())
+        .bind(entry.decision.as_str())
+        .bind(entry.reason.as_deref())
+        .bind(entry.tool_name.as_deref())
+        .bind(entry.input.as_ref().map(|i| i.get()))
+        .bind(entry.edited_input.as_ref().map(|i| i.get()))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl<B, DB> AuditLog for B
+where
+    B: Backend<Db = DB>,
+    DB: Dialect,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
+    for<'a> Option<&'a str>: Encode<'a, DB>,
+    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> Option<i64>: Encode<'a, DB>,
+    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> String: Decode<'a, DB> + Type<DB>,
+{
+    async fn create_session_by(&self, session: NewSession, principal: &str) -> Result<bool, StoreError> {
+        crate::backend::check_new_session(&session)?;
+        if principal.is_empty() || principal.len() > MAX_AUDIT_TEXT {
+            return Err(StoreError::Invalid {
+                what: format!("a session's creator must be 1 to {MAX_AUDIT_TEXT} bytes"),
+            });
+        }
+        let done = sqlx::query(statements::<DB>().create_session_by)
+            .bind(session.session_id.as_str())
+            .bind(ROW_VERSION)
+            .bind(session.status.as_str())
+            .bind(session.run_state.get())
+            .bind(session.agent.as_ref().map(|a| a.digest.as_str()))
+            .bind(session.agent.as_ref().is_some_and(|a| a.pinned))
+            .bind(principal)
+            .execute(self.write_pool())
+            .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
+
+    async fn started_by(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(statements::<DB>().started_by)
+            .bind(session_id)
+            .fetch_optional(self.read_pool())
+            .await?;
+        match row {
+            Some(row) => Ok(row.try_get::<Option<String>, _>("started_by")?),
+            None => Ok(None),
+        }
+    }
+
+    async fn resolve_interrupt_as(
+        &self,
+        resolution: Resolution,
+        entry: NewAuditEntry,
+    ) -> Result<ResolveReceipt, StoreError> {
+        check_entry(&entry)?;
+        crate::backend::resolve(self, resolution, Some(&entry)).await
+    }
+
+    async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        let rows = sqlx::query(statements::<DB>().list)
+            .bind(query.after)
+            .bind(query.session_id.as_deref())
+            .bind(query.principal.as_deref())
+            .bind(query.since)
+            .bind(query.until)
+            .bind(query.limit)
+            .fetch_all(self.read_pool())
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let audit_id: i64 = row.try_get("audit_id")?;
+                let key = audit_id.to_string();
+                check_row_version("audit", &key, row.try_get("row_version")?)?;
+                let decision: String = row.try_get("decision")?;
+                let json = |column: &'static str| -> Result<Option<Box<RawValue>>, StoreError> {
+                    let text: Option<String> = row.try_get(column)?;
+                    text.map(|t| stored_json("audit", &key, column, t)).transpose()
+                };
+                Ok(AuditEntry {
+                    audit_id,
+                    session_id: row.try_get("session_id")?,
+                    interrupt_id: row.try_get("interrupt_id")?,
+                    principal: row.try_get("principal")?,
+                    decision: AuditDecision::parse(&decision).ok_or_else(|| StoreError::Corrupt {
+                        table: "audit",
+                        key: key.clone(),
+                        detail: format!("unknown decision `{decision}`"),
+                    })?,
+                    reason: row.try_get("reason")?,
+                    tool_name: row.try_get("tool_name")?,
+                    input: json("input")?,
+                    edited_input: json("edited_input")?,
+                    decided_at: row.try_get("decided_at")?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,230 @@
+//! The conformance cases of [`crate::audit::AuditLog`]: who started a session, and the audit
+//! trail written atomically with each decision, once.
+
+use super::{Case, Harness, LONG, claimed_session, event, j, new_session, parked_on_i1};
+use crate::*;
+
+/// Every audit case, by name (run after the store's own by [`super::run_all`]).
+pub const CASES: &[(&str, Case)] = &[
+    ("a_session_records_who_started_it_once", |h| Box::pin(a_session_records_who_started_it_once(h))),
+    ("a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none", |h| {
+        Box::pin(a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none(h))
+    }),
+    ("a_decision_whose_audit_row_fails_is_not_decided_at_all", |h| {
+        Box::pin(a_decision_whose_audit_row_fails_is_not_decided_at_all(h))
+    }),
+    ("audit_rows_cannot_be_updated_or_deleted", |h| Box::pin(audit_rows_cannot_be_updated_or_deleted(h))),
+    ("the_audit_trail_is_paged_and_filtered_by_session_principal_and_time", |h| {
+        Box::pin(the_audit_trail_is_paged_and_filtered_by_session_principal_and_time(h))
+    }),
+];
+
+fn session(id: &str) -> NewSession {
+    NewSession { session_id: id.into(), status: "idle".into(), run_state: j(r#"{"version":1}"#), agent: None }
+}
+
+fn entry(principal: &str, decision: AuditDecision) -> NewAuditEntry {
+    NewAuditEntry {
+        principal: principal.into(),
+        decision,
+        reason: Some("looks right".into()),
+        tool_name: Some("create_refund".into()),
+        input: Some(j(r#"{"order_id": "A-1",  "amount_cents":1200}"#)),
+        edited_input: None,
+    }
+}
+
+fn decide(session: &str, key: &str, approved: bool) -> Resolution {
+    Resolution {
+        session_id: session.into(),
+        interrupt_id: "i1".into(),
+        client_key: key.into(),
+        resolution: j(&format!(r#"{{"approved":{approved}}}"#)),
+        events: vec![event("interrupt_resolved", "{}")],
+    }
+}
+
+/// A session `id` parked on interrupt `i1`.
+async fn parked(store: &dyn Store, id: &str) {
+    let c = claimed_session(store, id).await;
+    store.commit(&c, parked_on_i1()).await.expect("park on i1");
+}
+
+async fn a_session_records_who_started_it_once(h: Harness) {
+    let s = &*h.store;
+    assert!(s.audit().create_session_by(session("a"), "alice").await.unwrap());
+    assert!(!s.audit().create_session_by(session("a"), "bob").await.unwrap(), "it existed");
+    assert_eq!(s.audit().started_by("a").await.unwrap().as_deref(), Some("alice"), "the first creator stays");
+    assert_eq!(s.session("a").await.unwrap().expect("created").status, "idle");
+    new_session(s, "b").await;
+    assert_eq!(s.audit().started_by("b").await.unwrap(), None, "create_session names nobody");
+    assert_eq!(s.audit().started_by("missing").await.unwrap(), None);
+    let nobody = s.audit().create_session_by(session("c"), "").await;
+    assert!(matches!(nobody, Err(StoreError::Invalid { .. })), "{nobody:?}");
+    assert!(s.session("c").await.unwrap().is_none(), "nothing written");
+}
+
+async fn a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none(h: Harness) {
+    let s = &*h.store;
+    parked(s, "s").await;
+    let opened = s.interrupt("s", "i1").await.unwrap().expect("open");
+    let first = s
+        .audit()
+        .resolve_interrupt_as(decide("s", "k1", true), entry("alice", AuditDecision::Approved))
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+    assert_eq!(h.count("SELECT count(*) FROM audit").await, 1);
+    let rows = s.audit().audit_entries(&AuditQuery { limit: 10, ..AuditQuery::default() }).await.unwrap();
+    let [row] = rows.as_slice() else { panic!("one row: {rows:?}") };
+    assert_eq!((row.session_id.as_str(), row.interrupt_id.as_str()), ("s", "i1"));
+    assert_eq!((row.principal.as_str(), row.decision), ("alice", AuditDecision::Approved));
+    assert_eq!(row.reason.as_deref(), Some("looks right"));
+    assert_eq!(row.tool_name.as_deref(), Some("create_refund"));
+    assert_eq!(
+        row.input.as_ref().map(|i| i.get()),
+        Some(r#"{"order_id": "A-1",  "amount_cents":1200}"#),
+        "the input byte for byte"
+    );
+    assert!(row.edited_input.is_none());
+    let resolved = s.interrupt("s", "i1").await.unwrap().expect("resolved");
+    assert!(
+        row.decided_at >= opened.created_at,
+        "database clock: {} < {}",
+        row.decided_at,
+        opened.created_at
+    );
+    let resolved_at = resolved.resolved_at.expect("resolved");
+    assert!(
+        (0..60_000).contains(&(row.decided_at - resolved_at)),
+        "the decision's time: {} vs {resolved_at}",
+        row.decided_at
+    );
+    // A replay under the same key writes nothing, not even a second audit row.
+    let again = s
+        .audit()
+        .resolve_interrupt_as(decide("s", "k1", true), entry("alice", AuditDecision::Approved))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    let other =
+        s.audit().resolve_interrupt_as(decide("s", "k2", false), entry("bob", AuditDecision::Rejected)).await;
+    assert!(matches!(other, Err(StoreError::InterruptAlreadyResolved { .. })), "{other:?}");
+    assert_eq!(h.count("SELECT count(*) FROM audit").await, 1, "one decision, one row");
+    assert_eq!(s.read_events("s", 0, 10).await.unwrap().len(), 1, "one decision, one event");
+    // The store's primitive writes no audit row.
+    parked_again(s).await;
+    s.resolve_interrupt(Resolution { interrupt_id: "i2".into(), ..decide("s", "k3", true) }).await.unwrap();
+    assert_eq!(h.count("SELECT count(*) FROM audit").await, 1);
+}
+
+/// Parks session `s` (whose `i1` step was resolved) on a new interrupt `i2`.
+async fn parked_again(s: &dyn Store) {
+    let resumed = s.claim("w1", LONG).await.unwrap().expect("the resumed step");
+    let mut park = super::done();
+    park.interrupts.push(NewInterrupt { interrupt_id: "i2".into(), request: j("{}") });
+    park.steps.push(NewStep {
+        kind: "AwaitToolApproval".into(),
+        payload: j("{}"),
+        start: StepStart::OnInterrupt("i2".into()),
+        only_if_items_after: None,
+        session_status: None,
+    });
+    s.commit(&resumed, park).await.expect("park on i2");
+}
+
+async fn a_decision_whose_audit_row_fails_is_not_decided_at_all(h: Harness) {
+    let s = &*h.store;
+    parked(s, "s").await;
+    let invalid =
+        s.audit().resolve_interrupt_as(decide("s", "k1", true), entry("", AuditDecision::Approved)).await;
+    assert!(matches!(invalid, Err(StoreError::Invalid { .. })), "{invalid:?}");
+    // The audit insert is the transaction's last write: make it fail there.
+    h.exec("ALTER TABLE audit RENAME TO audit_away").await;
+    let failed = s
+        .audit()
+        .resolve_interrupt_as(decide("s", "k1", true), entry("alice", AuditDecision::Approved))
+        .await;
+    assert!(failed.is_err(), "the audit row could not be written: {failed:?}");
+    h.exec("ALTER TABLE audit_away RENAME TO audit").await;
+    let open = s.interrupt("s", "i1").await.unwrap().expect("the interrupt");
+    assert!(open.resolution.is_none(), "the decision rolled back with its audit row");
+    assert_eq!(s.open_interrupts(10).await.unwrap().len(), 1);
+    assert!(s.read_events("s", 0, 10).await.unwrap().is_empty(), "no event");
+    assert_eq!(s.step_in_flight("s").await.unwrap().expect("still parked").state, StepState::Waiting);
+    assert_eq!(h.count("SELECT count(*) FROM audit").await, 0);
+    let decided = s
+        .audit()
+        .resolve_interrupt_as(decide("s", "k1", true), entry("alice", AuditDecision::Approved))
+        .await
+        .unwrap();
+    assert!(!decided.replayed, "the same key decides once the trail takes it");
+    assert_eq!(h.count("SELECT count(*) FROM audit").await, 1);
+}
+
+async fn audit_rows_cannot_be_updated_or_deleted(h: Harness) {
+    let s = &*h.store;
+    parked(s, "s").await;
+    s.audit()
+        .resolve_interrupt_as(decide("s", "k1", false), entry("alice", AuditDecision::Rejected))
+        .await
+        .unwrap();
+    let update = h.try_exec("UPDATE audit SET principal = 'mallory'").await;
+    assert!(update.as_ref().is_err_and(|e| e.contains("append-only")), "{update:?}");
+    let delete = h.try_exec("DELETE FROM audit").await;
+    assert!(delete.as_ref().is_err_and(|e| e.contains("append-only")), "{delete:?}");
+    let rows = s.audit().audit_entries(&AuditQuery { limit: 10, ..AuditQuery::default() }).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].principal.as_str(), rows[0].decision), ("alice", AuditDecision::Rejected));
+}
+
+async fn the_audit_trail_is_paged_and_filtered_by_session_principal_and_time(h: Harness) {
+    let s = &*h.store;
+    for id in ["s1", "s2", "s3"] {
+        parked(s, id).await;
+    }
+    for (id, who) in [("s1", "alice"), ("s2", "bob"), ("s3", "alice")] {
+        s.audit()
+            .resolve_interrupt_as(decide(id, "k", true), entry(who, AuditDecision::Approved))
+            .await
+            .unwrap();
+    }
+    let all = s.audit().audit_entries(&AuditQuery { limit: 10, ..AuditQuery::default() }).await.unwrap();
+    let ids: Vec<&str> = all.iter().map(|e| e.session_id.as_str()).collect();
+    assert_eq!(ids, ["s1", "s2", "s3"], "in the order decided");
+    assert!(all.windows(2).all(|w| w[0].audit_id < w[1].audit_id && w[0].decided_at <= w[1].decided_at));
+    let page = |after: i64| AuditQuery { after, limit: 2, ..AuditQuery::default() };
+    let first = s.audit().audit_entries(&page(0)).await.unwrap();
+    assert_eq!(first.len(), 2);
+    let rest = s.audit().audit_entries(&page(first[1].audit_id)).await.unwrap();
+    assert_eq!(rest.iter().map(|e| e.session_id.as_str()).collect::<Vec<_>>(), ["s3"]);
+    let by = |q: AuditQuery| async move {
+        let found = s.audit().audit_entries(&AuditQuery { limit: 10, ..q }).await.unwrap();
+        found.into_iter().map(|e| e.session_id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        by(AuditQuery { principal: Some("alice".into()), ..AuditQuery::default() }).await,
+        ["s1", "s3"]
+    );
+    assert_eq!(by(AuditQuery { session_id: Some("s2".into()), ..AuditQuery::default() }).await, ["s2"]);
+    let both = AuditQuery {
+        session_id: Some("s2".into()),
+        principal: Some("alice".into()),
+        ..AuditQuery::default()
+    };
+    assert!(by(both).await.is_empty());
+    for at in all.iter().map(|e| e.decided_at) {
+        let since: Vec<String> =
+            all.iter().filter(|e| e.decided_at >= at).map(|e| e.session_id.clone()).collect();
+        assert_eq!(by(AuditQuery { since: Some(at), ..AuditQuery::default() }).await, since);
+        let until: Vec<String> =
+            all.iter().filter(|e| e.decided_at < at).map(|e| e.session_id.clone()).collect();
+        assert_eq!(
+            by(AuditQuery { until: Some(at), ..AuditQuery::default() }).await,
+            until,
+            "until is exclusive"
+        );
+    }
+    let after_all = AuditQuery { since: Some(all[2].decided_at + 1), ..AuditQuery::default() };
+    assert!(by(after_all).await.is_empty());
+}
