@@ -14,6 +14,12 @@
 //! StarlingMonkey build of the JavaScript example) into `target/guests/`, then prints a table.
 //! Every language runs in the same process and sandbox (pooling allocator, compile cache under
 //! `target/`), interleaved round by round so that a burst of load on the machine hits all alike.
+//!
+//! Two control rows follow, measured in the same run, to tell what interleaving costs the Rust
+//! call: the Rust call alone (back to back, nothing in between), and the Rust call after the host
+//! itself writes a 16 MiB buffer between calls (no WebAssembly at all), which evicts the CPU
+//! caches and TLB the way a big guest's call does. `LANGUAGES_BENCH_ONLY=Go,Python` interleaves
+//! Rust with only the languages or engines named.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -45,6 +51,9 @@ fn run(cmd: &mut Command) {
     eprint!("{}", String::from_utf8_lossy(&output.stdout));
 }
 
+/// Bytes the host writes between two Rust calls in the "after a host memory sweep" control row.
+const SWEEP_BYTES: usize = 16 << 20;
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -53,6 +62,13 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn micros(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     if us >= 1000.0 { format!("{:.2} ms", us / 1000.0) } else { format!("{us:.0} µs") }
+}
+
+/// Whether `LANGUAGES_BENCH_ONLY` (a comma-separated list of languages or engines, e.g.
+/// `Go,QuickJS`) keeps this subject; Rust, the baseline, always runs.
+fn keep(label: &str, engine: &str) -> bool {
+    let Ok(only) = std::env::var("LANGUAGES_BENCH_ONLY") else { return true };
+    label == "Rust" || only.split(',').map(str::trim).any(|w| w == label || w == engine)
 }
 
 fn main() {
@@ -79,6 +95,7 @@ fn main() {
         ("Python", "componentize-py", out.join("python/orders.wasm")),
     ]
     .into_iter()
+    .filter(|(label, engine, _)| keep(label, engine))
     .map(|(label, engine, wasm)| Subject {
         label,
         engine,
@@ -91,6 +108,8 @@ fn main() {
     })
     .collect::<Vec<_>>();
 
+    let mut alone = Vec::with_capacity(calls);
+    let mut after_sweep = Vec::with_capacity(calls);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let cache = root.join("target/h-langs-bench-cache");
@@ -123,6 +142,22 @@ fn main() {
                 assert!(!output.is_error, "{}: {}", s.label, output.text());
             }
         }
+        // The control rows: the same Rust tool set, alone, then after a host-side sweep.
+        let rust = subjects[0].tools.clone().unwrap();
+        let mut sweep = vec![0u8; SWEEP_BYTES];
+        for round in 0..2 * calls {
+            let swept = round % 2 == 1;
+            if swept {
+                for (i, byte) in sweep.iter_mut().enumerate().step_by(64) {
+                    *byte = byte.wrapping_add(i as u8);
+                }
+                std::hint::black_box(&sweep);
+            }
+            let started = Instant::now();
+            rust.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
+            let elapsed = started.elapsed();
+            if swept { after_sweep.push(elapsed) } else { alone.push(elapsed) }
+        }
     });
 
     let rust_p50 = {
@@ -148,6 +183,20 @@ fn main() {
             s.cache,
             micros(p50),
             micros(p99),
+            p50.as_secs_f64() / rust_p50.as_secs_f64()
+        );
+    }
+    let size = subjects[0].size;
+    for (what, mut samples) in
+        [("Rust, alone (control)", alone), ("Rust, after a 16 MiB host memory sweep (control)", after_sweep)]
+    {
+        samples.sort();
+        let p50 = percentile(&samples, 0.5);
+        println!(
+            "| {what} | wit-bindgen | {:.2} MB | — | {} | {} | {:.1}× |",
+            size as f64 / 1e6,
+            micros(p50),
+            micros(percentile(&samples, 0.99)),
             p50.as_secs_f64() / rust_p50.as_secs_f64()
         );
     }
