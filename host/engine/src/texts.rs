@@ -193,6 +193,15 @@ pub fn render(template: &str, tool: &str) -> String {
     template.replace("{tool}", tool)
 }
 
+/// What the model reads beside the result of a call whose input an approver edited (issue 13,
+/// "the model is told the approver changed the input and how"). Tollgate wording.
+pub const INPUT_EDITED: &str = "The approver changed the input from {original} to {edited}.";
+
+/// [`INPUT_EDITED`] for this edit, both inputs as compact JSON.
+pub fn input_edited_note(original: &serde_json::Value, edited: &serde_json::Value) -> String {
+    INPUT_EDITED.replace("{original}", &original.to_string()).replace("{edited}", &edited.to_string())
+}
+
 /// The rejection text the model sees, with or without the reviewer's message.
 ///
 /// An empty or all-blank message counts as none.

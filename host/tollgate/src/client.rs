@@ -279,7 +279,27 @@ impl ApiClient {
         approved: bool,
         message: Option<&str>,
     ) -> Result<DecisionReceipt, CallError> {
-        let body = Decide { approved, message: message.map(str::to_owned), client_key: None };
+        self.decide_with_input(id, interrupt_id, approved, message, None).await
+    }
+
+    /// [`ApiClient::decide`], approving with an edited input (`updated_input`) when given.
+    ///
+    /// # Errors
+    /// As [`ApiClient::decide`]; an edit that does not fit the tool's schema is status 400.
+    pub async fn decide_with_input(
+        &self,
+        id: &str,
+        interrupt_id: &str,
+        approved: bool,
+        message: Option<&str>,
+        updated_input: Option<&serde_json::Value>,
+    ) -> Result<DecisionReceipt, CallError> {
+        let body = Decide {
+            approved,
+            message: message.map(str::to_owned),
+            updated_input: updated_input.cloned(),
+            client_key: None,
+        };
         let path = format!("/v1/sessions/{}/interrupts/{}", segment(id), segment(interrupt_id));
         self.call(Method::POST, &path, |r| r.json(&body)).await
     }

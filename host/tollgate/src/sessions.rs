@@ -15,6 +15,7 @@ use tollgate_store::{
 use crate::api::types::{AuditDecision, AuditRecord, Message, PendingApproval, Snapshot, ToolCall, Usage};
 use crate::auth;
 use crate::convert;
+use crate::edits;
 
 /// A client call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -164,10 +165,21 @@ pub async fn resolve_as(
         // Without a key the decision itself is the key: the same decision repeated is one.
         None => format!("decision:{}", serde_json::to_string(decision).expect("serializes")),
     };
-    let (resolution, events) = client::resolution(interrupt_id, decision);
     let request = store.interrupt(session_id, interrupt_id).await?.map(|i| i.request);
     let request: serde_json::Value =
         request.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
+    if let Some(edited) = &decision.updated_input {
+        if !decision.approved {
+            return Err(EngineError::BadInput {
+                field: edits::FIELD,
+                reason: "an edited input comes only with an approval (`approved: true`)".into(),
+            }
+            .into());
+        }
+        // Checked before anything is stored, against the schema stored with the interrupt.
+        edits::check_edit(request.get("input_schema"), edited)?;
+    }
+    let (resolution, events) = client::resolution(interrupt_id, decision);
     let tool_name = request.get("tool_name").and_then(|t| t.as_str()).map(str::to_owned);
     let input = request.get("arguments").map(convert::raw);
     let entry = NewAuditEntry {
@@ -180,7 +192,7 @@ pub async fn resolve_as(
         reason: decision.message.clone(),
         tool_name,
         input,
-        edited_input: None,
+        edited_input: decision.updated_input.as_ref().map(convert::raw),
     };
     let mut events: Vec<tollgate_store::NewEvent> = events.into_iter().map(convert::event).collect();
     events.push(tollgate_store::NewEvent {
@@ -192,7 +204,7 @@ pub async fn resolve_as(
             "reason": entry.reason,
             "tool_name": entry.tool_name,
             "input": request.get("arguments"),
-            "edited_input": null,
+            "edited_input": decision.updated_input,
         })),
     });
     let resolution = Resolution {
@@ -309,6 +321,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
 fn tool_call(call: CallEntry) -> ToolCall {
     ToolCall {
         arguments: call.arguments,
+        original_arguments: call.original_arguments,
         kind: call.kind,
         requires_approval: call.requires_approval,
         runs_in: call.runs_in,

@@ -65,6 +65,10 @@ pub struct Decision {
     /// The reviewer's words; for a rejection, what the model reads.
     #[serde(default)]
     pub message: Option<String>,
+    /// An approval's edited input: the call runs with it instead of the model's (checked
+    /// against the tool's schema before it is stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_input: Option<Value>,
 }
 
 /// The stored resolution and its `interrupt_resolved` event.
@@ -72,7 +76,12 @@ pub fn resolution(interrupt_id: &str, decision: &Decision) -> (Value, Vec<NewEve
     let value = serde_json::to_value(decision).expect("serializes");
     let event = NewEvent {
         kind: event_kind::INTERRUPT_RESOLVED,
-        payload: json!({"interrupt_id": interrupt_id, "approved": decision.approved, "message": decision.message}),
+        payload: json!({
+            "interrupt_id": interrupt_id,
+            "approved": decision.approved,
+            "message": decision.message,
+            "updated_input": decision.updated_input,
+        }),
     };
     (value, vec![event])
 }

@@ -340,6 +340,10 @@ pub struct CallEntry {
     pub requires_approval: bool,
     /// Where it runs once approved.
     pub runs_in: DeferredRun,
+    /// The input the model asked for, when an approver edited it (`arguments` is then the
+    /// edited input, the one that runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_arguments: Option<Value>,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,

@@ -194,14 +194,65 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
         turn_id: "turn-1".into(),
         requires_approval: true,
         runs_in,
+        original_arguments: None,
         state: CallState::PendingApproval,
     }
 }
 
 #[test]
+fn an_approval_with_an_edited_input_runs_the_edited_input_and_keeps_the_original() {
+    let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
+    let edit = Decision { approved: true, message: None, updated_input: Some(json!({"order_id": "8"})) };
+    let t = on_approval(&call, &edit);
+    let queued = &t.calls[0];
+    assert_eq!(queued.arguments, json!({"order_id": "8"}));
+    assert_eq!(queued.original_arguments, Some(json!({"order_id": "7"})));
+    assert_eq!(
+        queued.idempotency_key("s"),
+        call.idempotency_key("s"),
+        "the key names the call, not its input"
+    );
+    let stored = CallEntry::parse(&queued.to_value().to_string()).unwrap();
+    assert_eq!(&stored, queued);
+    let done = super::tools::on_tool_result(
+        true,
+        1,
+        queued,
+        super::tools::ToolRun::Output { text: "refunded r_1".into(), is_error: false },
+    );
+    assert_eq!(
+        done.calls[0].state,
+        CallState::Succeeded {
+            output: "The approver changed the input from {\"order_id\":\"7\"} to {\"order_id\":\"8\"}.\nrefunded r_1"
+                .into()
+        }
+    );
+}
+
+#[test]
+fn an_edited_cli_tool_records_the_edited_input_for_the_replay() {
+    let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
+    let edit = Decision { approved: true, message: None, updated_input: Some(json!({"command": "echo ok"})) };
+    let t = on_approval(&call, &edit);
+    let record = t.calls[0].record().unwrap();
+    assert_eq!(record.arguments, json!({"command": "echo ok"}));
+    assert_eq!(t.calls[0].original_arguments, Some(json!({"order_id": "7"})));
+}
+
+#[test]
+fn an_edit_equal_to_the_original_is_no_edit() {
+    let call = pending_call(DeferredRun::CallTool, ToolKind::Custom);
+    let same = Decision { approved: true, message: None, updated_input: Some(json!({"order_id": "7"})) };
+    assert_eq!(on_approval(&call, &same).calls[0].original_arguments, None);
+}
+
+#[test]
 fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
-    let t = on_approval(&call, &Decision { approved: false, message: Some("not this order".into()) });
+    let t = on_approval(
+        &call,
+        &Decision { approved: false, message: Some("not this order".into()), updated_input: None },
+    );
     assert_eq!(t.calls[0].state, CallState::Rejected { message: Some("not this order".into()) });
     assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
     let resumed = on_resume_turn(&CallStep { turn_id: "turn-1".into(), tool_call_id: "toolu_1".into() });
@@ -212,7 +263,7 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
 #[test]
 fn an_approved_cli_tool_records_the_approved_cli_tool_output() {
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let t = on_approval(&call, &Decision { approved: true, message: None });
+    let t = on_approval(&call, &Decision { approved: true, message: None, updated_input: None });
     assert_eq!(
         t.calls[0].state,
         CallState::Succeeded { output: crate::texts::APPROVED_CLI_TOOL_OUTPUT.into() }
@@ -223,7 +274,7 @@ fn an_approved_cli_tool_records_the_approved_cli_tool_output() {
 #[test]
 fn an_approved_single_attempt_write_is_marked_started_before_it_runs_and_never_runs_twice() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
-    let approved = on_approval(&call, &Decision { approved: true, message: None });
+    let approved = on_approval(&call, &Decision { approved: true, message: None, updated_input: None });
     assert_eq!(approved.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
     let queued = approved.calls[0].clone();
     let Begin::Run { idempotency_key, attempt, mark_started } = begin_tool_step("s-1", true, 1, &queued)

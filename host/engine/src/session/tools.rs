@@ -11,6 +11,7 @@ use super::{
 use crate::catalog::ToolKind;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
+use crate::texts;
 
 /// The step that runs an approved (or approval-free) deferred call.
 pub(super) fn tool_step(call: &CallEntry, payload: Value) -> NextStep {
@@ -63,6 +64,18 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
     if !decision.approved {
         return record(call, Outcome::Rejected { message: decision.message.clone() });
     }
+    let edited;
+    let call = match &decision.updated_input {
+        Some(input) if *input != call.arguments => {
+            edited = CallEntry {
+                arguments: input.clone(),
+                original_arguments: Some(call.arguments.clone()),
+                ..call.clone()
+            };
+            &edited
+        }
+        _ => call,
+    };
     match call.kind {
         ToolKind::Cli => record(call, Outcome::approved_cli_tool()),
         ToolKind::Custom => {
@@ -152,10 +165,15 @@ pub enum ToolRun {
 
 /// What a tool run changes.
 pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run: ToolRun) -> Transition {
+    // The model reads that an approver changed its input, and how.
+    let told = |text: String| match &call.original_arguments {
+        Some(original) => format!("{}\n{text}", texts::input_edited_note(original, &call.arguments)),
+        None => text,
+    };
     match run {
-        ToolRun::Output { text, is_error: false } => record(call, Outcome::Succeeded { output: text }),
-        ToolRun::Output { text, is_error: true } => record(call, Outcome::Failed { error: text }),
-        ToolRun::Refused { message } => record(call, Outcome::Failed { error: message }),
+        ToolRun::Output { text, is_error: false } => record(call, Outcome::Succeeded { output: told(text) }),
+        ToolRun::Output { text, is_error: true } => record(call, Outcome::Failed { error: told(text) }),
+        ToolRun::Refused { message } => record(call, Outcome::Failed { error: told(message) }),
         ToolRun::Error { message } if !single_attempt && attempt < CALL_TOOL_ATTEMPTS => {
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));
             t.calls.push(call.with_state(CallState::Started { attempt }));

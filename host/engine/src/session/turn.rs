@@ -330,6 +330,7 @@ pub fn on_segment(
                 turn_id: run.turn_id.clone(),
                 requires_approval,
                 runs_in,
+                original_arguments: None,
                 state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
             };
             let call_step = serde_json::to_value(CallStep {
@@ -366,7 +367,10 @@ pub fn on_segment(
                 t.calls.push(entry);
             } else {
                 // No approval needed: the call is approved as it is deferred.
-                let approved = super::tools::on_approval(&entry, &Decision { approved: true, message: None });
+                let approved = super::tools::on_approval(
+                    &entry,
+                    &Decision { approved: true, message: None, updated_input: None },
+                );
                 t.steps.extend(approved.steps);
                 t.calls.extend(approved.calls);
                 t.events.extend(approved.events);

@@ -409,7 +409,11 @@ async fn decide(
     Params::parse(query.as_deref(), &[])?;
     let request: Decide = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
-    let decision = Decision { approved: request.approved, message: request.message };
+    let decision = Decision {
+        approved: request.approved,
+        message: request.message,
+        updated_input: request.updated_input,
+    };
     // Who may decide: the caller's role, the tool's approver groups (stored with the interrupt
     // when it opened: this process may not load the agent) and who started the session.
     if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {

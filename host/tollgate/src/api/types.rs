@@ -72,6 +72,14 @@ pub struct Decide {
     /// For a rejection, what the model reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Edit before approve (only with `approved: true`): the tool's whole input as the approver
+    /// changed it. It must fit the tool's input schema (the request's `input_schema`; without
+    /// one, any JSON object), else 400 naming the path that failed and nothing is stored. The
+    /// call runs with it, the model is told the input was changed and how, and the audit row
+    /// keeps both inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub updated_input: Option<Value>,
     /// The decision's idempotency key (the `Idempotency-Key` header wins; without either the
     /// decision itself is the key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -351,10 +359,14 @@ pub struct PendingApproval {
 /// A deferred tool call and where it is (`Snapshot::tool_calls`).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
 pub struct ToolCall {
-    /// The input it runs with.
+    /// The input it runs with (an approver's edit, when there was one).
     pub arguments: Value,
     /// Which side runs the tool.
     pub kind: ToolKind,
+    /// The input the model asked for, when an approver edited it (edit before approve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub original_arguments: Option<Value>,
     /// Whether it waits for a decision first.
     pub requires_approval: bool,
     /// Where it runs once approved.
@@ -504,6 +516,11 @@ pub struct ApprovalRequest {
     /// when any approver may.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvers: Vec<String>,
+    /// The JSON Schema an edited input (`updated_input`) must fit: a custom tool's input schema,
+    /// or Tollgate's for a built-in CLI tool it knows (`Bash`); omitted when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub input_schema: Option<Value>,
 }
 
 // ---- Events ----
@@ -758,6 +775,7 @@ mod tests {
     fn a_snapshot_s_tool_calls_go_out_with_their_keys_sorted_and_read_back_the_same() {
         let call = ToolCall {
             arguments: json!({"order_id": "7"}),
+            original_arguments: None,
             kind: ToolKind::Custom,
             requires_approval: true,
             runs_in: DeferredRun::CallSingleAttemptTool,

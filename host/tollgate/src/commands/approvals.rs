@@ -30,6 +30,10 @@ pub enum ApprovalsCommand {
         session: String,
         /// The interrupt (the tool call's id).
         interrupt: String,
+        /// Edit before approve: the tool's whole input as it should run (a JSON object that
+        /// fits the tool's input schema); the model is told it was changed.
+        #[arg(long, value_name = "JSON")]
+        input: Option<String>,
     },
     /// The audit trail of decisions, oldest first: who decided what, when, why, on which input.
     Audit {
@@ -119,12 +123,17 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                 writeln!(out, "more: tollgate approvals audit --after {next}")?;
             }
         }
-        ApprovalsCommand::Approve { session, interrupt } => {
-            return decide(out, &client, &args.client, (&session, &interrupt), true, None).await;
+        ApprovalsCommand::Approve { session, interrupt, input } => {
+            let input: Option<serde_json::Value> = input
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--input is not JSON: {e}"))?;
+            let decision = (true, None, input.as_ref());
+            return decide(out, &client, &args.client, (&session, &interrupt), decision).await;
         }
         ApprovalsCommand::Reject { session, interrupt, message } => {
-            return decide(out, &client, &args.client, (&session, &interrupt), false, message.as_deref())
-                .await;
+            let decision = (false, message.as_deref(), None);
+            return decide(out, &client, &args.client, (&session, &interrupt), decision).await;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -136,15 +145,18 @@ async fn decide(
     client: &crate::client::ApiClient,
     flags: &ClientArgs,
     (session, interrupt): (&str, &str),
-    approved: bool,
-    message: Option<&str>,
+    (approved, message, input): (bool, Option<&str>, Option<&serde_json::Value>),
 ) -> anyhow::Result<ExitCode> {
-    let receipt = client.decide(session, interrupt, approved, message).await?;
+    let receipt = client.decide_with_input(session, interrupt, approved, message, input).await?;
     if flags.json {
         return print_json(out, &receipt);
     }
     let again = if receipt.replayed { " (it was already, the same way)" } else { "" };
-    let verb = if approved { "approved" } else { "rejected" };
+    let verb = match (approved, input) {
+        (true, Some(_)) => "approved with the edited input",
+        (true, None) => "approved",
+        (false, _) => "rejected",
+    };
     writeln!(out, "{verb} {interrupt} in session {session}{again}")?;
     writeln!(out, "watch: tollgate session watch {}{}", shell_word(session), flags.url_flag())?;
     Ok(ExitCode::SUCCESS)

@@ -212,7 +212,7 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                     println!(
                         "  $ tollgate approvals approve {session} {id}    (the demo approves it for you)"
                     );
-                    let decision = Decision { approved: true, message: None };
+                    let decision = Decision { approved: true, message: None, updated_input: None };
                     sessions::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval"))
                         .await?;
                 }

@@ -22,6 +22,7 @@ use tracing::{info, warn};
 
 use super::{StepError, Worker, workspace};
 use crate::agent::Agent;
+use crate::edits;
 use crate::proxy::{ProxySummary, SpendLimit};
 use crate::sessions;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
@@ -145,6 +146,20 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     // The API may not load the agent: the interrupt carries who may decide it.
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
+    // ... and the schema an approver's edit must fit.
+    if !transition.interrupts.is_empty() {
+        let custom = match worker.agent.tools().await {
+            Ok(tools) => tools.tools().to_vec(),
+            Err(err) => {
+                warn!(error = %format!("{err:#}"), "the agent's tools did not load: the interrupt has no input schema");
+                Vec::new()
+            }
+        };
+        edits::with_input_schemas(&mut transition, |tool, kind| match kind {
+            "custom" => custom.iter().find(|t| t.name == tool).map(|t| t.input_schema.clone()),
+            _ => edits::cli_tool_schema(tool),
+        });
+    }
     if failed_cost > 0.0 {
         let mut next = transition.run_state.take().unwrap_or_else(|| state.clone());
         next.cost_usd += failed_cost;

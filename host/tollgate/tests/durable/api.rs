@@ -526,6 +526,7 @@ fn collect_err(mut stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
 fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
     let call = ToolCall {
         arguments: json!({"order_id": "7", "amount_cents": 500}),
+        original_arguments: None,
         kind: ToolKind::Custom,
         requires_approval: true,
         runs_in: DeferredRun::CallSingleAttemptTool,
