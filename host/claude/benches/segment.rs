@@ -296,7 +296,12 @@ async fn bare_segment(
                     }
                     Some("hook_callback") => HostFrame::hook_answer(
                         id,
-                        HookAnswer { decision: Some(hook_decision), reason: None, updated_input: None },
+                        HookAnswer {
+                            decision: Some(hook_decision),
+                            reason: None,
+                            updated_input: None,
+                            additional_context: None,
+                        },
                     ),
                     Some("can_use_tool") => {
                         HostFrame::permission_answer(id, PermissionAnswer::allow(request["input"].clone()))

@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | allow | `allow` | `allow` with the request's input |
 //! | allow with new input (CLI decider) | `allow` + `updatedInput` | `allow` with the new input |
-//! | replay of the pending record | `allow` + the recorded arguments | `allow` with the recorded arguments |
+//! | replay of the pending record | `allow` + the recorded arguments (+ `additionalContext`: the record's note of an approver's edit) | `allow` with the recorded arguments |
 //! | defer | `defer` | (never: an error response) |
 //! | deny | `deny` + `permissionDecisionReason` | `deny` + `message` |
 //!
@@ -24,7 +24,13 @@ pub(crate) fn hook_frame(request_id: &str, decision: &Decision) -> HostFrame {
     let answer = match decision {
         Decision::Allow { updated_input: None } => HookAnswer::allow(),
         Decision::Allow { updated_input: Some(input) } => HookAnswer::allow().updated_input(input.clone()),
-        Decision::Replay(record) => HookAnswer::allow().updated_input(record.arguments.clone()),
+        Decision::Replay(record) => {
+            let answer = HookAnswer::allow().updated_input(record.arguments.clone());
+            match &record.note {
+                Some(note) => answer.additional_context(note.clone()),
+                None => answer,
+            }
+        }
         Decision::Defer => HookAnswer::defer(),
         Decision::Deny { message, .. } => HookAnswer::deny(message.clone()),
     };
@@ -84,6 +90,19 @@ mod tests {
         ))
     }
 
+    /// An approved `Bash` call whose input an approver edited: the note rides along.
+    fn edited_replay() -> Decision {
+        let mut record = ToolCallRecord::new(
+            "toolu_2",
+            "Bash",
+            ToolKind::Cli,
+            json!({"command": "echo b"}),
+            Outcome::approved_cli_tool(),
+        );
+        record.note = Some("edited".into());
+        Decision::Replay(record)
+    }
+
     /// Every line the segment sends for a decision, byte for byte.
     #[test]
     fn every_hook_answer_shape_the_segment_sends() {
@@ -103,6 +122,16 @@ mod tests {
                 format!(r#"{HOOK}{{"hookSpecificOutput":{{"hookEventName":"PreToolUse",{fields}}}}}}}"#);
             assert_eq!(hook_frame("r", &decision).to_json(), expected, "{decision:?}");
         }
+    }
+
+    #[test]
+    fn a_replay_of_an_edited_call_tells_the_model_in_additional_context() {
+        assert_eq!(
+            hook_frame("r", &edited_replay()).to_json(),
+            format!(
+                r#"{HOOK}{{"hookSpecificOutput":{{"additionalContext":"edited","hookEventName":"PreToolUse","permissionDecision":"allow","updatedInput":{{"command":"echo b"}}}}}}}}}}"#
+            )
+        );
     }
 
     #[test]

@@ -142,6 +142,10 @@ pub struct ToolCallRecord {
     /// The final outcome.
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// What the model reads beside a CLI tool's own output when it replays (that output comes
+    /// from the CLI, not the record): that an approver edited the input, and how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl ToolCallRecord {
@@ -153,7 +157,14 @@ impl ToolCallRecord {
         arguments: Value,
         outcome: Outcome,
     ) -> Self {
-        Self { tool_call_id: tool_call_id.into(), tool_name: tool_name.into(), kind, arguments, outcome }
+        Self {
+            tool_call_id: tool_call_id.into(),
+            tool_name: tool_name.into(),
+            kind,
+            arguments,
+            outcome,
+            note: None,
+        }
     }
 }
 

@@ -290,6 +290,9 @@ pub struct HookAnswer {
     pub reason: Option<String>,
     /// `updatedInput`: replaces the tool's arguments (with `allow`, or alone: a rewrite).
     pub updated_input: Option<Value>,
+    /// `additionalContext`: text the model reads beside the call (CLI 2.1.328 accepts it in a
+    /// `PreToolUse` answer).
+    pub additional_context: Option<String>,
 }
 
 impl HookAnswer {
@@ -315,17 +318,17 @@ impl HookAnswer {
 
     /// `{}`: let the CLI's permission flow decide.
     pub fn no_decision() -> Self {
-        HookAnswer { decision: None, reason: None, updated_input: None }
+        HookAnswer { decision: None, reason: None, updated_input: None, additional_context: None }
     }
 
     /// Replace the tool's arguments and decide nothing: the other matchers (and then the CLI's
     /// permission flow) decide the call with `input`.
     pub fn rewrite(input: Value) -> Self {
-        HookAnswer { decision: None, reason: None, updated_input: Some(input) }
+        HookAnswer { decision: None, reason: None, updated_input: Some(input), additional_context: None }
     }
 
     fn decide(decision: PermissionDecision) -> Self {
-        HookAnswer { decision: Some(decision), reason: None, updated_input: None }
+        HookAnswer { decision: Some(decision), reason: None, updated_input: None, additional_context: None }
     }
 
     /// Set `permissionDecisionReason`.
@@ -339,6 +342,13 @@ impl HookAnswer {
     #[must_use]
     pub fn updated_input(mut self, input: Value) -> Self {
         self.updated_input = Some(input);
+        self
+    }
+
+    /// Set `additionalContext`.
+    #[must_use]
+    pub fn additional_context(mut self, text: impl Into<String>) -> Self {
+        self.additional_context = Some(text.into());
         self
     }
 
@@ -365,6 +375,8 @@ struct PreToolUseOutputWire {
     permission_decision_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     updated_input: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    additional_context: Option<String>,
 }
 
 impl From<HookAnswer> for HookOutputWire {
@@ -375,6 +387,7 @@ impl From<HookAnswer> for HookOutputWire {
                 permission_decision: answer.decision,
                 permission_decision_reason: answer.reason.filter(|_| answer.decision.is_some()),
                 updated_input: answer.updated_input,
+                additional_context: answer.additional_context,
             });
         HookOutputWire { specific }
     }
@@ -387,6 +400,7 @@ impl From<HookOutputWire> for HookAnswer {
                 decision: out.permission_decision,
                 reason: out.permission_decision_reason,
                 updated_input: out.updated_input,
+                additional_context: out.additional_context,
             },
             None => HookAnswer::no_decision(),
         }

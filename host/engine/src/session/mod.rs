@@ -366,13 +366,18 @@ impl CallEntry {
 
     /// The record the gate replays, once the call is final.
     pub fn record(&self) -> Option<ToolCallRecord> {
-        Some(ToolCallRecord::new(
+        let mut record = ToolCallRecord::new(
             self.tool_call_id.clone(),
             self.tool_name.clone(),
             self.kind,
             self.arguments.clone(),
             self.state.outcome()?,
-        ))
+        );
+        // A custom tool's output says it ([`tools::on_tool_result`]); a CLI tool's comes from the CLI.
+        if let (ToolKind::Cli, Some(original)) = (self.kind, &self.original_arguments) {
+            record.note = Some(crate::texts::input_edited_note(original, &self.arguments));
+        }
+        Some(record)
     }
 
     /// `<session>/<turn>/<tool call>`: the key every attempt of the call runs under.

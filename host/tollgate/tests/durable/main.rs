@@ -8,6 +8,8 @@
 //! - `auth`: principals from `tollgate auth add`: 401 and 403 (role, approver group, separation
 //!   of duties) through HTTP and the CLI client, the audit trail in the snapshot, the event stream,
 //!   `session show` and `GET /v1/audit`.
+//! - `edits`: edit before approve: a refund's amount and a `Bash` command changed by the
+//!   approver run as edited, both inputs recorded and audited, the model told; a bad edit refused.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
@@ -30,6 +32,7 @@ mod bundles;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
+mod edits;
 mod lifecycle;
 mod matrix;
 mod outage;
