@@ -182,6 +182,7 @@ pub async fn resolve_as(
     let (resolution, events) = client::resolution(interrupt_id, decision);
     let tool_name = request.get("tool_name").and_then(|t| t.as_str()).map(str::to_owned);
     let input = request.get("arguments").map(convert::raw);
+    let edited = decision.updated_input.as_ref().filter(|e| Some(*e) != request.get("arguments"));
     let entry = NewAuditEntry {
         principal: principal.to_owned(),
         decision: if decision.approved {
@@ -192,7 +193,8 @@ pub async fn resolve_as(
         reason: decision.message.clone(),
         tool_name,
         input,
-        edited_input: decision.updated_input.as_ref().map(convert::raw),
+        // An "edit" equal to the model's input is no edit (the call keeps no original either).
+        edited_input: edited.as_ref().map(convert::raw),
     };
     let mut events: Vec<tollgate_store::NewEvent> = events.into_iter().map(convert::event).collect();
     events.push(tollgate_store::NewEvent {
@@ -204,7 +206,7 @@ pub async fn resolve_as(
             "reason": entry.reason,
             "tool_name": entry.tool_name,
             "input": request.get("arguments"),
-            "edited_input": decision.updated_input,
+            "edited_input": edited,
         })),
     });
     let resolution = Resolution {

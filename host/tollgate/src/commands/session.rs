@@ -336,7 +336,10 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
                     call.tool_call_id.clone(),
                     call.tool_name.clone(),
                     call.state.name().to_owned(),
-                    clip(&compact(&call.arguments), 50),
+                    match &call.original_arguments {
+                        Some(_) => format!("{} (edited)", clip(&compact(&call.arguments), 50)),
+                        None => clip(&compact(&call.arguments), 50),
+                    },
                     call.state.text().map(|text| clip(text, 60)).unwrap_or_default(),
                 ]
             })

@@ -152,6 +152,9 @@ pub struct InterruptDecided {
     pub message: Option<String>,
     /// Who decided, when the event records it.
     pub decided_by: Option<Value>,
+    /// The approver's edited input, when the call runs with one (edit before approve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_input: Option<Value>,
     /// The event's seq.
     pub event_seq: i64,
 }
@@ -245,6 +248,7 @@ fn body_of(
             approved: v["approved"].as_bool().ok_or("the `interrupt_resolved` event has no `approved`")?,
             message: s(&v["message"]),
             decided_by: present(&v["principal"]).or_else(|| present(&v["decided_by"])),
+            updated_input: present(&v["updated_input"]),
             session_id,
             event_seq: seq,
         }),
@@ -324,6 +328,11 @@ mod tests {
                 "session_id": "s", "interrupt_id": "toolu_1", "turn_id": "t1", "tool_name": "refund",
                 "arguments": {"amount": 5}, "effect": "write", "event_seq": 4}})
         );
+        let edited =
+            r#"{"interrupt_id":"toolu_1","approved":true,"message":null,"updated_input":{"amount":2}}"#;
+        let got: Message<InterruptDecided> =
+            serde_json::from_slice(&body("s", 5, "interrupt_resolved", edited, 0).unwrap().unwrap()).unwrap();
+        assert_eq!(got.data.updated_input, Some(json!({"amount": 2})));
         let resolved = r#"{"interrupt_id":"toolu_1","approved":false,"message":"no"}"#;
         let got: Message<InterruptDecided> =
             serde_json::from_slice(&body("s", 5, "interrupt_resolved", resolved, 0).unwrap().unwrap())

@@ -114,6 +114,10 @@ async fn an_approver_edits_a_refunds_amount_the_edited_amount_is_paid_and_the_mo
         .unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.contains("edited to"), "{shown}");
+    assert!(
+        shown.lines().any(|l| l.contains("create_refund") && l.contains("250") && l.contains("(edited)")),
+        "{shown}"
+    );
 
     // The model read that the approver changed the input, and how.
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model saw the refund's result");
