@@ -216,3 +216,48 @@ async fn an_approver_edits_a_bash_command_only_the_edited_command_runs_and_the_m
     assert!(told, "{note}\n{body}");
     served.stop().await;
 }
+
+/// `tollgate api` does not load the agent: on PostgreSQL it checks an edit against the schema the
+/// Worker stored with the interrupt (visible in the inbox), refuses one that does not fit with
+/// nothing stored, and the accepted one runs on the Worker.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_without_the_agent_checks_an_edit_against_the_stored_schema_on_postgres() {
+    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let test = "edit: tollgate api on PostgreSQL";
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+        return;
+    };
+    let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;
+    let _worker = world.worker("w");
+    world.send("p", REFUND).await;
+    let waiting = world.wait_for("p", "the approval", |s| s.status == "awaiting_approval").await;
+    let id = waiting.pending_interrupts[0].interrupt_id.clone();
+    let http = reqwest::Client::new();
+    let inbox = api(http.get(format!("{}/v1/interrupts", served.url)).bearer_auth("t0ken")).await;
+    let schema = &inbox.body["interrupts"][0]["request"]["input_schema"];
+    assert!(schema["properties"]["amount_cents"].is_object(), "{}", inbox.text);
+
+    let bad = decide(
+        &served,
+        "p",
+        &id,
+        json!({"approved": true, "updated_input": {"order_id": "7", "amount_cents": -5}}),
+    )
+    .await;
+    assert_eq!((bad.status, &bad.body["error"]["field"]), (400, &json!("updated_input")), "{}", bad.text);
+    assert!(bad.text.contains("/amount_cents"), "{}", bad.text);
+    let not_object = decide(&served, "p", &id, json!({"approved": true, "updated_input": [1]})).await;
+    assert_eq!(not_object.status, 400, "{}", not_object.text);
+    let still = world.snapshot("p").await;
+    assert_eq!((still.status.as_str(), still.decisions.len()), ("awaiting_approval", 0));
+
+    let edit = json!({"order_id": "7", "amount_cents": 120});
+    let ok = decide(&served, "p", &id, json!({"approved": true, "updated_input": edit})).await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    let done = world.wait_for("p", "the refund's turn", |s| s.status == "idle").await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    let paid = world.payments.requests();
+    assert!(paid.len() == 1 && paid[0].body.contains("120"), "{paid:?}");
+    assert_eq!(done.decisions[0].edited_input, Some(edit));
+    served.stop().await;
+}
