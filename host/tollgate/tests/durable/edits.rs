@@ -131,21 +131,6 @@ async fn an_approver_edits_a_refunds_amount_the_edited_amount_is_paid_and_the_mo
     served.stop().await;
 }
 
-/// The tool use ID of the mock's `Bash` call whose input has `command`.
-fn bash_call_id(world: &World, command: &str) -> String {
-    world
-        .mock
-        .message_requests()
-        .iter()
-        .filter_map(|request| request.reply.message())
-        .flat_map(|reply| {
-            reply.tool_uses().map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
-        })
-        .find(|(_, name, input)| name == "Bash" && input["command"] == command)
-        .map(|(id, ..)| id)
-        .unwrap_or_else(|| panic!("the mock never called Bash with {command:?}\n{}", world.diagnostics()))
-}
-
 /// The support agent's options factory requires approval for a `Bash` command with `;`. The
 /// approver replaces the command: the resumed segment's CLI runs the edited one (the gate's
 /// `allow` + `updatedInput`), the original never runs, and the model reads the edit in the
@@ -161,7 +146,7 @@ async fn an_approver_edits_a_bash_command_only_the_edited_command_runs_and_the_m
     world.send("s", &format!("call Bash {}", json!({"command": original}))).await;
     let waiting = world.wait_for("s", "the approval", |s| s.status == "awaiting_approval").await;
     let id = waiting.pending_interrupts[0].interrupt_id.clone();
-    assert_eq!(id, bash_call_id(&world, &original));
+    assert_eq!(id, world.bash_call_id(&original));
     let open = world.store.interrupt("s", &id).await.unwrap().expect("the interrupt");
     let request: Value = serde_json::from_str(open.request.get()).unwrap();
     assert_eq!(request["input_schema"]["required"], json!(["command"]), "{request}");

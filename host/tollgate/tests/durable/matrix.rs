@@ -322,21 +322,6 @@ async fn a_turn_that_fails_after_a_write_leaves_the_note_for_the_next_prompt() {
     assert_eq!(world.payments.count(), 1, "the note kept the model from asking again");
 }
 
-/// The tool use ID of the mock's `Bash` call whose input has `command`.
-fn bash_call_id(world: &World, command: &str) -> String {
-    world
-        .mock
-        .message_requests()
-        .iter()
-        .filter_map(|request| request.reply.message())
-        .flat_map(|reply| {
-            reply.tool_uses().map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
-        })
-        .find(|(_, name, input)| name == "Bash" && input["command"] == command)
-        .map(|(id, ..)| id)
-        .unwrap_or_else(|| panic!("the mock never called Bash with {command:?}\n{}", world.diagnostics()))
-}
-
 /// The support agent's options factory decides every `Bash` call (`decide-cli-tool`), asked from
 /// a task of the segment: a denial reaches the model with the factory's text, an allowed command
 /// runs inside the segment, and "require approval" parks the call for a human.
@@ -348,7 +333,7 @@ async fn the_options_factory_decides_each_bash_call_deny_allow_or_approval() {
     world.send("s", r#"call Bash {"command":"rm -rf /tmp/tollgate-nothing"}"#).await;
     let first = world.wait_idle_after("s", 1).await;
     assert_eq!(first.last_turn_error, None, "{}", world.diagnostics());
-    let id = bash_call_id(&world, "rm -rf /tmp/tollgate-nothing");
+    let id = world.bash_call_id("rm -rf /tmp/tollgate-nothing");
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model was told");
     assert!(seen.contains("Deleting files is not allowed for this agent."), "{seen}");
     assert!(is_error);
@@ -356,9 +341,8 @@ async fn the_options_factory_decides_each_bash_call_deny_allow_or_approval() {
     world.send("s", r#"call Bash {"command":"echo decided-inline"}"#).await;
     let second = world.wait_idle_after("s", 2).await;
     assert_eq!(second.last_turn_error, None, "{}", world.diagnostics());
-    let (seen, is_error) = world
-        .tool_result_seen(&bash_call_id(&world, "echo decided-inline"))
-        .expect("the model saw the output");
+    let (seen, is_error) =
+        world.tool_result_seen(&world.bash_call_id("echo decided-inline")).expect("the model saw the output");
     assert!(seen.contains("decided-inline") && !is_error, "{seen}");
     assert!(second.pending_interrupts.is_empty(), "an allowed command needs no approval");
 

@@ -274,6 +274,20 @@ impl World {
         out
     }
 
+    /// The tool use ID of the mock's `Bash` call whose input has `command`.
+    pub fn bash_call_id(&self, command: &str) -> String {
+        self.mock
+            .message_requests()
+            .iter()
+            .filter_map(|request| request.reply.message())
+            .flat_map(|reply| {
+                reply.tool_uses().map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+            })
+            .find(|(_, name, input)| name == "Bash" && input["command"] == command)
+            .map(|(id, ..)| id)
+            .unwrap_or_else(|| panic!("the mock never called Bash with {command:?}\n{}", self.diagnostics()))
+    }
+
     /// The text and error flag of the tool result for `tool_use_id` in the mock's last request that
     /// carries one.
     pub fn tool_result_seen(&self, tool_use_id: &str) -> Option<(String, bool)> {
