@@ -298,6 +298,7 @@ impl ApiClient {
             approved,
             message: message.map(str::to_owned),
             updated_input: updated_input.cloned(),
+            scope: crate::api::types::DecideScope::Call,
             client_key: None,
         };
         let path = format!("/v1/sessions/{}/interrupts/{}", segment(id), segment(interrupt_id));

@@ -6,13 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::HistoryItem;
 use tollgate_engine::session::view;
-use tollgate_engine::session::{CallEntry, CallState, EngineError, RunState, status};
+use tollgate_engine::session::{CallEntry, CallState, EngineError, RunState, event_kind, grants, status};
 use tollgate_store::{
     AgentDigest, AuditQuery, Item, MessageReceipt, NewAuditEntry, NewSession, Resolution, ResolveReceipt,
     Store, StoreError, UpgradeReceipt, UserMessage,
 };
 
-use crate::api::types::{AuditDecision, AuditRecord, Message, PendingApproval, Snapshot, ToolCall, Usage};
+use crate::api::types::{
+    AuditDecision, AuditRecord, Grant, GrantRevocation, Message, PendingApproval, RevokeReceipt,
+    SessionGrant, Snapshot, ToolCall, Usage,
+};
 use crate::auth;
 use crate::convert;
 use crate::edits;
@@ -26,6 +29,14 @@ pub enum ClientError {
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The session has no grant in force for the tool (none made, or revoked); nothing was written.
+    #[error("session `{session_id}` has no grant in force for tool `{tool}`")]
+    GrantNotFound {
+        /// The session.
+        session_id: String,
+        /// The tool.
+        tool: String,
+    },
 }
 
 /// Creates the session unless it exists, under no known agent (any Worker runs it); `true` when
@@ -168,6 +179,14 @@ pub async fn resolve_as(
     let request = store.interrupt(session_id, interrupt_id).await?.map(|i| i.request);
     let request: serde_json::Value =
         request.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
+    if decision.scope == client::DecisionScope::Session && !decision.approved {
+        return Err(EngineError::BadInput {
+            field: "scope",
+            reason: "`session` (allow for this session) comes only with an approval (`approved: true`)"
+                .into(),
+        }
+        .into());
+    }
     if let Some(edited) = &decision.updated_input {
         if !decision.approved {
             return Err(EngineError::BadInput {
@@ -281,8 +300,13 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
     let history: Vec<HistoryItem<'_>> = history(&items);
     let mut pending_interrupts = Vec::new();
     let mut tool_calls = Vec::new();
+    let mut entries = Vec::new();
     for record in store.tool_calls(session_id).await? {
-        let call = tool_call(CallEntry::parse(record.record.get())?);
+        entries.push(CallEntry::parse(record.record.get())?);
+    }
+    let grants = grants::session_grants(&history, &entries)?.into_iter().map(session_grant).collect();
+    for entry in entries {
+        let call = tool_call(entry);
         if call.state == CallState::PendingApproval {
             pending_interrupts.push(PendingApproval {
                 arguments: call.arguments.clone(),
@@ -316,7 +340,88 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         next_event_seq: session.next_event_seq,
         started_by: store.audit().started_by(session_id).await?,
         decisions: decisions(store, session_id).await?,
+        grants,
     }))
+}
+
+/// Revokes every grant in force for `tool` in the session, as `principal`: a `grant_revoked` item
+/// (the next segment's planner reads it: the tool's next call waits for approval again) and its
+/// event, in one write. Whether `principal` may revoke is the caller's check.
+///
+/// # Errors
+/// An unknown session; [`ClientError::GrantNotFound`] when the tool has no grant in force (nothing
+/// is written).
+pub async fn revoke_grant(
+    store: &dyn Store,
+    session_id: &str,
+    tool: &str,
+    principal: &str,
+) -> Result<RevokeReceipt, ClientError> {
+    if store.session(session_id).await?.is_none() {
+        return Err(StoreError::SessionNotFound { session_id: session_id.to_owned() }.into());
+    }
+    let items = read_all_items(store, session_id).await?;
+    let mut calls = Vec::new();
+    for record in store.tool_calls(session_id).await? {
+        calls.push(CallEntry::parse(record.record.get())?);
+    }
+    let in_force = grants::session_grants(&history(&items), &calls)?;
+    let revocation = grants::Revocation { revoked_by: principal.to_owned(), revoked_at: now_ms() };
+    let Some(item) = grants::revocation_item(&in_force, tool, &revocation) else {
+        return Err(ClientError::GrantNotFound { session_id: session_id.to_owned(), tool: tool.to_owned() });
+    };
+    let decision_ids: Vec<String> = in_force
+        .iter()
+        .filter(|g| g.revoked.is_none() && g.grant.tool_name == tool)
+        .map(|g| g.grant.decision_id.clone())
+        .collect();
+    let event = tollgate_store::NewEvent {
+        kind: event_kind::GRANT_REVOKED.to_owned(),
+        payload: convert::raw(&serde_json::json!({
+            "tool_name": tool,
+            "decision_ids": decision_ids,
+            "revoked_by": principal,
+            "revoked_at": revocation.revoked_at,
+        })),
+    };
+    store
+        .send_user_message(UserMessage {
+            session_id: session_id.to_owned(),
+            client_key: fresh_key(),
+            item: convert::item(item),
+            wake: None,
+            events: vec![event],
+        })
+        .await?;
+    Ok(RevokeReceipt {
+        session_id: session_id.to_owned(),
+        tool_name: tool.to_owned(),
+        decision_ids,
+        revoked_by: principal.to_owned(),
+    })
+}
+
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn grant(grant: grants::GrantRef) -> Grant {
+    Grant {
+        tool_name: grant.tool_name,
+        granted_by: grant.granted_by,
+        granted_at: grant.granted_at,
+        decision_id: grant.decision_id,
+    }
+}
+
+fn session_grant(listed: grants::SessionGrant) -> SessionGrant {
+    SessionGrant {
+        grant: grant(listed.grant),
+        revoked: listed
+            .revoked
+            .map(|r| GrantRevocation { revoked_by: r.revoked_by, revoked_at: r.revoked_at }),
+    }
 }
 
 /// A stored deferred call as the API shows it.
@@ -324,6 +429,8 @@ fn tool_call(call: CallEntry) -> ToolCall {
     ToolCall {
         arguments: call.arguments,
         original_arguments: call.original_arguments,
+        grants_session: call.grants_session.map(grant),
+        approved_under: call.approved_under.map(grant),
         kind: call.kind,
         requires_approval: call.requires_approval,
         runs_in: call.runs_in,

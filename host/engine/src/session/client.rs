@@ -57,7 +57,7 @@ pub fn user_message(text: &str) -> Result<ClientMessage, EngineError> {
 }
 
 /// A human decision on a deferred call, as stored in the interrupt.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Decision {
     /// Whether the call may run.
@@ -69,6 +69,41 @@ pub struct Decision {
     /// against the tool's schema before it is stored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_input: Option<Value>,
+    /// `call` (this call only) or `session` (an approval that also allows the tool's later calls
+    /// in the session: a session grant).
+    #[serde(default, skip_serializing_if = "DecisionScope::is_call")]
+    pub scope: DecisionScope,
+    /// Who decided and when, for a `session` approval: never stored with the decision (a replay
+    /// must match it byte for byte); the Worker reads it from the decision's audit row (its
+    /// principal, its database time) before it applies the decision.
+    #[serde(skip)]
+    pub granted: Option<GrantStamp>,
+}
+
+/// What an approval covers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionScope {
+    /// This call only.
+    #[default]
+    Call,
+    /// This call and the same tool's later calls in the session, until revoked.
+    Session,
+}
+
+impl DecisionScope {
+    fn is_call(&self) -> bool {
+        *self == DecisionScope::Call
+    }
+}
+
+/// Who made a session grant, and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantStamp {
+    /// The principal.
+    pub granted_by: String,
+    /// Ms since the epoch (the deciding process's clock).
+    pub granted_at: i64,
 }
 
 /// The stored resolution and its `interrupt_resolved` event.
@@ -81,6 +116,7 @@ pub fn resolution(interrupt_id: &str, decision: &Decision) -> (Value, Vec<NewEve
             "approved": decision.approved,
             "message": decision.message,
             "updated_input": decision.updated_input,
+            "scope": decision.scope,
         }),
     };
     (value, vec![event])

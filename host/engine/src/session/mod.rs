@@ -30,6 +30,7 @@
 //! - A tool call: [`CallEntry`], whose final form is [`crate::record::ToolCallRecord`]'s JSON.
 
 pub mod client;
+pub mod grants;
 pub mod tools;
 pub mod turn;
 pub mod view;
@@ -66,6 +67,9 @@ pub mod item_kind {
     pub const TURN_FAILURE_NOTE: &str = "turn_failure_note";
     /// One CLI transcript entry: `{"kind":"claude_transcript","session_id":…,"entries":[…]}`.
     pub const CLAUDE_TRANSCRIPT: &str = "claude_transcript";
+    /// A session grant's revocation (not a prompt: no turn reads it):
+    /// `{"kind":"grant_revoked","tool_name":…,"decision_ids":[…],"revoked_by":…,"revoked_at":…}`.
+    pub const GRANT_REVOKED: &str = "grant_revoked";
 }
 
 /// Session statuses, as stored.
@@ -94,6 +98,11 @@ pub mod event_kind {
     pub const INTERRUPT_OPENED: &str = "interrupt_opened";
     /// A decision arrived.
     pub const INTERRUPT_RESOLVED: &str = "interrupt_resolved";
+    /// A deferred call was approved under a session grant, with no interrupt:
+    /// `{"turn_id","tool_call_id","tool_name","grant":{tool_name,granted_by,granted_at,decision_id}}`.
+    pub const APPROVED_UNDER_GRANT: &str = "approved_under_grant";
+    /// A session grant was revoked: `{"tool_name","decision_ids","revoked_by","revoked_at"}`.
+    pub const GRANT_REVOKED: &str = "grant_revoked";
     /// A step attempt failed and will run again.
     pub const ATTEMPT_FAILED: &str = "attempt_failed";
     /// The turn answered.
@@ -344,6 +353,12 @@ pub struct CallEntry {
     /// edited input, the one that runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_arguments: Option<Value>,
+    /// The session grant this call's approval made (decided with `scope: "session"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants_session: Option<grants::GrantRef>,
+    /// The session grant it was approved under, with no interrupt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_under: Option<grants::GrantRef>,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,

@@ -195,6 +195,8 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
         requires_approval: true,
         runs_in,
         original_arguments: None,
+        grants_session: None,
+        approved_under: None,
         state: CallState::PendingApproval,
     }
 }
@@ -202,7 +204,12 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
 #[test]
 fn an_approval_with_an_edited_input_runs_the_edited_input_and_keeps_the_original() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
-    let edit = Decision { approved: true, message: None, updated_input: Some(json!({"order_id": "8"})) };
+    let edit = Decision {
+        approved: true,
+        message: None,
+        updated_input: Some(json!({"order_id": "8"})),
+        ..Default::default()
+    };
     let t = on_approval(&call, &edit);
     let queued = &t.calls[0];
     assert_eq!(queued.arguments, json!({"order_id": "8"}));
@@ -232,7 +239,12 @@ fn an_approval_with_an_edited_input_runs_the_edited_input_and_keeps_the_original
 #[test]
 fn an_edited_cli_tool_records_the_edited_input_for_the_replay() {
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let edit = Decision { approved: true, message: None, updated_input: Some(json!({"command": "echo ok"})) };
+    let edit = Decision {
+        approved: true,
+        message: None,
+        updated_input: Some(json!({"command": "echo ok"})),
+        ..Default::default()
+    };
     let t = on_approval(&call, &edit);
     let record = t.calls[0].record().unwrap();
     assert_eq!(record.arguments, json!({"command": "echo ok"}));
@@ -242,7 +254,12 @@ fn an_edited_cli_tool_records_the_edited_input_for_the_replay() {
 #[test]
 fn an_edit_equal_to_the_original_is_no_edit() {
     let call = pending_call(DeferredRun::CallTool, ToolKind::Custom);
-    let same = Decision { approved: true, message: None, updated_input: Some(json!({"order_id": "7"})) };
+    let same = Decision {
+        approved: true,
+        message: None,
+        updated_input: Some(json!({"order_id": "7"})),
+        ..Default::default()
+    };
     assert_eq!(on_approval(&call, &same).calls[0].original_arguments, None);
 }
 
@@ -251,7 +268,12 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
     let t = on_approval(
         &call,
-        &Decision { approved: false, message: Some("not this order".into()), updated_input: None },
+        &Decision {
+            approved: false,
+            message: Some("not this order".into()),
+            updated_input: None,
+            ..Default::default()
+        },
     );
     assert_eq!(t.calls[0].state, CallState::Rejected { message: Some("not this order".into()) });
     assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
@@ -263,7 +285,10 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
 #[test]
 fn an_approved_cli_tool_records_the_approved_cli_tool_output() {
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let t = on_approval(&call, &Decision { approved: true, message: None, updated_input: None });
+    let t = on_approval(
+        &call,
+        &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
+    );
     assert_eq!(
         t.calls[0].state,
         CallState::Succeeded { output: crate::texts::APPROVED_CLI_TOOL_OUTPUT.into() }
@@ -274,7 +299,10 @@ fn an_approved_cli_tool_records_the_approved_cli_tool_output() {
 #[test]
 fn an_approved_single_attempt_write_is_marked_started_before_it_runs_and_never_runs_twice() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
-    let approved = on_approval(&call, &Decision { approved: true, message: None, updated_input: None });
+    let approved = on_approval(
+        &call,
+        &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
+    );
     assert_eq!(approved.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
     let queued = approved.calls[0].clone();
     let Begin::Run { idempotency_key, attempt, mark_started } = begin_tool_step("s-1", true, 1, &queued)
@@ -640,4 +668,145 @@ fn an_approval_carries_the_groups_its_policy_names_as_approvers() {
         json!(["finance"]),
         "the event shows the same request"
     );
+}
+
+fn session_approval(by: &str) -> Decision {
+    Decision {
+        approved: true,
+        scope: client::DecisionScope::Session,
+        granted: Some(client::GrantStamp { granted_by: by.into(), granted_at: 1_700_000 }),
+        ..Decision::default()
+    }
+}
+
+/// A later turn's segment that ends deferred on `call` (`toolu_2`), with the session's `rows`
+/// and `calls`.
+fn defer_later(rows: &[(i64, &'static str, String)], calls: &[CallEntry], call: DeferredCall) -> Transition {
+    let state = RunState { prompts_through: 1, turns_ended: 1, ..RunState::default() };
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, rows, calls));
+    let call = DeferredCall { tool_use_id: "toolu_2".into(), ..call };
+    let result = SegmentResult::Deferred {
+        session_id: "cli-1".into(),
+        call,
+        entries: vec![],
+        usage: Usage::default(),
+        cost_usd: None,
+    };
+    on_segment(&run, &state, calls, result)
+}
+
+/// The first refund, approved with `scope: "session"` by `ann`, and done.
+fn granted_refund() -> CallEntry {
+    let approved = on_approval(
+        &pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom),
+        &session_approval("ann"),
+    );
+    CallEntry { state: CallState::Succeeded { output: "r_1".into() }, ..approved.calls[0].clone() }
+}
+
+#[test]
+fn an_approval_with_session_scope_records_a_grant_on_the_call_and_still_runs_it_in_its_step() {
+    let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
+    let t = on_approval(&call, &session_approval("ann"));
+    assert_eq!(t.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
+    let grant = t.calls[0].grants_session.clone().expect("a grant");
+    assert_eq!(
+        grant,
+        grants::GrantRef {
+            tool_name: "create_refund".into(),
+            granted_by: "ann".into(),
+            granted_at: 1_700_000,
+            decision_id: "toolu_1".into(),
+        }
+    );
+    let once = on_approval(&call, &Decision { approved: true, ..Decision::default() });
+    assert_eq!(once.calls[0].grants_session, None, "a call-scoped approval grants nothing");
+}
+
+#[test]
+fn a_granted_tools_next_call_gets_no_interrupt_and_is_recorded_approved_under_the_grant() {
+    let rows = [prompt(1, "refund order 7"), prompt(2, "refund order 8")];
+    let first = granted_refund();
+    let t = defer_later(
+        &rows,
+        std::slice::from_ref(&first),
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
+    );
+    assert!(t.interrupts.is_empty(), "{:?}", t.interrupts);
+    // It still runs where its policy says: the durable single-attempt step.
+    assert_eq!(t.steps.len(), 1);
+    assert_eq!(t.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
+    assert_eq!(t.status, Some(status::RUNNING));
+    let call = &t.calls[0];
+    assert_eq!(call.tool_call_id, "toolu_2");
+    assert_eq!(call.state, CallState::Queued);
+    assert_eq!(call.approved_under, first.grants_session);
+    assert_eq!(call.grants_session, None);
+    let event = t.events.iter().find(|e| e.kind == event_kind::APPROVED_UNDER_GRANT).expect("an event");
+    assert_eq!(event.payload["grant"]["granted_by"], "ann");
+    assert_eq!(event.payload["grant"]["decision_id"], "toolu_1");
+    assert_eq!(event.payload["tool_call_id"], "toolu_2");
+}
+
+#[test]
+fn another_tool_still_waits_for_approval_under_a_grant() {
+    let rows = [prompt(1, "refund order 7"), prompt(2, "close the account")];
+    let t = defer_later(
+        &rows,
+        &[granted_refund()],
+        deferred("close_account", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
+    );
+    assert_eq!(t.interrupts.len(), 1);
+    assert_eq!(t.status, Some(status::AWAITING_APPROVAL));
+    assert_eq!(t.calls[0].approved_under, None);
+}
+
+#[test]
+fn a_revoked_grant_needs_approval_again() {
+    let first = granted_refund();
+    let calls = [first.clone()];
+    let grants = grants::session_grants(&[], &calls).unwrap();
+    assert_eq!(grants.len(), 1);
+    let revocation = grants::Revocation { revoked_by: "bob".into(), revoked_at: 1_800_000 };
+    assert!(
+        grants::revocation_item(&grants, "close_account", &revocation).is_none(),
+        "no grant: nothing to revoke"
+    );
+    let item = grants::revocation_item(&grants, "create_refund", &revocation).expect("an item");
+    assert_eq!(item.kind, item_kind::GRANT_REVOKED);
+    let rows = [
+        prompt(1, "refund order 7"),
+        (2, item_kind::GRANT_REVOKED, item.body.get().to_owned()),
+        prompt(3, "refund order 9"),
+    ];
+    let listed = grants::session_grants(&items(&rows), &calls).unwrap();
+    assert_eq!(listed[0].revoked, Some(revocation.clone()));
+    assert!(grants::active_grant(&listed, "create_refund").is_none());
+    assert!(grants::revocation_item(&listed, "create_refund", &revocation).is_none(), "revoked twice: 404");
+    let t = defer_later(
+        &rows,
+        &calls,
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
+    );
+    assert_eq!(t.interrupts.len(), 1);
+    assert_eq!(t.calls[0].state, CallState::PendingApproval);
+    assert_eq!(t.calls[0].approved_under, None);
+    // The revocation is no prompt: the planner does not send it to the model.
+    let state = RunState { prompts_through: 1, turns_ended: 1, ..RunState::default() };
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &rows, &calls));
+    match run.start {
+        PlannedStart::Fresh { prompts } => assert_eq!(prompts, vec!["refund order 9".to_owned()]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn run_state_and_decisions_stored_before_grants_still_parse() {
+    let decision = client::parse_decision(r#"{"approved":true,"message":null}"#).unwrap();
+    assert_eq!(decision.scope, client::DecisionScope::Call);
+    let call =
+        CallEntry::parse(&pending_call(DeferredRun::CallTool, ToolKind::Custom).to_value().to_string())
+            .unwrap();
+    assert_eq!(call.approved_under, None);
+    assert!(!pending_call(DeferredRun::CallTool, ToolKind::Custom).to_value().to_string().contains("grant"));
 }

@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::client::Decision;
+use super::client::{Decision, DecisionScope};
+use super::grants::GrantRef;
 use super::{
     CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, Start, Transition,
     event_kind, status, step_kind,
@@ -64,18 +65,22 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
     if !decision.approved {
         return record(call, Outcome::Rejected { message: decision.message.clone() });
     }
-    let edited;
-    let call = match &decision.updated_input {
-        Some(input) if *input != call.arguments => {
-            edited = CallEntry {
-                arguments: input.clone(),
-                original_arguments: Some(call.arguments.clone()),
-                ..call.clone()
-            };
-            &edited
-        }
-        _ => call,
-    };
+    let mut approved = call.clone();
+    if let Some(input) = decision.updated_input.as_ref().filter(|input| **input != call.arguments) {
+        approved.original_arguments = Some(call.arguments.clone());
+        approved.arguments = input.clone();
+    }
+    if decision.scope == DecisionScope::Session {
+        // The call's approval also allows the tool's later calls in the session.
+        let stamp = decision.granted.clone();
+        approved.grants_session = Some(GrantRef {
+            tool_name: call.tool_name.clone(),
+            granted_by: stamp.as_ref().map_or_else(String::new, |s| s.granted_by.clone()),
+            granted_at: stamp.map_or(0, |s| s.granted_at),
+            decision_id: call.tool_call_id.clone(),
+        });
+    }
+    let call = &approved;
     match call.kind {
         ToolKind::Cli => record(call, Outcome::approved_cli_tool()),
         ToolKind::Custom => {

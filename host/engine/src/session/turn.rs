@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::client::Decision;
+use super::grants::{SessionGrant, active_grant, session_grants};
 use super::{
     CallEntry, CallState, CallStep, EngineError, Finish, Limits, NewInterrupt, NewItem, NextStep,
     RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition, TurnState, Usage, event_kind,
@@ -70,6 +71,9 @@ pub struct SegmentRun {
     pub turn_records: Vec<ToolCallRecord>,
     /// The highest item seq of the prompts the turn answers.
     pub prompts_upto: i64,
+    /// The session's grants: a deferred call of a tool with an active one is approved under it,
+    /// with no interrupt.
+    pub grants: Vec<SessionGrant>,
 }
 
 /// What `RunModel` does.
@@ -237,7 +241,8 @@ pub fn plan_run_model(
             }
         }
     };
-    Ok(Plan::Run(Box::new(SegmentRun { turn_id, attempt, start, turn_records, prompts_upto })))
+    let grants = session_grants(items, calls)?;
+    Ok(Plan::Run(Box::new(SegmentRun { turn_id, attempt, start, turn_records, prompts_upto, grants })))
 }
 
 fn is_prompt(kind: &str) -> bool {
@@ -331,6 +336,8 @@ pub fn on_segment(
                 requires_approval,
                 runs_in,
                 original_arguments: None,
+                grants_session: None,
+                approved_under: None,
                 state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
             };
             let call_step = serde_json::to_value(CallStep {
@@ -338,7 +345,28 @@ pub fn on_segment(
                 tool_call_id: entry.tool_call_id.clone(),
             })
             .expect("serializes");
-            if requires_approval {
+            let grant = if requires_approval { active_grant(&run.grants, &entry.tool_name) } else { None };
+            if let Some(grant) = grant {
+                // Allowed for this session: approved under the grant, no interrupt. It still runs
+                // where its policy says.
+                let entry = CallEntry { approved_under: Some(grant.clone()), ..entry };
+                let approved =
+                    super::tools::on_approval(&entry, &Decision { approved: true, ..Decision::default() });
+                t.steps.extend(approved.steps);
+                t.calls.extend(approved.calls);
+                t.events.extend(approved.events);
+                t.status = approved.status;
+                t = t.event(
+                    event_kind::APPROVED_UNDER_GRANT,
+                    json!({
+                        "turn_id": run.turn_id,
+                        "tool_call_id": entry.tool_call_id,
+                        "tool_name": entry.tool_name,
+                        "arguments": entry.arguments,
+                        "grant": grant,
+                    }),
+                );
+            } else if requires_approval {
                 let request = json!({
                     "type": "tool_approval",
                     "turn_id": run.turn_id,
@@ -369,7 +397,7 @@ pub fn on_segment(
                 // No approval needed: the call is approved as it is deferred.
                 let approved = super::tools::on_approval(
                     &entry,
-                    &Decision { approved: true, message: None, updated_input: None },
+                    &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
                 );
                 t.steps.extend(approved.steps);
                 t.calls.extend(approved.calls);

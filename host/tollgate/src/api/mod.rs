@@ -31,7 +31,7 @@ use axum::extract::{Extension, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use tollgate_engine::session::client::Decision;
+use tollgate_engine::session::client::{Decision, DecisionScope};
 use tollgate_engine::session::{EngineError, status};
 use tollgate_store::{AgentDigest, Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
@@ -39,10 +39,10 @@ use utoipa_axum::routes;
 
 use self::input::{JsonBody, Params, parse, path_ids};
 use self::types::{
-    AuditPage, BusySession, CreateSession, Created, Decide, DecisionReceipt, ErrorBody, ErrorCode,
-    ErrorDetail, Health, HealthStatus, InterruptList, MessageReceipt, MovedSession, PendingInterrupt,
-    SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded,
-    UpgradedAll,
+    AuditPage, BusySession, CreateSession, Created, Decide, DecideScope, DecisionReceipt, ErrorBody,
+    ErrorCode, ErrorDetail, Health, HealthStatus, InterruptList, MessageReceipt, MovedSession,
+    PendingInterrupt, RevokeReceipt, SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll,
+    UpgradeSession, Upgraded, UpgradedAll,
 };
 use crate::auth::Caller;
 use crate::metrics::Metrics;
@@ -103,6 +103,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(get_session))
         .routes(routes!(send_message))
         .routes(routes!(decide))
+        .routes(routes!(revoke_grant))
         .routes(routes!(events::stream))
         .routes(routes!(upgrade_session))
         .routes(routes!(upgrade_all))
@@ -188,6 +189,9 @@ impl From<ClientError> for ApiError {
                 other.to_string(),
             ),
             ClientError::Store(store) => store.into(),
+            error @ ClientError::GrantNotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::GrantNotFound, error.to_string())
+            }
         }
     }
 }
@@ -244,14 +248,19 @@ fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<St
 }
 
 /// What a request does, for the role check: reads are `GET`s, `POST /v1/sessions` and
-/// `…/messages` write, `…/interrupts/{id}` decides, the upgrades operate. Anything else (a route
+/// `…/messages` write, `…/interrupts/{id}` and `DELETE …/grants/{tool}` decide, the upgrades operate. Anything else (a route
 /// that does not exist, a wrong method) counts as a read, so it gets its 404 or 405.
 fn action_of(method: &axum::http::Method, path: &str) -> crate::auth::Action {
     use crate::auth::Action;
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    if method == axum::http::Method::DELETE
+        && matches!(parts.as_slice(), ["", "v1", "sessions", _, "grants", _])
+    {
+        return Action::Decide;
+    }
     if method != axum::http::Method::POST {
         return Action::Read;
     }
-    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
     match parts.as_slice() {
         ["", "v1", "sessions"] | ["", "v1", "sessions", _, "messages"] => Action::Write,
         ["", "v1", "sessions", _, "interrupts", _] => Action::Decide,
@@ -413,6 +422,11 @@ async fn decide(
         approved: request.approved,
         message: request.message,
         updated_input: request.updated_input,
+        scope: match request.scope {
+            DecideScope::Call => DecisionScope::Call,
+            DecideScope::Session => DecisionScope::Session,
+        },
+        granted: None,
     };
     // Who may decide: the caller's role, the tool's approver groups (stored with the interrupt
     // when it opened: this process may not load the agent) and who started the session.
@@ -440,6 +454,50 @@ async fn decide(
         session_id: id,
     };
     Ok(Json(answer).into_response())
+}
+
+/// `DELETE /v1/sessions/{id}/grants/{tool}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{id}/grants/{tool}",
+    tag = "approvals",
+    summary = "Revoke a session grant (allow for this session): the tool's next call waits for approval again",
+    params(openapi::SessionId, ("tool" = String, Path, description = "The tool whose grant to revoke")),
+    responses(
+        (status = 200, description = "Revoked (the snapshot's `grants` show who and when)", body = RevokeReceipt),
+        (status = 403, description = "`role_required` (not an approver or admin) or `group_required` (the tool's policy names `approvers` groups the principal is in none of)", body = ErrorBody),
+        (status = 404, description = "`session_not_found`, or `grant_not_found` (no grant in force for the tool: none made, or revoked already)", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
+async fn revoke_grant(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    path: Result<Path<Vec<String>>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let [id, tool] = path_ids(path, ["id", "tool"])?;
+    Params::parse(query.as_deref(), &[])?;
+    // Who may revoke: who may decide the tool (its approver groups, stored with the granting
+    // interrupts); revoking is no approval, so separation of duties does not apply.
+    let snapshot =
+        sessions::snapshot(state.store.as_ref(), &id).await?.ok_or_else(|| ApiError::no_session(&id))?;
+    let mut approvers: Vec<String> = Vec::new();
+    for listed in snapshot.grants.iter().filter(|g| g.revoked.is_none() && g.grant.tool_name == tool) {
+        if let Some(open) = state.store.interrupt(&id, &listed.grant.decision_id).await? {
+            let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
+            let groups: Vec<String> = asked
+                .get("approvers")
+                .and_then(|a| serde_json::from_value(a.clone()).ok())
+                .unwrap_or_default();
+            approvers.extend(groups);
+        }
+    }
+    approvers.sort();
+    approvers.dedup();
+    state.auth.rules().may_decide(&caller, &id, None, &tool, &approvers)?;
+    let receipt = sessions::revoke_grant(state.store.as_ref(), &id, &tool, &caller.name).await?;
+    Ok(Json(receipt).into_response())
 }
 
 /// `GET /v1/sessions/{id}`.
@@ -796,6 +854,7 @@ mod tests {
         assert_eq!(action_of(&post, "/v1/sessions"), Action::Write);
         assert_eq!(action_of(&post, "/v1/sessions/s/messages"), Action::Write);
         assert_eq!(action_of(&post, "/v1/sessions/s/interrupts/i"), Action::Decide);
+        assert_eq!(action_of(&axum::http::Method::DELETE, "/v1/sessions/s/grants/t"), Action::Decide);
         assert_eq!(action_of(&post, "/v1/sessions/s/upgrade"), Action::Operate);
         assert_eq!(action_of(&post, "/v1/agent-upgrades"), Action::Operate);
         assert_eq!(action_of(&get, "/v1/sessions/s"), Action::Read);

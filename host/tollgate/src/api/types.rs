@@ -80,10 +80,80 @@ pub struct Decide {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub updated_input: Option<Value>,
+    /// `call` (default): this call only. `session` (only with `approved: true`): allow for this
+    /// session — the tool's later calls in the session skip approval (they still run where their
+    /// policy says) and are recorded as approved under this grant (`approved_under` on the call,
+    /// an `approved_under_grant` event), until revoked (`DELETE …/grants/{tool}`). Only a
+    /// principal who may decide the tool may grant it.
+    #[serde(default, skip_serializing_if = "DecideScope::is_call")]
+    pub scope: DecideScope,
     /// The decision's idempotency key (the `Idempotency-Key` header wins; without either the
     /// decision itself is the key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key: Option<String>,
+}
+
+/// What an approval covers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecideScope {
+    /// This call only.
+    #[default]
+    Call,
+    /// This call and the same tool's later calls in the session, until revoked.
+    Session,
+}
+
+impl DecideScope {
+    fn is_call(&self) -> bool {
+        *self == DecideScope::Call
+    }
+}
+
+/// A session grant (allow for this session): who allowed a tool, when, by which decision.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct Grant {
+    /// The tool whose later calls skip approval.
+    pub tool_name: String,
+    /// The principal who decided with `scope: "session"`.
+    pub granted_by: String,
+    /// When (ms since the epoch, the deciding server's clock).
+    pub granted_at: i64,
+    /// The deciding interrupt (its audit row in `decisions` names it).
+    pub decision_id: String,
+}
+
+/// A session grant as the snapshot lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct SessionGrant {
+    /// The grant.
+    #[serde(flatten)]
+    pub grant: Grant,
+    /// Its revocation (`null`: in force).
+    #[schema(required = true)]
+    pub revoked: Option<GrantRevocation>,
+}
+
+/// Who revoked a grant, and when.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct GrantRevocation {
+    /// The principal.
+    pub revoked_by: String,
+    /// When (ms since the epoch, the revoking server's clock).
+    pub revoked_at: i64,
+}
+
+/// The answer of `DELETE /v1/sessions/{id}/grants/{tool}`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct RevokeReceipt {
+    /// The session.
+    pub session_id: String,
+    /// The tool whose calls need approval again.
+    pub tool_name: String,
+    /// The decisions whose grants were revoked.
+    pub decision_ids: Vec<String>,
+    /// Who revoked them.
+    pub revoked_by: String,
 }
 
 /// `POST /v1/sessions/{id}/upgrade`: the agent digest to pin the session to.
@@ -233,6 +303,10 @@ pub struct Snapshot {
     #[serde(default)]
     #[schema(required = true)]
     pub decisions: Vec<AuditRecord>,
+    /// The session's grants (allow for this session), revoked ones too, oldest first.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub grants: Vec<SessionGrant>,
 }
 
 /// One row of the audit trail: a decision, who made it and when.
@@ -367,6 +441,12 @@ pub struct ToolCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub original_arguments: Option<Value>,
+    /// The session grant this call's approval made (`scope: "session"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants_session: Option<Grant>,
+    /// The session grant it was approved under, with no interrupt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_under: Option<Grant>,
     /// Whether it waits for a decision first.
     pub requires_approval: bool,
     /// Where it runs once approved.
@@ -665,6 +745,8 @@ pub enum ErrorCode {
     SessionNotFound,
     /// 404: no such interrupt.
     InterruptNotFound,
+    /// 404: the session has no grant in force for the tool.
+    GrantNotFound,
     /// 409: the interrupt was decided otherwise before.
     InterruptAlreadyResolved,
     /// 409: the idempotency key was used for another request.
@@ -695,6 +777,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::SessionNotFound => "session_not_found",
             ErrorCode::InterruptNotFound => "interrupt_not_found",
+            ErrorCode::GrantNotFound => "grant_not_found",
             ErrorCode::InterruptAlreadyResolved => "interrupt_already_resolved",
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::SessionBusy => "session_busy",
@@ -776,6 +859,8 @@ mod tests {
         let call = ToolCall {
             arguments: json!({"order_id": "7"}),
             original_arguments: None,
+            grants_session: None,
+            approved_under: None,
             kind: ToolKind::Custom,
             requires_approval: true,
             runs_in: DeferredRun::CallSingleAttemptTool,
@@ -798,6 +883,7 @@ mod tests {
             next_event_seq: 7,
             started_by: Some("carl".into()),
             decisions: Vec::new(),
+            grants: Vec::new(),
         };
         let text = wire(&snapshot);
         assert_eq!(
@@ -808,7 +894,7 @@ mod tests {
                 r#"{"arguments":{"order_id":"7"},"attempt":2,"kind":"custom","requires_approval":true,"runs_in":"call_single_attempt_tool","status":"started","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"}],"#,
                 r#""usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2,"model_calls":1},"#,
                 r#""cost_usd":0.25,"last_turn_error":null,"turn_id":null,"next_event_seq":7,"#,
-                r#""started_by":"carl","decisions":[]}"#
+                r#""started_by":"carl","decisions":[],"grants":[]}"#
             )
         );
         let back: Snapshot = serde_json::from_str(&text).unwrap();
@@ -830,6 +916,7 @@ mod tests {
             ErrorCode::MethodNotAllowed,
             ErrorCode::SessionNotFound,
             ErrorCode::InterruptNotFound,
+            ErrorCode::GrantNotFound,
             ErrorCode::InterruptAlreadyResolved,
             ErrorCode::IdempotencyConflict,
             ErrorCode::SessionBusy,

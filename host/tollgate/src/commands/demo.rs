@@ -212,7 +212,8 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                     println!(
                         "  $ tollgate approvals approve {session} {id}    (the demo approves it for you)"
                     );
-                    let decision = Decision { approved: true, message: None, updated_input: None };
+                    let decision =
+                        Decision { approved: true, message: None, updated_input: None, ..Default::default() };
                     sessions::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval"))
                         .await?;
                 }

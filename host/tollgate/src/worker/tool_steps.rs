@@ -3,7 +3,7 @@
 //! idempotency key) set.
 
 use tollgate_engine::record::{ContentPart, text_of_content};
-use tollgate_engine::session::client::parse_decision;
+use tollgate_engine::session::client::{DecisionScope, GrantStamp, parse_decision};
 use tollgate_engine::session::tools::{self as rules, Begin, ToolRun};
 use tollgate_engine::session::{CALL_TOOL_ATTEMPTS, CallEntry, CallStep, EngineError, Finish};
 use tollgate_sandbox::{CallError, Content, DeferredExecution};
@@ -38,7 +38,16 @@ pub(super) async fn approval(worker: &Worker, claimed: &Claimed, step: &CallStep
         ))
         .into());
     };
-    let decision = parse_decision(resolution.get())?;
+    let mut decision = parse_decision(resolution.get())?;
+    if decision.approved && decision.scope == DecisionScope::Session {
+        // The grant names who decided and when: the decision's audit row.
+        let rows = crate::sessions::decisions(worker.store.as_ref(), &claimed.step.session_id).await?;
+        decision.granted = rows
+            .iter()
+            .rev()
+            .find(|row| row.interrupt_id == step.tool_call_id)
+            .map(|row| GrantStamp { granted_by: row.principal.clone(), granted_at: row.decided_at });
+    }
     worker.commit(claimed, rules::on_approval(&call, &decision)).await?;
     Ok(())
 }

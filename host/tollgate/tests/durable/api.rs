@@ -527,6 +527,8 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
     let call = ToolCall {
         arguments: json!({"order_id": "7", "amount_cents": 500}),
         original_arguments: None,
+        grants_session: None,
+        approved_under: None,
         kind: ToolKind::Custom,
         requires_approval: true,
         runs_in: DeferredRun::CallSingleAttemptTool,
@@ -548,6 +550,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         next_event_seq: 9,
         started_by: Some("tollgate:token".into()),
         decisions: Vec::new(),
+        grants: Vec::new(),
     };
     let good = serde_json::to_value(&snapshot).unwrap();
     let check = |status: u16, body: &Value| {

@@ -33,6 +33,7 @@ mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
 mod edits;
+mod grants;
 mod lifecycle;
 mod matrix;
 mod outage;

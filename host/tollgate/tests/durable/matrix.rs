@@ -74,7 +74,7 @@ async fn an_approved_write_survives_a_worker_restart_runs_once_and_shows_in_the_
 
     world.decide("s", &id, true, None, "k1").await;
     world.decide("s", &id, true, None, "k1").await; // repeated: replayed, nothing new
-    let other = Decision { approved: false, message: None, updated_input: None };
+    let other = Decision { approved: false, message: None, updated_input: None, ..Default::default() };
     let late = sessions::resolve(world.store.as_ref(), "s", &id, &other, Some("k2")).await;
     assert!(matches!(late, Err(ClientError::Store(StoreError::InterruptAlreadyResolved { .. }))), "{late:?}");
 

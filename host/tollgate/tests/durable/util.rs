@@ -189,7 +189,12 @@ impl World {
 
     /// Decides interrupt `id` under `key`.
     pub async fn decide(&self, session: &str, id: &str, approved: bool, message: Option<&str>, key: &str) {
-        let decision = Decision { approved, message: message.map(str::to_owned), updated_input: None };
+        let decision = Decision {
+            approved,
+            message: message.map(str::to_owned),
+            updated_input: None,
+            ..Default::default()
+        };
         sessions::resolve(self.store.as_ref(), session, id, &decision, Some(key)).await.expect("resolve");
     }
 
