@@ -14,7 +14,9 @@ use tollgate_claude::{
 use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
 use tollgate_engine::gate::Gate;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
-use tollgate_engine::session::{CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind};
+use tollgate_engine::session::{
+    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants,
+};
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
 use tollgate_sandbox::OptionsContext;
 use tollgate_store::Claimed;
@@ -142,6 +144,12 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
             warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, error = %error, "segment stopped at the spend limit");
         }
         _ => {}
+    }
+    let mut run = run;
+    if matches!(result, SegmentResult::Deferred { .. }) {
+        // A grant revoked while the segment ran counts: read the session's grants again.
+        let items = sessions::read_all_items(store, session_id).await?;
+        run.grants = grants::session_grants(&sessions::history(&items), &calls)?;
     }
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     // The API may not load the agent: the interrupt carries who may decide it.
