@@ -294,15 +294,46 @@ impl ApiClient {
         message: Option<&str>,
         updated_input: Option<&serde_json::Value>,
     ) -> Result<DecisionReceipt, CallError> {
+        let scope = crate::api::types::DecideScope::Call;
+        self.decide_in_scope(id, interrupt_id, approved, message, updated_input, scope).await
+    }
+
+    /// [`ApiClient::decide_with_input`] with the approval's `scope` (`Session`: allow the tool
+    /// for the rest of the session).
+    ///
+    /// # Errors
+    /// As [`ApiClient::decide`]; `Session` with a rejection is status 400.
+    pub async fn decide_in_scope(
+        &self,
+        id: &str,
+        interrupt_id: &str,
+        approved: bool,
+        message: Option<&str>,
+        updated_input: Option<&serde_json::Value>,
+        scope: crate::api::types::DecideScope,
+    ) -> Result<DecisionReceipt, CallError> {
         let body = Decide {
             approved,
             message: message.map(str::to_owned),
             updated_input: updated_input.cloned(),
-            scope: crate::api::types::DecideScope::Call,
+            scope,
             client_key: None,
         };
         let path = format!("/v1/sessions/{}/interrupts/{}", segment(id), segment(interrupt_id));
         self.call(Method::POST, &path, |r| r.json(&body)).await
+    }
+
+    /// `DELETE /v1/sessions/{id}/grants/{tool}`: revokes the session's grant for `tool`.
+    ///
+    /// # Errors
+    /// See [`CallError`]; no grant in force is status 404 `grant_not_found`.
+    pub async fn revoke_grant(
+        &self,
+        id: &str,
+        tool: &str,
+    ) -> Result<crate::api::types::RevokeReceipt, CallError> {
+        let path = format!("/v1/sessions/{}/grants/{}", segment(id), segment(tool));
+        self.call(Method::DELETE, &path, |r| r).await
     }
 
     /// `GET /v1/sessions/{id}/events`: the events after seq `after`, live when `follow`.

@@ -34,6 +34,17 @@ pub enum ApprovalsCommand {
         /// fits the tool's input schema); the model is told it was changed.
         #[arg(long, value_name = "JSON")]
         input: Option<String>,
+        /// Allow for this session: the tool's later calls in the session skip approval (recorded
+        /// as approved under this grant) until `tollgate approvals revoke`.
+        #[arg(long)]
+        for_session: bool,
+    },
+    /// Revoke a session's grant for a tool: its next call waits for approval again.
+    Revoke {
+        /// The session.
+        session: String,
+        /// The tool.
+        tool: String,
     },
     /// The audit trail of decisions, oldest first: who decided what, when, why, on which input.
     Audit {
@@ -123,13 +134,37 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                 writeln!(out, "more: tollgate approvals audit --after {next}")?;
             }
         }
-        ApprovalsCommand::Approve { session, interrupt, input } => {
+        ApprovalsCommand::Approve { session, interrupt, input, for_session } => {
             let input: Option<serde_json::Value> = input
                 .map(|text| serde_json::from_str(&text))
                 .transpose()
                 .map_err(|e| anyhow::anyhow!("--input is not JSON: {e}"))?;
+            if for_session {
+                let scope = crate::api::types::DecideScope::Session;
+                let receipt =
+                    client.decide_in_scope(&session, &interrupt, true, None, input.as_ref(), scope).await?;
+                if args.client.json {
+                    return print_json(out, &receipt);
+                }
+                let again = if receipt.replayed { " (it was already, the same way)" } else { "" };
+                writeln!(
+                    out,
+                    "approved {interrupt} in session {session}, and its tool for the session{again}"
+                )?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let decision = (true, None, input.as_ref());
             return decide(out, &client, &args.client, (&session, &interrupt), decision).await;
+        }
+        ApprovalsCommand::Revoke { session, tool } => {
+            let receipt = client.revoke_grant(&session, &tool).await?;
+            if args.client.json {
+                return print_json(out, &receipt);
+            }
+            writeln!(
+                out,
+                "revoked the grant for {tool} in session {session}: its next call waits for approval"
+            )?;
         }
         ApprovalsCommand::Reject { session, interrupt, message } => {
             let decision = (false, message.as_deref(), None);

@@ -79,6 +79,14 @@ async fn a_refund_allowed_for_the_session_lets_the_next_refund_run_unasked_until
         "{}",
         again.text
     );
+    let cli = served
+        .client_command(&["approvals", "revoke", "s", "create_refund"])
+        .env("TOLLGATE_TOKEN", "t0ken")
+        .output()
+        .await
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&cli.stdout), String::from_utf8_lossy(&cli.stderr));
+    assert!(!cli.status.success() && said.contains("grant_not_found"), "the CLI client too: {said}");
     let listed = world.snapshot("s").await;
     let revocation = listed.grants[0].revoked.clone().expect("revoked");
     assert_eq!(revocation.revoked_by, principal);
@@ -86,12 +94,20 @@ async fn a_refund_allowed_for_the_session_lets_the_next_refund_run_unasked_until
     let waiting = world.wait_for("s", "the approval again", |s| s.status == "awaiting_approval").await;
     assert_eq!(world.payments.count(), 2, "refund 3 waits");
     let third = waiting.pending_interrupts[0].interrupt_id.clone();
-    assert_eq!(decide(&served, &third, json!({"approved": true})).await.status, 200);
+    // Granted again, through the CLI client.
+    let cli = served
+        .client_command(&["approvals", "approve", "s", &third, "--for-session"])
+        .env("TOLLGATE_TOKEN", "t0ken")
+        .output()
+        .await
+        .unwrap();
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
     let three = world.wait_idle_after("s", 3).await;
     assert_eq!(three.last_turn_error, None, "{}", world.diagnostics());
     assert_eq!(world.payments.count(), 3);
     let last = three.tool_calls.iter().find(|c| c.arguments["order_id"] == "9").expect("refund 3's record");
     assert_eq!(last.approved_under, None);
-    assert_eq!(last.grants_session, None, "a call-scoped approval grants nothing");
-    assert_eq!(three.grants.len(), 1);
+    assert_eq!(last.grants_session.as_ref().map(|g| g.decision_id.as_str()), Some(third.as_str()));
+    assert_eq!(three.grants.len(), 2, "{:?}", three.grants);
+    assert!(three.grants[0].revoked.is_some() && three.grants[1].revoked.is_none());
 }
