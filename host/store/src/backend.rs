@@ -836,7 +836,7 @@ fn key2(a: &str, b: impl std::fmt::Display) -> String {
 }
 
 /// Milliseconds of a duration, saturating.
-fn ms(d: Duration) -> i64 {
+pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

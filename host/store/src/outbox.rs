@@ -32,7 +32,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ms};
 use crate::dialect::Dialect;
 use crate::error::{check_row_version, stored_json};
 use crate::{ROW_VERSION, StoreError};
@@ -260,10 +260,6 @@ where
         due_at: row.try_get("due_at")?,
         last_error: row.try_get("last_error")?,
     })
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[async_trait::async_trait]

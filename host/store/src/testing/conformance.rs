@@ -84,7 +84,8 @@ impl Harness {
 
 mod audit;
 
-type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+/// One case of a suite: an async function of a fresh harness.
+pub(crate) type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 macro_rules! cases {
     ($($name:ident),* $(,)?) => {
@@ -92,6 +93,7 @@ macro_rules! cases {
         pub const CASES: &[(&str, Case)] = &[$((stringify!($name), |h| Box::pin($name(h)))),*];
     };
 }
+pub(crate) use cases;
 
 cases![
     a_new_session_reads_back_with_its_run_state_byte_exact,
@@ -133,8 +135,24 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
+    run_cases("conformance", CASES.iter().chain(audit::CASES), fresh).await;
+}
+
+/// Runs `cases` of the suite `suite`, each on a fresh harness from `fresh(case_name)`, every one
+/// even after a failure.
+///
+/// # Panics
+/// After all cases ran, when any failed; the message names each failed case.
+pub(crate) async fn run_cases<F, Fut>(
+    suite: &str,
+    cases: impl IntoIterator<Item = &'static (&'static str, Case)>,
+    fresh: F,
+) where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Harness>,
+{
     let mut failed = Vec::new();
-    for (name, case) in CASES.iter().chain(audit::CASES) {
+    for (name, case) in cases {
         let harness = fresh(name).await;
         let started = std::time::Instant::now();
         match tokio::spawn(case(harness)).await {
@@ -154,7 +172,7 @@ where
             }
         }
     }
-    assert!(failed.is_empty(), "{} conformance case(s) failed:\n{}", failed.len(), failed.join("\n"));
+    assert!(failed.is_empty(), "{} {suite} case(s) failed:\n{}", failed.len(), failed.join("\n"));
 }
 
 // ---------------------------------------------------------------- helpers

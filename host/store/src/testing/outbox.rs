@@ -4,20 +4,10 @@
 //! Lease expiry is waited for by polling a claim with a deadline, never by a fixed sleep.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
-use super::conformance::Harness;
+use super::conformance::{Case, Harness, cases, run_cases};
 use crate::*;
-
-type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
-
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {
-        /// Every case, by name.
-        pub const CASES: &[(&str, Case)] = &[$((stringify!($name), |h| Box::pin($name(h)))),*];
-    };
-}
 
 cases![
     an_event_of_a_subscribed_kind_gets_one_delivery_per_webhook_with_its_transaction,
@@ -37,27 +27,7 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
-    let mut failed = Vec::new();
-    for (name, case) in CASES {
-        let harness = fresh(name).await;
-        match tokio::spawn(case(harness)).await {
-            Ok(()) => eprintln!("ok   {name}"),
-            Err(e) => {
-                let msg = e
-                    .try_into_panic()
-                    .ok()
-                    .and_then(|p| {
-                        p.downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    })
-                    .unwrap_or_else(|| "cancelled".into());
-                eprintln!("FAIL {name}: {msg}");
-                failed.push(format!("{name}: {msg}"));
-            }
-        }
-    }
-    assert!(failed.is_empty(), "{} outbox case(s) failed:\n{}", failed.len(), failed.join("\n"));
+    run_cases("outbox", CASES, fresh).await;
 }
 
 // ---------------------------------------------------------------- helpers
