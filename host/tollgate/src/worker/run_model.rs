@@ -18,7 +18,7 @@ use tollgate_engine::session::{
     CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants,
 };
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
-use tollgate_sandbox::OptionsContext;
+use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::Claimed;
 use tracing::{info, warn};
 
@@ -100,14 +100,23 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         )),
         Err(err) => Err(err.to_string()),
     };
-    let result = match &access {
-        Ok((base_url, token)) => {
+    // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
+    let tool_set = worker.agent.tools().await;
+    let result = match (&access, &tool_set) {
+        (Ok((base_url, token)), Ok(tools)) => {
             let model = ModelAccess { base_url, token: token.token() };
-            segment(worker, session_id, &run, events_tx, &mut trace, &model).await
+            segment(worker, session_id, &run, tools, events_tx, &mut trace, &model).await
         }
-        Err(error) => {
+        (Err(error), _) => {
             drop(events_tx);
             SegmentResult::Failed { error: error.clone(), retryable: true }
+        }
+        (_, Err(err)) => {
+            drop(events_tx);
+            SegmentResult::Failed {
+                error: format!("the agent's tools did not load: {err:#}"),
+                retryable: true,
+            }
         }
     };
     let summary = access.as_ref().ok().map(|(_, token)| token.summary());
@@ -156,13 +165,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
     // ... and the schema an approver's edit must fit.
     if !transition.interrupts.is_empty() {
-        let custom = match worker.agent.tools().await {
-            Ok(tools) => tools.tools().to_vec(),
-            Err(err) => {
-                warn!(error = %format!("{err:#}"), "the agent's tools did not load: the interrupt has no input schema");
-                Vec::new()
-            }
-        };
+        let custom = tool_set.as_ref().map(|tools| tools.tools()).unwrap_or_default();
         edits::with_input_schemas(&mut transition, |tool, kind| match kind {
             "custom" => custom.iter().find(|t| t.name == tool).map(|t| t.input_schema.clone()),
             _ => edits::cli_tool_schema(tool),
@@ -209,16 +212,14 @@ async fn segment(
     worker: &Worker,
     session_id: &str,
     run: &SegmentRun,
+    tools: &ToolSet,
     events: mpsc::UnboundedSender<SegmentEvent>,
     trace: &mut SegmentTrace,
     model: &ModelAccess<'_>,
 ) -> SegmentResult {
     let agent = &worker.agent;
     let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
-    let tools = match agent.tools().await {
-        Ok(tools) => Arc::new(SandboxTools(tools)),
-        Err(err) => return failed(format!("the agent's tools did not load: {err:#}"), true),
-    };
+    let tools = Arc::new(SandboxTools(tools.clone()));
     let ctx = OptionsContext {
         session_id: session_id.to_owned(),
         turn_id: run.turn_id.clone(),
