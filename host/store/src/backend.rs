@@ -674,9 +674,22 @@ where
         Ok(row.try_get("n")?)
     }
 
-    async fn open_interrupts(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError> {
-        let rows =
-            sqlx::query(DB::statements().open_interrupts).bind(limit).fetch_all(self.read_pool()).await?;
+    async fn open_interrupts(
+        &self,
+        after: Option<&InterruptCursor>,
+        limit: i64,
+    ) -> Result<Vec<Interrupt>, StoreError> {
+        let (created_at, session_id, interrupt_id) = match after {
+            Some(cursor) => (cursor.created_at, cursor.session_id.as_str(), cursor.interrupt_id.as_str()),
+            None => (i64::MIN, "", ""),
+        };
+        let rows = sqlx::query(DB::statements().open_interrupts)
+            .bind(created_at)
+            .bind(session_id)
+            .bind(interrupt_id)
+            .bind(limit)
+            .fetch_all(self.read_pool())
+            .await?;
         rows.iter().map(Sql::<DB>::decode_interrupt).collect()
     }
 

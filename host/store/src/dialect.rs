@@ -195,7 +195,8 @@ pub(crate) struct Statements {
     pub sessions: &'static str,
     /// How many interrupts are open (`n`).
     pub count_open_interrupts: &'static str,
-    /// Up to `$1` open interrupts, oldest first.
+    /// Up to `$4` open interrupts after the one keyed (`$1` created at, `$2` session, `$3`
+    /// interrupt), oldest first (one range of the partial index `interrupts_open`).
     pub open_interrupts: &'static str,
     /// Tool call `$2` of session `$1`.
     pub tool_call: &'static str,
@@ -333,8 +334,9 @@ impl Statements {
                  ORDER BY session_id LIMIT $3",
             count_open_interrupts: "SELECT count(*) AS n FROM interrupts WHERE state = 'open'",
             open_interrupts: keep(format!(
-                "SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE state = 'open'
-                 ORDER BY created_at, session_id, interrupt_id LIMIT $1"
+                "SELECT {INTERRUPT_COLUMNS} FROM interrupts
+                 WHERE state = 'open' AND (created_at, session_id, interrupt_id) > ($1, $2, $3)
+                 ORDER BY created_at, session_id, interrupt_id LIMIT $4"
             )),
             tool_call: "SELECT row_version, status, record FROM tool_calls
                  WHERE session_id = $1 AND tool_call_id = $2",

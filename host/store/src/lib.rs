@@ -210,8 +210,15 @@ pub trait Store: Send + Sync {
     /// How many interrupts of all sessions are open.
     async fn count_open_interrupts(&self) -> Result<i64, StoreError>;
 
-    /// Up to `limit` open interrupts of all sessions, oldest first.
-    async fn open_interrupts(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError>;
+    /// Up to `limit` open interrupts of all sessions, oldest first (by `created_at`, then session
+    /// and interrupt id), starting after `after` (`None`: from the first). Pass the
+    /// [`InterruptCursor::of`] the last one of a page to read the next: a page costs one index
+    /// range, however many are open.
+    async fn open_interrupts(
+        &self,
+        after: Option<&InterruptCursor>,
+        limit: i64,
+    ) -> Result<Vec<Interrupt>, StoreError>;
 
     /// The tool call record, or `Ok(None)`.
     async fn tool_call(

@@ -421,6 +421,29 @@ pub struct MessageReceipt {
     pub replayed: bool,
 }
 
+/// Where a page of [`crate::Store::open_interrupts`] starts: after this interrupt, in the order
+/// `created_at`, `session_id`, `interrupt_id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterruptCursor {
+    /// When it opened (database clock, ms).
+    pub created_at: i64,
+    /// Its session.
+    pub session_id: String,
+    /// Its id.
+    pub interrupt_id: String,
+}
+
+impl InterruptCursor {
+    /// The cursor just after `interrupt`.
+    pub fn of(interrupt: &Interrupt) -> Self {
+        InterruptCursor {
+            created_at: interrupt.created_at,
+            session_id: interrupt.session_id.clone(),
+            interrupt_id: interrupt.interrupt_id.clone(),
+        }
+    }
+}
+
 /// A decision for [`crate::Store::resolve_interrupt`].
 #[derive(Clone, Debug)]
 pub struct Resolution {

@@ -257,14 +257,23 @@ impl ApiClient {
         self.call(Method::POST, "/v1/agent-upgrades", |r| r.json(&body)).await
     }
 
-    /// `GET /v1/interrupts?status=pending`: the approvals waiting, oldest first.
+    /// `GET /v1/interrupts?status=pending`: every approval waiting, oldest first, read page by
+    /// page.
     ///
     /// # Errors
     /// See [`CallError`].
     pub async fn pending_interrupts(&self) -> Result<Vec<PendingInterrupt>, CallError> {
-        let query = InterruptsQuery { status: Some("pending".to_owned()), limit: None };
-        let list: InterruptList = self.call(Method::GET, "/v1/interrupts", |r| r.query(&query)).await?;
-        Ok(list.interrupts)
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let query = InterruptsQuery { status: Some("pending".to_owned()), after, limit: Some(1000) };
+            let page: InterruptList = self.call(Method::GET, "/v1/interrupts", |r| r.query(&query)).await?;
+            all.extend(page.interrupts);
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
     /// `POST /v1/sessions/{id}/interrupts/{interrupt_id}`: approves or rejects, with a message for

@@ -115,6 +115,7 @@ cases![
     an_appended_event_wakes_a_reader_of_that_session,
     concurrent_workers_never_claim_a_step_twice,
     sessions_waiting_for_approval_are_rows_only,
+    open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated,
     sessions_are_listed_in_id_order_by_page_and_status,
     a_released_claim_is_claimable_at_once_with_the_same_attempt_and_stays_fenced,
     a_released_claim_wakes_a_waiting_worker,
@@ -517,7 +518,7 @@ async fn resolve_interrupt_queues_the_waiting_step_once_under_a_client_key(h: Ha
     let c = claimed_session(s, "s").await;
     let park = parked_on_i1();
     let waiting = s.commit(&c, park).await.unwrap().step_ids[0].unwrap();
-    assert_eq!(s.open_interrupts(10).await.unwrap().len(), 1);
+    assert_eq!(s.open_interrupts(None, 10).await.unwrap().len(), 1);
     let parked = s.step_in_flight("s").await.unwrap().expect("the waiting step");
     assert_eq!((parked.step_id, parked.state), (waiting, StepState::Waiting));
     let decide = |key: &str, text: &str| Resolution {
@@ -541,7 +542,7 @@ async fn resolve_interrupt_queues_the_waiting_step_once_under_a_client_key(h: Ha
     }
     let changed = s.resolve_interrupt(decide("k1", r#"{"approved":false}"#)).await;
     assert!(matches!(changed, Err(StoreError::IdempotencyConflict { .. })), "{changed:?}");
-    assert!(s.open_interrupts(10).await.unwrap().is_empty());
+    assert!(s.open_interrupts(None, 10).await.unwrap().is_empty());
     let resumed = s.claim("w1", LONG).await.unwrap().expect("queued");
     assert_eq!((resumed.step.step_id, resumed.step.attempt), (waiting, 1));
     let missing = s.resolve_interrupt(Resolution { interrupt_id: "nope".into(), ..decide("k3", "{}") }).await;
@@ -693,6 +694,45 @@ async fn concurrent_workers_never_claim_a_step_twice(h: Harness) {
     );
 }
 
+async fn open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated(h: Harness) {
+    const N: usize = 23;
+    let s = &*h.store;
+    for i in 0..N {
+        let c = claimed_session(s, &format!("p{i:02}")).await;
+        s.commit(&c, parked_on_i1()).await.unwrap();
+    }
+    // One decided between pages is neither repeated nor a gap.
+    let first = s.open_interrupts(None, 10).await.unwrap();
+    assert_eq!(first.len(), 10);
+    s.resolve_interrupt(Resolution {
+        session_id: first[3].session_id.clone(),
+        interrupt_id: "i1".into(),
+        client_key: "k".into(),
+        resolution: j("true"),
+        events: vec![],
+    })
+    .await
+    .unwrap();
+    let mut seen: Vec<(i64, String)> = first.iter().map(|i| (i.created_at, i.session_id.clone())).collect();
+    let mut after = first.last().map(InterruptCursor::of);
+    loop {
+        let page = s.open_interrupts(after.as_ref(), 10).await.unwrap();
+        seen.extend(page.iter().map(|i| (i.created_at, i.session_id.clone())));
+        if page.len() < 10 {
+            break;
+        }
+        after = page.last().map(InterruptCursor::of);
+    }
+    assert_eq!(seen.len(), N, "every open interrupt once: {seen:?}");
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, seen, "oldest first, none repeated");
+    let rest = s.open_interrupts(None, 100).await.unwrap();
+    assert_eq!(rest.len(), N - 1, "the decided one is no longer open");
+    assert!(s.open_interrupts(rest.last().map(InterruptCursor::of).as_ref(), 100).await.unwrap().is_empty());
+}
+
 async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
     const N: usize = 50;
     let s = &*h.store;
@@ -703,7 +743,7 @@ async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
         s.commit(&c, park).await.unwrap();
     }
     assert!(s.claim("w1", LONG).await.unwrap().is_none(), "nothing to run while they wait");
-    assert_eq!(s.open_interrupts(1000).await.unwrap().len(), N);
+    assert_eq!(s.open_interrupts(None, 1000).await.unwrap().len(), N);
     assert_eq!(s.count_open_interrupts().await.unwrap(), N as i64);
     assert_eq!(h.count("SELECT count(*) FROM steps WHERE state = 'waiting'").await, N as i64);
     assert_eq!(h.count("SELECT count(*) FROM steps WHERE state = 'claimed'").await, 0, "no lease held");

@@ -672,11 +672,15 @@ async fn upgrade_all(
     )
 )]
 async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
-    let params = Params::parse(query.as_deref(), &["status", "limit"])?;
+    let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
     params.one_of("status", &["pending"])?;
+    let after = params.text("after").map(interrupt_cursor::decode).transpose()?;
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
-    let mut interrupts = Vec::new();
-    for open in state.store.open_interrupts(limit).await? {
+    let page = state.store.open_interrupts(after.as_ref(), limit).await?;
+    let next_after =
+        (page.len() as i64 == limit).then(|| page.last().map(interrupt_cursor::encode)).flatten();
+    let mut interrupts = Vec::with_capacity(page.len());
+    for open in page {
         let request: types::ApprovalRequest = serde_json::from_str(open.request.get()).map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -697,7 +701,36 @@ async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuer
             request,
         });
     }
-    Ok(Json(InterruptList { interrupts }).into_response())
+    Ok(Json(InterruptList { interrupts, next_after }).into_response())
+}
+
+/// The `after` cursor of `GET /v1/interrupts`: the last interrupt of a page (its `created_at`,
+/// session and id) as base64url of a JSON array, so ids of any bytes round-trip and the client
+/// treats it as opaque.
+mod interrupt_cursor {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use tollgate_store::{Interrupt, InterruptCursor};
+
+    use super::ApiError;
+
+    /// The cursor just after `last`.
+    pub(super) fn encode(last: &Interrupt) -> String {
+        let key = (last.created_at, &last.session_id, &last.interrupt_id);
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(&key).expect("a tuple of a number and strings"))
+    }
+
+    /// The cursor `after` names; a 400 naming `after` when it is not one this API gave.
+    pub(super) fn decode(after: &str) -> Result<InterruptCursor, ApiError> {
+        let bad = || ApiError::bad("after", "after must be the `next_after` of the previous page, unchanged");
+        if after.len() > 1024 {
+            return Err(bad());
+        }
+        let bytes = URL_SAFE_NO_PAD.decode(after).map_err(|_| bad())?;
+        let (created_at, session_id, interrupt_id): (i64, String, String) =
+            serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        Ok(InterruptCursor { created_at, session_id, interrupt_id })
+    }
 }
 
 /// `GET /v1/audit`.

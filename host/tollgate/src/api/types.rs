@@ -206,6 +206,10 @@ pub struct InterruptsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(pattern = "^pending$")]
     pub status: Option<String>,
+    /// The `next_after` of the previous page (opaque; absent for the first page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 1024)]
+    pub after: Option<String>,
     /// The most to list (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(minimum = 1, maximum = 1000)]
@@ -551,6 +555,9 @@ pub struct BusySession {
 pub struct InterruptList {
     /// The open interrupts across sessions, oldest first.
     pub interrupts: Vec<PendingInterrupt>,
+    /// Pass as `after` for the next page; absent when this page is the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }
 
 /// An approval waiting in the inbox.

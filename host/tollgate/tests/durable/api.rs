@@ -618,3 +618,48 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
     check_answer("GET", "/v1/sessions/s/events", 200, "text/event-stream", &bad_error)
         .expect_err("an error event without its error");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inbox_is_read_page_by_page_oldest_first_and_a_forged_cursor_is_refused() {
+    let Some(world) = World::new("api: inbox pages", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    const WAITING: usize = 7;
+    for i in 0..WAITING {
+        crate::park::park_on_approval(world.store.as_ref(), &format!("p{i}")).await;
+    }
+    let served = Served::start_api(&world, "api", &[]).await;
+    let (url, http) = (served.url.clone(), reqwest::Client::new());
+    let mut seen = Vec::new();
+    let mut query = "limit=3".to_owned();
+    let mut pages = 0;
+    loop {
+        let (status, page) = get(&http, format!("{url}/v1/interrupts?status=pending&{query}")).await;
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        for pending in page["interrupts"].as_array().expect("interrupts") {
+            seen.push(pending["session_id"].as_str().unwrap().to_owned());
+        }
+        match page["next_after"].as_str() {
+            Some(next) => query = format!("limit=3&after={next}"),
+            None => break,
+        }
+        assert!(pages < 10, "paging does not end: {page}");
+    }
+    assert_eq!(pages, 3, "7 approvals in pages of 3");
+    let expected: Vec<String> = (0..WAITING).map(|i| format!("p{i}")).collect();
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(sorted, expected, "each waiting approval once: {seen:?}");
+    // The CLI client reads every page.
+    let listed = served.tollgate(&["approvals", "list"]).await;
+    let out = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{out}{}", String::from_utf8_lossy(&listed.stderr));
+    for session in &expected {
+        assert!(out.contains(session.as_str()), "{session} missing from:\n{out}");
+    }
+    for forged in ["nope", "W10", "WyJ4Il0"] {
+        let (status, error) = get(&http, format!("{url}/v1/interrupts?after={forged}")).await;
+        assert_eq!((status, &error["error"]["field"]), (400, &json!("after")), "{forged}: {error}");
+    }
+}

@@ -37,6 +37,8 @@ mod grants;
 mod lifecycle;
 mod matrix;
 mod outage;
+#[path = "../support/park.rs"]
+mod park;
 mod scale;
 mod secrets;
 mod served;

@@ -3,15 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tollgate::sessions;
-use tollgate_engine::catalog::ToolKind;
-use tollgate_engine::gate::DeferredCall;
-use tollgate_engine::policy::{DeferredRun, Effect, Handling, ToolPolicy};
-use tollgate_engine::session::turn::{Plan, SegmentResult, on_segment, plan_run_model};
-use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, Usage};
 use tollgate_store::testing::PgCluster;
 
+use crate::park::park_on_approval;
 use crate::util::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -52,47 +47,6 @@ async fn two_workers_on_one_postgres_database_finish_fifty_sessions_and_run_no_s
     assert!(by_a > 0 && by_b > 0, "both Workers took work: a {by_a}, b {by_b}");
 }
 
-/// Brings `session` to "waiting for approval of create_refund" through the state machine's own
-/// transitions (as a segment that deferred the call would), without a CLI.
-async fn park_on_approval(world: &World, session: &str) {
-    let store = world.store.as_ref();
-    world.send(session, "Refund order 7").await;
-    let claimed =
-        store.claim("seeder", Duration::from_secs(60)).await.expect("claim").expect("the wake step");
-    let StepInput::RunModel(step) = StepInput::parse(&claimed.step.kind, claimed.step.payload.get()).unwrap()
-    else {
-        panic!("expected RunModel");
-    };
-    let row = store.session(session).await.unwrap().unwrap();
-    let state = RunState::parse(row.run_state.get()).unwrap();
-    let items = sessions::read_all_items(store, session).await.unwrap();
-    let Plan::Run(run) =
-        plan_run_model(&step, 1, &state, &sessions::history(&items), &[], &Limits::default()).unwrap()
-    else {
-        panic!("expected a segment");
-    };
-    let call = DeferredCall {
-        tool_use_id: format!("toolu_{session}"),
-        tool_name: "create_refund".into(),
-        kind: ToolKind::Custom,
-        arguments: json!({"order_id": "7", "amount_cents": 500}),
-        policy: ToolPolicy { effect: Effect::NonIdempotentWrite, requires_approval: true },
-        handling: Handling::Deferred { requires_approval: true, runs_in: DeferredRun::CallSingleAttemptTool },
-    };
-    let entry =
-        serde_json::value::RawValue::from_string(format!(r#"{{"type":"user","uuid":"u-{session}"}}"#))
-            .unwrap();
-    let deferred = SegmentResult::Deferred {
-        session_id: format!("cli-{session}"),
-        call,
-        entries: vec![entry],
-        usage: Usage::default(),
-        cost_usd: None,
-    };
-    let transition = on_segment(&run, &state, &[] as &[CallEntry], deferred);
-    store.commit(&claimed, tollgate::convert::commit(transition)).await.expect("commit the deferral");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_sessions_waiting_for_approval_cost_the_worker_no_process_and_almost_no_memory() {
     let Some(world) = World::new("1,000 waiting sessions", Refund::SingleAttemptWithApproval).await else {
@@ -100,9 +54,9 @@ async fn a_thousand_sessions_waiting_for_approval_cost_the_worker_no_process_and
     };
     const WAITING: usize = 1000;
     for i in 0..WAITING {
-        park_on_approval(&world, &format!("w{i}")).await;
+        park_on_approval(world.store.as_ref(), &format!("w{i}")).await;
     }
-    assert_eq!(world.store.open_interrupts(10_000).await.unwrap().len(), WAITING);
+    assert_eq!(world.store.open_interrupts(None, 10_000).await.unwrap().len(), WAITING);
     // One Worker on the store with a thousand waiting sessions, one on an empty store.
     let busy = world.worker("busy");
     let empty_db = format!("sqlite://{}", world.dir.path().join("empty.db").display());
@@ -121,7 +75,7 @@ async fn a_thousand_sessions_waiting_for_approval_cost_the_worker_no_process_and
         "a waiting session cost the Worker {per_session:.0} bytes (busy {busy_kib} KiB, idle {idle_kib} KiB)"
     );
     // Still waiting, and still decidable: the Worker is alive on that store.
-    assert_eq!(world.store.open_interrupts(10_000).await.unwrap().len(), WAITING);
+    assert_eq!(world.store.open_interrupts(None, 10_000).await.unwrap().len(), WAITING);
     world.send("live", "say still here").await;
     let done = world.wait_idle_after("live", 1).await;
     assert_eq!(

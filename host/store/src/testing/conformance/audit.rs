@@ -149,7 +149,7 @@ async fn a_decision_whose_audit_row_fails_is_not_decided_at_all(h: Harness) {
     h.exec("ALTER TABLE audit_away RENAME TO audit").await;
     let open = s.interrupt("s", "i1").await.unwrap().expect("the interrupt");
     assert!(open.resolution.is_none(), "the decision rolled back with its audit row");
-    assert_eq!(s.open_interrupts(10).await.unwrap().len(), 1);
+    assert_eq!(s.open_interrupts(None, 10).await.unwrap().len(), 1);
     assert!(s.read_events("s", 0, 10).await.unwrap().is_empty(), "no event");
     assert_eq!(s.step_in_flight("s").await.unwrap().expect("still parked").state, StepState::Waiting);
     assert_eq!(h.count("SELECT count(*) FROM audit").await, 0);
