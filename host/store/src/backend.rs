@@ -121,6 +121,21 @@ where
         }
     }
 
+    /// An item row of `session_id`.
+    fn decode_item(session_id: &str, row: &DB::Row) -> Result<Item, StoreError> {
+        let seq: i64 = row.try_get("seq")?;
+        let key = key2(session_id, seq);
+        check_row_version("items", &key, row.try_get("row_version")?)?;
+        Ok(Item {
+            seq,
+            kind: row.try_get("kind")?,
+            uuid: row.try_get("uuid")?,
+            turn_id: row.try_get("turn_id")?,
+            body: stored_json("items", &key, "body", row.try_get("body")?)?,
+            created_at: row.try_get("created_at")?,
+        })
+    }
+
     async fn append_event(
         tx: &mut Transaction<'static, DB>,
         session_id: &str,
@@ -515,6 +530,32 @@ where
         for item in &commit.items {
             receipt.item_seqs.push(Sql::append_item(&mut tx, sid, &mut item_seq, item).await?);
         }
+        for message in &commit.messages {
+            let Some(Some(item_seq)) = receipt.item_seqs.get(message.item) else {
+                continue; // its item was a repeat, stored before, and so was the message
+            };
+            if let Some(key) = message.merge_key.as_deref() {
+                let merged = sqlx::query(sql.merge_message)
+                    .bind(sid)
+                    .bind(key)
+                    .bind(message.text.as_str())
+                    .bind(*item_seq)
+                    .execute(&mut *tx)
+                    .await?;
+                if DB::rows_affected(&merged) == 1 {
+                    continue;
+                }
+            }
+            sqlx::query(sql.insert_message)
+                .bind(sid)
+                .bind(ROW_VERSION)
+                .bind(message.role.as_str())
+                .bind(message.merge_key.as_deref())
+                .bind(message.text.as_str())
+                .bind(*item_seq)
+                .execute(&mut *tx)
+                .await?;
+        }
         for call in &commit.tool_calls {
             sqlx::query(sql.upsert_tool_call)
                 .bind(sid)
@@ -591,21 +632,62 @@ where
             .bind(limit)
             .fetch_all(self.read_pool())
             .await?;
-        rows.iter()
+        rows.iter().map(|row| Sql::<DB>::decode_item(session_id, row)).collect()
+    }
+
+    async fn read_items_of_kind(
+        &self,
+        session_id: &str,
+        kind: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Item>, StoreError> {
+        let rows = sqlx::query(DB::statements().items_of_kind)
+            .bind(session_id)
+            .bind(kind)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.read_pool())
+            .await?;
+        rows.iter().map(|row| Sql::<DB>::decode_item(session_id, row)).collect()
+    }
+
+    async fn read_messages(
+        &self,
+        session_id: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<MessagePage, StoreError> {
+        let unprojected = sqlx::query(DB::statements().unprojected)
+            .bind(session_id)
+            .fetch_optional(self.read_pool())
+            .await?;
+        let Some(unprojected) = unprojected else { return Ok(MessagePage::default()) };
+        if unprojected.try_get::<i64, _>("unprojected")? != 0 {
+            return Ok(MessagePage { projected: false, messages: Vec::new() });
+        }
+        let rows = sqlx::query(DB::statements().messages)
+            .bind(session_id)
+            .bind(before.unwrap_or(i64::MAX))
+            .bind(limit)
+            .fetch_all(self.read_pool())
+            .await?;
+        let mut messages = rows
+            .iter()
             .map(|row| {
                 let seq: i64 = row.try_get("seq")?;
-                let key = key2(session_id, seq);
-                check_row_version("items", &key, row.try_get("row_version")?)?;
-                Ok(Item {
+                check_row_version("messages", &key2(session_id, seq), row.try_get("row_version")?)?;
+                Ok(StoredMessage {
                     seq,
-                    kind: row.try_get("kind")?,
-                    uuid: row.try_get("uuid")?,
-                    turn_id: row.try_get("turn_id")?,
-                    body: stored_json("items", &key, "body", row.try_get("body")?)?,
+                    role: row.try_get("role")?,
+                    text: row.try_get("text")?,
+                    item_seq: row.try_get("item_seq")?,
                     created_at: row.try_get("created_at")?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        messages.reverse();
+        Ok(MessagePage { projected: true, messages })
     }
 
     async fn read_events(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Event>, StoreError> {

@@ -164,6 +164,12 @@ pub(crate) struct Statements {
     /// Opens interrupt `$2` of session `$1` (`$3` row version, `$4` request); an existing one is
     /// a unique violation.
     pub insert_interrupt: &'static str,
+    /// Appends a blank line and text `$3` to session `$1`'s last message when its merge key is
+    /// `$2`, and makes item seq `$4` its last item; changes no row otherwise.
+    pub merge_message: &'static str,
+    /// Adds a message to session `$1`'s projection with the next seq (`$2` row version, `$3` role,
+    /// `$4` merge key, `$5` text, `$6` item seq).
+    pub insert_message: &'static str,
     /// Creates session `$1` (`$2` row version, `$3` status, `$4` run state, `$5` agent digest,
     /// `$6` pinned) unless it exists.
     pub create_session: &'static str,
@@ -189,6 +195,12 @@ pub(crate) struct Statements {
     pub items: &'static str,
     /// Up to `$3` events of session `$1` after seq `$2`.
     pub events: &'static str,
+    /// Up to `$4` items of kind `$2` of session `$1` after seq `$3` (index `items_kind`).
+    pub items_of_kind: &'static str,
+    /// Whether session `$1` predates the projection (`unprojected`).
+    pub unprojected: &'static str,
+    /// The last `$3` messages of session `$1` before seq `$2`, newest first.
+    pub messages: &'static str,
     /// Interrupt `$2` of session `$1`.
     pub interrupt: &'static str,
     /// Up to `$3` sessions after id `$1`, with status `$2` unless it is null.
@@ -300,6 +312,14 @@ impl Statements {
                 "INSERT INTO interrupts (session_id, interrupt_id, row_version, state, request, created_at)
                  VALUES ($1, $2, $3, 'open', $4, {now})"
             )),
+            merge_message: "UPDATE messages SET text = text || '\n\n' || $3, item_seq = $4
+                 WHERE session_id = $1 AND merge_key = $2
+                     AND seq = (SELECT MAX(seq) FROM messages WHERE session_id = $1)",
+            insert_message: keep(format!(
+                "INSERT INTO messages (session_id, seq, row_version, role, merge_key, text, item_seq, created_at)
+                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, {now}
+                 FROM messages WHERE session_id = $1"
+            )),
             create_session: keep(format!(
                 "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
                      agent_digest, agent_pinned)
@@ -328,6 +348,11 @@ impl Statements {
             interrupt: keep(format!(
                 "SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = $1 AND interrupt_id = $2"
             )),
+            items_of_kind: "SELECT seq, row_version, kind, uuid, turn_id, body, created_at FROM items
+                 WHERE session_id = $1 AND kind = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            unprojected: "SELECT unprojected FROM sessions WHERE session_id = $1",
+            messages: "SELECT seq, row_version, role, text, item_seq, created_at FROM messages
+                 WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
             sessions: "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned
                  FROM sessions
                  WHERE session_id > $1 AND ($2 IS NULL OR status = $2)
@@ -381,6 +406,8 @@ mod tests {
             finish_keep,
             upsert_tool_call,
             insert_interrupt,
+            merge_message,
+            insert_message,
             create_session,
             claim,
             claim_for,
@@ -390,6 +417,9 @@ mod tests {
             step,
             items,
             events,
+            items_of_kind,
+            unprojected,
+            messages,
             interrupt,
             sessions,
             count_open_interrupts,
@@ -421,6 +451,8 @@ mod tests {
             ("finish_keep", *finish_keep),
             ("upsert_tool_call", *upsert_tool_call),
             ("insert_interrupt", *insert_interrupt),
+            ("merge_message", *merge_message),
+            ("insert_message", *insert_message),
             ("create_session", *create_session),
             ("claim", *claim),
             ("claim_for", *claim_for),
@@ -430,6 +462,9 @@ mod tests {
             ("step", *step),
             ("items", *items),
             ("events", *events),
+            ("items_of_kind", *items_of_kind),
+            ("unprojected", *unprojected),
+            ("messages", *messages),
             ("interrupt", *interrupt),
             ("sessions", *sessions),
             ("count_open_interrupts", *count_open_interrupts),

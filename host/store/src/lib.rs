@@ -192,6 +192,27 @@ pub trait Store: Send + Sync {
     /// Up to `limit` items of the session with `seq > after`, in order.
     async fn read_items(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Item>, StoreError>;
 
+    /// Up to `limit` items of the session of kind `kind` with `seq > after`, in order: one range
+    /// of an index, however many items of other kinds the session has.
+    async fn read_items_of_kind(
+        &self,
+        session_id: &str,
+        kind: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Item>, StoreError>;
+
+    /// The last `limit` messages of the session's conversation before message seq `before`
+    /// (`None`: the newest), oldest first: the projection [`Commit::messages`] keeps, so a reader
+    /// does not read the item log. A session created before schema 7 (or a missing one) reads as
+    /// `projected: false` with no messages.
+    async fn read_messages(
+        &self,
+        session_id: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<MessagePage, StoreError>;
+
     /// Up to `limit` events of the session with `seq > after`, in order.
     async fn read_events(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Event>, StoreError>;
 

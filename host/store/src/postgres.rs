@@ -219,5 +219,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0004_webhook_outbox.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            7,
+            "messages".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0007_messages.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

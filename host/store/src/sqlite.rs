@@ -270,5 +270,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0004_webhook_outbox.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            7,
+            "messages".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0007_messages.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -367,6 +367,9 @@ pub struct Commit {
     pub session: SessionUpdate,
     /// Appended to the session's event stream, in order.
     pub events: Vec<NewEvent>,
+    /// The conversation's projection ([`crate::Store::read_messages`]) of [`Commit::items`]: each
+    /// is stored only when the item it names was (not when its uuid was already stored).
+    pub messages: Vec<NewMessage>,
 }
 
 impl Commit {
@@ -380,8 +383,49 @@ impl Commit {
             steps: Vec::new(),
             session: SessionUpdate::default(),
             events: Vec::new(),
+            messages: Vec::new(),
         }
     }
+}
+
+/// A message of the conversation's projection, derived from one item of the same commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewMessage {
+    /// The index in [`Commit::items`] of the item it comes from.
+    pub item: usize,
+    /// `user` or `assistant` (opaque to the store).
+    pub role: String,
+    /// When set and the session's last message has the same key, that message takes this text,
+    /// appended after a blank line, instead of a new message (the parts of one assistant API
+    /// message, as `view::messages` joins them).
+    pub merge_key: Option<String>,
+    /// The text.
+    pub text: String,
+}
+
+/// A message of the conversation's projection, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Its place in the session's conversation (1, 2, …).
+    pub seq: i64,
+    /// `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub text: String,
+    /// The last item it took text from.
+    pub item_seq: i64,
+    /// When it was first stored (database clock, ms).
+    pub created_at: i64,
+}
+
+/// A page of [`crate::Store::read_messages`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MessagePage {
+    /// `false` for a session created before the projection existed (schema 7): its messages
+    /// were never stored, read them from the item log.
+    pub projected: bool,
+    /// The messages, oldest first.
+    pub messages: Vec<StoredMessage>,
 }
 
 /// What a commit stored.

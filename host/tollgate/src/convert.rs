@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tollgate_engine::session::{self as engine, item_kind};
+use tollgate_engine::session::{self as engine, item_kind, view};
 use tollgate_store as store;
 
 /// A JSON value as the raw text the store keeps.
@@ -44,15 +44,34 @@ pub fn call(call: &engine::CallEntry) -> store::ToolCallRecord {
     }
 }
 
-/// A whole transition as one commit.
+/// The conversation's projection of `items` ([`view::message_parts`] of each, tied to its
+/// index, so the store keeps a part only when it keeps the item).
+pub fn messages(items: &[store::NewItem]) -> Vec<store::NewMessage> {
+    let mut out = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        for part in view::message_parts(&item.kind, item.body.get()) {
+            out.push(store::NewMessage {
+                item: index,
+                role: part.role.to_owned(),
+                merge_key: part.merge_key,
+                text: part.text,
+            });
+        }
+    }
+    out
+}
+
+/// A whole transition as one commit, with the projection of its items.
 pub fn commit(t: engine::Transition) -> store::Commit {
+    let items: Vec<store::NewItem> = t.items.into_iter().map(item).collect();
     store::Commit {
+        messages: messages(&items),
         finish: match t.finish {
             engine::Finish::Done(output) => store::Finish::Done(raw(&output)),
             engine::Finish::Retry(delay) => store::Finish::Retry(delay),
             engine::Finish::Keep => store::Finish::Keep,
         },
-        items: t.items.into_iter().map(item).collect(),
+        items,
         tool_calls: t.calls.iter().map(call).collect(),
         interrupts: t
             .interrupts

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::HistoryItem;
 use tollgate_engine::session::view;
-use tollgate_engine::session::{CallEntry, CallState, EngineError, RunState, event_kind, grants, status};
+use tollgate_engine::session::{
+    CallEntry, CallState, EngineError, RunState, event_kind, grants, item_kind, status,
+};
 use tollgate_store::{
     AgentDigest, AuditQuery, Item, MessageReceipt, NewAuditEntry, NewSession, Resolution, ResolveReceipt,
     Store, StoreError, UpgradeReceipt, UserMessage,
@@ -296,15 +298,18 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         return Ok(None);
     };
     let state = RunState::parse(session.run_state.get())?;
-    let items = read_all_items(store, session_id).await?;
-    let history: Vec<HistoryItem<'_>> = history(&items);
+    let messages = conversation(store, session_id, &state).await?;
+    let revocations = read_all_items_of_kind(store, session_id, item_kind::GRANT_REVOKED).await?;
     let mut pending_interrupts = Vec::new();
     let mut tool_calls = Vec::new();
     let mut entries = Vec::new();
     for record in store.tool_calls(session_id).await? {
         entries.push(CallEntry::parse(record.record.get())?);
     }
-    let grants = grants::session_grants(&history, &entries)?.into_iter().map(session_grant).collect();
+    let grants = grants::session_grants(&self::history(&revocations), &entries)?
+        .into_iter()
+        .map(session_grant)
+        .collect();
     for entry in entries {
         let call = tool_call(entry);
         if call.state == CallState::PendingApproval {
@@ -318,10 +323,6 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         }
         tool_calls.push(call);
     }
-    let messages = view::messages(&history, &state)
-        .into_iter()
-        .map(|m| Message { role: m.role.to_owned(), text: m.text, pending: m.pending })
-        .collect();
     Ok(Some(Snapshot {
         session_id: session.session_id,
         status: session.status,
@@ -360,12 +361,12 @@ pub async fn revoke_grant(
     if store.session(session_id).await?.is_none() {
         return Err(StoreError::SessionNotFound { session_id: session_id.to_owned() }.into());
     }
-    let items = read_all_items(store, session_id).await?;
+    let revocations = read_all_items_of_kind(store, session_id, item_kind::GRANT_REVOKED).await?;
     let mut calls = Vec::new();
     for record in store.tool_calls(session_id).await? {
         calls.push(CallEntry::parse(record.record.get())?);
     }
-    let in_force = grants::session_grants(&history(&items), &calls)?;
+    let in_force = grants::session_grants(&history(&revocations), &calls)?;
     let revocation = grants::Revocation { revoked_by: principal.to_owned(), revoked_at: now_ms() };
     let Some(item) = grants::revocation_item(&in_force, tool, &revocation) else {
         return Err(ClientError::GrantNotFound { session_id: session_id.to_owned(), tool: tool.to_owned() });
@@ -438,6 +439,63 @@ fn tool_call(call: CallEntry) -> ToolCall {
         tool_call_id: call.tool_call_id,
         tool_name: call.tool_name,
         turn_id: call.turn_id,
+    }
+}
+
+/// The session's conversation for its snapshot: the store's projection of it (a few small rows,
+/// not the item log) and the prompts no completed turn answered yet. A session created before
+/// the projection existed is read from its whole item log.
+///
+/// # Errors
+/// The store failed, or a row is corrupt.
+pub async fn conversation(
+    store: &dyn Store,
+    session_id: &str,
+    state: &RunState,
+) -> Result<Vec<Message>, StoreError> {
+    let page = store.read_messages(session_id, None, i64::MAX).await?;
+    let message = |m: view::Message| Message { role: m.role.to_owned(), text: m.text, pending: m.pending };
+    if !page.projected {
+        let items = read_all_items(store, session_id).await?;
+        return Ok(view::messages(&history(&items), state).into_iter().map(message).collect());
+    }
+    let prompts =
+        read_all_items_of_kind_after(store, session_id, item_kind::USER_PROMPT, state.prompts_through)
+            .await?;
+    let mut messages: Vec<Message> =
+        page.messages.into_iter().map(|m| Message { role: m.role, text: m.text, pending: false }).collect();
+    messages.extend(view::pending_prompts(&history(&prompts), state).into_iter().map(message));
+    Ok(messages)
+}
+
+/// Every item of the session of kind `kind`, in order (one index range per page).
+///
+/// # Errors
+/// The store failed, or a row is corrupt.
+pub async fn read_all_items_of_kind(
+    store: &dyn Store,
+    session_id: &str,
+    kind: &str,
+) -> Result<Vec<Item>, StoreError> {
+    read_all_items_of_kind_after(store, session_id, kind, 0).await
+}
+
+async fn read_all_items_of_kind_after(
+    store: &dyn Store,
+    session_id: &str,
+    kind: &str,
+    after: i64,
+) -> Result<Vec<Item>, StoreError> {
+    const PAGE: i64 = 1000;
+    let mut items: Vec<Item> = Vec::new();
+    loop {
+        let from = items.last().map_or(after, |item| item.seq);
+        let page = store.read_items_of_kind(session_id, kind, from, PAGE).await?;
+        let done = (page.len() as i64) < PAGE;
+        items.extend(page);
+        if done {
+            return Ok(items);
+        }
     }
 }
 

@@ -19,59 +19,78 @@ pub struct Message {
     pub pending: bool,
 }
 
-/// The messages of a session's items, oldest first. Tool calls, tool results and the CLI's hidden
-/// entries are left out; unreadable entries are skipped.
+/// What one item adds to the conversation: a message, or a part of one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessagePart {
+    /// `user` or `assistant`.
+    pub role: &'static str,
+    /// The assistant API message it belongs to: parts with the same key are one message, their
+    /// texts joined by a blank line. `None` for a user message.
+    pub merge_key: Option<String>,
+    /// Its text.
+    pub text: String,
+}
+
+/// The message parts of one item (`kind`, `body`): the text of the user and assistant entries of
+/// a CLI transcript item. Tool calls, tool results, meta prompts and the CLI's hidden entries add
+/// nothing; so do other kinds of items and a body that is not JSON. What the store's projection
+/// of the conversation keeps, item by item, and what [`messages`] folds.
+pub fn message_parts(kind: &str, body: &str) -> Vec<MessagePart> {
+    if kind != item_kind::CLAUDE_TRANSCRIPT {
+        return Vec::new();
+    }
+    let Ok(body) = serde_json::from_str::<Value>(body) else { return Vec::new() };
+    let mut parts = Vec::new();
+    for entry in body["entries"].as_array().into_iter().flatten() {
+        let message = &entry["message"];
+        let role = match entry["type"].as_str() {
+            Some("user") if entry["isMeta"] != Value::Bool(true) => "user",
+            Some("assistant") => "assistant",
+            _ => continue,
+        };
+        let text = text_of(&message["content"]);
+        if text.is_empty() {
+            continue;
+        }
+        let merge_key = (role == "assistant").then(|| message["id"].as_str().map(str::to_owned)).flatten();
+        parts.push(MessagePart { role, merge_key, text });
+    }
+    parts
+}
+
+/// The messages of a session's items, oldest first: the [`message_parts`] of every item, parts of
+/// one assistant message joined, then the prompts no completed turn answered yet.
 pub fn messages(items: &[HistoryItem<'_>], state: &RunState) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::new();
-    let mut last_assistant_id: Option<String> = None;
+    let mut last_key: Option<String> = None;
     for item in items {
-        let body: Value = match serde_json::from_str(item.body) {
-            Ok(body) => body,
-            Err(_) => continue,
-        };
-        if item.kind == item_kind::CLAUDE_TRANSCRIPT {
-            for entry in body["entries"].as_array().into_iter().flatten() {
-                let message = &entry["message"];
-                match entry["type"].as_str() {
-                    Some("user") if entry["isMeta"] != Value::Bool(true) => {
-                        let text = text_of(&message["content"]);
-                        if !text.is_empty() {
-                            out.push(Message { role: "user", text, pending: false });
-                            last_assistant_id = None;
-                        }
-                    }
-                    Some("assistant") => {
-                        let text = text_of(&message["content"]);
-                        if text.is_empty() {
-                            continue;
-                        }
-                        let id = message["id"].as_str().map(str::to_owned);
-                        match out.last_mut() {
-                            Some(last)
-                                if last.role == "assistant" && id.is_some() && id == last_assistant_id =>
-                            {
-                                last.text.push_str("\n\n");
-                                last.text.push_str(&text);
-                            }
-                            _ => out.push(Message { role: "assistant", text, pending: false }),
-                        }
-                        last_assistant_id = id;
-                    }
-                    _ => {}
+        for part in message_parts(item.kind, item.body) {
+            match out.last_mut() {
+                Some(last)
+                    if last.role == "assistant" && part.merge_key.is_some() && part.merge_key == last_key =>
+                {
+                    last.text.push_str("\n\n");
+                    last.text.push_str(&part.text);
                 }
+                _ => out.push(Message { role: part.role, text: part.text, pending: false }),
             }
+            last_key = part.merge_key;
         }
     }
-    for item in items {
-        if item.kind == item_kind::USER_PROMPT
-            && item.seq > state.prompts_through
-            && let Ok(body) = serde_json::from_str::<Value>(item.body)
-            && let Some(text) = body["text"].as_str()
-        {
-            out.push(Message { role: "user", text: text.to_owned(), pending: true });
-        }
-    }
+    out.extend(pending_prompts(items, state));
     out
+}
+
+/// The user prompts among `items` that no completed turn answered yet (`pending`).
+pub fn pending_prompts(items: &[HistoryItem<'_>], state: &RunState) -> Vec<Message> {
+    items
+        .iter()
+        .filter(|item| item.kind == item_kind::USER_PROMPT && item.seq > state.prompts_through)
+        .filter_map(|item| {
+            let body = serde_json::from_str::<Value>(item.body).ok()?;
+            Some(Message { role: "user", text: body["text"].as_str()?.to_owned(), pending: true })
+        })
+        .collect()
 }
 
 /// The text blocks of a message's content (a string, or blocks of which the text ones count).
@@ -85,5 +104,67 @@ fn text_of(content: &Value) -> String {
             .collect::<Vec<_>>()
             .join("\n\n"),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn transcript(entries: serde_json::Value) -> String {
+        json!({"kind": "claude_transcript", "session_id": "cli", "entries": entries}).to_string()
+    }
+
+    #[test]
+    fn the_parts_of_a_transcript_item_are_its_user_and_assistant_text_and_nothing_else() {
+        let body = transcript(json!([
+            {"type": "user", "message": {"content": "refund order 7"}},
+            {"type": "user", "isMeta": true, "message": {"content": "Continue from where you left off."}},
+            {"type": "assistant", "message": {"id": "msg_1", "content": [
+                {"type": "text", "text": "Looking."}, {"type": "tool_use", "name": "x", "input": {}}]}},
+            {"type": "user", "message": {"content": [{"type": "tool_result", "content": "ok"}]}},
+            {"type": "attachment", "attachment": {"type": "prompt_snapshot"}},
+            {"type": "assistant", "message": {"content": "no id"}},
+        ]));
+        let parts = message_parts(item_kind::CLAUDE_TRANSCRIPT, &body);
+        let got: Vec<(&str, Option<&str>, &str)> =
+            parts.iter().map(|p| (p.role, p.merge_key.as_deref(), p.text.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("user", None, "refund order 7"),
+                ("assistant", Some("msg_1"), "Looking."),
+                ("assistant", None, "no id")
+            ]
+        );
+        assert!(message_parts(item_kind::USER_PROMPT, &body).is_empty(), "only transcript items");
+        assert!(message_parts(item_kind::CLAUDE_TRANSCRIPT, "not json").is_empty());
+    }
+
+    #[test]
+    fn messages_join_the_parts_of_one_assistant_message_and_end_with_the_unanswered_prompts() {
+        let a = transcript(json!([{"type": "assistant", "message": {"id": "m1", "content": "one"}}]));
+        let b = transcript(json!([{"type": "assistant", "message": {"id": "m1", "content": "two"}}]));
+        let c = transcript(json!([{"type": "assistant", "message": {"id": "m2", "content": "three"}}]));
+        let prompt = json!({"kind": "user_prompt", "text": "next"}).to_string();
+        let items = [
+            HistoryItem { seq: 1, kind: item_kind::CLAUDE_TRANSCRIPT, body: &a },
+            HistoryItem { seq: 2, kind: item_kind::CLAUDE_TRANSCRIPT, body: &b },
+            HistoryItem { seq: 3, kind: item_kind::CLAUDE_TRANSCRIPT, body: &c },
+            HistoryItem { seq: 4, kind: item_kind::USER_PROMPT, body: &prompt },
+        ];
+        let state = RunState { prompts_through: 3, ..RunState::default() };
+        let got: Vec<(&str, String, bool)> =
+            messages(&items, &state).into_iter().map(|m| (m.role, m.text, m.pending)).collect();
+        assert_eq!(
+            got,
+            [
+                ("assistant", "one\n\ntwo".to_owned(), false),
+                ("assistant", "three".to_owned(), false),
+                ("user", "next".to_owned(), true)
+            ]
+        );
     }
 }

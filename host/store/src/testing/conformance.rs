@@ -116,6 +116,9 @@ cases![
     concurrent_workers_never_claim_a_step_twice,
     sessions_waiting_for_approval_are_rows_only,
     open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated,
+    messages_are_projected_in_the_commit_of_their_items_and_parts_of_one_message_join,
+    a_session_from_before_the_projection_reads_as_unprojected,
+    items_are_read_by_kind_in_order,
     sessions_are_listed_in_id_order_by_page_and_status,
     a_released_claim_is_claimable_at_once_with_the_same_attempt_and_stays_fenced,
     a_released_claim_wakes_a_waiting_worker,
@@ -375,6 +378,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
             interrupt_id: "i1".into(),
             request: j(r#"{"tool":"create_refund"}"#),
         }],
+        messages: Vec::new(),
         steps: vec![NewStep {
             kind: "AwaitToolApproval".into(),
             payload: j(r#"{"tool_call_id":"toolu_1"}"#),
@@ -731,6 +735,84 @@ async fn open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated
     let rest = s.open_interrupts(None, 100).await.unwrap();
     assert_eq!(rest.len(), N - 1, "the decided one is no longer open");
     assert!(s.open_interrupts(rest.last().map(InterruptCursor::of).as_ref(), 100).await.unwrap().is_empty());
+}
+
+fn part(item: usize, role: &str, key: Option<&str>, text: &str) -> NewMessage {
+    NewMessage { item, role: role.into(), merge_key: key.map(str::to_owned), text: text.into() }
+}
+
+async fn messages_are_projected_in_the_commit_of_their_items_and_parts_of_one_message_join(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "m").await;
+    let mut keep = Commit::finish(Finish::Keep);
+    keep.items = vec![entry("u1", "{}"), entry("a1", "{}"), entry("a2", "{}")];
+    keep.messages = vec![
+        part(0, "user", None, "refund order 7"),
+        part(1, "assistant", Some("msg_1"), "Looking it up."),
+        part(2, "assistant", Some("msg_1"), "Done."),
+    ];
+    s.commit(&c, keep).await.unwrap();
+    // A repeated item (its uuid stored already) adds no text; a new key is a new message.
+    let mut done = done();
+    // A key joins only the session's last message: `msg_1` after `msg_2` is a new message.
+    done.items = vec![entry("a2", "{}"), entry("a3", "{}"), entry("a4", "{}")];
+    done.messages = vec![
+        part(0, "assistant", Some("msg_1"), "Done."),
+        part(1, "assistant", Some("msg_2"), "Bye."),
+        part(2, "assistant", Some("msg_1"), "Again."),
+    ];
+    s.commit(&c, done).await.unwrap();
+    let page = s.read_messages("m", None, 100).await.unwrap();
+    assert!(page.projected);
+    let texts: Vec<(&str, &str)> = page.messages.iter().map(|m| (m.role.as_str(), m.text.as_str())).collect();
+    assert_eq!(
+        texts,
+        [
+            ("user", "refund order 7"),
+            ("assistant", "Looking it up.\n\nDone."),
+            ("assistant", "Bye."),
+            ("assistant", "Again.")
+        ]
+    );
+    assert_eq!(page.messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(page.messages[1].item_seq, page.messages[0].item_seq + 2, "the last item merged");
+    // The newest first page, then the one before it.
+    let last = s.read_messages("m", None, 2).await.unwrap().messages;
+    assert_eq!(last.iter().map(|m| m.seq).collect::<Vec<_>>(), [3, 4]);
+    let before = s.read_messages("m", Some(3), 5).await.unwrap().messages;
+    assert_eq!(before.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 2]);
+    // A commit that loses its lease stores no message either.
+    let lost = Commit { messages: vec![part(0, "user", None, "late")], ..Commit::finish(Finish::Keep) };
+    assert!(matches!(s.commit(&c, lost).await, Err(StoreError::LeaseLost { .. })));
+    assert_eq!(s.read_messages("m", None, 100).await.unwrap().messages.len(), 4);
+    let missing = s.read_messages("nobody", None, 10).await.unwrap();
+    assert!(!missing.projected && missing.messages.is_empty());
+}
+
+async fn a_session_from_before_the_projection_reads_as_unprojected(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "old").await;
+    new_session(s, "new").await;
+    h.exec("UPDATE sessions SET unprojected = 1 WHERE session_id = 'old'").await;
+    assert!(!s.read_messages("old", None, 10).await.unwrap().projected);
+    assert!(s.read_messages("new", None, 10).await.unwrap().projected);
+}
+
+async fn items_are_read_by_kind_in_order(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "k").await;
+    let mut keep = Commit::finish(Finish::Keep);
+    keep.items = vec![entry("e1", "{}"), entry("e2", "{}")];
+    s.commit(&c, keep).await.unwrap();
+    s.send_user_message(message("k", "k2", "again")).await.unwrap();
+    let prompts = s.read_items_of_kind("k", "user_prompt", 0, 10).await.unwrap();
+    let entries = s.read_items_of_kind("k", "transcript_entry", 0, 10).await.unwrap();
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    assert!(prompts.iter().all(|i| i.kind == "user_prompt"));
+    assert_eq!(entries.iter().map(|i| i.uuid.as_deref().unwrap()).collect::<Vec<_>>(), ["e1", "e2"]);
+    let after_first = s.read_items_of_kind("k", "user_prompt", prompts[0].seq, 10).await.unwrap();
+    assert_eq!(after_first.len(), 1);
+    assert_eq!(after_first[0].seq, prompts[1].seq);
 }
 
 async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {

@@ -15,7 +15,7 @@ use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
 use tollgate_engine::gate::Gate;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants,
+    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind,
 };
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -156,9 +156,10 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     let mut run = run;
     if matches!(result, SegmentResult::Deferred { .. }) {
-        // A grant revoked while the segment ran counts: read the session's grants again.
-        let items = sessions::read_all_items(store, session_id).await?;
-        run.grants = grants::session_grants(&sessions::history(&items), &calls)?;
+        // A grant revoked while the segment ran counts: read the session's revocations again.
+        let revocations =
+            sessions::read_all_items_of_kind(store, session_id, item_kind::GRANT_REVOKED).await?;
+        run.grants = grants::session_grants(&sessions::history(&revocations), &calls)?;
     }
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     // The API may not load the agent: the interrupt carries who may decide it.

@@ -229,7 +229,9 @@ impl World {
                 .filter(|e| e.kind == "turn_completed" || e.kind == "turn_failed")
                 .count();
             if ended >= turns_ended {
-                return self.snapshot(session).await;
+                let snapshot = self.snapshot(session).await;
+                self.assert_projection_matches_items(session, &snapshot).await;
+                return snapshot;
             }
             if start.elapsed() > Duration::from_secs(120) {
                 panic!(
@@ -240,6 +242,24 @@ impl World {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The conversation the snapshot read from the store's projection is the one the whole item
+    /// log gives (`view::messages`, the reading before the projection existed).
+    pub async fn assert_projection_matches_items(&self, session: &str, snapshot: &Snapshot) {
+        let store = self.store.as_ref();
+        let row = store.session(session).await.expect("session").expect("the session exists");
+        let state = tollgate_engine::session::RunState::parse(row.run_state.get()).expect("run state");
+        let items = sessions::read_all_items(store, session).await.expect("items");
+        let from_items: Vec<(String, String, bool)> =
+            tollgate_engine::session::view::messages(&sessions::history(&items), &state)
+                .into_iter()
+                .map(|m| (m.role.to_owned(), m.text, m.pending))
+                .collect();
+        let projected: Vec<(String, String, bool)> =
+            snapshot.messages.iter().map(|m| (m.role.clone(), m.text.clone(), m.pending)).collect();
+        assert!(store.read_messages(session, None, 1).await.expect("messages").projected, "{session}");
+        assert_eq!(projected, from_items, "{session}: the projection and the item log disagree");
     }
 
     /// Every event of the session.
