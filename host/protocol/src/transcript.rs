@@ -83,6 +83,14 @@ impl PartialEq for TranscriptEntry {
 
 impl Eq for TranscriptEntry {}
 
+impl From<Box<RawValue>> for TranscriptEntry {
+    /// An entry from a value already parsed (a [`RawValue`] always holds one JSON value): no
+    /// second parse, the bytes as they are.
+    fn from(value: Box<RawValue>) -> Self {
+        TranscriptEntry(value)
+    }
+}
+
 impl TranscriptEntry {
     /// Rebuild an entry from stored text. The text must be one JSON value; surrounding
     /// whitespace is dropped, everything else is kept byte for byte.

@@ -121,8 +121,7 @@ async fn resume_transcript(store: &dyn Store, step: &StepInput, dir: &std::path:
         panic!("expected a new turn on the stored transcript");
     };
     // As the Worker's `run_model` does: each stored entry as the protocol's entry, then the file.
-    let entries: Vec<TranscriptEntry> =
-        entries.iter().map(|e| TranscriptEntry::from_raw(e.get().to_owned()).unwrap()).collect();
+    let entries: Vec<TranscriptEntry> = entries.iter().cloned().map(TranscriptEntry::from).collect();
     let file = tollgate_claude::launch::write_resume_file(dir, dir, session_id, &entries).unwrap();
     std::fs::metadata(file).unwrap().len()
 }

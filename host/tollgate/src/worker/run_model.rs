@@ -247,18 +247,14 @@ async fn segment(
     }
     let start = match &run.start {
         PlannedStart::Fresh { prompts } => Start::Fresh { prompt: prompt_of(prompts) },
-        PlannedStart::NewTurn { session_id, entries, prompts } => match entries_of(entries) {
-            Ok(entries) => {
-                Start::Resume { session_id: session_id.clone(), entries, prompt: Some(prompt_of(prompts)) }
-            }
-            Err(err) => return failed(err, false),
+        PlannedStart::NewTurn { session_id, entries, prompts } => Start::Resume {
+            session_id: session_id.clone(),
+            entries: entries_of(entries),
+            prompt: Some(prompt_of(prompts)),
         },
         PlannedStart::ResumeCall { session_id, entries, pending } => {
             gate = gate.resuming(pending.clone());
-            match entries_of(entries) {
-                Ok(entries) => Start::Resume { session_id: session_id.clone(), entries, prompt: None },
-                Err(err) => return failed(err, false),
-            }
+            Start::Resume { session_id: session_id.clone(), entries: entries_of(entries), prompt: None }
         }
     };
     let cwd = match &options.cwd {
@@ -329,14 +325,9 @@ fn prompt_of(prompts: &[String]) -> UserPrompt {
     }
 }
 
-fn entries_of(entries: &[Box<serde_json::value::RawValue>]) -> Result<Vec<TranscriptEntry>, String> {
-    entries
-        .iter()
-        .map(|entry| {
-            TranscriptEntry::from_raw(entry.get().to_owned())
-                .map_err(|e| format!("a stored transcript entry is corrupt: {e}"))
-        })
-        .collect()
+/// The stored entries as the protocol's, without parsing them again (the plan parsed each once).
+fn entries_of(entries: &[Box<serde_json::value::RawValue>]) -> Vec<TranscriptEntry> {
+    entries.iter().cloned().map(TranscriptEntry::from).collect()
 }
 
 /// The Worker's CLI settings a segment's CLI gets: tuning, never credentials. Everything else of

@@ -385,9 +385,11 @@ async fn a_session_is_running_from_the_moment_its_turn_is_queued_until_the_last_
     assert!(running().await.is_empty());
 }
 
-/// Opens the world's SQLite file for raw SQL.
+/// Opens the world's SQLite file for raw SQL (so the test may rewrite items the conversation's
+/// projection was made from).
 async fn raw_sqlite(world: &World) -> sqlx::SqliteConnection {
     use sqlx::ConnectOptions;
+    world.items_rewritten.store(true, std::sync::atomic::Ordering::Relaxed);
     let path = world.db.strip_prefix("sqlite://").expect("a SQLite world");
     sqlx::sqlite::SqliteConnectOptions::new().filename(path).connect().await.expect("open the file")
 }

@@ -59,6 +59,8 @@ pub struct World {
     pub mock: MockModel,
     pub payments: Payments,
     cli: PathBuf,
+    /// Set by a test that rewrote items with raw SQL: the projection no longer follows them.
+    pub items_rewritten: std::sync::atomic::AtomicBool,
     _slot: SemaphorePermit<'static>,
 }
 
@@ -99,7 +101,7 @@ impl World {
         let store = tollgate_store::open(&db).await.expect("open the store");
         let mock = MockModel::start().await.expect("start the mock model");
         let payments = Payments::start().await.expect("start payments");
-        Some(World { dir, agent, db, store, mock, payments, cli, _slot: slot })
+        Some(World { dir, agent, db, store, mock, payments, cli, items_rewritten: false.into(), _slot: slot })
     }
 
     /// Starts a Worker process with a short lease (3 s), so a SIGKILLed one is replaced quickly.
@@ -230,7 +232,9 @@ impl World {
                 .count();
             if ended >= turns_ended {
                 let snapshot = self.snapshot(session).await;
-                self.assert_projection_matches_items(session, &snapshot).await;
+                if !self.items_rewritten.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.assert_projection_matches_items(session, &snapshot).await;
+                }
                 return snapshot;
             }
             if start.elapsed() > Duration::from_secs(120) {
