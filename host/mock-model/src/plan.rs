@@ -19,8 +19,10 @@
 //! 1. No tool call of this script yet: answer with every call as `tool_use` blocks (`stop_reason:
 //!    "tool_use"`), after the modifiers written before the `call`.
 //! 2. A call that vanished from the conversation, or whose latest result is a refusal saying to call it
-//!    "again by itself" (the gate's text for a second deferrable call), is called again, alone; at most
-//!    [`MAX_ATTEMPTS`] times per call.
+//!    "again by itself" (the gate's text for a second deferrable call), is called again, alone, with the
+//!    same input (or its `again` input); at most [`MAX_ATTEMPTS`] times per call. So a reply asking for
+//!    three refunds, of which the gate defers the first and refuses the others, is followed by one
+//!    repeat per refused refund, in script order, once the first has its result.
 //! 3. Otherwise, after the modifiers written after the `call`, answer one text with a line per call:
 //!    `called <tool>: <result text>`, or `called <tool> (error): <result text>` for an error result.
 //!
@@ -135,10 +137,19 @@ pub fn plan_with_scenarios(body: &Value, nonce: u64, scenarios: &Scenarios) -> P
                         AssistantReply { content, stop_reason: StopReason::ToolUse },
                     )
                 }
-                CallStage::Again(index) => Plan::answer(AssistantReply {
-                    content: vec![tool_use(&calls[index], index, nonce, &offered)],
-                    stop_reason: StopReason::ToolUse,
-                }),
+                CallStage::Again(index) => {
+                    // A repeat, as a real model would make it: alone, with the same input (or
+                    // the script's `again` input).
+                    let call = &calls[index];
+                    let repeat = ScriptedCall {
+                        input: call.again.clone().unwrap_or_else(|| call.input.clone()),
+                        ..call.clone()
+                    };
+                    Plan::answer(AssistantReply {
+                        content: vec![tool_use(&repeat, index, nonce, &offered)],
+                        stop_reason: StopReason::ToolUse,
+                    })
+                }
                 CallStage::Final(results) => {
                     let lines: Vec<String> = calls
                         .iter()
@@ -536,6 +547,52 @@ mod tests {
         assert_eq!(
             text_of(&plan(&request(script, done), 3)),
             "called create_refund: refund 1 done\ncalled create_refund: refund 2 done"
+        );
+    }
+
+    /// The batch scenario (issue 13 item 5): three refunds in one reply; the gate defers the
+    /// first and refuses the others; each refused one is repeated alone, in order, as the real
+    /// model does, with its own input or its `again` input.
+    #[test]
+    fn three_refunds_in_one_reply_are_repeated_one_by_one_after_the_refusals() {
+        let refusal = "create_refund did not run. Only one tool call per reply can run outside this turn, and \
+                       another call already does. Call mcp__tools__create_refund again by itself.";
+        let script = r#"call create_refund {"order_id":"7"} && call create_refund {"order_id":"8"} && call create_refund {"order_id":"9"} again {"order_id":"9","note":"retry"}"#;
+        let first = plan(&request(script, vec![]), 1);
+        let inputs: Vec<Value> =
+            first.reply.message().unwrap().tool_uses().map(|(_, _, i)| i.clone()).collect();
+        assert_eq!(inputs, [json!({"order_id": "7"}), json!({"order_id": "8"}), json!({"order_id": "9"})]);
+
+        let (a, b, c) =
+            ("toolu_mock_000000000001_0", "toolu_mock_000000000001_1", "toolu_mock_000000000001_2");
+        let mut tail = vec![
+            assistant_calls(&[
+                (a, "mcp__tools__create_refund"),
+                (b, "mcp__tools__create_refund"),
+                (c, "mcp__tools__create_refund"),
+            ]),
+            results(&[(b, refusal, true), (c, refusal, true), (a, "r_1", false)]),
+        ];
+        let again = plan(&request(script, tail.clone()), 2);
+        let uses: Vec<_> =
+            again.reply.message().unwrap().tool_uses().map(|(id, _, i)| (id.to_owned(), i.clone())).collect();
+        assert_eq!(uses, [("toolu_mock_000000000002_1".to_owned(), json!({"order_id": "8"}))]);
+
+        tail.push(assistant_calls(&[("toolu_mock_000000000002_1", "mcp__tools__create_refund")]));
+        tail.push(results(&[("toolu_mock_000000000002_1", "r_2", false)]));
+        let third = plan(&request(script, tail.clone()), 3);
+        let uses: Vec<_> =
+            third.reply.message().unwrap().tool_uses().map(|(id, _, i)| (id.to_owned(), i.clone())).collect();
+        assert_eq!(
+            uses,
+            [("toolu_mock_000000000003_2".to_owned(), json!({"order_id": "9", "note": "retry"}))]
+        );
+
+        tail.push(assistant_calls(&[("toolu_mock_000000000003_2", "mcp__tools__create_refund")]));
+        tail.push(results(&[("toolu_mock_000000000003_2", "The reviewer rejected this call: no", true)]));
+        assert_eq!(
+            text_of(&plan(&request(script, tail), 4)),
+            "called create_refund: r_1\ncalled create_refund: r_2\ncalled create_refund (error): The reviewer rejected this call: no"
         );
     }
 

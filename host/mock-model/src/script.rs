@@ -12,6 +12,7 @@
 //! | `say <text>` | action | answer `said: <text>` (the text runs to the next `;;` or the end, trimmed) |
 //! | `recall` | action | answer with every earlier prompt and tool result the request carries |
 //! | `call <tool> [<json>] && call …` | action | call the tools in one reply (input `{}` when no JSON), then quote their results |
+//! | `call <tool> <json> again <json>` | (in a `call`) | a call the gate refused is called again with the second input instead of the first |
 //! | `pause <gate>` | modifier | park the request until the test opens the gate |
 //! | `fail [<status>]` | modifier | answer with an HTTP error, 500 by default |
 //!
@@ -26,8 +27,8 @@
 //! assert_eq!(
 //!     script.action,
 //!     Action::Call(vec![
-//!         ScriptedCall { tool: "lookup_order".into(), input: serde_json::json!({"order_id": "7"}) },
-//!         ScriptedCall { tool: "ping".into(), input: serde_json::json!({}) },
+//!         ScriptedCall { tool: "lookup_order".into(), input: serde_json::json!({"order_id": "7"}), again: None },
+//!         ScriptedCall { tool: "ping".into(), input: serde_json::json!({}), again: None },
 //!     ])
 //! );
 //! assert_eq!(script.after, vec![Modifier::Pause("after-lookup".into())]);
@@ -67,6 +68,9 @@ pub struct ScriptedCall {
     pub tool: String,
     /// The arguments object.
     pub input: Value,
+    /// `again <json>`: the input of a repeat, when the model calls it again after the gate
+    /// refused it ("call it again by itself"), instead of `input`.
+    pub again: Option<Value>,
 }
 
 /// A clause that changes how (or whether) a reply is sent.
@@ -220,7 +224,7 @@ fn push_modifier(script: &mut Script, modifier: Modifier) {
     }
 }
 
-/// Parses `<tool> [<json>]` and returns the call and the text after it.
+/// Parses `<tool> [<json> [again <json>]]` and returns the call and the text after it.
 fn parse_call(text: &str) -> Result<(ScriptedCall, &str), ScriptError> {
     let (tool, rest) = split_word(text);
     if tool.is_empty() || tool == CLAUSE_SEP || tool == CALL_SEP {
@@ -228,14 +232,30 @@ fn parse_call(text: &str) -> Result<(ScriptedCall, &str), ScriptError> {
     }
     let rest = rest.trim_start();
     if !rest.starts_with('{') {
-        return Ok((ScriptedCall { tool: tool.to_owned(), input: Value::Object(Default::default()) }, rest));
+        let input = Value::Object(Default::default());
+        return Ok((ScriptedCall { tool: tool.to_owned(), input, again: None }, rest));
     }
-    // Read exactly one JSON value, so `&&` or `;;` inside its strings do not split it.
-    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+    let (input, rest) = parse_input(tool, rest)?;
+    let (word, after_word) = split_word(rest);
+    if word != "again" {
+        return Ok((ScriptedCall { tool: tool.to_owned(), input, again: None }, rest));
+    }
+    let after_word = after_word.trim_start();
+    if !after_word.starts_with('{') {
+        return Err(ScriptError::MissingArgument { command: "again", what: "a JSON object" });
+    }
+    let (again, rest) = parse_input(tool, after_word)?;
+    Ok((ScriptedCall { tool: tool.to_owned(), input, again: Some(again) }, rest))
+}
+
+/// Reads exactly one JSON object at the start of `text`, so `&&` or `;;` inside its strings do
+/// not split it, and returns it and the text after it.
+fn parse_input<'a>(tool: &str, text: &'a str) -> Result<(Value, &'a str), ScriptError> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     match values.next() {
         Some(Ok(input @ Value::Object(_))) => {
             let end = values.byte_offset();
-            Ok((ScriptedCall { tool: tool.to_owned(), input }, &rest[end..]))
+            Ok((input, &text[end..]))
         }
         Some(Ok(_)) => {
             Err(ScriptError::BadInput { tool: tool.to_owned(), message: "not an object".to_owned() })
@@ -266,7 +286,23 @@ mod tests {
     use super::*;
 
     fn call(tool: &str, input: Value) -> ScriptedCall {
-        ScriptedCall { tool: tool.to_owned(), input }
+        ScriptedCall { tool: tool.to_owned(), input, again: None }
+    }
+
+    #[test]
+    fn again_gives_a_call_the_input_of_its_repeat() {
+        let script = parse(
+            r#"call refund {"order_id":"7"} && call refund {"order_id":"8","amount_cents":500} again {"order_id":"8","amount_cents":400}"#,
+        )
+        .unwrap();
+        let Action::Call(calls) = script.action else { panic!("{script:?}") };
+        assert_eq!(calls[0].again, None);
+        assert_eq!(calls[1].input, json!({"order_id": "8", "amount_cents": 500}));
+        assert_eq!(calls[1].again, Some(json!({"order_id": "8", "amount_cents": 400})));
+        assert_eq!(
+            parse(r#"call a {"x":1} again"#),
+            Err(ScriptError::MissingArgument { command: "again", what: "a JSON object" })
+        );
     }
 
     #[test]
