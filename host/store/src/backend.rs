@@ -97,6 +97,20 @@ where
         Ok((row.try_get("next_item_seq")?, row.try_get("next_event_seq")?))
     }
 
+    /// Whether interrupt `interrupt_id` of the session is resolved; `None` when there is none.
+    async fn interrupt_resolved(
+        tx: &mut Transaction<'static, DB>,
+        session_id: &str,
+        interrupt_id: &str,
+    ) -> Result<Option<bool>, StoreError> {
+        let row = sqlx::query(DB::statements().interrupt_to_resolve)
+            .bind(session_id)
+            .bind(interrupt_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+        row.map(|row| Ok(Sql::<DB>::decode_interrupt(&row)?.resolution.is_some())).transpose()
+    }
+
     async fn append_item(
         tx: &mut Transaction<'static, DB>,
         session_id: &str,
@@ -580,11 +594,35 @@ where
                     })
                 })?;
         }
+        for close in &commit.close_interrupts {
+            if Sql::interrupt_resolved(&mut tx, sid, &close.interrupt_id).await? != Some(false) {
+                continue;
+            }
+            sqlx::query(sql.resolve_interrupt)
+                .bind(sid)
+                .bind(close.interrupt_id.as_str())
+                .bind(close.resolution.get())
+                .bind(crate::types::CLOSED_BY_TOLLGATE)
+                .execute(&mut *tx)
+                .await?;
+        }
         let mut queued = matches!(commit.finish, Finish::Retry(_));
         let mut session_update = commit.session.clone();
         for step in &commit.steps {
             let id = Sql::insert_step(&mut tx, sid, step, false).await?;
             queued |= id.is_some() && !matches!(step.start, StepStart::OnInterrupt(_));
+            // Waiting on an interrupt decided already (a batch's, decided ahead of time while the
+            // segment ran): nothing will wake it, so it is queued now.
+            if let (Some(_), StepStart::OnInterrupt(interrupt_id)) = (id, &step.start)
+                && Sql::interrupt_resolved(&mut tx, sid, interrupt_id).await? == Some(true)
+            {
+                sqlx::query(sql.queue_waiting_step)
+                    .bind(sid)
+                    .bind(interrupt_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                queued = true;
+            }
             if id.is_some() && step.session_status.is_some() {
                 session_update.status.clone_from(&step.session_status);
             }

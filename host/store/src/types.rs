@@ -339,6 +339,18 @@ pub struct NewInterrupt {
     pub request: Box<RawValue>,
 }
 
+/// An interrupt to close in a commit, if still open.
+#[derive(Clone, Debug)]
+pub struct CloseInterrupt {
+    /// Its id.
+    pub interrupt_id: String,
+    /// The resolution it gets.
+    pub resolution: Box<RawValue>,
+}
+
+/// The client key a closed interrupt's resolution is stored under (no client decided it).
+pub const CLOSED_BY_TOLLGATE: &str = "tollgate:closed";
+
 /// A tool call record, written whole on every change (`status` is the state machine's).
 #[derive(Clone, Debug)]
 pub struct ToolCallRecord {
@@ -361,7 +373,11 @@ pub struct Commit {
     pub tool_calls: Vec<ToolCallRecord>,
     /// Interrupts to open.
     pub interrupts: Vec<NewInterrupt>,
+    /// Interrupts to close, each only if still open (nobody decided it): it gets this
+    /// resolution, no audit row, and queues no step. Opened earlier, not in this commit.
+    pub close_interrupts: Vec<CloseInterrupt>,
     /// Steps to enqueue in the session (at most one may be in flight once the commit is applied).
+    /// A step waiting on an interrupt that is already resolved is queued at once.
     pub steps: Vec<NewStep>,
     /// The session row's change.
     pub session: SessionUpdate,
@@ -380,6 +396,7 @@ impl Commit {
             items: Vec::new(),
             tool_calls: Vec::new(),
             interrupts: Vec::new(),
+            close_interrupts: Vec::new(),
             steps: Vec::new(),
             session: SessionUpdate::default(),
             events: Vec::new(),

@@ -78,6 +78,11 @@ pub fn commit(t: engine::Transition) -> store::Commit {
             .into_iter()
             .map(|i| store::NewInterrupt { interrupt_id: i.interrupt_id, request: raw(&i.request) })
             .collect(),
+        close_interrupts: t
+            .close_interrupts
+            .into_iter()
+            .map(|c| store::CloseInterrupt { interrupt_id: c.interrupt_id, resolution: raw(&c.resolution) })
+            .collect(),
         steps: t.steps.into_iter().map(step).collect(),
         session: store::SessionUpdate {
             status: t.status.map(str::to_owned),

@@ -15,8 +15,8 @@ use tollgate_store::{
 };
 
 use crate::api::types::{
-    AuditDecision, AuditRecord, Grant, GrantRevocation, Message, PendingApproval, RevokeReceipt,
-    SessionGrant, Snapshot, ToolCall, Usage,
+    AuditDecision, AuditRecord, DecidedAhead, Grant, GrantRevocation, Message, PendingApproval,
+    RevokeReceipt, SessionGrant, Snapshot, ToolCall, Usage,
 };
 use crate::auth;
 use crate::convert;
@@ -312,16 +312,32 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         .collect();
     for entry in entries {
         let call = tool_call(entry);
-        if call.state == CallState::PendingApproval {
+        // A call waiting on an interrupt opened ahead in its batch: that one is listed below.
+        if call.state == CallState::PendingApproval && call.decided_ahead.is_none() {
             pending_interrupts.push(PendingApproval {
                 arguments: call.arguments.clone(),
                 interrupt_id: call.tool_call_id.clone(),
                 kind: call.kind,
                 tool_name: call.tool_name.clone(),
                 turn_id: call.turn_id.clone(),
+                batch_id: call.batch_id.clone(),
             });
         }
         tool_calls.push(call);
+    }
+    // The turn's interrupts opened ahead in a batch and still open: in the inbox at once.
+    for ahead in state.turn.iter().flat_map(|turn| &turn.ahead) {
+        let open = store.interrupt(session_id, &ahead.interrupt_id).await?;
+        if open.is_some_and(|i| i.resolution.is_none()) {
+            pending_interrupts.push(PendingApproval {
+                arguments: ahead.arguments.clone(),
+                interrupt_id: ahead.interrupt_id.clone(),
+                kind: ahead.kind,
+                tool_name: ahead.tool_name.clone(),
+                turn_id: state.turn.as_ref().map(|t| t.turn_id.clone()).unwrap_or_default(),
+                batch_id: Some(ahead.batch_id.clone()),
+            });
+        }
     }
     Ok(Some(Snapshot {
         session_id: session.session_id,
@@ -432,6 +448,13 @@ fn tool_call(call: CallEntry) -> ToolCall {
         original_arguments: call.original_arguments,
         grants_session: call.grants_session.map(grant),
         approved_under: call.approved_under.map(grant),
+        batch_id: call.batch_id,
+        decided_ahead: call.decided_ahead.map(|a| DecidedAhead {
+            decision_id: a.decision_id,
+            batch_id: a.batch_id,
+            decided_by: a.decided_by,
+            decided_at: a.decided_at,
+        }),
         kind: call.kind,
         requires_approval: call.requires_approval,
         runs_in: call.runs_in,

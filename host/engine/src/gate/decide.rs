@@ -4,7 +4,7 @@
 use super::call::{CallState, Decided, Phase, Target};
 use super::{
     Channel, CliDeciderQuery, CliToolDecision, Decision, DeferredCall, DenyReason, Gate, GateError,
-    McpPermit, Origin, Step, ToolCall,
+    HeldBackCall, McpPermit, Origin, Step, ToolCall,
 };
 use crate::catalog::{ToolKind, ToolRef};
 use crate::policy::ToolPolicy;
@@ -51,10 +51,12 @@ impl Gate {
             Ok(Some(CliToolDecision::Deny(message))) => Decided::denied(DenyReason::CliDecider, message),
             Ok(Some(CliToolDecision::RequireApproval)) => {
                 let policy = ToolPolicy { requires_approval: true, ..table };
-                self.deferrable(&query.tool_use_id, &query.tool_name, &query.origin, query.channel, policy)
+                let call = Candidate::of_query(&query, policy);
+                self.deferrable(&call, &query.origin, query.channel)
             }
             Ok(None) if table.handling(ToolKind::Cli).is_deferred() => {
-                self.deferrable(&query.tool_use_id, &query.tool_name, &query.origin, query.channel, table)
+                let call = Candidate::of_query(&query, table);
+                self.deferrable(&call, &query.origin, query.channel)
             }
             Ok(None) => Decided::Allowed { updated_input: None },
         };
@@ -142,6 +144,7 @@ impl Gate {
             kind,
             arguments: input,
             policy,
+            held_back: self.held_back.clone(),
         })
     }
 
@@ -166,7 +169,8 @@ impl Gate {
             ToolRef::Custom { name: custom, listed: true } => {
                 let policy = self.policies.resolve(custom, self.catalog.annotations(custom));
                 if policy.handling(ToolKind::Custom).is_deferred() {
-                    self.deferrable(&call.tool_use_id, name, &call.origin, channel, policy)
+                    let candidate = Candidate::new(call, custom, ToolKind::Custom, policy);
+                    self.deferrable(&candidate, &call.origin, channel)
                 } else {
                     Decided::Inline { used: false }
                 }
@@ -190,7 +194,8 @@ impl Gate {
             ToolRef::Cli { name: cli } => {
                 let policy = self.policies.resolve(cli, None);
                 if policy.handling(ToolKind::Cli).is_deferred() {
-                    self.deferrable(&call.tool_use_id, name, &call.origin, channel, policy)
+                    let candidate = Candidate::new(call, cli, ToolKind::Cli, policy);
+                    self.deferrable(&candidate, &call.origin, channel)
                 } else {
                     Decided::Allowed { updated_input: None }
                 }
@@ -228,28 +233,33 @@ impl Gate {
         }
     }
 
-    /// The decision for a deferrable call: defer the segment's first, deny the rest.
-    fn deferrable(
-        &mut self,
-        tool_use_id: &str,
-        tool_name: &str,
-        origin: &Origin,
-        channel: Channel,
-        policy: ToolPolicy,
-    ) -> Decided {
-        let retry = || texts::render(texts::ONLY_ONE_DEFERRED_CALL, tool_name);
+    /// The decision for a deferrable call: defer the segment's first, deny the rest. A call
+    /// denied because the segment's deferral is taken, and that needs approval, is held back:
+    /// the session may ask for its approval ahead ([`HeldBackCall`]).
+    fn deferrable(&mut self, call: &Candidate<'_>, origin: &Origin, channel: Channel) -> Decided {
+        let retry = || texts::render(texts::ONLY_ONE_DEFERRED_CALL, call.cli_name);
         if matches!(origin, Origin::Subagent { .. }) {
             Decided::denied(
                 DenyReason::InSubagent,
-                texts::render(texts::CALL_FROM_MAIN_CONVERSATION, tool_name),
+                texts::render(texts::CALL_FROM_MAIN_CONVERSATION, call.cli_name),
             )
         } else if channel == Channel::CanUseTool {
             Decided::denied(DenyReason::DeferIgnored, retry())
         } else if self.deferred.is_some() {
+            if call.policy.requires_approval {
+                self.held_back.push(HeldBackCall {
+                    tool_use_id: call.tool_use_id.to_owned(),
+                    tool_name: call.name.to_owned(),
+                    kind: call.kind,
+                    arguments: call.input.clone(),
+                    policy: call.policy,
+                    handling: call.policy.handling(call.kind),
+                });
+            }
             Decided::denied(DenyReason::OnlyOneDeferredCall, retry())
         } else {
-            self.deferred = Some(tool_use_id.to_owned());
-            Decided::Deferred { policy }
+            self.deferred = Some(call.tool_use_id.to_owned());
+            Decided::Deferred { policy: call.policy }
         }
     }
 
@@ -259,5 +269,42 @@ impl Gate {
             CallState { target, tool_name: call.tool_name.clone(), channel, phase: Phase::Decided(decided) };
         self.calls.insert(call.tool_use_id.clone(), state);
         Step::Decided(decision)
+    }
+}
+
+/// A deferrable call being decided: what [`Gate::deferrable`] needs to defer or hold it back.
+struct Candidate<'a> {
+    tool_use_id: &'a str,
+    /// The tool as the CLI names it (for the texts).
+    cli_name: &'a str,
+    /// A custom tool's own name, or the CLI tool's name.
+    name: &'a str,
+    kind: ToolKind,
+    input: &'a serde_json::Value,
+    policy: ToolPolicy,
+}
+
+impl<'a> Candidate<'a> {
+    fn new(call: &'a ToolCall, name: &'a str, kind: ToolKind, policy: ToolPolicy) -> Self {
+        Candidate {
+            tool_use_id: &call.tool_use_id,
+            cli_name: &call.tool_name,
+            name,
+            kind,
+            input: &call.input,
+            policy,
+        }
+    }
+
+    /// A CLI tool call the options factory's decider left to (or sent to) approval.
+    fn of_query(query: &'a CliDeciderQuery, policy: ToolPolicy) -> Self {
+        Candidate {
+            tool_use_id: &query.tool_use_id,
+            cli_name: &query.tool_name,
+            name: &query.tool_name,
+            kind: ToolKind::Cli,
+            input: &query.input,
+            policy,
+        }
     }
 }

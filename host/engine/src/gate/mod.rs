@@ -10,7 +10,8 @@
 //!
 //! Read [`Gate`] first, then [`Decision`]. The parts: `decide` (the rules table, the CLI decider's
 //! answers, MCP permits, the deferral check), `replay` (what a resumed segment answers for recorded
-//! calls), `call` (one enum per call state), `tests`.
+//! calls), `call` (one enum per call state), [`canonical`] (when a repeated call is the same call),
+//! `tests`.
 //!
 //! # The rules (seeds, "How a turn runs" step 3 and "Limits")
 //!
@@ -18,7 +19,7 @@
 //! | --- | --- |
 //! | approval-free `read` custom tool, or approval-free CLI tool | [`Decision::Allow`]; a custom tool may then run once over MCP |
 //! | the first other ("deferrable") call of the segment | [`Decision::Defer`] |
-//! | every later deferrable call of the segment | deny, [`texts::ONLY_ONE_DEFERRED_CALL`] |
+//! | every later deferrable call of the segment | deny, [`texts::ONLY_ONE_DEFERRED_CALL`]; one that needs approval is also *held back* ([`DeferredCall::held_back`]): the session asks for its approval ahead, in a batch with the deferred call's |
 //! | a deferrable call inside a subagent | deny, [`texts::CALL_FROM_MAIN_CONVERSATION`] |
 //! | the pending deferred call of a resumed segment | [`Decision::Replay`] of its record (custom tool: the MCP server serves the record; approved CLI tool: the CLI runs it with the recorded input); a rejected CLI tool is denied with the rejection text |
 //! | another recorded call, or another tool under the pending call's ID | deny, [`texts::RECORDED_UNDER_THIS_ID`] |
@@ -86,6 +87,7 @@ use crate::policy::{Handling, Policies, ToolPolicy};
 use crate::record::{Outcome, ToolCallRecord, ToolResult};
 
 mod call;
+pub mod canonical;
 mod decide;
 mod replay;
 
@@ -321,6 +323,29 @@ pub struct DeferredCall {
     pub policy: ToolPolicy,
     /// Approval and where the call runs.
     pub handling: Handling,
+    /// The segment's other deferrable calls that need approval and were denied with the retry
+    /// text ([`texts::ONLY_ONE_DEFERRED_CALL`]) because this call took the segment's deferral,
+    /// in the order the gate saw them. The session may ask for their approval ahead.
+    pub held_back: Vec<HeldBackCall>,
+}
+
+/// A deferrable call that needs approval and that the gate denied with the retry text, because
+/// the segment's deferral was taken: the model is told to call it again by itself, and the
+/// session may open its interrupt ahead of time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldBackCall {
+    /// The model's tool use ID of the denied call.
+    pub tool_use_id: String,
+    /// A custom tool's own name, or the CLI tool's name.
+    pub tool_name: String,
+    /// Which side runs the tool.
+    pub kind: ToolKind,
+    /// The input the hook received (a repeat is matched on it, [`canonical::same_input`]).
+    pub arguments: Value,
+    /// The call's policy.
+    pub policy: ToolPolicy,
+    /// Approval and where the call runs.
+    pub handling: Handling,
 }
 
 impl DeferredCall {
@@ -397,6 +422,7 @@ pub struct Gate {
     recorded: BTreeSet<String>,
     calls: HashMap<String, CallState>,
     deferred: Option<String>,
+    held_back: Vec<HeldBackCall>,
     failure: Option<GateError>,
 }
 
@@ -411,6 +437,7 @@ impl Gate {
             recorded: BTreeSet::new(),
             calls: HashMap::new(),
             deferred: None,
+            held_back: Vec::new(),
             failure: None,
         }
     }

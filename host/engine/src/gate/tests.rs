@@ -172,6 +172,7 @@ fn a_cli_tool_without_policy_waits_for_approval_under_the_default_effect() {
             arguments: json!({ "command": "ls" }),
             policy: ToolPolicy { effect: Effect::Unclassified, requires_approval: true },
             handling: Handling::Deferred { requires_approval: true, runs_in: DeferredRun::ResumedSegment },
+            held_back: Vec::new(),
         })
     );
 }
@@ -749,4 +750,60 @@ fn a_deferral_under_another_id_or_tool_fails_the_segment() {
             deferred: "mcp__tools__create_refund".to_owned(),
         })
     );
+}
+
+#[test]
+fn deferrable_calls_denied_after_the_deferral_that_need_approval_are_held_back_with_their_input() {
+    let mut gate = gate();
+    let refund = |id: &str, order: &str| {
+        ToolCall::new(id, "mcp__tools__create_refund", json!({"order_id": order, "amount_cents": 500}))
+    };
+    assert_eq!(decided(gate.pre_tool_use(&refund("toolu_1", "7"))), Decision::Defer);
+    let second = decided(gate.pre_tool_use(&refund("toolu_2", "8")));
+    assert_eq!(denial(&second), (RETRY_REFUND, DenyReason::OnlyOneDeferredCall));
+    // Needs no approval (idempotent write, CallTool): denied the same way, but not held back.
+    assert!(matches!(hook(&mut gate, "toolu_3", "mcp__tools__set_status"), Decision::Deny { .. }));
+    // A CLI tool that needs approval is held back under its own name.
+    let bash = ToolCall::new("toolu_4", "Bash", json!({"command": "ls"}));
+    assert!(matches!(decided(gate.pre_tool_use(&bash)), Decision::Deny { .. }));
+    // A subagent's call and a can_use_tool fallback are not held back.
+    assert!(matches!(
+        decided(gate.pre_tool_use(&refund("toolu_5", "9").in_subagent(None))),
+        Decision::Deny { .. }
+    ));
+    assert!(matches!(decided(gate.can_use_tool(&refund("toolu_6", "10"))), Decision::Deny { .. }));
+
+    let deferred = gate
+        .accept_deferral(
+            "toolu_1",
+            "mcp__tools__create_refund",
+            json!({"order_id": "7", "amount_cents": 500}),
+        )
+        .expect("the deferral");
+    let held: Vec<(&str, &str, ToolKind, &Value)> = deferred
+        .held_back
+        .iter()
+        .map(|c| (c.tool_use_id.as_str(), c.tool_name.as_str(), c.kind, &c.arguments))
+        .collect();
+    assert_eq!(
+        held,
+        vec![
+            ("toolu_2", "create_refund", ToolKind::Custom, &json!({"order_id": "8", "amount_cents": 500})),
+            ("toolu_4", "Bash", ToolKind::Cli, &json!({"command": "ls"})),
+        ]
+    );
+    assert!(deferred.held_back.iter().all(|c| c.policy.requires_approval));
+    assert_eq!(
+        deferred.held_back[0].handling,
+        Handling::Deferred { requires_approval: true, runs_in: DeferredRun::CallSingleAttemptTool }
+    );
+}
+
+#[test]
+fn a_segment_with_one_deferrable_call_holds_nothing_back() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    assert_eq!(hook(&mut gate, "toolu_2", "mcp__tools__lookup_order"), allow());
+    let deferred = gate.accept_deferral("toolu_1", "mcp__tools__create_refund", json!({})).expect("deferral");
+    assert!(deferred.held_back.is_empty());
 }

@@ -73,9 +73,10 @@ pub struct Decision {
     /// in the session: a session grant).
     #[serde(default, skip_serializing_if = "DecisionScope::is_call")]
     pub scope: DecisionScope,
-    /// Who decided and when, for a `session` approval: never stored with the decision (a replay
-    /// must match it byte for byte); the Worker reads it from the decision's audit row (its
-    /// principal, its database time) before it applies the decision.
+    /// Who decided and when, for a `session` approval or a decision made ahead in a batch
+    /// ([`super::batches`]): never stored with the decision (a replay must match it byte for
+    /// byte); the Worker reads it from the decision's audit row (its principal, its database
+    /// time) before it applies the decision.
     #[serde(skip)]
     pub granted: Option<GrantStamp>,
 }

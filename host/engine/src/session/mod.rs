@@ -29,6 +29,7 @@
 //! - The run state: `{"version":1,"session_id":…,"turn_entries":[…],…}` ([`RunState`]).
 //! - A tool call: [`CallEntry`], whose final form is [`crate::record::ToolCallRecord`]'s JSON.
 
+pub mod batches;
 pub mod client;
 pub mod grants;
 pub mod tools;
@@ -103,6 +104,16 @@ pub mod event_kind {
     pub const APPROVED_UNDER_GRANT: &str = "approved_under_grant";
     /// A session grant was revoked: `{"tool_name","decision_ids","revoked_by","revoked_at"}`.
     pub const GRANT_REVOKED: &str = "grant_revoked";
+    /// The session waits on a person (status `awaiting_approval`): one approval round.
+    /// `{"turn_id","tool_call_id","interrupt_id"}`; the interrupt is the call's own, or one
+    /// opened ahead in a batch ([`super::batches`]).
+    pub const APPROVAL_AWAITED: &str = "approval_awaited";
+    /// A deferred call used a decision made ahead in a batch, with no new interrupt:
+    /// `{"turn_id","tool_call_id","tool_name","decision_id","batch_id","approved"}`.
+    pub const DECIDED_AHEAD_USED: &str = "decided_ahead_used";
+    /// A turn ended with an interrupt opened ahead that no call used (closed if still open):
+    /// `{"turn_id","interrupt_id","batch_id","tool_name","arguments"}`.
+    pub const AHEAD_UNUSED: &str = "ahead_unused";
     /// A step attempt failed and will run again.
     pub const ATTEMPT_FAILED: &str = "attempt_failed";
     /// The turn answered.
@@ -193,6 +204,9 @@ pub struct TurnState {
     pub turn_id: String,
     /// The highest item seq of the prompts this turn answers.
     pub prompts_upto: i64,
+    /// The turn's interrupts opened ahead, in batches ([`batches`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ahead: Vec<batches::AheadCall>,
 }
 
 impl Default for RunState {
@@ -284,6 +298,10 @@ pub enum CallState {
     },
     /// A single-attempt call whose Worker died while it ran: it may or may not have happened.
     OutcomeUnknown,
+    /// A call held back in a batch whose interrupt was opened ahead, and whose turn ended before
+    /// the model called it again: its decision (if anybody made one: see the audit trail) was
+    /// never used, and the interrupt was closed if still open. It never ran.
+    Unused,
 }
 
 impl CallState {
@@ -297,6 +315,7 @@ impl CallState {
             CallState::Failed { .. } => "failed",
             CallState::Rejected { .. } => "rejected",
             CallState::OutcomeUnknown => "outcome_unknown",
+            CallState::Unused => "unused",
         }
     }
 
@@ -316,7 +335,12 @@ impl CallState {
             CallState::Failed { error } => Outcome::Failed { error: error.clone() },
             CallState::Rejected { message } => Outcome::Rejected { message: message.clone() },
             CallState::OutcomeUnknown => Outcome::OutcomeUnknown,
-            CallState::PendingApproval | CallState::Queued | CallState::Started { .. } => return None,
+            CallState::PendingApproval
+            | CallState::Queued
+            | CallState::Started { .. }
+            | CallState::Unused => {
+                return None;
+            }
         })
     }
 }
@@ -359,6 +383,13 @@ pub struct CallEntry {
     /// The session grant it was approved under, with no interrupt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_under: Option<grants::GrantRef>,
+    /// The batch its interrupt belongs to ([`batches`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
+    /// The decision made ahead in a batch that it ran under, or whose interrupt it waits on (an
+    /// `unused` call: its own interrupt opened ahead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_ahead: Option<batches::AheadRef>,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,
@@ -525,6 +556,16 @@ pub struct NewInterrupt {
     pub request: Value,
 }
 
+/// An interrupt to close if it is still open (nobody decided it): its resolution is written, no
+/// audit row, no waiting step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloseInterrupt {
+    /// Its id.
+    pub interrupt_id: String,
+    /// The resolution it gets ([`batches::closing_decision`]).
+    pub resolution: Value,
+}
+
 /// An event to append.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewEvent {
@@ -545,6 +586,8 @@ pub struct Transition {
     pub calls: Vec<CallEntry>,
     /// Interrupts to open.
     pub interrupts: Vec<NewInterrupt>,
+    /// Interrupts to close, each only if still open.
+    pub close_interrupts: Vec<CloseInterrupt>,
     /// Steps to enqueue.
     pub steps: Vec<NextStep>,
     /// The session's new status.
@@ -564,6 +607,7 @@ impl Transition {
             items: Vec::new(),
             calls: Vec::new(),
             interrupts: Vec::new(),
+            close_interrupts: Vec::new(),
             steps: Vec::new(),
             status: None,
             run_state: None,

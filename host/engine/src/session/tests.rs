@@ -48,6 +48,7 @@ fn deferred(tool: &str, effect: Effect, runs_in: DeferredRun, requires_approval:
         arguments: json!({"order_id": "7"}),
         policy: ToolPolicy { effect, requires_approval },
         handling: Handling::Deferred { requires_approval, runs_in },
+        held_back: Vec::new(),
     }
 }
 
@@ -167,7 +168,7 @@ fn a_write_that_needs_approval_waits_as_a_row_on_its_interrupt() {
     assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_1".into()));
     assert_eq!(t.calls[0].state, CallState::PendingApproval);
     let next = t.run_state.unwrap();
-    assert_eq!(next.turn, Some(TurnState { turn_id: "turn-1".into(), prompts_upto: 1 }));
+    assert_eq!(next.turn, Some(TurnState { turn_id: "turn-1".into(), prompts_upto: 1, ahead: Vec::new() }));
     assert_eq!(next.session_id.as_deref(), Some("cli-1"));
     assert_eq!(next.turn_entries.len(), 2);
     assert!(t.events.iter().any(|e| e.kind == event_kind::INTERRUPT_OPENED));
@@ -197,6 +198,8 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
         original_arguments: None,
         grants_session: None,
         approved_under: None,
+        batch_id: None,
+        decided_ahead: None,
         state: CallState::PendingApproval,
     }
 }
@@ -809,4 +812,237 @@ fn run_state_and_decisions_stored_before_grants_still_parse() {
             .unwrap();
     assert_eq!(call.approved_under, None);
     assert!(!pending_call(DeferredRun::CallTool, ToolKind::Custom).to_value().to_string().contains("grant"));
+}
+
+// ---- Batches (issue 13 item 5) ----
+
+fn refund(id: &str, order: &str) -> DeferredCall {
+    let call =
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true);
+    DeferredCall {
+        tool_use_id: id.into(),
+        arguments: json!({"order_id": order, "amount_cents": 500}),
+        ..call
+    }
+}
+
+fn held(id: &str, order: &str) -> crate::gate::HeldBackCall {
+    let call = refund(id, order);
+    crate::gate::HeldBackCall {
+        tool_use_id: call.tool_use_id,
+        tool_name: call.tool_name,
+        kind: call.kind,
+        arguments: call.arguments,
+        policy: call.policy,
+        handling: call.handling,
+    }
+}
+
+/// Turn 1's segment `attempt` of a turn in `state`, ending deferred on `call`, with the interrupts
+/// ahead in `ahead_states`.
+fn batch_segment(
+    state: &RunState,
+    call: DeferredCall,
+    ahead_states: Vec<(String, batches::AheadState)>,
+) -> Transition {
+    let rows = [prompt(1, "refund orders 7, 8 and 9")];
+    let step = match &state.turn {
+        Some(turn) => RunModelStep { turn_id: Some(turn.turn_id.clone()), resume: Some("toolu_1".into()) },
+        None => RunModelStep::default(),
+    };
+    let calls = [CallEntry {
+        state: CallState::Succeeded { output: "r_1".into() },
+        ..pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom)
+    }];
+    let calls: &[CallEntry] = if state.turn.is_some() { &calls } else { &[] };
+    let mut run = run_of(plan(&step, 1, state, &rows, calls));
+    run.ahead_states = ahead_states;
+    let result = SegmentResult::Deferred {
+        session_id: "cli-1".into(),
+        call,
+        entries: vec![],
+        usage: Usage::default(),
+        cost_usd: None,
+    };
+    on_segment(&run, state, calls, result)
+}
+
+/// A reply asked for refunds 7, 8 and 9: 7 deferred, 8 and 9 held back.
+fn first_batch() -> Transition {
+    let call = DeferredCall {
+        held_back: vec![held("toolu_2", "8"), held("toolu_3", "9")],
+        ..refund("toolu_1", "7")
+    };
+    batch_segment(&RunState::default(), call, Vec::new())
+}
+
+#[test]
+fn held_back_calls_get_interrupts_ahead_in_one_batch_with_the_deferred_call_and_one_wait() {
+    let t = first_batch();
+    let ids: Vec<&str> = t.interrupts.iter().map(|i| i.interrupt_id.as_str()).collect();
+    assert_eq!(ids, ["toolu_1", "toolu_2", "toolu_3"]);
+    for interrupt in &t.interrupts {
+        assert_eq!(interrupt.request["type"], "tool_approval");
+        assert_eq!(interrupt.request["batch_id"], "toolu_1", "{}", interrupt.request);
+        assert_eq!(interrupt.request["tool_name"], "create_refund");
+    }
+    assert_eq!(t.interrupts[0].request.get("ahead"), None);
+    assert_eq!(t.interrupts[2].request["ahead"], true);
+    assert_eq!(t.interrupts[2].request["arguments"], json!({"order_id": "9", "amount_cents": 500}));
+    // One waiting step, on the deferred call's own interrupt: one approval round.
+    assert_eq!(t.steps.len(), 1);
+    assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_1".into()));
+    assert_eq!(t.events.iter().filter(|e| e.kind == event_kind::INTERRUPT_OPENED).count(), 3);
+    assert_eq!(t.events.iter().filter(|e| e.kind == event_kind::APPROVAL_AWAITED).count(), 1);
+    assert_eq!(t.calls.len(), 1, "held-back calls are not tool calls while their turn runs");
+    assert_eq!(t.calls[0].batch_id.as_deref(), Some("toolu_1"));
+    let turn = t.run_state.as_ref().and_then(|s| s.turn.clone()).expect("the turn");
+    let ahead: Vec<(&str, &str)> =
+        turn.ahead.iter().map(|a| (a.interrupt_id.as_str(), a.batch_id.as_str())).collect();
+    assert_eq!(ahead, [("toolu_2", "toolu_1"), ("toolu_3", "toolu_1")]);
+    // The run state round-trips.
+    let state = RunState::parse(t.run_state.as_ref().unwrap().to_raw().get()).unwrap();
+    assert_eq!(state.turn, Some(turn));
+}
+
+#[test]
+fn a_single_deferred_call_opens_no_batch() {
+    let t = batch_segment(&RunState::default(), refund("toolu_1", "7"), Vec::new());
+    assert_eq!(t.interrupts.len(), 1);
+    assert_eq!(t.interrupts[0].request.get("batch_id"), None);
+    assert_eq!(t.calls[0].batch_id, None);
+    assert!(t.run_state.unwrap().turn.unwrap().ahead.is_empty());
+}
+
+fn after_first() -> RunState {
+    first_batch().run_state.expect("a run state")
+}
+
+fn decided_by(approved: bool, message: Option<&str>) -> batches::AheadState {
+    batches::AheadState::Decided(Decision {
+        approved,
+        message: message.map(str::to_owned),
+        granted: Some(client::GrantStamp { granted_by: "ann".into(), granted_at: 1_700_000 }),
+        ..Decision::default()
+    })
+}
+
+#[test]
+fn a_repeat_of_a_call_approved_ahead_runs_in_its_step_with_no_interrupt_and_names_the_decision() {
+    let state = after_first();
+    // The model repeats 9 with its keys in another order.
+    let repeat =
+        DeferredCall { arguments: json!({"amount_cents": 500, "order_id": "9"}), ..refund("toolu_9", "9") };
+    let t = batch_segment(&state, repeat, vec![("toolu_3".into(), decided_by(true, None))]);
+    assert!(t.interrupts.is_empty(), "{:?}", t.interrupts);
+    assert_eq!(t.steps.len(), 1);
+    assert_eq!(t.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
+    assert_eq!(t.status, Some(status::RUNNING));
+    assert!(!t.events.iter().any(|e| e.kind == event_kind::APPROVAL_AWAITED), "nobody is waited on");
+    let call = &t.calls[0];
+    assert_eq!((call.tool_call_id.as_str(), &call.state), ("toolu_9", &CallState::Queued));
+    assert_eq!(
+        call.decided_ahead,
+        Some(batches::AheadRef {
+            decision_id: "toolu_3".into(),
+            batch_id: "toolu_1".into(),
+            decided_by: Some("ann".into()),
+            decided_at: Some(1_700_000),
+        })
+    );
+    let used = t.events.iter().find(|e| e.kind == event_kind::DECIDED_AHEAD_USED).expect("the event");
+    assert_eq!((&used.payload["decision_id"], &used.payload["approved"]), (&json!("toolu_3"), &json!(true)));
+    let turn = t.run_state.unwrap().turn.unwrap();
+    assert_eq!(turn.ahead[1].used_by.as_deref(), Some("toolu_9"));
+    assert_eq!(turn.ahead[0].used_by, None);
+}
+
+#[test]
+fn a_repeat_of_a_call_rejected_ahead_records_the_rejection_at_once() {
+    let state = after_first();
+    let t = batch_segment(
+        &state,
+        refund("toolu_8", "8"),
+        vec![("toolu_2".into(), decided_by(false, Some("not 8")))],
+    );
+    assert!(t.interrupts.is_empty());
+    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN, "the model reads the rejection on resume");
+    assert_eq!(t.calls[0].state, CallState::Rejected { message: Some("not 8".into()) });
+    assert_eq!(t.calls[0].decided_ahead.as_ref().map(|a| a.decision_id.as_str()), Some("toolu_2"));
+}
+
+#[test]
+fn a_repeat_of_a_call_still_open_ahead_waits_on_that_interrupt() {
+    let state = after_first();
+    let t =
+        batch_segment(&state, refund("toolu_8", "8"), vec![("toolu_2".into(), batches::AheadState::Open)]);
+    assert!(t.interrupts.is_empty(), "no second interrupt");
+    assert_eq!(t.steps[0].kind, step_kind::AWAIT_TOOL_APPROVAL);
+    assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_2".into()));
+    assert_eq!(t.status, Some(status::AWAITING_APPROVAL));
+    assert_eq!(t.calls[0].state, CallState::PendingApproval);
+    assert_eq!(t.calls[0].decided_ahead.as_ref().map(|a| a.decision_id.as_str()), Some("toolu_2"));
+    // Applying the decision later names who made it.
+    let applied = on_approval(
+        &t.calls[0],
+        match &decided_by(true, None) {
+            batches::AheadState::Decided(d) => d,
+            batches::AheadState::Open => unreachable!(),
+        },
+    );
+    assert_eq!(applied.calls[0].decided_ahead.as_ref().and_then(|a| a.decided_by.as_deref()), Some("ann"));
+}
+
+#[test]
+fn a_repeat_with_another_input_does_not_use_the_decision_and_opens_its_own_interrupt() {
+    let state = after_first();
+    let other =
+        DeferredCall { arguments: json!({"order_id": "8", "amount_cents": 400}), ..refund("toolu_8", "8") };
+    let t = batch_segment(&state, other, vec![("toolu_2".into(), decided_by(true, None))]);
+    assert_eq!(t.interrupts.len(), 1);
+    assert_eq!(t.interrupts[0].interrupt_id, "toolu_8");
+    assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_8".into()));
+    assert_eq!(t.calls[0].decided_ahead, None);
+    assert!(t.run_state.unwrap().turn.unwrap().ahead.iter().all(|a| a.used_by.is_none()));
+}
+
+#[test]
+fn the_turns_end_records_unused_decisions_and_closes_open_interrupts_ahead() {
+    let mut state = after_first();
+    state.turn.as_mut().unwrap().ahead[0].used_by = Some("toolu_8".into());
+    let rows = [prompt(1, "refund orders 7, 8 and 9")];
+    let step = RunModelStep { turn_id: Some("turn-1".into()), resume: Some("toolu_1".into()) };
+    let done = CallEntry {
+        state: CallState::Succeeded { output: "r_1".into() },
+        ..pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom)
+    };
+    let run = run_of(plan(&step, 1, &state, &rows, std::slice::from_ref(&done)));
+    let completed = SegmentResult::Completed {
+        session_id: "cli-1".into(),
+        result: "done".into(),
+        entries: vec![],
+        usage: Usage::default(),
+        cost_usd: None,
+    };
+    let t = on_segment(&run, &state, std::slice::from_ref(&done), completed);
+    assert_eq!(t.calls.len(), 1);
+    let unused = &t.calls[0];
+    assert_eq!((unused.tool_call_id.as_str(), &unused.state), ("toolu_3", &CallState::Unused));
+    assert_eq!(unused.state.name(), "unused");
+    assert_eq!(unused.record(), None, "an unused call never ran: no record for the model or a failure note");
+    assert_eq!(unused.decided_ahead.as_ref().map(|a| a.batch_id.as_str()), Some("toolu_1"));
+    assert_eq!(t.close_interrupts.len(), 1);
+    assert_eq!(t.close_interrupts[0].interrupt_id, "toolu_3");
+    let closing: Decision = serde_json::from_value(t.close_interrupts[0].resolution.clone()).unwrap();
+    assert!(!closing.approved);
+    assert!(
+        t.events.iter().any(|e| e.kind == event_kind::AHEAD_UNUSED && e.payload["interrupt_id"] == "toolu_3")
+    );
+    assert_eq!(t.run_state.unwrap().turn, None, "a decision ahead does not carry into the next turn");
+
+    // A failed turn does the same.
+    let failed = SegmentResult::Failed { error: "boom".into(), retryable: false };
+    let t = on_segment(&run, &state, &[done], failed);
+    assert_eq!(t.close_interrupts.len(), 1);
+    assert_eq!(t.calls.iter().filter(|c| c.state == CallState::Unused).count(), 1);
 }

@@ -62,6 +62,13 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
         // that is final needs only the resume).
         return record(call, outcome);
     }
+    // A decision made ahead in a batch: the record names who decided it and when.
+    let mut stamped = call.clone();
+    if let (Some(ahead), Some(stamp)) = (stamped.decided_ahead.as_mut(), decision.granted.as_ref()) {
+        ahead.decided_by = Some(stamp.granted_by.clone());
+        ahead.decided_at = Some(stamp.granted_at);
+    }
+    let call = &stamped;
     if !decision.approved {
         return record(call, Outcome::Rejected { message: decision.message.clone() });
     }

@@ -7,15 +7,16 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::batches::{self, AheadCall, AheadRef, AheadState};
 use super::client::Decision;
 use super::grants::{SessionGrant, active_grant, session_grants};
 use super::{
-    CallEntry, CallState, CallStep, EngineError, Finish, Limits, NewInterrupt, NewItem, NextStep,
-    RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition, TurnState, Usage, event_kind,
-    failure_reason, item_kind, raw, status, step_kind,
+    CallEntry, CallState, CallStep, CloseInterrupt, EngineError, Finish, Limits, NewEvent, NewInterrupt,
+    NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition, TurnState, Usage,
+    event_kind, failure_reason, item_kind, raw, status, step_kind,
 };
 use crate::gate::DeferredCall;
-use crate::policy::{Handling, Policies};
+use crate::policy::{DeferredRun, Handling, Policies};
 use crate::record::ToolCallRecord;
 use crate::texts;
 
@@ -74,6 +75,9 @@ pub struct SegmentRun {
     /// The session's grants: a deferred call of a tool with an active one is approved under it,
     /// with no interrupt.
     pub grants: Vec<SessionGrant>,
+    /// Where the turn's interrupts opened ahead stand (by interrupt id), read by the Worker when
+    /// the segment ends ([`super::batches`]); one missing counts as open.
+    pub ahead_states: Vec<(String, AheadState)>,
 }
 
 /// What `RunModel` does.
@@ -242,7 +246,15 @@ pub fn plan_run_model(
         }
     };
     let grants = session_grants(items, calls)?;
-    Ok(Plan::Run(Box::new(SegmentRun { turn_id, attempt, start, turn_records, prompts_upto, grants })))
+    Ok(Plan::Run(Box::new(SegmentRun {
+        turn_id,
+        attempt,
+        start,
+        turn_records,
+        prompts_upto,
+        grants,
+        ahead_states: Vec::new(),
+    })))
 }
 
 fn is_prompt(kind: &str) -> bool {
@@ -301,6 +313,7 @@ pub fn on_segment(
             t.usage = usage;
             t.status = Some(status::IDLE);
             t.steps.push(next_turn(run.prompts_upto));
+            end_batches(&mut t, state, &run.turn_id);
             t.event(event_kind::TURN_COMPLETED, json!({"turn_id": run.turn_id, "result": result}))
         }
         SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
@@ -323,11 +336,10 @@ pub fn on_segment(
                 next.turn_entries.clear();
             }
             next.turn_entries.extend(entries);
-            next.turn = Some(TurnState { turn_id: run.turn_id.clone(), prompts_upto: run.prompts_upto });
+            let mut ahead = turn_ahead(state, &run.turn_id);
             next.cost_usd += cost_usd.unwrap_or(0.0);
-            t.run_state = Some(next);
             t.usage = usage;
-            let entry = CallEntry {
+            let mut entry = CallEntry {
                 tool_call_id: call.tool_use_id.clone(),
                 tool_name: call.tool_name.clone(),
                 kind: call.kind,
@@ -338,6 +350,8 @@ pub fn on_segment(
                 original_arguments: None,
                 grants_session: None,
                 approved_under: None,
+                batch_id: None,
+                decided_ahead: None,
                 state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
             };
             let call_step = serde_json::to_value(CallStep {
@@ -346,6 +360,42 @@ pub fn on_segment(
             })
             .expect("serializes");
             let grant = if requires_approval { active_grant(&run.grants, &entry.tool_name) } else { None };
+            // The call ahead this call repeats, when no grant approves it anyway.
+            let repeat = if requires_approval && grant.is_none() {
+                batches::find_repeat(&ahead, &entry.tool_name, entry.kind, &entry.arguments)
+            } else {
+                None
+            };
+            // The batch the segment's held-back calls join: the repeated call's, or this call's.
+            let opened = batches::to_open(&ahead, repeat, &call.held_back);
+            let batch_id = match repeat {
+                Some(i) => Some(ahead[i].batch_id.clone()),
+                None if !opened.is_empty() => Some(entry.tool_call_id.clone()),
+                None => None,
+            };
+            for held in &opened {
+                let batch_id = batch_id.clone().unwrap_or_default();
+                let request = batches::ahead_request(&run.turn_id, held, &batch_id);
+                t.interrupts
+                    .push(NewInterrupt { interrupt_id: held.tool_use_id.clone(), request: request.clone() });
+                t = t.event(
+                    event_kind::INTERRUPT_OPENED,
+                    json!({"interrupt_id": held.tool_use_id, "request": request}),
+                );
+                let runs_in = match held.handling {
+                    Handling::Deferred { runs_in, .. } => runs_in,
+                    Handling::Inline => DeferredRun::ResumedSegment,
+                };
+                ahead.push(AheadCall {
+                    interrupt_id: held.tool_use_id.clone(),
+                    batch_id,
+                    tool_name: held.tool_name.clone(),
+                    kind: held.kind,
+                    arguments: held.arguments.clone(),
+                    runs_in,
+                    used_by: None,
+                });
+            }
             if let Some(grant) = grant {
                 // Allowed for this session: approved under the grant, no interrupt. It still runs
                 // where its policy says.
@@ -366,8 +416,46 @@ pub fn on_segment(
                         "grant": grant,
                     }),
                 );
+            } else if let Some(i) = repeat {
+                // Decided (or asked) ahead in a batch: no new interrupt.
+                let used = &mut ahead[i];
+                used.used_by = Some(entry.tool_call_id.clone());
+                entry.batch_id = Some(used.batch_id.clone());
+                entry.decided_ahead = Some(AheadRef {
+                    decision_id: used.interrupt_id.clone(),
+                    batch_id: used.batch_id.clone(),
+                    decided_by: None,
+                    decided_at: None,
+                });
+                let decided = run.ahead_states.iter().find(|(id, _)| *id == used.interrupt_id);
+                match decided {
+                    Some((_, AheadState::Decided(decision))) => {
+                        let applied = super::tools::on_approval(&entry, decision);
+                        t.steps.extend(applied.steps);
+                        t.events.extend(applied.events);
+                        t.status = applied.status;
+                        t = t.event(
+                            event_kind::DECIDED_AHEAD_USED,
+                            json!({
+                                "turn_id": run.turn_id,
+                                "tool_call_id": entry.tool_call_id,
+                                "tool_name": entry.tool_name,
+                                "decision_id": used.interrupt_id,
+                                "batch_id": used.batch_id,
+                                "approved": decision.approved,
+                            }),
+                        );
+                        t.calls.extend(applied.calls);
+                    }
+                    _ => {
+                        // Still open: wait on that interrupt instead of opening a second one.
+                        let interrupt_id = used.interrupt_id.clone();
+                        await_approval(&mut t, &run.turn_id, &entry, call_step, interrupt_id);
+                        t.calls.push(entry);
+                    }
+                }
             } else if requires_approval {
-                let request = json!({
+                let mut request = json!({
                     "type": "tool_approval",
                     "turn_id": run.turn_id,
                     "tool_call_id": entry.tool_call_id,
@@ -376,22 +464,22 @@ pub fn on_segment(
                     "arguments": entry.arguments,
                     "effect": call.policy.effect.as_str(),
                 });
-                t.interrupts.push(NewInterrupt {
-                    interrupt_id: entry.tool_call_id.clone(),
-                    request: request.clone(),
-                });
-                t.steps.push(NextStep {
-                    kind: step_kind::AWAIT_TOOL_APPROVAL,
-                    payload: call_step,
-                    start: Start::OnInterrupt(entry.tool_call_id.clone()),
-                    only_if_prompts_after: None,
-                    session_status: None,
-                });
-                t.status = Some(status::AWAITING_APPROVAL);
-                t = t.event(
-                    event_kind::INTERRUPT_OPENED,
-                    json!({"interrupt_id": entry.tool_call_id, "request": request}),
+                if let Some(batch_id) = &batch_id {
+                    request["batch_id"] = json!(batch_id);
+                    entry.batch_id = Some(batch_id.clone());
+                }
+                t.interrupts.insert(
+                    0,
+                    NewInterrupt { interrupt_id: entry.tool_call_id.clone(), request: request.clone() },
                 );
+                let opened_at = t.events.iter().position(|e| e.kind == event_kind::INTERRUPT_OPENED);
+                let event = NewEvent {
+                    kind: event_kind::INTERRUPT_OPENED,
+                    payload: json!({"interrupt_id": entry.tool_call_id, "request": request}),
+                };
+                t.events.insert(opened_at.unwrap_or(t.events.len()), event);
+                let interrupt_id = entry.tool_call_id.clone();
+                await_approval(&mut t, &run.turn_id, &entry, call_step, interrupt_id);
                 t.calls.push(entry);
             } else {
                 // No approval needed: the call is approved as it is deferred.
@@ -404,6 +492,9 @@ pub fn on_segment(
                 t.events.extend(approved.events);
                 t.status = approved.status;
             }
+            next.turn =
+                Some(TurnState { turn_id: run.turn_id.clone(), prompts_upto: run.prompts_upto, ahead });
+            t.run_state = Some(next);
             t
         }
         SegmentResult::Failed { error, retryable } => {
@@ -421,6 +512,81 @@ pub fn on_segment(
         SegmentResult::SpendLimitReached { error } => {
             fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SPEND_LIMIT, error)
         }
+    }
+}
+
+/// The session waits on a person: `AwaitToolApproval` for `entry`, claimable once
+/// `interrupt_id` (its own, or one opened ahead in a batch) is decided.
+fn await_approval(
+    t: &mut Transition,
+    turn_id: &str,
+    entry: &CallEntry,
+    call_step: Value,
+    interrupt_id: String,
+) {
+    t.steps.push(NextStep {
+        kind: step_kind::AWAIT_TOOL_APPROVAL,
+        payload: call_step,
+        start: Start::OnInterrupt(interrupt_id.clone()),
+        only_if_prompts_after: None,
+        session_status: None,
+    });
+    t.status = Some(status::AWAITING_APPROVAL);
+    t.events.push(NewEvent {
+        kind: event_kind::APPROVAL_AWAITED,
+        payload: json!({"turn_id": turn_id, "tool_call_id": entry.tool_call_id, "interrupt_id": interrupt_id}),
+    });
+}
+
+/// The turn's calls ahead, when `state`'s turn in progress is `turn_id`.
+fn turn_ahead(state: &RunState, turn_id: &str) -> Vec<AheadCall> {
+    state
+        .turn
+        .as_ref()
+        .filter(|turn| turn.turn_id == turn_id)
+        .map(|turn| turn.ahead.clone())
+        .unwrap_or_default()
+}
+
+/// The turn ends: every call ahead whose decision no call used is recorded `unused`, and its
+/// interrupt is closed if still open ([`batches`]).
+fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
+    let ahead = turn_ahead(state, turn_id);
+    for unused in batches::turn_end(&ahead) {
+        t.calls.push(CallEntry {
+            tool_call_id: unused.interrupt_id.clone(),
+            tool_name: unused.tool_name.clone(),
+            kind: unused.kind,
+            arguments: unused.arguments.clone(),
+            turn_id: turn_id.to_owned(),
+            requires_approval: true,
+            runs_in: unused.runs_in,
+            original_arguments: None,
+            grants_session: None,
+            approved_under: None,
+            batch_id: Some(unused.batch_id.clone()),
+            decided_ahead: Some(AheadRef {
+                decision_id: unused.interrupt_id.clone(),
+                batch_id: unused.batch_id.clone(),
+                decided_by: None,
+                decided_at: None,
+            }),
+            state: CallState::Unused,
+        });
+        t.close_interrupts.push(CloseInterrupt {
+            interrupt_id: unused.interrupt_id.clone(),
+            resolution: serde_json::to_value(batches::closing_decision(turn_id)).expect("serializes"),
+        });
+        t.events.push(NewEvent {
+            kind: event_kind::AHEAD_UNUSED,
+            payload: json!({
+                "turn_id": turn_id,
+                "interrupt_id": unused.interrupt_id,
+                "batch_id": unused.batch_id,
+                "tool_name": unused.tool_name,
+                "arguments": unused.arguments,
+            }),
+        });
     }
 }
 
@@ -459,6 +625,7 @@ pub(super) fn fail_turn(
     t.run_state = Some(next);
     t.status = Some(status::IDLE);
     t.steps.push(next_turn(prompts_upto));
+    end_batches(&mut t, state, turn_id);
     t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
 }
 

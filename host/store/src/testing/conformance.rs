@@ -128,6 +128,7 @@ cases![
     claim_for_takes_only_steps_of_unpinned_sessions_and_of_its_own_digests,
     upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event,
     a_running_session_is_not_upgraded_and_nothing_is_written,
+    interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_decided_one_is_queued_at_once,
 ];
 
 /// Runs every case, each on a fresh harness from `fresh(case_name)`.
@@ -379,6 +380,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
             request: j(r#"{"tool":"create_refund"}"#),
         }],
         messages: Vec::new(),
+        close_interrupts: Vec::new(),
         steps: vec![NewStep {
             kind: "AwaitToolApproval".into(),
             payload: j(r#"{"tool_call_id":"toolu_1"}"#),
@@ -1105,4 +1107,69 @@ async fn a_running_session_is_not_upgraded_and_nothing_is_written(h: Harness) {
     let missing = s.upgrade_session("nope", "sha256:b").await;
     assert!(matches!(missing, Err(StoreError::SessionNotFound { .. })), "{missing:?}");
     assert!(matches!(s.upgrade_session("s", "").await, Err(StoreError::Invalid { .. })));
+}
+
+/// Batches (issue 13 item 5): interrupts opened ahead with no step waiting on them, decided in
+/// any order; a step that waits on one decided already is queued at once (nothing else would
+/// wake it); at the turn's end a commit closes the ones still open and leaves decided ones alone.
+async fn interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_decided_one_is_queued_at_once(
+    h: Harness,
+) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    let mut park = parked_on_i1();
+    for ahead in ["i2", "i3", "i4"] {
+        park.interrupts.push(NewInterrupt { interrupt_id: ahead.into(), request: j(r#"{"ahead":true}"#) });
+    }
+    s.commit(&c, park).await.unwrap();
+    assert_eq!(s.open_interrupts(None, 10).await.unwrap().len(), 4, "all of the batch at once");
+    let decide = |id: &str, text: &str| Resolution {
+        session_id: "s".into(),
+        interrupt_id: id.into(),
+        client_key: format!("k-{id}"),
+        resolution: j(text),
+        events: Vec::new(),
+    };
+    // Decided ahead: no step waits on it, nothing is queued.
+    let ahead = s.resolve_interrupt(decide("i2", r#"{"approved":true}"#)).await.unwrap();
+    assert_eq!(ahead, ResolveReceipt { step_id: None, replayed: false });
+    s.resolve_interrupt(decide("i1", r#"{"approved":true}"#)).await.unwrap();
+    let resumed = s.claim("w1", LONG).await.unwrap().expect("the waiting step");
+
+    // The repeat of i2 waits on it: queued at once. i3 stays open, i4 is decided meanwhile.
+    let mut wait = done();
+    wait.steps.push(NewStep {
+        kind: "AwaitToolApproval".into(),
+        payload: j("{}"),
+        start: StepStart::OnInterrupt("i2".into()),
+        only_if_items_after: None,
+        session_status: None,
+    });
+    let id = s.commit(&resumed, wait).await.unwrap().step_ids[0].expect("enqueued");
+    let step = s.step(id).await.unwrap().unwrap();
+    assert_eq!(step.state, StepState::Queued, "{step:?}");
+    let next = s.claim("w1", LONG).await.unwrap().expect("claimable now");
+    assert_eq!(next.step.step_id, id);
+    s.resolve_interrupt(decide("i4", r#"{"approved":false}"#)).await.unwrap();
+
+    // The turn ends: close i2 (decided), i3 (open), i4 (decided), "gone" (no such interrupt).
+    let mut end = done();
+    for id in ["i2", "i3", "i4", "gone"] {
+        end.close_interrupts.push(CloseInterrupt {
+            interrupt_id: id.into(),
+            resolution: j(r#"{"approved":false,"message":"closed"}"#),
+        });
+    }
+    s.commit(&next, end).await.unwrap();
+    assert!(s.open_interrupts(None, 10).await.unwrap().is_empty(), "nothing lingers in the inbox");
+    let closed = s.interrupt("s", "i3").await.unwrap().unwrap();
+    assert_eq!(closed.resolution.unwrap().get(), r#"{"approved":false,"message":"closed"}"#);
+    assert!(closed.resolved_at.is_some());
+    let kept = s.interrupt("s", "i2").await.unwrap().unwrap();
+    assert_eq!(kept.resolution.unwrap().get(), r#"{"approved":true}"#, "a decision is never overwritten");
+    let kept = s.interrupt("s", "i4").await.unwrap().unwrap();
+    assert_eq!(kept.resolution.unwrap().get(), r#"{"approved":false}"#);
+    // A person deciding the closed one afterwards is told it is resolved.
+    let late = s.resolve_interrupt(decide("i3", r#"{"approved":true}"#)).await;
+    assert!(matches!(late, Err(StoreError::InterruptAlreadyResolved { .. })), "{late:?}");
 }

@@ -698,6 +698,7 @@ async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuer
             session_id: open.session_id,
             tool_name: request.tool_name.clone(),
             turn_id: request.turn_id.clone(),
+            batch_id: request.batch_id.clone(),
             request,
         });
     }

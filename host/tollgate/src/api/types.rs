@@ -123,6 +123,22 @@ pub struct Grant {
     pub decision_id: String,
 }
 
+/// The decision made ahead in a batch that a call ran under (or waits on), like a session
+/// grant: its interrupt, its batch, and who decided it when (issue 13 item 5).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct DecidedAhead {
+    /// The interrupt opened ahead (its audit row in `decisions` names it).
+    pub decision_id: String,
+    /// Its batch: the interrupt id of the call deferred beside it.
+    pub batch_id: String,
+    /// The principal who decided (absent while open, or for an `unused` call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// When (ms since the epoch: the decision's audit row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<i64>,
+}
+
 /// A session grant as the snapshot lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct SessionGrant {
@@ -432,6 +448,9 @@ pub struct PendingApproval {
     pub tool_name: String,
     /// The turn that made the call.
     pub turn_id: String,
+    /// Its batch (omitted outside a batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
 }
 
 /// A deferred tool call and where it is (`Snapshot::tool_calls`).
@@ -451,6 +470,15 @@ pub struct ToolCall {
     /// The session grant it was approved under, with no interrupt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_under: Option<Grant>,
+    /// The batch its interrupt belongs to: the calls of one reply that needed approval, shown in
+    /// the inbox at once (omitted outside a batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
+    /// The decision made ahead in a batch that it ran under (no interrupt of its own) or waits
+    /// on; for an `unused` call, its own interrupt opened ahead, whose decision (see `decisions`)
+    /// no call used before the turn ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_ahead: Option<DecidedAhead>,
     /// Whether it waits for a decision first.
     pub requires_approval: bool,
     /// Where it runs once approved.
@@ -577,6 +605,9 @@ pub struct PendingInterrupt {
     pub tool_name: String,
     /// The turn that made the call (the request's).
     pub turn_id: String,
+    /// Its batch (the request's; omitted outside a batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
 }
 
 /// What an interrupt asks: the approval of one tool call (also the `request` of an
@@ -608,6 +639,17 @@ pub struct ApprovalRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub input_schema: Option<Value>,
+    /// The batch it belongs to: the calls of one reply that need approval, shown at once so a
+    /// person decides them in one sitting. Omitted outside a batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
+    /// `true` for a call the model was told to repeat (the CLI runs one deferred call per
+    /// reply), asked ahead of time: its decision is used when the model repeats the identical
+    /// call in the same turn (same tool, same input up to key order and whitespace), at most
+    /// once, and is recorded `unused` if the turn ends first; still open then, it is closed
+    /// (rejected, decided by nobody). Omitted when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ahead: bool,
 }
 
 // ---- Events ----
@@ -868,6 +910,8 @@ mod tests {
             original_arguments: None,
             grants_session: None,
             approved_under: None,
+            batch_id: None,
+            decided_ahead: None,
             kind: ToolKind::Custom,
             requires_approval: true,
             runs_in: DeferredRun::CallSingleAttemptTool,

@@ -94,19 +94,29 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let now = now_ms();
+            // A BATCH column when some approvals were asked together (one reply, one sitting).
+            let batches = pending.iter().any(|i| i.batch_id.is_some());
             let rows: Vec<Vec<String>> = pending
                 .iter()
                 .map(|i| {
-                    vec![
+                    let mut row = vec![
                         i.session_id.clone(),
                         i.interrupt_id.clone(),
                         i.tool_name.clone(),
                         clip(&compact(&i.arguments), 60),
                         age(now, i.created_at),
-                    ]
+                    ];
+                    if batches {
+                        row.push(i.batch_id.clone().unwrap_or_else(|| "-".into()));
+                    }
+                    row
                 })
                 .collect();
-            table(out, &["SESSION", "INTERRUPT", "TOOL", "ARGUMENTS", "AGE"], &rows)?;
+            let mut headers = vec!["SESSION", "INTERRUPT", "TOOL", "ARGUMENTS", "AGE"];
+            if batches {
+                headers.push("BATCH");
+            }
+            table(out, &headers, &rows)?;
             if let Some(first) = pending.first() {
                 writeln!(
                     out,

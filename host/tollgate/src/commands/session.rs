@@ -535,6 +535,24 @@ impl Printer {
                 writeln!(out, "  approve: tollgate approvals approve {session} {id}{url}")?;
                 writeln!(out, "  reject:  tollgate approvals reject {session} {id} --message \"why\"{url}")?;
             }
+            // One approval round: the `interrupt_opened` lines said what to decide.
+            "approval_awaited" => {}
+            "decided_ahead_used" => {
+                let verdict = if p["approved"].as_bool() == Some(true) { "approved" } else { "rejected" };
+                writeln!(
+                    out,
+                    "[approval] {} {verdict} ahead in batch {} ({})",
+                    text_of(&p["tool_name"]),
+                    text_of(&p["batch_id"]),
+                    text_of(&p["decision_id"])
+                )?;
+            }
+            "ahead_unused" => writeln!(
+                out,
+                "[approval] {} {} asked ahead, never called again: unused",
+                text_of(&p["tool_name"]),
+                compact(&p["arguments"])
+            )?,
             "interrupt_resolved" => {
                 let verdict = if p["approved"].as_bool() == Some(true) { "approved" } else { "rejected" };
                 let message = p["message"].as_str().map(|m| format!(": {m}")).unwrap_or_default();

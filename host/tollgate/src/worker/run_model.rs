@@ -13,6 +13,8 @@ use tollgate_claude::{
 };
 use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
 use tollgate_engine::gate::Gate;
+use tollgate_engine::session::batches::AheadState;
+use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
     CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind,
@@ -160,6 +162,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         let revocations =
             sessions::read_all_items_of_kind(store, session_id, item_kind::GRANT_REVOKED).await?;
         run.grants = grants::session_grants(&sessions::history(&revocations), &calls)?;
+        // So does a decision made ahead in a batch: read where the turn's interrupts ahead stand.
+        run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
     }
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     // The API may not load the agent: the interrupt carries who may decide it.
@@ -179,6 +183,34 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     worker.commit(claimed, transition).await?;
     Ok(())
+}
+
+/// Where the turn's unused interrupts opened ahead stand ([`batches`]): open, or decided (with
+/// who decided and when, from the audit row).
+async fn ahead_states(
+    worker: &Worker,
+    session_id: &str,
+    state: &RunState,
+    turn_id: &str,
+) -> Result<Vec<(String, AheadState)>, StepError> {
+    let Some(turn) = state.turn.as_ref().filter(|turn| turn.turn_id == turn_id) else {
+        return Ok(Vec::new());
+    };
+    let mut states = Vec::new();
+    for ahead in turn.ahead.iter().filter(|a| a.used_by.is_none()) {
+        let interrupt = worker.store.interrupt(session_id, &ahead.interrupt_id).await?;
+        let state = match interrupt.and_then(|i| i.resolution) {
+            Some(resolution) => {
+                let mut decision = parse_decision(resolution.get())?;
+                decision.granted =
+                    super::tool_steps::decided_by(worker, session_id, &ahead.interrupt_id).await?;
+                AheadState::Decided(decision)
+            }
+            None => AheadState::Open,
+        };
+        states.push((ahead.interrupt_id.clone(), state));
+    }
+    Ok(states)
 }
 
 /// Where a segment's CLI reaches the model: the proxy and the segment's token.

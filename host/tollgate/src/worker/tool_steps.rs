@@ -27,29 +27,38 @@ async fn load_call(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Resul
 /// `AwaitToolApproval`, queued by the interrupt's resolution.
 pub(super) async fn approval(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<(), StepError> {
     let call = load_call(worker, claimed, step).await?;
+    // The call's own interrupt, or the one opened ahead in a batch that it waits on.
+    let interrupt_id = call.decided_ahead.as_ref().map_or(&step.tool_call_id, |ahead| &ahead.decision_id);
     let interrupt =
-        worker.store.interrupt(&claimed.step.session_id, &step.tool_call_id).await?.ok_or_else(|| {
-            EngineError::Inconsistent(format!("no interrupt {} for the waiting approval", step.tool_call_id))
+        worker.store.interrupt(&claimed.step.session_id, interrupt_id).await?.ok_or_else(|| {
+            EngineError::Inconsistent(format!("no interrupt {interrupt_id} for the waiting approval"))
         })?;
     let Some(resolution) = interrupt.resolution else {
-        return Err(EngineError::Inconsistent(format!(
-            "interrupt {} is not resolved yet",
-            step.tool_call_id
-        ))
-        .into());
+        return Err(EngineError::Inconsistent(format!("interrupt {interrupt_id} is not resolved yet")).into());
     };
     let mut decision = parse_decision(resolution.get())?;
-    if decision.approved && decision.scope == DecisionScope::Session {
-        // The grant names who decided and when: the decision's audit row.
-        let rows = crate::sessions::decisions(worker.store.as_ref(), &claimed.step.session_id).await?;
-        decision.granted = rows
-            .iter()
-            .rev()
-            .find(|row| row.interrupt_id == step.tool_call_id)
-            .map(|row| GrantStamp { granted_by: row.principal.clone(), granted_at: row.decided_at });
+    if (decision.approved && decision.scope == DecisionScope::Session) || call.decided_ahead.is_some() {
+        // The grant (or the record of a decision made ahead) names who decided and when: the
+        // decision's audit row.
+        decision.granted = decided_by(worker, &claimed.step.session_id, interrupt_id).await?;
     }
     worker.commit(claimed, rules::on_approval(&call, &decision)).await?;
     Ok(())
+}
+
+/// Who decided interrupt `interrupt_id` and when: its latest audit row (none for an interrupt
+/// nobody decided).
+pub(super) async fn decided_by(
+    worker: &Worker,
+    session_id: &str,
+    interrupt_id: &str,
+) -> Result<Option<GrantStamp>, StepError> {
+    let rows = crate::sessions::decisions(worker.store.as_ref(), session_id).await?;
+    Ok(rows
+        .iter()
+        .rev()
+        .find(|row| row.interrupt_id == interrupt_id)
+        .map(|row| GrantStamp { granted_by: row.principal.clone(), granted_at: row.decided_at }))
 }
 
 /// `CallTool` (`single_attempt == false`) or `CallSingleAttemptTool`.

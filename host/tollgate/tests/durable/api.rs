@@ -529,6 +529,8 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         original_arguments: None,
         grants_session: None,
         approved_under: None,
+        batch_id: None,
+        decided_ahead: None,
         kind: ToolKind::Custom,
         requires_approval: true,
         runs_in: DeferredRun::CallSingleAttemptTool,

@@ -8,6 +8,8 @@
 //! - `auth`: principals from `tollgate auth add`: 401 and 403 (role, approver group, separation
 //!   of duties) through HTTP and the CLI client, the audit trail in the snapshot, the event stream,
 //!   `session show` and `GET /v1/audit`.
+//! - `batches`: one reply asking for three refunds decided in one sitting (one approval round),
+//!   the repeats using the decisions made ahead; unused and closed decisions ahead.
 //! - `edits`: edit before approve: a refund's amount and a `Bash` command changed by the
 //!   approver run as edited, both inputs recorded and audited, the model told; a bad edit refused.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
@@ -28,6 +30,7 @@
 mod api;
 mod api_input;
 mod auth;
+mod batches;
 mod bundles;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]

@@ -41,6 +41,7 @@ pub async fn park_on_approval(store: &dyn Store, session: &str) {
         arguments: json!({"order_id": "7", "amount_cents": 500}),
         policy: ToolPolicy { effect: Effect::NonIdempotentWrite, requires_approval: true },
         handling: Handling::Deferred { requires_approval: true, runs_in: DeferredRun::CallSingleAttemptTool },
+        held_back: Vec::new(),
     };
     let entry =
         serde_json::value::RawValue::from_string(format!(r#"{{"type":"user","uuid":"u-{session}"}}"#))
