@@ -594,10 +594,12 @@ where
                     })
                 })?;
         }
+        let mut close_events = Vec::new();
         for close in &commit.close_interrupts {
             if Sql::interrupt_resolved(&mut tx, sid, &close.interrupt_id).await? != Some(false) {
                 continue;
             }
+            close_events.extend(&close.events);
             sqlx::query(sql.resolve_interrupt)
                 .bind(sid)
                 .bind(close.interrupt_id.as_str())
@@ -627,6 +629,9 @@ where
                 session_update.status.clone_from(&step.session_status);
             }
             receipt.step_ids.push(id);
+        }
+        for event in close_events {
+            Sql::append_event(&mut tx, sid, &mut event_seq, event, Some((step_id, claimed.fence))).await?;
         }
         for event in &commit.events {
             let seq = Sql::append_event(&mut tx, sid, &mut event_seq, event, Some((step_id, claimed.fence)))

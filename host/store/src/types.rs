@@ -346,6 +346,9 @@ pub struct CloseInterrupt {
     pub interrupt_id: String,
     /// The resolution it gets.
     pub resolution: Box<RawValue>,
+    /// Appended to the session's stream (before the commit's own events) only if it was closed
+    /// here, not decided before.
+    pub events: Vec<NewEvent>,
 }
 
 /// The client key a closed interrupt's resolution is stored under (no client decided it).

@@ -81,7 +81,11 @@ pub fn commit(t: engine::Transition) -> store::Commit {
         close_interrupts: t
             .close_interrupts
             .into_iter()
-            .map(|c| store::CloseInterrupt { interrupt_id: c.interrupt_id, resolution: raw(&c.resolution) })
+            .map(|c| store::CloseInterrupt {
+                interrupt_id: c.interrupt_id,
+                resolution: raw(&c.resolution),
+                events: c.events.into_iter().map(event).collect(),
+            })
             .collect(),
         steps: t.steps.into_iter().map(step).collect(),
         session: store::SessionUpdate {

@@ -807,3 +807,24 @@ fn a_segment_with_one_deferrable_call_holds_nothing_back() {
     let deferred = gate.accept_deferral("toolu_1", "mcp__tools__create_refund", json!({})).expect("deferral");
     assert!(deferred.held_back.is_empty());
 }
+
+#[test]
+fn a_cli_call_the_decider_sends_to_approval_after_the_deferral_is_held_back() {
+    let mut gate = gate().with_cli_decider();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
+    let bash = ToolCall::new("toolu_2", "Bash", json!({"command": "rm -rf build; make"}));
+    let step = gate.pre_tool_use(&bash);
+    let decision = with_decider(step, Ok(Some(CliToolDecision::RequireApproval)), &mut gate);
+    assert_eq!(denial(&decision).1, DenyReason::OnlyOneDeferredCall);
+    // An allowed one is not.
+    let ls = ToolCall::new("toolu_3", "Bash", json!({"command": "ls"}));
+    let step = gate.pre_tool_use(&ls);
+    assert_eq!(with_decider(step, Ok(Some(CliToolDecision::Allow)), &mut gate), allow());
+    let deferred = gate.accept_deferral("toolu_1", "mcp__tools__create_refund", json!({})).expect("deferral");
+    let held: Vec<(&str, &str, &Value)> = deferred
+        .held_back
+        .iter()
+        .map(|c| (c.tool_use_id.as_str(), c.tool_name.as_str(), &c.arguments))
+        .collect();
+    assert_eq!(held, [("toolu_2", "Bash", &bash.input)]);
+}

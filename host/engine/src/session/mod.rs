@@ -564,6 +564,8 @@ pub struct CloseInterrupt {
     pub interrupt_id: String,
     /// The resolution it gets ([`batches::closing_decision`]).
     pub resolution: Value,
+    /// Appended only if it is closed here (not decided before): its `interrupt_resolved`.
+    pub events: Vec<NewEvent>,
 }
 
 /// An event to append.

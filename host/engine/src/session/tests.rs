@@ -1035,6 +1035,12 @@ fn the_turns_end_records_unused_decisions_and_closes_open_interrupts_ahead() {
     assert_eq!(t.close_interrupts[0].interrupt_id, "toolu_3");
     let closing: Decision = serde_json::from_value(t.close_interrupts[0].resolution.clone()).unwrap();
     assert!(!closing.approved);
+    let [resolved] = t.close_interrupts[0].events.as_slice() else { panic!("one event") };
+    assert_eq!(resolved.kind, event_kind::INTERRUPT_RESOLVED);
+    assert_eq!(
+        (&resolved.payload["interrupt_id"], &resolved.payload["closed"], &resolved.payload["decided_by"]),
+        (&json!("toolu_3"), &json!(true), &Value::Null)
+    );
     assert!(
         t.events.iter().any(|e| e.kind == event_kind::AHEAD_UNUSED && e.payload["interrupt_id"] == "toolu_3")
     );

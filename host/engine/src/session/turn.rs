@@ -573,9 +573,17 @@ fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
             }),
             state: CallState::Unused,
         });
+        let closing = batches::closing_decision(turn_id);
+        let (resolution, mut resolved) = super::client::resolution(&unused.interrupt_id, &closing);
+        for event in &mut resolved {
+            // Decided by nobody: Tollgate closed it.
+            event.payload["decided_by"] = Value::Null;
+            event.payload["closed"] = json!(true);
+        }
         t.close_interrupts.push(CloseInterrupt {
             interrupt_id: unused.interrupt_id.clone(),
-            resolution: serde_json::to_value(batches::closing_decision(turn_id)).expect("serializes"),
+            resolution,
+            events: resolved,
         });
         t.events.push(NewEvent {
             kind: event_kind::AHEAD_UNUSED,

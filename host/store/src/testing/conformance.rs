@@ -1158,9 +1158,24 @@ async fn interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_deci
         end.close_interrupts.push(CloseInterrupt {
             interrupt_id: id.into(),
             resolution: j(r#"{"approved":false,"message":"closed"}"#),
+            events: vec![event("interrupt_resolved", &format!(r#"{{"interrupt_id":"{id}"}}"#))],
         });
     }
+    end.events.push(event("turn_completed", "{}"));
+    let before = s.read_events("s", 0, 100).await.unwrap().len();
     s.commit(&next, end).await.unwrap();
+    let written: Vec<(String, String)> = s.read_events("s", 0, 100).await.unwrap()[before..]
+        .iter()
+        .map(|e| (e.kind.clone(), e.payload.get().to_owned()))
+        .collect();
+    assert_eq!(
+        written,
+        [
+            ("interrupt_resolved".to_owned(), r#"{"interrupt_id":"i3"}"#.to_owned()),
+            ("turn_completed".to_owned(), "{}".to_owned())
+        ],
+        "only the interrupt actually closed says so"
+    );
     assert!(s.open_interrupts(None, 10).await.unwrap().is_empty(), "nothing lingers in the inbox");
     let closed = s.interrupt("s", "i3").await.unwrap().unwrap();
     assert_eq!(closed.resolution.unwrap().get(), r#"{"approved":false,"message":"closed"}"#);

@@ -300,7 +300,8 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
         writeln!(out, "\npending approvals:")?;
         for interrupt in &snapshot.pending_interrupts {
             let id = &interrupt.interrupt_id;
-            writeln!(out, "  {} {}", interrupt.tool_name, compact(&interrupt.arguments))?;
+            let batch = interrupt.batch_id.as_ref().map(|b| format!(" [batch {b}]")).unwrap_or_default();
+            writeln!(out, "  {} {}{batch}", interrupt.tool_name, compact(&interrupt.arguments))?;
             writeln!(
                 out,
                 "    approve: tollgate approvals approve {} {}{}",
@@ -335,7 +336,11 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
                 vec![
                     call.tool_call_id.clone(),
                     call.tool_name.clone(),
-                    call.state.name().to_owned(),
+                    // A call that ran under (or waits on) a decision made ahead in a batch names it.
+                    match &call.decided_ahead {
+                        Some(ahead) => format!("{} (ahead: {})", call.state.name(), ahead.decision_id),
+                        None => call.state.name().to_owned(),
+                    },
                     match &call.original_arguments {
                         Some(_) => format!("{} (edited)", clip(&compact(&call.arguments), 50)),
                         None => clip(&compact(&call.arguments), 50),

@@ -232,6 +232,26 @@ async fn a_decision_ahead_the_model_never_uses_is_recorded_unused_and_an_open_on
     assert!(inbox(&served).await.is_empty(), "nothing lingers in the inbox");
     let events = world.events("s").await;
     assert_eq!(events.iter().filter(|e| e.kind == "ahead_unused").count(), 2);
+    let closing: Vec<Value> = events
+        .iter()
+        .filter(|e| e.kind == "interrupt_resolved")
+        .map(|e| serde_json::from_str(e.payload.get()).unwrap())
+        .filter(|p: &Value| p["closed"] == json!(true))
+        .collect();
+    assert_eq!(closing.len(), 1, "only 9's was still open: {closing:?}");
+    assert_eq!((&closing[0]["interrupt_id"], &closing[0]["decided_by"]), (&json!(id9), &Value::Null));
+    // A person deciding it now is told it is closed; nothing is stored.
+    let url = format!("{}/v1/sessions/s/interrupts/{id9}", served.url);
+    let late =
+        api(reqwest::Client::new().post(url).bearer_auth("t0ken").json(&json!({"approved": true}))).await;
+    assert_eq!(
+        (late.status, &late.body["error"]["code"]),
+        (409, &json!("interrupt_already_resolved")),
+        "{}",
+        late.text
+    );
+    assert!(late.text.contains("decided by nobody"), "{}", late.text);
+    assert!(!world.snapshot("s").await.decisions.iter().any(|d| d.interrupt_id == id9));
     assert_eq!(events.iter().filter(|e| e.kind == "decided_ahead_used").count(), 0);
     assert_eq!(approval_rounds(&world).await, 3, "7, and each changed repeat");
 
