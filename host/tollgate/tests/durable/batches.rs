@@ -3,7 +3,8 @@
 //! them in one sitting; the repeats the model makes (the CLI runs one deferred call per reply) use
 //! the decisions made ahead, so the session waits on a person once — not three times. A decision
 //! made ahead for a call the model never repeats (or repeats with another input) is recorded
-//! `unused`, and an interrupt ahead still open when the turn ends is closed.
+//! `unused`, and an interrupt ahead still open when the turn ends is closed. On PostgreSQL, with
+//! `tollgate api` and a Worker SIGKILLed after the batch was used, nothing runs twice.
 //!
 //! The approval-round figure is printed by
 //! `cargo test -p tollgate --test durable batches -- --nocapture` (line `approval rounds …`).
@@ -306,5 +307,51 @@ async fn a_repeat_of_a_call_still_open_ahead_waits_on_that_interrupt() {
     let events = world.events("s").await;
     assert_eq!(events.iter().filter(|e| e.kind == "interrupt_opened").count(), 2);
     assert_eq!(approval_rounds(&world).await, 2, "7, then the repeat of 8 while 8 was still open");
+    served.stop().await;
+}
+
+/// On PostgreSQL, with `tollgate api` (which does not load the agent) and a Worker that is
+/// SIGKILLed in the turn's last segment, after the batch was decided and used: the new Worker
+/// reruns that segment from the stored records, each approved refund ran once, and the session
+/// still waited on a person once.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_postgres_a_worker_sigkilled_after_the_batch_is_used_runs_nothing_twice() {
+    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let test = "batch: SIGKILL on PostgreSQL";
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+        return;
+    };
+    let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;
+    let a = world.worker("a");
+    let script =
+        format!("{} ;; pause last", [refund("7", 500), refund("8", 500), refund("9", 500)].join(" && "));
+    world.send("s", &script).await;
+    world
+        .wait_for("s", "three approvals", |s| {
+            s.status == "awaiting_approval" && s.pending_interrupts.len() == 3
+        })
+        .await;
+    let listed = inbox(&served).await;
+    assert!(listed.iter().all(|i| i["batch_id"] == listed[0]["batch_id"]), "{listed:#?}");
+    let id = |order: &str| asking_for(&listed, order)["interrupt_id"].as_str().expect("an id").to_owned();
+    decide(&served, &id("9"), json!({"approved": false, "message": "not 9"})).await;
+    decide(&served, &id("8"), json!({"approved": true})).await;
+    decide(&served, &id("7"), json!({"approved": true})).await;
+    world.mock.wait_for_gate("last", std::time::Duration::from_secs(90)).await.expect("the last segment");
+    assert_eq!(world.payments.count(), 2);
+    a.kill().await;
+    world.mock.open_gate("last");
+    let _b = world.worker("b");
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    assert_eq!(world.payments.count(), 2, "nothing ran twice: {:?}", world.payments.requests());
+    let mut keys = world.payments.keys();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 2);
+    assert!(!done.tool_calls.iter().any(|c| c.state.name() == "unused"), "{:#?}", done.tool_calls);
+    let answer = done.messages.last().map(|m| m.text.clone()).unwrap_or_default();
+    assert!(answer.contains("not 9"), "{answer}");
+    assert_eq!(approval_rounds(&world).await, 1);
     served.stop().await;
 }
