@@ -76,7 +76,11 @@ pub fn commit(t: engine::Transition) -> store::Commit {
         interrupts: t
             .interrupts
             .into_iter()
-            .map(|i| store::NewInterrupt { interrupt_id: i.interrupt_id, request: raw(&i.request) })
+            .map(|i| store::NewInterrupt {
+                interrupt_id: i.interrupt_id,
+                request: raw(&i.request),
+                deadline: None,
+            })
             .collect(),
         steps: t.steps.into_iter().map(step).collect(),
         session: store::SessionUpdate {
