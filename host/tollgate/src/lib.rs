@@ -30,6 +30,7 @@ pub mod client;
 pub mod commands;
 pub mod config;
 pub mod convert;
+pub mod deadlines;
 pub mod edits;
 pub mod metrics;
 pub mod proxy;

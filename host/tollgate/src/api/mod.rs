@@ -209,6 +209,11 @@ impl From<StoreError> for ApiError {
             StoreError::InterruptAlreadyResolved { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::InterruptAlreadyResolved, text)
             }
+            StoreError::InterruptExpired { deadline_at, .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::InterruptExpired,
+                format!("{text} ({})", crate::webhooks::rfc3339_ms(deadline_at)),
+            ),
             StoreError::IdempotencyConflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::IdempotencyConflict, text)
             }
@@ -402,7 +407,7 @@ async fn send_message(
         (status = 200, description = "Decided (or the same decision replayed)", body = DecisionReceipt),
         (status = 403, description = "`role_required` (not an approver or admin), `group_required` (the tool's policy names `approvers` groups the principal is in none of; listed in `needed`) or `own_session` (the principal started the session: separation of duties)", body = ErrorBody),
         (status = 404, description = "`session_not_found` or `interrupt_not_found`", body = ErrorBody),
-        (status = 409, description = "`interrupt_already_resolved` (decided otherwise) or `idempotency_conflict`", body = ErrorBody),
+        (status = 409, description = "`interrupt_already_resolved` (decided otherwise), `interrupt_expired` (its approval deadline passed first; the message names it) or `idempotency_conflict`", body = ErrorBody),
         openapi::WriteErrors,
     )
 )]
@@ -699,6 +704,8 @@ async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuer
             tool_name: request.tool_name.clone(),
             turn_id: request.turn_id.clone(),
             request,
+            deadline_at: open.deadline_at,
+            escalated_at: open.escalated_at,
         });
     }
     Ok(Json(InterruptList { interrupts, next_after }).into_response())
