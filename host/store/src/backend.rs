@@ -875,6 +875,10 @@ where
 pub(crate) enum Decider {
     /// A client: refused once the interrupt's deadline passed ([`StoreError::InterruptExpired`]).
     Client,
+    /// A client whose authority was checked against the interrupt as it was with `escalated_at`:
+    /// as [`Decider::Client`], and refused ([`StoreError::InterruptEscalated`]) when an escalation
+    /// changed who may decide since.
+    ClientAsOf(Option<i64>),
     /// The interrupt's deadline `deadline_at` ([`crate::deadlines`]): only when that is the
     /// interrupt's deadline now and it passed ([`StoreError::DeadlineNotDue`] otherwise).
     Deadline(i64),
@@ -947,7 +951,7 @@ where
         let key: Option<String> = row.try_get("client_key")?;
         if key.as_deref() != Some(r.client_key.as_str()) {
             // Resolved at or after its deadline: only the deadline resolves then.
-            if let (Decider::Client, Some(deadline_at), Some(resolved_at)) =
+            if let (Decider::Client | Decider::ClientAsOf(_), Some(deadline_at), Some(resolved_at)) =
                 (decider, interrupt.deadline_at, interrupt.resolved_at)
                 && resolved_at >= deadline_at
             {
@@ -974,9 +978,20 @@ where
         let step_id = step.map(|s| s.try_get("step_id")).transpose()?;
         return Ok(ResolveReceipt { step_id, replayed: true });
     }
+    if let Decider::ClientAsOf(seen) = decider
+        && seen != interrupt.escalated_at
+    {
+        return Err(StoreError::InterruptEscalated {
+            session_id: sid.to_owned(),
+            interrupt_id: r.interrupt_id,
+            escalated_at: interrupt.escalated_at,
+        });
+    }
     match (decider, interrupt.deadline_at) {
-        (Decider::Client, Some(deadline_at)) if deadline_at <= db_now => return Err(expired(deadline_at)),
-        (Decider::Client, _) => {}
+        (Decider::Client | Decider::ClientAsOf(_), Some(deadline_at)) if deadline_at <= db_now => {
+            return Err(expired(deadline_at));
+        }
+        (Decider::Client | Decider::ClientAsOf(_), _) => {}
         (Decider::Deadline(fired), Some(deadline_at)) if fired == deadline_at && deadline_at <= db_now => {}
         (Decider::Deadline(fired), now_at) => {
             return Err(StoreError::DeadlineNotDue {

@@ -103,6 +103,10 @@ pub struct EscalationReceipt {
 ///   [`crate::AuditLog::resolve_interrupt_as`]) on an interrupt whose deadline passed, or that its
 ///   deadline resolved, is [`StoreError::InterruptExpired`] naming the deadline; nothing is
 ///   written.
+/// - **Who may decide is checked against the current interrupt.** A decision made through
+///   [`Deadlines::resolve_interrupt_as_of`] with the `escalated_at` its authorization read is
+///   refused ([`StoreError::InterruptEscalated`], nothing written) when an escalation came
+///   between that read and the decision.
 #[async_trait::async_trait]
 pub trait Deadlines: Send + Sync {
     /// Up to `limit` open interrupts whose deadline passed (DB clock), earliest deadline first.
@@ -118,6 +122,17 @@ pub trait Deadlines: Send + Sync {
 
     /// Hands the interrupt to other approvers because its deadline passed (see the contract).
     async fn escalate_interrupt(&self, escalation: Escalation) -> Result<EscalationReceipt, StoreError>;
+
+    /// [`crate::AuditLog::resolve_interrupt_as`] by a client whose authority was checked against
+    /// the interrupt as it was with `escalated_at` ([`Interrupt::escalated_at`] of the read the
+    /// check used): when an escalation changed who may decide since, it is
+    /// [`StoreError::InterruptEscalated`] and nothing is written (check again and retry).
+    async fn resolve_interrupt_as_of(
+        &self,
+        resolution: Resolution,
+        entry: NewAuditEntry,
+        escalated_at: Option<i64>,
+    ) -> Result<ResolveReceipt, StoreError>;
 }
 
 /// The deadline statements of one dialect, rendered once.
@@ -209,6 +224,16 @@ where
             Decider::Deadline(expiry.deadline_at),
         )
         .await
+    }
+
+    async fn resolve_interrupt_as_of(
+        &self,
+        resolution: Resolution,
+        entry: NewAuditEntry,
+        escalated_at: Option<i64>,
+    ) -> Result<ResolveReceipt, StoreError> {
+        crate::audit::check_entry(&entry)?;
+        crate::backend::resolve_by(self, resolution, Some(&entry), Decider::ClientAsOf(escalated_at)).await
     }
 
     async fn escalate_interrupt(&self, e: Escalation) -> Result<EscalationReceipt, StoreError> {

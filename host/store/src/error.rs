@@ -71,6 +71,20 @@ pub enum StoreError {
         /// The deadline that passed (ms, database clock).
         deadline_at: i64,
     },
+    /// The decider's authority was checked against the interrupt before an escalation changed
+    /// who may decide it (`escalated_at`: when; `None`: the interrupt the caller saw was escalated,
+    /// and is not now). Nothing was written: check again against the interrupt as it is.
+    #[error(
+        "interrupt `{interrupt_id}` of session `{session_id}` was escalated to other approvers after this decision's check; nothing was written"
+    )]
+    InterruptEscalated {
+        /// The session.
+        session_id: String,
+        /// The interrupt.
+        interrupt_id: String,
+        /// When it was escalated (ms, database clock).
+        escalated_at: Option<i64>,
+    },
     /// A deadline was fired that is not the interrupt's due deadline now: it has none, it has
     /// not passed yet, or it moved (an escalation set a new one). Nothing was written.
     #[error(

@@ -170,6 +170,38 @@ pub async fn resolve_as(
     client_key: Option<&str>,
     principal: &str,
 ) -> Result<ResolveReceipt, ClientError> {
+    resolve_checked(store, session_id, interrupt_id, decision, client_key, principal, None).await
+}
+
+/// [`resolve_as`] by a principal whose authority was checked against the interrupt as it was
+/// with `escalated_at` (its [`tollgate_store::Interrupt::escalated_at`] when the check read it): an
+/// escalation since is [`StoreError::InterruptEscalated`] and nothing is written, so the caller
+/// checks again against the new approvers.
+///
+/// # Errors
+/// As [`resolve_as`], and [`StoreError::InterruptEscalated`].
+pub async fn resolve_as_of(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+    principal: &str,
+    escalated_at: Option<i64>,
+) -> Result<ResolveReceipt, ClientError> {
+    let seen = Some(escalated_at);
+    resolve_checked(store, session_id, interrupt_id, decision, client_key, principal, seen).await
+}
+
+async fn resolve_checked(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+    principal: &str,
+    seen: Option<Option<i64>>,
+) -> Result<ResolveReceipt, ClientError> {
     let client_key = match client_key {
         Some(key) => {
             check_id("client_key", key)?;
@@ -237,7 +269,12 @@ pub async fn resolve_as(
         resolution: convert::raw(&resolution),
         events,
     };
-    Ok(store.audit().resolve_interrupt_as(resolution, entry).await?)
+    Ok(match seen {
+        Some(escalated_at) => {
+            store.deadlines().resolve_interrupt_as_of(resolution, entry, escalated_at).await?
+        }
+        None => store.audit().resolve_interrupt_as(resolution, entry).await?,
+    })
 }
 
 /// The event kind of a decision's audit row on the session's stream: `{interrupt_id, principal,

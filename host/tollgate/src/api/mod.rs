@@ -434,24 +434,40 @@ async fn decide(
         granted: None,
     };
     // Who may decide: the caller's role, the tool's approver groups (stored with the interrupt
-    // when it opened: this process may not load the agent) and who started the session.
-    if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
-        let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
-        let tool = asked.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default();
-        let approvers: Vec<String> =
-            asked.get("approvers").and_then(|a| serde_json::from_value(a.clone()).ok()).unwrap_or_default();
-        let starter = state.store.audit().started_by(&id).await?;
-        state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
-    }
-    let receipt = sessions::resolve_as(
-        state.store.as_ref(),
-        &id,
-        &interrupt_id,
-        &decision,
-        key.as_deref(),
-        &caller.name,
-    )
-    .await?;
+    // when it opened: this process may not load the agent; an approval deadline's escalation
+    // replaces them) and who started the session. The decision is stored only if no escalation
+    // came between this check and it; after one, the check runs again on the new approvers.
+    let mut checked_again = false;
+    let receipt = loop {
+        let mut escalated_at = None;
+        if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
+            let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
+            let tool = asked.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default();
+            let approvers: Vec<String> = asked
+                .get("approvers")
+                .and_then(|a| serde_json::from_value(a.clone()).ok())
+                .unwrap_or_default();
+            let starter = state.store.audit().started_by(&id).await?;
+            state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
+            escalated_at = open.escalated_at;
+        }
+        let decided = sessions::resolve_as_of(
+            state.store.as_ref(),
+            &id,
+            &interrupt_id,
+            &decision,
+            key.as_deref(),
+            &caller.name,
+            escalated_at,
+        )
+        .await;
+        match decided {
+            Err(ClientError::Store(StoreError::InterruptEscalated { .. })) if !checked_again => {
+                checked_again = true;
+            }
+            other => break other?,
+        }
+    };
     let answer = DecisionReceipt {
         approved: decision.approved,
         interrupt_id,

@@ -240,9 +240,19 @@ async fn an_escalation_replaces_the_request_and_sets_the_second_deadline_once(h:
     assert!(matches!(stale, Err(StoreError::DeadlineNotDue { .. })), "{stale:?}");
     assert_eq!(h.count("SELECT count(*) FROM audit").await, 1);
     assert_eq!(s.read_events("s", 0, 10).await.unwrap().len(), 1);
-    // Before the second deadline a human still decides.
+    // A decision checked against the interrupt before it was escalated is refused, unwritten.
     let (decision, who) = human("s", "k1");
-    assert!(!s.audit().resolve_interrupt_as(decision, who).await.unwrap().replayed);
+    let stale = s.deadlines().resolve_interrupt_as_of(decision.clone(), who.clone(), None).await;
+    assert!(
+        matches!(stale, Err(StoreError::InterruptEscalated { escalated_at: Some(at), .. }) if at == receipt.escalated_at),
+        "{stale:?}"
+    );
+    assert!(s.interrupt("s", "i1").await.unwrap().expect("open").resolution.is_none());
+    assert_eq!(h.count("SELECT count(*) FROM audit").await, 1);
+    // Checked against the escalated interrupt, before the second deadline, a human decides.
+    let receipt =
+        s.deadlines().resolve_interrupt_as_of(decision, who, Some(receipt.escalated_at)).await.unwrap();
+    assert!(!receipt.replayed);
 }
 
 async fn firers_and_a_human_racing_on_one_deadline_leave_exactly_one_decision(h: Harness) {
