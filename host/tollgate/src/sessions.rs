@@ -170,6 +170,38 @@ pub async fn resolve_as(
     client_key: Option<&str>,
     principal: &str,
 ) -> Result<ResolveReceipt, ClientError> {
+    resolve_checked(store, session_id, interrupt_id, decision, client_key, principal, None).await
+}
+
+/// [`resolve_as`] by a principal whose authority was checked against the interrupt as it was
+/// with `escalated_at` (its [`tollgate_store::Interrupt::escalated_at`] when the check read it): an
+/// escalation since is [`StoreError::InterruptEscalated`] and nothing is written, so the caller
+/// checks again against the new approvers.
+///
+/// # Errors
+/// As [`resolve_as`], and [`StoreError::InterruptEscalated`].
+pub async fn resolve_as_of(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+    principal: &str,
+    escalated_at: Option<i64>,
+) -> Result<ResolveReceipt, ClientError> {
+    let seen = Some(escalated_at);
+    resolve_checked(store, session_id, interrupt_id, decision, client_key, principal, seen).await
+}
+
+async fn resolve_checked(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+    principal: &str,
+    seen: Option<Option<i64>>,
+) -> Result<ResolveReceipt, ClientError> {
     let client_key = match client_key {
         Some(key) => {
             check_id("client_key", key)?;
@@ -237,7 +269,12 @@ pub async fn resolve_as(
         resolution: convert::raw(&resolution),
         events,
     };
-    Ok(store.audit().resolve_interrupt_as(resolution, entry).await?)
+    Ok(match seen {
+        Some(escalated_at) => {
+            store.deadlines().resolve_interrupt_as_of(resolution, entry, escalated_at).await?
+        }
+        None => store.audit().resolve_interrupt_as(resolution, entry).await?,
+    })
 }
 
 /// The event kind of a decision's audit row on the session's stream: `{interrupt_id, principal,
@@ -280,6 +317,9 @@ pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
         decision: match entry.decision {
             tollgate_store::AuditDecision::Approved => AuditDecision::Approved,
             tollgate_store::AuditDecision::Rejected => AuditDecision::Rejected,
+            tollgate_store::AuditDecision::Escalated => AuditDecision::Escalated,
+            tollgate_store::AuditDecision::Expired => AuditDecision::Expired,
+            tollgate_store::AuditDecision::Revoked => AuditDecision::Revoked,
         },
         reason: entry.reason,
         tool_name: entry.tool_name,
@@ -313,12 +353,24 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
     for entry in entries {
         let call = tool_call(entry);
         if call.state == CallState::PendingApproval {
+            // Its deadline and who may decide now live on the interrupt (an escalation changes them).
+            let open = store.interrupt(session_id, &call.tool_call_id).await?;
+            let asked: Option<serde_json::Value> =
+                open.as_ref().and_then(|i| serde_json::from_str(i.request.get()).ok());
+            let approvers = asked
+                .as_ref()
+                .and_then(|a| a.get("approvers"))
+                .and_then(|a| serde_json::from_value(a.clone()).ok())
+                .unwrap_or_default();
             pending_interrupts.push(PendingApproval {
                 arguments: call.arguments.clone(),
                 interrupt_id: call.tool_call_id.clone(),
                 kind: call.kind,
                 tool_name: call.tool_name.clone(),
                 turn_id: call.turn_id.clone(),
+                deadline_at: open.as_ref().and_then(|i| i.deadline_at),
+                escalated_at: open.as_ref().and_then(|i| i.escalated_at),
+                approvers,
             });
         }
         tool_calls.push(call);
@@ -385,15 +437,24 @@ pub async fn revoke_grant(
             "revoked_at": revocation.revoked_at,
         })),
     };
-    store
-        .send_user_message(UserMessage {
-            session_id: session_id.to_owned(),
-            client_key: fresh_key(),
-            item: convert::item(item),
-            wake: None,
-            events: vec![event],
-        })
-        .await?;
+    let message = UserMessage {
+        session_id: session_id.to_owned(),
+        client_key: fresh_key(),
+        item: convert::item(item),
+        wake: None,
+        events: vec![event],
+    };
+    // The audit row names the decision that made the grant (the first, when several did).
+    let entry = NewAuditEntry {
+        principal: principal.to_owned(),
+        decision: tollgate_store::AuditDecision::Revoked,
+        reason: Some(format!("revoked the session grant for {tool}")),
+        tool_name: Some(tool.to_owned()),
+        input: None,
+        edited_input: None,
+    };
+    let granted_by = decision_ids.first().map_or("", String::as_str);
+    store.audit().send_user_message_as(message, granted_by, entry).await?;
     Ok(RevokeReceipt {
         session_id: session_id.to_owned(),
         tool_name: tool.to_owned(),

@@ -83,6 +83,7 @@ impl Harness {
 }
 
 mod audit;
+mod deadlines;
 
 /// One case of a suite: an async function of a fresh harness.
 pub(crate) type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -139,7 +140,7 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
-    run_cases("conformance", CASES.iter().chain(audit::CASES), fresh).await;
+    run_cases("conformance", CASES.iter().chain(audit::CASES).chain(deadlines::CASES), fresh).await;
 }
 
 /// Runs `cases` of the suite `suite`, each on a fresh harness from `fresh(case_name)`, every one
@@ -265,7 +266,7 @@ fn done() -> Commit {
 /// A commit that ends the step and parks an `AwaitToolApproval` step on a new interrupt `i1`.
 fn parked_on_i1() -> Commit {
     let mut park = done();
-    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
+    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}"), deadline: None });
     park.steps.push(NewStep {
         kind: "AwaitToolApproval".into(),
         payload: j("{}"),
@@ -377,6 +378,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
         interrupts: vec![NewInterrupt {
             interrupt_id: "i1".into(),
             request: j(r#"{"tool":"create_refund"}"#),
+            deadline: None,
         }],
         messages: Vec::new(),
         steps: vec![NewStep {
