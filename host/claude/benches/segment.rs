@@ -191,6 +191,10 @@ async fn host_child() {
 #[derive(Default)]
 struct BareRun {
     ok: bool,
+    /// Start → the `initialize` answer (the CLI booted, loaded its config and read `initialize`).
+    to_ready_ms: f64,
+    /// Start → `system/init`, written when a turn starts, just before the model call.
+    to_turn_ms: f64,
     to_result_ms: f64,
     total_ms: f64,
     session_id: String,
@@ -203,6 +207,19 @@ struct Mirror {
     entries: Vec<Box<RawValue>>,
 }
 
+/// When the bare driver starts its clock.
+#[derive(Clone, Copy, PartialEq)]
+enum Start {
+    /// At the spawn: what every segment pays today.
+    Cold,
+    /// After the CLI was spawned this long ago and waits for `initialize` (`--await-initialize`),
+    /// the resume file (if any) laid down before the spawn: a CLI started before its step.
+    Prestarted(Duration),
+    /// As `Prestarted`, but the resume file is written only after the spawn, just before
+    /// `initialize`: whether the CLI reads it that late.
+    PrestartedFileLate(Duration),
+}
+
 async fn bare_segment(
     cli: &Path,
     mock_url: &str,
@@ -210,15 +227,18 @@ async fn bare_segment(
     prompt: Option<&str>,
     resume: Option<(&str, &[TranscriptEntry])>,
     hook_decision: PermissionDecision,
+    start: Start,
 ) -> BareRun {
-    let started = Instant::now();
+    let mut started = Instant::now();
     let scratch = tempfile::tempdir().expect("scratch");
     let (home, config, tmp) =
         (scratch.path().join("home"), scratch.path().join("config"), scratch.path().join("tmp"));
     for dir in [&home, &config, &tmp] {
         std::fs::create_dir(dir).expect("dir");
     }
-    if let Some((session, entries)) = resume {
+    if let Some((session, entries)) = resume
+        && !matches!(start, Start::PrestartedFileLate(_))
+    {
         write_resume_file(&config, project, session, entries).expect("resume file");
     }
     let args = argv(&ArgvOptions { resume: resume.map(|(s, _)| s), ..ArgvOptions::default() });
@@ -244,6 +264,13 @@ async fn bare_segment(
     let mut child = command.spawn().expect("spawn the CLI");
     let mut stdin = child.stdin.take();
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    if let Start::Prestarted(wait) | Start::PrestartedFileLate(wait) = start {
+        tokio::time::sleep(wait).await;
+        started = Instant::now();
+        if let (Start::PrestartedFileLate(_), Some((session, entries))) = (start, resume) {
+            write_resume_file(&config, project, session, entries).expect("resume file");
+        }
+    }
     let init = Initialize::new()
         .pre_tool_use(HookMatcher::all_tools("tollgate_gate").timeout(60))
         .sdk_mcp_server("tools");
@@ -269,6 +296,14 @@ async fn bare_segment(
         }
         let Ok(frame) = serde_json::from_str::<Value>(&line) else { continue };
         match frame["type"].as_str() {
+            Some("control_response")
+                if run.to_ready_ms == 0.0 && frame["response"]["request_id"] == "tollgate_initialize" =>
+            {
+                run.to_ready_ms = ms(started.elapsed());
+            }
+            Some("system") if run.to_turn_ms == 0.0 && frame["subtype"] == "init" => {
+                run.to_turn_ms = ms(started.elapsed());
+            }
             Some("control_request") => {
                 let id = frame["request_id"].as_str().unwrap_or_default();
                 let request = &frame["request"];
@@ -433,6 +468,10 @@ async fn main() {
     let (mut host_pair, mut bare_pair) = (Series::default(), Series::default());
     let (mut host_text_cpu, mut host_pair_cpu) = (Series::default(), Series::default());
     let mut failures = Vec::new();
+    // Rows: → initialize answered, → system/init, → result, → exited; columns: cold text,
+    // pre-started text, cold resume, pre-started resume, pre-started with the file written late.
+    let mut phases: [[Series; 5]; 4] = Default::default();
+    let mut late_ok: Vec<bool> = Vec::new();
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
         let h = host.ask("text").await;
@@ -443,6 +482,7 @@ async fn main() {
             Some(TEXT_SCRIPT),
             None,
             PermissionDecision::Allow,
+            Start::Cold,
         )
         .await;
         let t = match ts.as_mut() {
@@ -457,6 +497,7 @@ async fn main() {
             Some(PAIR_SCRIPT),
             None,
             PermissionDecision::Defer,
+            Start::Cold,
         )
         .await;
         let bp_second = bare_segment(
@@ -466,8 +507,22 @@ async fn main() {
             None,
             Some((&bp_first.session_id, &bp_first.entries)),
             PermissionDecision::Allow,
+            Start::Cold,
         )
         .await;
+        // The same text turn and resume with the CLI started 1.5 s before the clock (and, for the
+        // resume, once more with its transcript file written only after the spawn).
+        let prestart = Duration::from_millis(1500);
+        let mock_url = mock.base_url();
+        let bare = |prompt, resume, decision, start| {
+            bare_segment(cli.path(), &mock_url, project.path(), prompt, resume, decision, start)
+        };
+        let warm_text =
+            bare(Some(TEXT_SCRIPT), None, PermissionDecision::Allow, Start::Prestarted(prestart)).await;
+        let resume = Some((bp_first.session_id.as_str(), bp_first.entries.as_slice()));
+        let warm_resume = bare(None, resume, PermissionDecision::Allow, Start::Prestarted(prestart)).await;
+        let late_resume =
+            bare(None, resume, PermissionDecision::Allow, Start::PrestartedFileLate(prestart)).await;
         let checks = [
             ("host text", h["ok"] == true, h.to_string()),
             ("bare text", b.ok && b.result == "said: hello", b.result.clone()),
@@ -478,7 +533,15 @@ async fn main() {
                 bp_second.ok && bp_second.result == "called note: noted: x",
                 bp_second.result.clone(),
             ),
+            ("pre-started text", warm_text.ok && warm_text.result == "said: hello", warm_text.result.clone()),
+            (
+                "pre-started resume",
+                warm_resume.ok && warm_resume.result == "called note: noted: x",
+                warm_resume.result.clone(),
+            ),
         ];
+        // Whether a resume file written after the spawn works is what this run finds out.
+        late_ok.push(late_resume.ok && late_resume.result == "called note: noted: x");
         for (what, ok, detail) in checks {
             if !ok {
                 failures.push(format!("round {round} {what}: {detail}"));
@@ -497,6 +560,14 @@ async fn main() {
         host_text_cpu.push(h["cpu_ms"].as_f64());
         host_pair_cpu.push(hp["cpu_ms"].as_f64());
         bare_pair.push(Some(bp_first.total_ms + bp_second.total_ms));
+        for (column, run) in [(0, &b), (1, &warm_text), (2, &bp_second), (3, &warm_resume), (4, &late_resume)]
+        {
+            for (row, value) in
+                [run.to_ready_ms, run.to_turn_ms, run.to_result_ms, run.total_ms].into_iter().enumerate()
+            {
+                phases[row][column].push((value > 0.0).then_some(value));
+            }
+        }
         eprintln!("round {}/{rounds} done", round + 1 - warmup);
     }
     let host_mem = host.ask("mem").await;
@@ -569,6 +640,25 @@ async fn main() {
             host_kb as f64 / 91868.0
         ),
     }
+    println!();
+    println!(
+        "Where a bare segment's time goes, and what a CLI started before its step would save (ms from the clock's start, p50 (min–max)):"
+    );
+    println!();
+    println!(
+        "| phase | cold text turn | pre-started text turn | cold resume | pre-started resume | pre-started, file after spawn |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let names = ["→ `initialize` answered", "→ `system/init` (turn starts)", "→ `result`", "→ exited"];
+    for (name, row) in names.iter().zip(&phases) {
+        let cells: Vec<String> = row.iter().map(Series::cell).collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+    println!(
+        "| runs that gave the expected answer (the others: see failures) | | | | | {}/{} |",
+        late_ok.iter().skip(warmup).filter(|ok| **ok).count(),
+        late_ok.len().saturating_sub(warmup)
+    );
     if !failures.is_empty() {
         println!();
         println!("{} run(s) gave an unexpected outcome:", failures.len());

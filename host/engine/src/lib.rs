@@ -11,7 +11,8 @@
 //!   call ([`policy::Handling`]);
 //! - [`catalog`]: the custom tools of a segment attempt and how CLI tool names map onto them;
 //! - [`record`]: the durable outcome of a deferred call and the tool result the model sees for it;
-//! - [`texts`]: every text shown to the model, with the seed section each comes from.
+//! - [`texts`]: every text shown to the model, with the seed section each comes from;
+//! - [`deadline`]: what an approval deadline does when it passes (expire or escalate).
 //!
 //! [`options`] holds a segment's Claude Code options and the one check that stops them from
 //! letting a call bypass the gate.
@@ -20,6 +21,7 @@
 //! step comes next, for the Worker to commit.
 
 pub mod catalog;
+pub mod deadline;
 pub mod gate;
 pub mod options;
 pub mod policy;

@@ -14,6 +14,7 @@
 //! [policies]                   # by tool name: a custom tool's own name, a built-in, or mcp__<server>__<tool>
 //! default_effect = "unclassified"
 //! create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"] }
+//! Bash = { effect = "unclassified", approval_timeout_secs = 600, on_timeout = "escalate", escalate_to = ["oncall"] }
 //! Read = { effect = "read" }
 //! ```
 //!
@@ -23,7 +24,17 @@
 //!   `idempotent_write`, `non_idempotent_write` or `unclassified`) and `requires_approval`
 //!   (optional boolean; without it the effect's default below applies), and `approvers`
 //!   (optional array of group names: only a principal in one of these groups may decide a call
-//!   of the tool; see [`Policies::approvers`]). Other fields are errors.
+//!   of the tool; see [`Policies::approvers`]), and the deadline fields below. Other fields are
+//!   errors.
+//! - Deadlines (see [`Policies::deadline`], [`ApprovalDeadline`]): `approval_timeout_secs`
+//!   (a positive integer, at most [`MAX_TIMEOUT_SECS`]) makes a call of the tool that waits for
+//!   approval act by itself once that long passed undecided: `on_timeout = "reject"` (the
+//!   default) rejects it with a text the model reads; `on_timeout = "escalate"` hands it to the
+//!   groups `escalate_to` (required, non-empty) and, if they do not decide within
+//!   `escalation_timeout_secs` (default: the same as `approval_timeout_secs`), rejects it.
+//!   `on_timeout`, `escalate_to` and `escalation_timeout_secs` need `approval_timeout_secs`;
+//!   `escalate_to` and `escalation_timeout_secs` need `on_timeout = "escalate"`; a deadline on a
+//!   tool that needs no approval is an error.
 //! - A custom tool is named bare (`create_refund`, not `mcp__tools__create_refund`);
 //!   [`crate::catalog::ToolCatalog::check_policies`] rejects the prefixed form.
 //!
@@ -282,6 +293,143 @@ pub enum PolicySource {
     Default,
 }
 
+/// The longest `approval_timeout_secs` or `escalation_timeout_secs`: ten years.
+pub const MAX_TIMEOUT_SECS: u64 = 10 * 365 * 24 * 3600;
+
+/// The policy fields a tool's entry may have.
+const FIELDS: [&str; 7] = [
+    "effect",
+    "requires_approval",
+    "approvers",
+    "approval_timeout_secs",
+    "on_timeout",
+    "escalate_to",
+    "escalation_timeout_secs",
+];
+
+/// What a deadline does when it passes with the call undecided.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// Reject the call; the model reads why.
+    #[default]
+    Reject,
+    /// Hand the call to the `escalate_to` groups, with a second deadline that rejects.
+    Escalate,
+}
+
+impl OnTimeout {
+    /// The name in `tollgate.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Reject => "reject",
+            OnTimeout::Escalate => "escalate",
+        }
+    }
+}
+
+/// A tool's approval deadline: what happens when a call of it waits undecided too long (the
+/// policy's deadline fields, see the module docs). Stamped, resolved, into each approval
+/// interrupt's request as `deadline` (`crate::session::turn::with_deadlines`), so a process that
+/// fires it needs no agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalDeadline {
+    /// How long a call may wait for a decision (seconds).
+    pub approval_timeout_secs: u64,
+    /// What happens then.
+    pub on_timeout: OnTimeout,
+    /// The groups who may decide after an escalation (non-empty exactly when escalating).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalate_to: Vec<String>,
+    /// How long the escalated call may wait before it is rejected (seconds); `None` in the table
+    /// means the default, [`ApprovalDeadline::second_timeout_secs`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation_timeout_secs: Option<u64>,
+}
+
+impl ApprovalDeadline {
+    /// A deadline that rejects after `secs`.
+    pub fn reject_after(secs: u64) -> Self {
+        ApprovalDeadline {
+            approval_timeout_secs: secs,
+            on_timeout: OnTimeout::Reject,
+            escalate_to: Vec::new(),
+            escalation_timeout_secs: None,
+        }
+    }
+
+    /// A deadline that escalates to `groups` after `secs`, then rejects after `then_secs`
+    /// (`None`: as long again).
+    pub fn escalate_after(secs: u64, groups: Vec<String>, then_secs: Option<u64>) -> Self {
+        ApprovalDeadline {
+            approval_timeout_secs: secs,
+            on_timeout: OnTimeout::Escalate,
+            escalate_to: groups,
+            escalation_timeout_secs: then_secs,
+        }
+    }
+
+    /// The second deadline after an escalation: `escalation_timeout_secs`, by default as long as
+    /// the first (`approval_timeout_secs`), so the escalated group gets the time the first had.
+    pub fn second_timeout_secs(&self) -> u64 {
+        self.escalation_timeout_secs.unwrap_or(self.approval_timeout_secs)
+    }
+
+    /// The deadline with its default filled in, as stamped into a request.
+    pub fn resolved(&self) -> Self {
+        let mut resolved = self.clone();
+        if resolved.on_timeout == OnTimeout::Escalate {
+            resolved.escalation_timeout_secs = Some(self.second_timeout_secs());
+        }
+        resolved
+    }
+
+    /// Checks the deadline of `tool` (the rules of the module docs but the approval one).
+    ///
+    /// # Errors
+    /// [`PolicyError::BadDeadline`] naming the tool and the field.
+    pub fn check(&self, tool: &str) -> Result<(), PolicyError> {
+        let bad = |field: &'static str, reason: String| PolicyError::BadDeadline {
+            tool: tool.to_owned(),
+            field,
+            reason,
+        };
+        let range = |field: &'static str, secs: u64| {
+            if secs == 0 || secs > MAX_TIMEOUT_SECS {
+                Err(bad(field, format!("must be 1 to {MAX_TIMEOUT_SECS} seconds, not {secs}")))
+            } else {
+                Ok(())
+            }
+        };
+        range("approval_timeout_secs", self.approval_timeout_secs)?;
+        match self.on_timeout {
+            OnTimeout::Escalate => {
+                if self.escalate_to.is_empty() {
+                    return Err(bad(
+                        "escalate_to",
+                        "is required with on_timeout = \"escalate\": name the groups who decide next".into(),
+                    ));
+                }
+                if self.escalate_to.iter().any(String::is_empty) {
+                    return Err(bad("escalate_to", "must not hold an empty group name".into()));
+                }
+                if let Some(secs) = self.escalation_timeout_secs {
+                    range("escalation_timeout_secs", secs)?;
+                }
+            }
+            OnTimeout::Reject => {
+                if !self.escalate_to.is_empty() {
+                    return Err(bad("escalate_to", "needs on_timeout = \"escalate\"".into()));
+                }
+                if self.escalation_timeout_secs.is_some() {
+                    return Err(bad("escalation_timeout_secs", "needs on_timeout = \"escalate\"".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The validated `[policies]` table.
 ///
 /// Build it with [`Policies::from_value`] (typed errors) or through serde (the same checks, the
@@ -293,6 +441,8 @@ pub struct Policies {
     entries: BTreeMap<String, PolicyEntry>,
     /// `approvers` by tool, for the tools that name any.
     approvers: BTreeMap<String, Vec<String>>,
+    /// Approval deadlines by tool, for the tools that set one.
+    deadlines: BTreeMap<String, ApprovalDeadline>,
 }
 
 impl Default for Policies {
@@ -304,7 +454,12 @@ impl Default for Policies {
 impl Policies {
     /// An empty table with `default_effect`.
     pub fn new(default_effect: Effect) -> Self {
-        Self { default_effect, entries: BTreeMap::new(), approvers: BTreeMap::new() }
+        Self {
+            default_effect,
+            entries: BTreeMap::new(),
+            approvers: BTreeMap::new(),
+            deadlines: BTreeMap::new(),
+        }
     }
 
     /// The same table where only principals in one of `groups` may decide a call of `tool`
@@ -342,6 +497,39 @@ impl Policies {
         self.approvers.get(tool).map_or(&[], Vec::as_slice)
     }
 
+    /// The same table where a call of `tool` waiting for approval acts by itself after
+    /// `deadline` (`None`: it waits for ever). Set the tool's entry first: the deadline is
+    /// checked against its approval.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::EmptyToolName`] and [`PolicyError::ReservedKey`] as for the table;
+    /// [`PolicyError::BadDeadline`] for a deadline the table would refuse.
+    pub fn with_deadline(
+        mut self,
+        tool: impl Into<String>,
+        deadline: Option<ApprovalDeadline>,
+    ) -> Result<Self, PolicyError> {
+        let tool = tool.into();
+        check_tool_key(&tool)?;
+        match deadline {
+            Some(deadline) => {
+                deadline.check(&tool)?;
+                check_deadline_needs_approval(&tool, self.entries.get(&tool))?;
+                self.deadlines.insert(tool, deadline);
+            }
+            None => {
+                self.deadlines.remove(&tool);
+            }
+        }
+        Ok(self)
+    }
+
+    /// The approval deadline of `tool` (its entry's deadline fields), if it sets one.
+    pub fn deadline(&self, tool: &str) -> Option<&ApprovalDeadline> {
+        self.deadlines.get(tool)
+    }
+
     /// The same table with a policy for `tool` (replacing one it had).
     ///
     /// # Errors
@@ -373,6 +561,10 @@ impl Policies {
             policies.entries.insert(key.clone(), parse_entry(key, value)?);
             if let Some(groups) = parse_approvers(key, value)? {
                 policies.approvers.insert(key.clone(), groups);
+            }
+            if let Some(deadline) = parse_deadline(key, value)? {
+                check_deadline_needs_approval(key, policies.entries.get(key))?;
+                policies.deadlines.insert(key.clone(), deadline);
             }
         }
         Ok(policies)
@@ -427,6 +619,12 @@ impl Policies {
             if let Some(groups) = self.approvers.get(tool) {
                 fields.insert("approvers".to_owned(), Value::from(groups.clone()));
             }
+            if let Some(deadline) = self.deadlines.get(tool) {
+                let Value::Object(deadline) = serde_json::to_value(deadline).expect("serializes") else {
+                    unreachable!("a deadline serializes as an object")
+                };
+                fields.extend(deadline);
+            }
             map.insert(tool.clone(), Value::Object(fields));
         }
         Value::Object(map)
@@ -477,9 +675,10 @@ pub enum PolicyError {
         /// The value found.
         value: String,
     },
-    /// A policy table has a field other than `effect`, `requires_approval` and `approvers`.
+    /// A policy table has a field other than `effect`, `requires_approval`, `approvers` and the
+    /// deadline fields.
     #[error(
-        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `requires_approval` or `approvers`"
+        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `requires_approval`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
     )]
     UnknownField {
         /// The tool the policy names.
@@ -492,6 +691,17 @@ pub enum PolicyError {
     MissingEffect {
         /// The tool the policy names.
         tool: String,
+    },
+    /// A deadline field is wrong: out of range, missing what it needs, or set where it means
+    /// nothing (e.g. `escalate_to` without `on_timeout = "escalate"`).
+    #[error("[policies] `{tool}.{field}` {reason}")]
+    BadDeadline {
+        /// The tool the policy names.
+        tool: String,
+        /// The field at fault.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
     },
     /// A value has the wrong type.
     #[error("[policies] `{path}` must be {expected}, found {found}")]
@@ -530,9 +740,7 @@ fn parse_entry(tool: &str, value: &Value) -> Result<PolicyEntry, PolicyError> {
             found: json_kind(value),
         });
     };
-    if let Some(field) =
-        fields.keys().find(|field| !matches!(field.as_str(), "effect" | "requires_approval" | "approvers"))
-    {
+    if let Some(field) = fields.keys().find(|field| !FIELDS.contains(&field.as_str())) {
         return Err(PolicyError::UnknownField { tool: tool.to_owned(), field: field.clone() });
     }
     let effect = match fields.get("effect") {
@@ -571,6 +779,105 @@ fn parse_approvers(tool: &str, value: &Value) -> Result<Option<Vec<String>>, Pol
         }
     }
     Ok((!names.is_empty()).then_some(names))
+}
+
+/// The entry's deadline fields: `None` when it has none.
+fn parse_deadline(tool: &str, value: &Value) -> Result<Option<ApprovalDeadline>, PolicyError> {
+    let secs = |field: &'static str| -> Result<Option<u64>, PolicyError> {
+        match value.get(field) {
+            None => Ok(None),
+            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+            Some(other) => Err(PolicyError::WrongType {
+                path: format!("{tool}.{field}"),
+                expected: "a positive integer (seconds)",
+                found: if other.is_number() { "a negative or fractional number" } else { json_kind(other) },
+            }),
+        }
+    };
+    let timeout = secs("approval_timeout_secs")?;
+    let second = secs("escalation_timeout_secs")?;
+    let on_timeout = match value.get("on_timeout") {
+        None => None,
+        Some(Value::String(text)) => Some(match text.as_str() {
+            "reject" => OnTimeout::Reject,
+            "escalate" => OnTimeout::Escalate,
+            other => {
+                return Err(PolicyError::BadDeadline {
+                    tool: tool.to_owned(),
+                    field: "on_timeout",
+                    reason: format!("must be \"reject\" or \"escalate\", not {other:?}"),
+                });
+            }
+        }),
+        Some(other) => {
+            return Err(PolicyError::WrongType {
+                path: format!("{tool}.on_timeout"),
+                expected: "\"reject\" or \"escalate\"",
+                found: json_kind(other),
+            });
+        }
+    };
+    let escalate_to = match value.get("escalate_to") {
+        None => None,
+        Some(Value::Array(groups)) => {
+            let mut names = Vec::with_capacity(groups.len());
+            for group in groups {
+                match group {
+                    Value::String(name) => names.push(name.clone()),
+                    other => {
+                        return Err(PolicyError::WrongType {
+                            path: format!("{tool}.escalate_to"),
+                            expected: "an array of non-empty group names",
+                            found: json_kind(other),
+                        });
+                    }
+                }
+            }
+            Some(names)
+        }
+        Some(other) => {
+            return Err(PolicyError::WrongType {
+                path: format!("{tool}.escalate_to"),
+                expected: "an array of non-empty group names",
+                found: json_kind(other),
+            });
+        }
+    };
+    let Some(approval_timeout_secs) = timeout else {
+        let given = [
+            ("on_timeout", on_timeout.is_some()),
+            ("escalate_to", escalate_to.is_some()),
+            ("escalation_timeout_secs", second.is_some()),
+        ];
+        if let Some((field, _)) = given.into_iter().find(|(_, set)| *set) {
+            return Err(PolicyError::BadDeadline {
+                tool: tool.to_owned(),
+                field,
+                reason: "needs `approval_timeout_secs` (how long a call may wait) beside it".into(),
+            });
+        }
+        return Ok(None);
+    };
+    let deadline = ApprovalDeadline {
+        approval_timeout_secs,
+        on_timeout: on_timeout.unwrap_or_default(),
+        escalate_to: escalate_to.unwrap_or_default(),
+        escalation_timeout_secs: second,
+    };
+    deadline.check(tool)?;
+    Ok(Some(deadline))
+}
+
+/// A deadline only means something on a tool whose calls wait for approval.
+fn check_deadline_needs_approval(tool: &str, entry: Option<&PolicyEntry>) -> Result<(), PolicyError> {
+    match entry {
+        Some(entry) if !entry.policy().requires_approval => Err(PolicyError::BadDeadline {
+            tool: tool.to_owned(),
+            field: "approval_timeout_secs",
+            reason: "needs a policy that requires approval (this one's calls never wait)".into(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn json_kind(value: &Value) -> &'static str {
@@ -749,7 +1056,7 @@ mod tests {
         );
         assert_eq!(
             error.to_string(),
-            "[policies] `Bash`: unknown field `approval`; expected `effect`, `requires_approval` or `approvers`"
+            "[policies] `Bash`: unknown field `approval`; expected `effect`, `requires_approval`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
         );
     }
 
@@ -887,5 +1194,118 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_policy_sets_an_approval_deadline_that_rejects_by_default_and_round_trips() {
+        let table = json!({
+            "create_refund": { "effect": "non_idempotent_write", "approval_timeout_secs": 120 },
+            "Bash": {
+                "effect": "unclassified",
+                "approval_timeout_secs": 600,
+                "on_timeout": "escalate",
+                "escalate_to": ["oncall"],
+            },
+            "Write": {
+                "effect": "unclassified",
+                "approval_timeout_secs": 60,
+                "on_timeout": "escalate",
+                "escalate_to": ["leads", "oncall"],
+                "escalation_timeout_secs": 30,
+            },
+            "Read": { "effect": "read" },
+        });
+        let parsed = policies(table);
+        assert_eq!(parsed.deadline("create_refund"), Some(&ApprovalDeadline::reject_after(120)));
+        let bash = parsed.deadline("Bash").expect("a deadline");
+        assert_eq!(bash, &ApprovalDeadline::escalate_after(600, vec!["oncall".into()], None));
+        assert_eq!(bash.second_timeout_secs(), 600, "the second deadline defaults to the first's length");
+        assert_eq!(bash.resolved().escalation_timeout_secs, Some(600));
+        assert_eq!(parsed.deadline("Write").map(ApprovalDeadline::second_timeout_secs), Some(30));
+        assert_eq!(parsed.deadline("Read"), None);
+        assert_eq!(Policies::from_value(&parsed.to_value()).unwrap(), parsed, "round trip");
+        assert_eq!(parsed.to_value()["create_refund"]["on_timeout"], "reject");
+        let built = Policies::default()
+            .with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))
+            .unwrap()
+            .with_deadline("create_refund", Some(ApprovalDeadline::reject_after(120)))
+            .unwrap();
+        assert_eq!(built.deadline("create_refund"), parsed.deadline("create_refund"));
+        assert_eq!(
+            built.clone().with_deadline("create_refund", None).unwrap().deadline("create_refund"),
+            None
+        );
+    }
+
+    #[test]
+    fn bad_deadline_fields_are_refused_naming_the_tool_and_the_field() {
+        let bad = |fields: Value| {
+            let mut entry = json!({ "effect": "non_idempotent_write" });
+            entry.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+            error(json!({ "create_refund": entry }))
+        };
+        let field_of = |error: &PolicyError| match error {
+            PolicyError::BadDeadline { tool, field, .. } => format!("{tool}.{field}"),
+            PolicyError::WrongType { path, .. } => path.clone(),
+            other => panic!("not a deadline error: {other}"),
+        };
+        for (fields, field, says) in [
+            (json!({ "approval_timeout_secs": 0 }), "approval_timeout_secs", "1 to"),
+            (json!({ "approval_timeout_secs": -5 }), "approval_timeout_secs", "positive integer"),
+            (json!({ "approval_timeout_secs": 1.5 }), "approval_timeout_secs", "positive integer"),
+            (json!({ "approval_timeout_secs": "2m" }), "approval_timeout_secs", "positive integer"),
+            (json!({ "approval_timeout_secs": MAX_TIMEOUT_SECS + 1 }), "approval_timeout_secs", "1 to"),
+            (json!({ "approval_timeout_secs": 5, "on_timeout": "ignore" }), "on_timeout", "\"escalate\""),
+            (json!({ "approval_timeout_secs": 5, "on_timeout": true }), "on_timeout", "\"reject\""),
+            (json!({ "approval_timeout_secs": 5, "on_timeout": "escalate" }), "escalate_to", "required"),
+            (
+                json!({ "approval_timeout_secs": 5, "on_timeout": "escalate", "escalate_to": [] }),
+                "escalate_to",
+                "required",
+            ),
+            (
+                json!({ "approval_timeout_secs": 5, "on_timeout": "escalate", "escalate_to": [""] }),
+                "escalate_to",
+                "empty group",
+            ),
+            (
+                json!({ "approval_timeout_secs": 5, "on_timeout": "escalate", "escalate_to": "oncall" }),
+                "escalate_to",
+                "array",
+            ),
+            (
+                json!({ "approval_timeout_secs": 5, "escalate_to": ["oncall"] }),
+                "escalate_to",
+                "needs on_timeout",
+            ),
+            (
+                json!({ "approval_timeout_secs": 5, "escalation_timeout_secs": 5 }),
+                "escalation_timeout_secs",
+                "needs on_timeout",
+            ),
+            (
+                json!({ "approval_timeout_secs": 5, "on_timeout": "escalate", "escalate_to": ["x"], "escalation_timeout_secs": 0 }),
+                "escalation_timeout_secs",
+                "1 to",
+            ),
+            (json!({ "on_timeout": "reject" }), "on_timeout", "needs `approval_timeout_secs`"),
+            (json!({ "escalate_to": ["oncall"] }), "escalate_to", "needs `approval_timeout_secs`"),
+        ] {
+            let error = bad(fields.clone());
+            assert_eq!(field_of(&error), format!("create_refund.{field}"), "{fields}: {error}");
+            assert!(error.to_string().contains(says), "{fields}: {error}");
+            assert!(error.to_string().contains("create_refund"), "names the tool: {error}");
+        }
+        let free = error(json!({ "Read": { "effect": "read", "approval_timeout_secs": 5 } }));
+        assert!(
+            matches!(&free, PolicyError::BadDeadline { field: "approval_timeout_secs", .. })
+                && free.to_string().contains("requires approval"),
+            "{free}"
+        );
+        let built = Policies::default()
+            .with("Read", PolicyEntry::new(Effect::Read))
+            .unwrap()
+            .with_deadline("Read", Some(ApprovalDeadline::reject_after(5)));
+        assert!(matches!(built, Err(PolicyError::BadDeadline { .. })), "{built:?}");
     }
 }

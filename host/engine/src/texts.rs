@@ -202,6 +202,23 @@ pub fn input_edited_note(original: &serde_json::Value, edited: &serde_json::Valu
     INPUT_EDITED.replace("{original}", &original.to_string()).replace("{edited}", &edited.to_string())
 }
 
+/// The reason an approval deadline gives when it rejects a call (issue 13, "expiry rejects with a
+/// text the model reads"): the model reads it on the rejection path, after
+/// [`REJECTED_WITH_MESSAGE`]'s prefix. Tollgate wording.
+pub const APPROVAL_EXPIRED: &str = "No one decided on this call within {waited}, so its approval deadline \
+rejected it. Do not retry it unless the user asks again.";
+
+/// [`APPROVAL_EXPIRED`] after `secs` seconds, and after an escalation to `escalated_to` when there
+/// was one.
+pub fn approval_expired(secs: u64, escalated_to: &[String]) -> String {
+    let mut waited = format!("{secs} second{}", if secs == 1 { "" } else { "s" });
+    if !escalated_to.is_empty() {
+        let groups: Vec<String> = escalated_to.iter().map(|g| format!("`{g}`")).collect();
+        waited.push_str(&format!(" (after it was escalated to {})", groups.join(", ")));
+    }
+    APPROVAL_EXPIRED.replace("{waited}", &waited)
+}
+
 /// The rejection text the model sees, with or without the reviewer's message.
 ///
 /// An empty or all-blank message counts as none.
@@ -227,6 +244,20 @@ mod tests {
             render(ONLY_ONE_DEFERRED_CALL, "mcp__tools__create_refund"),
             "mcp__tools__create_refund did not run. Only one tool call per reply can run outside this \
              turn, and another call already does. Call mcp__tools__create_refund again by itself."
+        );
+    }
+
+    #[test]
+    fn an_expired_approval_says_how_long_it_waited_and_reaches_the_model_as_a_rejection() {
+        let text = approval_expired(2, &[]);
+        assert_eq!(
+            text,
+            "No one decided on this call within 2 seconds, so its approval deadline rejected it. \
+             Do not retry it unless the user asks again."
+        );
+        assert!(rejection(Some(&text)).starts_with("The user rejected this call: No one decided"));
+        assert!(
+            approval_expired(1, &["oncall".into()]).contains("1 second (after it was escalated to `oncall`)")
         );
     }
 

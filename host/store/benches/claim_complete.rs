@@ -105,7 +105,7 @@ async fn waiting(store: Arc<dyn Store>) -> (Duration, Duration) {
     let started = Instant::now();
     while let Some(c) = store.claim("w", LEASE).await.unwrap() {
         let mut park = Commit::finish(Finish::Done(j("null")));
-        park.interrupts.push(NewInterrupt { interrupt_id: "i".into(), request: j("{}") });
+        park.interrupts.push(NewInterrupt { interrupt_id: "i".into(), request: j("{}"), deadline: None });
         park.steps.push(NewStep {
             kind: "AwaitToolApproval".into(),
             payload: j("{}"),

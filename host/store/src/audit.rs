@@ -41,23 +41,40 @@ pub enum AuditDecision {
     Approved,
     /// The call is refused.
     Rejected,
+    /// The approval deadline passed and the call went to other approvers (schema 5); the
+    /// principal is the deadline's (`tollgate:deadline`).
+    Escalated,
+    /// The approval deadline passed and the call was refused (schema 5); the principal is the
+    /// deadline's (`tollgate:deadline`), the reason the text the model reads.
+    Expired,
+    /// A session grant made by a decision on this interrupt was revoked (schema 5); the principal
+    /// is who revoked it.
+    Revoked,
 }
 
 impl AuditDecision {
-    /// The stored name: `approved` or `rejected`.
+    /// Every decision, in the order of the schema's CHECK.
+    pub const ALL: [AuditDecision; 5] = [
+        AuditDecision::Approved,
+        AuditDecision::Rejected,
+        AuditDecision::Escalated,
+        AuditDecision::Expired,
+        AuditDecision::Revoked,
+    ];
+
+    /// The stored name: `approved`, `rejected`, `escalated`, `expired` or `revoked`.
     pub fn as_str(self) -> &'static str {
         match self {
             AuditDecision::Approved => "approved",
             AuditDecision::Rejected => "rejected",
+            AuditDecision::Escalated => "escalated",
+            AuditDecision::Expired => "expired",
+            AuditDecision::Revoked => "revoked",
         }
     }
 
     fn parse(text: &str) -> Option<Self> {
-        match text {
-            "approved" => Some(AuditDecision::Approved),
-            "rejected" => Some(AuditDecision::Rejected),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|d| d.as_str() == text)
     }
 }
 
@@ -133,6 +150,10 @@ pub struct AuditQuery {
 /// - Audit rows are never changed or removed: the database refuses `UPDATE` and `DELETE`.
 /// - [`AuditLog::create_session_by`] is [`Store::create_session`] recording who created the
 ///   session; an existing session keeps its creator.
+/// - [`AuditLog::send_user_message_as`] is [`Store::send_user_message`] plus exactly one audit row
+///   (a revoked grant), in the same transaction; a replay writes no row.
+/// - Deadlines write their rows too ([`crate::deadlines::Deadlines`]): `escalated` and `expired`
+///   by `tollgate:deadline`, each in the transaction that escalates or expires the interrupt.
 #[async_trait::async_trait]
 pub trait AuditLog: Send + Sync {
     /// Creates the session unless it exists, recording `principal` as its creator. `Ok(true)`:
@@ -150,6 +171,16 @@ pub trait AuditLog: Send + Sync {
         resolution: Resolution,
         entry: NewAuditEntry,
     ) -> Result<ResolveReceipt, StoreError>;
+
+    /// [`Store::send_user_message`] plus one audit row about interrupt `interrupt_id` (e.g. a
+    /// [`AuditDecision::Revoked`] grant, named by the decision that made it), in the same
+    /// transaction: both or neither; a replay (same client key and message) writes no row.
+    async fn send_user_message_as(
+        &self,
+        message: UserMessage,
+        interrupt_id: &str,
+        entry: NewAuditEntry,
+    ) -> Result<MessageReceipt, StoreError>;
 
     /// A page of the trail (see [`AuditQuery`]).
     async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
@@ -305,6 +336,16 @@ where
     ) -> Result<ResolveReceipt, StoreError> {
         check_entry(&entry)?;
         crate::backend::resolve(self, resolution, Some(&entry)).await
+    }
+
+    async fn send_user_message_as(
+        &self,
+        message: UserMessage,
+        interrupt_id: &str,
+        entry: NewAuditEntry,
+    ) -> Result<MessageReceipt, StoreError> {
+        check_entry(&entry)?;
+        crate::backend::send(self, message, Some((interrupt_id, &entry))).await
     }
 
     async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {

@@ -56,7 +56,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
 /// Wakes Workers (`work`) and the session's readers (`events`) after a commit: other processes
 /// first, then this one.
-async fn wake<B: Backend>(backend: &B, session_id: &str, work: bool, events: bool) {
+pub(crate) async fn wake<B: Backend>(backend: &B, session_id: &str, work: bool, events: bool) {
     backend.notify_others(session_id, work, events).await;
     if work {
         backend.signals().work_ready();
@@ -68,7 +68,7 @@ async fn wake<B: Backend>(backend: &B, session_id: &str, work: bool, events: boo
 
 /// The helpers of the `Store` implementation, generic over the database: a namespace (never
 /// constructed), so that the sqlx bounds are written once for all of them.
-struct Sql<DB>(PhantomData<DB>);
+pub(crate) struct Sql<DB>(PhantomData<DB>);
 
 impl<DB> Sql<DB>
 where
@@ -84,7 +84,7 @@ where
 {
     /// Locks the session row (PostgreSQL: row lock; SQLite: the write lock is held) and
     /// returns its next item and event seqs.
-    async fn lock_session(
+    pub(crate) async fn lock_session(
         tx: &mut Transaction<'static, DB>,
         session_id: &str,
     ) -> Result<(i64, i64), StoreError> {
@@ -150,7 +150,7 @@ where
         })
     }
 
-    async fn append_event(
+    pub(crate) async fn append_event(
         tx: &mut Transaction<'static, DB>,
         session_id: &str,
         seq: &mut i64,
@@ -213,7 +213,7 @@ where
         }
     }
 
-    async fn save_seqs(
+    pub(crate) async fn save_seqs(
         tx: &mut Transaction<'static, DB>,
         session_id: &str,
         item_seq: i64,
@@ -281,7 +281,7 @@ where
         })
     }
 
-    fn decode_interrupt(row: &DB::Row) -> Result<Interrupt, StoreError> {
+    pub(crate) fn decode_interrupt(row: &DB::Row) -> Result<Interrupt, StoreError> {
         let session_id: String = row.try_get("session_id")?;
         let interrupt_id: String = row.try_get("interrupt_id")?;
         let key = key2(&session_id, &interrupt_id);
@@ -292,6 +292,8 @@ where
             resolution: resolution.map(|r| stored_json("interrupts", &key, "resolution", r)).transpose()?,
             created_at: row.try_get("created_at")?,
             resolved_at: row.try_get("resolved_at")?,
+            deadline_at: row.try_get("deadline_at")?,
+            escalated_at: row.try_get("escalated_at")?,
             session_id,
             interrupt_id,
         })
@@ -356,69 +358,7 @@ where
     }
 
     async fn send_user_message(&self, message: UserMessage) -> Result<MessageReceipt, StoreError> {
-        const OP: &str = "send_user_message";
-        let sql = DB::statements();
-        let sid = message.session_id.as_str();
-        let request = serde_json::json!([
-            message.item.kind,
-            message.item.uuid,
-            message.item.turn_id,
-            message.item.body
-        ])
-        .to_string();
-        let mut tx = self.begin_write().await?;
-        let (mut item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
-        let known = sqlx::query(sql.idempotency_key)
-            .bind(sid)
-            .bind(OP)
-            .bind(message.client_key.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        if let Some(row) = known {
-            let stored: String = row.try_get("request")?;
-            if stored != request {
-                return Err(StoreError::IdempotencyConflict {
-                    session_id: sid.to_owned(),
-                    operation: OP,
-                    client_key: message.client_key,
-                });
-            }
-            let response: String = row.try_get("response")?;
-            let corrupt = |detail: String| StoreError::Corrupt {
-                table: "idempotency_keys",
-                key: key2(sid, &message.client_key),
-                detail,
-            };
-            let (item_seq, step_id): (i64, Option<i64>) =
-                serde_json::from_str(&response).map_err(|e| corrupt(e.to_string()))?;
-            return Ok(MessageReceipt { item_seq, step_id, replayed: true });
-        }
-        let Some(seq) = Sql::append_item(&mut tx, sid, &mut item_seq, &message.item).await? else {
-            return Err(StoreError::Invalid {
-                what: format!("the session already holds an item with uuid {:?}", message.item.uuid),
-            });
-        };
-        for event in &message.events {
-            Sql::append_event(&mut tx, sid, &mut event_seq, event, None).await?;
-        }
-        let step_id = match &message.wake {
-            Some(step) => Sql::insert_step(&mut tx, sid, step, true).await?,
-            None => None,
-        };
-        let woken_status = message.wake.as_ref().and_then(|w| w.session_status.clone());
-        let update = SessionUpdate { status: step_id.and(woken_status), ..SessionUpdate::default() };
-        sqlx::query(sql.insert_idempotency_key)
-            .bind(sid)
-            .bind(OP)
-            .bind(message.client_key.as_str())
-            .bind(request.as_str())
-            .bind(serde_json::json!([seq, step_id]).to_string().as_str())
-            .execute(&mut *tx)
-            .await?;
-        Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &update).await?;
-        tx.commit().await?;
-        wake(self, sid, step_id.is_some(), !message.events.is_empty()).await;
-        Ok(MessageReceipt { item_seq: seq, step_id, replayed: false })
+        send(self, message, None).await
     }
 
     async fn resolve_interrupt(&self, r: Resolution) -> Result<ResolveReceipt, StoreError> {
@@ -586,6 +526,7 @@ where
                 .bind(interrupt.interrupt_id.as_str())
                 .bind(ROW_VERSION)
                 .bind(interrupt.request.get())
+                .bind(interrupt.deadline.map(ms))
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| {
@@ -875,6 +816,10 @@ where
         self
     }
 
+    fn deadlines(&self) -> &dyn crate::deadlines::Deadlines {
+        self
+    }
+
     fn work_signal(&self) -> WorkSignal {
         self.signals().work_signal()
     }
@@ -884,12 +829,132 @@ where
     }
 }
 
+/// [`Store::send_user_message`], and with `audit` an audit row about interrupt `audit.0` in the
+/// same transaction (the [`crate::audit::AuditLog::send_user_message_as`] path): written only when
+/// the message is (never on a replay).
+pub(crate) async fn send<B, DB>(
+    backend: &B,
+    message: UserMessage,
+    audit: Option<(&str, &crate::audit::NewAuditEntry)>,
+) -> Result<MessageReceipt, StoreError>
+where
+    B: Backend<Db = DB>,
+    DB: Dialect,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
+    for<'a> Option<&'a str>: Encode<'a, DB>,
+    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> Option<i64>: Encode<'a, DB>,
+    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> String: Decode<'a, DB> + Type<DB>,
+{
+    const OP: &str = "send_user_message";
+    let sql = DB::statements();
+    let sid = message.session_id.as_str();
+    let request =
+        serde_json::json!([message.item.kind, message.item.uuid, message.item.turn_id, message.item.body])
+            .to_string();
+    let mut tx = backend.begin_write().await?;
+    let (mut item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
+    let known = sqlx::query(sql.idempotency_key)
+        .bind(sid)
+        .bind(OP)
+        .bind(message.client_key.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    if let Some(row) = known {
+        let stored: String = row.try_get("request")?;
+        if stored != request {
+            return Err(StoreError::IdempotencyConflict {
+                session_id: sid.to_owned(),
+                operation: OP,
+                client_key: message.client_key,
+            });
+        }
+        let response: String = row.try_get("response")?;
+        let corrupt = |detail: String| StoreError::Corrupt {
+            table: "idempotency_keys",
+            key: key2(sid, &message.client_key),
+            detail,
+        };
+        let (item_seq, step_id): (i64, Option<i64>) =
+            serde_json::from_str(&response).map_err(|e| corrupt(e.to_string()))?;
+        return Ok(MessageReceipt { item_seq, step_id, replayed: true });
+    }
+    let Some(seq) = Sql::append_item(&mut tx, sid, &mut item_seq, &message.item).await? else {
+        return Err(StoreError::Invalid {
+            what: format!("the session already holds an item with uuid {:?}", message.item.uuid),
+        });
+    };
+    for event in &message.events {
+        Sql::append_event(&mut tx, sid, &mut event_seq, event, None).await?;
+    }
+    let step_id = match &message.wake {
+        Some(step) => Sql::insert_step(&mut tx, sid, step, true).await?,
+        None => None,
+    };
+    let woken_status = message.wake.as_ref().and_then(|w| w.session_status.clone());
+    let update = SessionUpdate { status: step_id.and(woken_status), ..SessionUpdate::default() };
+    sqlx::query(sql.insert_idempotency_key)
+        .bind(sid)
+        .bind(OP)
+        .bind(message.client_key.as_str())
+        .bind(request.as_str())
+        .bind(serde_json::json!([seq, step_id]).to_string().as_str())
+        .execute(&mut *tx)
+        .await?;
+    if let Some((interrupt_id, entry)) = audit {
+        crate::audit::insert(&mut tx, sid, interrupt_id, entry).await?;
+    }
+    Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &update).await?;
+    tx.commit().await?;
+    wake(backend, sid, step_id.is_some(), !message.events.is_empty()).await;
+    Ok(MessageReceipt { item_seq: seq, step_id, replayed: false })
+}
+
+/// Who resolves an interrupt ([`resolve`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Decider {
+    /// A client: refused once the interrupt's deadline passed ([`StoreError::InterruptExpired`]).
+    Client,
+    /// A client whose authority was checked against the interrupt as it was with `escalated_at`:
+    /// as [`Decider::Client`], and refused ([`StoreError::InterruptEscalated`]) when an escalation
+    /// changed who may decide since.
+    ClientAsOf(Option<i64>),
+    /// The interrupt's deadline `deadline_at` ([`crate::deadlines`]): only when that is the
+    /// interrupt's deadline now and it passed ([`StoreError::DeadlineNotDue`] otherwise).
+    Deadline(i64),
+}
+
 /// [`Store::resolve_interrupt`], and with `audit` its audit row in the same transaction (the
 /// [`crate::audit::AuditLog`] path): written only when the decision is (never on a replay).
 pub(crate) async fn resolve<B, DB>(
     backend: &B,
     r: Resolution,
     audit: Option<&crate::audit::NewAuditEntry>,
+) -> Result<ResolveReceipt, StoreError>
+where
+    B: Backend<Db = DB>,
+    DB: Dialect,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
+    for<'a> Option<&'a str>: Encode<'a, DB>,
+    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> Option<i64>: Encode<'a, DB>,
+    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> String: Decode<'a, DB> + Type<DB>,
+{
+    resolve_by(backend, r, audit, Decider::Client).await
+}
+
+/// [`resolve`] by `decider`.
+pub(crate) async fn resolve_by<B, DB>(
+    backend: &B,
+    r: Resolution,
+    audit: Option<&crate::audit::NewAuditEntry>,
+    decider: Decider,
 ) -> Result<ResolveReceipt, StoreError>
 where
     B: Backend<Db = DB>,
@@ -919,9 +984,22 @@ where
         });
     };
     let interrupt = Sql::<DB>::decode_interrupt(&row)?;
+    let db_now: i64 = row.try_get("db_now")?;
+    let expired = |deadline_at| StoreError::InterruptExpired {
+        session_id: sid.to_owned(),
+        interrupt_id: r.interrupt_id.clone(),
+        deadline_at,
+    };
     if let Some(resolution) = interrupt.resolution {
         let key: Option<String> = row.try_get("client_key")?;
         if key.as_deref() != Some(r.client_key.as_str()) {
+            // Resolved at or after its deadline: only the deadline resolves then.
+            if let (Decider::Client | Decider::ClientAsOf(_), Some(deadline_at), Some(resolved_at)) =
+                (decider, interrupt.deadline_at, interrupt.resolved_at)
+                && resolved_at >= deadline_at
+            {
+                return Err(expired(deadline_at));
+            }
             return Err(StoreError::InterruptAlreadyResolved {
                 session_id: sid.to_owned(),
                 interrupt_id: r.interrupt_id,
@@ -942,6 +1020,33 @@ where
             .await?;
         let step_id = step.map(|s| s.try_get("step_id")).transpose()?;
         return Ok(ResolveReceipt { step_id, replayed: true });
+    }
+    if let Decider::ClientAsOf(seen) = decider
+        && seen != interrupt.escalated_at
+    {
+        return Err(StoreError::InterruptEscalated {
+            session_id: sid.to_owned(),
+            interrupt_id: r.interrupt_id,
+            escalated_at: interrupt.escalated_at,
+        });
+    }
+    match (decider, interrupt.deadline_at) {
+        (Decider::Client | Decider::ClientAsOf(_), Some(deadline_at)) if deadline_at <= db_now => {
+            return Err(expired(deadline_at));
+        }
+        (Decider::Client | Decider::ClientAsOf(_), _) => {}
+        (Decider::Deadline(fired), Some(deadline_at)) if fired == deadline_at && deadline_at <= db_now => {}
+        (Decider::Deadline(fired), now_at) => {
+            return Err(StoreError::DeadlineNotDue {
+                session_id: sid.to_owned(),
+                interrupt_id: r.interrupt_id,
+                detail: match now_at {
+                    None => "it has no deadline".to_owned(),
+                    Some(at) if at != fired => format!("its deadline is {at} now, not {fired}"),
+                    Some(at) => format!("its deadline {at} has not passed (database clock {db_now})"),
+                },
+            });
+        }
     }
     sqlx::query(sql.resolve_interrupt)
         .bind(sid)

@@ -106,7 +106,8 @@ const STEP_COLUMNS: &str =
 
 /// The columns of an interrupt, as [`crate::backend`] decodes them.
 const INTERRUPT_COLUMNS: &str =
-    "session_id, interrupt_id, row_version, request, resolution, created_at, resolved_at";
+    "session_id, interrupt_id, row_version, request, resolution, created_at, resolved_at, deadline_at,
+     escalated_at";
 
 /// Every statement of the store in one dialect. Parameters are `$1`, `$2`, … as the doc of each
 /// names them; the store code binds them in that order.
@@ -136,7 +137,8 @@ pub(crate) struct Statements {
     pub idempotency_key: &'static str,
     /// Records the response (`$5`) to request `$4` under client key `$3` of operation `$2`.
     pub insert_idempotency_key: &'static str,
-    /// Interrupt `$2` of session `$1`, with its `state` and `client_key`.
+    /// Interrupt `$2` of session `$1`, with its `state`, `client_key` and the database clock
+    /// (`db_now`, ms).
     pub interrupt_to_resolve: &'static str,
     /// The step waiting (or that waited) on interrupt `$2` of session `$1`.
     pub step_of_interrupt: &'static str,
@@ -161,8 +163,8 @@ pub(crate) struct Statements {
     /// Inserts or replaces tool call `$2` of session `$1` (`$3` row version, `$4` status, `$5`
     /// record).
     pub upsert_tool_call: &'static str,
-    /// Opens interrupt `$2` of session `$1` (`$3` row version, `$4` request); an existing one is
-    /// a unique violation.
+    /// Opens interrupt `$2` of session `$1` (`$3` row version, `$4` request, `$5` its deadline in
+    /// ms from now, or null); an existing one is a unique violation.
     pub insert_interrupt: &'static str,
     /// Appends a blank line and text `$3` to session `$1`'s last message when its merge key is
     /// `$2`, and makes item seq `$4` its last item; changes no row otherwise.
@@ -263,9 +265,11 @@ impl Statements {
                 "INSERT INTO idempotency_keys (session_id, operation, client_key, request, response, created_at)
                  VALUES ($1, $2, $3, $4, $5, {now})"
             )),
-            interrupt_to_resolve: "SELECT session_id, interrupt_id, row_version, state, request, resolution,
-                     client_key, created_at, resolved_at
-                 FROM interrupts WHERE session_id = $1 AND interrupt_id = $2",
+            interrupt_to_resolve: keep(format!(
+                "SELECT session_id, interrupt_id, row_version, state, request, resolution,
+                     client_key, created_at, resolved_at, deadline_at, escalated_at, {now} AS db_now
+                 FROM interrupts WHERE session_id = $1 AND interrupt_id = $2"
+            )),
             step_of_interrupt: "SELECT step_id FROM steps WHERE session_id = $1 AND interrupt_id = $2
                  ORDER BY step_id LIMIT 1",
             resolve_interrupt: keep(format!(
@@ -309,8 +313,9 @@ impl Statements {
                      updated_at = excluded.updated_at"
             )),
             insert_interrupt: keep(format!(
-                "INSERT INTO interrupts (session_id, interrupt_id, row_version, state, request, created_at)
-                 VALUES ($1, $2, $3, 'open', $4, {now})"
+                "INSERT INTO interrupts (session_id, interrupt_id, row_version, state, request, created_at,
+                     deadline_at)
+                 VALUES ($1, $2, $3, 'open', $4, {now}, {now} + $5)"
             )),
             merge_message: "UPDATE messages SET text = text || '\n\n' || $3, item_seq = $4
                  WHERE session_id = $1 AND merge_key = $2

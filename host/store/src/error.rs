@@ -57,6 +57,47 @@ pub enum StoreError {
         /// The resolution that was stored first.
         resolution: Box<RawValue>,
     },
+    /// A decision arrived after the interrupt's approval deadline passed (whether or not a Worker
+    /// has acted on it yet): it is refused and nothing is written. `deadline_at` is the deadline
+    /// (ms since the epoch, database clock).
+    #[error(
+        "interrupt `{interrupt_id}` of session `{session_id}` expired: its approval deadline passed at {deadline_at} ms since the epoch (database clock) before this decision; nothing was written"
+    )]
+    InterruptExpired {
+        /// The session.
+        session_id: String,
+        /// The interrupt.
+        interrupt_id: String,
+        /// The deadline that passed (ms, database clock).
+        deadline_at: i64,
+    },
+    /// The decider's authority was checked against the interrupt before an escalation changed
+    /// who may decide it (`escalated_at`: when; `None`: the interrupt the caller saw was escalated,
+    /// and is not now). Nothing was written: check again against the interrupt as it is.
+    #[error(
+        "interrupt `{interrupt_id}` of session `{session_id}` was escalated to other approvers after this decision's check; nothing was written"
+    )]
+    InterruptEscalated {
+        /// The session.
+        session_id: String,
+        /// The interrupt.
+        interrupt_id: String,
+        /// When it was escalated (ms, database clock).
+        escalated_at: Option<i64>,
+    },
+    /// A deadline was fired that is not the interrupt's due deadline now: it has none, it has
+    /// not passed yet, or it moved (an escalation set a new one). Nothing was written.
+    #[error(
+        "the deadline of interrupt `{interrupt_id}` of session `{session_id}` is not due: {detail}; nothing was written"
+    )]
+    DeadlineNotDue {
+        /// The session.
+        session_id: String,
+        /// The interrupt.
+        interrupt_id: String,
+        /// Why, e.g. `it moved to 1700000000000 (escalated)`.
+        detail: String,
+    },
     /// A client key was reused with a different request.
     #[error(
         "client key `{client_key}` of `{operation}` in session `{session_id}` was used for a different request"

@@ -10,7 +10,7 @@
 //! kinds, item kinds, statuses and payloads are opaque strings and JSON to it.
 //!
 //! Modules: [`types`] (values in and out), [`audit`] (who started a session, the append-only
-//! audit trail of decisions), [`error`] ([`StoreError`], terminal vs retryable),
+//! audit trail of decisions), [`deadlines`] (approval deadlines on the database clock), [`error`] ([`StoreError`], terminal vs retryable),
 //! [`signal`] (wake-ups), [`outbox`] (webhook deliveries written with their events), [`sqlite`] and [`postgres`] (the backends: connections, pools,
 //! wake-ups across processes), and two private ones: `backend` (the one generic [`Store`]
 //! implementation both backends share) and `dialect` (what differs between their SQL, each
@@ -49,7 +49,10 @@
 //! pinned digest, copied from the session when a step is inserted) with the partial index
 //! `steps_due_pin(pin, due_at) WHERE state IN ('queued','claimed')` that [`Store::claim_for`]
 //! scans. Migration 0004 adds the webhook outbox (`webhook_subscriptions`, `webhook_deliveries` and a
-//! trigger on `events`; see [`outbox`]). JSON columns are `text` on both backends (never `jsonb`, which would
+//! trigger on `events`; see [`outbox`]). Migration 0005 adds approval deadlines (`interrupts.deadline_at`,
+//! `interrupts.escalated_at`, the partial index `interrupts_deadline(deadline_at) WHERE state = 'open'
+//! AND deadline_at IS NOT NULL`; see [`deadlines`]) and widens the audit trail's decisions to
+//! `escalated`, `expired` and `revoked` (SQLite rebuilds the table keeping rows, ids and triggers). JSON columns are `text` on both backends (never `jsonb`, which would
 //! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -68,6 +71,7 @@
 //!   interrupt; no task, no connection, no lease.
 
 pub mod audit;
+pub mod deadlines;
 pub mod error;
 pub mod outbox;
 pub mod postgres;
@@ -84,6 +88,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use audit::{AuditDecision, AuditEntry, AuditLog, AuditQuery, NewAuditEntry};
+pub use deadlines::{DEADLINE_PRINCIPAL, Deadlines, Escalation, EscalationReceipt, Expiry};
 pub use error::{StoreError, UnavailableReason};
 pub use outbox::{Delivery, DeliveryState, Outbox, Subscription};
 pub use postgres::PgStore;
@@ -127,6 +132,9 @@ pub const ROW_VERSION: i64 = 1;
 ///   [`StoreError::FutureVersion`] and never claimed; a row that is not what the store wrote is
 ///   [`StoreError::Corrupt`]. Only the call reading it fails; no row is changed or dropped.
 /// - **Reads** return `Ok(None)` for a missing row, never an error.
+/// - **Deadlines.** An interrupt committed with a [`NewInterrupt::deadline`] gets its deadline on
+///   the database clock; a client decision after it passed is [`StoreError::InterruptExpired`]
+///   and writes nothing ([`deadlines::Deadlines`] has the rest).
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
     /// Creates the session unless it exists. `Ok(true)`: created; `Ok(false)`: it existed and
@@ -270,6 +278,10 @@ pub trait Store: Send + Sync {
     /// This store's principals and audit trail ([`audit::AuditLog`]): the same database, the
     /// same transactions.
     fn audit(&self) -> &dyn audit::AuditLog;
+
+    /// This store's approval deadlines ([`deadlines::Deadlines`]): the same database, the same
+    /// transactions.
+    fn deadlines(&self) -> &dyn deadlines::Deadlines;
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

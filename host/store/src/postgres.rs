@@ -220,6 +220,13 @@ fn migrator() -> Migrator {
             false,
         ),
         Migration::new(
+            5,
+            "deadlines".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0005_deadlines.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
             7,
             "messages".into(),
             MigrationType::Simple,

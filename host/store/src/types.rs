@@ -328,6 +328,12 @@ pub struct Interrupt {
     pub created_at: i64,
     /// Resolved (DB clock, ms).
     pub resolved_at: Option<i64>,
+    /// When its approval deadline passes (DB clock, ms; `None`: it waits for ever). Set at insert
+    /// from [`NewInterrupt::deadline`]; an escalation moves it to the second deadline
+    /// ([`crate::deadlines`]).
+    pub deadline_at: Option<i64>,
+    /// When a deadline escalated it to other approvers (DB clock, ms); `None`: never.
+    pub escalated_at: Option<i64>,
 }
 
 /// An interrupt to open in a commit.
@@ -337,6 +343,9 @@ pub struct NewInterrupt {
     pub interrupt_id: String,
     /// What is asked.
     pub request: Box<RawValue>,
+    /// Its approval deadline, relative to the commit's database time (`None`: none). A Worker
+    /// acts on it once it passes ([`crate::deadlines`]).
+    pub deadline: Option<std::time::Duration>,
 }
 
 /// An interrupt to close in a commit, if still open.

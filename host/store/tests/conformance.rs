@@ -96,3 +96,95 @@ async fn a_postgres_message_wakes_a_worker_of_another_store_handle_through_notif
     let claimed = worker.claim("w", std::time::Duration::from_secs(60)).await.unwrap();
     assert!(claimed.is_some(), "the other handle claims the step");
 }
+
+/// Schema 5 rebuilds SQLite's audit table to widen its CHECK: a file at schema 4 with audit rows
+/// keeps every row and id, new ids continue after them, and the append-only triggers still hold.
+#[tokio::test]
+async fn migrating_a_sqlite_file_to_schema_5_keeps_its_audit_rows_ids_and_triggers() {
+    use sqlx::SqlSafeStr;
+    use sqlx::migrate::{Migration, MigrationType};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let schema_4 = [
+        (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+        (2, "agent_digest", include_str!("../migrations/sqlite/0002_agent_digest.sql")),
+        (3, "audit", include_str!("../migrations/sqlite/0003_audit.sql")),
+        (4, "webhook_outbox", include_str!("../migrations/sqlite/0004_webhook_outbox.sql")),
+    ];
+    {
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+        let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL,
+                 installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL,
+                 checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        for (version, name, sql) in schema_4 {
+            sqlx::raw_sql(sql.into_sql_str()).execute(&pool).await.unwrap();
+            let applied =
+                Migration::new(version, name.into(), MigrationType::Simple, sql.into_sql_str(), false);
+            sqlx::query(
+                "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+                 VALUES ($1, $2, true, $3, 0)",
+            )
+            .bind(version)
+            .bind(name)
+            .bind(applied.checksum.to_vec())
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        for (id, decision) in [(7, "approved"), (9, "rejected")] {
+            sqlx::query(
+                "INSERT INTO audit (audit_id, row_version, session_id, interrupt_id, principal, decision,
+                     reason, tool_name, input, edited_input, decided_at)
+                 VALUES ($1, 1, 's', 'i', 'alice', $2, 'why', 'create_refund', '{\"a\": 1}', NULL, 5)",
+            )
+            .bind(id)
+            .bind(decision)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        let refused = sqlx::query(
+            "INSERT INTO audit (row_version, session_id, interrupt_id, principal, decision, decided_at)
+             VALUES (1, 's', 'i', 'x', 'expired', 0)",
+        )
+        .execute(&pool)
+        .await;
+        assert!(refused.is_err(), "schema 4 does not know `expired`");
+        pool.close().await;
+    }
+    let store = SqliteStore::open(&path).await.expect("migrates to schema 5");
+    let rows = store
+        .audit()
+        .audit_entries(&tollgate_store::AuditQuery { limit: 10, ..Default::default() })
+        .await
+        .unwrap();
+    let kept: Vec<(i64, &str, &str)> =
+        rows.iter().map(|r| (r.audit_id, r.principal.as_str(), r.decision.as_str())).collect();
+    assert_eq!(kept, [(7, "alice", "approved"), (9, "alice", "rejected")], "rows and ids kept");
+    assert_eq!(rows[0].input.as_ref().map(|i| i.get()), Some("{\"a\": 1}"), "byte for byte");
+    let next: i64 = sqlx::query_scalar(
+        "INSERT INTO audit (row_version, session_id, interrupt_id, principal, decision, decided_at)
+         VALUES (1, 's', 'i', 'tollgate:deadline', 'expired', 6) RETURNING audit_id",
+    )
+    .fetch_one(store.raw_pool())
+    .await
+    .unwrap();
+    assert_eq!(next, 10, "ids continue after the highest kept");
+    for sql in ["UPDATE audit SET principal = 'mallory'", "DELETE FROM audit"] {
+        let refused = sqlx::query(sql).execute(store.raw_pool()).await;
+        assert!(refused.is_err_and(|e| e.to_string().contains("append-only")), "{sql}");
+    }
+    let bad = sqlx::query(
+        "INSERT INTO audit (row_version, session_id, interrupt_id, principal, decision, decided_at)
+         VALUES (1, 's', 'i', 'x', 'maybe', 0)",
+    )
+    .execute(store.raw_pool())
+    .await;
+    assert!(bad.is_err(), "the CHECK still refuses an unknown decision");
+}

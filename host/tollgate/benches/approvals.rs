@@ -31,6 +31,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tollgate_mock_model::MockModel;
 use tollgate_store::testing::PgCluster;
 
+#[path = "../tests/support/agent.rs"]
+mod agent;
 #[path = "../tests/support/park.rs"]
 mod park;
 
@@ -146,12 +148,7 @@ async fn main() {
         "the pinned CLI is not installed; run scripts/setup.sh"
     );
     let dir = tempfile::Builder::new().prefix("tollgate-approvals-").tempdir().unwrap();
-    let agent = dir.path().join("agent");
-    std::fs::create_dir_all(agent.join("tools")).unwrap();
-    std::fs::copy(tollgate_test_guests::ORDERS, agent.join("tools/orders.wasm")).unwrap();
-    std::fs::copy(tollgate_test_guests::PAYMENTS, agent.join("tools/payments.wasm")).unwrap();
-    std::fs::copy(tollgate_test_guests::SUPPORT_FACTORY, agent.join("agent.wasm")).unwrap();
-    std::fs::copy(root.join("examples/agents/support/tollgate.toml"), agent.join("tollgate.toml")).unwrap();
+    agent::support_agent(&root, dir.path());
     let setup = Setup { root, dir, mock: MockModel::start().await.unwrap() };
     let http = reqwest::Client::new();
     let cluster = PgCluster::start_or_skip();

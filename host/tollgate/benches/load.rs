@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tollgate_mock_model::MockModel;
 
+#[path = "../tests/support/agent.rs"]
+mod support_agent;
+
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -67,12 +70,7 @@ async fn main() {
     assert!(cli.exists(), "the pinned CLI is not installed at {}; run scripts/setup.sh", cli.display());
 
     let dir = tempfile::Builder::new().prefix("tollgate-load-").tempdir().unwrap();
-    let agent = dir.path().join("agent");
-    std::fs::create_dir_all(agent.join("tools")).unwrap();
-    std::fs::copy(tollgate_test_guests::ORDERS, agent.join("tools/orders.wasm")).unwrap();
-    std::fs::copy(tollgate_test_guests::PAYMENTS, agent.join("tools/payments.wasm")).unwrap();
-    std::fs::copy(tollgate_test_guests::SUPPORT_FACTORY, agent.join("agent.wasm")).unwrap();
-    std::fs::copy(root.join("examples/agents/support/tollgate.toml"), agent.join("tollgate.toml")).unwrap();
+    let agent = support_agent::support_agent(&root, dir.path());
     let mock = MockModel::start().await.unwrap();
 
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))

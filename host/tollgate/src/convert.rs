@@ -76,7 +76,13 @@ pub fn commit(t: engine::Transition) -> store::Commit {
         interrupts: t
             .interrupts
             .into_iter()
-            .map(|i| store::NewInterrupt { interrupt_id: i.interrupt_id, request: raw(&i.request) })
+            .map(|i| store::NewInterrupt {
+                interrupt_id: i.interrupt_id,
+                // The deadline the policy stamped into the request (`turn::with_deadlines`); an
+                // unreadable one was never stamped by this build, and waits for ever.
+                deadline: tollgate_engine::deadline::first_deadline(&i.request).ok().flatten(),
+                request: raw(&i.request),
+            })
             .collect(),
         close_interrupts: t
             .close_interrupts

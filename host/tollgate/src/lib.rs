@@ -6,6 +6,7 @@
 //! | [`config`] | `tollgate.toml` itself: its schema, defaults and errors, parsed once |
 //! | [`bundle`] | an agent's files, their digests, the agent digest and `tollgate.lock` |
 //! | [`worker`] | claiming, running and committing steps |
+//! | [`deadlines`] | firing approval deadlines that came due: expire or escalate (every Worker) |
 //! | [`sessions`] | client calls: start, send, resolve, snapshot |
 //! | [`convert`] | the state machine's values as the store's |
 //! | [`tool_runner`] | the sandbox's tool set as the segment's tool runner |
@@ -30,6 +31,7 @@ pub mod client;
 pub mod commands;
 pub mod config;
 pub mod convert;
+pub mod deadlines;
 pub mod edits;
 pub mod metrics;
 pub mod proxy;

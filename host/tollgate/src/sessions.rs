@@ -170,6 +170,38 @@ pub async fn resolve_as(
     client_key: Option<&str>,
     principal: &str,
 ) -> Result<ResolveReceipt, ClientError> {
+    resolve_checked(store, session_id, interrupt_id, decision, client_key, principal, None).await
+}
+
+/// [`resolve_as`] by a principal whose authority was checked against the interrupt as it was
+/// with `escalated_at` (its [`tollgate_store::Interrupt::escalated_at`] when the check read it): an
+/// escalation since is [`StoreError::InterruptEscalated`] and nothing is written, so the caller
+/// checks again against the new approvers.
+///
+/// # Errors
+/// As [`resolve_as`], and [`StoreError::InterruptEscalated`].
+pub async fn resolve_as_of(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+    principal: &str,
+    escalated_at: Option<i64>,
+) -> Result<ResolveReceipt, ClientError> {
+    let seen = Some(escalated_at);
+    resolve_checked(store, session_id, interrupt_id, decision, client_key, principal, seen).await
+}
+
+async fn resolve_checked(
+    store: &dyn Store,
+    session_id: &str,
+    interrupt_id: &str,
+    decision: &Decision,
+    client_key: Option<&str>,
+    principal: &str,
+    seen: Option<Option<i64>>,
+) -> Result<ResolveReceipt, ClientError> {
     let client_key = match client_key {
         Some(key) => {
             check_id("client_key", key)?;
@@ -237,7 +269,12 @@ pub async fn resolve_as(
         resolution: convert::raw(&resolution),
         events,
     };
-    Ok(store.audit().resolve_interrupt_as(resolution, entry).await?)
+    Ok(match seen {
+        Some(escalated_at) => {
+            store.deadlines().resolve_interrupt_as_of(resolution, entry, escalated_at).await?
+        }
+        None => store.audit().resolve_interrupt_as(resolution, entry).await?,
+    })
 }
 
 /// The event kind of a decision's audit row on the session's stream: `{interrupt_id, principal,
@@ -280,12 +317,36 @@ pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
         decision: match entry.decision {
             tollgate_store::AuditDecision::Approved => AuditDecision::Approved,
             tollgate_store::AuditDecision::Rejected => AuditDecision::Rejected,
+            tollgate_store::AuditDecision::Escalated => AuditDecision::Escalated,
+            tollgate_store::AuditDecision::Expired => AuditDecision::Expired,
+            tollgate_store::AuditDecision::Revoked => AuditDecision::Revoked,
         },
         reason: entry.reason,
         tool_name: entry.tool_name,
         input: json(entry.input),
         edited_input: json(entry.edited_input),
         decided_at: entry.decided_at,
+    }
+}
+
+/// What the interrupt itself says of a pending approval: its deadline and who may decide it now
+/// (an escalation changes both); the other fields empty, for the caller to fill.
+fn pending_facts(open: Option<&tollgate_store::Interrupt>) -> PendingApproval {
+    let asked: Option<serde_json::Value> = open.and_then(|i| serde_json::from_str(i.request.get()).ok());
+    PendingApproval {
+        arguments: serde_json::Value::Null,
+        interrupt_id: String::new(),
+        kind: tollgate_engine::catalog::ToolKind::Custom,
+        tool_name: String::new(),
+        turn_id: String::new(),
+        batch_id: None,
+        deadline_at: open.and_then(|i| i.deadline_at),
+        escalated_at: open.and_then(|i| i.escalated_at),
+        approvers: asked
+            .as_ref()
+            .and_then(|a| a.get("approvers"))
+            .and_then(|a| serde_json::from_value(a.clone()).ok())
+            .unwrap_or_default(),
     }
 }
 
@@ -314,6 +375,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         let call = tool_call(entry);
         // A call waiting on an interrupt opened ahead in its batch: that one is listed below.
         if call.state == CallState::PendingApproval && call.decided_ahead.is_none() {
+            let open = store.interrupt(session_id, &call.tool_call_id).await?;
             pending_interrupts.push(PendingApproval {
                 arguments: call.arguments.clone(),
                 interrupt_id: call.tool_call_id.clone(),
@@ -321,6 +383,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
                 tool_name: call.tool_name.clone(),
                 turn_id: call.turn_id.clone(),
                 batch_id: call.batch_id.clone(),
+                ..pending_facts(open.as_ref())
             });
         }
         tool_calls.push(call);
@@ -328,7 +391,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
     // The turn's interrupts opened ahead in a batch and still open: in the inbox at once.
     for ahead in state.turn.iter().flat_map(|turn| &turn.ahead) {
         let open = store.interrupt(session_id, &ahead.interrupt_id).await?;
-        if open.is_some_and(|i| i.resolution.is_none()) {
+        if open.as_ref().is_some_and(|i| i.resolution.is_none()) {
             pending_interrupts.push(PendingApproval {
                 arguments: ahead.arguments.clone(),
                 interrupt_id: ahead.interrupt_id.clone(),
@@ -336,6 +399,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
                 tool_name: ahead.tool_name.clone(),
                 turn_id: state.turn.as_ref().map(|t| t.turn_id.clone()).unwrap_or_default(),
                 batch_id: Some(ahead.batch_id.clone()),
+                ..pending_facts(open.as_ref())
             });
         }
     }
@@ -401,15 +465,24 @@ pub async fn revoke_grant(
             "revoked_at": revocation.revoked_at,
         })),
     };
-    store
-        .send_user_message(UserMessage {
-            session_id: session_id.to_owned(),
-            client_key: fresh_key(),
-            item: convert::item(item),
-            wake: None,
-            events: vec![event],
-        })
-        .await?;
+    let message = UserMessage {
+        session_id: session_id.to_owned(),
+        client_key: fresh_key(),
+        item: convert::item(item),
+        wake: None,
+        events: vec![event],
+    };
+    // The audit row names the decision that made the grant (the first, when several did).
+    let entry = NewAuditEntry {
+        principal: principal.to_owned(),
+        decision: tollgate_store::AuditDecision::Revoked,
+        reason: Some(format!("revoked the session grant for {tool}")),
+        tool_name: Some(tool.to_owned()),
+        input: None,
+        edited_input: None,
+    };
+    let granted_by = decision_ids.first().map_or("", String::as_str);
+    store.audit().send_user_message_as(message, granted_by, entry).await?;
     Ok(RevokeReceipt {
         session_id: session_id.to_owned(),
         tool_name: tool.to_owned(),

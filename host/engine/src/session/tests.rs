@@ -673,6 +673,37 @@ fn an_approval_carries_the_groups_its_policy_names_as_approvers() {
     );
 }
 
+#[test]
+fn an_approval_carries_its_policys_deadline_resolved_for_whoever_fires_it() {
+    use crate::policy::{ApprovalDeadline, Policies, PolicyEntry};
+    let call =
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true);
+    let (_, mut t) = defer(&RunState::default(), call.clone());
+    let plain = t.clone();
+    super::turn::with_deadlines(&mut t, &Policies::default());
+    assert_eq!(t.interrupts, plain.interrupts, "no deadline, no change");
+    let policies = Policies::default()
+        .with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))
+        .unwrap()
+        .with_deadline(
+            "create_refund",
+            Some(ApprovalDeadline::escalate_after(2, vec!["oncall".into()], None)),
+        )
+        .unwrap();
+    super::turn::with_deadlines(&mut t, &policies);
+    let stamped = json!({
+        "approval_timeout_secs": 2, "on_timeout": "escalate", "escalate_to": ["oncall"],
+        "escalation_timeout_secs": 2,
+    });
+    assert_eq!(t.interrupts[0].request["deadline"], stamped, "the default second deadline filled in");
+    let opened = t.events.iter().find(|e| e.kind == event_kind::INTERRUPT_OPENED).expect("opened");
+    assert_eq!(opened.payload["request"]["deadline"], stamped, "the event shows the same request");
+    assert_eq!(
+        crate::deadline::first_deadline(&t.interrupts[0].request).unwrap(),
+        Some(std::time::Duration::from_secs(2))
+    );
+}
+
 fn session_approval(by: &str) -> Decision {
     Decision {
         approved: true,

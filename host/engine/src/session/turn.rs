@@ -285,6 +285,29 @@ pub fn with_approvers(t: &mut Transition, policies: &Policies) {
     }
 }
 
+/// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
+/// with the tool's approval deadline, resolved (`deadline`: `approval_timeout_secs`,
+/// `on_timeout`, `escalate_to`, `escalation_timeout_secs`; see
+/// [`crate::policy::ApprovalDeadline`]), so a Worker fires it from the stored request alone and
+/// the store sets the deadline at insert. A tool without one is left as it is.
+pub fn with_deadlines(t: &mut Transition, policies: &Policies) {
+    for interrupt in &mut t.interrupts {
+        let tool = interrupt.request.get("tool_name").and_then(Value::as_str).unwrap_or_default();
+        let Some(deadline) = policies.deadline(tool) else { continue };
+        if interrupt.request.get("type").and_then(Value::as_str) != Some("tool_approval") {
+            continue;
+        }
+        interrupt.request["deadline"] = serde_json::to_value(deadline.resolved()).expect("serializes");
+        for event in &mut t.events {
+            let opened = event.kind == event_kind::INTERRUPT_OPENED
+                && event.payload.get("interrupt_id").and_then(Value::as_str) == Some(&interrupt.interrupt_id);
+            if opened {
+                event.payload["request"] = interrupt.request.clone();
+            }
+        }
+    }
+}
+
 /// What the end of a segment changes. `calls` are the session's deferred calls (for a failing
 /// turn's note).
 pub fn on_segment(

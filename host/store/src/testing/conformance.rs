@@ -83,6 +83,7 @@ impl Harness {
 }
 
 mod audit;
+mod deadlines;
 
 /// One case of a suite: an async function of a fresh harness.
 pub(crate) type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -140,7 +141,7 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
-    run_cases("conformance", CASES.iter().chain(audit::CASES), fresh).await;
+    run_cases("conformance", CASES.iter().chain(audit::CASES).chain(deadlines::CASES), fresh).await;
 }
 
 /// Runs `cases` of the suite `suite`, each on a fresh harness from `fresh(case_name)`, every one
@@ -266,7 +267,7 @@ fn done() -> Commit {
 /// A commit that ends the step and parks an `AwaitToolApproval` step on a new interrupt `i1`.
 fn parked_on_i1() -> Commit {
     let mut park = done();
-    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}") });
+    park.interrupts.push(NewInterrupt { interrupt_id: "i1".into(), request: j("{}"), deadline: None });
     park.steps.push(NewStep {
         kind: "AwaitToolApproval".into(),
         payload: j("{}"),
@@ -378,6 +379,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
         interrupts: vec![NewInterrupt {
             interrupt_id: "i1".into(),
             request: j(r#"{"tool":"create_refund"}"#),
+            deadline: None,
         }],
         messages: Vec::new(),
         close_interrupts: Vec::new(),
@@ -1119,7 +1121,11 @@ async fn interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_deci
     let c = claimed_session(s, "s").await;
     let mut park = parked_on_i1();
     for ahead in ["i2", "i3", "i4"] {
-        park.interrupts.push(NewInterrupt { interrupt_id: ahead.into(), request: j(r#"{"ahead":true}"#) });
+        park.interrupts.push(NewInterrupt {
+            interrupt_id: ahead.into(),
+            request: j(r#"{"ahead":true}"#),
+            deadline: None,
+        });
     }
     s.commit(&c, park).await.unwrap();
     assert_eq!(s.open_interrupts(None, 10).await.unwrap().len(), 4, "all of the batch at once");

@@ -209,6 +209,11 @@ impl From<StoreError> for ApiError {
             StoreError::InterruptAlreadyResolved { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::InterruptAlreadyResolved, text)
             }
+            StoreError::InterruptExpired { deadline_at, .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::InterruptExpired,
+                format!("{text} ({})", crate::webhooks::rfc3339_ms(deadline_at)),
+            ),
             StoreError::IdempotencyConflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::IdempotencyConflict, text)
             }
@@ -402,7 +407,7 @@ async fn send_message(
         (status = 200, description = "Decided (or the same decision replayed)", body = DecisionReceipt),
         (status = 403, description = "`role_required` (not an approver or admin), `group_required` (the tool's policy names `approvers` groups the principal is in none of; listed in `needed`) or `own_session` (the principal started the session: separation of duties)", body = ErrorBody),
         (status = 404, description = "`session_not_found` or `interrupt_not_found`", body = ErrorBody),
-        (status = 409, description = "`interrupt_already_resolved` (decided otherwise) or `idempotency_conflict`", body = ErrorBody),
+        (status = 409, description = "`interrupt_already_resolved` (decided otherwise), `interrupt_expired` (its approval deadline passed first; the message names it) or `idempotency_conflict`", body = ErrorBody),
         openapi::WriteErrors,
     )
 )]
@@ -429,24 +434,40 @@ async fn decide(
         granted: None,
     };
     // Who may decide: the caller's role, the tool's approver groups (stored with the interrupt
-    // when it opened: this process may not load the agent) and who started the session.
-    if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
-        let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
-        let tool = asked.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default();
-        let approvers: Vec<String> =
-            asked.get("approvers").and_then(|a| serde_json::from_value(a.clone()).ok()).unwrap_or_default();
-        let starter = state.store.audit().started_by(&id).await?;
-        state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
-    }
-    let receipt = sessions::resolve_as(
-        state.store.as_ref(),
-        &id,
-        &interrupt_id,
-        &decision,
-        key.as_deref(),
-        &caller.name,
-    )
-    .await?;
+    // when it opened: this process may not load the agent; an approval deadline's escalation
+    // replaces them) and who started the session. The decision is stored only if no escalation
+    // came between this check and it; after one, the check runs again on the new approvers.
+    let mut checked_again = false;
+    let receipt = loop {
+        let mut escalated_at = None;
+        if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
+            let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
+            let tool = asked.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default();
+            let approvers: Vec<String> = asked
+                .get("approvers")
+                .and_then(|a| serde_json::from_value(a.clone()).ok())
+                .unwrap_or_default();
+            let starter = state.store.audit().started_by(&id).await?;
+            state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
+            escalated_at = open.escalated_at;
+        }
+        let decided = sessions::resolve_as_of(
+            state.store.as_ref(),
+            &id,
+            &interrupt_id,
+            &decision,
+            key.as_deref(),
+            &caller.name,
+            escalated_at,
+        )
+        .await;
+        match decided {
+            Err(ClientError::Store(StoreError::InterruptEscalated { .. })) if !checked_again => {
+                checked_again = true;
+            }
+            other => break other?,
+        }
+    };
     let answer = DecisionReceipt {
         approved: decision.approved,
         interrupt_id,
@@ -700,6 +721,8 @@ async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuer
             turn_id: request.turn_id.clone(),
             batch_id: request.batch_id.clone(),
             request,
+            deadline_at: open.deadline_at,
+            escalated_at: open.escalated_at,
         });
     }
     Ok(Json(InterruptList { interrupts, next_after }).into_response())

@@ -366,6 +366,14 @@ pub enum AuditDecision {
     Approved,
     /// The call is refused.
     Rejected,
+    /// Its approval deadline passed and it went to other approvers (principal
+    /// `tollgate:deadline`).
+    Escalated,
+    /// Its approval deadline passed and it was refused (principal `tollgate:deadline`; the reason
+    /// is what the model read).
+    Expired,
+    /// A session grant this interrupt's decision made was revoked (principal: who revoked it).
+    Revoked,
 }
 
 /// `GET /v1/audit`: a page of the audit trail, oldest first.
@@ -451,6 +459,17 @@ pub struct PendingApproval {
     /// Its batch (omitted outside a batch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_id: Option<String>,
+    /// When its approval deadline passes (ms since the epoch, database clock): then it is
+    /// rejected, or escalated when its policy says so. Omitted: it waits for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<i64>,
+    /// When a deadline escalated it to other approvers (ms since the epoch); omitted: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated_at: Option<i64>,
+    /// The groups whose principals alone may decide it now (after an escalation, the policy's
+    /// `escalate_to`); omitted when any approver may.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
 }
 
 /// A deferred tool call and where it is (`Snapshot::tool_calls`).
@@ -608,6 +627,13 @@ pub struct PendingInterrupt {
     /// Its batch (the request's; omitted outside a batch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_id: Option<String>,
+    /// When its approval deadline passes (ms since the epoch, database clock): then it is
+    /// rejected, or escalated when its policy says so. Omitted: it waits for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<i64>,
+    /// When a deadline escalated it to other approvers (ms since the epoch); omitted: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated_at: Option<i64>,
 }
 
 /// What an interrupt asks: the approval of one tool call (also the `request` of an
@@ -650,6 +676,15 @@ pub struct ApprovalRequest {
     /// (rejected, decided by nobody). Omitted when `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ahead: bool,
+    /// The tool policy's approval deadline: `approval_timeout_secs`, `on_timeout` (`reject` or
+    /// `escalate`), `escalate_to`, `escalation_timeout_secs`; omitted when it waits for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub deadline: Option<Value>,
+    /// After an escalation, the groups who could decide before it (`approvers` names who may
+    /// now; empty: any approver could).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated_from: Option<Vec<String>>,
 }
 
 // ---- Events ----
@@ -676,7 +711,8 @@ pub struct StreamEvent {
         "turn_completed",
         "turn_failed",
         "agent_upgraded",
-        "decision_recorded"
+        "decision_recorded",
+        "interrupt_escalated"
     ))]
     pub kind: String,
     /// The step that wrote it, if one did.
@@ -801,6 +837,8 @@ pub enum ErrorCode {
     GrantNotFound,
     /// 409: the interrupt was decided otherwise before.
     InterruptAlreadyResolved,
+    /// 409: the interrupt's approval deadline passed before the decision (named in `message`).
+    InterruptExpired,
     /// 409: the idempotency key was used for another request.
     IdempotencyConflict,
     /// 409: the session is running a step.
@@ -831,6 +869,7 @@ impl ErrorCode {
             ErrorCode::InterruptNotFound => "interrupt_not_found",
             ErrorCode::GrantNotFound => "grant_not_found",
             ErrorCode::InterruptAlreadyResolved => "interrupt_already_resolved",
+            ErrorCode::InterruptExpired => "interrupt_expired",
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::SessionBusy => "session_busy",
             ErrorCode::StoreUnavailable => "store_unavailable",
@@ -972,6 +1011,7 @@ mod tests {
             ErrorCode::InterruptNotFound,
             ErrorCode::GrantNotFound,
             ErrorCode::InterruptAlreadyResolved,
+            ErrorCode::InterruptExpired,
             ErrorCode::IdempotencyConflict,
             ErrorCode::SessionBusy,
             ErrorCode::StoreUnavailable,

@@ -105,6 +105,8 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                         i.tool_name.clone(),
                         clip(&compact(&i.arguments), 60),
                         age(now, i.created_at),
+                        deadline_cell(now, i.deadline_at, i.escalated_at.is_some()),
+                        who_decides(&i.request.approvers),
                     ];
                     if batches {
                         row.push(i.batch_id.clone().unwrap_or_else(|| "-".into()));
@@ -112,7 +114,8 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                     row
                 })
                 .collect();
-            let mut headers = vec!["SESSION", "INTERRUPT", "TOOL", "ARGUMENTS", "AGE"];
+            let mut headers =
+                vec!["SESSION", "INTERRUPT", "TOOL", "ARGUMENTS", "AGE", "DEADLINE", "APPROVERS"];
             if batches {
                 headers.push("BATCH");
             }
@@ -205,4 +208,30 @@ async fn decide(
     writeln!(out, "{verb} {interrupt} in session {session}{again}")?;
     writeln!(out, "watch: tollgate session watch {}{}", shell_word(session), flags.url_flag())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The DEADLINE cell: `-` (none), `in 42s`, `due` (passed, not fired yet), with ` (escalated)`.
+fn deadline_cell(now: i64, deadline_at: Option<i64>, escalated: bool) -> String {
+    let Some(at) = deadline_at else { return "-".into() };
+    let when = if at > now { format!("in {}", age(at, now)) } else { "due".to_owned() };
+    if escalated { format!("{when} (escalated)") } else { when }
+}
+
+/// The APPROVERS cell: the groups who may decide now, or `any`.
+fn who_decides(groups: &[String]) -> String {
+    if groups.is_empty() { "any".into() } else { groups.join(",") }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_column_says_how_long_is_left_and_whether_it_was_escalated() {
+        assert_eq!(deadline_cell(0, None, false), "-");
+        assert_eq!(deadline_cell(1_000, Some(43_000), false), "in 42s");
+        assert_eq!(deadline_cell(50_000, Some(43_000), true), "due (escalated)");
+        assert_eq!(who_decides(&[]), "any");
+        assert_eq!(who_decides(&["oncall".into(), "leads".into()]), "oncall,leads");
+    }
 }

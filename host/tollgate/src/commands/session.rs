@@ -358,7 +358,7 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
     Ok(())
 }
 
-/// One line per audit row: `<time> <principal> approved|rejected <tool> <interrupt> [input] [: reason]`.
+/// One line per audit row: `<time> <principal> approved|rejected|escalated|expired|revoked <tool> <interrupt> [input] [: reason]`.
 pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<String> {
     decisions
         .iter()
@@ -366,6 +366,9 @@ pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<Strin
             let decision = match d.decision {
                 crate::api::types::AuditDecision::Approved => "approved",
                 crate::api::types::AuditDecision::Rejected => "rejected",
+                crate::api::types::AuditDecision::Escalated => "escalated",
+                crate::api::types::AuditDecision::Expired => "expired",
+                crate::api::types::AuditDecision::Revoked => "revoked",
             };
             let input = d.input.as_ref().map(|i| format!(" {}", clip(&compact(i), 60))).unwrap_or_default();
             let edited = d

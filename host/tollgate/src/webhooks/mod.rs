@@ -22,7 +22,7 @@
 //! | type | stored event | data |
 //! |---|---|---|
 //! | `interrupt.created` | `interrupt_opened` | [`InterruptCreated`] |
-//! | `interrupt.escalated` | `interrupt_escalated` | [`InterruptEscalated`] (no event of this kind is written yet) |
+//! | `interrupt.escalated` | `interrupt_escalated` | [`InterruptEscalated`] (written when an approval deadline escalates: `crate::deadlines`) |
 //! | `interrupt.decided` | `interrupt_resolved` | [`InterruptDecided`] |
 //! | `turn.completed` | `turn_completed` | [`TurnCompleted`] |
 //! | `turn.failed` | `turn_failed` | [`TurnFailed`] |

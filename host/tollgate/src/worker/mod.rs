@@ -9,6 +9,10 @@
 //! frozen, or the database clock moved past it) stops the step and can commit nothing: the store
 //! checks every write against the claim's fence.
 //!
+//! Every Worker also fires approval deadlines that came due ([`crate::deadlines::run`], a task
+//! beside the claim loop that sleeps until the next deadline the store reports); it stops when
+//! the claims stop.
+//!
 //! Stopping ([`Worker::run`]'s `shutdown`, SIGTERM in `tollgate worker` and `tollgate serve`)
 //! drains: no new claims; the steps in hand get [`WorkerConfig::drain`] to finish; then each one
 //! left is stopped (its CLI's process group killed) and its claim released with
@@ -200,6 +204,11 @@ impl Worker {
         let digests = self.agent.claim_digests();
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency,
             agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
+        // Approval deadlines fire beside the claims, on the database clock (`crate::deadlines`).
+        let deadlines = {
+            let store = self.store.clone();
+            tokio::spawn(async move { crate::deadlines::run(store.as_ref(), std::future::pending()).await })
+        };
         tokio::pin!(shutdown);
         // Claims failed in a row (the store is unavailable): the retry backs off with jitter.
         let mut claim_failures = 0u32;
@@ -254,6 +263,7 @@ impl Worker {
                 }
             }
         }
+        deadlines.abort();
         if !tasks.is_empty() {
             info!(
                 steps = tasks.len(),

@@ -168,6 +168,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     // The API may not load the agent: the interrupt carries who may decide it.
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
+    // ... and its approval deadline, which any Worker fires from the stored request.
+    turn::with_deadlines(&mut transition, &worker.agent.config.policies);
     // ... and the schema an approver's edit must fit.
     if !transition.interrupts.is_empty() {
         let custom = tool_set.as_ref().map(|tools| tools.tools()).unwrap_or_default();

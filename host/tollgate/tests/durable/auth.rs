@@ -14,7 +14,13 @@ use crate::util::{Refund, World, api};
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
 /// `tollgate auth add NAME --role … --group … --auth FILE`: the token it prints.
-async fn add_principal(world: &World, file: &Path, name: &str, roles: &[&str], groups: &[&str]) -> String {
+pub(crate) async fn add_principal(
+    world: &World,
+    file: &Path,
+    name: &str,
+    roles: &[&str],
+    groups: &[&str],
+) -> String {
     let mut command = world.tollgate();
     command.args(["auth", "add", name, "--auth"]).arg(file);
     for role in roles {

@@ -90,6 +90,16 @@ async fn a_refund_allowed_for_the_session_lets_the_next_refund_run_unasked_until
     let listed = world.snapshot("s").await;
     let revocation = listed.grants[0].revoked.clone().expect("revoked");
     assert_eq!(revocation.revoked_by, principal);
+    // The revocation is in the audit trail: who, which grant (named by its decision), which tool.
+    let revoked: Vec<_> = listed
+        .decisions
+        .iter()
+        .filter(|d| d.decision == tollgate::api::types::AuditDecision::Revoked)
+        .collect();
+    let [row] = revoked.as_slice() else { panic!("one revoked row: {:?}", listed.decisions) };
+    assert_eq!((row.principal.as_str(), row.interrupt_id.as_str()), (principal.as_str(), first.as_str()));
+    assert_eq!(row.tool_name.as_deref(), Some("create_refund"));
+    assert_eq!(listed.decisions.len(), 2, "the grant and its revocation; the 404s wrote nothing");
     world.send("s", &refund("9")).await;
     let waiting = world.wait_for("s", "the approval again", |s| s.status == "awaiting_approval").await;
     assert_eq!(world.payments.count(), 2, "refund 3 waits");

@@ -10,6 +10,10 @@
 //!   `session show` and `GET /v1/audit`.
 //! - `batches`: one reply asking for three refunds decided in one sitting (one approval round),
 //!   the repeats using the decisions made ahead; unused and closed decisions ahead.
+//! - `deadlines`: approval deadlines: a 2 s deadline fired by a Worker started after the first was
+//!   SIGKILLed (the model reads the expiry; `tollgate:deadline` audited), a late decision refused
+//!   with 409 `interrupt_expired`, an escalation changing who may decide (and its event and
+//!   webhook); on PostgreSQL two Workers fire one deadline once.
 //! - `edits`: edit before approve: a refund's amount and a `Bash` command changed by the
 //!   approver run as edited, both inputs recorded and audited, the model told; a bad edit refused.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
@@ -35,6 +39,7 @@ mod bundles;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
+mod deadlines;
 mod edits;
 mod grants;
 mod lifecycle;

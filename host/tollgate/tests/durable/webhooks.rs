@@ -18,14 +18,14 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// How the receiver answers one request.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Answer {
+pub(crate) enum Answer {
     Status(u16),
     /// Reads the request, then closes the connection without an answer.
     Drop,
 }
 
 #[derive(Clone, Debug)]
-struct Received {
+pub(crate) struct Received {
     at: Instant,
     at_ms: i64,
     headers: HashMap<String, String>,
@@ -38,7 +38,7 @@ impl Received {
         self.headers.get(name).map_or("", String::as_str)
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).expect("a JSON body")
     }
 
@@ -48,14 +48,14 @@ impl Received {
 }
 
 /// A loopback HTTP receiver that answers the n-th request with `script[n]` (then 204).
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     log: Arc<Mutex<Vec<Received>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
-    async fn start(script: Vec<Answer>) -> Receiver {
+    pub(crate) async fn start(script: Vec<Answer>) -> Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
         let url = format!("http://{}/hooks", listener.local_addr().unwrap());
         let log: Arc<Mutex<Vec<Received>>> = Arc::default();
@@ -94,11 +94,11 @@ impl Receiver {
         Receiver { url, log, task }
     }
 
-    fn requests(&self) -> Vec<Received> {
+    pub(crate) fn requests(&self) -> Vec<Received> {
         self.log.lock().unwrap().clone()
     }
 
-    async fn wait_until(&self, what: &str, done: impl Fn(&[Received]) -> bool, world: &World) {
+    pub(crate) async fn wait_until(&self, what: &str, done: impl Fn(&[Received]) -> bool, world: &World) {
         let start = Instant::now();
         while !done(&self.requests()) {
             assert!(
@@ -151,7 +151,7 @@ async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(HashMap<Str
     Some((headers, body))
 }
 
-fn write_hooks(world: &World, url: &str) -> String {
+pub(crate) fn write_hooks(world: &World, url: &str) -> String {
     let path = world.dir.path().join("hooks.toml");
     std::fs::write(world.dir.path().join("hook.secret"), format!("{SECRET}\n")).unwrap();
     std::fs::write(

@@ -122,7 +122,7 @@ async fn a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none(h: Har
 async fn parked_again(s: &dyn Store) {
     let resumed = s.claim("w1", LONG).await.unwrap().expect("the resumed step");
     let mut park = super::done();
-    park.interrupts.push(NewInterrupt { interrupt_id: "i2".into(), request: j("{}") });
+    park.interrupts.push(NewInterrupt { interrupt_id: "i2".into(), request: j("{}"), deadline: None });
     park.steps.push(NewStep {
         kind: "AwaitToolApproval".into(),
         payload: j("{}"),
