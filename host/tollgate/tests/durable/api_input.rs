@@ -159,7 +159,16 @@ async fn query_parameters_are_checked_on_every_route_naming_the_parameter_and_th
     let answer = get("/v1/interrupts?limit=0").await;
     refused(&answer, 400, "invalid_request", "limit", &["from 1 to 1000"], "interrupt limit");
     let answer = get("/v1/interrupts?after=x").await;
-    refused(&answer, 400, "invalid_request", "after", &["status, limit"], "interrupt after");
+    refused(
+        &answer,
+        400,
+        "invalid_request",
+        "after",
+        &["`next_after` of the previous page"],
+        "interrupt after",
+    );
+    let answer = get("/v1/interrupts?before=x").await;
+    refused(&answer, 400, "invalid_request", "before", &["status, after, limit"], "interrupt before");
 
     call(http.post(format!("{url}/v1/sessions")).json(&json!({"session_id": "q"}))).await;
     for (path, body) in [
