@@ -286,7 +286,8 @@ pub trait Store: Send + Sync {
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;
 
-    /// A signal that wakes readers of the session's events.
+    /// A signal that wakes readers of the session's events; for `*`, of any session's (the live
+    /// approvals inbox).
     fn event_signal(&self, session_id: &str) -> EventSignal;
 }
 

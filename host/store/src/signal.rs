@@ -61,7 +61,9 @@ impl WorkSignal {
     }
 }
 
-/// Wakes a reader of one session's events. Create it before reading the events it has.
+/// Wakes a reader of one session's events, or of every session's when created for the session
+/// id `*` (no session has it: ids are letters, digits and `-_.:/@`). Create it before reading the
+/// events it has.
 #[derive(Debug)]
 pub struct EventSignal {
     rx: broadcast::Receiver<Arc<str>>,
@@ -76,11 +78,33 @@ impl EventSignal {
         loop {
             match tokio::time::timeout_at(deadline, self.rx.recv()).await {
                 Err(_) => return false,
-                Ok(Ok(s)) if *s == *self.session_id || *s == *ALL_SESSIONS => return true,
+                Ok(Ok(s))
+                    if *s == *self.session_id || *s == *ALL_SESSIONS || *self.session_id == *ALL_SESSIONS =>
+                {
+                    return true;
+                }
                 Ok(Ok(_)) => continue,
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => return true,
                 Ok(Err(broadcast::error::RecvError::Closed)) => return false,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_signal_for_one_session_ignores_others_and_one_for_every_session_wakes_for_any() {
+        let signals = Signals::new();
+        let mut one = signals.event_signal("a");
+        let mut every = signals.event_signal(ALL_SESSIONS);
+        signals.events_appended("b");
+        assert!(!one.wait(Duration::from_millis(20)).await, "b is not a");
+        assert!(every.wait(Duration::from_millis(20)).await, "b is a session");
+        signals.events_appended("a");
+        assert!(one.wait(Duration::from_millis(20)).await);
+        assert!(every.wait(Duration::from_millis(20)).await);
     }
 }

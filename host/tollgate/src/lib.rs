@@ -17,6 +17,7 @@
 //! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
 //! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
 //! | [`tls`] | TLS of the API: certificate and key files, the handshaking listener, trusted CAs |
+//! | [`web`] | the web inbox at `/`: HTML, CSS and JavaScript modules embedded in the binary |
 //! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
 //! | [`commands`] | one module per subcommand |
 //!
@@ -39,6 +40,7 @@ pub mod sessions;
 pub mod telemetry;
 pub mod tls;
 pub mod tool_runner;
+pub mod web;
 pub mod webhooks;
 pub mod worker;
 

@@ -1,7 +1,7 @@
 //! The HTTP API (axum): sessions, messages, decisions, snapshots, the approvals inbox, live
 //! events over Server-Sent Events, health, metrics and the OpenAPI document.
 //!
-//! [`router`] builds it over a store; `tollgate serve` runs it beside a Worker and `tollgate api`
+//! [`router`] builds it over a store (with the web inbox's files, [`crate::web`], at `/`); `tollgate serve` runs it beside a Worker and `tollgate api`
 //! alone. Every write goes through [`crate::sessions`], so the state machine's rules and the
 //! store's idempotency hold for HTTP clients too. Every body is a type of [`types`]; the OpenAPI
 //! document is generated from those types and the handlers' `#[utoipa::path]` attributes
@@ -18,6 +18,7 @@
 //! reason.
 
 mod events;
+mod inbox;
 mod input;
 pub mod openapi;
 pub mod types;
@@ -40,7 +41,7 @@ use utoipa_axum::routes;
 use self::input::{JsonBody, Params, parse, path_ids};
 use self::types::{
     AuditPage, BusySession, CreateSession, Created, Decide, DecideScope, DecisionReceipt, ErrorBody,
-    ErrorCode, ErrorDetail, Health, HealthStatus, InterruptList, MessageReceipt, MovedSession,
+    ErrorCode, ErrorDetail, Health, HealthStatus, InterruptList, Me, MessageReceipt, MovedSession,
     PendingInterrupt, RevokeReceipt, SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll,
     UpgradeSession, Upgraded, UpgradedAll,
 };
@@ -87,12 +88,14 @@ impl std::fmt::Debug for ApiState {
 /// The API's routes over `state`.
 pub fn router(state: ApiState) -> Router {
     let (routes, _) = routes().split_for_parts();
-    routes
+    let api = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .with_state(state)
+        .with_state(state);
+    // The web inbox's files (no token: the data comes from the API, which checks it).
+    crate::web::router().merge(api)
 }
 
 /// Every route with its handler and its documentation: the router and the OpenAPI document
@@ -108,6 +111,8 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(upgrade_session))
         .routes(routes!(upgrade_all))
         .routes(routes!(list_interrupts))
+        .routes(routes!(inbox::stream))
+        .routes(routes!(me))
         .routes(routes!(list_audit))
         .routes(routes!(healthz))
         .routes(routes!(metrics))
@@ -702,28 +707,7 @@ async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuer
         (page.len() as i64 == limit).then(|| page.last().map(interrupt_cursor::encode)).flatten();
     let mut interrupts = Vec::with_capacity(page.len());
     for open in page {
-        let request: types::ApprovalRequest = serde_json::from_str(open.request.get()).map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::StoredRowRefused,
-                format!(
-                    "the request of interrupt `{}` of session `{}` is not an approval request: {e}",
-                    open.interrupt_id, open.session_id
-                ),
-            )
-        })?;
-        interrupts.push(PendingInterrupt {
-            arguments: request.arguments.clone(),
-            created_at: open.created_at,
-            interrupt_id: open.interrupt_id,
-            session_id: open.session_id,
-            tool_name: request.tool_name.clone(),
-            turn_id: request.turn_id.clone(),
-            batch_id: request.batch_id.clone(),
-            request,
-            deadline_at: open.deadline_at,
-            escalated_at: open.escalated_at,
-        });
+        interrupts.push(pending_interrupt(open)?);
     }
     Ok(Json(InterruptList { interrupts, next_after }).into_response())
 }
@@ -755,6 +739,54 @@ mod interrupt_cursor {
             serde_json::from_slice(&bytes).map_err(|_| bad())?;
         Ok(InterruptCursor { created_at, session_id, interrupt_id })
     }
+}
+
+/// An open interrupt as the inbox lists it (`GET /v1/interrupts` and the live inbox).
+fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt, ApiError> {
+    let request: types::ApprovalRequest = serde_json::from_str(open.request.get()).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::StoredRowRefused,
+            format!(
+                "the request of interrupt `{}` of session `{}` is not an approval request: {e}",
+                open.interrupt_id, open.session_id
+            ),
+        )
+    })?;
+    Ok(PendingInterrupt {
+        arguments: request.arguments.clone(),
+        created_at: open.created_at,
+        interrupt_id: open.interrupt_id,
+        session_id: open.session_id,
+        tool_name: request.tool_name.clone(),
+        turn_id: request.turn_id.clone(),
+        batch_id: request.batch_id.clone(),
+        request,
+        deadline_at: open.deadline_at,
+        escalated_at: open.escalated_at,
+    })
+}
+
+/// `GET /v1/me`.
+#[utoipa::path(
+    get,
+    path = "/v1/me",
+    tag = "operations",
+    summary = "Who the caller is: its principal, roles and groups, and whether separation of duties holds (what the web inbox shows and decides its buttons by)",
+    responses(
+        (status = 200, description = "The caller", body = Me),
+        openapi::ReadErrors,
+    )
+)]
+async fn me(State(state): State<ApiState>, Extension(caller): Extension<Caller>) -> Response {
+    Json(Me {
+        name: caller.name.clone(),
+        roles: caller.roles.iter().map(|r| r.as_str().to_owned()).collect(),
+        groups: caller.groups.iter().cloned().collect(),
+        sole: caller.sole,
+        separation_of_duties: state.auth.rules().separation_of_duties,
+    })
+    .into_response()
 }
 
 /// `GET /v1/audit`.

@@ -186,6 +186,7 @@ mod tests {
             ("/v1/agent-upgrades", "post", "200", "UpgradedAll"),
             ("/v1/interrupts", "get", "200", "InterruptList"),
             ("/v1/audit", "get", "200", "AuditPage"),
+            ("/v1/me", "get", "200", "Me"),
             ("/healthz", "get", "200", "Health"),
         ];
         for (path, method, status, schema) in operations {
@@ -200,6 +201,11 @@ mod tests {
         assert_eq!(
             events["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
             "#/components/schemas/StreamEvent"
+        );
+        let inbox = &doc["paths"]["/v1/interrupts/events"]["get"];
+        assert_eq!(
+            inbox["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
+            "#/components/schemas/InboxEvent"
         );
         for path in ["/metrics", "/openapi.json"] {
             assert!(doc["paths"][path]["get"]["responses"]["200"].is_object(), "{path}");

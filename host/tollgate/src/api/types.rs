@@ -636,6 +636,82 @@ pub struct PendingInterrupt {
     pub escalated_at: Option<i64>,
 }
 
+/// The query of `GET /v1/interrupts/events`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct InboxQuery {
+    /// The most pending approvals the stream tracks, oldest first (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+/// The data of one Server-Sent Event of `GET /v1/interrupts/events` (the live inbox across
+/// sessions). Its SSE `event` is `snapshot` (the whole inbox: replace what you have) or
+/// `changed` (apply: upsert `interrupts` by session and interrupt id, remove `gone`); its SSE
+/// `id` names the inbox's state after it, so a client reconnecting with that `Last-Event-ID`
+/// gets no snapshot unless the inbox changed meanwhile.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct InboxEvent {
+    /// `snapshot`: every pending approval tracked; `changed`: the ones that opened or changed.
+    pub interrupts: Vec<InboxItem>,
+    /// The approvals decided (or otherwise closed) since the last event.
+    pub gone: Vec<InterruptKey>,
+    /// How many approvals are pending across sessions, tracked or not.
+    pub total: i64,
+}
+
+/// A pending approval as the live inbox sends it: the inbox's entry and what the caller may do.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct InboxItem {
+    /// The approval.
+    #[serde(flatten)]
+    pub interrupt: PendingInterrupt,
+    /// The principal that started its session (`null`: not recorded).
+    #[schema(required = true)]
+    pub started_by: Option<String>,
+    /// Whether the caller may decide it, and if not why (the 403 a decision would get).
+    pub decide: DecideRight,
+}
+
+/// Whether the caller may decide an approval: the same rules `POST …/interrupts/{id}` applies.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct DecideRight {
+    /// `true`: a decision by the caller would be accepted (as far as who decides goes).
+    pub allowed: bool,
+    /// When not: `role_required`, `group_required` or `own_session`.
+    #[schema(required = true)]
+    pub code: Option<ErrorCode>,
+    /// When not: the refusal's text, naming the role or group needed.
+    #[schema(required = true)]
+    pub reason: Option<String>,
+}
+
+/// An approval's key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize, ToSchema)]
+pub struct InterruptKey {
+    /// The session.
+    pub session_id: String,
+    /// The interrupt.
+    pub interrupt_id: String,
+}
+
+/// `GET /v1/me`: who the caller is and what the server's rules are.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Me {
+    /// The principal's name (`tollgate:token` for `--token`, `tollgate:open` without auth).
+    pub name: String,
+    /// Its roles: `viewer`, `client`, `approver`, `admin`.
+    pub roles: Vec<String>,
+    /// Its groups.
+    pub groups: Vec<String>,
+    /// The only principal there is (the `--token` holder without an auth file, or everyone on an
+    /// open server): approver groups and separation of duties do not apply to it.
+    pub sole: bool,
+    /// Whether nobody decides an interrupt of a session they started.
+    pub separation_of_duties: bool,
+}
+
 /// What an interrupt asks: the approval of one tool call (also the `request` of an
 /// `interrupt_opened` event).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]

@@ -19,6 +19,14 @@ use tollgate_store::Store;
 /// The store must have no other claimable step.
 pub async fn park_on_approval(store: &dyn Store, session: &str) {
     sessions::start(store, session).await.expect("start");
+    park_started(store, session, json!({"order_id": "7", "amount_cents": 500})).await;
+}
+
+/// As [`park_on_approval`] for a session that exists already (created any way, e.g. straight on
+/// the store with an id the API would refuse), deferring `create_refund` with `arguments`.
+/// The store must have no other claimable step.
+#[allow(dead_code)] // Not every user of this file parks with its own arguments.
+pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_json::Value) {
     sessions::send(store, session, "Refund order 7", None).await.expect("send");
     let claimed =
         store.claim("seeder", Duration::from_secs(60)).await.expect("claim").expect("the wake step");
@@ -38,7 +46,7 @@ pub async fn park_on_approval(store: &dyn Store, session: &str) {
         tool_use_id: format!("toolu_{session}"),
         tool_name: "create_refund".into(),
         kind: ToolKind::Custom,
-        arguments: json!({"order_id": "7", "amount_cents": 500}),
+        arguments,
         policy: ToolPolicy { effect: Effect::NonIdempotentWrite, requires_approval: true },
         handling: Handling::Deferred { requires_approval: true, runs_in: DeferredRun::CallSingleAttemptTool },
         held_back: Vec::new(),

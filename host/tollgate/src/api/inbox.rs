@@ -1,0 +1,231 @@
+//! `GET /v1/interrupts/events`: the approvals inbox across sessions, live, as Server-Sent Events.
+//!
+//! There is no log of interrupts across sessions to resume from, so the stream sends states and
+//! their differences: first a `snapshot` event (every pending approval tracked, oldest first,
+//! at most `limit`), then a `changed` event whenever approvals open, change or close (the ones
+//! that opened or changed, and the keys of those gone). Each item says whether the caller may
+//! decide it ([`DecideRight`], the rules `POST …/interrupts/{id}` applies), so a page disables what
+//! would be refused.
+//!
+//! Each event's SSE `id` is the inbox's *version* after it: a fingerprint of every tracked item
+//! (the XOR of each item's sha256, as sent), so equal inboxes have equal versions whatever their
+//! history. A client that reconnects with `Last-Event-ID` gets no snapshot while the inbox is as
+//! it had it, and a fresh snapshot when it changed meanwhile; either way it ends up current.
+//!
+//! The stream wakes on any session's new events (the store's [`tollgate_store::EventSignal`] for
+//! `*`) and re-reads the open interrupts, at most once per [`MIN_GAP`]; a wake-up can be lost
+//! (another process's commit on a SQLite file), so it re-reads every [`POLL`] too.
+//!
+//! # Caveats
+//!
+//! - Only the oldest `limit` approvals are tracked; `total` says how many are pending.
+//! - Who started a session is read once per session per stream (it never changes).
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::IntoResponse;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::stream::{self, Stream};
+use sha2::{Digest, Sha256};
+
+use super::input::Params;
+use super::openapi::ReadErrors;
+use super::types::{DecideRight, ErrorCode, InboxEvent, InboxItem, InboxQuery, InterruptKey, StreamError};
+use super::{ApiError, ApiResult, ApiState, MAX_LIMIT, pending_interrupt};
+use crate::auth::{Caller, Denied};
+
+/// The re-read when no wake-up came (a commit by another process on SQLite wakes nobody here).
+const POLL: Duration = Duration::from_secs(1);
+/// The least time between two reads: a burst of events (live text) costs one read.
+const MIN_GAP: Duration = Duration::from_millis(50);
+
+/// `GET /v1/interrupts/events`.
+#[utoipa::path(
+    get,
+    path = "/v1/interrupts/events",
+    tag = "approvals",
+    summary = "The approvals inbox across sessions, live, as Server-Sent Events",
+    description = "`text/event-stream`. First a `snapshot` event (data: an InboxEvent whose `interrupts` are every pending approval tracked, oldest first), then a `changed` event (`interrupts`: opened or changed, to upsert by session and interrupt id; `gone`: closed) whenever the inbox changes. Each event's `id` is the inbox's version after it: reconnect with `Last-Event-ID` and no snapshot is sent unless the inbox changed meanwhile. Each item's `decide` says whether the caller may decide it and why not. When the store fails mid-stream an `error` event (data: a StreamError) ends the stream. Comments (`:`) keep the connection alive every 15 s.",
+    params(InboxQuery, ("Last-Event-ID" = Option<String>, Header, description = "The `id` of the last event received: the inbox's version the client has")),
+    responses(
+        (status = 200, description = "The inbox, live", body = InboxEvent, content_type = "text/event-stream"),
+        ReadErrors,
+    )
+)]
+pub(super) async fn stream(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let params = Params::parse(query.as_deref(), &["limit"])?;
+    let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(MAX_LIMIT);
+    let had = match headers.get("last-event-id") {
+        Some(value) => {
+            Some(value.to_str().ok().and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).ok_or_else(
+                || ApiError::bad("Last-Event-ID", "Last-Event-ID must be an inbox version (hex)"),
+            )?)
+        }
+        None => None,
+    };
+    // Subscribe before the first read: nothing committed after it is missed.
+    let signal = state.store.event_signal("*");
+    let inbox = Inbox {
+        state,
+        caller,
+        limit,
+        signal,
+        tracked: None,
+        total: None,
+        had,
+        starters: HashMap::new(),
+        done: false,
+    };
+    Ok(Sse::new(events(inbox)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}
+
+/// One stream's state.
+struct Inbox {
+    state: ApiState,
+    caller: Caller,
+    limit: i64,
+    signal: tollgate_store::EventSignal,
+    /// What the client has: each item's hash and JSON, by key (`None` before the first event).
+    tracked: Option<BTreeMap<InterruptKey, u64>>,
+    /// The version the client said it had (`Last-Event-ID`), until the first read.
+    had: Option<u64>,
+    /// The `total` last sent.
+    total: Option<i64>,
+    /// Who started each session seen.
+    starters: HashMap<String, Option<String>>,
+    done: bool,
+}
+
+fn events(inbox: Inbox) -> impl Stream<Item = Result<Event, Infallible>> {
+    stream::unfold(inbox, |mut inbox| async move {
+        let mut first = true;
+        loop {
+            if inbox.done {
+                return None;
+            }
+            if !first {
+                let mut stopping = inbox.state.stopping.clone();
+                let stop = tokio::select! {
+                    _ = inbox.signal.wait(POLL) => false,
+                    _ = stopping.wait_for(|stop| *stop) => true,
+                };
+                if stop {
+                    return None;
+                }
+                tokio::time::sleep(MIN_GAP).await;
+            }
+            first = false;
+            match inbox.read().await {
+                Ok(Some(event)) => return Some((Ok(event), inbox)),
+                Ok(None) => {}
+                Err(error) => {
+                    inbox.done = true;
+                    let data = serde_json::to_string(&StreamError { error: error.message.clone() })
+                        .expect("serializes");
+                    return Some((Ok(Event::default().event("error").data(data)), inbox));
+                }
+            }
+        }
+    })
+}
+
+impl Inbox {
+    /// Reads the open interrupts; the event that brings the client up to date, if any.
+    async fn read(&mut self) -> Result<Option<Event>, ApiError> {
+        let store = &self.state.store;
+        let total = store.count_open_interrupts().await?;
+        let mut now = BTreeMap::new();
+        let mut items = Vec::new();
+        for open in store.open_interrupts(None, self.limit).await? {
+            let interrupt = pending_interrupt(open)?;
+            let session = interrupt.session_id.clone();
+            let started_by = match self.starters.get(&session) {
+                Some(known) => known.clone(),
+                None => {
+                    let found = store.audit().started_by(&session).await?;
+                    self.starters.insert(session.clone(), found.clone());
+                    found
+                }
+            };
+            let decide = right(&self.state, &self.caller, &interrupt, started_by.as_deref());
+            let item = InboxItem { interrupt, started_by, decide };
+            let key = InterruptKey { session_id: session, interrupt_id: item.interrupt.interrupt_id.clone() };
+            now.insert(key, hash(&item));
+            items.push(item);
+        }
+        let version = now.values().fold(0u64, |v, h| v ^ h);
+        let (kind, sent) = match self.tracked.take() {
+            None if self.had == Some(version) => ("snapshot", None),
+            None => ("snapshot", Some(InboxEvent { interrupts: items, gone: Vec::new(), total })),
+            Some(before) => {
+                let gone: Vec<InterruptKey> =
+                    before.keys().filter(|k| !now.contains_key(k)).cloned().collect();
+                let changed: Vec<InboxItem> = items
+                    .into_iter()
+                    .filter(|item| {
+                        let key = InterruptKey {
+                            session_id: item.interrupt.session_id.clone(),
+                            interrupt_id: item.interrupt.interrupt_id.clone(),
+                        };
+                        before.get(&key) != now.get(&key)
+                    })
+                    .collect();
+                let quiet = gone.is_empty() && changed.is_empty() && self.total == Some(total);
+                ("changed", (!quiet).then_some(InboxEvent { interrupts: changed, gone, total }))
+            }
+        };
+        self.tracked = Some(now);
+        self.total = Some(total);
+        self.had = None;
+        Ok(sent.map(|event| {
+            let data = serde_json::to_string(&event).expect("serializes");
+            Event::default().id(format!("{version:016x}")).event(kind).data(data)
+        }))
+    }
+}
+
+/// Whether `caller` may decide `interrupt`: the rules of `POST …/interrupts/{id}` (its role, the
+/// tool's approver groups stored with the interrupt, who started the session).
+fn right(
+    state: &ApiState,
+    caller: &Caller,
+    interrupt: &super::types::PendingInterrupt,
+    starter: Option<&str>,
+) -> DecideRight {
+    let rules = state.auth.rules();
+    let decided = rules.may_decide(
+        caller,
+        &interrupt.session_id,
+        starter,
+        &interrupt.tool_name,
+        &interrupt.request.approvers,
+    );
+    match decided {
+        Ok(()) => DecideRight { allowed: true, code: None, reason: None },
+        Err(denied) => {
+            let code = match denied {
+                Denied::Role { .. } => ErrorCode::RoleRequired,
+                Denied::Group { .. } => ErrorCode::GroupRequired,
+                Denied::OwnSession { .. } => ErrorCode::OwnSession,
+            };
+            DecideRight { allowed: false, code: Some(code), reason: Some(denied.to_string()) }
+        }
+    }
+}
+
+/// An item's fingerprint: the first 8 bytes of the sha256 of its JSON.
+fn hash(item: &InboxItem) -> u64 {
+    let json = serde_json::to_vec(item).expect("serializes");
+    let digest = Sha256::digest(&json);
+    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}

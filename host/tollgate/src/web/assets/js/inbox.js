@@ -1,0 +1,290 @@
+// The approvals inbox: every pending approval across sessions, live over
+// GET /v1/interrupts/events, grouped by batch when the API names one, each with its session,
+// tool, effect, arguments, who may decide and its deadline; approve, approve for this session,
+// reject with a reason, or edit the arguments first. Buttons the principal may not use are
+// disabled with the API's reason.
+
+import { call, seg, stream } from './api.js';
+import { clear, el, notify, pretty, span, uid, when } from './dom.js';
+import { describe, diff, editor, validate } from './schema.js';
+
+const keyOf = (item) => JSON.stringify([item.session_id, item.interrupt_id]);
+const field = (item, name) => (item[name] !== undefined ? item[name] : item.request && item.request[name]);
+
+/** Mounts the inbox in `view`; returns its unmount. */
+export function mount(view) {
+  const items = new Map();
+  const cards = new Map();
+  const batches = new Map();
+  let total = 0;
+  let painted = false;
+  const summary = el('p', { class: 'summary', id: 'inbox-summary', 'aria-live': 'polite', text: 'Connecting\u2026' });
+  const list = el('div', { id: 'inbox-list' });
+  view.append(el('h2', { text: 'Approvals waiting' }), summary, list);
+
+  function updateSummary() {
+    const shown = items.size;
+    if (shown === 0) summary.textContent = 'Nothing waits for a decision.';
+    else if (total > shown) summary.textContent = `${total} pending; showing the oldest ${shown}.`;
+    else summary.textContent = `${shown} pending.`;
+  }
+
+  function container(item) {
+    const batch = field(item, 'batch_id');
+    if (batch === undefined || batch === null) return list;
+    let group = batches.get(batch);
+    if (!group) {
+      const heading = el('h3');
+      const section = el('section', { class: 'batch', 'data-batch': batch, 'aria-label': `Batch ${batch}` }, heading);
+      group = { section, heading, batch };
+      batches.set(batch, group);
+      list.append(section);
+    }
+    return group.section;
+  }
+
+  function recount() {
+    for (const [batch, group] of batches) {
+      const n = group.section.querySelectorAll('.card').length;
+      if (n === 0) { group.section.remove(); batches.delete(batch); continue; }
+      group.heading.textContent = `Batch ${batch}: ${n} call${n === 1 ? '' : 's'} from one reply`;
+    }
+  }
+
+  // A snapshot renders its first cards at once and the rest in slices, so the page paints
+  // early and stays responsive; a newer snapshot abandons an older one's slices.
+  let generation = 0;
+  function renderAll(done) {
+    generation += 1;
+    const mine = generation;
+    clear(list);
+    cards.clear();
+    batches.clear();
+    const keys = [...items.keys()];
+    let next = 0;
+    const slice = (n) => {
+      if (mine !== generation) return;
+      const fragment = document.createDocumentFragment();
+      for (const end = Math.min(keys.length, next + n); next < end; next += 1) {
+        const key = keys[next];
+        const item = items.get(key);
+        if (!item || cards.has(key)) continue;
+        const card = build(item);
+        cards.set(key, card);
+        const home = container(item);
+        (home === list ? fragment : home).append(card);
+      }
+      list.append(fragment);
+      recount();
+      if (next < keys.length) setTimeout(() => slice(200), 0);
+    };
+    slice(40);
+    updateSummary();
+    if (done) done();
+  }
+
+  function upsert(item) {
+    const key = keyOf(item);
+    items.set(key, item);
+    const card = build(item);
+    card.dataset.shownAt = String(Date.now());
+    const old = cards.get(key);
+    cards.set(key, card);
+    if (old) old.replaceWith(card);
+    else container(item).append(card);
+  }
+
+  function remove(key) {
+    items.delete(key);
+    const card = cards.get(key);
+    cards.delete(key);
+    if (card) card.remove();
+  }
+
+  function onEvent(event) {
+    const data = event.data || {};
+    if (event.event === 'snapshot') {
+      if (!painted) performance.mark('inbox-snapshot');
+      items.clear();
+      for (const item of data.interrupts || []) items.set(keyOf(item), item);
+      total = data.total || 0;
+      const start = performance.now();
+      renderAll();
+      if (!painted) {
+        painted = true;
+        const rendered = performance.now() - start;
+        // After the next frame: the first cards are on screen.
+        requestAnimationFrame(() => setTimeout(() => {
+          document.body.dataset.inboxPaintMs = performance.now().toFixed(1);
+          document.body.dataset.inboxRenderMs = rendered.toFixed(1);
+        }, 0));
+      }
+    } else if (event.event === 'changed') {
+      for (const gone of data.gone || []) remove(JSON.stringify([gone.session_id, gone.interrupt_id]));
+      for (const item of data.interrupts || []) upsert(item);
+      total = data.total || 0;
+      recount();
+      updateSummary();
+    }
+  }
+
+  function onState(state, detail) {
+    if (state === 'failed') summary.textContent = `The inbox cannot be read: ${detail.describe ? detail.describe() : detail}`;
+    else if (state === 'reconnecting') summary.textContent = 'Connection lost; reconnecting\u2026';
+  }
+
+  const live = stream('/v1/interrupts/events', onEvent, onState);
+  const timer = setInterval(() => tick(list), 1000);
+  return () => { live.close(); clearInterval(timer); };
+}
+
+/** Updates every deadline's countdown. */
+function tick(root) {
+  for (const node of root.querySelectorAll('[data-deadline]')) countdown(node);
+}
+
+function countdown(node) {
+  const left = Number(node.dataset.deadline) - Date.now();
+  node.textContent = left > 0 ? `${span(left)} left` : `expired ${span(-left)} ago`;
+  node.classList.toggle('late', left <= 60000);
+}
+
+function deadlineMs(value) {
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string') { const t = Date.parse(value); return Number.isNaN(t) ? null : t; }
+  return null;
+}
+
+/** One approval's card. */
+function build(item) {
+  const request = item.request || {};
+  const right = item.decide || { allowed: true };
+  const titleId = uid('title');
+  const whyId = uid('why');
+  const card = el('article', { class: 'card', 'aria-labelledby': titleId });
+  card.dataset.session = item.session_id;
+  card.dataset.interrupt = item.interrupt_id;
+
+  const effect = request.effect || '';
+  const header = el('header', {},
+    el('h3', { id: titleId, text: item.tool_name }),
+    el('span', { class: `badge${/write/.test(effect) ? ' write' : ''}`, text: effect }),
+    el('span', { class: 'badge', text: request.kind || '' }));
+  const escalatedAt = field(item, 'escalated_at');
+  if (escalatedAt || field(item, 'escalated')) header.append(el('span', { class: 'badge escalated', text: 'escalated' }));
+  card.append(header);
+
+  const approvers = field(item, 'approvers') || [];
+  const facts = el('dl', { class: 'facts' },
+    el('dt', { text: 'Session' }),
+    el('dd', {}, el('a', { href: `#/session/${seg(item.session_id)}`, class: 'session-link', text: item.session_id })),
+    el('dt', { text: 'Interrupt' }), el('dd', { text: item.interrupt_id }),
+    el('dt', { text: 'Opened' }), el('dd', { text: when(item.created_at) }),
+    el('dt', { text: 'Started by' }), el('dd', { text: item.started_by || 'not recorded' }),
+    el('dt', { text: 'Who may decide' }),
+    el('dd', { text: approvers.length ? `approvers in ${approvers.join(', ')}` : 'any approver' }));
+  if (escalatedAt) {
+    const from = field(item, 'escalated_from') || [];
+    facts.append(el('dt', { text: 'Escalated' }),
+      el('dd', { text: `${when(escalatedAt)}${from.length ? ` from ${from.join(', ')}` : ' from any approver'}` }));
+  }
+  const deadline = deadlineMs(field(item, 'deadline_at'));
+  if (deadline !== null) {
+    const node = el('span', { class: 'deadline', 'data-deadline': String(deadline) });
+    countdown(node);
+    const policy = field(item, 'deadline') || {};
+    const then = policy.on_timeout === 'escalate' && !escalatedAt
+      ? `, then escalates to ${(policy.escalate_to || []).join(', ') || 'other approvers'}`
+      : ', then it is rejected';
+    facts.append(el('dt', { text: 'Deadline' }), el('dd', {}, node, ` (${when(deadline)}${then})`));
+  }
+  card.append(facts, el('pre', { class: 'args', 'aria-label': 'Arguments' }, pretty(item.arguments)));
+
+  const result = el('p', { class: 'result', role: 'status' });
+  const why = el('p', { class: 'why', id: whyId, text: right.allowed ? '' : `You may not decide this: ${right.reason}` });
+  const buttons = [];
+  const button = (label, cls, handler) => {
+    const b = el('button', { type: 'button', class: cls, text: label });
+    b.addEventListener('click', handler);
+    buttons.push(b);
+    return b;
+  };
+  const path = `/v1/sessions/${seg(item.session_id)}/interrupts/${seg(item.interrupt_id)}`;
+  const decide = async (body, done) => {
+    for (const b of buttons) b.disabled = true;
+    result.classList.remove('failed');
+    result.textContent = 'Sending\u2026';
+    try {
+      await call('POST', path, body);
+      result.textContent = done;
+      card.classList.add('decided');
+      notify(`${done}: ${item.tool_name} in session ${item.session_id}`);
+    } catch (error) {
+      result.classList.add('failed');
+      result.textContent = error.describe ? error.describe() : String(error);
+      for (const b of buttons) b.disabled = !right.allowed;
+    }
+  };
+  const reasonId = uid('reason');
+  const reason = el('input', { id: reasonId, type: 'text', class: 'reason', placeholder: 'What the model is told' });
+  buttons.push(reason);
+  const editorHome = el('div', { class: 'editor', hidden: true });
+  const actions = el('div', { class: 'actions' },
+    button('Approve', 'primary approve', () => decide({ approved: true }, 'Approved')),
+    button('Approve for this session', 'approve-session', () => decide({ approved: true, scope: 'session' }, 'Approved for this session')),
+    button('Edit arguments\u2026', 'edit', () => openEditor(item, editorHome, decide)),
+    el('div', { class: 'reject' },
+      el('label', { for: reasonId }, 'Reason for rejecting', reason),
+      button('Reject', 'danger reject-button', () => {
+        const text = reason.value.trim();
+        decide(text ? { approved: false, message: text } : { approved: false }, 'Rejected');
+      })));
+  for (const b of buttons) {
+    if (!right.allowed) {
+      b.disabled = true;
+      b.setAttribute('aria-describedby', whyId);
+      b.title = right.reason || '';
+    }
+  }
+  card.append(actions, why, result, editorHome);
+  return card;
+}
+
+/** Opens (or closes) the argument editor of `item` in `home`. */
+function openEditor(item, home, decide) {
+  if (!home.hidden) { home.hidden = true; clear(home); return; }
+  const schema = (item.request && item.request.input_schema) || null;
+  const original = item.arguments || {};
+  const errors = el('ul', { class: 'errors', role: 'alert' });
+  const changes = el('ul', { class: 'diff', 'aria-live': 'polite' });
+  const submit = el('button', { type: 'button', class: 'primary approve-edited', disabled: true, text: 'Approve with these arguments' });
+  let current = null;
+  const update = () => {
+    clear(errors); clear(changes);
+    const read = ed.value();
+    current = null;
+    const problems = read.problem ? [read.problem] : validate(schema, read.input);
+    if (!read.problem && (typeof read.input !== 'object' || read.input === null || Array.isArray(read.input))) problems.push('/: must be an object');
+    for (const p of problems) errors.append(el('li', { text: p }));
+    if (!read.problem) {
+      const changed = diff(original, read.input);
+      for (const change of changed) changes.append(el('li', { class: change.op === 'removed' ? 'del' : change.op === 'added' ? 'add' : '', text: describe(change) }));
+      if (changed.length === 0) changes.append(el('li', { text: 'No change yet.' }));
+      if (problems.length === 0 && changed.length > 0) current = read.input;
+    }
+    submit.disabled = current === null;
+  };
+  const ed = editor(schema, original, update);
+  submit.addEventListener('click', () => { if (current) decide({ approved: true, updated_input: current }, 'Approved with edited arguments'); });
+  const cancel = el('button', { type: 'button', text: 'Cancel edit' });
+  cancel.addEventListener('click', () => { home.hidden = true; clear(home); });
+  clear(home);
+  home.append(el('h4', { text: 'Edit the arguments, then approve' }), ed.node,
+    el('p', { text: 'Problems:' , class: 'hint' }), errors,
+    el('p', { text: 'Changes:', class: 'hint' }), changes,
+    el('div', { class: 'actions' }, submit, cancel));
+  home.hidden = false;
+  update();
+  const first = home.querySelector('input, select, textarea');
+  if (first) first.focus();
+}

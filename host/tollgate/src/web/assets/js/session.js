@@ -1,0 +1,158 @@
+// A session: its conversation with live text, its tool calls and their records, the audit
+// trail, usage and cost, the last turn's error, and a box to send a message.
+
+import { call, seg, stream } from './api.js';
+import { clear, el, notify, pretty, when } from './dom.js';
+
+const REFRESH_ON = new Set(['user_message', 'turn_started', 'turn_completed', 'turn_failed', 'tool_call_started',
+  'tool_call_finished', 'interrupt_opened', 'interrupt_resolved', 'decision_recorded', 'attempt_failed', 'agent_upgraded']);
+
+/** Mounts the session `id` in `view` for the principal `me`; returns its unmount. */
+export function mount(view, id, me) {
+  const title = el('h2', {}, 'Session ', el('span', { id: 'session-id', text: id }));
+  const facts = el('dl', { class: 'facts', id: 'session-facts' });
+  const error = el('p', { class: 'error', id: 'last-turn-error', role: 'alert' });
+  const messages = el('ol', { class: 'messages', id: 'messages', 'aria-live': 'polite' });
+  const liveNode = el('li', { class: 'assistant live', hidden: true }, el('span', { class: 'role', text: 'assistant (writing\u2026)' }), el('span', { id: 'live-text' }));
+  const calls = el('tbody', { id: 'tool-calls' });
+  const audit = el('tbody', { id: 'audit' });
+  const grants = el('ul', { id: 'grants' });
+  const mayWrite = me.roles.includes('client') || me.roles.includes('admin');
+  const textId = 'message-text';
+  const text = el('textarea', { id: textId, name: 'text', required: true, disabled: !mayWrite, 'aria-describedby': 'send-why' });
+  const send = el('button', { type: 'submit', disabled: !mayWrite, text: 'Send message', 'aria-describedby': 'send-why' });
+  const sendWhy = el('p', { class: 'why', id: 'send-why', text: mayWrite ? '' : `Sending needs the role client or admin; ${me.name} has ${me.roles.join(', ') || 'none'}.` });
+  const sendResult = el('p', { class: 'result', role: 'status' });
+  const form = el('form', { class: 'send', id: 'send-form' }, el('label', { for: textId, text: 'Message' }), text, el('div', { class: 'actions' }, send), sendWhy, sendResult);
+  view.append(title, facts, error,
+    el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
+    el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }),
+      el('div', { class: 'table-wrap' }, el('table', {}, el('thead', {}, el('tr', {}, ...['Tool', 'Status', 'Attempt', 'Idempotency key', 'Arguments', 'Outcome'].map((h) => el('th', { scope: 'col', text: h })))), calls))),
+    el('section', { class: 'panel', 'aria-labelledby': 'audit-h' }, el('h3', { id: 'audit-h', text: 'Audit trail' }),
+      el('div', { class: 'table-wrap' }, el('table', {}, el('thead', {}, el('tr', {}, ...['When', 'Who', 'Decision', 'Tool', 'Reason', 'Input'].map((h) => el('th', { scope: 'col', text: h })))), audit)),
+      el('h4', { text: 'Grants (allow for this session)' }), grants));
+
+  const path = `/v1/sessions/${seg(id)}`;
+  let alive = true, live = null, refreshing = null, again = false;
+  const liveText = new Map();
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const body = text.value.trim();
+    if (!body) return;
+    send.disabled = true;
+    sendResult.classList.remove('failed');
+    try {
+      const key = crypto.randomUUID ? crypto.randomUUID() : `web-${Date.now()}-${Math.random().toString(16).slice(2)}`;
+      await call('POST', `${path}/messages`, { text: body, client_key: key });
+      text.value = '';
+      sendResult.textContent = 'Sent.';
+      notify(`Message sent to ${id}`);
+    } catch (e) {
+      sendResult.classList.add('failed');
+      sendResult.textContent = e.describe ? e.describe() : String(e);
+    }
+    send.disabled = !mayWrite;
+  });
+
+  function render(s) {
+    clear(facts);
+    const usage = s.usage || {};
+    const pairs = [
+      ['Status', s.status], ['Started by', s.started_by || 'not recorded'], ['Turn', s.turn_id || 'none running'],
+      ['Tokens', `${usage.input_tokens} in (${usage.cached_input_tokens} cached), ${usage.output_tokens} out, ${usage.model_calls} model calls`],
+      ['Cost', `$${Number(s.cost_usd || 0).toFixed(4)}`],
+      ['Waiting for approval', String((s.pending_interrupts || []).length)],
+    ];
+    for (const [k, v] of pairs) facts.append(el('dt', { text: k }), el('dd', { text: v }));
+    error.textContent = s.last_turn_error ? `Last turn failed: ${s.last_turn_error}` : '';
+    clear(messages);
+    for (const m of s.messages) {
+      messages.append(el('li', { class: m.role }, el('span', { class: 'role', text: m.role + (m.pending ? ' (pending)' : '') }), m.text));
+    }
+    messages.append(liveNode);
+    clear(calls);
+    for (const c of s.tool_calls) {
+      const outcome = c.output !== undefined ? c.output : c.error !== undefined ? c.error : c.message !== undefined ? c.message : '';
+      const args = el('td', {}, el('pre', {}, pretty(c.arguments)));
+      if (c.original_arguments) args.append(el('span', { text: 'edited from' }), el('pre', {}, pretty(c.original_arguments)));
+      calls.append(el('tr', {},
+        el('td', { text: c.tool_name }), el('td', { text: c.status }), el('td', { text: c.attempt !== undefined ? String(c.attempt) : '' }),
+        el('td', { text: `${s.session_id}/${c.turn_id}/${c.tool_call_id}` }), args,
+        el('td', {}, outcome === null || outcome === '' ? '' : el('pre', {}, String(outcome)))));
+    }
+    clear(audit);
+    for (const d of s.decisions || []) {
+      const input = el('td', {}, el('pre', {}, pretty(d.input)));
+      if (d.edited_input) input.append(el('span', { text: 'edited to' }), el('pre', {}, pretty(d.edited_input)));
+      audit.append(el('tr', {}, el('td', { text: when(d.decided_at) }), el('td', { text: d.principal }), el('td', { text: d.decision }),
+        el('td', { text: d.tool_name || '' }), el('td', { text: d.reason || '' }), input));
+    }
+    clear(grants);
+    for (const g of s.grants || []) {
+      grants.append(el('li', { text: `${g.tool_name}: granted by ${g.granted_by} at ${when(g.granted_at)}${g.revoked ? `; revoked by ${g.revoked.revoked_by} at ${when(g.revoked.revoked_at)}` : ''}` }));
+    }
+    if (!(s.grants || []).length) grants.append(el('li', { text: 'none' }));
+    showLive(s.turn_id);
+  }
+
+  function showLive(turn) {
+    const text = turn ? liveText.get(turn) : null;
+    const shown = text ? [...text.values()].map((t) => t.text).join('') : '';
+    liveNode.hidden = !shown;
+    liveNode.querySelector('#live-text').textContent = shown;
+  }
+
+  async function refresh() {
+    if (refreshing) { again = true; return; }
+    refreshing = (async () => {
+      do {
+        again = false;
+        try {
+          const s = await call('GET', path);
+          if (!alive) return null;
+          render(s);
+          current = s;
+        } catch (e) {
+          if (!alive) return null;
+          error.textContent = e.describe ? e.describe() : String(e);
+          return null;
+        }
+      } while (again && alive);
+      return current;
+    })();
+    const s = await refreshing;
+    refreshing = null;
+    return s;
+  }
+
+  let current = null;
+  function onEvent(event) {
+    const data = event.data || {};
+    if (event.event === 'text_delta') {
+      const p = data.payload || {};
+      const turn = p.turn_id;
+      if (!turn) return;
+      if (!liveText.has(turn)) liveText.set(turn, new Map());
+      const steps = liveText.get(turn);
+      const step = String(data.step_id);
+      const prior = steps.get(step);
+      // A retried attempt (higher fence) replaces the text of the one it supersedes.
+      if (!prior || data.fence > prior.fence) steps.set(step, { fence: data.fence, text: p.text || '' });
+      else if (data.fence === prior.fence) prior.text += p.text || '';
+      showLive(current ? current.turn_id || turn : turn);
+    } else if (REFRESH_ON.has(event.event)) {
+      if (event.event === 'turn_completed' || event.event === 'turn_failed') liveText.delete((data.payload || {}).turn_id);
+      refresh();
+    }
+  }
+
+  refresh().then((s) => {
+    if (!alive || !s) return;
+    const after = Math.max(0, (s.next_event_seq || 1) - 1);
+    live = stream(`${path}/events?after=${after}`, onEvent, (state, detail) => {
+      if (state === 'failed') error.textContent = detail.describe ? detail.describe() : String(detail);
+    });
+  });
+  return () => { alive = false; if (live) live.close(); };
+}

@@ -1,0 +1,28 @@
+//! The web inbox in a real browser: Debian's Chromium under chromedriver, driven from Rust
+//! (`fantoccini`), against `tollgate serve` (API + Worker running the real CLI against the mock
+//! model) or `tollgate api` on a store the test seeds. The durable tests' world (`util`),
+//! server (`served`), seeding (`park`) and chaos harness (which `util` uses) are shared by path,
+//! not copied.
+//!
+//! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
+//!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
+//!   buttons (and refused 403 when forging the request), interrupts appearing on an open page,
+//!   a session page with its records and a message sent from it, `<img onerror>` in a tool result,
+//!   an argument and a session id shown as text, no console errors, 1,000 pending approvals.
+//!
+//! Without Chromium the tests skip with a message; `TOLLGATE_REQUIRE_BROWSER=1` makes that a
+//! failure (as `scripts/test.sh` does).
+
+#[path = "../chaos_common/mod.rs"]
+mod chaos_common;
+mod driver;
+mod inbox;
+#[path = "../support/park.rs"]
+#[allow(dead_code)]
+mod park;
+#[path = "../durable/served.rs"]
+#[allow(dead_code)]
+mod served;
+#[path = "../durable/util.rs"]
+#[allow(dead_code)]
+mod util;
