@@ -30,13 +30,14 @@ async fn add_principal(world: &World, file: &Path, name: &str, roles: &[&str], g
     stdout_of(&output, "tollgate auth add").trim().to_owned()
 }
 
-/// Gives the example agent's refund policy `approvers = ["finance"]`.
+/// Gives the example agent's refund policy `approvers = ["finance"]` and a ten-minute deadline
+/// that escalates to `ops`.
 fn restrict_refunds_to_finance(world: &World) {
     let config = world.agent.join("tollgate.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let restricted = text.replace(
         r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#,
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"] }"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"], approval_timeout_secs = 600, on_timeout = "escalate", escalate_to = ["ops"] }"#,
     );
     assert_ne!(text, restricted, "the example's refund policy line changed");
     std::fs::write(&config, restricted).unwrap();
@@ -128,11 +129,29 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     );
     let text = browser.js(&format!("{CARD} return card.innerText;"), vec![json!("r1")]).await;
     let text = text.as_str().unwrap();
-    for expected in
-        ["create_refund", "non_idempotent_write", "\"amount_cents\": 500", "approvers in finance", "carl"]
-    {
+    for expected in [
+        "create_refund",
+        "non_idempotent_write",
+        "\"amount_cents\": 500",
+        "approvers in finance",
+        "carl",
+        "then escalates to ops",
+    ] {
         assert!(text.contains(expected), "the card lacks {expected:?}:\n{text}");
     }
+    // The deadline counts down.
+    let countdown = format!("{CARD} return card.querySelector('[data-deadline]').textContent;");
+    let before = browser.js(&countdown, vec![json!("r1")]).await;
+    let shown = before.as_str().unwrap();
+    assert!((shown.starts_with("9m 5") || shown == "10m 0s left") && shown.ends_with("s left"), "{before}");
+    browser
+        .until(
+            "the countdown to tick",
+            &format!("{CARD} return card.querySelector('[data-deadline]').textContent !== arguments[1];"),
+            vec![json!("r1"), before],
+        )
+        .await;
+    assert_labelled(&browser).await;
     browser.screenshot("inbox").await;
 
     // Edit the amount: the form comes from the tool's schema; a value the schema refuses cannot
@@ -181,8 +200,11 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     card_shown(&browser, "r2").await;
     let id2 = world.snapshot("r2").await.pending_interrupts[0].interrupt_id.clone();
     let reason = "Refunds over four dollars need a manager";
-    browser.type_into(&in_card("r2", "input.reason"), reason).await;
-    browser.click(&in_card("r2", "button.reject-button")).await;
+    // By keyboard: type the reason, Tab to Reject, Enter.
+    browser.type_into(&in_card("r2", "input.reason"), &format!("{reason}\u{E004}")).await;
+    let focused = browser.js("return document.activeElement.textContent;", vec![]).await;
+    assert_eq!(focused, json!("Reject"), "Tab moves from the reason to its button");
+    browser.client.active_element().await.unwrap().send_keys("\u{E007}").await.unwrap();
     let rejected = world.wait_for("r2", "the rejected turn", |s| s.status == "idle").await;
     assert_eq!(rejected.last_turn_error, None, "{}", world.diagnostics());
     let (seen, _) =
@@ -221,8 +243,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     );
     assert_eq!(world.snapshot("r3").await.status, "awaiting_approval");
 
-    // The session page, as the client who started the refund: records, audit, usage; a message
-    // sent from its box whose tool result carries markup, shown as text.
+    // The sessions list, filtered by status.
     browser.click("#sign-out").await;
     browser.sign_in(&url, &carl, "carl").await;
     browser.click("#nav-sessions").await;
@@ -233,6 +254,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
             vec![],
         )
         .await;
+    assert_labelled(&browser).await;
     browser.click("#status-filter").await;
     browser
         .js("const s = document.getElementById('status-filter'); s.value = 'awaiting_approval'; s.dispatchEvent(new Event('change'));", vec![])
@@ -240,6 +262,30 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     browser
         .until("the filtered list", "const rows = document.querySelectorAll('#sessions-table tbody tr'); return rows.length === 1 && rows[0].textContent.startsWith('r3');", vec![])
         .await;
+
+    // An approver of the group allows the tool for the rest of the session.
+    browser.click("#sign-out").await;
+    browser.sign_in(&url, &fina, "fina").await;
+    card_shown(&browser, "r3").await;
+    browser.click(&in_card("r3", "button.approve-session")).await;
+    let granted = world.wait_for("r3", "the granted refund's turn", |s| s.status == "idle").await;
+    assert_eq!(granted.grants.len(), 1, "{:?}", granted.grants);
+    assert_eq!(granted.grants[0].grant.granted_by, "fina");
+
+    // The session pages, as the client who started the refunds.
+    browser.click("#sign-out").await;
+    browser.sign_in(&url, &carl, "carl").await;
+    browser.client.goto(&format!("{url}/#/session/r3")).await.unwrap();
+    browser
+        .until(
+            "the grant on the session page",
+            "return document.getElementById('grants').textContent.includes('create_refund: granted by fina');",
+            vec![],
+        )
+        .await;
+
+    // The session page, as the client who started the refund: records, audit, usage; a message
+    // sent from its box whose tool result carries markup, shown as text.
     browser.client.goto(&format!("{url}/#/session/r1")).await.unwrap();
     let calls = browser
         .until("the tool call records", "return document.getElementById('tool-calls').textContent.includes('succeeded') && document.getElementById('tool-calls').innerText;", vec![])
@@ -273,6 +319,18 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     browser.assert_no_console_errors("after deciding, refusing and sending").await;
     browser.stop().await;
     served.stop().await;
+}
+
+/// Asserts that every visible form control on the page has a label (or an `aria-label`) and every
+/// button a name.
+async fn assert_labelled(browser: &Browser) {
+    let unlabelled = browser
+        .js(
+            "return [...document.querySelectorAll('input, select, textarea, button')].filter(c => c.offsetParent !== null && !(c.labels && c.labels.length) && !c.getAttribute('aria-label') && !(c.tagName === 'BUTTON' && c.textContent.trim())).map(c => c.outerHTML);",
+            vec![],
+        )
+        .await;
+    assert_eq!(unlabelled, json!([]), "controls without a label");
 }
 
 /// The stream's first event (30 s at most).

@@ -39,7 +39,7 @@ export function when(ms) {
 
 /** A duration in ms as `1h 2m 3s`. */
 export function span(ms) {
-  const s = Math.max(0, Math.round(ms / 1000));
+  const s = Math.max(0, Math.floor(ms / 1000));
   const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
   return (h ? `${h}h ` : '') + (h || m ? `${m}m ` : '') + `${r}s`;
 }

@@ -259,6 +259,7 @@ function openEditor(item, home, decide) {
   const changes = el('ul', { class: 'diff', 'aria-live': 'polite' });
   const submit = el('button', { type: 'button', class: 'primary approve-edited', disabled: true, text: 'Approve with these arguments' });
   let current = null;
+  const problemsHeading = el('p', { class: 'hint' });
   const update = () => {
     clear(errors); clear(changes);
     const read = ed.value();
@@ -266,6 +267,7 @@ function openEditor(item, home, decide) {
     const problems = read.problem ? [read.problem] : validate(schema, read.input);
     if (!read.problem && (typeof read.input !== 'object' || read.input === null || Array.isArray(read.input))) problems.push('/: must be an object');
     for (const p of problems) errors.append(el('li', { text: p }));
+    problemsHeading.textContent = problems.length ? 'Problems:' : (schema ? 'It fits the tool\u2019s input schema.' : 'It is a JSON object.');
     if (!read.problem) {
       const changed = diff(original, read.input);
       for (const change of changed) changes.append(el('li', { class: change.op === 'removed' ? 'del' : change.op === 'added' ? 'add' : '', text: describe(change) }));
@@ -280,7 +282,7 @@ function openEditor(item, home, decide) {
   cancel.addEventListener('click', () => { home.hidden = true; clear(home); });
   clear(home);
   home.append(el('h4', { text: 'Edit the arguments, then approve' }), ed.node,
-    el('p', { text: 'Problems:' , class: 'hint' }), errors,
+    problemsHeading, errors,
     el('p', { text: 'Changes:', class: 'hint' }), changes,
     el('div', { class: 'actions' }, submit, cancel));
   home.hidden = false;
