@@ -21,7 +21,7 @@
 //! - Only the oldest `limit` approvals are tracked; `total` says how many are pending.
 //! - Who started a session is read once per session per stream (it never changes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -30,8 +30,9 @@ use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::stream::{self, Stream};
+use futures_util::stream::{self, Stream, StreamExt};
 use sha2::{Digest, Sha256};
+use tollgate_store::StoreError;
 
 use super::input::Params;
 use super::openapi::ReadErrors;
@@ -41,6 +42,8 @@ use crate::auth::{Caller, Denied};
 
 /// The re-read when no wake-up came (a commit by another process on SQLite wakes nobody here).
 const POLL: Duration = Duration::from_secs(1);
+/// How many "who started this session" lookups run at once.
+const STARTER_LOOKUPS: usize = 8;
 /// The least time between two reads: a burst of events (live text) costs one read.
 const MIN_GAP: Duration = Duration::from_millis(50);
 
@@ -146,17 +149,28 @@ impl Inbox {
         let total = store.count_open_interrupts().await?;
         let mut now = BTreeMap::new();
         let mut items = Vec::new();
-        for open in store.open_interrupts(None, self.limit).await? {
+        let open = store.open_interrupts(None, self.limit).await?;
+        // Who started the sessions not seen yet, a few lookups at a time.
+        let unknown: BTreeSet<String> = open
+            .iter()
+            .filter(|o| !self.starters.contains_key(&o.session_id))
+            .map(|o| o.session_id.clone())
+            .collect();
+        let found: Vec<(String, Result<Option<String>, StoreError>)> = stream::iter(unknown)
+            .map(|session| async move {
+                let starter = store.audit().started_by(&session).await;
+                (session, starter)
+            })
+            .buffer_unordered(STARTER_LOOKUPS)
+            .collect()
+            .await;
+        for (session, starter) in found {
+            self.starters.insert(session, starter?);
+        }
+        for open in open {
             let interrupt = pending_interrupt(open)?;
             let session = interrupt.session_id.clone();
-            let started_by = match self.starters.get(&session) {
-                Some(known) => known.clone(),
-                None => {
-                    let found = store.audit().started_by(&session).await?;
-                    self.starters.insert(session.clone(), found.clone());
-                    found
-                }
-            };
+            let started_by = self.starters.get(&session).cloned().flatten();
             let decide = right(&self.state, &self.caller, &interrupt, started_by.as_deref());
             let item = InboxItem { interrupt, started_by, decide };
             let key = InterruptKey { session_id: session, interrupt_id: item.interrupt.interrupt_id.clone() };

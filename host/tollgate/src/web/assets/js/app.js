@@ -84,9 +84,12 @@ async function start() {
   window.addEventListener('hashchange', route);
   // Without a token, ask for one (no request that would answer 401).
   if (!token()) { showSignIn(); return; }
+  const hash = location.hash.replace(/^#/, '');
+  if (hash === '' || hash === '/inbox') inbox.prefetch();
   try {
-    if (await whoAmI()) { performance.mark('signed-in'); showWho(); route(); } else { clearToken(); showSignIn('Your token is no longer accepted; sign in again.'); }
+    if (await whoAmI()) { performance.mark('signed-in'); showWho(); route(); } else { inbox.cancelPrefetch(); clearToken(); showSignIn('Your token is no longer accepted; sign in again.'); }
   } catch (error) {
+    inbox.cancelPrefetch();
     showSignIn(`The API cannot be reached: ${error.message}`);
   }
 }

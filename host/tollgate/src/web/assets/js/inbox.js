@@ -11,6 +11,23 @@ import { describe, diff, editor, validate } from './schema.js';
 const keyOf = (item) => JSON.stringify([item.session_id, item.interrupt_id]);
 const field = (item, name) => (item[name] !== undefined ? item[name] : item.request && item.request[name]);
 
+let early = null;
+
+/** Starts reading the inbox while the page still asks who is signed in (one round trip less
+ *  before the first paint); `mount` adopts it. */
+export function prefetch() {
+  if (early) return;
+  const buffered = [];
+  const handlers = { onEvent: (e) => buffered.push(['event', e]), onState: (s, d) => buffered.push(['state', s, d]) };
+  const live = stream('/v1/interrupts/events', (e) => handlers.onEvent(e), (s, d) => handlers.onState(s, d));
+  early = { live, buffered, handlers };
+}
+
+/** Drops a prefetched stream `mount` did not adopt. */
+export function cancelPrefetch() {
+  if (early) { early.live.close(); early = null; }
+}
+
 /** Mounts the inbox in `view`; returns its unmount. */
 export function mount(view) {
   const items = new Map();
@@ -133,7 +150,17 @@ export function mount(view) {
     else if (state === 'reconnecting') summary.textContent = 'Connection lost; reconnecting\u2026';
   }
 
-  const live = stream('/v1/interrupts/events', onEvent, onState);
+  let live;
+  if (early) {
+    const adopted = early;
+    early = null;
+    adopted.handlers.onEvent = onEvent;
+    adopted.handlers.onState = onState;
+    for (const [kind, a, b] of adopted.buffered) { if (kind === 'event') onEvent(a); else onState(a, b); }
+    live = adopted.live;
+  } else {
+    live = stream('/v1/interrupts/events', onEvent, onState);
+  }
   const timer = setInterval(() => tick(list), 1000);
   return () => { live.close(); clearInterval(timer); };
 }
