@@ -14,7 +14,7 @@ export function mount(view, id, me) {
   const error = el('p', { class: 'error', id: 'last-turn-error', role: 'alert' });
   const messages = el('ol', { class: 'messages', id: 'messages', 'aria-live': 'polite' });
   const liveNode = el('li', { class: 'assistant live', hidden: true }, el('span', { class: 'role', text: 'assistant (writing\u2026)' }), el('span', { id: 'live-text' }));
-  const calls = el('tbody', { id: 'tool-calls' });
+  const calls = el('div', { id: 'tool-calls' });
   const audit = el('tbody', { id: 'audit' });
   const grants = el('ul', { id: 'grants' });
   const mayWrite = me.roles.includes('client') || me.roles.includes('admin');
@@ -26,8 +26,7 @@ export function mount(view, id, me) {
   const form = el('form', { class: 'send', id: 'send-form' }, el('label', { for: textId, text: 'Message' }), text, el('div', { class: 'actions' }, send), sendWhy, sendResult);
   view.append(title, facts, error,
     el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
-    el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }),
-      el('div', { class: 'table-wrap' }, el('table', {}, el('thead', {}, el('tr', {}, ...['Tool', 'Status', 'Attempt', 'Idempotency key', 'Arguments', 'Outcome'].map((h) => el('th', { scope: 'col', text: h })))), calls))),
+    el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }), calls),
     el('section', { class: 'panel', 'aria-labelledby': 'audit-h' }, el('h3', { id: 'audit-h', text: 'Audit trail' }),
       el('div', { class: 'table-wrap' }, el('table', {}, el('thead', {}, el('tr', {}, ...['When', 'Who', 'Decision', 'Tool', 'Reason', 'Input'].map((h) => el('th', { scope: 'col', text: h })))), audit)),
       el('h4', { text: 'Grants (allow for this session)' }), grants));
@@ -72,14 +71,21 @@ export function mount(view, id, me) {
     }
     messages.append(liveNode);
     clear(calls);
+    if (!s.tool_calls.length) calls.append(el('p', { text: 'No deferred tool call yet.' }));
     for (const c of s.tool_calls) {
-      const outcome = c.output !== undefined ? c.output : c.error !== undefined ? c.error : c.message !== undefined ? c.message : '';
-      const args = el('td', {}, el('pre', {}, pretty(c.arguments)));
-      if (c.original_arguments) args.append(el('span', { text: 'edited from' }), el('pre', {}, pretty(c.original_arguments)));
-      calls.append(el('tr', {},
-        el('td', { text: c.tool_name }), el('td', { text: c.status }), el('td', { text: c.attempt !== undefined ? String(c.attempt) : '' }),
-        el('td', { text: `${s.session_id}/${c.turn_id}/${c.tool_call_id}` }), args,
-        el('td', {}, outcome === null || outcome === '' ? '' : el('pre', {}, String(outcome)))));
+      const outcome = c.output !== undefined ? c.output : c.error !== undefined ? c.error : c.message !== undefined ? c.message : null;
+      const grant = c.approved_under ? `approved under the grant of ${c.approved_under.granted_by}` : c.grants_session ? `granted the session by ${c.grants_session.granted_by}` : null;
+      const facts = el('dl', { class: 'facts' },
+        el('dt', { text: 'Status' }), el('dd', { text: c.status }),
+        el('dt', { text: 'Attempt' }), el('dd', { text: c.attempt !== undefined ? String(c.attempt) : '\u2014' }),
+        el('dt', { text: 'Idempotency key' }), el('dd', { text: `${s.session_id}/${c.turn_id}/${c.tool_call_id}` }),
+        el('dt', { text: 'Runs' }), el('dd', { text: `${c.kind}, ${c.runs_in}${c.requires_approval ? ', after approval' : ''}` }));
+      if (grant) facts.append(el('dt', { text: 'Grant' }), el('dd', { text: grant }));
+      const call = el('article', { class: 'call' }, el('h4', { text: c.tool_name }), facts,
+        el('p', { class: 'hint', text: c.original_arguments ? 'Arguments, as the approver edited them' : 'Arguments' }), el('pre', {}, pretty(c.arguments)));
+      if (c.original_arguments) call.append(el('p', { class: 'hint', text: 'As the model asked' }), el('pre', {}, pretty(c.original_arguments)));
+      if (outcome !== null && outcome !== '') call.append(el('p', { class: 'hint', text: 'Outcome' }), el('pre', {}, String(outcome)));
+      calls.append(call);
     }
     clear(audit);
     for (const d of s.decisions || []) {
