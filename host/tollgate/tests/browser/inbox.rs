@@ -429,6 +429,42 @@ async fn a_thousand_pending_approvals_paint_and_markup_in_ids_and_arguments_stay
     drop((fresh, stale));
 
     browser.sign_in(&url, "t0ken", "tollgate:token").await;
+    // The editor's checks, in the page's own module: what the schema refuses, and the diff.
+    let checked = browser
+        .client
+        .execute_async(
+            r#"const done = arguments[arguments.length - 1];
+            import('/js/schema.js').then((m) => {
+              const schema = {type: 'object', required: ['order_id', 'amount_cents'], additionalProperties: false,
+                properties: {order_id: {type: 'string', pattern: '^[0-9]+$'}, amount_cents: {type: 'integer', minimum: 1},
+                  currency: {enum: ['usd', 'eur']}}};
+              done({
+                fits: m.validate(schema, {order_id: '7', amount_cents: 5}),
+                wrong: m.validate(schema, {order_id: 'x', amount_cents: 2.5, currency: 'gbp', extra: 1}),
+                missing: m.validate(schema, {}),
+                diff: m.diff({a: 1, b: {c: 2}, gone: true}, {a: 1, b: {c: 3}, added: 'x'}).map(m.describe),
+                formable: [m.formable(schema), m.formable({type: 'object', properties: {list: {type: 'array'}}})],
+              });
+            }, (e) => done(String(e)));"#,
+            vec![],
+        )
+        .await
+        .expect("run the schema module");
+    assert_eq!(
+        checked,
+        json!({
+            "fits": [],
+            "wrong": [
+                "/order_id: must match ^[0-9]+$",
+                "/amount_cents: must be integer, not number",
+                "/currency: must be one of \"usd\", \"eur\"",
+                "/extra: is not a field of this tool"
+            ],
+            "missing": ["/order_id: is required", "/amount_cents: is required"],
+            "diff": ["/b/c: 2 → 3", "− /gone: true", "+ /added: \"x\""],
+            "formable": [true, false],
+        })
+    );
     let cards = "return document.querySelectorAll('.card').length";
     browser.until("1,000 cards", &format!("{cards} === {PENDING}"), vec![]).await;
 
@@ -443,7 +479,9 @@ async fn a_thousand_pending_approvals_paint_and_markup_in_ids_and_arguments_stay
         let marks = browser
             .js("const n = performance.getEntriesByType('navigation')[0]; return [n.responseEnd, n.domContentLoadedEventEnd, ...performance.getEntriesByType('mark').map(m => m.name + ' ' + m.startTime.toFixed(0))];", vec![])
             .await;
-        eprintln!("marks: {marks}");
+        eprintln!(
+            "page marks (navigation responseEnd, DOMContentLoaded, then ms from navigation start): {marks}"
+        );
         let wall = start.elapsed();
         assert_eq!(browser.js(cards, vec![]).await, json!(PENDING));
         paints.push((

@@ -96,8 +96,9 @@ export function describe(change) {
 }
 
 function simple(schema) {
-  const t = schema && schema.type;
-  return ['string', 'integer', 'number', 'boolean'].includes(t);
+  if (!schema) return false;
+  if (Array.isArray(schema.enum)) return schema.enum.every((v) => v === null || typeof v !== 'object');
+  return ['string', 'integer', 'number', 'boolean'].includes(schema.type);
 }
 
 /** Whether the form can be generated (a flat object of simple fields), else a JSON editor. */
