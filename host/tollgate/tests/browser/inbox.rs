@@ -263,6 +263,14 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
         .until("the filtered list", "const rows = document.querySelectorAll('#sessions-table tbody tr'); return rows.length === 1 && rows[0].textContent.startsWith('r3');", vec![])
         .await;
 
+    // A client may not decide at all: the inbox says which role it would need.
+    browser.click("#nav-inbox").await;
+    card_shown(&browser, "r3").await;
+    let why = browser
+        .js(&format!("{CARD} return card.querySelector('button.approve').disabled && card.querySelector('.why').textContent;"), vec![json!("r3")])
+        .await;
+    assert!(why.as_str().is_some_and(|w| w.contains("`approver` or `admin`")), "{why}");
+
     // An approver of the group allows the tool for the rest of the session.
     browser.click("#sign-out").await;
     browser.sign_in(&url, &fina, "fina").await;
