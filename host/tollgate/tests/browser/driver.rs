@@ -195,10 +195,44 @@ impl Browser {
         assert!(bad.is_empty(), "the browser console has errors {when}: {bad:#?}");
     }
 
-    /// Ends the browser session and chromedriver.
+    /// Ends the browser session (Chromium quits), then chromedriver.
     pub async fn stop(mut self) {
         let _ = self.client.clone().close().await;
+        let start = Instant::now();
+        while !self.processes().is_empty() && start.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.kill_browser();
         let _ = self.driver.kill().await;
+    }
+
+    /// The pids of this browser's processes: those started with its profile folder.
+    fn processes(&self) -> Vec<i32> {
+        let flag = format!("--user-data-dir={}", self._profile.path().display());
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else { continue };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if cmdline.split(|b| *b == 0).any(|arg| arg == flag.as_bytes()) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// SIGKILLs every process of this browser (a test that panicked never asked it to quit, and
+    /// killing chromedriver alone leaves Chromium running).
+    fn kill_browser(&self) {
+        for pid in self.processes() {
+            // SAFETY: a signal to a process this test's chromedriver started with our profile.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        self.kill_browser();
     }
 }
 
