@@ -212,6 +212,35 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     assert!(seen.contains(reason), "the model read: {seen}");
     assert_eq!(world.payments.count(), 1, "the rejected refund did not run");
 
+    // Two refunds in one reply wait as one batch, decided in one sitting.
+    let two = [
+        r#"call create_refund {"order_id":"8","amount_cents":300}"#,
+        r#"call create_refund {"order_id":"9","amount_cents":400}"#,
+    ];
+    start_as(&served, &carl, "b1", &two.join(" && ")).await;
+    let grouped = browser
+        .until(
+            "both refunds in one batch",
+            "const batches = [...document.querySelectorAll('.batch')].filter(b => [...b.querySelectorAll('.card')].every(c => c.dataset.session === 'b1')); return batches.length === 1 && batches[0].querySelectorAll('.card').length === 2 && batches[0].querySelector('h3').textContent;",
+            vec![],
+        )
+        .await;
+    assert!(grouped.as_str().is_some_and(|h| h.ends_with(": 2 calls from one reply")), "{grouped}");
+    browser.screenshot("inbox-batch").await;
+    for decided in 1..=2 {
+        browser.click(&in_card("b1", "button.approve:not([disabled])")).await;
+        browser
+            .until(
+                "the decision to land",
+                "return 2 - [...document.querySelectorAll('.card')].filter(c => c.dataset.session === 'b1' && !c.classList.contains('decided')).length >= arguments[0];",
+                vec![json!(decided)],
+            )
+            .await;
+    }
+    let batch = world.wait_idle_after("b1", 1).await;
+    assert_eq!(batch.last_turn_error, None, "{}", world.diagnostics());
+    assert_eq!(world.payments.count(), 3, "both refunds of the batch ran once");
+
     // An approver outside the tool's group sees the buttons disabled with the reason, and a
     // forged request is refused.
     start_as(&served, &carl, "r3", REFUND).await;
@@ -250,7 +279,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     browser
         .until(
             "the sessions list",
-            "return document.querySelectorAll('#sessions-table tbody tr').length === 3",
+            "return document.querySelectorAll('#sessions-table tbody tr').length === 4",
             vec![],
         )
         .await;

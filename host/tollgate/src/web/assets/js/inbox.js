@@ -197,6 +197,7 @@ function build(item) {
     el('h3', { id: titleId, text: item.tool_name }),
     el('span', { class: `badge${/write/.test(effect) ? ' write' : ''}`, text: effect }),
     el('span', { class: 'badge', text: request.kind || '' }));
+  if (request.ahead) header.append(el('span', { class: 'badge', title: 'Decided now, used when the model repeats this exact call in the same turn', text: 'asked ahead' }));
   const escalatedAt = field(item, 'escalated_at');
   if (escalatedAt || field(item, 'escalated')) header.append(el('span', { class: 'badge escalated', text: 'escalated' }));
   card.append(header);

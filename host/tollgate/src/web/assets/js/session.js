@@ -81,6 +81,8 @@ export function mount(view, id, me) {
         el('dt', { text: 'Idempotency key' }), el('dd', { text: `${s.session_id}/${c.turn_id}/${c.tool_call_id}` }),
         el('dt', { text: 'Runs' }), el('dd', { text: `${c.kind}, ${c.runs_in}${c.requires_approval ? ', after approval' : ''}` }));
       if (grant) facts.append(el('dt', { text: 'Grant' }), el('dd', { text: grant }));
+      if (c.batch_id) facts.append(el('dt', { text: 'Batch' }), el('dd', { text: c.batch_id }));
+      if (c.decided_ahead) facts.append(el('dt', { text: 'Decided ahead' }), el('dd', { text: Object.entries(c.decided_ahead).map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join('; ') }));
       const call = el('article', { class: 'call' }, el('h4', { text: c.tool_name }), facts,
         el('p', { class: 'hint', text: c.original_arguments ? 'Arguments, as the approver edited them' : 'Arguments' }), el('pre', {}, pretty(c.arguments)));
       if (c.original_arguments) call.append(el('p', { class: 'hint', text: 'As the model asked' }), el('pre', {}, pretty(c.original_arguments)));
