@@ -778,15 +778,20 @@ fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt
         openapi::ReadErrors,
     )
 )]
-async fn me(State(state): State<ApiState>, Extension(caller): Extension<Caller>) -> Response {
-    Json(Me {
+async fn me(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    Params::parse(query.as_deref(), &[])?;
+    Ok(Json(Me {
         name: caller.name.clone(),
         roles: caller.roles.iter().map(|r| r.as_str().to_owned()).collect(),
         groups: caller.groups.iter().cloned().collect(),
         sole: caller.sole,
         separation_of_duties: state.auth.rules().separation_of_duties,
     })
-    .into_response()
+    .into_response())
 }
 
 /// `GET /v1/audit`.

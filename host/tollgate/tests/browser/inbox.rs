@@ -102,6 +102,8 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
         me.body,
         json!({"name": "olga", "roles": ["approver"], "groups": ["ops"], "sole": false, "separation_of_duties": true})
     );
+    let unknown = api(reqwest::Client::new().get(format!("{url}/v1/me?who=me")).bearer_auth(&olga)).await;
+    assert_eq!((unknown.status, &unknown.body["error"]["field"]), (400, &json!("who")), "{}", unknown.text);
     browser.sign_in(&url, &fina, "fina").await;
     let who = browser.js("return document.getElementById('who-text').textContent", vec![]).await;
     assert_eq!(who, json!("Signed in as fina (roles: approver; groups: finance)"));
