@@ -8,8 +8,8 @@
 //! would be refused.
 //!
 //! Each event's SSE `id` is the inbox's *version* after it: a fingerprint of every tracked item
-//! (the XOR of each item's sha256, as sent), so equal inboxes have equal versions whatever their
-//! history. A client that reconnects with `Last-Event-ID` gets no snapshot while the inbox is as
+//! (the XOR of each item's sha256, as sent) and of the total, so equal inboxes have equal
+//! versions whatever their history. A client that reconnects with `Last-Event-ID` gets no snapshot while the inbox is as
 //! it had it, and a fresh snapshot when it changed meanwhile; either way it ends up current.
 //!
 //! The stream wakes on any session's new events (the store's [`tollgate_store::EventSignal`] for
@@ -177,7 +177,9 @@ impl Inbox {
             now.insert(key, hash(&item));
             items.push(item);
         }
-        let version = now.values().fold(0u64, |v, h| v ^ h);
+        // The tracked items and the total: a client whose count is stale is not current either.
+        let version =
+            now.values().fold(0u64, |v, h| v ^ h) ^ (total as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let (kind, sent) = match self.tracked.take() {
             None if self.had == Some(version) => ("snapshot", None),
             None => ("snapshot", Some(InboxEvent { interrupts: items, gone: Vec::new(), total })),

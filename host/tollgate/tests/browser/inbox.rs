@@ -605,6 +605,50 @@ async fn a_thousand_pending_approvals_paint_and_markup_in_ids_and_arguments_stay
     assert!(width[0].as_i64() <= width[1].as_i64(), "the inbox scrolls sideways at 360 px: {width}");
     browser.screenshot("inbox-360px").await;
     browser.assert_no_console_errors("with 1,000 approvals").await;
+
+    // The server goes away and comes back on the same address: the open page reconnects (with
+    // the version it has as Last-Event-ID) and shows what opened meanwhile, without a reload.
+    browser.client.set_window_size(1280, 1000).await.unwrap();
+    let address = url.trim_start_matches("http://").to_owned();
+    served.kill().await;
+    browser
+        .until(
+            "the page to notice",
+            "return document.getElementById('inbox-summary').textContent.includes('reconnecting');",
+            vec![],
+        )
+        .await;
+    // One decided and one opened while it is down (the new one takes the decided one's place
+    // among the 1,000 tracked).
+    let decided = world.store.open_interrupts(None, 10_000).await.unwrap();
+    let decided = decided.iter().find(|i| i.session_id == "p0002").expect("p0002 waits").interrupt_id.clone();
+    world.decide("p0002", &decided, true, None, "k-p0002").await;
+    let held = world.store.claim("seeder", Duration::from_secs(600)).await.unwrap().expect("p0002's step");
+    assert_eq!(held.step.session_id, "p0002");
+    park(&world, "meanwhile", json!({"order_id": "7", "amount_cents": 43})).await;
+    let served = Served::start_api_on(&world, "api-again", &address, &["--token", "t0ken"]).await;
+    card_shown(&browser, "meanwhile").await;
+    browser.until("the decided one to leave", &format!("{CARD} return !card;"), vec![json!("p0002")]).await;
+    browser
+        .until(
+            "the summary to recover",
+            "return !document.getElementById('inbox-summary').textContent.includes('reconnecting');",
+            vec![],
+        )
+        .await;
+    // The outage's failed connections are the only console errors.
+    let errors: Vec<(String, String)> = browser
+        .console()
+        .await
+        .into_iter()
+        .filter(|(level, _)| level == "SEVERE" || level == "WARNING")
+        .collect();
+    assert!(
+        errors.iter().all(|(_, message)| message.contains("ERR_CONNECTION_REFUSED")
+            || message.contains("ERR_EMPTY_RESPONSE")
+            || message.contains("ERR_INCOMPLETE_CHUNKED_ENCODING")),
+        "{errors:#?}"
+    );
     browser.stop().await;
     served.stop().await;
 }

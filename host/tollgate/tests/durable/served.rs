@@ -44,8 +44,13 @@ impl Served {
     /// `tollgate api --db DB --listen 127.0.0.1:0 EXTRA` on `world`'s store: the API alone, without
     /// the agent (Workers run elsewhere).
     pub async fn start_api(world: &World, name: &str, extra: &[&str]) -> Served {
+        Self::start_api_on(world, name, "127.0.0.1:0", extra).await
+    }
+
+    /// The same, listening on `listen` (to take over the address of a stopped one).
+    pub async fn start_api_on(world: &World, name: &str, listen: &str, extra: &[&str]) -> Served {
         let mut command = world.tollgate();
-        command.args(["api", "--db", &world.db, "--listen", "127.0.0.1:0"]).args(extra);
+        command.args(["api", "--db", &world.db, "--listen", listen]).args(extra);
         Self::listening(world, name, command, "tollgate API on ").await
     }
 

@@ -146,7 +146,8 @@ export function mount(view) {
   }
 
   function onState(state, detail) {
-    if (state === 'failed') summary.textContent = `The inbox cannot be read: ${detail.describe ? detail.describe() : detail}`;
+    if (state === 'live' && painted) updateSummary();
+    else if (state === 'failed') summary.textContent = `The inbox cannot be read: ${detail.describe ? detail.describe() : detail}`;
     else if (state === 'reconnecting') summary.textContent = 'Connection lost; reconnecting\u2026';
   }
 
