@@ -552,6 +552,24 @@ async fn a_thousand_pending_approvals_paint_and_markup_in_ids_and_arguments_stay
         .await;
     assert_no_markup_ran(&browser).await;
 
+    // The sessions list pages through the thousand, by id, 25 at a time.
+    browser.client.goto(&format!("{url}/#/sessions")).await.unwrap();
+    let first = browser
+        .until("the first page", "const ids = [...document.querySelectorAll('#sessions-table tbody tr td:first-child')].map(td => td.textContent); return ids.length === 25 && ids;", vec![])
+        .await;
+    assert_eq!(first[0], json!(xss_session), "ids sort `<` first: {first}");
+    assert_eq!(first[24], json!("p0024"));
+    browser.click(".pager button:last-child").await;
+    let second = browser
+        .until("the second page", "const ids = [...document.querySelectorAll('#sessions-table tbody tr td:first-child')].map(td => td.textContent); return ids[0] === 'p0025' && ids;", vec![])
+        .await;
+    assert_eq!(second.as_array().map(Vec::len), Some(25), "{second}");
+    browser.click(".pager button:first-child").await;
+    browser
+        .until("the first page again", "return document.querySelector('#sessions-table tbody tr td:first-child').textContent === arguments[0];", vec![json!(xss_session)])
+        .await;
+    assert_no_markup_ran(&browser).await;
+
     // A new interrupt committed by another process (this test) on SQLite reaches the open page
     // through the stream's poll fallback.
     browser.client.goto(&format!("{url}/#/inbox")).await.unwrap();
