@@ -267,6 +267,8 @@ mod tests {
         };
         assert!(!SegmentError::from(cli).is_retryable());
         assert!(!SegmentError::from(GateError::NameCollision { tool: "Bash".into() }).is_retryable());
+        let not_recorded = SegmentError::NotRecorded { pid: 1, reason: "the lease was lost".into() };
+        assert!(not_recorded.is_retryable(), "a rerun meets the write again");
     }
 
     #[test]

@@ -175,3 +175,46 @@ pub fn catalog(
         catalog.with_tool(tool.name.clone(), tool.annotations)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    struct Echo;
+
+    impl ToolRunner for Echo {
+        fn tools(&self) -> Vec<ToolSpec> {
+            Vec::new()
+        }
+
+        fn call<'a>(&'a self, name: &'a str, arguments: &'a Value) -> CallFuture<'a> {
+            Box::pin(async move {
+                if name == "fail" {
+                    return Err(ToolRunError { message: "boom".into() });
+                }
+                Ok(ToolOutput {
+                    content: vec![
+                        ToolContent::Text(format!("{name} {arguments}")),
+                        ToolContent::Image { media_type: "image/png".into(), data: vec![1] },
+                    ],
+                    is_error: false,
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_runner_without_a_store_runs_a_recorded_call_once_and_shows_its_text_as_a_record_would() {
+        let run = RecordedRun { record_id: "toolu_1".into(), attempts_before: 0 };
+        let call = RecordedCall { tool_use_id: "toolu_1", cli_name: "mcp__tools__credit", run: &run };
+        let shown = Echo.call_recorded("credit", &json!({"n": 1}), call).await;
+        assert_eq!(
+            shown,
+            Ok(ToolResult { text: "credit {\"n\":1}\n[image content omitted]".into(), is_error: false })
+        );
+        let failed = Echo.call_recorded("fail", &json!({}), call).await;
+        assert_eq!(failed, Ok(ToolResult { text: "boom".into(), is_error: true }));
+    }
+}

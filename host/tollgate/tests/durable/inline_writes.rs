@@ -181,3 +181,41 @@ async fn sigkill_right_after_an_inline_writes_record_committed_replays_it_withou
     let b_segments = b.log_text().lines().filter(|line| line.contains("segment starting")).count();
     assert_eq!(b_segments, 1, "the rerun is one CLI process");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_lost_its_lease_during_an_inline_write_never_hands_the_result_to_its_cli() {
+    let Some(world) = ledger_world("lease lost during an inline write").await else { return };
+    world.payments.hold();
+    let a = world.worker("a");
+    world.send("s", FLOW).await;
+    world.payments.wait_for(1).await;
+    a.freeze();
+    // B reclaims once A's 3 s lease expires; its rerun calls the write again under the same key.
+    let _b = world.worker("b");
+    world.payments.wait_for(2).await;
+    world.payments.release();
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    let first = credit_call_ids(&world)[0].clone();
+    a.thaw();
+    // A's call returns; its record cannot commit (the fence moved on): the segment stops (or A's
+    // heartbeat finds the lease lost first and stops the step: the CLI dies either way).
+    let start = std::time::Instant::now();
+    while !(a.log_text().contains("stopping the segment") || a.log_text().contains("lease lost")) {
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "A never noticed: {}", a.log_text());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        world.tool_result_seen(&first),
+        None,
+        "A's CLI never read the result of the write whose record A could not commit\n{}",
+        world.diagnostics()
+    );
+    let after = world.snapshot("s").await;
+    assert_eq!(after.tool_calls, done.tool_calls, "A's late result changed no record");
+    assert_eq!(after.tool_calls.len(), 1);
+    assert_eq!(after.tool_calls[0].tool_call_id, first, "B ran it under A's record and key");
+    let keys = world.payments.keys();
+    assert_eq!(keys, [keys[0].clone(), keys[0].clone()], "one key for both calls");
+}
