@@ -11,8 +11,8 @@
 //! the model makes its calls again — under new tool use IDs when the model picks new ones. The
 //! Worker hands the gate the turn's inline writes that the rerun's transcript does not hold
 //! ([`Gate::with_inline_writes`]). A new call of a recorded tool *meets* one of them when it has
-//! the write's ID, or else when it is the same tool with equal arguments (each write is met once,
-//! in the order they were made):
+//! the write's ID, or else when it is the same tool with the same input
+//! ([`super::canonical::same_input`]; each write is met once, in the order they were made):
 //!
 //! | the write met | the call |
 //! | --- | --- |
@@ -23,6 +23,7 @@
 use serde_json::Value;
 
 use super::call::Decided;
+use super::canonical::same_input;
 use super::{DenyReason, Gate, ToolCall};
 use crate::catalog::{ToolKind, ToolRef};
 use crate::record::{Outcome, ToolCallRecord};
@@ -90,7 +91,9 @@ impl InlineWrites {
             .iter()
             .position(|(write, met)| unmet(write, *met) && write.tool_call_id == tool_use_id)
             .or_else(|| {
-                self.writes.iter().position(|(write, met)| unmet(write, *met) && write.arguments == *input)
+                self.writes
+                    .iter()
+                    .position(|(write, met)| unmet(write, *met) && same_input(&write.arguments, input))
             })?;
         let (write, met) = &mut self.writes[index];
         *met = true;
