@@ -219,3 +219,31 @@ async fn a_worker_that_lost_its_lease_during_an_inline_write_never_hands_the_res
     let keys = world.payments.keys();
     assert_eq!(keys, [keys[0].clone(), keys[0].clone()], "one key for both calls");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_inline_write_that_fails_transiently_is_attempted_again_in_its_segment_under_one_key() {
+    // `flaky` (the hostile guest, annotated idempotent, no policy: an approval-free idempotent
+    // write) fails with a retryable error on attempts 1 and 2.
+    let Some(world) = ledger_world("an inline write's attempts").await else { return };
+    std::fs::copy(tollgate_test_guests::HOSTILE, world.agent.join("tools/hostile.wasm")).expect("hostile");
+    let _a = world.worker("a");
+    world.send("s", "call flaky").await;
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    assert_eq!(segments_started(&world), 1, "the attempts ran inside the one segment");
+    assert_eq!(done.tool_calls.len(), 1, "{done:#?}");
+    let call = &done.tool_calls[0];
+    assert_eq!(call.state.name(), "succeeded", "{call:#?}");
+    let key = format!("s/turn-1/{}", call.tool_call_id);
+    assert_eq!(call.state.text(), Some(format!("ok on attempt 3 with key {key}").as_str()));
+    let events = world.events("s").await;
+    let failed: Vec<_> = events.iter().filter(|e| e.kind == "attempt_failed").collect();
+    assert_eq!(failed.len(), 2, "{events:?}");
+    assert!(failed[0].payload.get().contains("try again (attempt 1)"), "{:?}", failed[0]);
+    let attempts: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == "tool_call_started" && e.payload.get().contains(&call.tool_call_id))
+        .map(|e| serde_json::from_str::<serde_json::Value>(e.payload.get()).unwrap()["attempt"].clone())
+        .collect();
+    assert_eq!(attempts, [1, 2, 3], "{events:?}");
+}
