@@ -18,6 +18,9 @@
 //!
 //! The events are the deferred step's (`tool_call_started` with the arguments and attempt,
 //! `attempt_failed`, `tool_call_finished`), with `"deferred": false`.
+//!
+//! A turn that fails with a write still `started` (its Worker died during the call, and no rerun
+//! met it again) records it `outcome_unknown` ([`settle_on_turn_failure`]).
 
 use serde_json::{Value, json};
 
@@ -176,6 +179,25 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
     }
 }
 
+/// A transition that fails a turn (a `turn_failed` event) also records `outcome_unknown` for
+/// each of the turn's inline writes still `started` (its Worker died during the call and no rerun
+/// met it again): it may have taken effect, and no later segment of the turn will call it.
+pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
+    let failed: Vec<String> = t
+        .events
+        .iter()
+        .filter(|e| e.kind == event_kind::TURN_FAILED)
+        .filter_map(|e| e.payload.get("turn_id").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    for call in calls.iter().filter(|call| {
+        call.inline && matches!(call.state, CallState::Started { .. }) && failed.contains(&call.turn_id)
+    }) {
+        let (unknown, recorded) = record(call, Outcome::OutcomeUnknown);
+        t.calls.push(unknown);
+        t.events.extend(recorded.events);
+    }
+}
+
 fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
     let finished = call.with_state(outcome.into());
     let mut t = Transition::keep().event(
@@ -267,6 +289,28 @@ mod tests {
             matches!(past, Begin::Recorded { call, .. } if call.state == CallState::OutcomeUnknown),
             "a rerun past the attempts records outcome_unknown without running the tool"
         );
+    }
+
+    #[test]
+    fn a_failing_turn_records_its_started_inline_writes_as_outcome_unknown() {
+        let started = CallEntry { state: CallState::Started { attempt: 1 }, ..credit() };
+        let done = CallEntry {
+            tool_call_id: "toolu_2".into(),
+            state: CallState::Succeeded { output: "c_1".into() },
+            ..credit()
+        };
+        let other_turn =
+            CallEntry { turn_id: "turn-2".into(), tool_call_id: "toolu_3".into(), ..started.clone() };
+        let calls = [started, done, other_turn];
+        let mut failing = Transition::keep().event(event_kind::TURN_FAILED, json!({"turn_id": "turn-1"}));
+        settle_on_turn_failure(&mut failing, &calls);
+        assert_eq!(failing.calls.len(), 1, "{:?}", failing.calls);
+        assert_eq!(failing.calls[0].tool_call_id, "toolu_1");
+        assert_eq!(failing.calls[0].state, CallState::OutcomeUnknown);
+        assert_eq!(failing.events.last().map(|e| e.kind), Some(event_kind::TOOL_CALL_FINISHED));
+        let mut completing = Transition::keep();
+        settle_on_turn_failure(&mut completing, &calls);
+        assert!(completing.calls.is_empty(), "only a failing turn settles them");
     }
 
     #[test]

@@ -59,7 +59,9 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     )?;
     let run = match plan {
         Plan::Finish(transition) => {
-            worker.commit(claimed, *transition).await?;
+            let mut transition = *transition;
+            inline::settle_on_turn_failure(&mut transition, &calls);
+            worker.commit(claimed, transition).await?;
             return Ok(());
         }
         Plan::Run(run) => run,
@@ -166,6 +168,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
     }
     let mut transition = turn::on_segment(&run, &state, &calls, result);
+    inline::settle_on_turn_failure(&mut transition, &calls);
     // The API may not load the agent: the interrupt carries who may decide it.
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
     // ... and its approval deadline, which any Worker fires from the stored request.
