@@ -195,9 +195,12 @@ impl ToolServer {
                     Ok(recorded) => result_of(recorded),
                     Err(not_recorded) => match &self.stops {
                         Some(stops) => {
+                            let text = format!("{name}: its record was not committed: {not_recorded}");
                             let _ = stops.send(not_recorded);
-                            // Never answered: the segment stops before the CLI reads anything.
-                            std::future::pending().await
+                            // Not answered while the segment runs: it stops (the CLI killed, the
+                            // bridge dropped) before the CLI reads anything; then this task ends.
+                            stops.closed().await;
+                            CallToolResult::error(vec![ContentBlock::text(text)])
                         }
                         None => CallToolResult::error(vec![ContentBlock::text(format!(
                             "{name}: its record was not committed: {not_recorded}"

@@ -551,6 +551,9 @@ async fn run(
     let grace = if stop.is_some() { Duration::ZERO } else { Duration::from_secs(5) };
     let (status, stderr) = process.shutdown(grace).await;
     drop(bridge);
+    // Only now: a tool call whose record was not committed waits for this, so its answer can no
+    // longer reach the CLI.
+    drop(not_recorded);
     turn.stats.exit_status = Some(status.clone());
     turn.stats.stderr_tail = stderr.clone();
     turn.stats.model_calls = turn.message_ids.len();
