@@ -158,6 +158,20 @@ pub enum SegmentError {
         stderr: String,
     },
 
+    /// A recorded inline write ran, but its record was not committed (the claim was lost, the
+    /// store failed): the CLI was stopped before it read the result. Retryable: a rerun of the
+    /// segment meets the write again (it replays a record that did commit, or calls again under
+    /// the same key).
+    #[error(
+        "the Claude Code CLI (pid {pid}) was stopped: an inline write's record was not committed: {reason}"
+    )]
+    NotRecorded {
+        /// The CLI's process id.
+        pid: u32,
+        /// What failed.
+        reason: String,
+    },
+
     /// The gate cannot accept what the CLI did (a deferral it did not make, a name collision).
     /// Retryable unless [`GateError::is_retryable`] says otherwise.
     #[error("the gate refused the segment: {0}")]
@@ -253,6 +267,8 @@ mod tests {
         };
         assert!(!SegmentError::from(cli).is_retryable());
         assert!(!SegmentError::from(GateError::NameCollision { tool: "Bash".into() }).is_retryable());
+        let not_recorded = SegmentError::NotRecorded { pid: 1, reason: "the lease was lost".into() };
+        assert!(not_recorded.is_retryable(), "a rerun meets the write again");
     }
 
     #[test]

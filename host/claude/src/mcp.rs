@@ -16,8 +16,10 @@
 //!   tools behind tool search, §6.5) and its annotations as MCP hints;
 //! - `tools/call` → a [`PermitRequest`] to the segment's loop, which owns the gate and answers
 //!   with [`Gate::permit_mcp_call`](tollgate_engine::gate::Gate::permit_mcp_call) for
-//!   `_meta["claudecode/toolUseId"]`: run the tool ([`ToolRunner::call`]), return the recorded
-//!   result (a resumed deferred call), or refuse.
+//!   `_meta["claudecode/toolUseId"]`: run the tool ([`ToolRunner::call`]), run a recorded inline
+//!   write ([`ToolRunner::call_recorded`]: answered only once its record is committed; a record
+//!   that was not committed stops the segment, [`ToolServer::with_stops`]), return the recorded
+//!   result (a resumed deferred call, or an inline write a rerun meets again), or refuse.
 //!
 //! This module does not decide anything itself (the gate does) and does not own the pipes
 //! ([`crate::segment`] does).
@@ -46,7 +48,7 @@ use tollgate_engine::record::ToolResult;
 use tollgate_protocol::HostFrame;
 
 use crate::segment::SegmentEvent;
-use crate::tools::{ToolContent, ToolRunner, ToolSpec};
+use crate::tools::{NotRecorded, RecordedCall, ToolContent, ToolRunner, ToolSpec};
 
 /// `_meta` key that makes the CLI put an MCP tool straight into the API request.
 pub const ALWAYS_LOAD_META: &str = "anthropic/alwaysLoad";
@@ -72,6 +74,7 @@ pub struct ToolServer {
     permits: mpsc::UnboundedSender<PermitRequest>,
     runner: Arc<dyn ToolRunner>,
     events: Option<mpsc::UnboundedSender<SegmentEvent>>,
+    stops: Option<mpsc::UnboundedSender<NotRecorded>>,
 }
 
 impl std::fmt::Debug for ToolServer {
@@ -105,7 +108,15 @@ impl ToolServer {
                 annotations: Default::default(),
             });
         }
-        ToolServer { server_name: server_name.into(), tools, permits, runner, events }
+        ToolServer { server_name: server_name.into(), tools, permits, runner, events, stops: None }
+    }
+
+    /// The same server, telling `stops` when a recorded inline write's record was not committed:
+    /// the call is then never answered, and the segment's owner stops the segment. Without it,
+    /// such a call is answered with an error result that says the record was not committed.
+    pub fn with_stops(mut self, stops: mpsc::UnboundedSender<NotRecorded>) -> Self {
+        self.stops = Some(stops);
+        self
     }
 
     /// The `tools/list` entry of one tool.
@@ -176,6 +187,27 @@ impl ToolServer {
                 });
                 result
             }
+            McpPermit::RunRecorded(run) => {
+                let id = tool_use_id.unwrap_or_default();
+                let cli_name = format!("mcp__{}__{name}", self.server_name);
+                let call = RecordedCall { tool_use_id: &id, cli_name: &cli_name, run: &run };
+                match self.runner.call_recorded(name, &arguments, call).await {
+                    Ok(recorded) => result_of(recorded),
+                    Err(not_recorded) => match &self.stops {
+                        Some(stops) => {
+                            let text = format!("{name}: its record was not committed: {not_recorded}");
+                            let _ = stops.send(not_recorded);
+                            // Not answered while the segment runs: it stops (the CLI killed, the
+                            // bridge dropped) before the CLI reads anything; then this task ends.
+                            stops.closed().await;
+                            CallToolResult::error(vec![ContentBlock::text(text)])
+                        }
+                        None => CallToolResult::error(vec![ContentBlock::text(format!(
+                            "{name}: its record was not committed: {not_recorded}"
+                        ))]),
+                    },
+                }
+            }
             McpPermit::Replay(recorded) | McpPermit::Refuse(recorded) => {
                 let content = vec![ContentBlock::text(recorded.text)];
                 if recorded.is_error {
@@ -189,6 +221,11 @@ impl ToolServer {
             }
         }
     }
+}
+
+fn result_of(recorded: ToolResult) -> CallToolResult {
+    let content = vec![ContentBlock::text(recorded.text)];
+    if recorded.is_error { CallToolResult::error(content) } else { CallToolResult::success(content) }
 }
 
 fn content_block(content: ToolContent) -> ContentBlock {

@@ -80,7 +80,7 @@ use crate::cli::CliBinary;
 use crate::error::SegmentError;
 use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file};
 use crate::mcp::{McpBridge, PermitRequest, ToolServer};
-use crate::tools::ToolRunner;
+use crate::tools::{NotRecorded, ToolRunner};
 use crate::transport::{CliProcess, Launch, LineEvent, inherited_allowed_variables};
 
 /// The request id of the host's `initialize`.
@@ -423,12 +423,17 @@ pub async fn run_segment(
 
 /// Why the loop stopped early, before the stderr tail is known.
 enum Stop {
-    Malformed { problem: String, excerpt: String },
+    Malformed {
+        problem: String,
+        excerpt: String,
+    },
     TooLong,
     Io(std::io::Error),
     InitializeTimeout,
     InitializeRefused(String),
     Timeout,
+    /// A recorded inline write's record was not committed.
+    NotRecorded(String),
 }
 
 async fn run(
@@ -474,14 +479,12 @@ async fn run(
     };
 
     let (permits, mut permit_requests) = mpsc::unbounded_channel::<PermitRequest>();
+    let (stops, mut not_recorded) = mpsc::unbounded_channel::<NotRecorded>();
     let replay_only = gate.replay_only_tool().map(str::to_owned);
-    let mut bridge = McpBridge::start(ToolServer::new(
-        spec.server_name.clone(),
-        runner,
-        replay_only,
-        permits,
-        events.clone(),
-    ));
+    let mut bridge = McpBridge::start(
+        ToolServer::new(spec.server_name.clone(), runner, replay_only, permits, events.clone())
+            .with_stops(stops),
+    );
     let mut process = CliProcess::spawn(&launch)
         .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?;
     let pid = process.pid();
@@ -532,6 +535,7 @@ async fn run(
                 let answer = turn.gate.permit_mcp_call(permit.tool_use_id.as_deref(), &permit.tool);
                 let _ = permit.reply.send(answer);
             }
+            Some(stop) = not_recorded.recv() => break Some(Stop::NotRecorded(stop.message)),
             (asked, answer) = turn.deciding.next() => {
                 let decision = turn.gate.answer_cli_decider(asked.query, answer);
                 process.send(asked.reply.frame(&asked.request_id, &decision).to_line());
@@ -547,6 +551,9 @@ async fn run(
     let grace = if stop.is_some() { Duration::ZERO } else { Duration::from_secs(5) };
     let (status, stderr) = process.shutdown(grace).await;
     drop(bridge);
+    // Only now: a tool call whose record was not committed waits for this, so its answer can no
+    // longer reach the CLI.
+    drop(not_recorded);
     turn.stats.exit_status = Some(status.clone());
     turn.stats.stderr_tail = stderr.clone();
     turn.stats.model_calls = turn.message_ids.len();
@@ -566,6 +573,7 @@ async fn run(
             }
             Stop::InitializeRefused(message) => SegmentError::InitializeRefused { pid, message, stderr },
             Stop::Timeout => SegmentError::Timeout { pid, limit: spec.timeout, stderr },
+            Stop::NotRecorded(reason) => SegmentError::NotRecorded { pid, reason },
         });
     }
     drop(turn.deciding);

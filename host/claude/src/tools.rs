@@ -1,9 +1,10 @@
 //! What the in-process MCP server serves: the [`ToolRunner`] trait and its plain data types.
 //!
 //! Read [`ToolRunner`] first. A segment lists the runner's tools in `tools/list` and calls
-//! [`ToolRunner::call`] for an inline call the gate allowed (a read without approval). Deferred
-//! calls never run here: they run in their own durable step, and the resumed segment replays
-//! their record. The production runner is the binary's adapter of the sandbox's tool set
+//! [`ToolRunner::call`] for an inline call the gate allowed (a read without approval), or
+//! [`ToolRunner::call_recorded`] for a recorded inline write (an approval-free idempotent write).
+//! Deferred calls never run here: they run in their own durable step, and the resumed segment
+//! replays their record. The production runner is the binary's adapter of the sandbox's tool set
 //! (`tollgate::tool_runner`); tests may use any other.
 //!
 //! This module does not decide whether a call may run (the gate does) and does not speak MCP
@@ -11,7 +12,11 @@
 //!
 //! # Caveats
 //!
-//! - [`ToolRunner::call`] gets no `DeferredExecution`: inline calls have none (DESIGN.md §4).
+//! - [`ToolRunner::call`] gets no `DeferredExecution`: inline reads have none (DESIGN.md §4). A
+//!   recorded inline write (an approval-free idempotent write) goes to
+//!   [`ToolRunner::call_recorded`] instead, with its [`RecordedCall`]: the runner runs it under
+//!   the record's idempotency key and commits the record before it answers. The default runs it
+//!   like [`ToolRunner::call`] and records nothing (for runners without a store, such as tests).
 //! - A [`ToolRunError`] is shown to the model as an error result; an inline read cannot ask for a
 //!   segment retry (seeds, "Effects and policies").
 
@@ -19,7 +24,11 @@ use std::future::Future;
 use std::pin::Pin;
 
 use serde_json::Value;
+#[cfg(doc)]
+use tollgate_engine::gate::McpPermit;
+use tollgate_engine::gate::RecordedRun;
 use tollgate_engine::policy::Annotations;
+use tollgate_engine::record::{ContentPart, ToolResult, text_of_content};
 
 /// One custom tool as `tools/list` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +89,29 @@ pub struct ToolRunError {
 /// The future [`ToolRunner::call`] returns.
 pub type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolRunError>> + Send + 'a>>;
 
+/// A recorded inline write the gate permitted ([`McpPermit::RunRecorded`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordedCall<'a> {
+    /// The model's tool use ID of this call (`_meta["claudecode/toolUseId"]`).
+    pub tool_use_id: &'a str,
+    /// The tool as the model calls it (`mcp__tools__record_credit`), for the record's texts.
+    pub cli_name: &'a str,
+    /// The record and key it runs under, and the attempts an earlier run already started.
+    pub run: &'a RecordedRun,
+}
+
+/// A recorded call's record was not committed (the segment lost its claim, the store is gone):
+/// its result must not reach the CLI, and the segment stops.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct NotRecorded {
+    /// What failed.
+    pub message: String,
+}
+
+/// The future [`ToolRunner::call_recorded`] returns: the recorded result the CLI reads.
+pub type RecordedFuture<'a> = Pin<Box<dyn Future<Output = Result<ToolResult, NotRecorded>> + Send + 'a>>;
+
 /// The custom tools of one segment attempt, and how to run one inline.
 pub trait ToolRunner: Send + Sync + 'static {
     /// The tools to list, in order.
@@ -87,6 +119,32 @@ pub trait ToolRunner: Send + Sync + 'static {
 
     /// Runs `name` with `arguments` (a JSON object, as the CLI sent it) for an inline call.
     fn call<'a>(&'a self, name: &'a str, arguments: &'a Value) -> CallFuture<'a>;
+
+    /// Runs a recorded inline write: under the key of `call.run`, with `CallTool`'s attempts, and
+    /// returns its record's result once the record is committed; [`NotRecorded`] when the commit
+    /// failed (the segment then stops, and the CLI never reads the result).
+    ///
+    /// The default runs it once like [`ToolRunner::call`] and records nothing.
+    fn call_recorded<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a Value,
+        call: RecordedCall<'a>,
+    ) -> RecordedFuture<'a> {
+        let _ = call;
+        Box::pin(async move {
+            Ok(match self.call(name, arguments).await {
+                Ok(output) => ToolResult {
+                    text: text_of_content(output.content.iter().map(|content| match content {
+                        ToolContent::Text(text) => ContentPart::Text(text),
+                        ToolContent::Image { .. } => ContentPart::Other { kind: "image" },
+                    })),
+                    is_error: output.is_error,
+                },
+                Err(err) => ToolResult { text: err.message, is_error: true },
+            })
+        })
+    }
 }
 
 /// A runner with no tools (a segment that offers only Claude Code's own tools).
@@ -116,4 +174,47 @@ pub fn catalog(
     tools.iter().try_fold(tollgate_engine::catalog::ToolCatalog::new(server_name)?, |catalog, tool| {
         catalog.with_tool(tool.name.clone(), tool.annotations)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    struct Echo;
+
+    impl ToolRunner for Echo {
+        fn tools(&self) -> Vec<ToolSpec> {
+            Vec::new()
+        }
+
+        fn call<'a>(&'a self, name: &'a str, arguments: &'a Value) -> CallFuture<'a> {
+            Box::pin(async move {
+                if name == "fail" {
+                    return Err(ToolRunError { message: "boom".into() });
+                }
+                Ok(ToolOutput {
+                    content: vec![
+                        ToolContent::Text(format!("{name} {arguments}")),
+                        ToolContent::Image { media_type: "image/png".into(), data: vec![1] },
+                    ],
+                    is_error: false,
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_runner_without_a_store_runs_a_recorded_call_once_and_shows_its_text_as_a_record_would() {
+        let run = RecordedRun { record_id: "toolu_1".into(), attempts_before: 0 };
+        let call = RecordedCall { tool_use_id: "toolu_1", cli_name: "mcp__tools__credit", run: &run };
+        let shown = Echo.call_recorded("credit", &json!({"n": 1}), call).await;
+        assert_eq!(
+            shown,
+            Ok(ToolResult { text: "credit {\"n\":1}\n[image content omitted]".into(), is_error: false })
+        );
+        let failed = Echo.call_recorded("fail", &json!({}), call).await;
+        assert_eq!(failed, Ok(ToolResult { text: "boom".into(), is_error: true }));
+    }
 }

@@ -24,8 +24,9 @@
 //!   `idempotent_write`, `non_idempotent_write` or `unclassified`) and `requires_approval`
 //!   (optional boolean; without it the effect's default below applies), and `approvers`
 //!   (optional array of group names: only a principal in one of these groups may decide a call
-//!   of the tool; see [`Policies::approvers`]), and the deadline fields below. Other fields are
-//!   errors.
+//!   of the tool; see [`Policies::approvers`]), `inline` (optional boolean, only for
+//!   `idempotent_write`: see "Inline writes" below), and the deadline fields below. Other fields
+//!   are errors.
 //! - Deadlines (see [`Policies::deadline`], [`ApprovalDeadline`]): `approval_timeout_secs`
 //!   (a positive integer, at most [`MAX_TIMEOUT_SECS`]) makes a call of the tool that waits for
 //!   approval act by itself once that long passed undecided: `on_timeout = "reject"` (the
@@ -49,6 +50,14 @@
 //! ([`Effect::default_requires_approval`]): `read` and `idempotent_write` need none,
 //! `non_idempotent_write` and `unclassified` do (seeds, "Effects and policies", table column
 //! "Default approval").
+//!
+//! # Inline writes
+//!
+//! An approval-free `idempotent_write` custom tool runs **inside the segment** by default, like a
+//! read, but recorded: [`Handling::Recorded`] (the Worker commits its record under the key
+//! `<session>/<turn>/<tool call>` before the CLI reads the result). `inline = false` keeps the
+//! deferred `CallTool` step (the segment ends, a second CLI resumes). [`Policies::handling`] is
+//! the one that reads `inline`; [`ToolPolicy::handling`] is the table without it.
 //!
 //! ```
 //! use serde_json::json;
@@ -179,17 +188,26 @@ pub struct PolicyEntry {
     pub effect: Effect,
     /// `requires_approval` when the entry gives it.
     pub requires_approval: Option<bool>,
+    /// `inline` when the entry gives it (only for `idempotent_write`): `Some(false)` keeps the
+    /// deferred `CallTool` step of an approval-free call.
+    pub inline: Option<bool>,
 }
 
 impl PolicyEntry {
     /// An entry with the effect's default approval.
     pub fn new(effect: Effect) -> Self {
-        Self { effect, requires_approval: None }
+        Self { effect, requires_approval: None, inline: None }
     }
 
     /// The same entry with an explicit approval.
     pub fn with_approval(self, requires_approval: bool) -> Self {
         Self { requires_approval: Some(requires_approval), ..self }
+    }
+
+    /// The same entry with an explicit `inline` (meaningful for `idempotent_write` only;
+    /// [`Policies::from_value`] refuses it on other effects).
+    pub fn with_inline(self, inline: bool) -> Self {
+        Self { inline: Some(inline), ..self }
     }
 
     /// The policy this entry gives.
@@ -253,6 +271,12 @@ impl ToolPolicy {
 pub enum Handling {
     /// Runs inside the segment (`RunModel`); not recorded, repeated when the segment reruns.
     Inline,
+    /// Runs inside the segment like [`Handling::Inline`], under the idempotency key
+    /// `<session>/<turn>/<tool call>` with `CallTool`'s 3 attempts, and its record is committed
+    /// before the CLI reads the result; a rerun of the segment replays the record. Only
+    /// [`Policies::handling`] gives it: an approval-free `idempotent_write` custom tool whose
+    /// policy does not say `inline = false`.
+    Recorded,
     /// Leaves the segment: the gate defers it, the session records it.
     Deferred {
         /// Whether it waits in `AwaitToolApproval` first.
@@ -297,9 +321,10 @@ pub enum PolicySource {
 pub const MAX_TIMEOUT_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The policy fields a tool's entry may have.
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 8] = [
     "effect",
     "requires_approval",
+    "inline",
     "approvers",
     "approval_timeout_secs",
     "on_timeout",
@@ -580,6 +605,32 @@ impl Policies {
         self.entries.get(tool)
     }
 
+    /// How a call of `tool` of `kind` runs: [`ToolPolicy::handling`] of its policy, except that an
+    /// approval-free `idempotent_write` custom tool runs [`Handling::Recorded`] unless its entry
+    /// says `inline = false` (see "Inline writes" in the module docs).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use tollgate_engine::catalog::ToolKind;
+    /// use tollgate_engine::policy::{Handling, Policies};
+    ///
+    /// let policies = Policies::from_value(&json!({
+    ///     "record_credit": { "effect": "idempotent_write" },
+    ///     "set_status": { "effect": "idempotent_write", "inline": false },
+    /// }))?;
+    /// assert_eq!(policies.handling("record_credit", None, ToolKind::Custom), Handling::Recorded);
+    /// assert!(policies.handling("set_status", None, ToolKind::Custom).is_deferred());
+    /// # Ok::<(), tollgate_engine::policy::PolicyError>(())
+    /// ```
+    pub fn handling(&self, tool: &str, annotations: Option<&Annotations>, kind: ToolKind) -> Handling {
+        let policy = self.resolve(tool, annotations);
+        let recorded = kind == ToolKind::Custom
+            && policy.effect == Effect::IdempotentWrite
+            && !policy.requires_approval
+            && self.entries.get(tool).and_then(|entry| entry.inline) != Some(false);
+        if recorded { Handling::Recorded } else { policy.handling(kind) }
+    }
+
     /// Every explicit entry, by tool name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &PolicyEntry)> {
         self.entries.iter().map(|(tool, entry)| (tool.as_str(), entry))
@@ -615,6 +666,9 @@ impl Policies {
             fields.insert("effect".to_owned(), Value::from(entry.effect.as_str()));
             if let Some(requires_approval) = entry.requires_approval {
                 fields.insert("requires_approval".to_owned(), Value::from(requires_approval));
+            }
+            if let Some(inline) = entry.inline {
+                fields.insert("inline".to_owned(), Value::from(inline));
             }
             if let Some(groups) = self.approvers.get(tool) {
                 fields.insert("approvers".to_owned(), Value::from(groups.clone()));
@@ -675,16 +729,25 @@ pub enum PolicyError {
         /// The value found.
         value: String,
     },
-    /// A policy table has a field other than `effect`, `requires_approval`, `approvers` and the
-    /// deadline fields.
+    /// A policy table has a field other than `effect`, `requires_approval`, `inline`,
+    /// `approvers` and the deadline fields.
     #[error(
-        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `requires_approval`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
     )]
     UnknownField {
         /// The tool the policy names.
         tool: String,
         /// The unknown field.
         field: String,
+    },
+    /// `inline` on a policy whose effect is not `idempotent_write` (only an idempotent write may
+    /// run inline under a key; a read is inline anyway, other writes never).
+    #[error("[policies] `{tool}.inline` applies only to effect `idempotent_write`, not `{effect}`")]
+    InlineNotIdempotent {
+        /// The tool the policy names.
+        tool: String,
+        /// The policy's effect.
+        effect: Effect,
     },
     /// A policy table lacks `effect`.
     #[error("[policies] `{tool}`: missing field `effect`")]
@@ -758,7 +821,21 @@ fn parse_entry(tool: &str, value: &Value) -> Result<PolicyEntry, PolicyError> {
             });
         }
     };
-    Ok(PolicyEntry { effect, requires_approval })
+    let inline = match fields.get("inline") {
+        None => None,
+        Some(Value::Bool(_)) if effect != Effect::IdempotentWrite => {
+            return Err(PolicyError::InlineNotIdempotent { tool: tool.to_owned(), effect });
+        }
+        Some(Value::Bool(flag)) => Some(*flag),
+        Some(other) => {
+            return Err(PolicyError::WrongType {
+                path: format!("{tool}.inline"),
+                expected: "a boolean",
+                found: json_kind(other),
+            });
+        }
+    };
+    Ok(PolicyEntry { effect, requires_approval, inline })
 }
 
 /// The entry's `approvers`: `None` when absent or empty.
@@ -1056,7 +1133,7 @@ mod tests {
         );
         assert_eq!(
             error.to_string(),
-            "[policies] `Bash`: unknown field `approval`; expected `effect`, `requires_approval`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+            "[policies] `Bash`: unknown field `approval`; expected `effect`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
         );
     }
 
@@ -1182,6 +1259,80 @@ mod tests {
             .with_approvers("create_refund", vec!["finance".into()])
             .unwrap();
         assert_eq!(built.approvers("create_refund"), ["finance"]);
+    }
+
+    #[test]
+    fn approval_free_idempotent_writes_of_custom_tools_run_recorded_inline_by_default() {
+        let table = policies(json!({
+            "record_credit": { "effect": "idempotent_write" },
+            "approved_credit": { "effect": "idempotent_write", "requires_approval": true },
+            "lookup_order": { "effect": "read" },
+            "create_refund": { "effect": "non_idempotent_write", "requires_approval": false },
+        }));
+        assert_eq!(table.handling("record_credit", None, ToolKind::Custom), Handling::Recorded);
+        let hints = Annotations { idempotent: true, ..Annotations::default() };
+        assert_eq!(
+            Policies::default().handling("set_status", Some(&hints), ToolKind::Custom),
+            Handling::Recorded,
+            "classified by its annotations"
+        );
+        assert_eq!(
+            table.handling("approved_credit", None, ToolKind::Custom),
+            Handling::Deferred { requires_approval: true, runs_in: DeferredRun::CallTool },
+            "a write that needs approval stays deferred"
+        );
+        assert_eq!(table.handling("lookup_order", None, ToolKind::Custom), Handling::Inline);
+        assert_eq!(
+            table.handling("create_refund", None, ToolKind::Custom),
+            Handling::Deferred { requires_approval: false, runs_in: DeferredRun::CallSingleAttemptTool }
+        );
+        assert_eq!(table.handling("record_credit", None, ToolKind::Cli), Handling::Inline, "a CLI tool");
+        assert!(!Handling::Recorded.is_deferred());
+    }
+
+    #[test]
+    fn inline_false_keeps_the_deferred_call_tool_step_and_round_trips() {
+        let table = policies(json!({ "record_credit": { "effect": "idempotent_write", "inline": false } }));
+        assert_eq!(
+            table.handling("record_credit", None, ToolKind::Custom),
+            Handling::Deferred { requires_approval: false, runs_in: DeferredRun::CallTool }
+        );
+        assert_eq!(
+            table.get("record_credit"),
+            Some(&PolicyEntry::new(Effect::IdempotentWrite).with_inline(false))
+        );
+        assert_eq!(
+            table.to_value()["record_credit"],
+            json!({ "effect": "idempotent_write", "inline": false })
+        );
+        assert_eq!(Policies::from_value(&table.to_value()).unwrap(), table, "round trip");
+        let explicit = policies(json!({ "record_credit": { "effect": "idempotent_write", "inline": true } }));
+        assert_eq!(explicit.handling("record_credit", None, ToolKind::Custom), Handling::Recorded);
+        let built = Policies::default()
+            .with("record_credit", PolicyEntry::new(Effect::IdempotentWrite).with_inline(false))
+            .unwrap();
+        assert!(built.handling("record_credit", None, ToolKind::Custom).is_deferred());
+    }
+
+    #[test]
+    fn inline_is_refused_on_other_effects_and_when_not_a_boolean() {
+        let refused = error(json!({ "lookup_order": { "effect": "read", "inline": true } }));
+        assert_eq!(
+            refused,
+            PolicyError::InlineNotIdempotent { tool: "lookup_order".into(), effect: Effect::Read }
+        );
+        assert_eq!(
+            refused.to_string(),
+            "[policies] `lookup_order.inline` applies only to effect `idempotent_write`, not `read`"
+        );
+        assert_eq!(
+            error(json!({ "record_credit": { "effect": "idempotent_write", "inline": "no" } })),
+            PolicyError::WrongType {
+                path: "record_credit.inline".to_owned(),
+                expected: "a boolean",
+                found: "a string",
+            }
+        );
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub(super) enum Decided {
     Allowed { updated_input: Option<Value> },
     /// An approval-free custom tool: the MCP server may run it once.
     Inline { used: bool },
+    /// An approval-free idempotent write: the MCP server may run it once, recorded
+    /// ([`super::McpPermit::RunRecorded`]).
+    Recorded { used: bool, run: super::RecordedRun },
     /// The pending call of a resumed segment, answered from its record. A custom tool's record is
     /// served over MCP once.
     Replayed { record: ToolCallRecord, served: bool },
@@ -72,7 +75,7 @@ impl Decided {
     pub(super) fn decision(&self) -> Decision {
         match self {
             Decided::Allowed { updated_input } => Decision::Allow { updated_input: updated_input.clone() },
-            Decided::Inline { .. } => Decision::Allow { updated_input: None },
+            Decided::Inline { .. } | Decided::Recorded { .. } => Decision::Allow { updated_input: None },
             Decided::Replayed { record, .. } => Decision::Replay(record.clone()),
             Decided::Deferred { .. } => Decision::Defer,
             Decided::Denied { message, reason } => {

@@ -7,7 +7,7 @@ use super::{
     HeldBackCall, McpPermit, Origin, Step, ToolCall,
 };
 use crate::catalog::{ToolKind, ToolRef};
-use crate::policy::ToolPolicy;
+use crate::policy::{Handling, ToolPolicy};
 use crate::record::ToolResult;
 use crate::texts;
 
@@ -84,6 +84,10 @@ impl Gate {
             Phase::Decided(Decided::Inline { used: used @ false }) => {
                 *used = true;
                 McpPermit::Run
+            }
+            Phase::Decided(Decided::Recorded { used: used @ false, run }) => {
+                *used = true;
+                McpPermit::RunRecorded(run.clone())
             }
             Phase::Decided(Decided::Replayed { record, served: served @ false }) => {
                 *served = true;
@@ -167,8 +171,11 @@ impl Gate {
                 Decided::denied(DenyReason::ToolNotOffered, texts::render(texts::TOOL_NOT_OFFERED, name))
             }
             ToolRef::Custom { name: custom, listed: true } => {
-                let policy = self.policies.resolve(custom, self.catalog.annotations(custom));
-                if policy.handling(ToolKind::Custom).is_deferred() {
+                let annotations = self.catalog.annotations(custom);
+                let policy = self.policies.resolve(custom, annotations);
+                if self.policies.handling(custom, annotations, ToolKind::Custom) == Handling::Recorded {
+                    self.recorded_write(call, custom)
+                } else if policy.handling(ToolKind::Custom).is_deferred() {
                     let candidate = Candidate::new(call, custom, ToolKind::Custom, policy);
                     self.deferrable(&candidate, &call.origin, channel)
                 } else {

@@ -10,14 +10,15 @@
 //!
 //! Read [`Gate`] first, then [`Decision`]. The parts: `decide` (the rules table, the CLI decider's
 //! answers, MCP permits, the deferral check), `replay` (what a resumed segment answers for recorded
-//! calls), `call` (one enum per call state), [`canonical`] (when a repeated call is the same call),
-//! `tests`.
+//! calls), `inline` (recorded inline writes and their replay in a rerun), `call` (one enum per call
+//! state), [`canonical`] (when a repeated call is the same call), `tests`.
 //!
 //! # The rules (seeds, "How a turn runs" step 3 and "Limits")
 //!
 //! | call | decision |
 //! | --- | --- |
 //! | approval-free `read` custom tool, or approval-free CLI tool | [`Decision::Allow`]; a custom tool may then run once over MCP |
+//! | approval-free `idempotent_write` custom tool ([`Handling::Recorded`]) | [`Decision::Allow`]; it may run once over MCP, recorded ([`McpPermit::RunRecorded`]); a rerun of the segment that meets the call again replays its record (see `inline`) |
 //! | the first other ("deferrable") call of the segment | [`Decision::Defer`] |
 //! | every later deferrable call of the segment | deny, [`texts::ONLY_ONE_DEFERRED_CALL`]; one that needs approval is also *held back* ([`DeferredCall::held_back`]): the session asks for its approval ahead, in a batch with the deferred call's |
 //! | a deferrable call inside a subagent | deny, [`texts::CALL_FROM_MAIN_CONVERSATION`] |
@@ -89,7 +90,10 @@ use crate::record::{Outcome, ToolCallRecord, ToolResult};
 mod call;
 pub mod canonical;
 mod decide;
+mod inline;
 mod replay;
+
+pub use inline::{InlineWrite, RecordedRun};
 
 use call::CallState;
 
@@ -302,6 +306,9 @@ pub enum CliToolDecision {
 pub enum McpPermit {
     /// Run the tool (an inline call the gate allowed), with the arguments the CLI sent.
     Run,
+    /// Run an approval-free idempotent write inline, recorded: under the key of
+    /// [`RecordedRun::record_id`], its record committed before the CLI reads the result.
+    RunRecorded(RecordedRun),
     /// Return this recorded result without running the tool.
     Replay(ToolResult),
     /// Do not run the tool; return this error result.
@@ -424,6 +431,7 @@ pub struct Gate {
     deferred: Option<String>,
     held_back: Vec<HeldBackCall>,
     failure: Option<GateError>,
+    inline: inline::InlineWrites,
 }
 
 impl Gate {
@@ -439,6 +447,7 @@ impl Gate {
             deferred: None,
             held_back: Vec::new(),
             failure: None,
+            inline: inline::InlineWrites::default(),
         }
     }
 

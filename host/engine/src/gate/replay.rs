@@ -43,6 +43,10 @@ impl Gate {
 
     /// The answer for a call under a recorded tool use ID, or `None` for a new call.
     pub(super) fn recorded_call(&self, tool: ToolRef<'_>, call: &ToolCall) -> Option<Decided> {
+        if self.inline.knows(&call.tool_use_id) {
+            // An inline write an earlier attempt of this segment recorded: decided with the others.
+            return self.inline.foreign_call(tool, call);
+        }
         if let Some(pending) =
             self.pending.as_ref().filter(|pending| pending.tool_call_id == call.tool_use_id)
         {

@@ -10,10 +10,12 @@ const RETRY_REFUND: &str = "mcp__tools__create_refund did not run. Only one tool
     outside this turn, and another call already does. Call mcp__tools__create_refund again by itself.";
 
 /// The seeds' support agent: `lookup_order` (read-only hint), `create_refund`
-/// (non_idempotent_write), `set_status` (idempotent hint), `Read`/`Grep` read, `Bash` none.
+/// (non_idempotent_write), `set_status` (idempotent hint, `inline = false`: the deferred step),
+/// `record_credit` (idempotent hint: a recorded inline write), `Read`/`Grep` read, `Bash` none.
 fn gate() -> Gate {
     let policies = Policies::default()
         .with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))
+        .and_then(|p| p.with("set_status", PolicyEntry::new(Effect::IdempotentWrite).with_inline(false)))
         .and_then(|p| p.with("Read", PolicyEntry::new(Effect::Read)))
         .and_then(|p| p.with("Grep", PolicyEntry::new(Effect::Read)))
         .and_then(|p| p.with("Write", PolicyEntry::new(Effect::IdempotentWrite)))
@@ -22,6 +24,9 @@ fn gate() -> Gate {
         .and_then(|c| c.with_tool("lookup_order", Annotations { read_only: true, ..Annotations::default() }))
         .and_then(|c| c.with_tool("create_refund", Annotations::default()))
         .and_then(|c| c.with_tool("set_status", Annotations { idempotent: true, ..Annotations::default() }))
+        .and_then(|c| {
+            c.with_tool("record_credit", Annotations { idempotent: true, ..Annotations::default() })
+        })
         .and_then(|c| c.with_tool("audit_log", Annotations { read_only: true, ..Annotations::default() }));
     match (policies, catalog) {
         (Ok(policies), Ok(catalog)) => Gate::new(policies, catalog),
@@ -128,7 +133,80 @@ fn inline_calls_after_the_deferral_are_still_allowed() {
 }
 
 #[test]
-fn an_idempotent_custom_write_defers_without_approval_to_call_tool() {
+fn an_approval_free_idempotent_write_is_allowed_and_runs_once_over_mcp_recorded_under_its_own_id() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__record_credit"), allow());
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_1"), "record_credit"),
+        McpPermit::RunRecorded(RecordedRun { record_id: "toolu_1".into(), attempts_before: 0 })
+    );
+    assert!(refused(&mut gate, Some("toolu_1"), "record_credit"), "a permit is used once");
+    assert_eq!(gate.deferred_call_id(), None, "it does not end the segment");
+    assert_eq!(
+        hook(&mut gate, "toolu_2", "mcp__tools__create_refund"),
+        Decision::Defer,
+        "nor take its deferral"
+    );
+}
+
+fn credit_write(id: &str, order: &str, outcome: Option<Outcome>, attempts: i64) -> InlineWrite {
+    InlineWrite {
+        tool_call_id: id.into(),
+        tool_name: "record_credit".into(),
+        arguments: json!({ "order_id": order }),
+        attempts,
+        outcome,
+    }
+}
+
+fn credit(gate: &mut Gate, id: &str, order: &str) -> Decision {
+    decided(gate.pre_tool_use(&ToolCall::new(id, "mcp__tools__record_credit", json!({ "order_id": order }))))
+}
+
+#[test]
+fn a_rerun_replays_a_recorded_inline_write_met_under_a_new_id_by_its_tool_and_arguments() {
+    let done = Outcome::Succeeded { output: "credited c_1".into() };
+    let mut gate = gate().with_inline_writes([credit_write("toolu_old", "7", Some(done.clone()), 1)]);
+    let Decision::Replay(record) = credit(&mut gate, "toolu_new", "7") else { panic!("replayed") };
+    assert_eq!(record.tool_call_id, "toolu_old", "the record it was made under");
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_new"), "record_credit"),
+        McpPermit::Replay(ToolResult { text: "credited c_1".into(), is_error: false }),
+        "served from the record, never run"
+    );
+    assert_eq!(
+        credit(&mut gate, "toolu_again", "7"),
+        allow(),
+        "each write is met once: a second equal call is a new write"
+    );
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_again"), "record_credit"),
+        McpPermit::RunRecorded(RecordedRun { record_id: "toolu_again".into(), attempts_before: 0 })
+    );
+}
+
+#[test]
+fn a_rerun_calls_a_started_inline_write_again_under_its_own_key_counting_its_attempts() {
+    let mut gate = gate()
+        .with_inline_writes([credit_write("toolu_a", "7", None, 1), credit_write("toolu_b", "8", None, 2)]);
+    assert_eq!(credit(&mut gate, "toolu_new", "8"), allow());
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_new"), "record_credit"),
+        McpPermit::RunRecorded(RecordedRun { record_id: "toolu_b".into(), attempts_before: 2 }),
+        "met by its arguments"
+    );
+    assert_eq!(credit(&mut gate, "toolu_a", "9"), allow());
+    assert_eq!(
+        gate.permit_mcp_call(Some("toolu_a"), "record_credit"),
+        McpPermit::RunRecorded(RecordedRun { record_id: "toolu_a".into(), attempts_before: 1 }),
+        "met by its own ID first"
+    );
+    let other = hook(&mut gate, "toolu_b", "mcp__tools__lookup_order");
+    assert_eq!(denial(&other).1, DenyReason::RecordedUnderThisId, "another tool under a write's ID");
+}
+
+#[test]
+fn an_idempotent_custom_write_with_inline_false_defers_without_approval_to_call_tool() {
     let mut gate = gate();
     assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__set_status"), Decision::Defer);
     let deferred = gate.accept_deferral("toolu_1", "mcp__tools__set_status", json!({ "s": 1 }));

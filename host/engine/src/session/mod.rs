@@ -18,6 +18,7 @@
 //! | `AwaitToolApproval` | [`tools::on_approval`] |
 //! | `CallTool`, `CallSingleAttemptTool` | [`tools::begin_tool_step`] → run the tool → [`tools::on_tool_result`] |
 //! | `ResumeTurn` | [`tools::on_resume_turn`] |
+//! | a recorded inline write inside `RunModel` | [`inline::unseen_writes`], [`inline::begin`] → run the tool → [`inline::on_result`] |
 //!
 //! # Stored formats (the seeds' wire contract, "Notes for other languages")
 //!
@@ -32,6 +33,7 @@
 pub mod batches;
 pub mod client;
 pub mod grants;
+pub mod inline;
 pub mod tools;
 pub mod turn;
 pub mod view;
@@ -390,6 +392,10 @@ pub struct CallEntry {
     /// `unused` call: its own interrupt opened ahead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_ahead: Option<batches::AheadRef>,
+    /// It ran inside its segment, recorded before the CLI read the result ([`inline`]); absent
+    /// (false) for a deferred call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline: bool,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,

@@ -200,6 +200,7 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
         approved_under: None,
         batch_id: None,
         decided_ahead: None,
+        inline: false,
         state: CallState::PendingApproval,
     }
 }

@@ -375,6 +375,7 @@ pub fn on_segment(
                 approved_under: None,
                 batch_id: None,
                 decided_ahead: None,
+                inline: false,
                 state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
             };
             let call_step = serde_json::to_value(CallStep {
@@ -407,7 +408,7 @@ pub fn on_segment(
                 );
                 let runs_in = match held.handling {
                     Handling::Deferred { runs_in, .. } => runs_in,
-                    Handling::Inline => DeferredRun::ResumedSegment,
+                    Handling::Inline | Handling::Recorded => DeferredRun::ResumedSegment,
                 };
                 ahead.push(AheadCall {
                     interrupt_id: held.tool_use_id.clone(),
@@ -594,6 +595,7 @@ fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
                 decided_by: None,
                 decided_at: None,
             }),
+            inline: false,
             state: CallState::Unused,
         });
         let closing = batches::closing_decision(turn_id);

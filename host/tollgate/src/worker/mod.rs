@@ -38,6 +38,7 @@
 //!   unless the options name a `cwd`. The workspace stays between segments on this host; a
 //!   session continued by a Worker on another host starts with an empty one.
 
+mod inline_writes;
 mod run_model;
 mod tool_steps;
 pub mod workspace;

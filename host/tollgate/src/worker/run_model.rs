@@ -15,6 +15,7 @@ use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
 use tollgate_engine::gate::Gate;
 use tollgate_engine::session::batches::AheadState;
 use tollgate_engine::session::client::parse_decision;
+use tollgate_engine::session::inline;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
     CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind,
@@ -24,6 +25,7 @@ use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::Claimed;
 use tracing::{info, warn};
 
+use super::inline_writes::SegmentTools;
 use super::{StepError, Worker, workspace};
 use crate::agent::Agent;
 use crate::edits;
@@ -46,12 +48,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     })?;
     let state = RunState::parse(session.run_state.get())?;
     let items = sessions::read_all_items(store, session_id).await?;
-    let calls = store
-        .tool_calls(session_id)
-        .await?
-        .iter()
-        .map(|record| CallEntry::parse(record.record.get()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let calls = read_calls(store, session_id).await?;
     let plan = turn::plan_run_model(
         step,
         claimed.step.attempt,
@@ -62,7 +59,9 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     )?;
     let run = match plan {
         Plan::Finish(transition) => {
-            worker.commit(claimed, *transition).await?;
+            let mut transition = *transition;
+            inline::settle_on_turn_failure(&mut transition, &calls);
+            worker.commit(claimed, transition).await?;
             return Ok(());
         }
         Plan::Run(run) => run,
@@ -107,7 +106,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let result = match (&access, &tool_set) {
         (Ok((base_url, token)), Ok(tools)) => {
             let model = ModelAccess { base_url, token: token.token() };
-            segment(worker, session_id, &run, tools, events_tx, &mut trace, &model).await
+            let recording = Recording { claimed, calls: &calls };
+            segment(worker, &run, tools, events_tx, &mut trace, &model, &recording).await
         }
         (Err(error), _) => {
             drop(events_tx);
@@ -156,6 +156,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         }
         _ => {}
     }
+    // Inline writes recorded during the segment count in its end (a failing turn's note).
+    let calls = read_calls(store, session_id).await?;
     let mut run = run;
     if matches!(result, SegmentResult::Deferred { .. }) {
         // A grant revoked while the segment ran counts: read the session's revocations again.
@@ -166,6 +168,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
     }
     let mut transition = turn::on_segment(&run, &state, &calls, result);
+    inline::settle_on_turn_failure(&mut transition, &calls);
     // The API may not load the agent: the interrupt carries who may decide it.
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
     // ... and its approval deadline, which any Worker fires from the stored request.
@@ -215,6 +218,26 @@ async fn ahead_states(
     Ok(states)
 }
 
+/// What records a segment's inline writes: the step's claim (and so the session), and the
+/// session's calls when the segment started (for the writes an earlier attempt of the segment
+/// made).
+struct Recording<'a> {
+    claimed: &'a Claimed,
+    calls: &'a [CallEntry],
+}
+
+async fn read_calls(
+    store: &dyn tollgate_store::Store,
+    session_id: &str,
+) -> Result<Vec<CallEntry>, StepError> {
+    Ok(store
+        .tool_calls(session_id)
+        .await?
+        .iter()
+        .map(|record| CallEntry::parse(record.record.get()))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
 /// Where a segment's CLI reaches the model: the proxy and the segment's token.
 struct ModelAccess<'a> {
     base_url: &'a str,
@@ -245,16 +268,17 @@ fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> Segme
 /// into the turn's error.
 async fn segment(
     worker: &Worker,
-    session_id: &str,
     run: &SegmentRun,
     tools: &ToolSet,
     events: mpsc::UnboundedSender<SegmentEvent>,
     trace: &mut SegmentTrace,
     model: &ModelAccess<'_>,
+    recording: &Recording<'_>,
 ) -> SegmentResult {
+    let session_id = recording.claimed.step.session_id.as_str();
     let agent = &worker.agent;
     let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
-    let tools = Arc::new(SandboxTools(tools.clone()));
+    let tools = SegmentTools::new(SandboxTools(tools.clone()), worker, recording.claimed, &run.turn_id);
     let ctx = OptionsContext {
         session_id: session_id.to_owned(),
         turn_id: run.turn_id.clone(),
@@ -274,8 +298,9 @@ async fn segment(
         Ok(catalog) => catalog,
         Err(err) => return failed(format!("the agent's tools cannot be offered: {err}"), false),
     };
-    let mut gate =
-        Gate::new(agent.config.policies.clone(), catalog).with_turn_records(run.turn_records.iter().cloned());
+    let mut gate = Gate::new(agent.config.policies.clone(), catalog)
+        .with_turn_records(run.turn_records.iter().cloned())
+        .with_inline_writes(inline::unseen_writes(run, recording.calls));
     if agent.has_cli_policy() {
         gate = gate.with_cli_decider();
     }

@@ -6,7 +6,7 @@ use tollgate_engine::record::{ContentPart, text_of_content};
 use tollgate_engine::session::client::{DecisionScope, GrantStamp, parse_decision};
 use tollgate_engine::session::tools::{self as rules, Begin, ToolRun};
 use tollgate_engine::session::{CALL_TOOL_ATTEMPTS, CallEntry, CallStep, EngineError, Finish};
-use tollgate_sandbox::{CallError, Content, DeferredExecution};
+use tollgate_sandbox::{CallError, Content, DeferredExecution, ToolSet};
 use tollgate_store::Claimed;
 use tracing::{info, warn};
 
@@ -102,37 +102,7 @@ pub(super) async fn call(
     let trace = ToolTrace::start(scope, &call.tool_name, &call.tool_call_id);
     let run = match worker.agent.tools().await {
         Err(err) => ToolRun::Error { message: format!("the agent's tools did not load: {err:#}") },
-        Ok(tools) => match tools.get(&call.tool_name) {
-            None => ToolRun::Refused {
-                message: tollgate_engine::texts::render(
-                    tollgate_engine::texts::TOOL_NOT_OFFERED,
-                    &call.tool_name,
-                ),
-            },
-            Some(_) => {
-                let arguments = call.arguments.to_string();
-                match tools.call(&call.tool_name, &arguments, Some(&execution)).await {
-                    Ok(output) => ToolRun::Output {
-                        text: text_of_content(output.content.iter().map(|c| match c {
-                            Content::Text { text } => ContentPart::Text(text),
-                            Content::Image { .. } => ContentPart::Other { kind: "image" },
-                        })),
-                        is_error: output.is_error,
-                    },
-                    Err(err) => {
-                        if matches!(
-                            err,
-                            CallError::Trapped { .. }
-                                | CallError::DeadlineExceeded { .. }
-                                | CallError::MemoryLimit { .. }
-                        ) {
-                            worker.metrics.sandbox_trap();
-                        }
-                        tool_run_of(err)
-                    }
-                }
-            }
-        },
+        Ok(tools) => run_in_sandbox(worker, &tools, &call.tool_name, &call.arguments, &execution).await,
     };
     trace.finish(&run);
     if let ToolRun::Error { message } = &run {
@@ -147,6 +117,41 @@ pub(super) async fn call(
         worker.metrics.poison_step(&claimed.step.kind);
     }
     Ok(())
+}
+
+/// Runs a custom tool with its `deferred-execution` and says how the run ended.
+pub(super) async fn run_in_sandbox(
+    worker: &Worker,
+    tools: &ToolSet,
+    tool_name: &str,
+    arguments: &serde_json::Value,
+    execution: &DeferredExecution,
+) -> ToolRun {
+    if tools.get(tool_name).is_none() {
+        return ToolRun::Refused {
+            message: tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, tool_name),
+        };
+    }
+    match tools.call(tool_name, &arguments.to_string(), Some(execution)).await {
+        Ok(output) => ToolRun::Output {
+            text: text_of_content(output.content.iter().map(|c| match c {
+                Content::Text { text } => ContentPart::Text(text),
+                Content::Image { .. } => ContentPart::Other { kind: "image" },
+            })),
+            is_error: output.is_error,
+        },
+        Err(err) => {
+            if matches!(
+                err,
+                CallError::Trapped { .. }
+                    | CallError::DeadlineExceeded { .. }
+                    | CallError::MemoryLimit { .. }
+            ) {
+                worker.metrics.sandbox_trap();
+            }
+            tool_run_of(err)
+        }
+    }
 }
 
 /// How a sandbox error is recorded: arguments that never reached the tool and a tool's own

@@ -366,7 +366,11 @@ pub async fn run(cfg: &Config, cli: &Path, cluster: PgCluster) -> Report {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let config = std::fs::read_to_string(root.join("examples/agents/support/tollgate.toml")).expect("config");
     let config = config
-        .replace("create_refund = {", "record_credit = { effect = \"idempotent_write\" }\ncreate_refund = {")
+        // The soak checks the deferred CallTool step's claims and fences: `inline = false`.
+        .replace(
+            "create_refund = {",
+            "record_credit = { effect = \"idempotent_write\", inline = false }\ncreate_refund = {",
+        )
         + EXTRA_CONFIG;
     assert!(config.contains("record_credit"), "the example's policies moved; fix the chaos agent's config");
     std::fs::write(agent.join("tollgate.toml"), config).expect("write config");

@@ -480,7 +480,8 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
     let config = std::fs::read_to_string(world.agent.join("tollgate.toml")).unwrap();
     let config = config.replace(
         "Grep = { effect = \"read\" }",
-        "Grep = { effect = \"read\" }\npanic = { effect = \"idempotent_write\" }",
+        // The deferred CallTool step (its poison metric), not a recorded inline write.
+        "Grep = { effect = \"read\" }\npanic = { effect = \"idempotent_write\", inline = false }",
     );
     std::fs::write(world.agent.join("tollgate.toml"), config).unwrap();
     let served = Served::start(&world, "api", None).await;

@@ -20,6 +20,8 @@
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
 //! - `matrix`: the seeds' crash matrix.
+//! - `inline_writes`: an approval-free idempotent write run inline in one CLI process, its record
+//!   committed before the CLI reads it; SIGKILL before and after that commit.
 //! - `outage`: PostgreSQL stopped and started again under `tollgate serve` and a Worker.
 //! - `lifecycle`: a Worker's life and death: graceful drain and the handover of a released step,
 //!   the CLI dying with a SIGKILLed Worker, private and reclaimed segment folders, poison steps,
@@ -42,6 +44,7 @@ mod chaos_common;
 mod deadlines;
 mod edits;
 mod grants;
+mod inline_writes;
 mod lifecycle;
 mod matrix;
 mod outage;

@@ -1,0 +1,346 @@
+//! Recorded inline writes: an approval-free `idempotent_write` custom tool that runs inside its
+//! segment ([`Handling::Recorded`](crate::policy::Handling::Recorded)), with `CallTool`'s rules.
+//!
+//! The call is a [`CallEntry`] like a deferred one (`requires_approval: false`, `runs_in:
+//! call_tool`, the same states and record), marked `inline`. While the segment runs, the Worker
+//! commits, each under the segment's claim and fence, with the step kept ([`Finish::Keep`]):
+//!
+//! 1. [`begin`]: `started` with the attempt, before the tool runs (a Worker that dies during the
+//!    call leaves this mark; the rerun counts on from it and calls again under the same key);
+//! 2. the tool runs under `<session>/<turn>/<tool call>` ([`CallEntry::idempotency_key`]);
+//! 3. [`on_result`]: the final record — *before* the CLI receives the result; or, for a
+//!    transient failure before the 3rd attempt, the attempt's failure, and the Worker starts
+//!    the next attempt. After 3 attempts the record is `outcome_unknown`.
+//!
+//! A segment that reruns meets these writes again through the gate
+//! ([`crate::gate::Gate::with_inline_writes`], fed by [`unseen_writes`]): a final record is
+//! replayed without a call; a started one runs again under its own key.
+//!
+//! The events are the deferred step's (`tool_call_started` with the arguments and attempt,
+//! `attempt_failed`, `tool_call_finished`), with `"deferred": false`.
+//!
+//! A turn that fails with a write still `started` (its Worker died during the call, and no rerun
+//! met it again) records it `outcome_unknown` ([`settle_on_turn_failure`]).
+
+use serde_json::{Value, json};
+
+use super::tools::ToolRun;
+use super::turn::{PlannedStart, SegmentRun};
+use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, Transition, event_kind, step_kind};
+use crate::catalog::ToolKind;
+use crate::gate::InlineWrite;
+use crate::policy::DeferredRun;
+use crate::record::Outcome;
+
+/// The turn's inline writes that the segment's CLI does not know of: those whose tool call ID
+/// the transcript it starts with does not hold (an earlier attempt of this segment made them).
+/// Hand them to [`crate::gate::Gate::with_inline_writes`].
+pub fn unseen_writes(run: &SegmentRun, calls: &[CallEntry]) -> Vec<InlineWrite> {
+    let entries = match &run.start {
+        PlannedStart::Fresh { .. } => &[][..],
+        PlannedStart::NewTurn { entries, .. } | PlannedStart::ResumeCall { entries, .. } => &entries[..],
+    };
+    calls
+        .iter()
+        .filter(|call| call.inline && call.turn_id == run.turn_id)
+        .filter(|call| {
+            let quoted = format!("\"{}\"", call.tool_call_id);
+            !entries.iter().any(|entry| entry.get().contains(&quoted))
+        })
+        .map(|call| InlineWrite {
+            tool_call_id: call.tool_call_id.clone(),
+            tool_name: call.tool_name.clone(),
+            arguments: call.arguments.clone(),
+            attempts: match call.state {
+                CallState::Started { attempt } => attempt,
+                _ => 0,
+            },
+            outcome: call.state.outcome(),
+        })
+        .collect()
+}
+
+/// A new inline write of `turn_id`, under `tool_call_id`, before its first attempt.
+pub fn write(turn_id: &str, tool_call_id: &str, tool_name: &str, arguments: Value) -> CallEntry {
+    CallEntry {
+        tool_call_id: tool_call_id.to_owned(),
+        tool_name: tool_name.to_owned(),
+        kind: ToolKind::Custom,
+        arguments,
+        turn_id: turn_id.to_owned(),
+        requires_approval: false,
+        runs_in: DeferredRun::CallTool,
+        original_arguments: None,
+        grants_session: None,
+        approved_under: None,
+        batch_id: None,
+        decided_ahead: None,
+        inline: true,
+        state: CallState::Queued,
+    }
+}
+
+/// What an inline write does before attempt `attempt`.
+#[derive(Clone, Debug)]
+pub enum Begin {
+    /// Commit `mark_started`, then run the tool under this key and attempt; run nothing if that
+    /// commit fails.
+    Run {
+        /// `<session>/<turn>/<tool call>`.
+        idempotency_key: String,
+        /// The attempt, from 1.
+        attempt: u32,
+        /// The "started" mark.
+        mark_started: Box<Transition>,
+    },
+    /// Attempts ran out: commit this `outcome_unknown` record and give the CLI its result.
+    Recorded {
+        /// The final call.
+        call: Box<CallEntry>,
+        /// Its commit.
+        transition: Box<Transition>,
+    },
+}
+
+/// What an inline write does before attempt `attempt` (from 1): run it, or, past
+/// [`CALL_TOOL_ATTEMPTS`], record `outcome_unknown` without running it.
+pub fn begin(session_id: &str, call: &CallEntry, attempt: i64) -> Begin {
+    if attempt > CALL_TOOL_ATTEMPTS {
+        let (call, transition) = record(call, Outcome::OutcomeUnknown);
+        return Begin::Recorded { call: Box::new(call), transition: Box::new(transition) };
+    }
+    let mut mark = Transition::keep();
+    mark.calls.push(call.with_state(CallState::Started { attempt }));
+    let mark = mark.event(
+        event_kind::TOOL_CALL_STARTED,
+        json!({
+            "turn_id": call.turn_id,
+            "tool_call_id": call.tool_call_id,
+            "tool_name": call.tool_name,
+            "arguments": call.arguments,
+            "attempt": attempt,
+            "deferred": false,
+        }),
+    );
+    Begin::Run {
+        idempotency_key: call.idempotency_key(session_id),
+        attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+        mark_started: Box::new(mark),
+    }
+}
+
+/// What one attempt's run changes.
+#[derive(Clone, Debug)]
+pub enum After {
+    /// The call has its final record: commit `transition`, then give the CLI the record's result.
+    Recorded {
+        /// The final call.
+        call: Box<CallEntry>,
+        /// Its commit.
+        transition: Box<Transition>,
+    },
+    /// A transient failure before the last attempt: commit `transition`, wait `delay`, and
+    /// [`begin`] the next attempt.
+    Retry {
+        /// The attempt's failure (its event).
+        transition: Box<Transition>,
+        /// The pause before the next attempt.
+        delay: std::time::Duration,
+    },
+}
+
+/// What attempt `attempt`'s `run` changes (`CallTool`'s rules, [`super::tools::on_tool_result`]).
+pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
+    let recorded = |outcome| {
+        let (call, transition) = record(call, outcome);
+        After::Recorded { call: Box::new(call), transition: Box::new(transition) }
+    };
+    match run {
+        ToolRun::Output { text, is_error: false } => recorded(Outcome::Succeeded { output: text }),
+        ToolRun::Output { text, is_error: true } => recorded(Outcome::Failed { error: text }),
+        ToolRun::Refused { message } => recorded(Outcome::Failed { error: message }),
+        ToolRun::Error { message } if attempt < CALL_TOOL_ATTEMPTS => {
+            let mut t = Transition::keep();
+            t.calls.push(call.with_state(CallState::Started { attempt }));
+            let t = t.event(
+                event_kind::ATTEMPT_FAILED,
+                json!({
+                    "turn_id": call.turn_id,
+                    "step": step_kind::CALL_TOOL,
+                    "tool_call_id": call.tool_call_id,
+                    "attempt": attempt,
+                    "error": message,
+                    "deferred": false,
+                }),
+            );
+            After::Retry { transition: Box::new(t), delay: super::turn::retry_delay(attempt) }
+        }
+        ToolRun::Error { .. } => recorded(Outcome::OutcomeUnknown),
+    }
+}
+
+/// A transition that fails a turn (a `turn_failed` event) also records `outcome_unknown` for
+/// each of the turn's inline writes still `started` (its Worker died during the call and no rerun
+/// met it again): it may have taken effect, and no later segment of the turn will call it.
+pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
+    let failed: Vec<String> = t
+        .events
+        .iter()
+        .filter(|e| e.kind == event_kind::TURN_FAILED)
+        .filter_map(|e| e.payload.get("turn_id").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    for call in calls.iter().filter(|call| {
+        call.inline && matches!(call.state, CallState::Started { .. }) && failed.contains(&call.turn_id)
+    }) {
+        let (unknown, recorded) = record(call, Outcome::OutcomeUnknown);
+        t.calls.push(unknown);
+        t.events.extend(recorded.events);
+    }
+}
+
+fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
+    let finished = call.with_state(outcome.into());
+    let mut t = Transition::keep().event(
+        event_kind::TOOL_CALL_FINISHED,
+        json!({
+            "turn_id": call.turn_id,
+            "tool_call_id": call.tool_call_id,
+            "tool_name": call.tool_name,
+            "status": finished.state.name(),
+            "deferred": false,
+        }),
+    );
+    t.calls.push(finished.clone());
+    (finished, t)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::session::Finish;
+
+    fn credit() -> CallEntry {
+        write("turn-1", "toolu_1", "record_credit", json!({"order_id": "7", "amount_cents": 100}))
+    }
+
+    fn run(start: PlannedStart) -> SegmentRun {
+        SegmentRun {
+            turn_id: "turn-1".into(),
+            attempt: 2,
+            start,
+            turn_records: Vec::new(),
+            prompts_upto: 1,
+            grants: Vec::new(),
+            ahead_states: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_inline_write_is_marked_started_before_it_runs_under_the_calls_key() {
+        let Begin::Run { idempotency_key, attempt, mark_started } = begin("s", &credit(), 1) else {
+            panic!("the first attempt runs")
+        };
+        assert_eq!(idempotency_key, "s/turn-1/toolu_1");
+        assert_eq!(attempt, 1);
+        assert_eq!(mark_started.finish, Finish::Keep, "the segment keeps its claim");
+        assert_eq!(mark_started.calls[0].state, CallState::Started { attempt: 1 });
+        assert!(mark_started.calls[0].inline);
+        assert_eq!(mark_started.events[0].kind, event_kind::TOOL_CALL_STARTED);
+        assert_eq!(mark_started.events[0].payload["arguments"]["order_id"], "7");
+        assert!(mark_started.steps.is_empty() && mark_started.run_state.is_none());
+    }
+
+    #[test]
+    fn its_result_is_the_deferred_steps_record_kept_under_the_claim_with_no_resume_step() {
+        let After::Recorded { call, transition } =
+            on_result(&credit(), 1, ToolRun::Output { text: "credited c_1".into(), is_error: false })
+        else {
+            panic!("an output is final")
+        };
+        assert_eq!(call.state, CallState::Succeeded { output: "credited c_1".into() });
+        assert_eq!(transition.finish, Finish::Keep);
+        assert!(transition.steps.is_empty(), "the segment goes on: no ResumeTurn");
+        assert_eq!(transition.calls[0], *call);
+        assert_eq!(transition.events[0].payload["status"], "succeeded");
+        let record = call.record().expect("final");
+        assert_eq!(record.tool_call_id, "toolu_1");
+        assert_eq!(call.to_value()["inline"], true);
+        assert_eq!(call.to_value()["runs_in"], "call_tool");
+        let refused = on_result(&credit(), 1, ToolRun::Refused { message: "Input validation error".into() });
+        assert!(matches!(refused, After::Recorded { call, .. } if call.state.name() == "failed"));
+    }
+
+    #[test]
+    fn transient_failures_retry_three_attempts_then_record_outcome_unknown() {
+        let error = || ToolRun::Error { message: "payments service unreachable".into() };
+        for attempt in 1..CALL_TOOL_ATTEMPTS {
+            let After::Retry { transition, delay } = on_result(&credit(), attempt, error()) else {
+                panic!("attempt {attempt} retries")
+            };
+            assert_eq!(transition.events[0].kind, event_kind::ATTEMPT_FAILED);
+            assert!(delay.as_secs() >= 1);
+        }
+        let last = on_result(&credit(), CALL_TOOL_ATTEMPTS, error());
+        assert!(matches!(last, After::Recorded { call, .. } if call.state == CallState::OutcomeUnknown));
+        let past = begin("s", &credit(), CALL_TOOL_ATTEMPTS + 1);
+        assert!(
+            matches!(past, Begin::Recorded { call, .. } if call.state == CallState::OutcomeUnknown),
+            "a rerun past the attempts records outcome_unknown without running the tool"
+        );
+    }
+
+    #[test]
+    fn a_failing_turn_records_its_started_inline_writes_as_outcome_unknown() {
+        let started = CallEntry { state: CallState::Started { attempt: 1 }, ..credit() };
+        let done = CallEntry {
+            tool_call_id: "toolu_2".into(),
+            state: CallState::Succeeded { output: "c_1".into() },
+            ..credit()
+        };
+        let other_turn =
+            CallEntry { turn_id: "turn-2".into(), tool_call_id: "toolu_3".into(), ..started.clone() };
+        let calls = [started, done, other_turn];
+        let mut failing = Transition::keep().event(event_kind::TURN_FAILED, json!({"turn_id": "turn-1"}));
+        settle_on_turn_failure(&mut failing, &calls);
+        assert_eq!(failing.calls.len(), 1, "{:?}", failing.calls);
+        assert_eq!(failing.calls[0].tool_call_id, "toolu_1");
+        assert_eq!(failing.calls[0].state, CallState::OutcomeUnknown);
+        assert_eq!(failing.events.last().map(|e| e.kind), Some(event_kind::TOOL_CALL_FINISHED));
+        let mut completing = Transition::keep();
+        settle_on_turn_failure(&mut completing, &calls);
+        assert!(completing.calls.is_empty(), "only a failing turn settles them");
+    }
+
+    #[test]
+    fn a_rerun_meets_only_the_writes_its_transcript_does_not_hold() {
+        let done = CallEntry { state: CallState::Succeeded { output: "c_1".into() }, ..credit() };
+        let started = CallEntry {
+            tool_call_id: "toolu_2".into(),
+            state: CallState::Started { attempt: 1 },
+            ..credit()
+        };
+        let deferred = CallEntry { inline: false, tool_call_id: "toolu_3".into(), ..done.clone() };
+        let other_turn =
+            CallEntry { turn_id: "turn-0".into(), tool_call_id: "toolu_4".into(), ..done.clone() };
+        let calls = [done, started, deferred, other_turn];
+
+        let fresh = unseen_writes(&run(PlannedStart::Fresh { prompts: vec!["x".into()] }), &calls);
+        let ids: Vec<_> = fresh.iter().map(|w| (w.tool_call_id.as_str(), w.attempts)).collect();
+        assert_eq!(ids, [("toolu_1", 0), ("toolu_2", 1)]);
+        assert_eq!(fresh[0].outcome, Some(Outcome::Succeeded { output: "c_1".into() }));
+        assert_eq!(fresh[1].outcome, None);
+
+        let entry = RawValue::from_string(
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_1"}]}}"#.into(),
+        )
+        .unwrap();
+        let resumed = unseen_writes(
+            &run(PlannedStart::NewTurn { session_id: "c".into(), entries: vec![entry], prompts: vec![] }),
+            &calls,
+        );
+        assert_eq!(resumed.len(), 1, "toolu_1 is in the transcript: {resumed:?}");
+        assert_eq!(resumed[0].tool_call_id, "toolu_2");
+    }
+}
