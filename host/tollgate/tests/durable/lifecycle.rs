@@ -371,7 +371,13 @@ async fn a_session_is_running_from_the_moment_its_turn_is_queued_until_the_last_
     world.send("s", "pause r1 ;; say first").await;
     assert_eq!(world.snapshot("s").await.status, "running", "queued, no Worker yet");
     assert_eq!(running().await, ["s"]);
-    let _a = world.worker("a");
+    // A long lease: nothing is killed here, and a lease lost to a stalled machine would rerun the
+    // first segment with both prompts as one turn (right, but not the two turns this test follows).
+    let _a = world.worker_with(
+        "a",
+        &world.db,
+        &["--lease-secs", "30", "--heartbeat-secs", "1", "--concurrency", "2"],
+    );
     world.mock.wait_for_gate("r1", GATE_WAIT).await.expect("the segment reached the model");
     assert_eq!(world.snapshot("s").await.status, "running", "its first segment runs");
     sessions::send(world.store.as_ref(), "s", "pause r2 ;; say second", None).await.unwrap();
