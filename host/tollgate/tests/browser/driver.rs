@@ -105,7 +105,8 @@ impl Browser {
         self.client.execute(script, args).await.unwrap_or_else(|e| panic!("run {script}: {e}"))
     }
 
-    /// Waits (30 s at most) until `script` returns something truthy, and returns it.
+    /// Waits (90 s at most, as the durable tests wait for a turn: a fresh machine compiles the
+    /// agent's guests on the first segment) until `script` returns something truthy, and returns it.
     pub async fn until(&self, what: &str, script: &str, args: Vec<Value>) -> Value {
         let start = Instant::now();
         loop {
@@ -116,7 +117,7 @@ impl Browser {
             if truthy {
                 return value;
             }
-            if start.elapsed() > Duration::from_secs(30) {
+            if start.elapsed() > Duration::from_secs(90) {
                 let text = self.js("return document.body.innerText", vec![]).await;
                 panic!(
                     "timed out waiting for {what}; the page shows:\n{}",
