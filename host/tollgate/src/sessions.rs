@@ -329,24 +329,26 @@ pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
     }
 }
 
-/// What the interrupt itself says of a pending approval: its deadline and who may decide it now
-/// (an escalation changes both); the other fields empty, for the caller to fill.
-fn pending_facts(open: Option<&tollgate_store::Interrupt>) -> PendingApproval {
-    let asked: Option<serde_json::Value> = open.and_then(|i| serde_json::from_str(i.request.get()).ok());
-    PendingApproval {
-        arguments: serde_json::Value::Null,
-        interrupt_id: String::new(),
-        kind: tollgate_engine::catalog::ToolKind::Custom,
-        tool_name: String::new(),
-        turn_id: String::new(),
-        batch_id: None,
-        deadline_at: open.and_then(|i| i.deadline_at),
-        escalated_at: open.and_then(|i| i.escalated_at),
-        approvers: asked
-            .as_ref()
-            .and_then(|a| a.get("approvers"))
-            .and_then(|a| serde_json::from_value(a.clone()).ok())
-            .unwrap_or_default(),
+/// What the interrupt itself says of a pending approval: its deadline, when it escalated, and who
+/// may decide it now (an escalation changes them).
+struct InterruptFacts {
+    deadline_at: Option<i64>,
+    escalated_at: Option<i64>,
+    approvers: Vec<String>,
+}
+
+impl InterruptFacts {
+    fn of(open: Option<&tollgate_store::Interrupt>) -> Self {
+        let asked: Option<serde_json::Value> = open.and_then(|i| serde_json::from_str(i.request.get()).ok());
+        InterruptFacts {
+            deadline_at: open.and_then(|i| i.deadline_at),
+            escalated_at: open.and_then(|i| i.escalated_at),
+            approvers: asked
+                .as_ref()
+                .and_then(|a| a.get("approvers"))
+                .and_then(|a| serde_json::from_value(a.clone()).ok())
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -376,6 +378,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         // A call waiting on an interrupt opened ahead in its batch: that one is listed below.
         if call.state == CallState::PendingApproval && call.decided_ahead.is_none() {
             let open = store.interrupt(session_id, &call.tool_call_id).await?;
+            let facts = InterruptFacts::of(open.as_ref());
             pending_interrupts.push(PendingApproval {
                 arguments: call.arguments.clone(),
                 interrupt_id: call.tool_call_id.clone(),
@@ -383,7 +386,9 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
                 tool_name: call.tool_name.clone(),
                 turn_id: call.turn_id.clone(),
                 batch_id: call.batch_id.clone(),
-                ..pending_facts(open.as_ref())
+                deadline_at: facts.deadline_at,
+                escalated_at: facts.escalated_at,
+                approvers: facts.approvers,
             });
         }
         tool_calls.push(call);
@@ -392,6 +397,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
     for ahead in state.turn.iter().flat_map(|turn| &turn.ahead) {
         let open = store.interrupt(session_id, &ahead.interrupt_id).await?;
         if open.as_ref().is_some_and(|i| i.resolution.is_none()) {
+            let facts = InterruptFacts::of(open.as_ref());
             pending_interrupts.push(PendingApproval {
                 arguments: ahead.arguments.clone(),
                 interrupt_id: ahead.interrupt_id.clone(),
@@ -399,7 +405,9 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
                 tool_name: ahead.tool_name.clone(),
                 turn_id: state.turn.as_ref().map(|t| t.turn_id.clone()).unwrap_or_default(),
                 batch_id: Some(ahead.batch_id.clone()),
-                ..pending_facts(open.as_ref())
+                deadline_at: facts.deadline_at,
+                escalated_at: facts.escalated_at,
+                approvers: facts.approvers,
             });
         }
     }
