@@ -179,10 +179,9 @@ impl DeadlineStatements {
 /// The deadline statements of `DB`'s dialect.
 fn statements<DB: Dialect>() -> &'static DeadlineStatements {
     static SQLITE: LazyLock<DeadlineStatements> =
-        LazyLock::new(|| DeadlineStatements::render("CAST(unixepoch('subsec') * 1000 AS INTEGER)"));
-    static POSTGRES: LazyLock<DeadlineStatements> = LazyLock::new(|| {
-        DeadlineStatements::render("(extract(epoch from clock_timestamp()) * 1000)::bigint")
-    });
+        LazyLock::new(|| DeadlineStatements::render(<sqlx::Sqlite as Dialect>::NOW));
+    static POSTGRES: LazyLock<DeadlineStatements> =
+        LazyLock::new(|| DeadlineStatements::render(<sqlx::Postgres as Dialect>::NOW));
     if <DB as sqlx::Database>::NAME == <sqlx::Sqlite as sqlx::Database>::NAME { &SQLITE } else { &POSTGRES }
 }
 

@@ -24,6 +24,9 @@ use std::sync::LazyLock;
 /// One of the two SQL dialects the store speaks. Sealed: implemented for `sqlx::Sqlite` and
 /// `sqlx::Postgres` only.
 pub(crate) trait Dialect: sqlx::Database + sealed::Sealed {
+    /// The database clock in ms since the epoch, as an SQL expression (`{now}` in the text).
+    const NOW: &'static str;
+
     /// Every statement in this dialect, rendered on first use.
     fn statements() -> &'static Statements;
 
@@ -38,9 +41,11 @@ mod sealed {
 }
 
 impl Dialect for sqlx::Sqlite {
+    const NOW: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
     fn statements() -> &'static Statements {
         static SQLITE: LazyLock<Statements> = LazyLock::new(|| {
-            let now = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+            let now = <sqlx::Sqlite as Dialect>::NOW;
             // One statement: SQLite takes the write lock before it reads, so the sub-select and
             // the update are atomic against every other writer (of this process or another).
             let claim = |only_pins: &str| {
@@ -66,9 +71,11 @@ impl Dialect for sqlx::Sqlite {
 }
 
 impl Dialect for sqlx::Postgres {
+    const NOW: &'static str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
     fn statements() -> &'static Statements {
         static POSTGRES: LazyLock<Statements> = LazyLock::new(|| {
-            let now = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+            let now = <sqlx::Postgres as Dialect>::NOW;
             // Workers never wait on each other's candidate rows (`SKIP LOCKED`). Limited to pins,
             // the JSON array `$4` becomes an init-plan constant, so `pin = ANY(…)` is an index
             // condition of `steps_due_pin (pin, due_at)` and only claimable rows are read.
