@@ -122,6 +122,13 @@ pub struct InterruptCreated {
     pub arguments: Option<Value>,
     /// The tool's policy effect (e.g. `write`).
     pub effect: Option<String>,
+    /// The batch it belongs to: the calls of one model reply that wait for a decision together
+    /// (the first deferred call's id); absent for a call asked alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
+    /// `true` for a call asked ahead of the model repeating it (a batch sibling).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ahead: bool,
     /// The event's seq in the session's event stream.
     pub event_seq: i64,
 }
@@ -233,6 +240,8 @@ fn body_of(
                 tool_name: s(&r["tool_name"]),
                 arguments: present(&r["arguments"]),
                 effect: s(&r["effect"]),
+                batch_id: s(&r["batch_id"]),
+                ahead: r["ahead"].as_bool().unwrap_or(false),
                 session_id,
                 event_seq: seq,
             })
@@ -328,6 +337,14 @@ mod tests {
                 "session_id": "s", "interrupt_id": "toolu_1", "turn_id": "t1", "tool_name": "refund",
                 "arguments": {"amount": 5}, "effect": "write", "event_seq": 4}})
         );
+        // A batch sibling asked ahead names its batch.
+        let mut ahead = request.clone();
+        ahead["batch_id"] = json!("toolu_0");
+        ahead["ahead"] = json!(true);
+        let opened = json!({"interrupt_id": "toolu_1", "request": ahead}).to_string();
+        let got: Message<InterruptCreated> =
+            serde_json::from_slice(&body("s", 4, "interrupt_opened", &opened, 0).unwrap().unwrap()).unwrap();
+        assert_eq!((got.data.batch_id.as_deref(), got.data.ahead), (Some("toolu_0"), true));
         let edited =
             r#"{"interrupt_id":"toolu_1","approved":true,"message":null,"updated_input":{"amount":2}}"#;
         let got: Message<InterruptDecided> =
