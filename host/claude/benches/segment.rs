@@ -38,8 +38,8 @@ use tollgate_engine::gate::Gate;
 use tollgate_engine::policy::{Annotations, Policies};
 use tollgate_engine::record::Outcome;
 use tollgate_protocol::{
-    HookAnswer, HookMatcher, HostFrame, Initialize, PermissionAnswer, PermissionDecision, TranscriptEntry,
-    UserPrompt,
+    HookAnswer, HookMatcher, HostFrame, Initialize, PermissionAnswer, PermissionDecision, ResumeText,
+    TranscriptEntry, UserPrompt,
 };
 
 const TEXT_SCRIPT: &str = "say hello";
@@ -239,7 +239,7 @@ async fn bare_segment(
     if let Some((session, entries)) = resume
         && !matches!(start, Start::PrestartedFileLate(_))
     {
-        write_resume_file(&config, project, session, entries).expect("resume file");
+        write_resume_file(&config, project, session, &resume_text(entries)).expect("resume file");
     }
     let args = argv(&ArgvOptions { resume: resume.map(|(s, _)| s), ..ArgvOptions::default() });
     let mut command = tokio::process::Command::new(cli);
@@ -268,7 +268,7 @@ async fn bare_segment(
         tokio::time::sleep(wait).await;
         started = Instant::now();
         if let (Start::PrestartedFileLate(_), Some((session, entries))) = (start, resume) {
-            write_resume_file(&config, project, session, entries).expect("resume file");
+            write_resume_file(&config, project, session, &resume_text(entries)).expect("resume file");
         }
     }
     let init = Initialize::new()
@@ -668,4 +668,11 @@ async fn main() {
     }
     drop(host);
     drop(ts);
+}
+
+/// Stored entries in the form a resume file takes.
+fn resume_text(entries: &[TranscriptEntry]) -> ResumeText {
+    let mut text = ResumeText::default();
+    text.push_entries(entries.iter().map(TranscriptEntry::as_str));
+    text
 }

@@ -6,9 +6,10 @@
 //! [`tollgate_engine::options::check_options`], so none of them replaces a host flag) to CLI
 //! flags and environment. [`ScratchDirs::create`] makes
 //! `<root>/tollgate-segment-<pid>-XXXXXX/{home,config,tmp}` (mode `0700`: transcripts are private)
-//! and, for a resume, writes the stored entries to
+//! and, for a resume, writes the stored transcript to
 //! `config/projects/<key(realpath cwd)>/<session>.jsonl` (mode `0600`), one compact line each,
-//! byte for byte as the CLI mirrored them ([`write_resume_file`]). Dropping [`ScratchDirs`]
+//! byte for byte as the CLI mirrored them ([`write_resume_file`]; text the store keeps in that
+//! form already is copied, not parsed). Dropping [`ScratchDirs`]
 //! removes everything; [`remove_stale_scratch`] removes what a killed process left behind.
 //!
 //! ```
@@ -22,9 +23,8 @@
 //!
 //! # Caveats
 //!
-//! - `last-prompt` entries are left out of the resume file: each names the leaf a resume continues
-//!   from, and one from an earlier segment can make a later resume skip what came after it (the
-//!   TypeScript adapter drops them for that reason). The CLI writes a fresh one.
+//! - `last-prompt` entries are left out of the resume file ([`ResumeText`] says why). The CLI
+//!   writes a fresh one.
 //! - The project key uses `realpath(cwd)`; a `cwd` that does not exist fails the setup.
 
 use std::io::Write;
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tollgate_engine::options::CheckedOptions;
-use tollgate_protocol::TranscriptEntry;
+use tollgate_protocol::ResumeText;
 
 use crate::error::SegmentError;
 use crate::project_key::project_key;
@@ -296,8 +296,8 @@ fn process_alive(pid: u32) -> bool {
     sent == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// Writes `entries` to `<config>/projects/<key(realpath cwd)>/<session>.jsonl` and returns the
-/// file's path. See the module docs for what is left out.
+/// Writes `transcript` to `<config>/projects/<key(realpath cwd)>/<session>.jsonl` and returns
+/// the file's path. What goes in is [`ResumeText`]'s rule (see the module docs).
 ///
 /// # Errors
 ///
@@ -306,7 +306,7 @@ pub fn write_resume_file(
     config: &Path,
     cwd: &Path,
     session_id: &str,
-    entries: &[TranscriptEntry],
+    transcript: &ResumeText,
 ) -> Result<PathBuf, SegmentError> {
     let setup = |path: &Path| {
         let path = path.to_path_buf();
@@ -316,16 +316,11 @@ pub fn write_resume_file(
     let dir = config.join("projects").join(project_key(&real.to_string_lossy()));
     private_dir().recursive(true).create(&dir).map_err(setup(&dir))?;
     let file = dir.join(format!("{session_id}.jsonl"));
-    let mut text = String::new();
-    for entry in entries {
-        if entry.entry_type().as_deref() == Some("last-prompt") {
-            continue;
-        }
-        if !entry.is_compact() {
-            tracing::warn!(uuid = ?entry.uuid(), "a stored transcript entry is not compact JSON; the CLI may re-run a finished call");
-        }
-        text.push_str(entry.as_str());
-        text.push('\n');
+    if transcript.not_compact() > 0 {
+        tracing::warn!(
+            entries = transcript.not_compact(),
+            "stored transcript entries are not compact JSON; the CLI may re-run a finished call"
+        );
     }
     let mut out = std::fs::OpenOptions::new()
         .write(true)
@@ -334,7 +329,9 @@ pub fn write_resume_file(
         .mode(0o600)
         .open(&file)
         .map_err(setup(&file))?;
-    out.write_all(text.as_bytes()).map_err(setup(&file))?;
+    for block in transcript.blocks() {
+        out.write_all(block.as_bytes()).map_err(setup(&file))?;
+    }
     Ok(file)
 }
 
@@ -432,14 +429,17 @@ mod tests {
             r#"{"type":"user","uuid":"u1","message":{"role":"user","content":"caf\u00e9"}}"#,
             r#"{"type":"last-prompt","lastPrompt":"x","leafUuid":"u1"}"#,
             r#"{"type":"assistant","uuid":"a1"}"#,
-        ]
-        .map(|text| TranscriptEntry::from_raw(text).unwrap());
-        let file = write_resume_file(&dirs.config(), cwd.path(), "s-1", &entries).unwrap();
+        ];
+        // Text kept in resume form (a stored chunk) first, then entries.
+        let chunk = r#"{"type":"user","uuid":"u0"}"#.to_owned() + "\n";
+        let mut transcript = ResumeText::from_blocks(vec![chunk.clone()]);
+        transcript.push_entries(entries);
+        let file = write_resume_file(&dirs.config(), cwd.path(), "s-1", &transcript).unwrap();
         let key = project_key(&std::fs::canonicalize(cwd.path()).unwrap().to_string_lossy());
         assert_eq!(file, dirs.config().join("projects").join(key).join("s-1.jsonl"));
         assert_eq!(
             std::fs::read_to_string(&file).unwrap(),
-            format!("{}\n{}\n", entries[0].as_str(), entries[2].as_str())
+            format!("{chunk}{}\n{}\n", entries[0], entries[2])
         );
         let root = dirs.root().to_path_buf();
         drop(dirs);
@@ -460,8 +460,9 @@ mod tests {
             assert_eq!(mode(&dir), 0o700, "{}", dir.display());
         }
         let cwd = tempfile::tempdir().unwrap();
-        let entries = [TranscriptEntry::from_raw(r#"{"type":"user","uuid":"u1"}"#).unwrap()];
-        let file = write_resume_file(&dirs.config(), cwd.path(), "s-1", &entries).unwrap();
+        let mut transcript = ResumeText::default();
+        transcript.push_entries([r#"{"type":"user","uuid":"u1"}"#]);
+        let file = write_resume_file(&dirs.config(), cwd.path(), "s-1", &transcript).unwrap();
         assert_eq!(mode(&file), 0o600);
         assert_eq!(mode(file.parent().unwrap()), 0o700);
     }

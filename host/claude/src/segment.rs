@@ -72,7 +72,8 @@ use tollgate_engine::gate::{
 };
 use tollgate_protocol::{
     ApiEvent, CliRequest, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
-    InitializeResponse, ProtocolError, ResultMessage, System, TranscriptEntry, Usage, UserPrompt, parse_line,
+    InitializeResponse, ProtocolError, ResultMessage, ResumeText, System, TranscriptEntry, Usage, UserPrompt,
+    parse_line,
 };
 
 use crate::answer::{app_hook_frame, hook_frame, permission_frame};
@@ -155,13 +156,13 @@ pub enum Start {
         /// The user prompt.
         prompt: UserPrompt,
     },
-    /// `--resume` of a stored session: its entries are written to the resume file. With no prompt
-    /// the CLI resumes the pending deferred call; with one it starts a new turn.
+    /// `--resume` of a stored session: its transcript is written to the resume file. With no
+    /// prompt the CLI resumes the pending deferred call; with one it starts a new turn.
     Resume {
         /// The CLI session id.
         session_id: String,
-        /// Every stored entry of the session, in order, byte-exact.
-        entries: Vec<TranscriptEntry>,
+        /// The session's stored transcript in resume form, in order, byte-exact.
+        transcript: ResumeText,
         /// A new turn's prompt, or `None` for a deferred-call resume.
         prompt: Option<UserPrompt>,
     },
@@ -246,7 +247,9 @@ impl SegmentSpec {
         session_id: impl Into<String>,
         entries: Vec<TranscriptEntry>,
     ) -> Self {
-        Self::with_start(cli, cwd, Start::Resume { session_id: session_id.into(), entries, prompt: None })
+        let mut transcript = ResumeText::default();
+        transcript.push_entries(entries.iter().map(TranscriptEntry::as_str));
+        Self::with_start(cli, cwd, Start::Resume { session_id: session_id.into(), transcript, prompt: None })
     }
 
     /// Any start.
@@ -446,7 +449,7 @@ async fn run(
 ) -> Result<SegmentOutcome, SegmentError> {
     let (resume, prompt) = match &spec.start {
         Start::Fresh { prompt } => (None, Some(prompt.clone())),
-        Start::Resume { session_id, entries, prompt } => (Some((session_id, entries)), prompt.clone()),
+        Start::Resume { session_id, transcript, prompt } => (Some((session_id, transcript)), prompt.clone()),
     };
     if resume.is_some() && prompt.is_none() && gate.pending().is_none() {
         return Err(SegmentError::InvalidSpec {
@@ -455,8 +458,8 @@ async fn run(
         });
     }
     let dirs = ScratchDirs::create(spec.scratch_parent.as_deref())?;
-    if let Some((session_id, entries)) = resume {
-        write_resume_file(&dirs.config(), &spec.cwd, session_id, entries)?;
+    if let Some((session_id, transcript)) = resume {
+        write_resume_file(&dirs.config(), &spec.cwd, session_id, transcript)?;
     }
 
     // An allow-list, not the inherited environment: the host's secrets stay out of the CLI and

@@ -60,7 +60,7 @@ pub use message::{
     MessageContent, PermissionDenial, ResultMessage, StreamEvent, System, SystemInit, TerminalReason, Usage,
     UserContent, UserMessage,
 };
-pub use transcript::{TranscriptEntry, TranscriptMirror, entry_uuid};
+pub use transcript::{ResumeText, TranscriptEntry, TranscriptMirror, entry_uuid};
 
 /// One line the CLI wrote to stdout.
 ///

@@ -129,26 +129,115 @@ impl TranscriptEntry {
     /// True when the text is in the compact form the CLI writes: re-serializing it gives the
     /// same bytes apart from key order (no whitespace between tokens).
     pub fn is_compact(&self) -> bool {
-        // Whitespace outside strings is the only thing that tells the spaced form apart; strings
-        // may hold spaces, so walk the text and skip string contents.
-        let mut in_string = false;
-        let mut escaped = false;
-        for b in self.as_str().bytes() {
-            if in_string {
-                match (escaped, b) {
-                    (true, _) => escaped = false,
-                    (false, b'\\') => escaped = true,
-                    (false, b'"') => in_string = false,
-                    _ => {}
-                }
-            } else if b == b'"' {
-                in_string = true;
-            } else if b.is_ascii_whitespace() {
-                return false;
-            }
-        }
-        true
+        is_compact(self.as_str())
     }
+}
+
+/// Whether JSON text has no whitespace between tokens. Strings may hold spaces, so the walk
+/// skips string contents.
+fn is_compact(text: &str) -> bool {
+    let mut in_string = false;
+    let mut escaped = false;
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if b.is_ascii_whitespace() {
+            return false;
+        }
+    }
+    true
+}
+
+/// The text of the `.jsonl` file a resumed CLI reads: one compact entry per line, in the order
+/// the CLI wrote them, held as blocks of whole lines so that text stored in this form already
+/// (a session's materialized transcript) is written out without being parsed again.
+///
+/// [`ResumeText::push_entries`] is the one rule of what goes in: every entry but `last-prompt`.
+/// Each `last-prompt` entry names the leaf a resume continues from, and one from an earlier
+/// segment can make a later resume skip what came after it (the TypeScript adapter drops them
+/// for that reason); the CLI writes a fresh one.
+///
+/// ```
+/// use tollgate_protocol::transcript::ResumeText;
+///
+/// let mut text = ResumeText::from_blocks(vec!["{\"uuid\":\"a\"}\n".to_owned()]);
+/// text.push_entries([r#"{"type":"last-prompt","leafUuid":"a"}"#, r#"{"uuid":"b"}"#]);
+/// assert_eq!(text.to_string(), "{\"uuid\":\"a\"}\n{\"uuid\":\"b\"}\n");
+/// assert_eq!(text.not_compact(), 0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResumeText {
+    blocks: Vec<String>,
+    not_compact: usize,
+}
+
+impl ResumeText {
+    /// Text kept in resume form already: each block is whole lines, each ending in `\n`.
+    pub fn from_blocks(blocks: Vec<String>) -> Self {
+        ResumeText { blocks, not_compact: 0 }
+    }
+
+    /// Appends the entries that belong in a resume file, one line each, byte for byte.
+    pub fn push_entries<'a>(&mut self, entries: impl IntoIterator<Item = &'a str>) {
+        let mut block = String::new();
+        for entry in entries {
+            if !belongs_in_resume(entry) {
+                continue;
+            }
+            if !is_compact(entry) {
+                self.not_compact += 1;
+            }
+            block.push_str(entry);
+            block.push('\n');
+        }
+        if !block.is_empty() {
+            self.blocks.push(block);
+        }
+    }
+
+    /// The blocks, in order.
+    pub fn blocks(&self) -> &[String] {
+        &self.blocks
+    }
+
+    /// How many pushed entries were not in the compact form the CLI writes (the CLI may then
+    /// re-run a finished call: see the module docs).
+    pub fn not_compact(&self) -> usize {
+        self.not_compact
+    }
+
+    /// Whether any line holds `needle`.
+    pub fn contains(&self, needle: &str) -> bool {
+        self.blocks.iter().any(|block| block.contains(needle))
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.blocks.iter().map(String::len).sum()
+    }
+
+    /// True when there is no line.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.iter().all(String::is_empty)
+    }
+}
+
+impl std::fmt::Display for ResumeText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.blocks.iter().try_for_each(|block| f.write_str(block))
+    }
+}
+
+/// Whether a raw entry belongs in a resume file: all but `last-prompt` ([`ResumeText`]).
+pub fn belongs_in_resume(entry: &str) -> bool {
+    peek(entry).and_then(|p| p.entry_type).as_deref() != Some("last-prompt")
 }
 
 /// The `uuid` of a raw transcript entry (text as stored), or `None` when it has none or is not

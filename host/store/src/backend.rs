@@ -510,6 +510,27 @@ where
                 .execute(&mut *tx)
                 .await?;
         }
+        if let Some(chunk) = &commit.transcript {
+            let mut lines = String::new();
+            let mut last_seq = None;
+            for (index, text) in &chunk.lines {
+                // An item that was a repeat was stored before, and so were its lines.
+                if let Some(Some(item_seq)) = receipt.item_seqs.get(*index) {
+                    lines.push_str(text);
+                    last_seq = Some(*item_seq);
+                }
+            }
+            if let Some(item_seq) = last_seq.filter(|_| !lines.is_empty()) {
+                sqlx::query(sql.insert_transcript_chunk)
+                    .bind(sid)
+                    .bind(item_seq)
+                    .bind(ROW_VERSION)
+                    .bind(chunk.cli_session_id.as_str())
+                    .bind(lines.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
         for call in &commit.tool_calls {
             sqlx::query(sql.upsert_tool_call)
                 .bind(sid)
@@ -672,6 +693,28 @@ where
             .collect::<Result<Vec<_>, StoreError>>()?;
         messages.reverse();
         Ok(MessagePage { projected: true, messages })
+    }
+
+    async fn read_transcript(&self, session_id: &str) -> Result<StoredTranscript, StoreError> {
+        let unchunked =
+            sqlx::query(DB::statements().unchunked).bind(session_id).fetch_optional(self.read_pool()).await?;
+        let Some(unchunked) = unchunked else { return Ok(StoredTranscript::default()) };
+        if unchunked.try_get::<i64, _>("unchunked")? != 0 {
+            return Ok(StoredTranscript::default());
+        }
+        let rows = sqlx::query(DB::statements().transcript_chunks)
+            .bind(session_id)
+            .fetch_all(self.read_pool())
+            .await?;
+        let mut transcript = StoredTranscript { chunked: true, cli_session_id: None, chunks: Vec::new() };
+        transcript.chunks.reserve(rows.len());
+        for row in &rows {
+            let seq: i64 = row.try_get("item_seq")?;
+            check_row_version("transcript_chunks", &key2(session_id, seq), row.try_get("row_version")?)?;
+            transcript.cli_session_id = Some(row.try_get("cli_session_id")?);
+            transcript.chunks.push(row.try_get("lines")?);
+        }
+        Ok(transcript)
     }
 
     async fn read_events(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Event>, StoreError> {

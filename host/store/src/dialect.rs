@@ -179,6 +179,9 @@ pub(crate) struct Statements {
     /// Adds a message to session `$1`'s projection with the next seq (`$2` row version, `$3` role,
     /// `$4` merge key, `$5` text, `$6` item seq).
     pub insert_message: &'static str,
+    /// Keeps a transcript chunk (`$1` session, `$2` last item seq, `$3` row version, `$4` CLI
+    /// session, `$5` lines).
+    pub insert_transcript_chunk: &'static str,
     /// Creates session `$1` (`$2` row version, `$3` status, `$4` run state, `$5` agent digest,
     /// `$6` pinned) unless it exists.
     pub create_session: &'static str,
@@ -208,6 +211,10 @@ pub(crate) struct Statements {
     pub items_of_kind: &'static str,
     /// Whether session `$1` predates the projection (`unprojected`).
     pub unprojected: &'static str,
+    /// Whether session `$1` predates the transcript chunks (`unchunked`).
+    pub unchunked: &'static str,
+    /// Every transcript chunk of session `$1`, oldest first.
+    pub transcript_chunks: &'static str,
     /// The last `$3` messages of session `$1` before seq `$2`, newest first.
     pub messages: &'static str,
     /// Interrupt `$2` of session `$1`.
@@ -332,6 +339,10 @@ impl Statements {
                  SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, {now}
                  FROM messages WHERE session_id = $1"
             )),
+            insert_transcript_chunk: keep(format!(
+                "INSERT INTO transcript_chunks (session_id, item_seq, row_version, cli_session_id, lines, created_at)
+                 VALUES ($1, $2, $3, $4, $5, {now})"
+            )),
             create_session: keep(format!(
                 "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
                      agent_digest, agent_pinned)
@@ -363,6 +374,9 @@ impl Statements {
             items_of_kind: "SELECT seq, row_version, kind, uuid, turn_id, body, created_at FROM items
                  WHERE session_id = $1 AND kind = $2 AND seq > $3 ORDER BY seq LIMIT $4",
             unprojected: "SELECT unprojected FROM sessions WHERE session_id = $1",
+            unchunked: "SELECT unchunked FROM sessions WHERE session_id = $1",
+            transcript_chunks: "SELECT item_seq, row_version, cli_session_id, lines FROM transcript_chunks
+                 WHERE session_id = $1 ORDER BY item_seq",
             messages: "SELECT seq, row_version, role, text, item_seq, created_at FROM messages
                  WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
             sessions: "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned
@@ -420,6 +434,7 @@ mod tests {
             insert_interrupt,
             merge_message,
             insert_message,
+            insert_transcript_chunk,
             create_session,
             claim,
             claim_for,
@@ -431,6 +446,8 @@ mod tests {
             events,
             items_of_kind,
             unprojected,
+            unchunked,
+            transcript_chunks,
             messages,
             interrupt,
             sessions,
@@ -465,6 +482,7 @@ mod tests {
             ("insert_interrupt", *insert_interrupt),
             ("merge_message", *merge_message),
             ("insert_message", *insert_message),
+            ("insert_transcript_chunk", *insert_transcript_chunk),
             ("create_session", *create_session),
             ("claim", *claim),
             ("claim_for", *claim_for),
@@ -476,6 +494,8 @@ mod tests {
             ("events", *events),
             ("items_of_kind", *items_of_kind),
             ("unprojected", *unprojected),
+            ("unchunked", *unchunked),
+            ("transcript_chunks", *transcript_chunks),
             ("messages", *messages),
             ("interrupt", *interrupt),
             ("sessions", *sessions),

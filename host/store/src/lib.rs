@@ -52,7 +52,11 @@
 //! trigger on `events`; see [`outbox`]). Migration 0005 adds approval deadlines (`interrupts.deadline_at`,
 //! `interrupts.escalated_at`, the partial index `interrupts_deadline(deadline_at) WHERE state = 'open'
 //! AND deadline_at IS NOT NULL`; see [`deadlines`]) and widens the audit trail's decisions to
-//! `escalated`, `expired` and `revoked` (SQLite rebuilds the table keeping rows, ids and triggers). JSON columns are `text` on both backends (never `jsonb`, which would
+//! `escalated`, `expired` and `revoked` (SQLite rebuilds the table keeping rows, ids and triggers).
+//! Migration 0007 adds the conversation's projection (`messages`, `sessions.unprojected`, the index
+//! `items_kind(session_id, kind, seq)`; see [`Store::read_messages`]); migration 0009 the
+//! transcript in resume form (`transcript_chunks`, `sessions.unchunked`; see
+//! [`Store::read_transcript`]). JSON columns are `text` on both backends (never `jsonb`, which would
 //! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -220,6 +224,11 @@ pub trait Store: Send + Sync {
         before: Option<i64>,
         limit: i64,
     ) -> Result<MessagePage, StoreError>;
+
+    /// The session's transcript in the form a resume writes it: every chunk [`Commit::transcript`]
+    /// kept, oldest first, in one read. A session created before schema 9 (or a missing one)
+    /// reads as `chunked: false` with no chunks: its transcript is only in its items.
+    async fn read_transcript(&self, session_id: &str) -> Result<StoredTranscript, StoreError>;
 
     /// Up to `limit` events of the session with `seq > after`, in order.
     async fn read_events(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Event>, StoreError>;

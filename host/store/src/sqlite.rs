@@ -284,5 +284,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0007_messages.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            9,
+            "transcript_chunks".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0009_transcript_chunks.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

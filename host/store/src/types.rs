@@ -398,6 +398,9 @@ pub struct Commit {
     /// The conversation's projection ([`crate::Store::read_messages`]) of [`Commit::items`]: each
     /// is stored only when the item it names was (not when its uuid was already stored).
     pub messages: Vec<NewMessage>,
+    /// The session's transcript in resume form ([`crate::Store::read_transcript`]) of
+    /// [`Commit::items`]: the lines of the items the commit stores are kept as one chunk.
+    pub transcript: Option<NewTranscriptChunk>,
 }
 
 impl Commit {
@@ -413,8 +416,31 @@ impl Commit {
             session: SessionUpdate::default(),
             events: Vec::new(),
             messages: Vec::new(),
+            transcript: None,
         }
     }
+}
+
+/// The resume form of the transcript items of one commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewTranscriptChunk {
+    /// The CLI session the entries belong to (the last item's, when they differ).
+    pub cli_session_id: String,
+    /// Per item, by its index in [`Commit::items`]: its lines (whole lines, each ending in `\n`),
+    /// kept only when the item is stored (not when its uuid was already stored).
+    pub lines: Vec<(usize, String)>,
+}
+
+/// A session's transcript in resume form, as [`crate::Store::read_transcript`] reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredTranscript {
+    /// `false` for a session created before the chunks existed (schema 9), or a missing one:
+    /// its transcript is only in its items.
+    pub chunked: bool,
+    /// The CLI session of the last chunk; `None` when there is none.
+    pub cli_session_id: Option<String>,
+    /// The chunks' lines, oldest first.
+    pub chunks: Vec<String>,
 }
 
 /// A message of the conversation's projection, derived from one item of the same commit.

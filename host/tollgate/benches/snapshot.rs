@@ -5,14 +5,18 @@
 //! The entries cycle through a real transcript of the pinned CLI
 //! (`host/protocol/tests/data/transcript/defer_resume_allow.jsonl`, 31 entries a turn,
 //! ~1.3 KB each: prompts, answers, attachments, bookkeeping), each with a fresh uuid, committed a
-//! turn at a time through `tollgate::convert::messages` as a Worker commits them. Rows, in one run:
+//! turn at a time through `tollgate::convert::commit`'s parts (`messages`, `transcript`) as a
+//! Worker commits them. Rows, in one run:
 //!
 //! - "snapshot": `tollgate::sessions::snapshot`, what `GET /v1/sessions/{id}` and
 //!   `tollgate session show` answer, reading the stored projection of the conversation.
 //! - "snapshot from the item log (before)": the same answer computed as before the projection
 //!   (every item read, `view::messages`): the baseline.
-//! - "resume transcript": what a Worker does before it starts the CLI for a new turn: every item
-//!   read, `plan_run_model`, `write_resume_file` (the `.jsonl` the CLI resumes from).
+//! - "resume transcript from its chunks": what a Worker does before it starts the CLI for a new
+//!   turn: `sessions::plan_inputs` (the transcript's chunks in resume form and the few items the
+//!   plan reads), `plan_run_model`, `write_resume_file` (the `.jsonl` the CLI resumes from).
+//! - "resume transcript from the item log (before)": the same file made as before the chunks
+//!   (every item read and parsed, each entry checked): the baseline. Both files are compared.
 //!
 //! On SQLite, and on a throwaway PostgreSQL when its binaries are installed.
 //!
@@ -21,9 +25,9 @@
 use std::time::{Duration, Instant};
 
 use tollgate::{convert, sessions};
-use tollgate_engine::session::turn::{Plan, PlannedStart, plan_run_model};
+use tollgate_engine::session::turn::{Plan, PlannedStart, TranscriptSource, plan_run_model};
 use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, view};
-use tollgate_protocol::TranscriptEntry;
+use tollgate_protocol::ResumeText;
 use tollgate_store::testing::PgCluster;
 use tollgate_store::{Commit, Finish, NewItem, Store, raw};
 
@@ -79,6 +83,7 @@ async fn build(store: &dyn Store, entries: usize) -> usize {
         }
         let mut commit = Commit::finish(Finish::Keep);
         commit.messages = convert::messages(&items);
+        commit.transcript = convert::transcript(&items);
         commit.items = items;
         store.commit(&claimed, commit).await.unwrap();
     }
@@ -105,24 +110,56 @@ async fn snapshot_from_items(store: &dyn Store) -> usize {
     messages.len() + calls.len()
 }
 
-/// What a Worker does before starting the CLI for the next turn; returns the file's size.
-async fn resume_transcript(store: &dyn Store, step: &StepInput, dir: &std::path::Path) -> u64 {
+/// The phases of a resume, timed apart.
+#[derive(Default)]
+struct ResumeTimes {
+    read: Vec<Duration>,
+    plan: Vec<Duration>,
+    write: Vec<Duration>,
+    total: Vec<Duration>,
+}
+
+/// What a Worker does before starting the CLI for the next turn, reading the transcript in
+/// resume form (`chunks`, as `run_model` does) or, as before it existed, from the item log;
+/// returns the file's size.
+async fn resume_transcript(
+    store: &dyn Store,
+    step: &StepInput,
+    dir: &std::path::Path,
+    chunks: bool,
+    times: &mut ResumeTimes,
+) -> u64 {
     let StepInput::RunModel(step) = step else { unreachable!() };
+    let start = Instant::now();
     let session = store.session(SESSION).await.unwrap().unwrap();
     let state = RunState::parse(session.run_state.get()).unwrap();
-    let items = sessions::read_all_items(store, SESSION).await.unwrap();
+    let (items, source) = if chunks {
+        sessions::plan_inputs(store, SESSION).await.unwrap()
+    } else {
+        (sessions::read_all_items(store, SESSION).await.unwrap(), TranscriptSource::Items)
+    };
+    assert_eq!(chunks, matches!(source, TranscriptSource::Chunks { .. }));
+    let read = start.elapsed();
     let calls: Vec<CallEntry> = Vec::new();
     let Plan::Run(run) =
-        plan_run_model(step, 1, &state, &sessions::history(&items), &calls, &Limits::default()).unwrap()
+        plan_run_model(step, 1, &state, &sessions::history(&items), source, &calls, &Limits::default())
+            .unwrap()
     else {
         panic!("expected a segment");
     };
-    let PlannedStart::NewTurn { session_id, entries, .. } = &run.start else {
+    let PlannedStart::NewTurn { session_id, transcript, .. } = run.start else {
         panic!("expected a new turn on the stored transcript");
     };
-    // As the Worker's `run_model` does: each stored entry as the protocol's entry, then the file.
-    let entries: Vec<TranscriptEntry> = entries.iter().cloned().map(TranscriptEntry::from).collect();
-    let file = tollgate_claude::launch::write_resume_file(dir, dir, session_id, &entries).unwrap();
+    // As the Worker's `run_model` does: the chunks as they are, then the entries by the rule.
+    let mut text = ResumeText::from_blocks(transcript.chunks);
+    text.push_entries(transcript.entries.iter().map(|entry| entry.get()));
+    let planned = start.elapsed();
+    let file = tollgate_claude::launch::write_resume_file(dir, dir, &session_id, &text).unwrap();
+    let total = start.elapsed();
+    times.read.push(read);
+    times.plan.push(planned - read);
+    times.write.push(total - planned);
+    times.total.push(total);
     std::fs::metadata(file).unwrap().len()
 }
 
@@ -148,9 +185,10 @@ async fn main() {
         sessions::send(store.as_ref(), SESSION, "next", None).await.unwrap();
         let claimed = store.claim("bench", Duration::from_secs(600)).await.unwrap().expect("the next turn");
         let step = StepInput::parse(&claimed.step.kind, claimed.step.payload.get()).unwrap();
-        let resume_dir = tempfile::tempdir().unwrap();
-        let (mut fresh, mut before, mut resume) = (Vec::new(), Vec::new(), Vec::new());
-        let mut file_size = 0;
+        let (resume_dir, before_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (mut fresh, mut before) = (Vec::new(), Vec::new());
+        let (mut resume, mut resume_before) = (ResumeTimes::default(), ResumeTimes::default());
+        let (mut file_size, mut file_before) = (0, 0);
         for _ in 0..rounds {
             let start = Instant::now();
             let snap = sessions::snapshot(store.as_ref(), SESSION).await.unwrap().unwrap();
@@ -159,14 +197,21 @@ async fn main() {
             let start = Instant::now();
             snapshot_from_items(store.as_ref()).await;
             before.push(start.elapsed());
-            let start = Instant::now();
-            file_size = resume_transcript(store.as_ref(), &step, resume_dir.path()).await;
-            resume.push(start.elapsed());
+            file_size = resume_transcript(store.as_ref(), &step, resume_dir.path(), true, &mut resume).await;
+            file_before =
+                resume_transcript(store.as_ref(), &step, before_dir.path(), false, &mut resume_before).await;
         }
         for (what, times) in [
             ("snapshot (stored projection)", &mut fresh),
             ("snapshot from the item log (before)", &mut before),
-            ("resume transcript (read, plan, write)", &mut resume),
+            ("resume transcript from its chunks (read, plan, write)", &mut resume.total),
+            ("  of which: read the chunks and the plan's items", &mut resume.read),
+            ("  of which: plan", &mut resume.plan),
+            ("  of which: write the resume file", &mut resume.write),
+            ("resume transcript from the item log (before)", &mut resume_before.total),
+            ("  of which: read every item", &mut resume_before.read),
+            ("  of which: plan (entries out of the items)", &mut resume_before.plan),
+            ("  of which: write the resume file", &mut resume_before.write),
         ] {
             println!(
                 "| {name} | {what} | {entries} | {:.2} ms | {:.2} ms | {:.2} ms |",
@@ -175,6 +220,12 @@ async fn main() {
                 p(times, 0.99)
             );
         }
+        let file = |dir: &tempfile::TempDir| {
+            let projects = std::fs::read_dir(dir.path().join("projects")).unwrap().next().unwrap().unwrap();
+            std::fs::read(projects.path().join("cli-long.jsonl")).unwrap()
+        };
+        assert!(file(&resume_dir) == file(&before_dir), "the same resume file either way");
+        assert_eq!(file_size, file_before);
         eprintln!(
             "{name}: {entries} entries, {:.1} MB of entries stored, {} messages in the snapshot, resume file {:.1} MB",
             bytes as f64 / 1e6,

@@ -61,11 +61,47 @@ pub fn messages(items: &[store::NewItem]) -> Vec<store::NewMessage> {
     out
 }
 
-/// A whole transition as one commit, with the projection of its items.
+/// The transcript items among `items` in the form a resume writes them
+/// ([`tollgate_protocol::ResumeText`]'s rule), each tied to its index so the store keeps the lines
+/// only when it keeps the item; `None` when there is no transcript item.
+pub fn transcript(items: &[store::NewItem]) -> Option<store::NewTranscriptChunk> {
+    #[derive(serde::Deserialize)]
+    struct Body<'a> {
+        session_id: String,
+        #[serde(borrow)]
+        entries: Vec<&'a RawValue>,
+    }
+    let mut chunk: Option<store::NewTranscriptChunk> = None;
+    for (index, item) in items.iter().enumerate().filter(|(_, i)| i.kind == item_kind::CLAUDE_TRANSCRIPT) {
+        let body: Body<'_> = match serde_json::from_str(item.body.get()) {
+            Ok(body) => body,
+            Err(err) => {
+                // Never built by this build (`turn::transcript_item`); the plan refuses it too.
+                tracing::error!(%err, "a transcript item that does not parse is left out of the resume form");
+                continue;
+            }
+        };
+        let mut lines = tollgate_protocol::ResumeText::default();
+        lines.push_entries(body.entries.iter().map(|entry| entry.get()));
+        if lines.not_compact() > 0 {
+            tracing::warn!(uuid = ?item.uuid, "a transcript entry is not compact JSON; the CLI may re-run a finished call");
+        }
+        let chunk = chunk.get_or_insert_with(|| store::NewTranscriptChunk {
+            cli_session_id: String::new(),
+            lines: Vec::new(),
+        });
+        chunk.cli_session_id = body.session_id;
+        chunk.lines.push((index, lines.to_string()));
+    }
+    chunk
+}
+
+/// A whole transition as one commit, with the projection and resume form of its items.
 pub fn commit(t: engine::Transition) -> store::Commit {
     let items: Vec<store::NewItem> = t.items.into_iter().map(item).collect();
     store::Commit {
         messages: messages(&items),
+        transcript: transcript(&items),
         finish: match t.finish {
             engine::Finish::Done(output) => store::Finish::Done(raw(&output)),
             engine::Finish::Retry(delay) => store::Finish::Retry(delay),
@@ -105,5 +141,39 @@ pub fn commit(t: engine::Transition) -> store::Commit {
             },
         },
         events: t.events.into_iter().map(event).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(kind: &str, body: &str) -> store::NewItem {
+        store::NewItem { kind: kind.into(), uuid: None, turn_id: None, body: store::raw(body).unwrap() }
+    }
+
+    #[test]
+    fn the_resume_form_keeps_each_transcript_items_entries_by_index_without_last_prompt() {
+        let items = [
+            item(item_kind::USER_PROMPT, r#"{"kind":"user_prompt","text":"hi"}"#),
+            item(
+                item_kind::CLAUDE_TRANSCRIPT,
+                r#"{"kind":"claude_transcript","session_id":"cli-1","entries":[{"uuid":"u1","t":"caf\u00e9 x"}]}"#,
+            ),
+            item(
+                item_kind::CLAUDE_TRANSCRIPT,
+                r#"{"kind":"claude_transcript","session_id":"cli-2","entries":[{"type":"last-prompt","leafUuid":"u1"},{"uuid":"a1"}]}"#,
+            ),
+        ];
+        let chunk = transcript(&items).expect("a chunk");
+        assert_eq!(chunk.cli_session_id, "cli-2", "the last item's CLI session");
+        assert_eq!(
+            chunk.lines,
+            [
+                (1, "{\"uuid\":\"u1\",\"t\":\"caf\\u00e9 x\"}\n".to_owned()),
+                (2, "{\"uuid\":\"a1\"}\n".to_owned())
+            ]
+        );
+        assert_eq!(transcript(&items[..1]), None, "no transcript item, no chunk");
     }
 }

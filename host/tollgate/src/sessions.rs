@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate_engine::session::client::{self, Decision};
-use tollgate_engine::session::turn::HistoryItem;
+use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
 use tollgate_engine::session::{
     CallEntry, CallState, EngineError, RunState, event_kind, grants, item_kind, status,
@@ -619,6 +619,29 @@ pub async fn read_all_items(store: &dyn Store, session_id: &str) -> Result<Vec<I
             return Ok(items);
         }
     }
+}
+
+/// What [`turn::plan_run_model`] reads of a session: its transcript in resume form (one read of
+/// a few large rows) and the items of [`turn::PLAN_ITEM_KINDS`], in order; or, for a session
+/// stored before the transcript was kept in resume form, every item.
+///
+/// # Errors
+/// The store failed.
+pub async fn plan_inputs(
+    store: &dyn Store,
+    session_id: &str,
+) -> Result<(Vec<Item>, turn::TranscriptSource), StoreError> {
+    let stored = store.read_transcript(session_id).await?;
+    if !stored.chunked {
+        return Ok((read_all_items(store, session_id).await?, turn::TranscriptSource::Items));
+    }
+    let mut items = Vec::new();
+    for kind in turn::PLAN_ITEM_KINDS {
+        items.extend(read_all_items_of_kind(store, session_id, kind).await?);
+    }
+    items.sort_by_key(|item| item.seq);
+    let source = turn::TranscriptSource::Chunks { session_id: stored.cli_session_id, chunks: stored.chunks };
+    Ok((items, source))
 }
 
 /// Items as the state machine reads them.

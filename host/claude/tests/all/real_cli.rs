@@ -15,7 +15,7 @@ use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::{DeferredCall, Gate};
 use tollgate_engine::record::{Outcome, ToolCallRecord};
 use tollgate_mock_model::MockModel;
-use tollgate_protocol::{HookAnswer, HookInput, TranscriptEntry, UserPrompt};
+use tollgate_protocol::{HookAnswer, HookInput, ResumeText, TranscriptEntry, UserPrompt};
 
 use tollgate_mock_model::tool_result;
 
@@ -84,9 +84,11 @@ impl World {
     }
 
     fn next_turn(&self, session: &Session, prompt: &str) -> SegmentSpec {
+        let mut transcript = ResumeText::default();
+        transcript.push_entries(session.entries.iter().map(TranscriptEntry::as_str));
         let start = Start::Resume {
             session_id: session.id.clone(),
-            entries: session.entries.clone(),
+            transcript,
             prompt: Some(UserPrompt::blocks([prompt])),
         };
         against_mock(SegmentSpec::with_start(self.cli.clone(), self.project.path(), start), &self.mock)

@@ -36,16 +36,18 @@ use crate::record::Outcome;
 /// the transcript it starts with does not hold (an earlier attempt of this segment made them).
 /// Hand them to [`crate::gate::Gate::with_inline_writes`].
 pub fn unseen_writes(run: &SegmentRun, calls: &[CallEntry]) -> Vec<InlineWrite> {
-    let entries = match &run.start {
-        PlannedStart::Fresh { .. } => &[][..],
-        PlannedStart::NewTurn { entries, .. } | PlannedStart::ResumeCall { entries, .. } => &entries[..],
+    let transcript = match &run.start {
+        PlannedStart::Fresh { .. } => None,
+        PlannedStart::NewTurn { transcript, .. } | PlannedStart::ResumeCall { transcript, .. } => {
+            Some(transcript)
+        }
     };
     calls
         .iter()
         .filter(|call| call.inline && call.turn_id == run.turn_id)
         .filter(|call| {
             let quoted = format!("\"{}\"", call.tool_call_id);
-            !entries.iter().any(|entry| entry.get().contains(&quoted))
+            !transcript.is_some_and(|t| t.contains(&quoted))
         })
         .map(|call| InlineWrite {
             tool_call_id: call.tool_call_id.clone(),
@@ -216,6 +218,7 @@ fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
 
 #[cfg(test)]
 mod tests {
+    use crate::session::turn::ResumeTranscript;
     use serde_json::value::RawValue;
 
     use super::*;
@@ -336,11 +339,14 @@ mod tests {
             r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_1"}]}}"#.into(),
         )
         .unwrap();
-        let resumed = unseen_writes(
-            &run(PlannedStart::NewTurn { session_id: "c".into(), entries: vec![entry], prompts: vec![] }),
-            &calls,
-        );
-        assert_eq!(resumed.len(), 1, "toolu_1 is in the transcript: {resumed:?}");
-        assert_eq!(resumed[0].tool_call_id, "toolu_2");
+        let line = format!("{}\n", entry.get());
+        let from_entries = ResumeTranscript { chunks: Vec::new(), entries: vec![entry] };
+        let from_chunks = ResumeTranscript { chunks: vec![line], entries: Vec::new() };
+        for transcript in [from_entries, from_chunks] {
+            let start = PlannedStart::NewTurn { session_id: "c".into(), transcript, prompts: vec![] };
+            let resumed = unseen_writes(&run(start), &calls);
+            assert_eq!(resumed.len(), 1, "toolu_1 is in the transcript: {resumed:?}");
+            assert_eq!(resumed[0].tool_call_id, "toolu_2");
+        }
     }
 }

@@ -4,7 +4,8 @@ use serde_json::value::RawValue;
 use super::client::{Decision, user_message};
 use super::tools::{Begin, ToolRun, begin_tool_step, on_approval, on_resume_turn, on_tool_result};
 use super::turn::{
-    HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, on_segment, on_unusable_rows, plan_run_model,
+    HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, TranscriptSource, on_segment,
+    on_unusable_rows, plan_run_model,
 };
 use super::view::messages;
 use super::*;
@@ -30,7 +31,8 @@ fn plan(
     rows: &[(i64, &'static str, String)],
     calls: &[CallEntry],
 ) -> Plan {
-    plan_run_model(step, attempt, state, &items(rows), calls, &Limits::default()).unwrap()
+    plan_run_model(step, attempt, state, &items(rows), TranscriptSource::Items, calls, &Limits::default())
+        .unwrap()
 }
 
 fn run_of(plan: Plan) -> SegmentRun {
@@ -142,16 +144,48 @@ fn the_next_turn_resumes_the_stored_transcript_with_its_prompt() {
     let run = run_of(plan(&RunModelStep::default(), 1, &state, &rows, &[]));
     assert_eq!(run.turn_id, "turn-2");
     match run.start {
-        PlannedStart::NewTurn { session_id, entries, prompts } => {
+        PlannedStart::NewTurn { session_id, transcript, prompts } => {
             assert_eq!(session_id, "cli-1");
             assert_eq!(
-                entries.iter().map(|e| e.get()).collect::<Vec<_>>(),
+                transcript.entries.iter().map(|e| e.get()).collect::<Vec<_>>(),
                 [r#"{"type":"assistant","uuid":"a1"}"#]
             );
+            assert!(transcript.chunks.is_empty());
             assert_eq!(prompts, ["again"]);
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_transcript_kept_in_chunks_is_resumed_from_them_without_its_items() {
+    let state = RunState { prompts_through: 1, turns_ended: 1, ..RunState::default() };
+    let rows = [prompt(1, "hi"), prompt(3, "again")];
+    let chunks = TranscriptSource::Chunks {
+        session_id: Some("cli-1".into()),
+        chunks: vec!["{\"uuid\":\"u1\"}\n".into(), "{\"uuid\":\"a1\"}\n".into()],
+    };
+    let limits = Limits::default();
+    let step = RunModelStep::default();
+    let Plan::Run(run) = plan_run_model(&step, 1, &state, &items(&rows), chunks, &[], &limits).unwrap()
+    else {
+        panic!("expected a segment");
+    };
+    match run.start {
+        PlannedStart::NewTurn { session_id, transcript, prompts } => {
+            assert_eq!(session_id, "cli-1");
+            assert_eq!(transcript.chunks, ["{\"uuid\":\"u1\"}\n", "{\"uuid\":\"a1\"}\n"]);
+            assert!(transcript.entries.is_empty());
+            assert_eq!(prompts, ["again"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // No chunk stored yet: the session's first segment.
+    let none = TranscriptSource::Chunks { session_id: None, chunks: Vec::new() };
+    let Plan::Run(run) = plan_run_model(&step, 1, &state, &items(&rows), none, &[], &limits).unwrap() else {
+        panic!("expected a segment");
+    };
+    assert!(matches!(run.start, PlannedStart::Fresh { .. }), "{:?}", run.start);
 }
 
 #[test]
@@ -377,9 +411,9 @@ fn the_resumed_segment_replays_the_record_over_the_transcript_and_the_turn_entri
     let step = RunModelStep { turn_id: Some("turn-1".into()), resume: Some("toolu_1".into()) };
     let run = run_of(plan(&step, 1, &state, &[prompt(1, "refund order 7")], std::slice::from_ref(&call)));
     match &run.start {
-        PlannedStart::ResumeCall { session_id, entries, pending } => {
+        PlannedStart::ResumeCall { session_id, transcript, pending } => {
             assert_eq!(session_id, "cli-1");
-            assert_eq!(entries.len(), 2);
+            assert_eq!(transcript.entries.len(), 2);
             assert_eq!(pending.outcome, crate::record::Outcome::Succeeded { output: "r_1".into() });
         }
         other => panic!("{other:?}"),
@@ -481,7 +515,17 @@ fn the_spend_limit_stops_new_segments() {
     let state = RunState { cost_usd: 1.5, ..RunState::default() };
     let limits = Limits { spend_limit_usd: Some(1.0) };
     let rows = [prompt(1, "hi")];
-    match plan_run_model(&RunModelStep::default(), 1, &state, &items(&rows), &[], &limits).unwrap() {
+    match plan_run_model(
+        &RunModelStep::default(),
+        1,
+        &state,
+        &items(&rows),
+        TranscriptSource::Items,
+        &[],
+        &limits,
+    )
+    .unwrap()
+    {
         Plan::Finish(t) => assert!(t.run_state.unwrap().last_turn_error.unwrap().contains("spend limit")),
         Plan::Run(_) => panic!("must not run"),
     }

@@ -44,7 +44,7 @@ pub enum PlannedStart {
         /// The CLI session of the stored transcript.
         session_id: String,
         /// The stored transcript, byte for byte.
-        entries: Vec<Box<RawValue>>,
+        transcript: ResumeTranscript,
         /// One text block each, oldest first.
         prompts: Vec<String>,
     },
@@ -53,10 +53,49 @@ pub enum PlannedStart {
         /// The CLI session of the turn.
         session_id: String,
         /// The stored transcript and the turn's entries so far.
-        entries: Vec<Box<RawValue>>,
+        transcript: ResumeTranscript,
         /// The deferred call's final record.
         pending: ToolCallRecord,
     },
+}
+
+/// The item kinds [`plan_run_model`] reads besides the transcript: a caller that passes
+/// [`TranscriptSource::Chunks`] may read only these.
+pub const PLAN_ITEM_KINDS: [&str; 3] =
+    [item_kind::USER_PROMPT, item_kind::TURN_FAILURE_NOTE, item_kind::GRANT_REVOKED];
+
+/// Where [`plan_run_model`] finds the session's stored transcript.
+#[derive(Clone, Debug)]
+pub enum TranscriptSource {
+    /// In the transcript items among the items given: a session stored before the transcript was
+    /// kept in resume form too.
+    Items,
+    /// Read apart, in resume form (the store's transcript chunks): whole lines of compact
+    /// entries, oldest first, and the CLI session of the last chunk (`None`: none stored yet).
+    Chunks {
+        /// The CLI session of the last chunk.
+        session_id: Option<String>,
+        /// The chunks.
+        chunks: Vec<String>,
+    },
+}
+
+/// The transcript a resumed segment lays down, in order: `chunks` (in resume form already, to be
+/// written as they are), then `entries` (one line each, after the resume-file rule picks them).
+#[derive(Clone, Debug, Default)]
+pub struct ResumeTranscript {
+    /// Whole lines, each one compact entry and its `\n`.
+    pub chunks: Vec<String>,
+    /// Entries after the chunks, byte for byte.
+    pub entries: Vec<Box<RawValue>>,
+}
+
+impl ResumeTranscript {
+    /// Whether the text of any entry holds `needle`.
+    pub fn contains(&self, needle: &str) -> bool {
+        self.chunks.iter().any(|chunk| chunk.contains(needle))
+            || self.entries.iter().any(|entry| entry.get().contains(needle))
+    }
 }
 
 /// A segment to run.
@@ -146,7 +185,8 @@ struct TranscriptBody {
 
 /// Decides the segment a claimed `RunModel` runs.
 ///
-/// `items` are the session's items in order; `calls` its deferred calls.
+/// `items` are the session's items in order (with its transcript items when `transcript` is
+/// [`TranscriptSource::Items`]; they may be left out otherwise); `calls` its deferred calls.
 ///
 /// # Errors
 /// A stored row that does not parse, or rows that disagree.
@@ -155,6 +195,7 @@ pub fn plan_run_model(
     attempt: i64,
     state: &RunState,
     items: &[HistoryItem<'_>],
+    transcript: TranscriptSource,
     calls: &[CallEntry],
     limits: &Limits,
 ) -> Result<Plan, EngineError> {
@@ -201,16 +242,25 @@ pub fn plan_run_model(
         return Ok(Plan::Finish(Box::new(t)));
     }
 
-    let mut transcript = Vec::new();
-    let mut transcript_session = None;
-    for item in items.iter().filter(|item| item.kind == item_kind::CLAUDE_TRANSCRIPT) {
-        let body: TranscriptBody = serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
-            what: format!("transcript item {}", item.seq),
-            reason: e.to_string(),
-        })?;
-        transcript.extend(body.entries);
-        transcript_session = Some(body.session_id);
-    }
+    let (mut transcript, transcript_session) = match transcript {
+        TranscriptSource::Chunks { session_id, chunks } => {
+            (ResumeTranscript { chunks, entries: Vec::new() }, session_id)
+        }
+        TranscriptSource::Items => {
+            let mut entries = Vec::new();
+            let mut session = None;
+            for item in items.iter().filter(|item| item.kind == item_kind::CLAUDE_TRANSCRIPT) {
+                let body: TranscriptBody =
+                    serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
+                        what: format!("transcript item {}", item.seq),
+                        reason: e.to_string(),
+                    })?;
+                entries.extend(body.entries);
+                session = Some(body.session_id);
+            }
+            (ResumeTranscript { chunks: Vec::new(), entries }, session)
+        }
+    };
     let turn_records: Vec<ToolCallRecord> =
         calls.iter().filter(|call| call.turn_id == turn_id).filter_map(CallEntry::record).collect();
 
@@ -224,8 +274,8 @@ pub fn plan_run_model(
                 .session_id
                 .clone()
                 .ok_or_else(|| EngineError::Inconsistent("a suspended turn without a CLI session".into()))?;
-            transcript.extend(state.turn_entries.iter().cloned());
-            PlannedStart::ResumeCall { session_id, entries: transcript, pending }
+            transcript.entries.extend(state.turn_entries.iter().cloned());
+            PlannedStart::ResumeCall { session_id, transcript, pending }
         }
         None => {
             let mut prompts = Vec::new();
@@ -240,7 +290,7 @@ pub fn plan_run_model(
                 prompts.push(body.text);
             }
             match transcript_session {
-                Some(session_id) => PlannedStart::NewTurn { session_id, entries: transcript, prompts },
+                Some(session_id) => PlannedStart::NewTurn { session_id, transcript, prompts },
                 None => PlannedStart::Fresh { prompts },
             }
         }

@@ -119,6 +119,8 @@ cases![
     open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated,
     messages_are_projected_in_the_commit_of_their_items_and_parts_of_one_message_join,
     a_session_from_before_the_projection_reads_as_unprojected,
+    transcript_chunks_keep_the_lines_of_the_items_a_commit_stored_in_order,
+    a_session_from_before_the_chunks_reads_as_unchunked,
     items_are_read_by_kind_in_order,
     sessions_are_listed_in_id_order_by_page_and_status,
     a_released_claim_is_claimable_at_once_with_the_same_attempt_and_stays_fenced,
@@ -382,6 +384,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
             deadline: None,
         }],
         messages: Vec::new(),
+        transcript: None,
         close_interrupts: Vec::new(),
         steps: vec![NewStep {
             kind: "AwaitToolApproval".into(),
@@ -800,6 +803,53 @@ async fn a_session_from_before_the_projection_reads_as_unprojected(h: Harness) {
     h.exec("UPDATE sessions SET unprojected = 1 WHERE session_id = 'old'").await;
     assert!(!s.read_messages("old", None, 10).await.unwrap().projected);
     assert!(s.read_messages("new", None, 10).await.unwrap().projected);
+}
+
+fn chunk(session: &str, lines: &[(usize, &str)]) -> Option<NewTranscriptChunk> {
+    Some(NewTranscriptChunk {
+        cli_session_id: session.into(),
+        lines: lines.iter().map(|(i, text)| (*i, (*text).to_owned())).collect(),
+    })
+}
+
+async fn transcript_chunks_keep_the_lines_of_the_items_a_commit_stored_in_order(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "t").await;
+    let empty = s.read_transcript("t").await.unwrap();
+    assert_eq!((empty.chunked, empty.cli_session_id, empty.chunks.len()), (true, None, 0));
+    let mut keep = Commit::finish(Finish::Keep);
+    keep.items = vec![entry("u1", "{}"), entry("a1", "{}")];
+    keep.transcript = chunk("cli-1", &[(0, "{\"uuid\":\"u1\"}\n"), (1, "{\"uuid\":\"a1\"}\n")]);
+    s.commit(&c, keep).await.unwrap();
+    // A repeated item (its uuid stored already) adds no line; an item with no line (a
+    // `last-prompt`) adds nothing either.
+    let mut done = done();
+    done.items = vec![entry("a1", "{}"), entry("a2", "{}"), entry("lp", "{}")];
+    done.transcript = chunk("cli-2", &[(0, "{\"uuid\":\"a1\"}\n"), (1, "{\"uuid\":\"a2\"}\n"), (2, "")]);
+    s.commit(&c, done).await.unwrap();
+    let read = s.read_transcript("t").await.unwrap();
+    assert!(read.chunked);
+    assert_eq!(read.cli_session_id.as_deref(), Some("cli-2"), "the last chunk's CLI session");
+    assert_eq!(read.chunks, ["{\"uuid\":\"u1\"}\n{\"uuid\":\"a1\"}\n", "{\"uuid\":\"a2\"}\n"]);
+    // A commit that loses its lease keeps no chunk.
+    let lost = Commit {
+        items: vec![entry("late", "{}")],
+        transcript: chunk("cli-3", &[(0, "{\"uuid\":\"late\"}\n")]),
+        ..Commit::finish(Finish::Keep)
+    };
+    assert!(matches!(s.commit(&c, lost).await, Err(StoreError::LeaseLost { .. })));
+    assert_eq!(s.read_transcript("t").await.unwrap().chunks.len(), 2);
+    let missing = s.read_transcript("nobody").await.unwrap();
+    assert!(!missing.chunked && missing.chunks.is_empty());
+}
+
+async fn a_session_from_before_the_chunks_reads_as_unchunked(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "old").await;
+    new_session(s, "new").await;
+    h.exec("UPDATE sessions SET unchunked = 1 WHERE session_id = 'old'").await;
+    assert!(!s.read_transcript("old").await.unwrap().chunked);
+    assert!(s.read_transcript("new").await.unwrap().chunked);
 }
 
 async fn items_are_read_by_kind_in_order(h: Harness) {

@@ -16,11 +16,11 @@ use tollgate_engine::gate::Gate;
 use tollgate_engine::session::batches::AheadState;
 use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
-use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
+use tollgate_engine::session::turn::{self, Plan, PlannedStart, ResumeTranscript, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
     CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind,
 };
-use tollgate_protocol::{TranscriptEntry, UserPrompt};
+use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::Claimed;
 use tracing::{info, warn};
@@ -47,13 +47,14 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         ))
     })?;
     let state = RunState::parse(session.run_state.get())?;
-    let items = sessions::read_all_items(store, session_id).await?;
+    let (items, transcript) = sessions::plan_inputs(store, session_id).await?;
     let calls = read_calls(store, session_id).await?;
     let plan = turn::plan_run_model(
         step,
         claimed.step.attempt,
         &state,
         &sessions::history(&items),
+        transcript,
         &calls,
         &worker.agent.config.limits,
     )?;
@@ -306,14 +307,18 @@ async fn segment(
     }
     let start = match &run.start {
         PlannedStart::Fresh { prompts } => Start::Fresh { prompt: prompt_of(prompts) },
-        PlannedStart::NewTurn { session_id, entries, prompts } => Start::Resume {
+        PlannedStart::NewTurn { session_id, transcript, prompts } => Start::Resume {
             session_id: session_id.clone(),
-            entries: entries_of(entries),
+            transcript: resume_text(transcript),
             prompt: Some(prompt_of(prompts)),
         },
-        PlannedStart::ResumeCall { session_id, entries, pending } => {
+        PlannedStart::ResumeCall { session_id, transcript, pending } => {
             gate = gate.resuming(pending.clone());
-            Start::Resume { session_id: session_id.clone(), entries: entries_of(entries), prompt: None }
+            Start::Resume {
+                session_id: session_id.clone(),
+                transcript: resume_text(transcript),
+                prompt: None,
+            }
         }
     };
     let cwd = match &options.cwd {
@@ -384,9 +389,11 @@ fn prompt_of(prompts: &[String]) -> UserPrompt {
     }
 }
 
-/// The stored entries as the protocol's, without parsing them again (the plan parsed each once).
-fn entries_of(entries: &[Box<serde_json::value::RawValue>]) -> Vec<TranscriptEntry> {
-    entries.iter().cloned().map(TranscriptEntry::from).collect()
+/// The stored transcript as the resume file's text: the chunks as they are, then the entries.
+fn resume_text(transcript: &ResumeTranscript) -> ResumeText {
+    let mut text = ResumeText::from_blocks(transcript.chunks.clone());
+    text.push_entries(transcript.entries.iter().map(|entry| entry.get()));
+    text
 }
 
 /// The Worker's CLI settings a segment's CLI gets: tuning, never credentials. Everything else of

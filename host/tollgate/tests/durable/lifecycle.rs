@@ -514,6 +514,34 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_session_stored_before_the_transcript_chunks_resumes_from_its_items() {
+    let Some(world) = World::new("unchunked session", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let served = Served::start(&world, "api", None).await;
+    world.send("old", "say one").await;
+    let first = world.wait_idle_after("old", 1).await;
+    assert_eq!(last_answer(&first), "said: one", "{}", world.diagnostics());
+    // As a session stored before schema 9: no chunk, marked `unchunked`.
+    let mut conn = raw_sqlite(&world).await;
+    sqlx::query("DELETE FROM transcript_chunks WHERE session_id = 'old'").execute(&mut conn).await.unwrap();
+    sqlx::query("UPDATE sessions SET unchunked = 1 WHERE session_id = 'old'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    world.send("old", "say two").await;
+    let second = world.wait_idle_after("old", 2).await;
+    assert_eq!(last_answer(&second), "said: two", "{}", world.diagnostics());
+    // The CLI resumed the whole conversation: the model's last request carries the first turn.
+    let last = world.mock.message_requests().last().cloned().expect("a model request");
+    let body = last.body.map(|b| b.to_string()).unwrap_or_default();
+    assert!(body.contains("say one") && body.contains("said: one"), "the first turn was not resumed: {body}");
+    assert!(!world.store.read_transcript("old").await.unwrap().chunked, "it keeps reading its items");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_transcript_the_cli_refuses_fails_each_turn_after_its_attempts_and_is_counted() {
     let Some(world) = World::new("refused transcript", Refund::SingleAttemptWithApproval).await else {
         return;
@@ -529,6 +557,14 @@ async fn a_transcript_the_cli_refuses_fails_each_turn_after_its_attempts_and_is_
              || json_quote(json_extract(body, '$.session_id'))
              || ',\"entries\":[{\"type\":\"x-unknown\",\"uuid\":\"bad-' || seq || '\"}]}'
          WHERE session_id = 't' AND kind = 'claude_transcript'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    // And the same entries in the resume form a Worker writes the file from.
+    sqlx::query(
+        "UPDATE transcript_chunks SET lines = '{\"type\":\"x-unknown\",\"uuid\":\"bad-chunk-' || item_seq || '\"}' || char(10)
+         WHERE session_id = 't'",
     )
     .execute(&mut conn)
     .await

@@ -264,6 +264,27 @@ impl World {
             snapshot.messages.iter().map(|m| (m.role.clone(), m.text.clone(), m.pending)).collect();
         assert!(store.read_messages(session, None, 1).await.expect("messages").projected, "{session}");
         assert_eq!(projected, from_items, "{session}: the projection and the item log disagree");
+
+        // The transcript in resume form is the one the item log gives, byte for byte.
+        #[derive(serde::Deserialize)]
+        struct Body {
+            session_id: String,
+            entries: Vec<Box<serde_json::value::RawValue>>,
+        }
+        let mut from_items = tollgate_protocol::ResumeText::default();
+        let mut cli_session = None;
+        for item in items.iter().filter(|i| i.kind == "claude_transcript") {
+            let body: Body = serde_json::from_str(item.body.get()).expect("a transcript item");
+            from_items.push_entries(body.entries.iter().map(|e| e.get()));
+            cli_session = Some(body.session_id);
+        }
+        let stored = store.read_transcript(session).await.expect("transcript");
+        assert!(stored.chunked, "{session}");
+        assert_eq!(stored.cli_session_id, cli_session, "{session}: the chunks' CLI session");
+        assert!(
+            stored.chunks.concat() == from_items.to_string(),
+            "{session}: the transcript chunks and the item log disagree"
+        );
     }
 
     /// Every event of the session.

@@ -36,9 +36,10 @@ pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_jso
     };
     let row = store.session(session).await.unwrap().unwrap();
     let state = RunState::parse(row.run_state.get()).unwrap();
-    let items = sessions::read_all_items(store, session).await.unwrap();
+    let (items, transcript) = sessions::plan_inputs(store, session).await.unwrap();
     let Plan::Run(run) =
-        plan_run_model(&step, 1, &state, &sessions::history(&items), &[], &Limits::default()).unwrap()
+        plan_run_model(&step, 1, &state, &sessions::history(&items), transcript, &[], &Limits::default())
+            .unwrap()
     else {
         panic!("expected a segment");
     };
