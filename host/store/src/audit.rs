@@ -225,13 +225,13 @@ impl AuditStatements {
     }
 }
 
-/// The audit statements of `DB`'s dialect (the clock expressions are the dialect module's).
+/// The audit statements of `DB`'s dialect.
 fn statements<DB: Dialect>() -> &'static AuditStatements {
     static SQLITE: LazyLock<AuditStatements> =
-        LazyLock::new(|| AuditStatements::render("CAST(unixepoch('subsec') * 1000 AS INTEGER)"));
+        LazyLock::new(|| AuditStatements::render(<sqlx::Sqlite as Dialect>::NOW));
     static POSTGRES: LazyLock<AuditStatements> =
-        LazyLock::new(|| AuditStatements::render("(extract(epoch from clock_timestamp()) * 1000)::bigint"));
-    if <DB as sqlx::Database>::NAME == <sqlx::Sqlite as sqlx::Database>::NAME { &SQLITE } else { &POSTGRES }
+        LazyLock::new(|| AuditStatements::render(<sqlx::Postgres as Dialect>::NOW));
+    DB::pick(&SQLITE, &POSTGRES)
 }
 
 /// Refuses an entry the trail cannot take; nothing is written.

@@ -182,7 +182,7 @@ fn statements<DB: Dialect>() -> &'static DeadlineStatements {
         LazyLock::new(|| DeadlineStatements::render(<sqlx::Sqlite as Dialect>::NOW));
     static POSTGRES: LazyLock<DeadlineStatements> =
         LazyLock::new(|| DeadlineStatements::render(<sqlx::Postgres as Dialect>::NOW));
-    if <DB as sqlx::Database>::NAME == <sqlx::Sqlite as sqlx::Database>::NAME { &SQLITE } else { &POSTGRES }
+    DB::pick(&SQLITE, &POSTGRES)
 }
 
 #[async_trait::async_trait]

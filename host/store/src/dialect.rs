@@ -32,6 +32,10 @@ pub(crate) trait Dialect: sqlx::Database + sealed::Sealed {
 
     /// How many rows a statement changed (the drivers' results share no trait for it).
     fn rows_affected(result: &Self::QueryResult) -> u64;
+
+    /// This dialect's value of a pair kept per dialect (another module's statements, each
+    /// rendered once with its dialect's [`Dialect::NOW`]).
+    fn pick<T>(sqlite: &'static T, postgres: &'static T) -> &'static T;
 }
 
 mod sealed {
@@ -67,6 +71,10 @@ impl Dialect for sqlx::Sqlite {
 
     fn rows_affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {
         result.rows_affected()
+    }
+
+    fn pick<T>(sqlite: &'static T, _postgres: &'static T) -> &'static T {
+        sqlite
     }
 }
 
@@ -104,6 +112,10 @@ impl Dialect for sqlx::Postgres {
 
     fn rows_affected(result: &sqlx::postgres::PgQueryResult) -> u64 {
         result.rows_affected()
+    }
+
+    fn pick<T>(_sqlite: &'static T, postgres: &'static T) -> &'static T {
+        postgres
     }
 }
 
