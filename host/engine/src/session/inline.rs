@@ -191,13 +191,18 @@ pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
         .filter(|e| e.kind == event_kind::TURN_FAILED)
         .filter_map(|e| e.payload.get("turn_id").and_then(Value::as_str).map(str::to_owned))
         .collect();
-    for call in calls.iter().filter(|call| {
-        call.inline && matches!(call.state, CallState::Started { .. }) && failed.contains(&call.turn_id)
-    }) {
+    for call in calls.iter().filter(|call| is_left_unknown(call) && failed.contains(&call.turn_id)) {
         let (unknown, recorded) = record(call, Outcome::OutcomeUnknown);
         t.calls.push(unknown);
         t.events.extend(recorded.events);
     }
+}
+
+/// Whether the failure of its turn leaves this call `outcome_unknown`: an inline write that
+/// started and has no result (its tool may have run). [`settle_on_turn_failure`] records it so,
+/// and the turn's failure note tells the model so.
+pub fn is_left_unknown(call: &CallEntry) -> bool {
+    call.inline && matches!(call.state, CallState::Started { .. })
 }
 
 fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
@@ -314,6 +319,22 @@ mod tests {
         let mut completing = Transition::keep();
         settle_on_turn_failure(&mut completing, &calls);
         assert!(completing.calls.is_empty(), "only a failing turn settles them");
+    }
+
+    #[test]
+    fn a_failed_turns_note_tells_the_model_its_unfinished_inline_write_is_outcome_unknown() {
+        let started = CallEntry { state: CallState::Started { attempt: 1 }, ..credit() };
+        let t = crate::session::turn::fail_turn(
+            &crate::session::RunState::default(),
+            "turn-1",
+            1,
+            &[started],
+            crate::session::failure_reason::WORKER_STOPPED,
+            "stopped".into(),
+        );
+        let note = t.items.iter().find(|i| i.kind == crate::session::item_kind::TURN_FAILURE_NOTE);
+        let note = note.expect("a failure note").body.get();
+        assert!(note.contains("record_credit") && note.contains("outcome_unknown"), "{note}");
     }
 
     #[test]

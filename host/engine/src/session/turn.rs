@@ -690,8 +690,16 @@ pub(super) fn fail_turn(
     error: String,
 ) -> Transition {
     let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
-    let ran: Vec<ToolCallRecord> =
-        calls.iter().filter(|call| call.turn_id == turn_id).filter_map(CallEntry::record).collect();
+    // An inline write left unfinished is settled `outcome_unknown` with the failure
+    // (`inline::settle_on_turn_failure`): the note says so too.
+    let ran: Vec<ToolCallRecord> = calls
+        .iter()
+        .filter(|call| call.turn_id == turn_id)
+        .filter_map(|call| match super::inline::is_left_unknown(call) {
+            true => call.with_state(crate::record::Outcome::OutcomeUnknown.into()).record(),
+            false => call.record(),
+        })
+        .collect();
     if !ran.is_empty() {
         t.items.push(NewItem {
             kind: item_kind::TURN_FAILURE_NOTE,
