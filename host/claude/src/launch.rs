@@ -150,6 +150,33 @@ pub fn apply_options(spec: &mut SegmentSpec, options: &CheckedOptions) {
     }
 }
 
+/// Moves the system prompts [`apply_options`] put in `extra_args` (`--system-prompt <text>`,
+/// `--append-system-prompt <text>`) to the `initialize` request ([`SegmentSpec::system_prompt`],
+/// [`SegmentSpec::append_system_prompt`]), as the TypeScript SDK sends them. The model's request
+/// is the same (observed with CLI 2.1.328); the argv no longer holds text that differs per
+/// session, so a CLI started before its session is known can serve it ([`crate::pool`]).
+pub fn prompts_to_initialize(spec: &mut SegmentSpec) {
+    let mut kept = Vec::with_capacity(spec.extra_args.len());
+    let mut args = std::mem::take(&mut spec.extra_args).into_iter();
+    while let Some(arg) = args.next() {
+        let slot = match arg.as_str() {
+            "--system-prompt" => &mut spec.system_prompt,
+            "--append-system-prompt" => &mut spec.append_system_prompt,
+            _ => {
+                kept.push(arg);
+                continue;
+            }
+        };
+        match args.next() {
+            Some(text) if slot.is_none() => *slot = Some(text),
+            // A second one stays a flag, as given.
+            Some(text) => kept.extend([arg, text]),
+            None => kept.push(arg),
+        }
+    }
+    spec.extra_args = kept;
+}
+
 /// A segment's private directories: `home`, `config` (`CLAUDE_CONFIG_DIR`) and `tmp` (`TMPDIR`).
 /// Removed on drop.
 #[derive(Debug)]
@@ -402,6 +429,29 @@ mod tests {
         assert!(args.contains(&"--permission-mode=dontAsk".to_owned()), "{args:?}");
         assert!(args.contains(&"--setting-sources=".to_owned()), "{args:?}");
         assert!(args.ends_with(&spec.extra_args), "the options come after the host's flags: {args:?}");
+    }
+
+    #[test]
+    fn the_system_prompts_move_from_the_argv_to_initialize_and_the_rest_stays() {
+        let options = checked(serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "system_prompt": "You are terse.",
+            "append_system_prompt": "Session s-42.",
+            "max_turns": 5,
+        }));
+        let mut spec = spec();
+        apply_options(&mut spec, &options);
+        prompts_to_initialize(&mut spec);
+        assert_eq!(spec.extra_args, ["--model=claude-sonnet-4-5", "--max-turns=5"]);
+        assert_eq!(spec.system_prompt.as_deref(), Some("You are terse."));
+        assert_eq!(spec.append_system_prompt.as_deref(), Some("Session s-42."));
+        let init = serde_json::to_value(spec.initialize()).unwrap();
+        assert_eq!(init["systemPrompt"], "You are terse.");
+        assert_eq!(init["appendSystemPrompt"], "Session s-42.");
+        let mut none = self::spec();
+        prompts_to_initialize(&mut none);
+        let init = serde_json::to_value(none.initialize()).unwrap();
+        assert!(init.get("systemPrompt").is_none() && init.get("appendSystemPrompt").is_none(), "{init}");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! | [`transport`] | the child process: process group, pipes, line limit, stderr drain |
 //! | `answer` | the one mapping from a gate decision to the hook or permission answer the CLI receives |
 //! | [`launch`] | argv (the agent's options as CLI flags), scratch directories, the resume file |
+//! | [`pool`] | pre-started CLIs waiting for `initialize`: their signature, the shelf, the time to live |
 //! | [`cli`] | finding the binary and refusing unsupported versions |
 //! | [`project_key`] | the transcript folder name of a working directory |
 //! | [`tools`] | what the tool server serves ([`tools::ToolRunner`]; the binary adapts the sandbox's tool set to it) |
@@ -37,6 +38,7 @@ pub mod cli;
 mod error;
 pub mod launch;
 pub mod mcp;
+pub mod pool;
 pub mod project_key;
 pub mod segment;
 pub mod tools;
@@ -46,5 +48,5 @@ pub use cli::{CliBinary, CliLocator};
 pub use error::{CliError, SegmentError};
 pub use segment::{
     AppHook, CliDecider, DeciderAnswer, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentReport,
-    SegmentSpec, SegmentStats, Start, run_segment,
+    SegmentSpec, SegmentStats, Start, run_segment, run_segment_on,
 };

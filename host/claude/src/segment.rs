@@ -81,6 +81,7 @@ use crate::cli::CliBinary;
 use crate::error::SegmentError;
 use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file};
 use crate::mcp::{McpBridge, PermitRequest, ToolServer};
+use crate::pool::WarmCli;
 use crate::tools::{NotRecorded, ToolRunner};
 use crate::transport::{CliProcess, Launch, LineEvent, inherited_allowed_variables};
 
@@ -184,6 +185,7 @@ pub enum Start {
 /// | `max_line_bytes` | 4 MiB |
 /// | `scratch_parent` | the system temp dir |
 /// | `app_hook`, `cli_decider` | none |
+/// | `system_prompt`, `append_system_prompt` | none (sent in `initialize` when set) |
 #[derive(Clone)]
 pub struct SegmentSpec {
     /// The CLI binary.
@@ -221,6 +223,12 @@ pub struct SegmentSpec {
     pub app_hook: Option<Arc<dyn AppHook>>,
     /// The per-call decider for CLI tools.
     pub cli_decider: Option<Arc<dyn CliDecider>>,
+    /// A system prompt sent in `initialize` rather than as `--system-prompt`
+    /// ([`crate::launch::prompts_to_initialize`]): the launch is then the same for every session.
+    pub system_prompt: Option<String>,
+    /// Text appended to the system prompt, sent in `initialize` rather than as
+    /// `--append-system-prompt`.
+    pub append_system_prompt: Option<String>,
 }
 
 impl std::fmt::Debug for SegmentSpec {
@@ -271,6 +279,8 @@ impl SegmentSpec {
             scratch_parent: None,
             app_hook: None,
             cli_decider: None,
+            system_prompt: None,
+            append_system_prompt: None,
         }
     }
 
@@ -302,8 +312,12 @@ impl SegmentSpec {
         if self.app_hook.is_some() {
             init = init.pre_tool_use(HookMatcher::all_tools(APP_HOOK_ID).timeout(self.hook_timeout_secs));
         }
-        init.pre_tool_use(HookMatcher::all_tools(GATE_HOOK_ID).timeout(self.hook_timeout_secs))
-            .sdk_mcp_server(self.server_name.clone())
+        let mut init = init
+            .pre_tool_use(HookMatcher::all_tools(GATE_HOOK_ID).timeout(self.hook_timeout_secs))
+            .sdk_mcp_server(self.server_name.clone());
+        init.system_prompt.clone_from(&self.system_prompt);
+        init.append_system_prompt.clone_from(&self.append_system_prompt);
+        init
     }
 }
 
@@ -366,6 +380,9 @@ impl SegmentOutcome {
 pub struct SegmentStats {
     /// The CLI's process id (its process group id too), once started.
     pub pid: Option<u32>,
+    /// Whether the segment ran on a pre-started CLI ([`crate::pool`]); `to_spawn` then is the
+    /// time to take it over.
+    pub warm: bool,
     /// From the start of [`run_segment`] to the spawn.
     pub to_spawn: Option<Duration>,
     /// To the `initialize` answer.
@@ -414,9 +431,23 @@ pub async fn run_segment(
     runner: Arc<dyn ToolRunner>,
     events: Option<mpsc::UnboundedSender<SegmentEvent>>,
 ) -> SegmentReport {
+    run_segment_on(spec, None, gate, runner, events).await
+}
+
+/// [`run_segment`] on `warm`, a CLI pre-started with the launch of `spec` ([`WarmCli::spawn`])
+/// that still waits for its `initialize` (the caller checked [`WarmCli::is_waiting`]); `None`
+/// starts one. A resume's file is written into the warm CLI's own config directory before
+/// `initialize` is sent; everything after is the same as for a CLI started here.
+pub async fn run_segment_on(
+    spec: SegmentSpec,
+    warm: Option<WarmCli>,
+    gate: Gate,
+    runner: Arc<dyn ToolRunner>,
+    events: Option<mpsc::UnboundedSender<SegmentEvent>>,
+) -> SegmentReport {
     let started = Instant::now();
     let mut stats = SegmentStats::default();
-    let outcome = match run(&spec, gate, runner, events, started, &mut stats).await {
+    let outcome = match run(&spec, gate, runner, events, started, &mut stats, warm).await {
         Ok(outcome) => outcome,
         Err(error) => SegmentOutcome::Failed { error },
     };
@@ -446,6 +477,7 @@ async fn run(
     events: Option<mpsc::UnboundedSender<SegmentEvent>>,
     started: Instant,
     stats: &mut SegmentStats,
+    warm: Option<WarmCli>,
 ) -> Result<SegmentOutcome, SegmentError> {
     let (resume, prompt) = match &spec.start {
         Start::Fresh { prompt } => (None, Some(prompt.clone())),
@@ -457,29 +489,18 @@ async fn run(
                 .into(),
         });
     }
-    let dirs = ScratchDirs::create(spec.scratch_parent.as_deref())?;
+    let (dirs, warm_process) = match warm {
+        Some(warm) => {
+            let (process, dirs) = warm.into_parts();
+            stats.warm = true;
+            (dirs, Some(process))
+        }
+        None => (ScratchDirs::create(spec.scratch_parent.as_deref())?, None),
+    };
     if let Some((session_id, transcript)) = resume {
+        // A pre-started CLI reads it only after `initialize` (benches/segment.rs measured it).
         write_resume_file(&dirs.config(), &spec.cwd, session_id, transcript)?;
     }
-
-    // An allow-list, not the inherited environment: the host's secrets stay out of the CLI and
-    // of every command its tools run.
-    let mut env: Vec<(OsString, OsString)> = inherited_allowed_variables();
-    env.extend([
-        ("HOME".into(), dirs.home().into()),
-        ("CLAUDE_CONFIG_DIR".into(), dirs.config().into()),
-        ("TMPDIR".into(), dirs.tmp().into()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
-    ]);
-    env.extend(spec.env.iter().cloned());
-    let launch = Launch {
-        program: spec.cli.path().to_path_buf(),
-        args: spec.args().into_iter().map(OsString::from).collect(),
-        cwd: spec.cwd.clone(),
-        env_remove: Vec::new(),
-        env,
-        max_line_bytes: spec.max_line_bytes,
-    };
 
     let (permits, mut permit_requests) = mpsc::unbounded_channel::<PermitRequest>();
     let (stops, mut not_recorded) = mpsc::unbounded_channel::<NotRecorded>();
@@ -488,8 +509,14 @@ async fn run(
         ToolServer::new(spec.server_name.clone(), runner, replay_only, permits, events.clone())
             .with_stops(stops),
     );
-    let mut process = CliProcess::spawn(&launch)
-        .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?;
+    let mut process = match warm_process {
+        Some(process) => process,
+        None => {
+            let launch = launch(spec, &dirs);
+            CliProcess::spawn(&launch)
+                .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?
+        }
+    };
     let pid = process.pid();
     stats.pid = Some(pid);
     stats.to_spawn = Some(started.elapsed());
@@ -620,6 +647,28 @@ async fn run(
             entries,
             usage,
         }),
+    }
+}
+
+/// What starts the CLI of `spec` with `dirs` as its `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR`.
+pub(crate) fn launch(spec: &SegmentSpec, dirs: &ScratchDirs) -> Launch {
+    // An allow-list, not the inherited environment: the host's secrets stay out of the CLI and
+    // of every command its tools run.
+    let mut env: Vec<(OsString, OsString)> = inherited_allowed_variables();
+    env.extend([
+        ("HOME".into(), dirs.home().into()),
+        ("CLAUDE_CONFIG_DIR".into(), dirs.config().into()),
+        ("TMPDIR".into(), dirs.tmp().into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+    ]);
+    env.extend(spec.env.iter().cloned());
+    Launch {
+        program: spec.cli.path().to_path_buf(),
+        args: spec.args().into_iter().map(OsString::from).collect(),
+        cwd: spec.cwd.clone(),
+        env_remove: Vec::new(),
+        env,
+        max_line_bytes: spec.max_line_bytes,
     }
 }
 

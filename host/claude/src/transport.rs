@@ -140,6 +140,13 @@ impl CliProcess {
         self.pid
     }
 
+    /// Whether the process still runs and has written nothing to stdout yet: a CLI started with
+    /// `--await-initialize` that still waits for its `initialize` (a pre-started one, see
+    /// [`crate::pool`]).
+    pub fn is_waiting(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None)) && self.lines.is_empty()
+    }
+
     /// Queues one line (it must end in `\n`). Ignored after [`CliProcess::close_stdin`].
     pub fn send(&self, line: String) {
         if let Some(stdin) = &self.stdin {

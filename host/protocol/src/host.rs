@@ -169,6 +169,13 @@ pub struct Initialize {
     /// Names of the in-process MCP servers the host serves over `mcp_message`.
     #[serde(rename = "sdkMcpServers", default, skip_serializing_if = "Vec::is_empty")]
     pub sdk_mcp_servers: Vec<String>,
+    /// The system prompt, in place of `--system-prompt` (as the TypeScript SDK sends it). The
+    /// model's request is the same either way (observed with CLI 2.1.328).
+    #[serde(rename = "systemPrompt", default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Text appended to the system prompt, in place of `--append-system-prompt`.
+    #[serde(rename = "appendSystemPrompt", default, skip_serializing_if = "Option::is_none")]
+    pub append_system_prompt: Option<String>,
 }
 
 impl Initialize {

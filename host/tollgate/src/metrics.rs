@@ -49,6 +49,7 @@ struct Inner {
     model_seconds: Histogram,
     model_tokens: TokenCounts,
     model_cost_usd: f64,
+    warm_clis: BTreeMap<&'static str, u64>,
 }
 
 /// The process's metrics. Share it behind an `Arc`.
@@ -107,6 +108,18 @@ impl Metrics {
             inner.model_tokens.add(&tokens);
             inner.model_cost_usd += cost;
         }
+    }
+
+    /// Pre-started CLIs (`crate::worker`'s pool): `n` of them had `outcome` — `started`, `hit`
+    /// (a segment ran on one), `miss` (a segment started its own), `expired` (killed unused after
+    /// the time to live), `discarded` (exited or wrote before it was taken).
+    pub fn warm_cli(&self, outcome: &'static str, n: u64) {
+        *self.inner.lock().expect("metrics lock").warm_clis.entry(outcome).or_default() += n;
+    }
+
+    /// How many pre-started CLIs had `outcome` so far (see [`Metrics::warm_cli`]).
+    pub fn warm_cli_count(&self, outcome: &str) -> u64 {
+        self.inner.lock().expect("metrics lock").warm_clis.get(outcome).copied().unwrap_or(0)
     }
 
     /// The Prometheus text, with `open_interrupts` (read from the store by the caller).
@@ -198,6 +211,15 @@ impl Metrics {
         );
         out.push_str("# TYPE tollgate_model_cost_usd_total counter\n");
         let _ = writeln!(out, "tollgate_model_cost_usd_total {}", inner.model_cost_usd);
+        out.push_str(
+            "# HELP tollgate_warm_clis_total Pre-started CLIs, by outcome (started, hit, miss, expired, \
+             discarded).\n",
+        );
+        out.push_str("# TYPE tollgate_warm_clis_total counter\n");
+        for outcome in ["started", "hit", "miss", "expired", "discarded"] {
+            let n = inner.warm_clis.get(outcome).copied().unwrap_or(0);
+            let _ = writeln!(out, "tollgate_warm_clis_total{{outcome=\"{outcome}\"}} {n}");
+        }
         if let Some(open) = open_interrupts {
             out.push_str("# HELP tollgate_open_interrupts Decisions waiting for a human, in the store.\n");
             out.push_str("# TYPE tollgate_open_interrupts gauge\n");
@@ -257,5 +279,17 @@ mod tests {
         assert!(text.contains("tollgate_model_tokens_total{kind=\"input\"} 20"));
         assert!(text.contains("tollgate_model_tokens_total{kind=\"cache_read_input\"} 6"));
         assert!(text.contains("tollgate_model_cost_usd_total 0.75"));
+    }
+
+    #[test]
+    fn warm_clis_count_by_outcome_from_zero() {
+        let metrics = Metrics::default();
+        assert!(metrics.render(None).contains("tollgate_warm_clis_total{outcome=\"hit\"} 0"));
+        metrics.warm_cli("hit", 1);
+        metrics.warm_cli("expired", 2);
+        let text = metrics.render(None);
+        assert!(text.contains("tollgate_warm_clis_total{outcome=\"hit\"} 1"), "{text}");
+        assert!(text.contains("tollgate_warm_clis_total{outcome=\"expired\"} 2"), "{text}");
+        assert_eq!(metrics.warm_cli_count("expired"), 2);
     }
 }

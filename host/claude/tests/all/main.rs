@@ -8,11 +8,15 @@
 //! - `real_cli`: the pinned Claude Code CLI against `tollgate-mock-model` and the example tools
 //!   (`lookup_order`, `create_refund`: an in-test runner answering as the example guests do; the
 //!   guests themselves run in the `tollgate` crate's tests): inline reads, defer and resume,
-//!   rejections, Bash, rewritten input, two writes in one reply, four resumes in a row. Skipped
+//!   rejections, Bash, rewritten input, two writes in one reply, four resumes in a row, pre-started
+//!   CLIs (fresh, and a resume whose file is written after the spawn). Skipped
 //!   loudly when the CLI is not installed, unless `TOLLGATE_REQUIRE_REAL_CLI=1`.
 //! - `locate`: finding the binary and refusing unsupported versions.
+//! - `warm_pool`: the pool of pre-started CLIs with a stand-in process: keys, time to live, cap,
+//!   a process killed before the take. Fast; always run.
 
 mod fake_cli;
 mod locate;
 mod real_cli;
 mod util;
+mod warm_pool;

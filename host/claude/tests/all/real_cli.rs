@@ -379,3 +379,52 @@ async fn four_resumes_in_a_row_each_fed_only_the_stored_entries_including_a_plai
     assert_eq!(world.payments.count(), 1, "{text}");
     assert_eq!(world.mock.message_requests().len(), 5, "one model call per segment\n{text}");
 }
+
+/// Starts a warm CLI with `spec`'s launch and waits until it has booted (it then waits for its
+/// `initialize`).
+async fn warm_cli(spec: &SegmentSpec) -> tollgate_claude::pool::WarmCli {
+    let mut warm = tollgate_claude::pool::WarmCli::spawn(spec).expect("a warm CLI starts");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(warm.is_waiting(), "the warm CLI exited or wrote before its initialize");
+    warm
+}
+
+#[tokio::test]
+async fn a_pre_started_cli_runs_a_fresh_segment_and_a_pre_started_resume_reads_the_file_written_after_its_spawn()
+ {
+    let Some((cli, _slot)) = real_cli("pre-started CLIs").await else { return };
+    let world = World::start(cli).await;
+    let mut session = Session::default();
+
+    let spec = world.fresh(r#"call create_refund {"order_id":"7","amount_cents":500}"#);
+    let warm = warm_cli(&spec).await;
+    let pid = warm.pid();
+    let report = tollgate_claude::run_segment_on(spec, Some(warm), world.gate(), world.runner(), None).await;
+    let text = world.text(&report);
+    let call = deferred(&report, &text);
+    assert_eq!((report.stats.warm, report.stats.pid), (true, Some(pid)), "{text}");
+    session.absorb(&report);
+    let record = world.run_step(&session, &call).await;
+    let Outcome::Succeeded { output } = record.outcome.clone() else { panic!("{record:?}") };
+
+    // Started with `--resume=<session>` before the resume file exists: the segment writes it into
+    // the warm CLI's own config directory before `initialize`.
+    let spec = world.resume(&session);
+    let warm = warm_cli(&spec).await;
+    let pid = warm.pid();
+    let resume_file = warm.dirs().config().join("projects");
+    assert!(!resume_file.exists(), "nothing of the session is there before the take");
+    let report = tollgate_claude::run_segment_on(
+        spec,
+        Some(warm),
+        world.gate().resuming(record),
+        world.runner(),
+        None,
+    )
+    .await;
+    let text = world.text(&report);
+    assert_eq!(completed(&report, &text), format!("called create_refund: {output}"), "{text}");
+    assert_eq!((report.stats.warm, report.stats.pid), (true, Some(pid)), "{text}");
+    assert_eq!(last_tool_result(&world.mock, &call.tool_use_id), Some((output, false)), "{text}");
+    assert_eq!(world.payments.count(), 1, "the resumed segment ran the write again\n{text}");
+}

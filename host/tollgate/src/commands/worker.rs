@@ -51,6 +51,14 @@ pub struct WorkerArgs {
     /// inside the agent directory (default: `<temp dir>/tollgate-workspaces-<uid>`).
     #[arg(long, env = "TOLLGATE_WORKSPACE_ROOT")]
     pub workspace_root: Option<PathBuf>,
+    /// Pre-started CLIs kept waiting for the next segment: after a new session's segment, one for
+    /// the next new session; after a call deferred to a tool step, one for the resume. Each costs
+    /// an idle CLI's memory (~200+ MB) until used or expired; 0 starts none.
+    #[arg(long, env = "TOLLGATE_WARM_CLIS", default_value_t = crate::worker::DEFAULT_WARM_CLIS)]
+    pub warm_clis: usize,
+    /// How long a pre-started CLI waits for a segment before it is killed, in seconds.
+    #[arg(long, env = "TOLLGATE_WARM_CLI_TTL_SECS", default_value_t = crate::worker::DEFAULT_WARM_CLI_TTL.as_secs_f64())]
+    pub warm_cli_ttl_secs: f64,
 }
 
 /// The store URL of `db`, or the SQLite file beside the agent.
@@ -77,6 +85,7 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
         );
     }
     let poll = secs("poll-secs", args.poll_secs)?;
+    let warm_cli_ttl = secs("warm-cli-ttl-secs", args.warm_cli_ttl_secs)?;
     let drain = Duration::try_from_secs_f64(args.drain_secs).ok().with_context(|| {
         format!("--drain-secs must be zero or a positive number of seconds, not {}", args.drain_secs)
     })?;
@@ -100,6 +109,8 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
         poll,
         drain,
         workspace_root: Some(workspace_root),
+        warm_clis: args.warm_clis,
+        warm_cli_ttl,
         ..WorkerConfig::default()
     };
     if let Some(id) = &args.worker_id {

@@ -144,7 +144,8 @@ pub struct ProxySummary {
 }
 
 struct Meter {
-    limit: SpendLimit,
+    /// `None` while the token is parked ([`ModelProxy::register_parked`]): every request is refused.
+    limit: Mutex<Option<SpendLimit>>,
     summary: Mutex<ProxySummary>,
 }
 
@@ -155,9 +156,14 @@ impl Meter {
 
     /// `Err(reason)` once the limit is reached.
     fn admit(&self) -> Result<(), String> {
-        let Some(limit) = self.limit.limit_usd else { return Ok(()) };
+        let Some(spend) = *self.limit.lock().unwrap_or_else(|p| p.into_inner()) else {
+            return Err(
+                "the model proxy token belongs to a pre-started CLI that no segment has taken yet".into()
+            );
+        };
+        let Some(limit) = spend.limit_usd else { return Ok(()) };
         let mut summary = self.lock();
-        let spent = self.limit.spent_before_usd + summary.cost_usd;
+        let spent = spend.spent_before_usd + summary.cost_usd;
         if spent < limit {
             return Ok(());
         }
@@ -315,9 +321,19 @@ impl ModelProxy {
 
     /// A fresh token for one segment, valid until the returned value is dropped.
     pub fn register(&self, limit: SpendLimit) -> SegmentToken {
+        self.register_with(Some(limit))
+    }
+
+    /// A token for a pre-started CLI: refused until [`SegmentToken::open`] gives it the spend
+    /// limit of the segment that takes the CLI; revoked when dropped.
+    pub fn register_parked(&self) -> SegmentToken {
+        self.register_with(None)
+    }
+
+    fn register_with(&self, limit: Option<SpendLimit>) -> SegmentToken {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let secret = random_hex();
-        let meter = Arc::new(Meter { limit, summary: Mutex::default() });
+        let meter = Arc::new(Meter { limit: Mutex::new(limit), summary: Mutex::default() });
         self.shared.registry().live.insert(id, Registration { secret: secret.clone(), meter: meter.clone() });
         SegmentToken {
             id,
@@ -346,6 +362,13 @@ impl SegmentToken {
     /// The token, for the CLI's `ANTHROPIC_API_KEY`.
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// Sets the spend limit of the segment that took this token's CLI (a parked token's
+    /// requests are served from now on) and forgets what was refused before.
+    pub fn open(&self, limit: SpendLimit) {
+        *self.meter.limit.lock().unwrap_or_else(|p| p.into_inner()) = Some(limit);
+        *self.meter.lock() = ProxySummary::default();
     }
 
     /// What the proxy saw of this segment so far.
@@ -728,6 +751,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_parked_token_is_refused_until_a_segment_opens_it_with_its_limit() {
+        let mock = MockModel::start().await.unwrap();
+        let proxy = proxy_to(&mock, Credential::None).await;
+        let token = proxy.register_parked();
+        let (status, _, answer) = post(&proxy.base_url(), Some(token.token()), body("early")).await;
+        assert_eq!(status, 403);
+        assert!(String::from_utf8_lossy(&answer).contains("no segment has taken yet"));
+        assert!(mock.message_requests().is_empty(), "nothing reached the upstream");
+        token.open(SpendLimit { limit_usd: Some(0.5), spent_before_usd: 0.4999999 });
+        assert_eq!(token.summary(), ProxySummary::default(), "the segment's accounting starts at the take");
+        let (status, _, _) = post(&proxy.base_url(), Some(token.token()), body("taken")).await;
+        assert_eq!(status, 200);
+        let (status, _, _) = post(&proxy.base_url(), Some(token.token()), body("over")).await;
+        assert_eq!(status, 403, "the opened limit applies");
+        assert_eq!(token.summary().requests, 1);
+    }
+
+    #[tokio::test]
     async fn an_upstream_error_passes_through_and_counts_as_a_failed_request() {
         let mock = MockModel::start().await.unwrap();
         let proxy = proxy_to(&mock, Credential::None).await;
@@ -760,7 +801,7 @@ mod tests {
     #[test]
     fn the_meter_refuses_once_the_stored_and_segment_spend_reach_the_limit() {
         let meter = Meter {
-            limit: SpendLimit { limit_usd: Some(1.0), spent_before_usd: 0.75 },
+            limit: Mutex::new(Some(SpendLimit { limit_usd: Some(1.0), spent_before_usd: 0.75 })),
             summary: Mutex::default(),
         };
         assert!(meter.admit().is_ok());
@@ -771,7 +812,7 @@ mod tests {
         let summary = meter.lock().clone();
         assert_eq!(summary.refused, 1);
         assert_eq!(summary.stopped.as_deref(), Some(reason.as_str()));
-        let unlimited = Meter { limit: SpendLimit::default(), summary: Mutex::default() };
+        let unlimited = Meter { limit: Mutex::new(Some(SpendLimit::default())), summary: Mutex::default() };
         unlimited.lock().cost_usd = 1e9;
         assert!(unlimited.admit().is_ok());
     }

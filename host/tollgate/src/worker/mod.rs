@@ -34,6 +34,11 @@
 //!   `started` mark makes its next claim record `outcome_unknown`, never a second run).
 //! - Segments reach the model through the Worker's [`ModelProxy`], started at the first segment;
 //!   the CLI gets a per-segment token, never the Worker's API key.
+//! - After a fresh segment that completed, and after a segment deferred to an approval-free tool
+//!   step, the Worker pre-starts the CLI the next segment is likely to need (`warm`: up to
+//!   [`WorkerConfig::warm_clis`], each killed after [`WorkerConfig::warm_cli_ttl`] unused). Each
+//!   holds an idle CLI's memory while it waits; nothing is pre-started for a call waiting on a
+//!   human.
 //! - A segment's CLI works in its session's workspace, `<workspace root>/<session id>` (0700),
 //!   unless the options name a `cwd`. The workspace stays between segments on this host; a
 //!   session continued by a Worker on another host starts with an empty one.
@@ -41,6 +46,7 @@
 mod inline_writes;
 mod run_model;
 mod tool_steps;
+mod warm;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -81,7 +87,16 @@ pub struct WorkerConfig {
     /// Where sessions' workspaces (the CLI's default working folder) go; `None` is
     /// [`default_workspace_root`].
     pub workspace_root: Option<std::path::PathBuf>,
+    /// At most this many pre-started CLIs waiting for a segment (the `warm` module); 0 starts none.
+    pub warm_clis: usize,
+    /// How long a pre-started CLI waits for a segment before it is killed.
+    pub warm_cli_ttl: Duration,
 }
+
+/// The default of [`WorkerConfig::warm_clis`]: one warm fresh CLI and one warm resume.
+pub const DEFAULT_WARM_CLIS: usize = 2;
+/// The default of [`WorkerConfig::warm_cli_ttl`].
+pub const DEFAULT_WARM_CLI_TTL: Duration = Duration::from_secs(60);
 
 /// `<system temp dir>/tollgate-workspaces-<uid>`.
 pub fn default_workspace_root() -> std::path::PathBuf {
@@ -100,6 +115,8 @@ impl Default for WorkerConfig {
             poll: Duration::from_secs(2),
             drain: Duration::from_secs(30),
             workspace_root: None,
+            warm_clis: DEFAULT_WARM_CLIS,
+            warm_cli_ttl: DEFAULT_WARM_CLI_TTL,
         }
     }
 }
@@ -113,6 +130,8 @@ pub struct Worker {
     config: Arc<WorkerConfig>,
     metrics: Arc<Metrics>,
     proxy: Arc<tokio::sync::OnceCell<ModelProxy>>,
+    /// Pre-started CLIs; `None` when [`WorkerConfig::warm_clis`] is 0.
+    warm: Option<Arc<warm::Pool>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -150,7 +169,10 @@ impl From<StoreError> for StepError {
 impl Worker {
     /// A Worker for `agent` on `store`, starting `cli` for segments.
     pub fn new(store: Arc<dyn Store>, agent: Arc<Agent>, cli: CliBinary, config: WorkerConfig) -> Self {
-        Worker { store, agent, cli, config: Arc::new(config), metrics: Arc::default(), proxy: Arc::default() }
+        let metrics: Arc<Metrics> = Arc::default();
+        let warm = (config.warm_clis > 0)
+            .then(|| warm::new_pool(config.warm_clis, config.warm_cli_ttl, metrics.clone()));
+        Worker { store, agent, cli, config: Arc::new(config), metrics, proxy: Arc::default(), warm }
     }
 
     /// The model proxy, started at the first call with the Worker's own `ANTHROPIC_*` upstream.
@@ -166,8 +188,18 @@ impl Worker {
     /// Records into `metrics` (shared with the API's `/metrics` in `tollgate serve`).
     #[must_use]
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        if let Some(pool) = &self.warm {
+            pool.clear();
+            self.warm =
+                Some(warm::new_pool(self.config.warm_clis, self.config.warm_cli_ttl, metrics.clone()));
+        }
         self.metrics = metrics;
         self
+    }
+
+    /// The process ids of the pre-started CLIs it holds now.
+    pub fn warm_cli_pids(&self) -> Vec<u32> {
+        self.warm.as_ref().map(|pool| pool.pids()).unwrap_or_default()
     }
 
     /// The agent it runs.
@@ -200,6 +232,13 @@ impl Worker {
         let stale = tollgate_claude::launch::remove_stale_scratch(None);
         if stale > 0 {
             info!(removed = stale, "removed segment directories that stopped Workers left behind");
+        }
+        let stale_warm = warm::remove_stale(&self.workspace_root());
+        if stale_warm > 0 {
+            info!(
+                removed = stale_warm,
+                "removed warm CLI workspace entries that stopped Workers left behind"
+            );
         }
         // Only sessions this agent may run: unpinned ones, and those pinned to its digest.
         let digests = self.agent.claim_digests();
@@ -287,6 +326,9 @@ impl Worker {
                 let _ = release_tx.send(true);
                 while tasks.join_next().await.is_some() {}
             }
+        }
+        if let Some(pool) = &self.warm {
+            pool.clear();
         }
         info!(worker = %self.config.worker_id, "worker stopped");
     }

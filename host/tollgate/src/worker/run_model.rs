@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tollgate_claude::launch::apply_options;
+use tollgate_claude::launch::{apply_options, prompts_to_initialize};
 use tollgate_claude::{
-    CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start, run_segment,
+    CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start, run_segment, run_segment_on,
 };
 use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
 use tollgate_engine::gate::Gate;
@@ -18,7 +18,7 @@ use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, ResumeTranscript, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind,
+    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind, step_kind,
 };
 use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -26,7 +26,7 @@ use tollgate_store::Claimed;
 use tracing::{info, warn};
 
 use super::inline_writes::SegmentTools;
-use super::{StepError, Worker, workspace};
+use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
 use crate::edits;
 use crate::proxy::{ProxySummary, SpendLimit};
@@ -92,23 +92,27 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     ));
     // The segment's access to the model: a token of the Worker's proxy, revoked when it is dropped
     // below, once the CLI is gone.
+    let limit = SpendLimit {
+        limit_usd: worker.agent.config.limits.spend_limit_usd,
+        spent_before_usd: state.cost_usd,
+    };
     let access = match worker.model_proxy().await {
-        Ok(proxy) => Ok((
-            proxy.base_url(),
-            proxy.register(SpendLimit {
-                limit_usd: worker.agent.config.limits.spend_limit_usd,
-                spent_before_usd: state.cost_usd,
-            }),
-        )),
+        Ok(proxy) => Ok((proxy.base_url(), proxy.register(limit))),
         Err(err) => Err(err.to_string()),
     };
+    // A warm CLI the segment ran on came with its own token: the segment's accounting is that one's.
+    let mut warm_token = None;
+    let mut next_warm = None;
     // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
     let tool_set = worker.agent.tools().await;
     let result = match (&access, &tool_set) {
         (Ok((base_url, token)), Ok(tools)) => {
-            let model = ModelAccess { base_url, token: token.token() };
+            let mut model =
+                ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
             let recording = Recording { claimed, calls: &calls };
-            segment(worker, &run, tools, events_tx, &mut trace, &model, &recording).await
+            let result = segment(worker, &run, tools, events_tx, &mut trace, &mut model, &recording).await;
+            (warm_token, next_warm) = (model.warm_token, model.next_warm);
+            result
         }
         (Err(error), _) => {
             drop(events_tx);
@@ -122,7 +126,11 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
             }
         }
     };
-    let summary = access.as_ref().ok().map(|(_, token)| token.summary());
+    let summary = match &warm_token {
+        Some(token) => Some(token.summary()),
+        None => access.as_ref().ok().map(|(_, token)| token.summary()),
+    };
+    drop(warm_token);
     drop(access);
     let result = match &summary {
         Some(summary) => {
@@ -168,6 +176,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         // So does a decision made ahead in a batch: read where the turn's interrupts ahead stand.
         run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
     }
+    let prestart = next_warm.and_then(|next| next.after(&result));
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     inline::settle_on_turn_failure(&mut transition, &calls);
     // The API may not load the agent: the interrupt carries who may decide it.
@@ -187,7 +196,14 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         next.cost_usd += failed_cost;
         transition.run_state = Some(next);
     }
+    let runs_unattended = transition
+        .steps
+        .iter()
+        .any(|step| [step_kind::CALL_TOOL, step_kind::CALL_SINGLE_ATTEMPT_TOOL].contains(&step.kind));
     worker.commit(claimed, transition).await?;
+    if let Some(prestart) = prestart {
+        prestart.start(worker, runs_unattended).await;
+    }
     Ok(())
 }
 
@@ -239,10 +255,61 @@ async fn read_calls(
         .collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Where a segment's CLI reaches the model: the proxy and the segment's token.
+/// Where a segment's CLI reaches the model: the proxy, the segment's token and its spend limit;
+/// and what the segment tells its step about warm CLIs: the token of the warm CLI it ran on
+/// (which the proxy's accounting of the segment is), and the launch to pre-start after it.
 struct ModelAccess<'a> {
     base_url: &'a str,
     token: &'a str,
+    limit: SpendLimit,
+    warm_token: Option<crate::proxy::SegmentToken>,
+    next_warm: Option<NextWarm>,
+}
+
+/// The launch of a segment that ran, to pre-start a CLI like it once the segment's end is
+/// committed ([`warm`]).
+struct NextWarm {
+    spec: SegmentSpec,
+    cwd: warm::Cwd,
+    fresh: bool,
+}
+
+impl NextWarm {
+    /// What to pre-start after a segment that ended with `result`: after a completed fresh
+    /// segment, a fresh CLI for the next new session; after a deferred one, a `--resume` of its
+    /// session (started only if the call's next step runs without approval).
+    fn after(self, result: &SegmentResult) -> Option<Prestart> {
+        match result {
+            SegmentResult::Completed { .. } if self.fresh => Some(Prestart { next: self, resume: None }),
+            SegmentResult::Deferred { session_id, .. } => {
+                Some(Prestart { next: self, resume: Some(session_id.clone()) })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A CLI to pre-start after the commit.
+struct Prestart {
+    next: NextWarm,
+    /// The session a resume continues; `None` for a fresh CLI.
+    resume: Option<String>,
+}
+
+impl Prestart {
+    /// Starts it; a resume only when `runs_unattended` (the deferred call's next step is a tool
+    /// call, not a human's decision: nothing holds a process for a human).
+    async fn start(self, worker: &Worker, runs_unattended: bool) {
+        let Prestart { mut next, resume } = self;
+        match resume {
+            Some(session_id) if runs_unattended => {
+                next.spec.start = Start::Resume { session_id, transcript: Default::default(), prompt: None };
+                warm::prestart(worker, next.spec, &next.cwd, false).await;
+            }
+            Some(_) => {}
+            None => warm::prestart(worker, next.spec, &next.cwd, true).await,
+        }
+    }
 }
 
 /// The segment's result with what the proxy measured: a segment the proxy stopped at the spend
@@ -273,7 +340,7 @@ async fn segment(
     tools: &ToolSet,
     events: mpsc::UnboundedSender<SegmentEvent>,
     trace: &mut SegmentTrace,
-    model: &ModelAccess<'_>,
+    model: &mut ModelAccess<'_>,
     recording: &Recording<'_>,
 ) -> SegmentResult {
     let session_id = recording.claimed.step.session_id.as_str();
@@ -305,6 +372,7 @@ async fn segment(
     if agent.has_cli_policy() {
         gate = gate.with_cli_decider();
     }
+    let fresh = matches!(run.start, PlannedStart::Fresh { .. });
     let start = match &run.start {
         PlannedStart::Fresh { prompts } => Start::Fresh { prompt: prompt_of(prompts) },
         PlannedStart::NewTurn { session_id, transcript, prompts } => Start::Resume {
@@ -321,23 +389,53 @@ async fn segment(
             }
         }
     };
-    let cwd = match &options.cwd {
-        Some(cwd) => cwd.into(),
-        None => match workspace::prepare(&worker.workspace_root(), session_id) {
-            Ok(dir) => dir,
-            Err(err) => return failed(err, true),
-        },
+    let (cwd, cwd_kind) = match &options.cwd {
+        Some(cwd) => (cwd.into(), warm::Cwd::Named),
+        None => {
+            let root = worker.workspace_root();
+            (root.join(workspace::folder_name(session_id)), warm::Cwd::Session { root })
+        }
     };
     let mut spec = SegmentSpec::with_start(worker.cli.clone(), cwd, start);
     spec.env.extend(cli_settings_env());
     spec.env.extend(model_env(model.base_url, model.token, |name| std::env::var_os(name)));
     apply_options(&mut spec, &options);
+    // The per-session system prompt (the example factory names the session) goes in `initialize`,
+    // so every session of the agent has the same launch and a warm CLI can serve it.
+    prompts_to_initialize(&mut spec);
     spec.timeout = agent.config.segment_timeout;
+    if let warm::Cwd::Session { root } = &cwd_kind
+        && !fresh
+        && let Err(err) = workspace::prepare(root, session_id)
+    {
+        return failed(err, true);
+    }
+    // A fresh session's warm CLI brings its workspace along; every other segment's is made first.
+    let taken = warm::take(worker, &spec, &cwd_kind, fresh, model.limit);
+    if let warm::Cwd::Session { root } = &cwd_kind
+        && fresh
+        && let Err(err) = workspace::prepare(root, session_id)
+    {
+        return failed(err, true);
+    }
+    model.next_warm = Some(NextWarm { spec: spec.clone(), cwd: cwd_kind, fresh });
     if agent.has_cli_policy() {
         spec.cli_decider = Some(Arc::new(FactoryDecider { agent: agent.clone() }));
     }
-    let report = run_segment(spec, gate, runner, Some(events)).await;
+    let report = match taken {
+        Some(taken) => {
+            let (cli, token, workspace) = taken.into_parts();
+            model.warm_token = Some(token);
+            let report = run_segment_on(spec, Some(cli), gate, runner, Some(events)).await;
+            drop(workspace);
+            report
+        }
+        None => run_segment(spec, gate, runner, Some(events)).await,
+    };
     trace.ran(&report.stats);
+    info!(pid = report.stats.pid.unwrap_or_default(), warm = report.stats.warm,
+        to_initialized_ms = ?report.stats.to_initialized.map(|d| d.as_millis()),
+        total_ms = report.stats.total.as_millis() as u64, "segment ran");
     let cost_usd = report.stats.result.as_ref().and_then(|r| r.total_cost_usd);
     let model_calls = i64::try_from(report.stats.model_calls).unwrap_or(i64::MAX);
     let usage_of = |u: &tollgate_protocol::Usage| {

@@ -81,19 +81,17 @@ fn resolve_lexically(path: &Path) -> PathBuf {
     }
 }
 
-/// Makes `<root>/<folder_name(session_id)>` (and `root`) with mode 0700 and returns it.
+/// Makes `root` (mode 0700) if it is missing and checks that it is a directory of this user that
+/// only it may write.
 ///
 /// # Errors
-/// A folder that cannot be made, or a root or workspace that another user owns or may write.
-pub fn prepare(root: &Path, session_id: &str) -> Result<PathBuf, String> {
-    let make = |dir: &Path| {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("the workspace folder {} cannot be made: {e}", dir.display()))
-    };
-    make(root)?;
+/// A root that cannot be made, or one that another user owns or may write.
+pub fn prepare_root(root: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(|e| format!("the workspace folder {} cannot be made: {e}", root.display()))?;
     // SAFETY: getuid(2) cannot fail and has no memory effects.
     let uid = unsafe { libc::getuid() };
     let meta = std::fs::symlink_metadata(root).map_err(|e| format!("{}: {e}", root.display()))?;
@@ -106,6 +104,24 @@ pub fn prepare(root: &Path, session_id: &str) -> Result<PathBuf, String> {
             meta.mode() & 0o7777
         ));
     }
+    Ok(())
+}
+
+/// Makes `<root>/<folder_name(session_id)>` (and `root`) with mode 0700 and returns it.
+///
+/// # Errors
+/// A folder that cannot be made, or a root or workspace that another user owns or may write.
+pub fn prepare(root: &Path, session_id: &str) -> Result<PathBuf, String> {
+    prepare_root(root)?;
+    let make = |dir: &Path| {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("the workspace folder {} cannot be made: {e}", dir.display()))
+    };
+    // SAFETY: getuid(2) cannot fail and has no memory effects.
+    let uid = unsafe { libc::getuid() };
     let dir = root.join(folder_name(session_id));
     make(&dir)?;
     let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -30,6 +30,9 @@
 //!   refused rows.
 //! - `secrets`: what the agent's `Bash` can reach (environment, process tree, store), the model
 //!   proxy's key swap and token revocation, the spend limit within a segment.
+//! - `warm`: pre-started CLIs: a second new session on the warm CLI the first left, a warm
+//!   `--resume` after an approval-free deferred step, a warm CLI killed before the take, the time
+//!   to live, a SIGKILLed Worker's warm CLI.
 //! - `webhooks`: `tollgate serve --webhooks` delivering signed events to a loopback receiver that
 //!   fails the first attempts, across a SIGKILL of the server.
 
@@ -56,4 +59,5 @@ mod served;
 mod tls;
 mod tracing;
 mod util;
+mod warm;
 mod webhooks;

@@ -128,6 +128,12 @@ impl World {
         )
     }
 
+    /// Starts a Worker process on this world's store with `extra` arguments (and none of
+    /// [`World::worker`]'s) and more environment variables.
+    pub fn worker_with_args_env(&self, name: &str, extra: &[&str], env: &[(&str, &str)]) -> WorkerProcess {
+        self.spawn_worker(name, &self.db, extra, env)
+    }
+
     /// The `tollgate` binary with this world's environment: the pinned CLI, the mock model, a
     /// refused proxy for everything else, the payments service, a private component cache.
     pub fn tollgate(&self) -> tokio::process::Command {
