@@ -2,18 +2,23 @@
 //! write (`record_credit`, which POSTs to the stand-in payments service) and the model's final
 //! answer, through `tollgate serve` (SQLite, the real CLI, the scripted mock model), with the
 //! write **inline** (the default) and **deferred** (`inline = false`: the segment ends, a
-//! `CallTool` step runs the write, a second CLI resumes); through the official **TypeScript Agent
+//! `CallTool` step runs the write, a second CLI resumes), both with no warm CLIs (`--warm-clis 0`),
+//! and inline **with the warm CLI pool** (the default `--warm-clis`: the turn runs on the CLI the
+//! previous turn's Worker pre-started; its turn is followed by a 1.5 s pause so the next warm
+//! CLI's start does not share the machine with the other forms' turns); through the official **TypeScript Agent
 //! SDK** (`benches/turn_ts_sdk.mjs`: `query()` with an in-process MCP server offering the same two
 //! tools, allowed by a `PreToolUse` hook; skipped when its `node_modules` is missing); and a
 //! **bare CLI spawn** (the pinned CLI in print mode answering one `say hello` against the same
 //! mock: the floor of one process). All run interleaved, round by round, in the same run.
 //!
-//! Prints one table: CLI processes per turn (the Worker's `segment starting` log lines per turn),
+//! Prints one table: CLI processes per turn (the Worker's `segment starting` log lines, less the
+//! segments that ran on a warm CLI, plus the warm CLIs it started, over all turns),
 //! wall per turn p50/p90 (from `POST /v1/sessions` with the message to the snapshot showing the
 //! turn's answer, polled every 10 ms; the SDK's `query()` start to its end; the bare spawn from
 //! spawn to exit), the host's own CPU per turn (user + system time of `tollgate serve` or of the
 //! Node process, not of the CLIs they start; `/proc/<pid>/stat`) and its peak RSS (`VmHWM`), then
-//! the ratios.
+//! the ratios; and what an idle warm CLI costs (its resident memory and the CPU its start took,
+//! read from `/proc` just before the next warm turn).
 //!
 //! ```sh
 //! cargo bench -p tollgate --bench turn --profile dev   # BENCH_N=10 rounds (default), BENCH_WARMUP=1,
@@ -37,10 +42,13 @@ fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// One `tollgate serve` and how many segments its Worker started.
+/// One `tollgate serve` and what its Worker logged: segments started, segments on a warm CLI, warm
+/// CLIs started.
 struct Server {
     base: String,
     segments: Arc<AtomicUsize>,
+    warm_hits: Arc<AtomicUsize>,
+    warm_started: Arc<AtomicUsize>,
     child: tokio::process::Child,
 }
 
@@ -48,6 +56,32 @@ impl Server {
     fn pid(&self) -> u32 {
         self.child.id().expect("tollgate serve runs")
     }
+
+    /// CLI processes it started: cold segments and warm CLIs.
+    fn processes(&self) -> usize {
+        self.segments.load(Ordering::Relaxed) - self.warm_hits.load(Ordering::Relaxed)
+            + self.warm_started.load(Ordering::Relaxed)
+    }
+
+    /// Its child processes (its CLIs), from `/proc`.
+    fn children(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{}/task", self.pid())).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+        out
+    }
+}
+
+/// Resident memory of process `pid` now, in MB.
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// User + system CPU time of process `pid` itself (not its children), in ms.
@@ -157,13 +191,14 @@ impl World {
         agent
     }
 
-    async fn serve(&self, name: &str, inline: bool) -> Server {
+    async fn serve(&self, name: &str, inline: bool, warm: bool) -> Server {
         let agent = self.agent(name, inline);
         let db = format!("sqlite://{}", self.dir.path().join(format!("{name}.db")).display());
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(["serve", "--agent"])
             .arg(&agent)
             .args(["--db", &db, "--listen", "127.0.0.1:0", "--concurrency", "1"])
+            .args(if warm { &[][..] } else { &["--warm-clis", "0"][..] })
             .env_remove("TOLLGATE_TOKEN")
             .env_remove("TOLLGATE_TOKEN_FILE")
             .env("TOLLGATE_CLAUDE_CLI", &self.cli)
@@ -188,15 +223,27 @@ impl World {
             }
         };
         let segments = Arc::new(AtomicUsize::new(0));
-        let counter = segments.clone();
+        let warm_hits = Arc::new(AtomicUsize::new(0));
+        let warm_started = Arc::new(AtomicUsize::new(0));
+        let counters = [
+            ("segment starting", segments.clone()),
+            ("segment on a warm CLI", warm_hits.clone()),
+            ("warm CLI started", warm_started.clone()),
+        ];
         tokio::spawn(async move {
+            let verbose = std::env::var_os("BENCH_VERBOSE").is_some();
             while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("segment starting") {
-                    counter.fetch_add(1, Ordering::Relaxed);
+                if verbose && (line.contains("segment ran") || line.contains("warm CLI")) {
+                    eprintln!("{line}");
+                }
+                for (text, counter) in &counters {
+                    if line.contains(text) {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         });
-        Server { base, segments, child }
+        Server { base, segments, warm_hits, warm_started, child }
     }
 
     /// One bare CLI spawn in print mode: `say hello` against the mock, to its exit.
@@ -231,9 +278,8 @@ impl World {
     }
 }
 
-/// One turn of the refund flow through `server`: the wall time and the segments it started.
-async fn turn(client: &reqwest::Client, server: &Server, id: &str) -> (Duration, usize) {
-    let before = server.segments.load(Ordering::Relaxed);
+/// One turn of the refund flow through `server`: the wall time.
+async fn turn(client: &reqwest::Client, server: &Server, id: &str) -> Duration {
     let start = Instant::now();
     let response = client
         .post(format!("{}/v1/sessions", server.base))
@@ -260,7 +306,7 @@ async fn turn(client: &reqwest::Client, server: &Server, id: &str) -> (Duration,
             let calls = snapshot["tool_calls"].as_array().map_or(0, Vec::len);
             assert_eq!(calls, 1, "the write is recorded: {snapshot}");
             assert_eq!(snapshot["tool_calls"][0]["status"], "succeeded", "{snapshot}");
-            return (took, server.segments.load(Ordering::Relaxed) - before);
+            return took;
         }
         assert!(start.elapsed() < Duration::from_secs(120), "{id} did not finish: {snapshot}");
     }
@@ -287,25 +333,37 @@ async fn main() {
         mock: MockModel::start().await.unwrap(),
         payments: Payments::start().await.unwrap(),
     };
-    let inline = world.serve("inline", true).await;
-    let deferred = world.serve("deferred", false).await;
+    let inline = world.serve("inline", true, false).await;
+    let deferred = world.serve("deferred", false, false).await;
+    let warm = world.serve("warm", true, true).await;
     let client = reqwest::Client::new();
 
     let mut ts = TsSdk::start(&world);
 
-    // Per form: wall per turn, CLI processes per turn, host CPU per turn (ms).
-    let mut walls: [Vec<Duration>; 4] = Default::default();
-    let mut processes: [Vec<usize>; 2] = Default::default();
-    let mut cpu: [Vec<f64>; 3] = Default::default();
+    // Per form (inline, deferred, TS SDK, bare, warm): wall per turn; host CPU per turn (ms).
+    let mut walls: [Vec<Duration>; 5] = Default::default();
+    let mut cpu: [Vec<f64>; 5] = Default::default();
+    // An idle warm CLI just before the turn that takes it: resident MB, CPU its start took (ms).
+    let (mut idle_rss, mut idle_cpu) = (Vec::new(), Vec::new());
+    let servers: [(usize, &Server); 3] = [(0, &inline), (1, &deferred), (4, &warm)];
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
-        for (i, server) in [&inline, &deferred].into_iter().enumerate() {
+        for (i, server) in servers {
+            if i == 4 && measured {
+                for pid in server.children() {
+                    idle_rss.push(rss_mb(pid));
+                    idle_cpu.push(cpu_ms(pid));
+                }
+            }
             let before = cpu_ms(server.pid());
-            let (wall, clis) = turn(&client, server, &format!("{i}-{round}")).await;
+            let wall = turn(&client, server, &format!("{i}-{round}")).await;
             if measured {
                 walls[i].push(wall);
-                processes[i].push(clis);
                 cpu[i].push(cpu_ms(server.pid()) - before);
+            }
+            if i == 4 {
+                // Its next warm CLI starts now: let it start before the other forms' turns.
+                tokio::time::sleep(Duration::from_millis(1500)).await;
             }
         }
         if let Some(ts) = ts.as_mut() {
@@ -321,6 +379,7 @@ async fn main() {
             walls[3].push(wall);
         }
     }
+    let turns = (warmup + rounds) as f64;
 
     println!(
         "\nThe refund flow (a read, an approval-free idempotent write, the answer), {rounds} rounds \
@@ -333,18 +392,18 @@ async fn main() {
          |---|---|---|---|---|---|"
     );
     let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len().max(1) as f64;
-    let per_turn = |counts: &[usize]| counts.iter().sum::<usize>() as f64 / counts.len().max(1) as f64;
+    let per_turn = |server: &Server| format!("{:.2}", server.processes() as f64 / turns);
     // (form, CLI processes per turn, host CPU per turn and peak RSS when measured)
     type Row<'a> = (&'a str, String, Option<(f64, f64)>);
-    let rows: [Row<'_>; 4] = [
+    let rows: [Row<'_>; 5] = [
         (
-            "Tollgate, write inline (default)",
-            format!("{:.2}", per_turn(&processes[0])),
+            "Tollgate, write inline (default), `--warm-clis 0`",
+            per_turn(&inline),
             Some((mean(&cpu[0]), peak_rss_mb(inline.pid()))),
         ),
         (
-            "Tollgate, write deferred (`inline = false`)",
-            format!("{:.2}", per_turn(&processes[1])),
+            "Tollgate, write deferred (`inline = false`), `--warm-clis 0`",
+            per_turn(&deferred),
             Some((mean(&cpu[1]), peak_rss_mb(deferred.pid()))),
         ),
         (
@@ -353,6 +412,11 @@ async fn main() {
             ts.as_ref().map(|ts| (mean(&cpu[2]), peak_rss_mb(ts.pid()))),
         ),
         ("bare CLI spawn (`-p \"say hello\"`, one model request)", "1".into(), None),
+        (
+            "Tollgate, warm CLI pool (default `--warm-clis`)",
+            per_turn(&warm),
+            Some((mean(&cpu[4]), peak_rss_mb(warm.pid()))),
+        ),
     ];
     for (i, (form, clis, host)) in rows.iter().enumerate() {
         if walls[i].is_empty() {
@@ -369,15 +433,35 @@ async fn main() {
     }
     let p50 = |i: usize| quantile(&walls[i], 0.5);
     println!(
-        "\ninline / deferred (p50): {:.2}; inline / bare spawn (p50): {:.2}",
+        "\ninline / deferred (p50): {:.2}; inline / bare spawn (p50): {:.2}; warm / inline (p50): {:.2}; \
+         warm / bare spawn (p50): {:.2}",
         p50(0) / p50(1),
-        p50(0) / p50(3)
+        p50(0) / p50(3),
+        p50(4) / p50(0),
+        p50(4) / p50(3)
     );
     if !walls[2].is_empty() {
         println!(
-            "inline / TS SDK (p50): {:.2}; deferred / TS SDK (p50): {:.2}",
+            "inline / TS SDK (p50): {:.2}; deferred / TS SDK (p50): {:.2}; warm / TS SDK (p50): {:.2}",
             p50(0) / p50(2),
-            p50(1) / p50(2)
+            p50(1) / p50(2),
+            p50(4) / p50(2)
         );
     }
+    let warm_turns = warm.segments.load(Ordering::Relaxed);
+    println!(
+        "warm form: {} of {warm_turns} segments ran on a warm CLI; {} warm CLIs started",
+        warm.warm_hits.load(Ordering::Relaxed),
+        warm.warm_started.load(Ordering::Relaxed)
+    );
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(0.0)
+    };
+    println!(
+        "an idle warm CLI (median of {}): {:.0} MB resident, {:.0} ms of CPU for its start",
+        idle_rss.len(),
+        median(&mut idle_rss),
+        median(&mut idle_cpu)
+    );
 }
