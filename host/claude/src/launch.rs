@@ -191,9 +191,24 @@ impl ScratchDirs {
     ///
     /// [`SegmentError::Setup`] when a directory cannot be made.
     pub fn create(parent: Option<&Path>) -> Result<ScratchDirs, SegmentError> {
+        Self::create_named(parent, SCRATCH_PREFIX)
+    }
+
+    /// [`ScratchDirs::create`] for a pre-started CLI ([`crate::pool`]): the root is
+    /// `tollgate-warm-<pid>-XXXXXX` ([`WARM_SCRATCH_PREFIX`]), so a waiting CLI's directories are
+    /// told from a segment's; [`remove_stale_scratch`] removes both kinds.
+    ///
+    /// # Errors
+    ///
+    /// [`SegmentError::Setup`] when a directory cannot be made.
+    pub fn create_warm(parent: Option<&Path>) -> Result<ScratchDirs, SegmentError> {
+        Self::create_named(parent, WARM_SCRATCH_PREFIX)
+    }
+
+    fn create_named(parent: Option<&Path>, prefix: &str) -> Result<ScratchDirs, SegmentError> {
         let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
         let root = tempfile::Builder::new()
-            .prefix(&format!("{SCRATCH_PREFIX}{}-", std::process::id()))
+            .prefix(&format!("{prefix}{}-", std::process::id()))
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir_in(&parent)
             .map_err(|source| SegmentError::Setup { path: parent.clone(), source })?;
@@ -228,6 +243,9 @@ impl ScratchDirs {
 /// How every segment's root directory name starts; the creating process's pid follows.
 pub const SCRATCH_PREFIX: &str = "tollgate-segment-";
 
+/// How a pre-started CLI's root directory name starts; the creating process's pid follows.
+pub const WARM_SCRATCH_PREFIX: &str = "tollgate-warm-";
+
 /// A directory only its owner can enter (`0700`).
 fn private_dir() -> std::fs::DirBuilder {
     let mut builder = std::fs::DirBuilder::new();
@@ -237,7 +255,8 @@ fn private_dir() -> std::fs::DirBuilder {
 
 /// Removes the scratch directories that dead processes left under `parent` (the system temp
 /// dir when `None`): a Worker killed by `SIGKILL` (or a power cut) cannot remove its own, and they
-/// hold transcripts. A directory is removed only when its name is `tollgate-segment-<pid>-…`, it
+/// hold transcripts. A directory is removed only when its name is `tollgate-segment-<pid>-…` (or
+/// a pre-started CLI's `tollgate-warm-<pid>-…`), it
 /// is this user's, and no process `<pid>` is alive; a directory of a live process (another
 /// Worker, or this one) is left alone. Returns how many were removed; a directory that cannot
 /// be removed is logged and skipped.
@@ -308,7 +327,8 @@ fn kill_processes_under(dir: &Path, uid: u32) -> usize {
 
 /// The pid in a scratch directory's name `tollgate-segment-<pid>-<random>`.
 fn scratch_owner(name: &str) -> Option<u32> {
-    let (pid, random) = name.strip_prefix(SCRATCH_PREFIX)?.split_once('-')?;
+    let rest = name.strip_prefix(SCRATCH_PREFIX).or_else(|| name.strip_prefix(WARM_SCRATCH_PREFIX))?;
+    let (pid, random) = rest.split_once('-')?;
     if random.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -528,6 +548,9 @@ mod tests {
         let dead = parent.path().join(format!("{SCRATCH_PREFIX}{dead_pid}-abc123"));
         std::fs::create_dir_all(dead.join("config/projects/x")).unwrap();
         std::fs::write(dead.join("config/projects/x/s.jsonl"), "{}\n").unwrap();
+        let dead_warm = parent.path().join(format!("{WARM_SCRATCH_PREFIX}{dead_pid}-def456"));
+        std::fs::create_dir_all(dead_warm.join("config")).unwrap();
+        let live_warm = ScratchDirs::create_warm(Some(parent.path())).unwrap();
         let unrelated = [
             parent.path().join(format!("{SCRATCH_PREFIX}abc123")),
             parent.path().join(format!("{SCRATCH_PREFIX}{dead_pid}-")),
@@ -536,9 +559,11 @@ mod tests {
         for dir in &unrelated {
             std::fs::create_dir(dir).unwrap();
         }
-        assert_eq!(remove_stale_scratch(Some(parent.path())), 1);
+        assert_eq!(remove_stale_scratch(Some(parent.path())), 2);
         assert!(!dead.exists(), "the dead process's directory is gone");
+        assert!(!dead_warm.exists(), "and its warm CLI's");
         assert!(live.root().exists(), "a live process's directory stays");
+        assert!(live_warm.root().exists(), "and its warm CLI's");
         for dir in &unrelated {
             assert!(dir.exists(), "{} is not a scratch directory of a pid", dir.display());
         }
@@ -547,6 +572,7 @@ mod tests {
     #[test]
     fn a_scratch_directory_name_gives_its_pid() {
         assert_eq!(scratch_owner("tollgate-segment-1234-Ab9xYz"), Some(1234));
+        assert_eq!(scratch_owner("tollgate-warm-1234-Ab9xYz"), Some(1234));
         assert_eq!(scratch_owner("tollgate-segment-Ab9xYz"), None);
         assert_eq!(scratch_owner("tollgate-segment-0-x"), None);
         assert_eq!(scratch_owner("tollgate-segment--x"), None);

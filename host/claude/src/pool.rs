@@ -130,7 +130,8 @@ impl<T> Shelf<T> {
 }
 
 /// A CLI started with a segment's launch that waits for its `initialize`, with its own scratch
-/// directories. Dropping it kills its process group and removes the directories.
+/// directories (`tollgate-warm-<pid>-…`, [`ScratchDirs::create_warm`]). Dropping it kills its
+/// process group and removes the directories.
 #[derive(Debug)]
 pub struct WarmCli {
     // Declared first: dropped (the group killed) before the directories go.
@@ -147,7 +148,7 @@ impl WarmCli {
     ///
     /// The directories cannot be made or the process cannot be started.
     pub fn spawn(spec: &SegmentSpec) -> Result<WarmCli, SegmentError> {
-        let dirs = ScratchDirs::create(spec.scratch_parent.as_deref())?;
+        let dirs = ScratchDirs::create_warm(spec.scratch_parent.as_deref())?;
         let launch = launch(spec, &dirs);
         let process = CliProcess::spawn(&launch)
             .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?;
@@ -206,6 +207,8 @@ pub struct WarmPool<A: Send + 'static> {
     wake: Arc<tokio::sync::Notify>,
     reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     on_expired: OnExpired,
+    /// Set by [`WarmPool::clear`]: a later put kills its CLI at once.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl<A: Send + 'static> std::fmt::Debug for WarmPool<A> {
@@ -222,6 +225,7 @@ impl<A: Send + 'static> WarmPool<A> {
             wake: Arc::new(tokio::sync::Notify::new()),
             reaper: Mutex::new(None),
             on_expired,
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -249,8 +253,13 @@ impl<A: Send + 'static> WarmPool<A> {
         self.lock().items.iter().map(|(_, _, (warm, _))| warm.pid()).collect()
     }
 
-    /// Keeps `warm` under `key`; one pushed out past the cap is killed.
+    /// Keeps `warm` under `key`; one pushed out past the cap is killed, and so is `warm` once the
+    /// pool was cleared.
     pub fn put(self: &Arc<Self>, key: Signature, warm: WarmCli, attached: A) {
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            dispose(vec![(warm, attached)]);
+            return;
+        }
         let evicted = self.lock().put(key, (warm, attached), Instant::now());
         dispose(evicted);
         self.ensure_reaper();
@@ -286,8 +295,9 @@ impl<A: Send + 'static> WarmPool<A> {
         taken
     }
 
-    /// Kills every warm CLI it holds.
+    /// Kills every warm CLI it holds, and those put later (a stopping Worker's).
     pub fn clear(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         let all = self.lock().drain();
         dispose(all);
     }

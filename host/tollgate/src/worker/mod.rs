@@ -132,6 +132,24 @@ pub struct Worker {
     proxy: Arc<tokio::sync::OnceCell<ModelProxy>>,
     /// Pre-started CLIs; `None` when [`WorkerConfig::warm_clis`] is 0.
     warm: Option<Arc<warm::Pool>>,
+    /// Steps in hand now (a fresh warm CLI starts only when there are none).
+    in_hand: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts a step in hand while it lives.
+struct InHand(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InHand {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> InHand {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InHand(count.clone())
+    }
+}
+
+impl Drop for InHand {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Worker {
@@ -172,7 +190,16 @@ impl Worker {
         let metrics: Arc<Metrics> = Arc::default();
         let warm = (config.warm_clis > 0)
             .then(|| warm::new_pool(config.warm_clis, config.warm_cli_ttl, metrics.clone()));
-        Worker { store, agent, cli, config: Arc::new(config), metrics, proxy: Arc::default(), warm }
+        Worker {
+            store,
+            agent,
+            cli,
+            config: Arc::new(config),
+            metrics,
+            proxy: Arc::default(),
+            warm,
+            in_hand: Arc::default(),
+        }
     }
 
     /// The model proxy, started at the first call with the Worker's own `ANTHROPIC_*` upstream.
@@ -360,6 +387,7 @@ impl Worker {
 
     /// Runs one claimed step under its heartbeat, until it ends or `release` turns true.
     async fn run_claimed(&self, claimed: Claimed, mut release: watch::Receiver<bool>) {
+        let _in_hand = InHand::new(&self.in_hand);
         let step = &claimed.step;
         debug!(step = step.step_id, kind = %step.kind, session = %step.session_id, attempt = step.attempt, "claimed");
         let (lost_tx, mut lost_rx) = watch::channel(false);

@@ -297,8 +297,9 @@ struct Prestart {
 }
 
 impl Prestart {
-    /// Starts it; a resume only when `runs_unattended` (the deferred call's next step is a tool
-    /// call, not a human's decision: nothing holds a process for a human).
+    /// Starts it: a resume at once, while the tool step runs, and only when `runs_unattended`
+    /// (the deferred call's next step is a tool call, not a human's decision: nothing holds a
+    /// process for a human); a fresh one once the Worker has no step in hand.
     async fn start(self, worker: &Worker, runs_unattended: bool) {
         let Prestart { mut next, resume } = self;
         match resume {
@@ -307,7 +308,7 @@ impl Prestart {
                 warm::prestart(worker, next.spec, &next.cwd, false).await;
             }
             Some(_) => {}
-            None => warm::prestart(worker, next.spec, &next.cwd, true).await,
+            None => warm::prestart_when_idle(worker, next.spec, next.cwd),
         }
     }
 }

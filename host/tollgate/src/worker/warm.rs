@@ -1,11 +1,11 @@
 //! The Worker's warm CLIs: a CLI started with the launch of a segment that is likely to come
 //! next, so that segment skips the CLI's start (~0.5–0.9 s; `tollgate_claude::pool`).
 //!
-//! Two moments start one, after the segment's commit (never while a segment runs, so a running
-//! segment's CLI has the machine to itself, and never for a call that waits on a human):
+//! Two moments start one, after the segment's commit (never for a call that waits on a human):
 //!
 //! - a **fresh** segment that completed: one warm fresh CLI for the agent's launch, which the next
-//!   new session with the same options takes;
+//!   new session with the same options takes; started once the Worker has no step in hand, so it
+//!   never competes with a running segment of the same Worker ([`prestart_when_idle`]);
 //! - a segment that ended **deferred** on a call whose next step runs without approval
 //!   (`CallTool`, `CallSingleAttemptTool`): a warm `--resume=<session>` CLI for the resume that
 //!   follows the tool step.
@@ -143,6 +143,31 @@ pub(super) fn take(
     worker.metrics.warm_cli("hit", 1);
     info!(pid = cli.pid(), "segment on a warm CLI");
     Some(Taken { cli, token, workspace })
+}
+
+/// How long a fresh warm CLI waits for the Worker to have no step in hand before it is not
+/// started at all.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`prestart`] of a fresh CLI, in a task of its own, once the Worker has no step in hand: a warm
+/// CLI's start (~0.3–0.5 s of CPU) never competes with a running segment of the same Worker. A
+/// Worker that stays busy for [`IDLE_WAIT`] starts none (its next new session starts its own CLI).
+pub(super) fn prestart_when_idle(worker: &Worker, spec: SegmentSpec, cwd: Cwd) {
+    if worker.warm.is_none() {
+        return;
+    }
+    let worker = worker.clone();
+    tokio::spawn(async move {
+        let start = std::time::Instant::now();
+        while worker.in_hand.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            if start.elapsed() > IDLE_WAIT {
+                debug!("no warm CLI: the Worker stayed busy");
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        prestart(&worker, spec, &cwd, true).await;
+    });
 }
 
 /// Starts a warm CLI with the launch of `spec` (a fresh start in a directory of its own for a

@@ -175,8 +175,10 @@ async fn after_the_time_to_live_the_warm_cli_is_gone_with_its_folders() {
     };
     let (a, ws, tmp) = worker(&world, "a", &["--warm-cli-ttl-secs", "3"]);
     let warm = first_session(&world, &a).await;
-    let scratch = format!("tollgate-segment-{}-", a.id());
+    let scratch = format!("tollgate-warm-{}-", a.id());
     assert_eq!(entries(&tmp, &scratch).len(), 1, "the warm CLI's scratch folder");
+    let segments = format!("tollgate-segment-{}-", a.id());
+    assert!(entries(&tmp, &segments).is_empty(), "s1's segment folder went with its segment");
     assert_eq!(entries(&ws, ".warm-").len(), 1, "the warm CLI's workspace");
     until("the warm CLI is killed after its time to live", || !alive(warm)).await;
     until("its scratch folder is removed", || entries(&tmp, &scratch).is_empty()).await;
@@ -193,7 +195,7 @@ async fn a_sigkilled_worker_leaves_no_warm_cli_alive_and_the_next_removes_its_fo
     };
     let (a, ws, tmp) = worker(&world, "a", &[]);
     let warm = first_session(&world, &a).await;
-    let scratch = format!("tollgate-segment-{}-", a.id());
+    let scratch = format!("tollgate-warm-{}-", a.id());
     a.kill().await;
     let killed = Instant::now();
     while alive(warm) {
