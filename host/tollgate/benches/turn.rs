@@ -22,7 +22,9 @@
 //!
 //! ```sh
 //! cargo bench -p tollgate --bench turn --profile dev   # BENCH_N=10 rounds (default), BENCH_WARMUP=1,
-//!                                                      # TS_SDK_NODE_MODULES=<dir>/node_modules
+//!                                                      # TS_SDK_NODE_MODULES=<dir>/node_modules,
+//!                                                      # BENCH_VERBOSE=1: the Workers' `segment ran`
+//!                                                      # and warm CLI log lines
 //! ```
 
 use std::path::{Path, PathBuf};
