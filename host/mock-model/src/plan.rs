@@ -51,6 +51,18 @@ pub struct Plan {
     pub gates: Vec<String>,
     /// The reply.
     pub reply: Answer,
+    /// How a streamed reply's text is paced (`drip`, `hold`).
+    pub pace: Pace,
+}
+
+/// How a streamed reply's text is cut and paced: the default is the real API's shape at full
+/// speed (two deltas per block, no wait).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Pace {
+    /// `drip`: text deltas per text block and the wait before each later one.
+    pub drip: Option<(u32, std::time::Duration)>,
+    /// `hold`: the gate the reply parks at halfway through its first text block.
+    pub hold: Option<String>,
 }
 
 /// The reply to a model call: a message, or an HTTP error (`fail`).
@@ -173,19 +185,26 @@ pub fn plan_with_scenarios(body: &Value, nonce: u64, scenarios: &Scenarios) -> P
 
 impl Plan {
     fn answer(message: AssistantReply) -> Self {
-        Plan { gates: Vec::new(), reply: Answer::Message(message) }
+        Plan { gates: Vec::new(), reply: Answer::Message(message), pace: Pace::default() }
     }
 
     /// Applies modifiers in order: pauses collect gates until a `fail` replaces the answer.
     fn with<'a>(modifiers: impl IntoIterator<Item = &'a Modifier>, message: AssistantReply) -> Self {
         let mut gates = Vec::new();
+        let mut pace = Pace::default();
         for modifier in modifiers {
             match modifier {
                 Modifier::Pause(gate) => gates.push(gate.clone()),
-                Modifier::Fail(status) => return Plan { gates, reply: Answer::Error { status: *status } },
+                Modifier::Fail(status) => {
+                    return Plan { gates, reply: Answer::Error { status: *status }, pace };
+                }
+                Modifier::Drip { deltas, every_ms } => {
+                    pace.drip = Some((*deltas, std::time::Duration::from_millis(*every_ms)));
+                }
+                Modifier::Hold(gate) => pace.hold = Some(gate.clone()),
             }
         }
-        Plan { gates, reply: Answer::Message(message) }
+        Plan { gates, reply: Answer::Message(message), pace }
     }
 }
 
@@ -629,7 +648,14 @@ mod tests {
         let tail =
             vec![assistant_calls(&[("toolu_mock_1_0", "a")]), results(&[("toolu_mock_1_0", "ok", false)])];
         let last = plan(&request(script, tail), 2);
-        assert_eq!(last, Plan { gates: vec!["g2".to_owned()], reply: Answer::Error { status: 529 } });
+        assert_eq!(
+            last,
+            Plan {
+                gates: vec!["g2".to_owned()],
+                reply: Answer::Error { status: 529 },
+                pace: Pace::default()
+            }
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! | `call <tool> <json> again <json>` | (in a `call`) | a call the gate refused is called again with the second input instead of the first |
 //! | `pause <gate>` | modifier | park the request until the test opens the gate |
 //! | `fail [<status>]` | modifier | answer with an HTTP error, 500 by default |
+//! | `drip <deltas> <ms>` | modifier | stream each text block in `<deltas>` text deltas, `<ms>` apart (default: two, at once) |
+//! | `hold <gate>` | modifier | stream the first half of the text deltas, then park until the test opens the gate |
 //!
 //! Modifiers written before a `call` act on the reply that calls the tools; modifiers written after it act
 //! on the final answer that quotes the results. For every other script all modifiers act on the one reply.
@@ -80,6 +82,15 @@ pub enum Modifier {
     Pause(String),
     /// `fail [<status>]`: answer with this HTTP status and an Anthropic error body.
     Fail(u16),
+    /// `drip <deltas> <ms>`: stream each text block in this many deltas, this many ms apart.
+    Drip {
+        /// Text deltas per text block (at least 1).
+        deltas: u32,
+        /// The wait before each delta after the first, in milliseconds.
+        every_ms: u64,
+    },
+    /// `hold <gate>`: park the streamed reply halfway through its text until the gate opens.
+    Hold(String),
 }
 
 /// Why a prompt is not a script. The mock answers such a prompt with a text naming the error.
@@ -90,7 +101,7 @@ pub enum ScriptError {
     #[error("the prompt is empty")]
     Empty,
     /// A clause starts with a word that is not a command.
-    #[error("unknown command `{word}` (commands: say, recall, call, pause, fail)")]
+    #[error("unknown command `{word}` (commands: say, recall, call, pause, fail, drip, hold)")]
     UnknownCommand {
         /// The first word of the clause.
         word: String,
@@ -180,6 +191,26 @@ pub fn parse(text: &str) -> Result<Script, ScriptError> {
                 }
                 push_modifier(&mut script, Modifier::Pause(gate.to_owned()));
                 rest = after_gate;
+            }
+            "hold" => {
+                let (gate, after_gate) = split_word(rest);
+                if gate.is_empty() || gate == CLAUSE_SEP {
+                    return Err(ScriptError::MissingArgument { command: "hold", what: "a gate name" });
+                }
+                push_modifier(&mut script, Modifier::Hold(gate.to_owned()));
+                rest = after_gate;
+            }
+            "drip" => {
+                const WHAT: &str = "a delta count (1 to 100000) and a wait in ms (0 to 60000)";
+                let (deltas, after_deltas) = split_word(rest);
+                let (every, after_every) = split_word(after_deltas);
+                let deltas = deltas.parse::<u32>().ok().filter(|n| (1..=100_000).contains(n));
+                let every_ms = every.parse::<u64>().ok().filter(|ms| *ms <= 60_000);
+                let (Some(deltas), Some(every_ms)) = (deltas, every_ms) else {
+                    return Err(ScriptError::MissingArgument { command: "drip", what: WHAT });
+                };
+                push_modifier(&mut script, Modifier::Drip { deltas, every_ms });
+                rest = after_every;
             }
             "fail" => {
                 let (status, after_status) = split_word(rest);
@@ -303,6 +334,20 @@ mod tests {
             parse(r#"call a {"x":1} again"#),
             Err(ScriptError::MissingArgument { command: "again", what: "a JSON object" })
         );
+    }
+
+    #[test]
+    fn drip_and_hold_pace_the_reply_and_name_what_they_need() {
+        let script = parse("drip 40 25 ;; hold half ;; say a long answer").unwrap();
+        assert_eq!(
+            script.before,
+            vec![Modifier::Drip { deltas: 40, every_ms: 25 }, Modifier::Hold("half".into())]
+        );
+        let what = "a delta count (1 to 100000) and a wait in ms (0 to 60000)";
+        for bad in ["drip", "drip 0 5", "drip 3", "drip 3 x ;; say a"] {
+            assert_eq!(parse(bad), Err(ScriptError::MissingArgument { command: "drip", what }), "{bad}");
+        }
+        assert_eq!(parse("hold"), Err(ScriptError::MissingArgument { command: "hold", what: "a gate name" }));
     }
 
     #[test]

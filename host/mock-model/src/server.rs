@@ -32,6 +32,7 @@ use crate::log::{RecordedRequest, RequestLog, logged_body, logged_headers};
 use crate::plan::{Answer, plan_with_scenarios};
 use crate::reply::Reply;
 use crate::wire::{self, MessageMeta};
+use futures_util::StreamExt;
 
 /// What every request handler shares.
 #[derive(Debug)]
@@ -123,7 +124,7 @@ async fn handle(
 }
 
 /// `POST /v1/messages`: plan, log, wait at the gates, reply.
-async fn messages(shared: &Shared, mut record: RecordedRequest, body: Value) -> Response {
+async fn messages(shared: &Arc<Shared>, mut record: RecordedRequest, body: Value) -> Response {
     let nonce = shared.nonce();
     let plan = plan_with_scenarios(&body, nonce, &shared.scenarios.read().expect("scenarios lock"));
     record.gates = plan.gates.clone();
@@ -152,8 +153,35 @@ async fn messages(shared: &Shared, mut record: RecordedRequest, body: Value) -> 
     if !streaming {
         return json_response(StatusCode::OK, &wire::json_message(&message, &meta));
     }
-    let events = wire::sse_events(&message, &meta).into_iter().map(Ok::<Bytes, Infallible>);
-    let mut response = Body::from_stream(futures_util::stream::iter(events)).into_response();
+    let paced = wire::paced_events(&message, &meta, &plan.pace);
+    let mut response = if plan.pace == crate::plan::Pace::default() {
+        let events = paced.into_iter().filter_map(|step| match step {
+            wire::Paced::Send { bytes, .. } => Some(Ok::<Bytes, Infallible>(bytes)),
+            wire::Paced::Hold(_) => None,
+        });
+        Body::from_stream(futures_util::stream::iter(events)).into_response()
+    } else {
+        // Paced: each event after its wait, parked at a hold's gate (given up at shutdown).
+        let shared = shared.clone();
+        let steps = futures_util::stream::iter(paced).filter_map(move |step| {
+            let shared = shared.clone();
+            async move {
+                match step {
+                    wire::Paced::Send { wait, bytes } => {
+                        if !wait.is_zero() {
+                            tokio::time::sleep(wait).await;
+                        }
+                        Some(Ok::<Bytes, std::io::Error>(bytes))
+                    }
+                    wire::Paced::Hold(gate) => match shared.gates.pass(&gate).await {
+                        Ok(()) => None,
+                        Err(_) => Some(Err(std::io::Error::other("mock: shutting down"))),
+                    },
+                }
+            }
+        });
+        Body::from_stream(steps).into_response()
+    };
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -35,6 +35,7 @@ use serde_json::{Value, json};
 
 use tollgate_protocol::{ApiEvent, ContentBlock, Delta};
 
+use crate::plan::Pace;
 use crate::reply::AssistantReply;
 
 /// The fixed parts of one reply: its message ID, the model named by the request, and token counts.
@@ -50,23 +51,83 @@ pub struct MessageMeta {
 
 /// The SSE events of a streamed reply, one `Bytes` per event.
 pub fn sse_events(message: &AssistantReply, meta: &MessageMeta) -> Vec<Bytes> {
-    let mut events = vec![sse(&ApiEvent::MessageStart {
-        message: json!({
-            "id": meta.id, "type": "message", "role": "assistant", "model": meta.model,
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {
-                "input_tokens": meta.input_tokens, "output_tokens": 1,
-                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                "service_tier": "standard",
-            },
+    cut_events(message, meta, 2).into_iter().map(|(bytes, _)| bytes).collect()
+}
+
+/// One step of a paced reply ([`paced_events`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Paced {
+    /// Wait this long, then send the event.
+    Send {
+        /// The wait before it.
+        wait: std::time::Duration,
+        /// The SSE event.
+        bytes: Bytes,
+    },
+    /// Park until this gate opens.
+    Hold(String),
+}
+
+/// The SSE events of a streamed reply, paced as `pace` says: each text block cut in `drip`'s
+/// count of deltas with its wait before every text delta but the first, and a `hold` halfway
+/// through the first text block's deltas. The default pace is [`sse_events`] without waits.
+pub fn paced_events(message: &AssistantReply, meta: &MessageMeta, pace: &Pace) -> Vec<Paced> {
+    let (deltas, every) = pace.drip.unwrap_or((2, std::time::Duration::ZERO));
+    let events = cut_events(message, meta, deltas as usize);
+    let text_deltas = events.iter().filter(|(_, text)| *text).count();
+    let first_block = message
+        .content
+        .iter()
+        .find_map(|block| match block {
+            ContentBlock::Text { text } => Some(pieces(text, deltas as usize).len()),
+            _ => None,
+        })
+        .unwrap_or(0);
+    let hold_after = first_block.div_ceil(2).max(1);
+    let mut out = Vec::with_capacity(events.len() + 1);
+    let mut seen = 0usize;
+    for (bytes, text) in events {
+        let wait = if text && seen > 0 { every } else { std::time::Duration::ZERO };
+        out.push(Paced::Send { wait, bytes });
+        if text {
+            seen += 1;
+            if seen == hold_after
+                && let Some(gate) = &pace.hold
+            {
+                out.push(Paced::Hold(gate.clone()));
+            }
+        }
+    }
+    debug_assert!(seen == text_deltas);
+    out
+}
+
+/// The SSE events of a streamed reply, each text block cut in `text_parts` deltas, each event
+/// with whether it is a text delta.
+fn cut_events(message: &AssistantReply, meta: &MessageMeta, text_parts: usize) -> Vec<(Bytes, bool)> {
+    let mut events = vec![(
+        sse(&ApiEvent::MessageStart {
+            message: json!({
+                "id": meta.id, "type": "message", "role": "assistant", "model": meta.model,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {
+                    "input_tokens": meta.input_tokens, "output_tokens": 1,
+                    "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                    "service_tier": "standard",
+                },
+            }),
         }),
-    })];
+        false,
+    )];
     for (index, block) in message.content.iter().enumerate() {
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         let (start, deltas): (ContentBlock, Vec<Delta>) = match block {
             ContentBlock::Text { text } => (
                 ContentBlock::Text { text: String::new() },
-                halves(text).into_iter().map(|text| Delta::TextDelta { text: text.to_owned() }).collect(),
+                pieces(text, text_parts)
+                    .into_iter()
+                    .map(|text| Delta::TextDelta { text: text.to_owned() })
+                    .collect(),
             ),
             ContentBlock::ToolUse { id, name, input } => (
                 ContentBlock::ToolUse { id: id.clone(), name: name.clone(), input: json!({}) },
@@ -77,23 +138,27 @@ pub fn sse_events(message: &AssistantReply, meta: &MessageMeta) -> Vec<Bytes> {
             ),
             other => (other.clone(), Vec::new()),
         };
-        events.push(sse(&ApiEvent::ContentBlockStart { index, content_block: start }));
+        events.push((sse(&ApiEvent::ContentBlockStart { index, content_block: start }), false));
         if index == 0 {
-            events.push(sse(&ApiEvent::Other(json!({"type": "ping"}))));
+            events.push((sse(&ApiEvent::Other(json!({"type": "ping"}))), false));
         }
         for delta in deltas {
-            events.push(sse(&ApiEvent::ContentBlockDelta { index, delta }));
+            let text = matches!(delta, Delta::TextDelta { .. });
+            events.push((sse(&ApiEvent::ContentBlockDelta { index, delta }), text));
         }
-        events.push(sse(&ApiEvent::ContentBlockStop { index }));
+        events.push((sse(&ApiEvent::ContentBlockStop { index }), false));
     }
-    events.push(sse(&ApiEvent::MessageDelta {
-        delta: json!({"stop_reason": message.stop_reason.as_str(), "stop_sequence": null}),
-        usage: Some(json!({
-            "input_tokens": meta.input_tokens, "output_tokens": output_tokens(message),
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-        })),
-    }));
-    events.push(sse(&ApiEvent::MessageStop));
+    events.push((
+        sse(&ApiEvent::MessageDelta {
+            delta: json!({"stop_reason": message.stop_reason.as_str(), "stop_sequence": null}),
+            usage: Some(json!({
+                "input_tokens": meta.input_tokens, "output_tokens": output_tokens(message),
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+            })),
+        }),
+        false,
+    ));
+    events.push((sse(&ApiEvent::MessageStop), false));
     events
 }
 
@@ -150,6 +215,26 @@ fn sse(event: &ApiEvent) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
+/// Cuts a string in `parts` pieces of about as many characters each (fewer when it is shorter);
+/// two parts is [`halves`].
+fn pieces(text: &str, parts: usize) -> Vec<&str> {
+    if parts <= 2 {
+        return if parts == 2 { halves(text) } else { vec![text] };
+    }
+    let chars = text.chars().count();
+    let size = chars.div_ceil(parts).max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (n, (at, _)) in text.char_indices().enumerate() {
+        if n > 0 && n % size == 0 {
+            out.push(&text[start..at]);
+            start = at;
+        }
+    }
+    out.push(&text[start..]);
+    out
+}
+
 /// Cuts a string in two on a character boundary; a string of one character or none stays whole.
 fn halves(text: &str) -> Vec<&str> {
     if text.chars().nth(1).is_none() {
@@ -164,6 +249,8 @@ fn halves(text: &str) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::reply::StopReason;
 
@@ -180,6 +267,47 @@ mod tests {
         let event = event_line.strip_prefix("event: ").expect("event line");
         let data = data_line.strip_prefix("data: ").expect("data line");
         (event.to_owned(), serde_json::from_str(data).unwrap())
+    }
+
+    #[test]
+    fn a_dripped_reply_cuts_its_text_in_as_many_paced_deltas_and_holds_halfway() {
+        let text = "héllo wörld, a reply in pieces";
+        let message = AssistantReply::text(text);
+        let pace = Pace { drip: Some((6, Duration::from_millis(30))), hold: Some("half".into()) };
+        let paced = paced_events(&message, &meta(), &pace);
+        let mut deltas = Vec::new();
+        let mut held_after = None;
+        for step in &paced {
+            match step {
+                Paced::Send { wait, bytes } => {
+                    let (_, data) = frame(bytes);
+                    if let Some(delta) = data["delta"]["text"].as_str() {
+                        let expected =
+                            if deltas.is_empty() { Duration::ZERO } else { Duration::from_millis(30) };
+                        assert_eq!(*wait, expected);
+                        deltas.push(delta.to_owned());
+                    } else {
+                        assert_eq!(*wait, Duration::ZERO, "only text deltas wait");
+                    }
+                }
+                Paced::Hold(gate) => {
+                    assert_eq!(gate, "half");
+                    held_after = Some(deltas.len());
+                }
+            }
+        }
+        assert_eq!(deltas.len(), 6);
+        assert_eq!(deltas.concat(), text);
+        assert_eq!(held_after, Some(3));
+        let plain = paced_events(&message, &meta(), &Pace::default());
+        let plain: Vec<Bytes> = plain
+            .into_iter()
+            .map(|step| match step {
+                Paced::Send { wait, bytes } if wait.is_zero() => bytes,
+                other => panic!("the default pace neither waits nor holds: {other:?}"),
+            })
+            .collect();
+        assert_eq!(plain, sse_events(&message, &meta()), "the default pace is the real API's shape");
     }
 
     #[test]
