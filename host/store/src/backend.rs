@@ -480,6 +480,10 @@ where
         if DB::rows_affected(&fenced.execute(&mut *tx).await?) != 1 {
             return Err(lost());
         }
+        if !matches!(commit.finish, Finish::Keep) {
+            // The claim ends: what its segment streamed is in this commit's items now.
+            sqlx::query(sql.delete_live_text).bind(sid).bind(step_id).execute(&mut *tx).await?;
+        }
         let mut receipt = CommitReceipt::default();
         for item in &commit.items {
             receipt.item_seqs.push(Sql::append_item(&mut tx, sid, &mut item_seq, item).await?);
@@ -740,6 +744,44 @@ where
                 })
             })
             .collect()
+    }
+
+    async fn put_live_text(
+        &self,
+        claimed: &Claimed,
+        turn_id: &str,
+        attempt: i64,
+        text: &str,
+    ) -> Result<(), StoreError> {
+        let written = sqlx::query(DB::statements().put_live_text)
+            .bind(claimed.step.step_id)
+            .bind(claimed.fence)
+            .bind(ROW_VERSION)
+            .bind(turn_id)
+            .bind(attempt)
+            .bind(text)
+            .execute(self.write_pool())
+            .await?;
+        if DB::rows_affected(&written) != 1 {
+            return Err(StoreError::LeaseLost { step_id: claimed.step.step_id, fence: claimed.fence });
+        }
+        wake(self, &claimed.step.session_id, false, true).await;
+        Ok(())
+    }
+
+    async fn live_text(&self, session_id: &str) -> Result<Option<LiveText>, StoreError> {
+        let row =
+            sqlx::query(DB::statements().live_text).bind(session_id).fetch_optional(self.read_pool()).await?;
+        let Some(row) = row else { return Ok(None) };
+        check_row_version("live_text", session_id, row.try_get("row_version")?)?;
+        Ok(Some(LiveText {
+            step_id: row.try_get("step_id")?,
+            fence: row.try_get("fence")?,
+            turn_id: row.try_get("turn_id")?,
+            attempt: row.try_get("attempt")?,
+            text: row.try_get("text")?,
+            updated_at: row.try_get("updated_at")?,
+        }))
     }
 
     async fn interrupt(&self, session_id: &str, interrupt_id: &str) -> Result<Option<Interrupt>, StoreError> {

@@ -179,6 +179,12 @@ pub(crate) struct Statements {
     pub finish_retry: &'static str,
     /// Keeps step `$1`'s claim under fence `$2` (touches `updated_at` only).
     pub finish_keep: &'static str,
+    /// Writes the live text of step `$1`'s session under fence `$2` (`$3` row version, `$4` turn,
+    /// `$5` attempt, `$6` text) while that claim holds the step, unless the row holds a later
+    /// claim of the same step; one row changed or none.
+    pub put_live_text: &'static str,
+    /// Deletes session `$1`'s live text written by step `$2`.
+    pub delete_live_text: &'static str,
     /// Inserts or replaces tool call `$2` of session `$1` (`$3` row version, `$4` status, `$5`
     /// record).
     pub upsert_tool_call: &'static str,
@@ -244,6 +250,8 @@ pub(crate) struct Statements {
     pub tool_calls: &'static str,
     /// Session `$1`'s step in flight.
     pub step_in_flight: &'static str,
+    /// Session `$1`'s live text while the claim that wrote it holds its step.
+    pub live_text: &'static str,
 }
 
 impl Statements {
@@ -330,6 +338,17 @@ impl Statements {
                 "UPDATE steps SET updated_at = {now}
                  WHERE step_id = $1 AND fence = $2 AND state = 'claimed'"
             )),
+            put_live_text: keep(format!(
+                "INSERT INTO live_text (session_id, row_version, step_id, fence, turn_id, attempt, text,
+                     updated_at)
+                 SELECT session_id, $3, step_id, fence, $4, $5, $6, {now} FROM steps
+                 WHERE step_id = $1 AND fence = $2 AND state = 'claimed'
+                 ON CONFLICT (session_id) DO UPDATE SET row_version = excluded.row_version,
+                     step_id = excluded.step_id, fence = excluded.fence, turn_id = excluded.turn_id,
+                     attempt = excluded.attempt, text = excluded.text, updated_at = excluded.updated_at
+                 WHERE live_text.step_id <> excluded.step_id OR live_text.fence <= excluded.fence"
+            )),
+            delete_live_text: "DELETE FROM live_text WHERE session_id = $1 AND step_id = $2",
             upsert_tool_call: keep(format!(
                 "INSERT INTO tool_calls (session_id, tool_call_id, row_version, status, record,
                      created_at, updated_at)
@@ -409,6 +428,9 @@ impl Statements {
                 "SELECT {STEP_COLUMNS} FROM steps
                  WHERE session_id = $1 AND state IN ('queued', 'claimed', 'waiting')"
             )),
+            live_text: "SELECT l.row_version, l.step_id, l.fence, l.turn_id, l.attempt, l.text, l.updated_at
+                 FROM live_text l JOIN steps s ON s.step_id = l.step_id AND s.fence = l.fence
+                 WHERE l.session_id = $1 AND s.state = 'claimed'",
         }
     }
 }
@@ -442,6 +464,8 @@ mod tests {
             finish_done,
             finish_retry,
             finish_keep,
+            put_live_text,
+            delete_live_text,
             upsert_tool_call,
             insert_interrupt,
             merge_message,
@@ -468,6 +492,7 @@ mod tests {
             tool_call,
             tool_calls,
             step_in_flight,
+            live_text,
         } = s;
         vec![
             ("lock_session", *lock_session),
@@ -490,6 +515,8 @@ mod tests {
             ("finish_done", *finish_done),
             ("finish_retry", *finish_retry),
             ("finish_keep", *finish_keep),
+            ("put_live_text", *put_live_text),
+            ("delete_live_text", *delete_live_text),
             ("upsert_tool_call", *upsert_tool_call),
             ("insert_interrupt", *insert_interrupt),
             ("merge_message", *merge_message),
@@ -516,6 +543,7 @@ mod tests {
             ("tool_call", *tool_call),
             ("tool_calls", *tool_calls),
             ("step_in_flight", *step_in_flight),
+            ("live_text", *live_text),
         ]
     }
 

@@ -56,7 +56,9 @@
 //! Migration 0007 adds the conversation's projection (`messages`, `sessions.unprojected`, the index
 //! `items_kind(session_id, kind, seq)`; see [`Store::read_messages`]); migration 0009 the
 //! transcript in resume form (`transcript_chunks`, `sessions.unchunked`; see
-//! [`Store::read_transcript`]). JSON columns are `text` on both backends (never `jsonb`, which would
+//! [`Store::read_transcript`]). Migration 0008 adds `live_text` (PK `session_id`): a running
+//! segment's streamed text, one overwritten row per session ([`Store::put_live_text`]), instead
+//! of an event per flush. JSON columns are `text` on both backends (never `jsonb`, which would
 //! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -229,6 +231,24 @@ pub trait Store: Send + Sync {
     /// kept, oldest first, in one read. A session created before schema 9 (or a missing one)
     /// reads as `chunked: false` with no chunks: its transcript is only in its items.
     async fn read_transcript(&self, session_id: &str) -> Result<StoredTranscript, StoreError>;
+
+    /// Overwrites the session's live text ([`LiveText`]) with `text`, the whole text the claim's
+    /// segment has streamed so far, in one statement checked against the claim's fence:
+    /// `LeaseLost` (nothing written) when the claim is stale or when the row holds a later claim
+    /// of the same step. Wakes the session's event readers, as an appended event does. The
+    /// commit that finishes or requeues the step ([`Finish::Done`], [`Finish::Retry`]) deletes
+    /// the row in its transaction.
+    async fn put_live_text(
+        &self,
+        claimed: &Claimed,
+        turn_id: &str,
+        attempt: i64,
+        text: &str,
+    ) -> Result<(), StoreError>;
+
+    /// The session's live text while the claim that wrote it still holds its step (claimed,
+    /// same fence), else `Ok(None)`: a dead attempt's text is never returned.
+    async fn live_text(&self, session_id: &str) -> Result<Option<LiveText>, StoreError>;
 
     /// Up to `limit` events of the session with `seq > after`, in order.
     async fn read_events(&self, session_id: &str, after: i64, limit: i64) -> Result<Vec<Event>, StoreError>;

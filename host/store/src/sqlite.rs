@@ -285,6 +285,13 @@ fn migrator() -> Migrator {
             false,
         ),
         Migration::new(
+            8,
+            "live text".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0008_live_text.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
             9,
             "transcript_chunks".into(),
             MigrationType::Simple,

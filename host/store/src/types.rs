@@ -313,6 +313,24 @@ pub struct Event {
     pub created_at: i64,
 }
 
+/// The text a running segment has streamed so far ([`crate::Store::live_text`]): one value per
+/// session, overwritten as it grows, owned by the claim that wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveText {
+    /// The step whose claim streams it.
+    pub step_id: i64,
+    /// That claim's fence: a retried attempt has a higher one.
+    pub fence: i64,
+    /// The turn (opaque to the store).
+    pub turn_id: String,
+    /// The attempt of the turn's step (opaque to the store).
+    pub attempt: i64,
+    /// Every text delta of the segment so far, joined.
+    pub text: String,
+    /// When it was last written (DB clock, ms).
+    pub updated_at: i64,
+}
+
 /// A pending or resolved human decision.
 #[derive(Clone, Debug)]
 pub struct Interrupt {

@@ -132,6 +132,9 @@ cases![
     upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event,
     a_running_session_is_not_upgraded_and_nothing_is_written,
     interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_decided_one_is_queued_at_once,
+    live_text_is_one_overwritten_row_read_only_while_its_claim_holds_the_step,
+    a_stale_fence_cannot_write_live_text_over_the_attempt_that_replaced_it,
+    a_live_text_write_wakes_a_reader_of_that_session,
 ];
 
 /// Runs every case, each on a fresh harness from `fresh(case_name)`.
@@ -1243,4 +1246,55 @@ async fn interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_deci
     // A person deciding the closed one afterwards is told it is resolved.
     let late = s.resolve_interrupt(decide("i3", r#"{"approved":true}"#)).await;
     assert!(matches!(late, Err(StoreError::InterruptAlreadyResolved { .. })), "{late:?}");
+}
+
+async fn live_text_is_one_overwritten_row_read_only_while_its_claim_holds_the_step(h: Harness) {
+    let s = &*h.store;
+    let c = claimed_session(s, "s").await;
+    assert_eq!(s.live_text("s").await.unwrap(), None, "nothing streamed yet");
+    s.put_live_text(&c, "t1", 1, "Hel").await.expect("put");
+    s.put_live_text(&c, "t1", 1, "Hello, wörld").await.expect("put again");
+    let live = s.live_text("s").await.unwrap().expect("the live text");
+    assert_eq!(
+        (live.step_id, live.fence, live.turn_id.as_str(), live.attempt, live.text.as_str()),
+        (c.step.step_id, c.fence, "t1", 1, "Hello, wörld")
+    );
+    assert_eq!(h.count("SELECT count(*) FROM live_text").await, 1, "one row, overwritten");
+    assert!(s.read_events("s", 0, 100).await.unwrap().is_empty(), "no event per write");
+    s.commit(&c, Commit::finish(Finish::Keep)).await.expect("keep");
+    assert!(s.live_text("s").await.unwrap().is_some(), "a Keep commit leaves it");
+    s.commit(&c, done()).await.expect("done");
+    assert_eq!(s.live_text("s").await.unwrap(), None, "the step's end supersedes it");
+    assert_eq!(h.count("SELECT count(*) FROM live_text").await, 0, "and deletes the row");
+    assert!(matches!(s.put_live_text(&c, "t1", 1, "late").await, Err(StoreError::LeaseLost { .. })));
+    assert_eq!(h.count("SELECT count(*) FROM live_text").await, 0, "a finished claim writes nothing");
+}
+
+async fn a_stale_fence_cannot_write_live_text_over_the_attempt_that_replaced_it(h: Harness) {
+    let s = &*h.store;
+    new_session(s, "s").await;
+    s.send_user_message(message("s", "k1", "hello")).await.unwrap();
+    let stale = s.claim("w1", Duration::from_millis(1)).await.unwrap().expect("due");
+    s.put_live_text(&stale, "t1", 1, "dead attempt").await.expect("still the holder");
+    let fresh = claim_within(s, "w2", LONG, Duration::from_secs(10)).await.expect("reclaimed");
+    assert_eq!(s.live_text("s").await.unwrap(), None, "a dead attempt's text is not read");
+    let err = s.put_live_text(&stale, "t1", 1, "dead attempt, more").await.expect_err("stale");
+    assert!(matches!(err, StoreError::LeaseLost { fence: 1, .. }), "{err}");
+    s.put_live_text(&fresh, "t1", 2, "retried").await.expect("the holder writes");
+    let err = s.put_live_text(&stale, "t1", 1, "dead again").await.expect_err("stale");
+    assert!(matches!(err, StoreError::LeaseLost { .. }), "{err}");
+    let live = s.live_text("s").await.unwrap().expect("the retried attempt's text");
+    assert_eq!((live.fence, live.attempt, live.text.as_str()), (fresh.fence, 2, "retried"));
+    s.commit(&fresh, Commit::finish(Finish::Retry(Duration::from_secs(60)))).await.expect("retry");
+    assert_eq!(s.live_text("s").await.unwrap(), None, "a requeued step has no live text");
+    assert_eq!(h.count("SELECT count(*) FROM live_text").await, 0);
+}
+
+async fn a_live_text_write_wakes_a_reader_of_that_session(h: Harness) {
+    let s = h.store.clone();
+    let c = claimed_session(&*s, "s").await;
+    let mut reader = s.event_signal("s");
+    let waiter = tokio::spawn(async move { reader.wait(Duration::from_secs(10)).await });
+    s.put_live_text(&c, "t1", 1, "hi").await.unwrap();
+    assert!(waiter.await.unwrap(), "the write wakes the session's reader");
 }
