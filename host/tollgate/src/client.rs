@@ -350,9 +350,27 @@ impl ApiClient {
     /// # Errors
     /// See [`CallError`]; errors while streaming come from [`EventStream::next`].
     pub async fn events(&self, id: &str, after: i64, follow: bool) -> Result<EventStream, CallError> {
+        self.events_with(id, after, follow, false).await
+    }
+
+    /// [`ApiClient::events`] with the running segment's text as it streams (`live=true`): also
+    /// `text_delta` events that are not stored (their `seq` is the last stored event's; resume
+    /// after it as usual), with `offset`s that overlap the stored text.
+    pub async fn live_events(&self, id: &str, after: i64) -> Result<EventStream, CallError> {
+        self.events_with(id, after, true, true).await
+    }
+
+    async fn events_with(
+        &self,
+        id: &str,
+        after: i64,
+        follow: bool,
+        live: bool,
+    ) -> Result<EventStream, CallError> {
         let path = format!("/v1/sessions/{}/events", segment(id));
         let url = format!("{}{path}", self.base);
-        let query = EventsQuery { after: None, follow: (!follow).then_some(false) };
+        let query =
+            EventsQuery { after: None, follow: (!follow).then_some(false), live: live.then_some(true) };
         let mut request = self
             .request(Method::GET, &path)
             .query(&query)

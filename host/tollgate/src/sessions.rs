@@ -430,6 +430,14 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         started_by: store.audit().started_by(session_id).await?,
         decisions: decisions(store, session_id).await?,
         grants,
+        live_text: store.live_text(session_id).await?.map(|live| crate::api::types::LiveText {
+            turn_id: live.turn_id,
+            attempt: live.attempt,
+            step_id: live.step_id,
+            fence: live.fence,
+            text: live.text,
+            updated_at: live.updated_at,
+        }),
     }))
 }
 

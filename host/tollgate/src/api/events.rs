@@ -5,6 +5,17 @@
 //! `Last-Event-ID` header or `?after=<seq>`. Live text is grouped by (`payload.turn_id`,
 //! `step_id`, `fence`): a retried attempt of a step has a higher fence, so a client drops the
 //! text of the attempt it supersedes. `?follow=false` returns what is stored and ends.
+//!
+//! A segment's text is stored as one `text_delta` per text block (see the Worker's
+//! `run_model::flush_events`), so the stored stream shows it block by block. `?live=true` adds
+//! the text as it streams, read from the session's live-text row ([`Store::live_text`], woken by
+//! the same signal as events): each new part as a `text_delta` without an SSE `id` (not stored,
+//! so a reconnect resumes after the last stored event and is sent the live text again from the
+//! offset it has none of: this connection's start), with `offset` in characters so a client
+//! appends only what it lacks. A stored block that covers text sent live is still sent, byte
+//! for byte; its `offset` tells the client it has that text.
+//!
+//! [`Store::live_text`]: tollgate_store::Store::live_text
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -31,7 +42,7 @@ const POLL: Duration = Duration::from_secs(1);
     path = "/v1/sessions/{id}/events",
     tag = "events",
     summary = "The session's events as Server-Sent Events",
-    description = "`text/event-stream`: each event's `id` is its seq, its `event` its kind, its `data` a StreamEvent. When the store fails mid-stream an `error` event (data: a StreamError) ends the stream; resume with `Last-Event-ID`. Comments (`:`) keep the connection alive every 15 s.",
+    description = "`text/event-stream`: each event's `id` is its seq, its `event` its kind, its `data` a StreamEvent. A segment's text is stored one `text_delta` per text block; with `live=true` its text also comes as it streams, as `text_delta` events without an `id` (see the `live` parameter). When the store fails mid-stream an `error` event (data: a StreamError) ends the stream; resume with `Last-Event-ID`. Comments (`:`) keep the connection alive every 15 s.",
     params(SessionId, EventsQuery, LastEventId),
     responses(
         (status = 200, description = "The events, live unless `follow=false`", body = StreamEvent, content_type = "text/event-stream"),
@@ -46,7 +57,7 @@ pub(super) async fn stream(
     RawQuery(query): RawQuery,
 ) -> ApiResult {
     let [id] = path_ids(path, ["id"])?;
-    let params = Params::parse(query.as_deref(), &["after", "follow"])?;
+    let params = Params::parse(query.as_deref(), &["after", "follow", "live"])?;
     let query_after = params.int("after", 0, i64::MAX)?;
     let from_header = match headers.get("last-event-id") {
         Some(value) => Some(
@@ -66,7 +77,8 @@ pub(super) async fn stream(
         return Err(ApiError::no_session(&id));
     }
     let follow = params.boolean("follow")?.unwrap_or(true);
-    Ok(Sse::new(events(state, id, after, follow))
+    let live = params.boolean("live")?.unwrap_or(false);
+    Ok(Sse::new(events(state, id, after, follow, live))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
 }
@@ -76,9 +88,42 @@ struct Cursor {
     session: String,
     after: i64,
     follow: bool,
+    /// `?live=true`: what this connection has of a segment's text, to send only what is new.
+    live: Option<LiveSent>,
     signal: tollgate_store::EventSignal,
     buffered: std::collections::VecDeque<Event>,
     done: bool,
+}
+
+/// How much of one claim's text (step, fence) a live connection has sent, in characters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LiveSent {
+    claim: Option<(i64, i64)>,
+    chars: usize,
+}
+
+impl LiveSent {
+    /// The connection sent `[offset, offset + chars)` of `claim`'s text (a stored block).
+    fn stored(&mut self, claim: (i64, i64), offset: usize, chars: usize) {
+        if self.claim != Some(claim) {
+            *self = LiveSent { claim: Some(claim), chars: 0 };
+        }
+        if offset <= self.chars {
+            self.chars = self.chars.max(offset + chars);
+        }
+    }
+
+    /// What of `live` (a claim's whole text so far) this connection lacks: its offset and text,
+    /// `None` when it has it all. Counts it as sent.
+    fn next<'a>(&mut self, claim: (i64, i64), text: &'a str) -> Option<(usize, &'a str)> {
+        if self.claim != Some(claim) {
+            *self = LiveSent { claim: Some(claim), chars: 0 };
+        }
+        let from = text.char_indices().nth(self.chars).map(|(at, _)| at)?;
+        let offset = self.chars;
+        self.chars += text[from..].chars().count();
+        Some((offset, &text[from..]))
+    }
 }
 
 fn events(
@@ -86,9 +131,12 @@ fn events(
     session: String,
     after: i64,
     follow: bool,
+    live: bool,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let signal = state.store.event_signal(&session);
-    let cursor = Cursor { state, session, after, follow, signal, buffered: Default::default(), done: false };
+    let live = live.then(LiveSent::default);
+    let cursor =
+        Cursor { state, session, after, follow, live, signal, buffered: Default::default(), done: false };
     stream::unfold(cursor, |mut cursor| async move {
         loop {
             if let Some(event) = cursor.buffered.pop_front() {
@@ -101,11 +149,21 @@ fn events(
                 Ok(page) if !page.is_empty() => {
                     for event in page {
                         cursor.after = event.seq;
+                        if let Some(sent) = cursor.live.as_mut() {
+                            note_stored_text(sent, &event);
+                        }
                         cursor.buffered.push_back(sse_event(&event));
                     }
                 }
-                Ok(_) if !cursor.follow => cursor.done = true,
                 Ok(_) => {
+                    // Nothing stored is new: the live text, then the end or a wait.
+                    if cursor.live.is_some() && live_text(&mut cursor).await {
+                        continue;
+                    }
+                    if !cursor.follow {
+                        cursor.done = true;
+                        continue;
+                    }
                     let mut stopping = cursor.state.stopping.clone();
                     tokio::select! {
                         _ = cursor.signal.wait(POLL) => {}
@@ -124,6 +182,40 @@ fn events(
     })
 }
 
+/// Counts a stored `text_delta` (with an `offset`) as sent to a live connection.
+fn note_stored_text(sent: &mut LiveSent, event: &tollgate_store::Event) {
+    let Some(claim) = event.step.filter(|_| event.kind == TEXT_DELTA) else { return };
+    let Ok(payload) = serde_json::from_str::<serde_json::Value>(event.payload.get()) else { return };
+    if let (Some(offset), Some(text)) = (payload["offset"].as_u64(), payload["text"].as_str()) {
+        sent.stored(claim, usize::try_from(offset).unwrap_or(usize::MAX), text.chars().count());
+    }
+}
+
+/// Buffers the live text the connection lacks, if any: `true` when it buffered some. A store
+/// error is left to the next read of the events, which reports it.
+async fn live_text(cursor: &mut Cursor) -> bool {
+    let Ok(Some(live)) = cursor.state.store.live_text(&cursor.session).await else { return false };
+    let Some(sent) = cursor.live.as_mut() else { return false };
+    let Some((offset, text)) = sent.next((live.step_id, live.fence), &live.text) else { return false };
+    let payload = serde_json::json!({
+        "turn_id": live.turn_id, "attempt": live.attempt, "offset": offset, "text": text, "live": true,
+    });
+    let data = StreamEvent {
+        seq: cursor.after,
+        kind: TEXT_DELTA.to_owned(),
+        step_id: Some(live.step_id),
+        fence: Some(live.fence),
+        created_at: live.updated_at,
+        payload: serde_json::value::to_raw_value(&payload).expect("serializes"),
+    };
+    let data = serde_json::to_string(&data).expect("serializes");
+    cursor.buffered.push_back(Event::default().event(TEXT_DELTA).data(data));
+    true
+}
+
+/// The kind of streamed text, stored or live.
+const TEXT_DELTA: &str = "text_delta";
+
 fn sse_event(event: &tollgate_store::Event) -> Event {
     let data = StreamEvent {
         seq: event.seq,
@@ -135,4 +227,22 @@ fn sse_event(event: &tollgate_store::Event) -> Event {
     };
     let data = serde_json::to_string(&data).expect("serializes");
     Event::default().id(event.seq.to_string()).event(event.kind.clone()).data(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_connection_sends_each_character_of_a_claims_text_once_and_starts_over_for_a_new_claim() {
+        let mut sent = LiveSent::default();
+        assert_eq!(sent.next((1, 1), "Hé"), Some((0, "Hé")));
+        assert_eq!(sent.next((1, 1), "Hé"), None, "nothing new");
+        assert_eq!(sent.next((1, 1), "Héllo"), Some((2, "llo")));
+        sent.stored((1, 1), 0, 7);
+        assert_eq!(sent.next((1, 1), "Héllo, w"), Some((7, "w")), "a stored block counts as sent");
+        sent.stored((1, 1), 20, 3);
+        assert_eq!(sent.chars, 8, "a block past a gap does not count");
+        assert_eq!(sent.next((1, 2), "Re"), Some((0, "Re")), "a retried attempt starts over");
+    }
 }

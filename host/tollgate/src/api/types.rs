@@ -243,6 +243,15 @@ pub struct EventsQuery {
     /// `false`: send what is stored and end; default `true` (stream live events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow: Option<bool>,
+    /// `true`: also send the running segment's text as it streams, as `text_delta` events that
+    /// are not stored: no SSE `id` (a reconnect resumes after the last stored event), `seq` the
+    /// last stored event's, payload `{"turn_id","attempt","offset","text","live":true}`.
+    /// `offset` is where `text` starts in the segment's text, in characters (Unicode scalar
+    /// values), as in a stored `text_delta`: append what lies past the text you have of that
+    /// (`turn_id`, `step_id`, `fence`). Default `false`: stored events only, whose text comes one
+    /// event per text block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<bool>,
 }
 
 // ---- Sessions and messages ----
@@ -327,6 +336,28 @@ pub struct Snapshot {
     #[serde(default)]
     #[schema(required = true)]
     pub grants: Vec<SessionGrant>,
+    /// The text the running segment has streamed so far, while one streams (absent otherwise):
+    /// what the `text_delta` events of its (`turn_id`, `step_id`, `fence`) add up to. When the
+    /// segment ends its text is in `messages` and this is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_text: Option<LiveText>,
+}
+
+/// The text a running segment has streamed so far ([`Snapshot::live_text`]).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct LiveText {
+    /// The turn.
+    pub turn_id: String,
+    /// The attempt of the turn's step.
+    pub attempt: i64,
+    /// The step whose segment streams it.
+    pub step_id: i64,
+    /// That step's fence (a retried attempt has a higher one).
+    pub fence: i64,
+    /// Every text delta of the segment so far, joined.
+    pub text: String,
+    /// When it was last written (ms since the epoch).
+    pub updated_at: i64,
 }
 
 /// One row of the audit trail: a decision, who made it and when.
@@ -1040,6 +1071,7 @@ mod tests {
         };
         let started = ToolCall { state: CallState::Started { attempt: 2 }, ..call.clone() };
         let snapshot = Snapshot {
+            live_text: None,
             session_id: "s".into(),
             status: "idle".into(),
             messages: Vec::new(),

@@ -429,11 +429,12 @@ async fn watch(
         url_flag: args.url_flag(),
         mid_line: false,
         text_of: None,
+        printed: None,
     };
     let mut last = after;
     let mut failures = 0u32;
     loop {
-        let dropped = match client.events(id, last, true).await {
+        let dropped = match client.live_events(id, last).await {
             Ok(mut stream) => loop {
                 match stream.next().await {
                     Ok(Some(event)) => {
@@ -470,6 +471,22 @@ async fn watch(
     }
 }
 
+/// What of a `text_delta`'s `text` (starting at character `offset` of its segment's text, when
+/// given) is new after `printed` characters, and how many are printed after it.
+fn new_text(text: &str, offset: Option<usize>, printed: usize) -> (&str, usize) {
+    let chars = text.chars().count();
+    match offset {
+        // An old server's text has no offset: every delta is new.
+        None => (text, printed + chars),
+        Some(offset) if offset + chars <= printed => ("", printed),
+        Some(offset) => {
+            let skip = printed.saturating_sub(offset);
+            let from = text.char_indices().nth(skip).map_or(text.len(), |(at, _)| at);
+            (&text[from..], offset + chars)
+        }
+    }
+}
+
 /// Whether the session is idle with nothing pending and `seq` is its last event.
 async fn idle_after(client: &ApiClient, id: &str, seq: i64) -> anyhow::Result<bool> {
     let snapshot =
@@ -487,8 +504,14 @@ struct Printer {
     /// Text was printed without its line end.
     mid_line: bool,
     /// The (turn, step, fence) whose text is being printed.
-    text_of: Option<(Value, Option<i64>, Option<i64>)>,
+    text_of: Option<TextGroup>,
+    /// The (turn, step, fence) whose text was printed last and how many characters of it: live
+    /// text and its stored blocks overlap, by `offset`.
+    printed: Option<(TextGroup, usize)>,
 }
+
+/// The text of one attempt of a step: (turn, step, fence).
+type TextGroup = (Value, Option<i64>, Option<i64>);
 
 impl Printer {
     fn print(&mut self, event: &StreamEvent) -> anyhow::Result<()> {
@@ -502,13 +525,23 @@ impl Printer {
         let p = &event.payload_value();
         if event.kind == "text_delta" {
             let group = (p["turn_id"].clone(), event.step_id, event.fence);
+            let whole = p["text"].as_str().unwrap_or_default();
+            let printed = match &self.printed {
+                Some((of, chars)) if *of == group => *chars,
+                _ => 0,
+            };
+            let offset = p["offset"].as_u64().and_then(|o| usize::try_from(o).ok());
+            let (text, printed) = new_text(whole, offset, printed);
+            self.printed = Some((group.clone(), printed));
+            if text.is_empty() {
+                return Ok(());
+            }
             if self.text_of.as_ref() != Some(&group) {
                 self.end_line_on(out)?;
                 write!(out, "assistant: ")?;
                 self.mid_line = true;
                 self.text_of = Some(group);
             }
-            let text = p["text"].as_str().unwrap_or_default();
             write!(out, "{text}")?;
             self.mid_line = if text.is_empty() { self.mid_line } else { !text.ends_with('\n') };
             out.flush()?;
@@ -684,6 +717,15 @@ pub(crate) fn table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_text_and_the_stored_block_that_repeats_it_print_each_character_once() {
+        assert_eq!(new_text("Hé", Some(0), 0), ("Hé", 2));
+        assert_eq!(new_text("llo", Some(2), 2), ("llo", 5));
+        assert_eq!(new_text("Héllo", Some(0), 5), ("", 5), "the stored block of what was live");
+        assert_eq!(new_text("Héllo, wörld", Some(0), 5), (", wörld", 12));
+        assert_eq!(new_text("more", None, 12), ("more", 16), "an old server's delta is all new");
+    }
 
     #[test]
     fn plain_words_stay_bare_and_others_are_single_quoted() {

@@ -34,7 +34,7 @@ use crate::sessions;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
 use crate::tool_runner::SandboxTools;
 
-/// How often streamed events are written while a segment runs.
+/// How often streamed text and events are written while a segment runs ([`flush_events`]).
 const EVENT_FLUSH: Duration = Duration::from_millis(200);
 
 pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep) -> Result<(), StepError> {
@@ -565,9 +565,30 @@ impl CliDecider for FactoryDecider {
     }
 }
 
-/// Writes the segment's streamed events every [`EVENT_FLUSH`], text deltas joined, under the
-/// claim (so a reader can tell this attempt's text from a retried one's by step and fence), and
-/// times the inline tool calls for their spans.
+/// Writes what the segment streams, every [`EVENT_FLUSH`], under the claim (so a reader tells
+/// this attempt's text from a retried one's by step and fence), and times the inline tool calls
+/// for their spans.
+///
+/// # Why text is written this way (issue 15, "write amplification of streaming")
+///
+/// Streamed text used to be a `text_delta` event per flush: a fenced transaction (session lock,
+/// step fence, event row, seq) every 200 ms and a row per 200 ms of text, kept for ever beside the
+/// transcript that holds the same text. Now:
+///
+/// - **Live**: every flush overwrites the session's one live-text row with the segment's whole
+///   text so far ([`tollgate_store::Store::put_live_text`]: one fenced statement, no event, no
+///   seq). It wakes the session's readers (in-process, and PostgreSQL `NOTIFY` for an API in
+///   another process), which send the new text to SSE clients that asked for it
+///   (`?live=true`) and show it in the snapshot (`live_text`). The commit that ends the step
+///   deletes the row: by then the text is in the transcript and the projection.
+/// - **Stored**: one `text_delta` event per text block (the text since the last event of this
+///   segment: written with the next tool event, or at the segment's end), with `offset`, its
+///   start in the segment's text in characters. So a client resuming with `Last-Event-ID` still
+///   replays every text the log had (fewer, larger events), and one that saw the live text
+///   drops what it has by offset.
+///
+/// A stale claim writes neither: both are checked against the fence, and `LeaseLost` stops
+/// the segment's writer.
 async fn flush_events(
     worker: Worker,
     claimed: Claimed,
@@ -577,6 +598,7 @@ async fn flush_events(
     mut rx: mpsc::UnboundedReceiver<SegmentEvent>,
 ) -> Result<InlineTools, StepError> {
     let mut tools = InlineTools::default();
+    let mut text = StreamedText::default();
     let mut open = true;
     while open {
         let deadline = tokio::time::sleep(EVENT_FLUSH);
@@ -586,43 +608,103 @@ async fn flush_events(
                 event = rx.recv() => match event {
                     Some(event) => {
                         tools.on_event(&event);
-                        push_event(&mut pending, &turn_id, attempt, event);
+                        push_event(&mut pending, &mut text, &turn_id, attempt, event);
                     }
                     None => { open = false; break; }
                 },
                 () = &mut deadline => break,
             }
         }
+        if !open {
+            pending.extend(text.block_event(&turn_id, attempt));
+        }
         if !pending.is_empty() {
             let mut keep = Transition::keep();
             keep.events = std::mem::take(&mut pending);
             worker.commit(&claimed, keep).await?;
         }
+        if open && text.unwritten() {
+            match worker.store.put_live_text(&claimed, &turn_id, attempt, &text.whole).await {
+                Ok(()) => text.written(),
+                // A hint for readers: the next flush writes the whole text again.
+                Err(err) if err.is_retryable() => warn!(error = %err, "the live text was not written"),
+                Err(err) => return Err(err.into()),
+            }
+        }
     }
     Ok(tools)
 }
 
-fn push_event(pending: &mut Vec<NewEvent>, turn_id: &str, attempt: i64, event: SegmentEvent) {
-    match event {
-        SegmentEvent::TextDelta { text } => {
-            if let Some(last) = pending.last_mut()
-                && last.kind == event_kind::TEXT_DELTA
-                && let Some(Value::String(joined)) = last.payload.get_mut("text")
-            {
-                joined.push_str(&text);
-                return;
-            }
-            pending.push(NewEvent { kind: event_kind::TEXT_DELTA, payload: json!({"turn_id": turn_id, "attempt": attempt, "text": text}) });
+/// The text a segment streamed: all of it, how much of it the event log has, and how much the
+/// live-text row has.
+#[derive(Debug, Default)]
+struct StreamedText {
+    /// Every text delta so far, joined.
+    whole: String,
+    /// Characters of `whole`.
+    chars: usize,
+    /// Bytes and characters of `whole` stored as `text_delta` events.
+    stored: (usize, usize),
+    /// Bytes of `whole` in the live-text row.
+    live: usize,
+}
+
+impl StreamedText {
+    fn push(&mut self, delta: &str) {
+        self.whole.push_str(delta);
+        self.chars += delta.chars().count();
+    }
+
+    /// The `text_delta` event of the text not stored yet (`None` when there is none), which is
+    /// then stored.
+    fn block_event(&mut self, turn_id: &str, attempt: i64) -> Option<NewEvent> {
+        let (bytes, chars) = self.stored;
+        if bytes == self.whole.len() {
+            return None;
         }
-        SegmentEvent::ToolCallStarted { tool_use_id, name } => pending.push(NewEvent {
-            kind: event_kind::TOOL_CALL_STARTED,
-            payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name, "deferred": false}),
-        }),
-        SegmentEvent::ToolCallFinished { tool_use_id, name, is_error } => pending.push(NewEvent {
-            kind: event_kind::TOOL_CALL_FINISHED,
-            payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
-                "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
-        }),
+        let block = &self.whole[bytes..];
+        let event = NewEvent {
+            kind: event_kind::TEXT_DELTA,
+            payload: json!({"turn_id": turn_id, "attempt": attempt, "offset": chars, "text": block}),
+        };
+        self.stored = (self.whole.len(), self.chars);
+        Some(event)
+    }
+
+    fn unwritten(&self) -> bool {
+        self.live != self.whole.len()
+    }
+
+    fn written(&mut self) {
+        self.live = self.whole.len();
+    }
+}
+
+fn push_event(
+    pending: &mut Vec<NewEvent>,
+    text: &mut StreamedText,
+    turn_id: &str,
+    attempt: i64,
+    event: SegmentEvent,
+) {
+    match event {
+        SegmentEvent::TextDelta { text: delta } => text.push(&delta),
+        SegmentEvent::ToolCallStarted { tool_use_id, name } => {
+            // The text before the call goes first, so the log keeps the order it streamed in.
+            pending.extend(text.block_event(turn_id, attempt));
+            pending.push(NewEvent {
+                kind: event_kind::TOOL_CALL_STARTED,
+                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name, "deferred": false}),
+            });
+        }
+        SegmentEvent::ToolCallFinished { tool_use_id, name, is_error } => {
+            pending.extend(text.block_event(turn_id, attempt));
+            pending.push(NewEvent {
+                kind: event_kind::TOOL_CALL_FINISHED,
+                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
+                    "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
+            });
+        }
         other => warn!(event = ?other, "an unknown segment event was dropped"),
     }
 }
@@ -677,6 +759,32 @@ mod tests {
             SegmentResult::Completed { cost_usd, .. } => assert_eq!(cost_usd, Some(9.0)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn streamed_text_is_stored_once_per_block_with_its_offset_in_characters() {
+        let mut pending = Vec::new();
+        let mut text = StreamedText::default();
+        let delta = |t: &str| SegmentEvent::TextDelta { text: t.into() };
+        push_event(&mut pending, &mut text, "t1", 2, delta("Héllo"));
+        push_event(&mut pending, &mut text, "t1", 2, delta(", "));
+        assert!(pending.is_empty(), "text alone waits for its block's end");
+        assert!(text.unwritten());
+        text.written();
+        assert!(!text.unwritten(), "the live row has it all");
+        let started = SegmentEvent::ToolCallStarted { tool_use_id: "tu1".into(), name: "lookup".into() };
+        push_event(&mut pending, &mut text, "t1", 2, started);
+        push_event(&mut pending, &mut text, "t1", 2, delta("wörld"));
+        pending.extend(text.block_event("t1", 2));
+        assert_eq!(text.block_event("t1", 2).map(|e| e.payload), None, "nothing is stored twice");
+        let kinds: Vec<&str> = pending.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["text_delta", "tool_call_started", "text_delta"]);
+        assert_eq!(
+            pending[0].payload,
+            json!({"turn_id": "t1", "attempt": 2, "offset": 0, "text": "Héllo, "})
+        );
+        assert_eq!(pending[2].payload, json!({"turn_id": "t1", "attempt": 2, "offset": 7, "text": "wörld"}));
+        assert_eq!(text.whole, "Héllo, wörld", "the live row gets the whole text");
     }
 
     #[test]

@@ -540,6 +540,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         turn_id: "t1".into(),
     };
     let snapshot = Snapshot {
+        live_text: None,
         session_id: "s".into(),
         status: "idle".into(),
         messages: Vec::new(),

@@ -56,6 +56,7 @@ mod park;
 mod scale;
 mod secrets;
 mod served;
+mod streaming;
 mod tls;
 mod tracing;
 mod util;

@@ -101,6 +101,7 @@ export function mount(view, id, me) {
       grants.append(el('li', { text: `${g.tool_name}: granted by ${g.granted_by} at ${when(g.granted_at)}${g.revoked ? `; revoked by ${g.revoked.revoked_by} at ${when(g.revoked.revoked_at)}` : ''}` }));
     }
     if (!(s.grants || []).length) grants.append(el('li', { text: 'none' }));
+    if (s.live_text) addText(s.live_text.turn_id, s.live_text.step_id, s.live_text.fence, 0, s.live_text.text);
     showLive(s.turn_id);
   }
 
@@ -134,21 +135,29 @@ export function mount(view, id, me) {
     return s;
   }
 
+  // Text of (turn, step, fence) from the snapshot's live_text, stored text_delta blocks and live
+  // ones (`live=true`), which overlap: `offset` (characters) says where each starts.
+  function addText(turn, stepId, fence, offset, text) {
+    if (!liveText.has(turn)) liveText.set(turn, new Map());
+    const steps = liveText.get(turn);
+    const step = String(stepId);
+    let prior = steps.get(step);
+    // A retried attempt (higher fence) replaces the text of the one it supersedes.
+    if (!prior || fence > prior.fence) { prior = { fence, text: '' }; steps.set(step, prior); }
+    else if (fence < prior.fence) return;
+    if (offset === undefined || offset === null) { prior.text += text; return; }
+    const have = Array.from(prior.text), add = Array.from(text);
+    if (offset <= have.length && offset + add.length > have.length) prior.text = have.slice(0, offset).concat(add).join('');
+  }
+
   let current = null;
   function onEvent(event) {
     const data = event.data || {};
     if (event.event === 'text_delta') {
       const p = data.payload || {};
-      const turn = p.turn_id;
-      if (!turn) return;
-      if (!liveText.has(turn)) liveText.set(turn, new Map());
-      const steps = liveText.get(turn);
-      const step = String(data.step_id);
-      const prior = steps.get(step);
-      // A retried attempt (higher fence) replaces the text of the one it supersedes.
-      if (!prior || data.fence > prior.fence) steps.set(step, { fence: data.fence, text: p.text || '' });
-      else if (data.fence === prior.fence) prior.text += p.text || '';
-      showLive(current ? current.turn_id || turn : turn);
+      if (!p.turn_id) return;
+      addText(p.turn_id, data.step_id, data.fence, p.offset, p.text || '');
+      showLive(current ? current.turn_id || p.turn_id : p.turn_id);
     } else if (REFRESH_ON.has(event.event)) {
       if (event.event === 'turn_completed' || event.event === 'turn_failed') liveText.delete((data.payload || {}).turn_id);
       refresh();
@@ -158,7 +167,7 @@ export function mount(view, id, me) {
   refresh().then((s) => {
     if (!alive || !s) return;
     const after = Math.max(0, (s.next_event_seq || 1) - 1);
-    live = stream(`${path}/events?after=${after}`, onEvent, (state, detail) => {
+    live = stream(`${path}/events?after=${after}&live=true`, onEvent, (state, detail) => {
       if (state === 'failed') error.textContent = detail.describe ? detail.describe() : String(detail);
     });
   });

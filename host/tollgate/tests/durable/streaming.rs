@@ -1,0 +1,205 @@
+//! Streamed text (issue 15, "write amplification of streaming"): a long reply reaches a client
+//! live (`?live=true`) and the snapshot (`live_text`) while it streams, a reconnecting client
+//! gets it again, and the event log keeps one `text_delta` per text block instead of one per
+//! flush. On SQLite under `tollgate serve`, and on PostgreSQL with the API and the Worker in two
+//! processes (the live text crosses through the store and `NOTIFY`).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tollgate::client::SseEvent;
+
+use crate::served::Served;
+use crate::util::{Refund, World, api_events};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The reply's text: long enough to be cut in many deltas.
+fn long_text() -> String {
+    (0..120).map(|i| format!("w{i:03}")).collect::<Vec<_>>().join(" ")
+}
+
+/// A reply in 40 deltas, 20 ms apart, parked at gate `hold` halfway.
+fn script(hold: &str) -> String {
+    format!("drip 40 20 ;; hold {hold} ;; say {}", long_text())
+}
+
+/// The text of a segment as a client assembles it from `text_delta` events of one claim,
+/// stored and live, by `offset` (characters).
+#[derive(Debug, Default)]
+struct Assembled {
+    claim: Option<(i64, i64)>,
+    chars: Vec<char>,
+    live_events: usize,
+    stored_events: usize,
+}
+
+impl Assembled {
+    fn add(&mut self, event: &SseEvent) {
+        if event.event != "text_delta" {
+            return;
+        }
+        let data: Value = serde_json::from_str(&event.data).expect("JSON data");
+        let claim = (data["step_id"].as_i64().expect("a step"), data["fence"].as_i64().expect("a fence"));
+        if self.claim != Some(claim) {
+            *self = Assembled { claim: Some(claim), ..Assembled::default() };
+        }
+        let payload = &data["payload"];
+        let offset = payload["offset"].as_u64().expect("an offset") as usize;
+        let text: Vec<char> = payload["text"].as_str().expect("a text").chars().collect();
+        assert!(offset <= self.chars.len(), "a gap before offset {offset}: {self:?} {event:?}");
+        if offset + text.len() > self.chars.len() {
+            self.chars.truncate(offset);
+            self.chars.extend(text);
+        }
+        // A live event has no `id:` of its own (the parser keeps the last one, as SSE does, or
+        // has none on a fresh connection): its `seq` is that last stored event's.
+        let seq = data["seq"].as_i64().map(|s| s.to_string());
+        match &event.id {
+            Some(id) => assert_eq!(Some(id), seq.as_ref(), "{event:?}"),
+            None => assert_eq!(payload["live"], true, "only live text has no id: {event:?}"),
+        }
+        if payload["live"] == true {
+            self.live_events += 1;
+        } else {
+            self.stored_events += 1;
+        }
+    }
+
+    fn text(&self) -> String {
+        self.chars.iter().collect()
+    }
+}
+
+/// Reads `events` into `assembled` until `done` holds for what was read (or panics after `WAIT`).
+async fn read_until(
+    events: &mut crate::util::ApiEvents,
+    assembled: &mut Assembled,
+    seen: &mut Vec<SseEvent>,
+    what: &str,
+    done: impl Fn(&Assembled, &[SseEvent]) -> bool,
+) {
+    let found = tokio::time::timeout(WAIT, async {
+        while !done(assembled, seen) {
+            let Some(batch) = events.next().await else { return false };
+            for event in batch {
+                assembled.add(&event);
+                seen.push(event);
+            }
+        }
+        true
+    })
+    .await;
+    assert!(matches!(found, Ok(true)), "never {what}; read {seen:#?}");
+}
+
+/// The flow both stores run: a long reply parked halfway, seen live, in the snapshot and by a
+/// reconnecting client; then finished, with one stored block.
+/// With `served`, `tollgate session watch` follows it too, from halfway: it prints the live
+/// text, then the stored block that repeats it, each character once.
+async fn stream_a_long_reply(world: &World, url: &str, session: &str, served: Option<&Served>) {
+    let http = reqwest::Client::new();
+    let answer = format!("said: {}", long_text());
+    let body = serde_json::json!({"session_id": session, "message": script("half")}).to_string();
+    let created = http
+        .post(format!("{url}/v1/sessions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("create the session");
+    assert_eq!(created.status().as_u16(), 201);
+    let mut events = api_events(http.get(format!("{url}/v1/sessions/{session}/events?live=true"))).await;
+    let (mut assembled, mut seen) = (Assembled::default(), Vec::new());
+
+    // Halfway: the client has the first half live, while the reply still streams.
+    world.mock.wait_for_gate("half", WAIT).await.expect("the reply reached its hold");
+    let watch = served.map(|served| {
+        let mut command = served.client_command(&["session", "watch", session, "--until-idle"]);
+        command.kill_on_drop(true);
+        tokio::spawn(async move { command.output().await.expect("run session watch") })
+    });
+    read_until(&mut events, &mut assembled, &mut seen, "the first half live", |a, _| {
+        a.chars.len() >= answer.chars().count() / 2 - 8
+    })
+    .await;
+    let partial = assembled.text();
+    assert!(answer.starts_with(&partial) && partial.len() < answer.len(), "{partial:?}");
+    assert!(assembled.live_events >= 1, "{seen:#?}");
+    let snapshot = world.snapshot(session).await;
+    assert_eq!(snapshot.status, "running");
+    let live = snapshot.live_text.clone().expect("the snapshot shows the partial text");
+    assert_eq!(live.text, partial, "the snapshot has what the client has");
+    assert_eq!(Some((live.step_id, live.fence)), assembled.claim);
+    let stored = world.events(session).await;
+    assert!(
+        stored.iter().all(|e| e.kind != "text_delta"),
+        "nothing of the text is in the log yet: {stored:?}"
+    );
+
+    // A client reconnecting after the last stored event gets the partial text.
+    let last_id = seen.iter().rev().find_map(|e| e.id.clone()).expect("a stored event was read");
+    let mut again = api_events(
+        http.get(format!("{url}/v1/sessions/{session}/events?live=true")).header("Last-Event-ID", last_id),
+    )
+    .await;
+    let (mut reassembled, mut reseen) = (Assembled::default(), Vec::new());
+    read_until(&mut again, &mut reassembled, &mut reseen, "the partial text again", |a, _| {
+        a.text() == partial
+    })
+    .await;
+    drop(again);
+
+    world.mock.open_gate("half");
+    read_until(&mut events, &mut assembled, &mut seen, "the turn's end", |_, seen| {
+        seen.iter().any(|e| e.event == "turn_completed")
+    })
+    .await;
+    assert_eq!(assembled.text(), answer, "the client has the whole reply once: {seen:#?}");
+    let done = world.wait_idle_after(session, 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    assert_eq!(done.live_text, None, "the end supersedes the live text");
+    assert_eq!(done.messages.last().map(|m| m.text.as_str()), Some(answer.as_str()));
+    let blocks: Vec<Value> = world
+        .events(session)
+        .await
+        .iter()
+        .filter(|e| e.kind == "text_delta")
+        .map(|e| serde_json::from_str(e.payload.get()).expect("JSON"))
+        .collect();
+    assert_eq!(blocks.len(), 1, "one stored event for the 40 deltas: {blocks:?}");
+    assert_eq!(blocks[0]["offset"], 0);
+    assert_eq!(blocks[0]["text"].as_str(), Some(answer.as_str()));
+    if let Some(watch) = watch {
+        let output = tokio::time::timeout(WAIT, watch).await.expect("watch --until-idle exits").unwrap();
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{printed}");
+        let assistant: Vec<&str> = printed.lines().filter(|l| l.starts_with("assistant: ")).collect();
+        let expected = format!("assistant: {answer}");
+        assert_eq!(assistant, [expected.as_str()], "the reply is printed once, whole:\n{printed}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_reply_streams_live_shows_in_the_snapshot_and_is_stored_once_under_serve() {
+    let Some(world) = World::new("streaming: serve on SQLite", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let served = Served::start(&world, "serve", None).await;
+    stream_a_long_reply(&world, &served.url, "long", Some(&served)).await;
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_reply_streams_live_from_a_worker_to_an_api_process_on_postgres() {
+    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let test = "streaming: api and worker on PostgreSQL";
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+        return;
+    };
+    let served = Served::start_api(&world, "api", &[]).await;
+    let _worker = world.worker("w");
+    stream_a_long_reply(&world, &served.url, "long-pg", None).await;
+    served.stop().await;
+}
