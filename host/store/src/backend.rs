@@ -746,20 +746,16 @@ where
             .collect()
     }
 
-    async fn put_live_text(
-        &self,
-        claimed: &Claimed,
-        turn_id: &str,
-        attempt: i64,
-        text: &str,
-    ) -> Result<(), StoreError> {
+    async fn put_live_text(&self, claimed: &Claimed, live: &NewLiveText) -> Result<(), StoreError> {
         let written = sqlx::query(DB::statements().put_live_text)
             .bind(claimed.step.step_id)
             .bind(claimed.fence)
             .bind(ROW_VERSION)
-            .bind(turn_id)
-            .bind(attempt)
-            .bind(text)
+            .bind(live.turn_id.as_str())
+            .bind(live.attempt)
+            .bind(live.text.as_str())
+            .bind(live.offset)
+            .bind(live.from_seq)
             .execute(self.write_pool())
             .await?;
         if DB::rows_affected(&written) != 1 {
@@ -779,6 +775,8 @@ where
             fence: row.try_get("fence")?,
             turn_id: row.try_get("turn_id")?,
             attempt: row.try_get("attempt")?,
+            offset: row.try_get("text_offset")?,
+            from_seq: row.try_get("from_seq")?,
             text: row.try_get("text")?,
             updated_at: row.try_get("updated_at")?,
         }))

@@ -180,8 +180,8 @@ pub(crate) struct Statements {
     /// Keeps step `$1`'s claim under fence `$2` (touches `updated_at` only).
     pub finish_keep: &'static str,
     /// Writes the live text of step `$1`'s session under fence `$2` (`$3` row version, `$4` turn,
-    /// `$5` attempt, `$6` text) while that claim holds the step, unless the row holds a later
-    /// claim of the same step; one row changed or none.
+    /// `$5` attempt, `$6` text, `$7` offset, `$8` from seq) while that claim holds the step,
+    /// unless the row holds a later claim of the same step; one row changed or none.
     pub put_live_text: &'static str,
     /// Deletes session `$1`'s live text written by step `$2`.
     pub delete_live_text: &'static str,
@@ -340,12 +340,14 @@ impl Statements {
             )),
             put_live_text: keep(format!(
                 "INSERT INTO live_text (session_id, row_version, step_id, fence, turn_id, attempt, text,
-                     updated_at)
-                 SELECT session_id, $3, step_id, fence, $4, $5, $6, {now} FROM steps
+                     text_offset, from_seq, updated_at)
+                 SELECT session_id, $3, step_id, fence, $4, $5, $6, $7, $8, {now} FROM steps
                  WHERE step_id = $1 AND fence = $2 AND state = 'claimed'
                  ON CONFLICT (session_id) DO UPDATE SET row_version = excluded.row_version,
                      step_id = excluded.step_id, fence = excluded.fence, turn_id = excluded.turn_id,
-                     attempt = excluded.attempt, text = excluded.text, updated_at = excluded.updated_at
+                     attempt = excluded.attempt, text = excluded.text,
+                     text_offset = excluded.text_offset, from_seq = excluded.from_seq,
+                     updated_at = excluded.updated_at
                  WHERE live_text.step_id <> excluded.step_id OR live_text.fence <= excluded.fence"
             )),
             delete_live_text: "DELETE FROM live_text WHERE session_id = $1 AND step_id = $2",
@@ -428,7 +430,8 @@ impl Statements {
                 "SELECT {STEP_COLUMNS} FROM steps
                  WHERE session_id = $1 AND state IN ('queued', 'claimed', 'waiting')"
             )),
-            live_text: "SELECT l.row_version, l.step_id, l.fence, l.turn_id, l.attempt, l.text, l.updated_at
+            live_text: "SELECT l.row_version, l.step_id, l.fence, l.turn_id, l.attempt, l.text_offset,
+                     l.from_seq, l.text, l.updated_at
                  FROM live_text l JOIN steps s ON s.step_id = l.step_id AND s.fence = l.fence
                  WHERE l.session_id = $1 AND s.state = 'claimed'",
         }

@@ -58,7 +58,8 @@
 //! transcript in resume form (`transcript_chunks`, `sessions.unchunked`; see
 //! [`Store::read_transcript`]). Migration 0008 adds `live_text` (PK `session_id`): a running
 //! segment's streamed text, one overwritten row per session ([`Store::put_live_text`]), instead
-//! of an event per flush. JSON columns are `text` on both backends (never `jsonb`, which would
+//! of an event per flush; `text_offset` and `from_seq` say where its text continues what the
+//! event log has. JSON columns are `text` on both backends (never `jsonb`, which would
 //! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -232,19 +233,14 @@ pub trait Store: Send + Sync {
     /// reads as `chunked: false` with no chunks: its transcript is only in its items.
     async fn read_transcript(&self, session_id: &str) -> Result<StoredTranscript, StoreError>;
 
-    /// Overwrites the session's live text ([`LiveText`]) with `text`, the whole text the claim's
-    /// segment has streamed so far, in one statement checked against the claim's fence:
+    /// Overwrites the session's live text ([`LiveText`]) with `live`, the text the claim's
+    /// segment streamed and has not stored as events yet, in one statement checked against the
+    /// claim's fence:
     /// `LeaseLost` (nothing written) when the claim is stale or when the row holds a later claim
     /// of the same step. Wakes the session's event readers, as an appended event does. The
     /// commit that finishes or requeues the step ([`Finish::Done`], [`Finish::Retry`]) deletes
     /// the row in its transaction.
-    async fn put_live_text(
-        &self,
-        claimed: &Claimed,
-        turn_id: &str,
-        attempt: i64,
-        text: &str,
-    ) -> Result<(), StoreError>;
+    async fn put_live_text(&self, claimed: &Claimed, live: &NewLiveText) -> Result<(), StoreError>;
 
     /// The session's live text while the claim that wrote it still holds its step (claimed,
     /// same fence), else `Ok(None)`: a dead attempt's text is never returned.

@@ -313,8 +313,9 @@ pub struct Event {
     pub created_at: i64,
 }
 
-/// The text a running segment has streamed so far ([`crate::Store::live_text`]): one value per
-/// session, overwritten as it grows, owned by the claim that wrote it.
+/// The text a running segment has streamed and not stored as events yet
+/// ([`crate::Store::live_text`]): one value per session, overwritten as it grows, owned by the
+/// claim that wrote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveText {
     /// The step whose claim streams it.
@@ -325,10 +326,30 @@ pub struct LiveText {
     pub turn_id: String,
     /// The attempt of the turn's step (opaque to the store).
     pub attempt: i64,
-    /// Every text delta of the segment so far, joined.
+    /// Where `text` starts in the segment's text, in characters (opaque to the store).
+    pub offset: i64,
+    /// The seq from which the segment's text before `offset` is in the event log (`None`: it has
+    /// none; opaque to the store).
+    pub from_seq: Option<i64>,
+    /// The segment's text from `offset` on.
     pub text: String,
     /// When it was last written (DB clock, ms).
     pub updated_at: i64,
+}
+
+/// What [`crate::Store::put_live_text`] writes (see [`LiveText`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewLiveText {
+    /// See [`LiveText::turn_id`].
+    pub turn_id: String,
+    /// See [`LiveText::attempt`].
+    pub attempt: i64,
+    /// See [`LiveText::offset`].
+    pub offset: i64,
+    /// See [`LiveText::from_seq`].
+    pub from_seq: Option<i64>,
+    /// See [`LiveText::text`].
+    pub text: String,
 }
 
 /// A pending or resolved human decision.

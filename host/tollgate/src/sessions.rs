@@ -430,14 +430,51 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         started_by: store.audit().started_by(session_id).await?,
         decisions: decisions(store, session_id).await?,
         grants,
-        live_text: store.live_text(session_id).await?.map(|live| crate::api::types::LiveText {
-            turn_id: live.turn_id,
-            attempt: live.attempt,
-            step_id: live.step_id,
-            fence: live.fence,
-            text: live.text,
-            updated_at: live.updated_at,
-        }),
+        live_text: live_text(store, session_id).await?,
+    }))
+}
+
+/// The running segment's text so far: its `text_delta` blocks stored from the live row's
+/// `from_seq` on (a few events: one per ~2 KiB block or tool call of this segment), then the
+/// row's unstored tail. `None` while no segment streams.
+async fn live_text(
+    store: &dyn Store,
+    session_id: &str,
+) -> Result<Option<crate::api::types::LiveText>, StoreError> {
+    let Some(live) = store.live_text(session_id).await? else { return Ok(None) };
+    let mut text = String::new();
+    let mut chars = 0i64;
+    if let Some(from) = live.from_seq.filter(|_| live.offset > 0) {
+        let mut after = from - 1;
+        'read: loop {
+            let page = store.read_events(session_id, after, 200).await?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            for event in &page {
+                if event.kind != event_kind::TEXT_DELTA || event.step != Some((live.step_id, live.fence)) {
+                    continue;
+                }
+                let payload: serde_json::Value =
+                    serde_json::from_str(event.payload.get()).unwrap_or_default();
+                let block = payload["text"].as_str().unwrap_or_default();
+                if payload["offset"].as_i64() == Some(chars) {
+                    text.push_str(block);
+                    chars += i64::try_from(block.chars().count()).unwrap_or(i64::MAX);
+                }
+                if chars >= live.offset {
+                    break 'read;
+                }
+            }
+        }
+    }
+    text.push_str(&live.text);
+    Ok(Some(crate::api::types::LiveText {
+        turn_id: live.turn_id,
+        attempt: live.attempt,
+        step_id: live.step_id,
+        fence: live.fence,
+        text,
+        updated_at: live.updated_at,
     }))
 }
 

@@ -1248,17 +1248,23 @@ async fn interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_deci
     assert!(matches!(late, Err(StoreError::InterruptAlreadyResolved { .. })), "{late:?}");
 }
 
+fn live(attempt: i64, text: &str) -> NewLiveText {
+    NewLiveText { turn_id: "t1".into(), attempt, offset: 0, from_seq: None, text: text.into() }
+}
+
 async fn live_text_is_one_overwritten_row_read_only_while_its_claim_holds_the_step(h: Harness) {
     let s = &*h.store;
     let c = claimed_session(s, "s").await;
     assert_eq!(s.live_text("s").await.unwrap(), None, "nothing streamed yet");
-    s.put_live_text(&c, "t1", 1, "Hel").await.expect("put");
-    s.put_live_text(&c, "t1", 1, "Hello, wörld").await.expect("put again");
-    let live = s.live_text("s").await.unwrap().expect("the live text");
+    s.put_live_text(&c, &live(1, "Hel")).await.expect("put");
+    let tail = NewLiveText { offset: 7, from_seq: Some(3), ..live(1, "wörld") };
+    s.put_live_text(&c, &tail).await.expect("put again");
+    let got = s.live_text("s").await.unwrap().expect("the live text");
     assert_eq!(
-        (live.step_id, live.fence, live.turn_id.as_str(), live.attempt, live.text.as_str()),
-        (c.step.step_id, c.fence, "t1", 1, "Hello, wörld")
+        (got.step_id, got.fence, got.turn_id.as_str(), got.attempt, got.text.as_str()),
+        (c.step.step_id, c.fence, "t1", 1, "wörld")
     );
+    assert_eq!((got.offset, got.from_seq), (7, Some(3)));
     assert_eq!(h.count("SELECT count(*) FROM live_text").await, 1, "one row, overwritten");
     assert!(s.read_events("s", 0, 100).await.unwrap().is_empty(), "no event per write");
     s.commit(&c, Commit::finish(Finish::Keep)).await.expect("keep");
@@ -1266,7 +1272,7 @@ async fn live_text_is_one_overwritten_row_read_only_while_its_claim_holds_the_st
     s.commit(&c, done()).await.expect("done");
     assert_eq!(s.live_text("s").await.unwrap(), None, "the step's end supersedes it");
     assert_eq!(h.count("SELECT count(*) FROM live_text").await, 0, "and deletes the row");
-    assert!(matches!(s.put_live_text(&c, "t1", 1, "late").await, Err(StoreError::LeaseLost { .. })));
+    assert!(matches!(s.put_live_text(&c, &live(1, "late")).await, Err(StoreError::LeaseLost { .. })));
     assert_eq!(h.count("SELECT count(*) FROM live_text").await, 0, "a finished claim writes nothing");
 }
 
@@ -1275,16 +1281,16 @@ async fn a_stale_fence_cannot_write_live_text_over_the_attempt_that_replaced_it(
     new_session(s, "s").await;
     s.send_user_message(message("s", "k1", "hello")).await.unwrap();
     let stale = s.claim("w1", Duration::from_millis(1)).await.unwrap().expect("due");
-    s.put_live_text(&stale, "t1", 1, "dead attempt").await.expect("still the holder");
+    s.put_live_text(&stale, &live(1, "dead attempt")).await.expect("still the holder");
     let fresh = claim_within(s, "w2", LONG, Duration::from_secs(10)).await.expect("reclaimed");
     assert_eq!(s.live_text("s").await.unwrap(), None, "a dead attempt's text is not read");
-    let err = s.put_live_text(&stale, "t1", 1, "dead attempt, more").await.expect_err("stale");
+    let err = s.put_live_text(&stale, &live(1, "dead attempt, more")).await.expect_err("stale");
     assert!(matches!(err, StoreError::LeaseLost { fence: 1, .. }), "{err}");
-    s.put_live_text(&fresh, "t1", 2, "retried").await.expect("the holder writes");
-    let err = s.put_live_text(&stale, "t1", 1, "dead again").await.expect_err("stale");
+    s.put_live_text(&fresh, &live(2, "retried")).await.expect("the holder writes");
+    let err = s.put_live_text(&stale, &live(1, "dead again")).await.expect_err("stale");
     assert!(matches!(err, StoreError::LeaseLost { .. }), "{err}");
-    let live = s.live_text("s").await.unwrap().expect("the retried attempt's text");
-    assert_eq!((live.fence, live.attempt, live.text.as_str()), (fresh.fence, 2, "retried"));
+    let got = s.live_text("s").await.unwrap().expect("the retried attempt's text");
+    assert_eq!((got.fence, got.attempt, got.text.as_str()), (fresh.fence, 2, "retried"));
     s.commit(&fresh, Commit::finish(Finish::Retry(Duration::from_secs(60)))).await.expect("retry");
     assert_eq!(s.live_text("s").await.unwrap(), None, "a requeued step has no live text");
     assert_eq!(h.count("SELECT count(*) FROM live_text").await, 0);
@@ -1295,6 +1301,6 @@ async fn a_live_text_write_wakes_a_reader_of_that_session(h: Harness) {
     let c = claimed_session(&*s, "s").await;
     let mut reader = s.event_signal("s");
     let waiter = tokio::spawn(async move { reader.wait(Duration::from_secs(10)).await });
-    s.put_live_text(&c, "t1", 1, "hi").await.unwrap();
+    s.put_live_text(&c, &live(1, "hi")).await.unwrap();
     assert!(waiter.await.unwrap(), "the write wakes the session's reader");
 }

@@ -90,6 +90,10 @@ struct Cursor {
     follow: bool,
     /// `?live=true`: what this connection has of a segment's text, to send only what is new.
     live: Option<LiveSent>,
+    /// The live text was ahead of the stored text this connection read, and the events are read
+    /// again: when that read has nothing new either, the client had that text before it
+    /// connected (stored at or before its `Last-Event-ID`).
+    gap: bool,
     signal: tollgate_store::EventSignal,
     buffered: std::collections::VecDeque<Event>,
     done: bool,
@@ -113,17 +117,34 @@ impl LiveSent {
         }
     }
 
-    /// What of `live` (a claim's whole text so far) this connection lacks: its offset and text,
-    /// `None` when it has it all. Counts it as sent.
-    fn next<'a>(&mut self, claim: (i64, i64), text: &'a str) -> Option<(usize, &'a str)> {
+    /// What of a claim's live text (`text`, from character `offset` of its segment's text on)
+    /// this connection lacks, counted as sent.
+    fn next<'a>(&mut self, claim: (i64, i64), offset: usize, text: &'a str) -> Live<'a> {
         if self.claim != Some(claim) {
             *self = LiveSent { claim: Some(claim), chars: 0 };
         }
-        let from = text.char_indices().nth(self.chars).map(|(at, _)| at)?;
-        let offset = self.chars;
+        if self.chars < offset {
+            // The stored block before it is not read yet (stored before this row was written).
+            return Live::Gap;
+        }
+        let Some(from) = text.char_indices().nth(self.chars - offset).map(|(at, _)| at) else {
+            return Live::Nothing;
+        };
+        let start = self.chars;
         self.chars += text[from..].chars().count();
-        Some((offset, &text[from..]))
+        Live::Text(start, &text[from..])
     }
+}
+
+/// What a live connection sends of a live-text row ([`LiveSent::next`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Live<'a> {
+    /// Nothing new.
+    Nothing,
+    /// The text it lacks, at this offset.
+    Text(usize, &'a str),
+    /// Stored text it has not read comes first: read the events again.
+    Gap,
 }
 
 fn events(
@@ -135,8 +156,17 @@ fn events(
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let signal = state.store.event_signal(&session);
     let live = live.then(LiveSent::default);
-    let cursor =
-        Cursor { state, session, after, follow, live, signal, buffered: Default::default(), done: false };
+    let cursor = Cursor {
+        state,
+        session,
+        after,
+        follow,
+        live,
+        gap: false,
+        signal,
+        buffered: Default::default(),
+        done: false,
+    };
     stream::unfold(cursor, |mut cursor| async move {
         loop {
             if let Some(event) = cursor.buffered.pop_front() {
@@ -147,6 +177,7 @@ fn events(
             }
             match cursor.state.store.read_events(&cursor.session, cursor.after, PAGE).await {
                 Ok(page) if !page.is_empty() => {
+                    cursor.gap = false;
                     for event in page {
                         cursor.after = event.seq;
                         if let Some(sent) = cursor.live.as_mut() {
@@ -191,12 +222,24 @@ fn note_stored_text(sent: &mut LiveSent, event: &tollgate_store::Event) {
     }
 }
 
-/// Buffers the live text the connection lacks, if any: `true` when it buffered some. A store
-/// error is left to the next read of the events, which reports it.
+/// Buffers the live text the connection lacks, if any: `true` when it buffered some, or when
+/// the events must be read again first (a block stored after they were read). A store error is
+/// left to the next read of the events, which reports it.
 async fn live_text(cursor: &mut Cursor) -> bool {
     let Ok(Some(live)) = cursor.state.store.live_text(&cursor.session).await else { return false };
     let Some(sent) = cursor.live.as_mut() else { return false };
-    let Some((offset, text)) = sent.next((live.step_id, live.fence), &live.text) else { return false };
+    let (claim, offset) = ((live.step_id, live.fence), usize::try_from(live.offset).unwrap_or(usize::MAX));
+    let mut next = sent.next(claim, offset, &live.text);
+    if next == Live::Gap && std::mem::replace(&mut cursor.gap, true) {
+        sent.chars = offset;
+        next = sent.next(claim, offset, &live.text);
+    }
+    let (offset, text) = match next {
+        Live::Nothing => return false,
+        Live::Gap => return true,
+        Live::Text(offset, text) => (offset, text),
+    };
+    cursor.gap = false;
     let payload = serde_json::json!({
         "turn_id": live.turn_id, "attempt": live.attempt, "offset": offset, "text": text, "live": true,
     });
@@ -236,13 +279,16 @@ mod tests {
     #[test]
     fn a_live_connection_sends_each_character_of_a_claims_text_once_and_starts_over_for_a_new_claim() {
         let mut sent = LiveSent::default();
-        assert_eq!(sent.next((1, 1), "Hé"), Some((0, "Hé")));
-        assert_eq!(sent.next((1, 1), "Hé"), None, "nothing new");
-        assert_eq!(sent.next((1, 1), "Héllo"), Some((2, "llo")));
+        assert_eq!(sent.next((1, 1), 0, "Hé"), Live::Text(0, "Hé"));
+        assert_eq!(sent.next((1, 1), 0, "Hé"), Live::Nothing, "nothing new");
+        assert_eq!(sent.next((1, 1), 0, "Héllo"), Live::Text(2, "llo"));
         sent.stored((1, 1), 0, 7);
-        assert_eq!(sent.next((1, 1), "Héllo, w"), Some((7, "w")), "a stored block counts as sent");
+        assert_eq!(sent.next((1, 1), 7, "w"), Live::Text(7, "w"), "a stored block counts as sent");
+        assert_eq!(sent.next((1, 1), 12, "more"), Live::Gap, "a block it has not read comes first");
         sent.stored((1, 1), 20, 3);
         assert_eq!(sent.chars, 8, "a block past a gap does not count");
-        assert_eq!(sent.next((1, 2), "Re"), Some((0, "Re")), "a retried attempt starts over");
+        sent.stored((1, 1), 8, 4);
+        assert_eq!(sent.next((1, 1), 12, "more"), Live::Text(12, "more"));
+        assert_eq!(sent.next((1, 2), 0, "Re"), Live::Text(0, "Re"), "a retried attempt starts over");
     }
 }

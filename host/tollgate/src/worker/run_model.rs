@@ -22,7 +22,7 @@ use tollgate_engine::session::{
 };
 use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
-use tollgate_store::Claimed;
+use tollgate_store::{Claimed, NewLiveText};
 use tracing::{info, warn};
 
 use super::inline_writes::SegmentTools;
@@ -36,6 +36,11 @@ use crate::tool_runner::SandboxTools;
 
 /// How often streamed text and events are written while a segment runs ([`flush_events`]).
 const EVENT_FLUSH: Duration = Duration::from_millis(200);
+
+/// The unstored text at which a flush stores it as a `text_delta` block, so the live-text row it
+/// overwrites stays at most about this long (plus one flush of text): 2 KiB, a SQLite page's
+/// share (bench `stream_writes`).
+const LIVE_BLOCK_BYTES: usize = 2048;
 
 pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep) -> Result<(), StepError> {
     let session_id = &claimed.step.session_id;
@@ -575,17 +580,19 @@ impl CliDecider for FactoryDecider {
 /// step fence, event row, seq) every 200 ms and a row per 200 ms of text, kept for ever beside the
 /// transcript that holds the same text. Now:
 ///
-/// - **Live**: every flush overwrites the session's one live-text row with the segment's whole
-///   text so far ([`tollgate_store::Store::put_live_text`]: one fenced statement, no event, no
-///   seq). It wakes the session's readers (in-process, and PostgreSQL `NOTIFY` for an API in
-///   another process), which send the new text to SSE clients that asked for it
-///   (`?live=true`) and show it in the snapshot (`live_text`). The commit that ends the step
-///   deletes the row: by then the text is in the transcript and the projection.
-/// - **Stored**: one `text_delta` event per text block (the text since the last event of this
-///   segment: written with the next tool event, or at the segment's end), with `offset`, its
-///   start in the segment's text in characters. So a client resuming with `Last-Event-ID` still
-///   replays every text the log had (fewer, larger events), and one that saw the live text
-///   drops what it has by offset.
+/// - **Live**: every flush that has new text overwrites the session's one live-text row
+///   ([`tollgate_store::Store::put_live_text`]: one fenced statement, no event, no seq) with the
+///   text not stored as events yet, and where it starts. It wakes the session's readers
+///   (in-process, and PostgreSQL `NOTIFY` for an API in another process), which send the new
+///   text to SSE clients that asked for it (`?live=true`) and show the whole text in the
+///   snapshot (`live_text`). The commit that ends the step deletes the row: by then the text is
+///   in the transcript and the projection.
+/// - **Stored**: one `text_delta` event per text block, with `offset`, its start in the
+///   segment's text in characters: a block ends at the next tool event, at the segment's end, or
+///   when the unstored text reaches [`LIVE_BLOCK_BYTES`]. So a client resuming with
+///   `Last-Event-ID` still replays every text the log had (fewer, larger events), one that saw
+///   the live text drops what it has by offset, and a live write stays bounded (it never rewrites
+///   the whole of a long reply, which would cost bytes quadratic in its length).
 ///
 /// A stale claim writes neither: both are checked against the fence, and `LeaseLost` stops
 /// the segment's writer.
@@ -615,37 +622,51 @@ async fn flush_events(
                 () = &mut deadline => break,
             }
         }
-        if !open {
+        if !open || text.unstored_bytes() >= LIVE_BLOCK_BYTES {
             pending.extend(text.block_event(&turn_id, attempt));
+        }
+        // The live row first, from what the log has so far: it covers the blocks about to be
+        // committed, so a reader never finds the log ahead of it with a gap between.
+        if open && text.unwritten() {
+            match worker.store.put_live_text(&claimed, &text.live(&turn_id, attempt)).await {
+                Ok(()) => text.written(),
+                // A hint for readers: the next flush writes the text again.
+                Err(err) if err.is_retryable() => warn!(error = %err, "the live text was not written"),
+                Err(err) => return Err(err.into()),
+            }
         }
         if !pending.is_empty() {
             let mut keep = Transition::keep();
             keep.events = std::mem::take(&mut pending);
-            worker.commit(&claimed, keep).await?;
-        }
-        if open && text.unwritten() {
-            match worker.store.put_live_text(&claimed, &turn_id, attempt, &text.whole).await {
-                Ok(()) => text.written(),
-                // A hint for readers: the next flush writes the whole text again.
-                Err(err) if err.is_retryable() => warn!(error = %err, "the live text was not written"),
-                Err(err) => return Err(err.into()),
+            let kinds: Vec<&str> = keep.events.iter().map(|e| e.kind).collect();
+            let receipt = worker.commit(&claimed, keep).await?;
+            if text.from_seq.is_none() {
+                text.from_seq = kinds
+                    .iter()
+                    .zip(&receipt.event_seqs)
+                    .find_map(|(kind, seq)| (*kind == event_kind::TEXT_DELTA).then_some(*seq));
             }
+            text.committed = text.stored;
         }
     }
     Ok(tools)
 }
 
-/// The text a segment streamed: all of it, how much of it the event log has, and how much the
-/// live-text row has.
+/// The text a segment streamed: all of it, how much of it the event log has (and from which
+/// seq), and how much the live-text row has.
 #[derive(Debug, Default)]
 struct StreamedText {
     /// Every text delta so far, joined.
     whole: String,
     /// Characters of `whole`.
     chars: usize,
-    /// Bytes and characters of `whole` stored as `text_delta` events.
+    /// Bytes and characters of `whole` in `text_delta` events (committed or about to be).
     stored: (usize, usize),
-    /// Bytes of `whole` in the live-text row.
+    /// Bytes and characters of `whole` in committed `text_delta` events: where the live row starts.
+    committed: (usize, usize),
+    /// The seq of the first of them.
+    from_seq: Option<i64>,
+    /// Bytes of `whole` the live-text row covers (stored or in its text).
     live: usize,
 }
 
@@ -669,6 +690,21 @@ impl StreamedText {
         };
         self.stored = (self.whole.len(), self.chars);
         Some(event)
+    }
+
+    fn unstored_bytes(&self) -> usize {
+        self.whole.len() - self.stored.0
+    }
+
+    /// The live-text row: the text after the committed blocks, and where it starts.
+    fn live(&self, turn_id: &str, attempt: i64) -> NewLiveText {
+        NewLiveText {
+            turn_id: turn_id.to_owned(),
+            attempt,
+            offset: i64::try_from(self.committed.1).unwrap_or(i64::MAX),
+            from_seq: self.from_seq,
+            text: self.whole[self.committed.0..].to_owned(),
+        }
     }
 
     fn unwritten(&self) -> bool {
@@ -770,6 +806,7 @@ mod tests {
         push_event(&mut pending, &mut text, "t1", 2, delta(", "));
         assert!(pending.is_empty(), "text alone waits for its block's end");
         assert!(text.unwritten());
+        assert_eq!((text.live("t1", 2).offset, text.live("t1", 2).text.as_str()), (0, "Héllo, "));
         text.written();
         assert!(!text.unwritten(), "the live row has it all");
         let started = SegmentEvent::ToolCallStarted { tool_use_id: "tu1".into(), name: "lookup".into() };
@@ -784,7 +821,14 @@ mod tests {
             json!({"turn_id": "t1", "attempt": 2, "offset": 0, "text": "Héllo, "})
         );
         assert_eq!(pending[2].payload, json!({"turn_id": "t1", "attempt": 2, "offset": 7, "text": "wörld"}));
-        assert_eq!(text.whole, "Héllo, wörld", "the live row gets the whole text");
+        assert_eq!(text.whole, "Héllo, wörld");
+        assert_eq!(text.unstored_bytes(), 0);
+        push_event(&mut pending, &mut text, "t1", 2, delta("!"));
+        let live = text.live("t1", 2);
+        assert_eq!((live.offset, live.text.as_str()), (0, "Héllo, wörld!"), "nothing is committed yet");
+        text.committed = text.stored;
+        let live = text.live("t1", 2);
+        assert_eq!((live.offset, live.text.as_str()), (12, "!"), "the tail after the committed blocks");
     }
 
     #[test]
