@@ -10,7 +10,7 @@
 //! - **before**: each flush a `Keep` commit with one `text_delta` event of the flush's text
 //!   (session lock, step fence, event row, seq; the old `flush_events`).
 //! - **after**: each flush one fenced `put_live_text` of the text not stored yet (one row,
-//!   overwritten; no event); a `text_delta` block event when that reaches 2 KiB and at the end;
+//!   overwritten; no event); a `text_delta` block event when that reaches 512 bytes and at the end;
 //!   the end commit deletes the live row.
 //!
 //! Columns: write transactions; event rows appended; live-text writes; logical bytes (event
@@ -21,7 +21,7 @@
 //! over every flush of every segment).
 //!
 //! Run: `cargo bench -p tollgate --bench stream_writes` (`STREAM_SEGMENTS`, default 3 segments
-//! per row).
+//! per row; `STREAM_LIVE_BLOCK`, default the Worker's 512, the block bound "after" uses).
 
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,9 @@ use tollgate::sessions;
 use tollgate_store::testing::PgCluster;
 use tollgate_store::{Claimed, Commit, Finish, NewEvent, NewItem, NewLiveText, NewMessage, Store, raw};
 
-/// The Worker's bound on unstored text (`run_model::LIVE_BLOCK_BYTES`).
-const LIVE_BLOCK_BYTES: usize = 2048;
+/// The Worker's bound on unstored text (`run_model::LIVE_BLOCK_BYTES`); `STREAM_LIVE_BLOCK`
+/// tries another.
+const LIVE_BLOCK_BYTES: usize = 512;
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -165,6 +166,7 @@ async fn segment(
     flushes: usize,
     times: &mut Vec<Duration>,
 ) -> Written {
+    let block_bytes = env_or("STREAM_LIVE_BLOCK", LIVE_BLOCK_BYTES as u64) as usize;
     sessions::start(store, session).await.unwrap();
     sessions::send(store, session, "say something long", None).await.unwrap();
     let claimed: Claimed = store.claim("bench", Duration::from_secs(600)).await.unwrap().expect("the step");
@@ -202,7 +204,7 @@ async fn segment(
                 store.put_live_text(&claimed, &live).await.unwrap();
                 w.live_writes += 1;
                 w.logical_bytes += live.text.len() as u64;
-                if whole.len() - stored.0 >= LIVE_BLOCK_BYTES {
+                if whole.len() - stored.0 >= block_bytes {
                     let block = &whole[stored.0..];
                     let (e, bytes) = event(
                         "text_delta",

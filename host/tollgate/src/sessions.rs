@@ -435,7 +435,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
 }
 
 /// The running segment's text so far: its `text_delta` blocks stored from the live row's
-/// `from_seq` on (a few events: one per ~2 KiB block or tool call of this segment), then the
+/// `from_seq` on (one per 512-byte block or tool call of this segment), then the
 /// row's unstored tail. `None` while no segment streams.
 async fn live_text(
     store: &dyn Store,

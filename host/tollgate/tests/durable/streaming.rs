@@ -14,14 +14,15 @@ use crate::util::{Refund, World, api_events};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-/// The reply's text: ~4.8 KB, so more than one block of the Worker's 2 KiB live-text bound.
+/// The reply's text: ~1.2 KB, two blocks of the Worker's 512-byte live-text bound and a tail.
 fn long_text() -> String {
-    (0..800).map(|i| format!("w{i:04}")).collect::<Vec<_>>().join(" ")
+    (0..200).map(|i| format!("w{i:04}")).collect::<Vec<_>>().join(" ")
 }
 
-/// A reply in 80 deltas, 20 ms apart, parked at gate `hold` halfway (past the first block).
+/// A reply in 60 deltas of ~20 characters, 50 ms apart (~400 characters a second, a fast model:
+/// 15 flushes), parked at gate `hold` halfway (past the first block).
 fn script(hold: &str) -> String {
-    format!("drip 80 20 ;; hold {hold} ;; say {}", long_text())
+    format!("drip 60 50 ;; hold {hold} ;; say {}", long_text())
 }
 
 /// The text of a segment as a client assembles it from `text_delta` events of one claim,
@@ -133,7 +134,7 @@ async fn stream_a_long_reply(world: &World, url: &str, session: &str, served: Op
     assert_eq!(Some((live.step_id, live.fence)), assembled.claim);
     let stored = world.events(session).await;
     let blocks = stored.iter().filter(|e| e.kind == "text_delta").count();
-    assert!(blocks <= 1, "halfway, at most the first 2 KiB block is in the log: {stored:?}");
+    assert!(blocks <= 1, "halfway, at most the first 512-byte block is in the log: {stored:?}");
 
     // A client reconnecting after the last event before the text gets the partial text (the
     // stored block, if one is stored yet, then the live rest).
@@ -171,7 +172,7 @@ async fn stream_a_long_reply(world: &World, url: &str, session: &str, served: Op
         .filter(|e| e.kind == "text_delta")
         .map(|e| serde_json::from_str(e.payload.get()).expect("JSON"))
         .collect();
-    // ~4.8 KB in 80 deltas over 8 or more flushes: a block per 2 KiB, not an event per flush.
+    // ~1.2 KB over 15 or more flushes: a block per 512 bytes, not an event per flush.
     assert!((2..=3).contains(&blocks.len()), "{blocks:?}");
     let mut joined = String::new();
     for block in &blocks {
