@@ -14,7 +14,7 @@ use crate::util::{Refund, World, api, api_events};
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
 /// One browser test at a time: the timings they print are not shared with another Chromium.
-static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `tollgate auth add NAME --role … --group … --auth FILE`: the token it prints.
 async fn add_principal(world: &World, file: &Path, name: &str, roles: &[&str], groups: &[&str]) -> String {

@@ -4,6 +4,7 @@
 //! server (`served`), seeding (`park`) and chaos harness (which `util` uses) are shared by path,
 //! not copied.
 //!
+//! - `live_text`: a reply shown on the session page as it streams, from the snapshot then live.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
 //!   buttons (and refused 403 when forging the request), interrupts appearing on an open page,
@@ -17,6 +18,7 @@
 mod chaos_common;
 mod driver;
 mod inbox;
+mod live_text;
 #[path = "../support/park.rs"]
 #[allow(dead_code)]
 mod park;
