@@ -15,6 +15,9 @@
 //! Every language runs in the same process and sandbox (pooling allocator, compile cache under
 //! `target/`), interleaved round by round so that a burst of load on the machine hits all alike.
 //!
+//! "CPU per call" is the mean CPU time of the whole process (every thread) over a call, so work
+//! moved off the call's path to another thread is counted.
+//!
 //! Two control rows follow, measured in the same run, to tell what interleaving costs the Rust
 //! call: the Rust call alone (back to back, nothing in between), and the Rust call after the host
 //! itself writes a 16 MiB buffer between calls (no WebAssembly at all), which evicts the CPU
@@ -36,6 +39,21 @@ struct Subject {
     load: Duration,
     cache: String,
     samples: Vec<Duration>,
+    /// Process CPU time of each call (every thread: work moved off the call's path counts).
+    cpu: Vec<Duration>,
+}
+
+/// CPU time used so far by the whole process, every thread included.
+fn process_cpu() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for clock_gettime to write.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+fn mean(samples: &[Duration]) -> Duration {
+    samples.iter().sum::<Duration>() / samples.len().max(1) as u32
 }
 
 fn run(cmd: &mut Command) {
@@ -105,11 +123,12 @@ fn main() {
         load: Duration::ZERO,
         cache: String::new(),
         samples: Vec::with_capacity(calls),
+        cpu: Vec::with_capacity(calls),
     })
     .collect::<Vec<_>>();
 
-    let mut alone = Vec::with_capacity(calls);
-    let mut after_sweep = Vec::with_capacity(calls);
+    let mut alone = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    let mut after_sweep = (Vec::with_capacity(calls), Vec::with_capacity(calls));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let cache = root.join("target/h-langs-bench-cache");
@@ -136,9 +155,11 @@ fn main() {
         for _ in 0..calls {
             for s in subjects.iter_mut() {
                 let tools = s.tools.as_ref().unwrap();
+                let cpu = process_cpu();
                 let started = Instant::now();
                 let output = tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
                 s.samples.push(started.elapsed());
+                s.cpu.push(process_cpu() - cpu);
                 assert!(!output.is_error, "{}: {}", s.label, output.text());
             }
         }
@@ -153,10 +174,13 @@ fn main() {
                 }
                 std::hint::black_box(&sweep);
             }
+            let cpu = process_cpu();
             let started = Instant::now();
             rust.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
             let elapsed = started.elapsed();
-            if swept { after_sweep.push(elapsed) } else { alone.push(elapsed) }
+            let row = if swept { &mut after_sweep } else { &mut alone };
+            row.0.push(elapsed);
+            row.1.push(process_cpu() - cpu);
         }
     });
 
@@ -168,14 +192,16 @@ fn main() {
     println!();
     println!("cold call = fresh instance + lookup_order + drop, {calls} calls each, interleaved");
     println!();
-    println!("| language | engine | component | cached load | cold call p50 | cold call p99 | p50 vs Rust |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| language | engine | component | cached load | cold call p50 | cold call p99 | p50 vs Rust | CPU per call |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for s in &mut subjects {
         s.samples.sort();
         let p50 = percentile(&s.samples, 0.5);
         let p99 = percentile(&s.samples, 0.99);
         println!(
-            "| {} | {} | {:.2} MB | {} ({}) | {} | {} | {:.1}× |",
+            "| {} | {} | {:.2} MB | {} ({}) | {} | {} | {:.1}× | {} |",
             s.label,
             s.engine,
             s.size as f64 / 1e6,
@@ -183,21 +209,23 @@ fn main() {
             s.cache,
             micros(p50),
             micros(p99),
-            p50.as_secs_f64() / rust_p50.as_secs_f64()
+            p50.as_secs_f64() / rust_p50.as_secs_f64(),
+            micros(mean(&s.cpu))
         );
     }
     let size = subjects[0].size;
-    for (what, mut samples) in
+    for (what, (mut samples, cpu)) in
         [("Rust, alone (control)", alone), ("Rust, after a 16 MiB host memory sweep (control)", after_sweep)]
     {
         samples.sort();
         let p50 = percentile(&samples, 0.5);
         println!(
-            "| {what} | wit-bindgen | {:.2} MB | — | {} | {} | {:.1}× |",
+            "| {what} | wit-bindgen | {:.2} MB | — | {} | {} | {:.1}× | {} |",
             size as f64 / 1e6,
             micros(p50),
             micros(percentile(&samples, 0.99)),
-            p50.as_secs_f64() / rust_p50.as_secs_f64()
+            p50.as_secs_f64() / rust_p50.as_secs_f64(),
+            micros(mean(&cpu))
         );
     }
 }

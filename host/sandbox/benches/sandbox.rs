@@ -11,6 +11,10 @@
 //! - first load: compile and cache (a fresh cache directory every time);
 //! - warm load: the whole `load_tools` from a filled cache (read, link, list).
 //!
+//! "CPU per call" is the mean CPU time of the whole process (every thread) per call, so work
+//! moved off the call's path to another thread is counted. `SANDBOX_BENCH_CALLS=2000` takes
+//! fewer samples (default 20000).
+//!
 //! Quote ratios, not absolute times: the machine is shared and noisy.
 
 use std::hint::black_box;
@@ -23,15 +27,29 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// CPU time used so far by the whole process, every thread included.
+fn process_cpu() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for clock_gettime to write.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 struct Row {
     name: &'static str,
     samples: Vec<Duration>,
+    /// The process's CPU time over all samples, when measured.
+    cpu: Option<Duration>,
 }
 
 impl Row {
-    fn new(name: &'static str, mut samples: Vec<Duration>) -> Self {
+    fn new(name: &'static str, mut samples: Vec<Duration>, cpu: Option<Duration>) -> Self {
         samples.sort();
-        Self { name, samples }
+        Self { name, samples, cpu }
+    }
+    fn cpu_per_sample(&self) -> String {
+        self.cpu.map_or("—".into(), |cpu| fmt(cpu / self.samples.len() as u32))
     }
     fn p50(&self) -> Duration {
         percentile(&self.samples, 0.5)
@@ -66,28 +84,35 @@ fn main() {
         let tools = sandbox.load_tools(tools_dir.path(), &Manifests::default()).await.unwrap();
         let arguments = r#"{"order_id":"7"}"#;
 
-        const CALLS: usize = 20_000;
+        let calls: usize =
+            std::env::var("SANDBOX_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
         for _ in 0..1000 {
             tools.call("lookup_order", arguments, None).await.unwrap();
         }
-        let mut cold = Vec::with_capacity(CALLS);
-        for _ in 0..CALLS {
+        let mut cold = Vec::with_capacity(calls);
+        let cpu = process_cpu();
+        for _ in 0..calls {
             let started = Instant::now();
             black_box(tools.call("lookup_order", black_box(arguments), None).await.unwrap());
             cold.push(started.elapsed());
         }
-        let mut validate = Vec::with_capacity(CALLS);
-        for _ in 0..CALLS {
+        let cold_cpu = process_cpu() - cpu;
+        let mut validate = Vec::with_capacity(calls);
+        let cpu = process_cpu();
+        for _ in 0..calls {
             let started = Instant::now();
             black_box(tools.validate("lookup_order", black_box(arguments)).unwrap());
             validate.push(started.elapsed());
         }
-        let mut native = Vec::with_capacity(CALLS);
-        for _ in 0..CALLS {
+        let validate_cpu = process_cpu() - cpu;
+        let mut native = Vec::with_capacity(calls);
+        let cpu = process_cpu();
+        for _ in 0..calls {
             let started = Instant::now();
             black_box(native_lookup(black_box(arguments)));
             native.push(started.elapsed());
         }
+        let native_cpu = process_cpu() - cpu;
 
         const LOADS: usize = 20;
         let mut first = Vec::new();
@@ -110,22 +135,23 @@ fn main() {
         }
 
         let rows = [
-            Row::new("cold call (schema check + fresh instance + call)", cold),
-            Row::new("  of which schema check only", validate),
-            Row::new("native baseline (same work, no sandbox)", native),
-            Row::new("first load (compile + cache)", first),
-            Row::new("warm load (from the compile cache)", warm),
+            Row::new("cold call (schema check + fresh instance + call)", cold, Some(cold_cpu)),
+            Row::new("  of which schema check only", validate, Some(validate_cpu)),
+            Row::new("native baseline (same work, no sandbox)", native, Some(native_cpu)),
+            Row::new("first load (compile + cache)", first, None),
+            Row::new("warm load (from the compile cache)", warm, None),
         ];
         let size = std::fs::metadata(guests::ORDERS).unwrap().len();
         println!("tollgate-sandbox: Rust example `lookup_order` ({} KiB component)", size / 1024);
-        println!("{:<52} {:>8} {:>12} {:>12}", "measure", "samples", "p50", "p99");
+        println!("{:<52} {:>8} {:>12} {:>12} {:>14}", "measure", "samples", "p50", "p99", "CPU per call");
         for row in &rows {
             println!(
-                "{:<52} {:>8} {:>12} {:>12}",
+                "{:<52} {:>8} {:>12} {:>12} {:>14}",
                 row.name,
                 row.samples.len(),
                 fmt(row.p50()),
-                fmt(row.p99())
+                fmt(row.p99()),
+                row.cpu_per_sample()
             );
         }
         let ratio = rows[0].p50().as_secs_f64() / rows[2].p50().as_secs_f64();
