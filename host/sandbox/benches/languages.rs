@@ -15,8 +15,12 @@
 //! Every language runs in the same process and sandbox (pooling allocator, compile cache under
 //! `target/`), interleaved round by round so that a burst of load on the machine hits all alike.
 //!
-//! "CPU per call" is the mean CPU time of the whole process (every thread) over a call, so work
-//! moved off the call's path to another thread is counted.
+//! A call is followed by `ToolSet::settled` (outside its latency, inside its CPU), as a host's
+//! real calls are separated by the model's turns: the used instance is dropped, and for a small
+//! component (Rust, QuickJS) the next one prepared, off the call's path. "CPU per call" is the
+//! mean CPU time of the whole process (every thread) over a call and its settling, so work moved
+//! off the call's path is counted. A second Rust row, in a sandbox with `prepared_instances = 0`
+//! (instantiate, call and drop all on the call's path), is the control for that.
 //!
 //! Two control rows follow, measured in the same run, to tell what interleaving costs the Rust
 //! call: the Rust call alone (back to back, nothing in between), and the Rust call after the host
@@ -32,6 +36,8 @@ use tollgate_sandbox::{Manifests, Sandbox, SandboxConfig, ToolSet};
 
 struct Subject {
     label: &'static str,
+    /// Loaded in a sandbox with `prepared_instances = 0`: every call instantiates on its path.
+    inline: bool,
     engine: &'static str,
     wasm: PathBuf,
     tools: Option<ToolSet>,
@@ -68,6 +74,9 @@ fn run(cmd: &mut Command) {
     }
     eprint!("{}", String::from_utf8_lossy(&output.stdout));
 }
+
+/// The engine column of the Rust row whose calls instantiate on their path.
+const INLINE_ENGINE: &str = "wit-bindgen, prepared_instances = 0 (control)";
 
 /// Bytes the host writes between two Rust calls in the "after a host memory sweep" control row.
 const SWEEP_BYTES: usize = 16 << 20;
@@ -108,6 +117,7 @@ fn main() {
     let mut subjects = vec![
         ("Rust", "wit-bindgen", PathBuf::from(tollgate_test_guests::ORDERS)),
         ("Go", "go 1.27 wasip1 + adapter", out.join("go/orders.wasm")),
+        ("Rust", INLINE_ENGINE, PathBuf::from(tollgate_test_guests::ORDERS)),
         ("JavaScript", "QuickJS", out.join("js/orders.wasm")),
         ("JavaScript", "StarlingMonkey", sm),
         ("Python", "componentize-py", out.join("python/orders.wasm")),
@@ -116,6 +126,7 @@ fn main() {
     .filter(|(label, engine, _)| keep(label, engine))
     .map(|(label, engine, wasm)| Subject {
         label,
+        inline: engine == INLINE_ENGINE,
         engine,
         wasm,
         tools: None,
@@ -133,12 +144,20 @@ fn main() {
     runtime.block_on(async {
         let cache = root.join("target/h-langs-bench-cache");
         let sandbox =
-            Sandbox::new(SandboxConfig { cache_dir: Some(cache), ..SandboxConfig::default() }).unwrap();
+            Sandbox::new(SandboxConfig { cache_dir: Some(cache.clone()), ..SandboxConfig::default() })
+                .unwrap();
+        let inline_sandbox = Sandbox::new(SandboxConfig {
+            cache_dir: Some(cache),
+            prepared_instances: 0,
+            ..SandboxConfig::default()
+        })
+        .unwrap();
         let dirs = tempfile::tempdir().unwrap();
         for (i, s) in subjects.iter_mut().enumerate() {
             let dir = dirs.path().join(i.to_string());
             std::fs::create_dir(&dir).unwrap();
             std::fs::copy(&s.wasm, dir.join("orders.wasm")).unwrap();
+            let sandbox = if s.inline { &inline_sandbox } else { &sandbox };
             // Twice: the first load may compile; the second shows the cached load every Worker pays.
             let _ = sandbox.load_tools(&dir, &Manifests::default()).await.unwrap();
             let started = Instant::now();
@@ -152,13 +171,21 @@ fn main() {
             }
             s.tools = Some(tools);
         }
-        for _ in 0..calls {
-            for s in subjects.iter_mut() {
+        let control = subjects.iter().position(|s| s.inline).unwrap();
+        for round in 0..calls {
+            // The two Rust rows swap places every round: each follows Python, then Go, alike.
+            let mut order: Vec<usize> = (0..subjects.len()).collect();
+            if round % 2 == 1 {
+                order.swap(0, control);
+            }
+            for i in order {
+                let s = &mut subjects[i];
                 let tools = s.tools.as_ref().unwrap();
                 let cpu = process_cpu();
                 let started = Instant::now();
                 let output = tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
                 s.samples.push(started.elapsed());
+                tools.settled().await;
                 s.cpu.push(process_cpu() - cpu);
                 assert!(!output.is_error, "{}: {}", s.label, output.text());
             }
@@ -178,6 +205,7 @@ fn main() {
             let started = Instant::now();
             rust.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
             let elapsed = started.elapsed();
+            rust.settled().await;
             let row = if swept { &mut after_sweep } else { &mut alone };
             row.0.push(elapsed);
             row.1.push(process_cpu() - cpu);

@@ -4,12 +4,21 @@
 //!
 //! Rows (the Rust example `lookup_order` throughout):
 //! - cold call: `ToolSet::call`, the whole path (schema check, fresh instance from the pooling
-//!   allocator, call, output checks), one call at a time;
+//!   allocator, call, output checks), one call at a time, each followed by `ToolSet::settled`
+//!   (outside the latency, inside the CPU): the used instance is dropped and the next prepared
+//!   off the call's path, as between a host's real calls;
+//! - back to back: the same without waiting in between, so the next instance may not be ready
+//!   and the call instantiates on its path;
+//! - instantiated on its path: a sandbox with `prepared_instances = 0` (instantiate, call and
+//!   drop all on the call's path), the control;
 //! - schema check only: `ToolSet::validate`, the host-side share of a call;
 //! - native baseline: the same work done natively in this process (parse the arguments, look the
 //!   order up, write the JSON answer), the floor a sandboxed call is compared with;
 //! - first load: compile and cache (a fresh cache directory every time);
 //! - warm load: the whole `load_tools` from a filled cache (read, link, list).
+//!
+//! Then the memory a prepared instance holds: the resident set of the process after one call of
+//! each of 16 tool sets, with prepared instances less without, per instance.
 //!
 //! "CPU per call" is the mean CPU time of the whole process (every thread) per call, so work
 //! moved off the call's path to another thread is counted. `SANDBOX_BENCH_CALLS=2000` takes
@@ -25,6 +34,28 @@ use tollgate_test_guests as guests;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// The resident set of the process, in bytes.
+fn rss() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// The growth of the resident set when each of 16 fresh tool sets of `sandbox` is called once
+/// and settles.
+async fn rss_growth_of_16_calls(sandbox: &Sandbox, tools_dir: &std::path::Path) -> isize {
+    let mut sets = Vec::new();
+    for _ in 0..16 {
+        sets.push(sandbox.load_tools(tools_dir, &Manifests::default()).await.unwrap());
+    }
+    let before = rss();
+    for tools in &sets {
+        tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
+        tools.settled().await;
+    }
+    rss() as isize - before as isize
 }
 
 /// CPU time used so far by the whole process, every thread included.
@@ -89,14 +120,43 @@ fn main() {
         for _ in 0..1000 {
             tools.call("lookup_order", arguments, None).await.unwrap();
         }
+        let inline_sandbox = Sandbox::new(SandboxConfig {
+            cache_dir: Some(cache.path().into()),
+            prepared_instances: 0,
+            ..SandboxConfig::default()
+        })
+        .unwrap();
+        let inline_tools = inline_sandbox.load_tools(tools_dir.path(), &Manifests::default()).await.unwrap();
         let mut cold = Vec::with_capacity(calls);
-        let cpu = process_cpu();
-        for _ in 0..calls {
-            let started = Instant::now();
-            black_box(tools.call("lookup_order", black_box(arguments), None).await.unwrap());
-            cold.push(started.elapsed());
+        let mut back_to_back = Vec::with_capacity(calls);
+        let mut inline = Vec::with_capacity(calls);
+        let (mut cold_cpu, mut back_to_back_cpu, mut inline_cpu) = Default::default();
+        // Interleaved in rounds of 100, so that a burst of load on the machine hits all three alike.
+        for _ in 0..calls.div_ceil(100) {
+            let cpu = process_cpu();
+            for _ in 0..100 {
+                let started = Instant::now();
+                black_box(tools.call("lookup_order", black_box(arguments), None).await.unwrap());
+                cold.push(started.elapsed());
+                tools.settled().await;
+            }
+            cold_cpu += process_cpu() - cpu;
+            let cpu = process_cpu();
+            for _ in 0..100 {
+                let started = Instant::now();
+                black_box(tools.call("lookup_order", black_box(arguments), None).await.unwrap());
+                back_to_back.push(started.elapsed());
+            }
+            tools.settled().await;
+            back_to_back_cpu += process_cpu() - cpu;
+            let cpu = process_cpu();
+            for _ in 0..100 {
+                let started = Instant::now();
+                black_box(inline_tools.call("lookup_order", black_box(arguments), None).await.unwrap());
+                inline.push(started.elapsed());
+            }
+            inline_cpu += process_cpu() - cpu;
         }
-        let cold_cpu = process_cpu() - cpu;
         let mut validate = Vec::with_capacity(calls);
         let cpu = process_cpu();
         for _ in 0..calls {
@@ -138,15 +198,17 @@ fn main() {
             Row::new("cold call (schema check + fresh instance + call)", cold, Some(cold_cpu)),
             Row::new("  of which schema check only", validate, Some(validate_cpu)),
             Row::new("native baseline (same work, no sandbox)", native, Some(native_cpu)),
+            Row::new("cold call back to back (next instance may not be ready)", back_to_back, Some(back_to_back_cpu)),
+            Row::new("cold call instantiated on its path (prepared_instances = 0)", inline, Some(inline_cpu)),
             Row::new("first load (compile + cache)", first, None),
             Row::new("warm load (from the compile cache)", warm, None),
         ];
         let size = std::fs::metadata(guests::ORDERS).unwrap().len();
         println!("tollgate-sandbox: Rust example `lookup_order` ({} KiB component)", size / 1024);
-        println!("{:<52} {:>8} {:>12} {:>12} {:>14}", "measure", "samples", "p50", "p99", "CPU per call");
+        println!("{:<62} {:>8} {:>12} {:>12} {:>14}", "measure", "samples", "p50", "p99", "CPU per call");
         for row in &rows {
             println!(
-                "{:<52} {:>8} {:>12} {:>12} {:>14}",
+                "{:<62} {:>8} {:>12} {:>12} {:>14}",
                 row.name,
                 row.samples.len(),
                 fmt(row.p50()),
@@ -157,5 +219,26 @@ fn main() {
         let ratio = rows[0].p50().as_secs_f64() / rows[2].p50().as_secs_f64();
         println!("cold call p50 / native baseline p50 = {ratio:.0}x");
         println!("goal: cold call p50 <= 25 µs, p99 <= 100 µs");
+        let prepared = Sandbox::new(SandboxConfig {
+            cache_dir: Some(cache.path().into()),
+            prepared_instances: 16,
+            ..SandboxConfig::default()
+        })
+        .unwrap();
+        let unprepared = Sandbox::new(SandboxConfig {
+            cache_dir: Some(cache.path().into()),
+            prepared_instances: 0,
+            ..SandboxConfig::default()
+        })
+        .unwrap();
+        let with = rss_growth_of_16_calls(&prepared, tools_dir.path()).await;
+        let without = rss_growth_of_16_calls(&unprepared, tools_dir.path()).await;
+        println!(
+            "memory a prepared instance holds: {:.1} KiB resident (16 tool sets: {} KiB with, {} KiB without), \
+             and one slot of the pooling allocator",
+            (with - without) as f64 / 16.0 / 1024.0,
+            with / 1024,
+            without / 1024
+        );
     });
 }

@@ -20,7 +20,8 @@
 //! ```
 //!
 //! Every call runs in a **fresh instance** (nothing leaks between calls or sessions), created from
-//! a pre-linked `InstancePre` on the pooling allocator, with:
+//! a pre-linked `InstancePre` on the pooling allocator (for a small component, prepared ahead of
+//! the call off its path: see the `ahead` module), with:
 //! - a wall-clock deadline: an epoch ticker stops a spinning guest, a tokio timeout stops one
 //!   blocked in a host call (a sleep, a slow HTTP request);
 //! - a cap on all of the component's memories together;
@@ -41,6 +42,7 @@
 //! - At most [`SandboxConfig::max_concurrent_calls`] calls run at once; the rest wait their turn.
 
 mod agent;
+mod ahead;
 mod allow;
 mod bindings;
 mod cache;
@@ -88,6 +90,16 @@ pub struct SandboxConfig {
     pub max_concurrent_calls: u32,
     /// The most memory any manifest may grant one component, in MiB. Default 1024.
     pub max_memory_mb: u32,
+    /// Instances prepared ahead of calls, across every tool set of this sandbox: after a call of a
+    /// small component, its next instance (a fresh store and instance, never called) is prepared
+    /// on a background thread, so the next call only runs the guest. Each holds a slot of the
+    /// pooling allocator. 0 instantiates every call on its path. Default 8.
+    pub prepared_instances: u32,
+    /// The largest component (`.wasm` bytes) whose next instance is prepared ahead. Default
+    /// 2 MiB: Rust and QuickJS tools, not Go, StarlingMonkey or Python ones.
+    pub prepare_max_component_bytes: u64,
+    /// How long a prepared instance is kept while its component is not called. Default 60 s.
+    pub prepared_idle: Duration,
 }
 
 impl Default for SandboxConfig {
@@ -98,7 +110,14 @@ impl Default for SandboxConfig {
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
             Some(base.join("tollgate/components"))
         });
-        Self { cache_dir, max_concurrent_calls: 32, max_memory_mb: 1024 }
+        Self {
+            cache_dir,
+            max_concurrent_calls: 32,
+            max_memory_mb: 1024,
+            prepared_instances: 8,
+            prepare_max_component_bytes: 2 << 20,
+            prepared_idle: Duration::from_secs(60),
+        }
     }
 }
 
@@ -114,7 +133,12 @@ struct SandboxInner {
     linker: Linker<HostState>,
     cache: ComponentCache,
     config: SandboxConfig,
-    permits: tokio::sync::Semaphore,
+    /// One per call running (and its instance until dropped): `max_concurrent_calls`.
+    permits: Arc<tokio::sync::Semaphore>,
+    /// One per instance prepared or being prepared: `prepared_instances`.
+    prepared: Arc<tokio::sync::Semaphore>,
+    /// The background thread that drops used instances and prepares the next; started on first use.
+    preparer: std::sync::OnceLock<ahead::Preparer>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -124,11 +148,12 @@ impl std::fmt::Debug for Sandbox {
 }
 
 impl Sandbox {
-    /// Sets up the engine (pooling allocator sized for `max_concurrent_calls` instances, epoch
-    /// interruption with a ticker thread) and links WASI 0.2, `wasi:http` and the Tollgate imports.
+    /// Sets up the engine (pooling allocator sized for `max_concurrent_calls` running and
+    /// `prepared_instances` prepared instances, epoch interruption with a ticker thread) and links
+    /// WASI 0.2, `wasi:http` and the Tollgate imports.
     pub fn new(config: SandboxConfig) -> Result<Self, LoadError> {
         let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
-        let slots = config.max_concurrent_calls.max(1) + 2;
+        let slots = config.max_concurrent_calls.max(1) + 2 + config.prepared_instances;
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(slots)
             // JavaScript and Python components hold several core instances, memories and tables.
@@ -173,7 +198,9 @@ impl Sandbox {
                 engine,
                 linker,
                 cache: ComponentCache::new(config.cache_dir.clone()),
-                permits: tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1) as usize),
+                permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1) as usize)),
+                prepared: Arc::new(tokio::sync::Semaphore::new(config.prepared_instances as usize)),
+                preparer: std::sync::OnceLock::new(),
                 config,
             }),
         })
@@ -192,31 +219,67 @@ impl Sandbox {
         tool: &str,
         body: impl AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        let _permit = self.inner.permits.acquire().await.map_err(|_| CallError::Host {
+        let _permit = self.permit(tool).await?;
+        let mut store = new_store(&self.inner.engine, grants, grants.manifest.limits.timeout)
+            .map_err(|e| CallError::Host { tool: tool.to_string(), reason: format!("{e:#}") })?;
+        self.run_in(&mut store, &grants.manifest.limits, tool, grants.manifest.limits.timeout, body).await
+    }
+
+    /// A turn to run a call: at most `max_concurrent_calls` are out at once.
+    pub(crate) async fn permit(&self, tool: &str) -> Result<tokio::sync::OwnedSemaphorePermit, CallError> {
+        self.inner.permits.clone().acquire_owned().await.map_err(|_| CallError::Host {
             tool: tool.to_string(),
             reason: "the sandbox is shutting down".into(),
-        })?;
-        let limits = grants.manifest.limits;
-        let deadline = Instant::now() + limits.timeout;
-        let state = HostState::new(grants.name.clone(), &grants.manifest, grants.config.clone(), deadline)
-            .map_err(|e| CallError::Host { tool: tool.to_string(), reason: format!("{e:#}") })?;
-        let mut store = Store::new(&self.inner.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        })
+    }
+
+    /// Runs `body` in `store` (fresh, or prepared ahead and never called) with `budget` left of the
+    /// call's timeout, counted from now: the store's deadline, the epoch deadline and the timeout
+    /// of a guest blocked in a host call all start here. Turns a trap into a [`CallError`] about
+    /// `tool`.
+    pub(crate) async fn run_in<R>(
+        &self,
+        store: &mut Store<HostState>,
+        limits: &Limits,
+        tool: &str,
+        budget: Duration,
+        body: impl AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        store.data_mut().deadline = Instant::now() + budget;
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|cx| {
-            Ok(if Instant::now() >= cx.data().deadline {
-                UpdateDeadline::Interrupt
-            } else {
-                UpdateDeadline::Yield(1)
-            })
-        });
-        let result = tokio::time::timeout(limits.timeout, body(&mut store)).await;
-        match result {
+        match tokio::time::timeout(budget, body(store)).await {
             Err(_) => Err(CallError::DeadlineExceeded { tool: tool.to_string(), limit: limits.timeout }),
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(classify_trap(&error, &store, tool, &limits)),
+            Ok(Err(error)) => Err(classify_trap(&error, store, tool, limits)),
         }
     }
+}
+
+/// A fresh store for one call of `grants`'s component: its WASI context, memory limiter and epoch
+/// callback, with a deadline `timeout` from now (reset when the call starts, see
+/// [`Sandbox::run_in`]).
+pub(crate) fn new_store(
+    engine: &Engine,
+    grants: &tools::Grants,
+    timeout: Duration,
+) -> wasmtime::Result<Store<HostState>> {
+    let state = HostState::new(
+        grants.name.clone(),
+        &grants.manifest,
+        grants.config.clone(),
+        Instant::now() + timeout,
+    )?;
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|cx| {
+        Ok(if Instant::now() >= cx.data().deadline {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Yield(1)
+        })
+    });
+    Ok(store)
 }
 
 /// What a failed call into the guest means.

@@ -10,7 +10,9 @@
 //!
 //! A call validates its arguments against the schema on the host (the handler never sees
 //! arguments that fail it), within a validation budget, then runs in a fresh instance under the
-//! component's limits.
+//! component's limits: one prepared ahead of the call when the component is small and was called
+//! before ([`crate::ahead`]), else one instantiated on the call's path. The used instance is
+//! dropped off the call's path.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use wasmtime::component::{Component, types::ComponentItem};
 
+use crate::ahead::{Ahead, Job, Preparer};
 use crate::bindings::tool::ToolProviderPre;
 use crate::bindings::tool::tollgate::tool::types as wit;
 use crate::cache::CacheOutcome;
@@ -198,6 +201,7 @@ pub struct ComponentInfo {
 }
 
 /// The grants of one component, shared by its calls.
+#[derive(Clone)]
 pub(crate) struct Grants {
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Arc<Manifest>,
@@ -209,11 +213,6 @@ impl Grants {
         let config = manifest.config.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect();
         Self { name: name.into(), manifest: Arc::new(manifest), config: Arc::new(config) }
     }
-}
-
-struct LoadedComponent {
-    pre: ToolProviderPre<crate::state::HostState>,
-    grants: Grants,
 }
 
 struct LoadedTool {
@@ -231,11 +230,13 @@ pub struct ToolSet {
 
 struct ToolSetInner {
     sandbox: Sandbox,
-    components: Vec<LoadedComponent>,
+    components: Vec<Arc<Ahead>>,
     component_infos: Vec<ComponentInfo>,
     tools: Vec<LoadedTool>,
     infos: Vec<ToolInfo>,
     by_name: HashMap<String, usize>,
+    /// Jobs handed to the preparer thread and not done yet.
+    pending: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl std::fmt::Debug for ToolSet {
@@ -392,6 +393,7 @@ impl Sandbox {
                 tools: Vec::new(),
                 infos: Vec::new(),
                 by_name: HashMap::new(),
+                pending: Arc::new(tokio::sync::watch::Sender::new(0)),
             }),
         }
     }
@@ -472,7 +474,8 @@ impl Sandbox {
                 by_name.insert(tool.info.name.clone(), tools.len());
                 tools.push(LoadedTool { component: index, ..tool });
             }
-            components.push(LoadedComponent { pre, grants });
+            let eligible = size <= self.inner.config.prepare_max_component_bytes;
+            components.push(Arc::new(Ahead::new(pre, grants, eligible)));
             component_infos.push(ComponentInfo {
                 name,
                 path,
@@ -492,8 +495,36 @@ impl Sandbox {
                 tools,
                 infos,
                 by_name,
+                pending: Arc::new(tokio::sync::watch::Sender::new(0)),
             }),
         })
+    }
+
+    /// Drops `used` (a store whose call is over) and gives back the call's `permit` after it, off
+    /// the call's path, and prepares `ahead`'s next instance if it should (see [`crate::ahead`]).
+    /// Without prepared instances (`prepared_instances = 0`), drops it here.
+    fn retire(
+        &self,
+        used: wasmtime::Store<crate::state::HostState>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        ahead: &Arc<Ahead>,
+        pending: &Arc<tokio::sync::watch::Sender<usize>>,
+    ) {
+        if self.inner.config.prepared_instances == 0 {
+            drop(used);
+            drop(permit);
+            return;
+        }
+        let job = Job::new(used, permit, ahead, pending);
+        let preparer = self.inner.preparer.get_or_init(|| {
+            Preparer::start(
+                self.inner.engine.clone(),
+                self.inner.prepared.clone(),
+                self.inner.config.prepared_idle,
+            )
+            .expect("start the tollgate-prepare thread")
+        });
+        preparer.submit(job);
     }
 }
 
@@ -595,6 +626,19 @@ impl ToolSet {
         &self.inner.component_infos
     }
 
+    /// How many of its components have an instance prepared for their next call now.
+    pub fn prepared_instances(&self) -> usize {
+        self.inner.components.iter().filter(|c| c.is_prepared()).count()
+    }
+
+    /// Waits until the work its calls left off their path is done: used instances dropped, next
+    /// ones prepared. Calls never need it; tests and benchmarks that measure CPU per call do.
+    pub async fn settled(&self) {
+        let mut pending = self.inner.pending.subscribe();
+        // The sender lives as long as `self`: the wait cannot fail.
+        let _ = pending.wait_for(|n| *n == 0).await;
+    }
+
     /// Checks `arguments` against tool `name`'s schema without calling it.
     pub fn validate(&self, name: &str, arguments: &str) -> Result<serde_json::Value, CallError> {
         let Some(&index) = self.inner.by_name.get(name) else {
@@ -622,8 +666,10 @@ impl ToolSet {
     }
 
     /// Calls tool `name` with `arguments` (a JSON object): validates them against its schema,
-    /// then runs it in a fresh instance under its component's limits. `execution` is the durable
-    /// step of a deferred call, `None` for an inline one.
+    /// then runs it in a fresh instance (never called before; prepared ahead of the call for a
+    /// small component) under its component's limits, the timeout counting from the call's start
+    /// (less what instantiating a prepared instance took). `execution` is the durable step of a
+    /// deferred call, `None` for an inline one.
     pub async fn call(
         &self,
         name: &str,
@@ -640,17 +686,33 @@ impl ToolSet {
             attempt: e.attempt,
             idempotency_key: e.idempotency_key.clone(),
         });
-        let result = self
-            .inner
-            .sandbox
-            .run(&component.grants, name, async |store| {
-                let instance = component.pre.instantiate_async(&mut *store).await?;
+        let sandbox = &self.inner.sandbox;
+        let permit = sandbox.permit(name).await?;
+        let limits = component.grants.manifest.limits;
+        let (mut store, prepared, spent) = match component.take() {
+            Some((store, instance, spent)) => (store, Some(instance), spent),
+            None => {
+                let store = crate::new_store(&sandbox.inner.engine, &component.grants, limits.timeout)
+                    .map_err(|e| CallError::Host { tool: name.to_string(), reason: format!("{e:#}") })?;
+                (store, None, Duration::ZERO)
+            }
+        };
+        // Instantiating a prepared instance took `spent` of the call's timeout already.
+        let budget = limits.timeout.saturating_sub(spent);
+        let result = sandbox
+            .run_in(&mut store, &limits, name, budget, async |store| {
+                let instance = match prepared {
+                    Some(instance) => instance,
+                    None => component.pre.instantiate_async(&mut *store).await?,
+                };
                 instance
                     .tollgate_tool_tools()
                     .call_call(&mut *store, name, arguments, execution.as_ref())
                     .await
             })
-            .await?;
+            .await;
+        sandbox.retire(store, permit, component, &self.inner.pending);
+        let result = result?;
         let output = match result {
             Ok(output) => output,
             Err(wit::CallError::Failed(message)) => {

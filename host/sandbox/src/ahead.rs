@@ -1,0 +1,268 @@
+//! Instances prepared ahead of calls, and used ones dropped after them, off the call's path.
+//! Read [`Ahead`] first, then [`Preparer`].
+//!
+//! Every tool call needs a fresh instance: a store (WASI context, limiter, epoch callback) and an
+//! instance of the component in a slot of the pooling allocator. Making it (store setup,
+//! instantiation) and dropping it afterwards (the slot's reset) cost several times the guest's
+//! own work, and far more when the CPU caches and TLB are cold, as they are after a call of a big
+//! guest (Go, StarlingMonkey, Python: `benches/RESULTS.md`). So after a call, the [`Preparer`]
+//! thread drops the used store and, for a small component, instantiates the next one, which the
+//! next call takes ([`Ahead::take`]) and only runs.
+//!
+//! What stays per call:
+//! - a prepared instance was never called, and is taken out of its slot by exactly one call;
+//! - its store's deadline, epoch deadline and timeout are set when the call starts
+//!   ([`crate::Sandbox::run_in`]), less the time its instantiation took, so that instantiation
+//!   and call together get the manifest's timeout, as an inline instance does;
+//! - its memory limiter counts what instantiation allocated, as an inline one does, and its WASI
+//!   context, stderr pipe, log count and grants are its own.
+//!
+//! Bounds: at most one prepared instance per component and
+//! [`crate::SandboxConfig::prepared_instances`] across the sandbox (each holds a pool slot, which
+//! the pool has on top of `max_concurrent_calls`); only components of at most
+//! [`crate::SandboxConfig::prepare_max_component_bytes`]; dropped after
+//! [`crate::SandboxConfig::prepared_idle`] without a call, or with their tool set. A call's
+//! permit is held until its used store is dropped, so running and used instances together stay
+//! within `max_concurrent_calls`.
+//!
+//! # Caveats
+//! - The first call of a component (and one after an idle drop) instantiates on its path.
+//! - A component whose preparation fails (a trap in a start function, its deadline) is not
+//!   prepared again: its calls instantiate inline and report the error as before.
+//! - Calls that follow each other faster than the thread prepares fall back to instantiating on
+//!   their path.
+//! - A prepared store's WASI monotonic clock started when it was prepared, not at the call (the
+//!   clock's origin is unspecified anyway).
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use wasmtime::{Engine, Store};
+
+use crate::bindings::tool::{ToolProvider, ToolProviderPre};
+use crate::state::HostState;
+use crate::tools::Grants;
+
+/// A fresh instance of a component, never called, and the time instantiating it took.
+pub(crate) struct Prepared {
+    store: Store<HostState>,
+    instance: ToolProvider,
+    spent: Duration,
+    /// Its place among `prepared_instances`, given back when a call takes it.
+    _held: OwnedSemaphorePermit,
+}
+
+/// One component's pre-linked instance, its grants, and the instance prepared for its next call.
+pub(crate) struct Ahead {
+    pub(crate) pre: ToolProviderPre<HostState>,
+    pub(crate) grants: Grants,
+    /// Whether it is small enough to be prepared ahead.
+    eligible: bool,
+    slot: Mutex<Slot>,
+}
+
+struct Slot {
+    prepared: Option<Prepared>,
+    /// When a call last started.
+    last_call: Instant,
+    /// A preparation is queued or running.
+    preparing: bool,
+    /// An expiry task watches this slot.
+    expiring: bool,
+    /// A preparation failed: never again.
+    failed: bool,
+}
+
+impl Ahead {
+    pub(crate) fn new(pre: ToolProviderPre<HostState>, grants: Grants, eligible: bool) -> Self {
+        let slot = Slot {
+            prepared: None,
+            last_call: Instant::now(),
+            preparing: false,
+            expiring: false,
+            failed: false,
+        };
+        Self { pre, grants, eligible, slot: Mutex::new(slot) }
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The instance prepared for this call, if any (the call then owns it: no other call gets
+    /// it), with the time its instantiation took. Marks the component as just called.
+    pub(crate) fn take(&self) -> Option<(Store<HostState>, ToolProvider, Duration)> {
+        let mut slot = self.slot();
+        slot.last_call = Instant::now();
+        let Prepared { store, instance, spent, _held } = slot.prepared.take()?;
+        Some((store, instance, spent))
+    }
+
+    /// Whether an instance is prepared now.
+    pub(crate) fn is_prepared(&self) -> bool {
+        self.slot().prepared.is_some()
+    }
+
+    /// Whether to prepare the next instance now; if so, marks the preparation as under way.
+    fn claim(&self) -> bool {
+        let mut slot = self.slot();
+        let claim = self.eligible && !slot.failed && !slot.preparing && slot.prepared.is_none();
+        if claim {
+            slot.preparing = true;
+        }
+        claim
+    }
+}
+
+/// A used store to drop (with the call's permit, given back after it), and the component whose
+/// next instance to prepare.
+pub(crate) struct Job {
+    pub(crate) used: Store<HostState>,
+    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) next: Option<Arc<Ahead>>,
+    /// The tool set's count of unfinished jobs, decremented when this one is done.
+    pub(crate) pending: Arc<watch::Sender<usize>>,
+}
+
+impl Job {
+    /// The job for `ahead`'s used store: prepares its next instance if it should.
+    pub(crate) fn new(
+        used: Store<HostState>,
+        permit: OwnedSemaphorePermit,
+        ahead: &Arc<Ahead>,
+        pending: &Arc<watch::Sender<usize>>,
+    ) -> Self {
+        let next = ahead.claim().then(|| ahead.clone());
+        pending.send_modify(|n| *n += 1);
+        Self { used, permit, next, pending: pending.clone() }
+    }
+
+    /// Done without the thread: drops the store inline and prepares nothing.
+    fn abandon(self) {
+        if let Some(ahead) = &self.next {
+            ahead.slot().preparing = false;
+        }
+        let pending = self.pending.clone();
+        drop(self);
+        pending.send_modify(|n| *n -= 1);
+    }
+}
+
+/// The background thread (`tollgate-prepare`, with its own single-threaded runtime) that drops
+/// used stores and prepares instances. Stops when the sandbox is dropped.
+pub(crate) struct Preparer {
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+impl Preparer {
+    /// Starts the thread. `prepared` bounds the instances prepared at once; `idle` is how long
+    /// one is kept without a call.
+    pub(crate) fn start(engine: Engine, prepared: Arc<Semaphore>, idle: Duration) -> std::io::Result<Self> {
+        let (jobs, mut queue) = mpsc::unbounded_channel::<Job>();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        std::thread::Builder::new().name("tollgate-prepare".into()).spawn(move || {
+            let context = Arc::new(Context { engine, prepared, idle });
+            runtime.block_on(async move {
+                while let Some(job) = queue.recv().await {
+                    let Job { used, permit, next, pending } = job;
+                    drop(used);
+                    drop(permit);
+                    match next {
+                        // Its own task: a slow start function must not hold up the drops.
+                        Some(ahead) => {
+                            let context = context.clone();
+                            tokio::spawn(async move {
+                                context.prepare(&ahead).await;
+                                pending.send_modify(|n| *n -= 1);
+                            });
+                        }
+                        None => pending.send_modify(|n| *n -= 1),
+                    }
+                }
+            });
+        })?;
+        Ok(Self { jobs })
+    }
+
+    /// Hands `job` to the thread; if the thread is gone, does it inline (dropping the store).
+    pub(crate) fn submit(&self, job: Job) {
+        if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
+            job.abandon();
+        }
+    }
+}
+
+/// What the thread's tasks share.
+struct Context {
+    engine: Engine,
+    prepared: Arc<Semaphore>,
+    idle: Duration,
+}
+
+impl Context {
+    /// Instantiates `ahead`'s next instance, under its manifest's timeout, and keeps it in its
+    /// slot; gives up when `prepared_instances` are out already.
+    async fn prepare(&self, ahead: &Arc<Ahead>) {
+        let Ok(held) = self.prepared.clone().try_acquire_owned() else {
+            ahead.slot().preparing = false;
+            return;
+        };
+        let timeout = ahead.grants.manifest.limits.timeout;
+        let started = Instant::now();
+        let made = tokio::time::timeout(timeout, async {
+            let mut store = crate::new_store(&self.engine, &ahead.grants, timeout)?;
+            let instance = ahead.pre.instantiate_async(&mut store).await?;
+            Ok::<_, wasmtime::Error>((store, instance))
+        })
+        .await;
+        let spent = started.elapsed();
+        let mut slot = ahead.slot();
+        slot.preparing = false;
+        let (store, instance) = match made {
+            Ok(Ok(made)) => made,
+            Ok(Err(error)) => {
+                slot.failed = true;
+                drop(slot);
+                tracing::debug!(component = &*ahead.grants.name, "not prepared ahead: {error:#}");
+                return;
+            }
+            Err(_) => {
+                slot.failed = true;
+                drop(slot);
+                tracing::debug!(component = &*ahead.grants.name, "not prepared ahead: past its deadline");
+                return;
+            }
+        };
+        if slot.prepared.is_some() {
+            return;
+        }
+        slot.prepared = Some(Prepared { store, instance, spent, _held: held });
+        if !slot.expiring {
+            slot.expiring = true;
+            tokio::spawn(expire(Arc::downgrade(ahead), self.idle));
+        }
+    }
+}
+
+/// Drops `ahead`'s prepared instance once its component has not been called for `idle`.
+async fn expire(ahead: Weak<Ahead>, idle: Duration) {
+    loop {
+        let due = {
+            let Some(ahead) = ahead.upgrade() else { return };
+            ahead.slot().last_call + idle
+        };
+        tokio::time::sleep_until(due.into()).await;
+        let Some(ahead) = ahead.upgrade() else { return };
+        let stale = {
+            let mut slot = ahead.slot();
+            if slot.last_call + idle > Instant::now() {
+                continue;
+            }
+            slot.expiring = false;
+            slot.prepared.take()
+        };
+        drop(stale);
+        return;
+    }
+}
