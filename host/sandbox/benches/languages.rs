@@ -22,6 +22,10 @@
 //! off the call's path is counted. A second Rust row, in a sandbox with `prepared_instances = 0`
 //! (instantiate, call and drop all on the call's path), is the control for that.
 //!
+//! `LANGUAGES_BENCH_PIN=1` runs the big guests' calls (components over 2 MiB: Go,
+//! StarlingMonkey, Python) on a thread pinned to the last CPU and the rest on the main thread
+//! pinned to CPU 0 (an experiment: do the small guests' caches stay warm on their own core?).
+//!
 //! Two control rows follow, measured in the same run, to tell what interleaving costs the Rust
 //! call: the Rust call alone (back to back, nothing in between), and the Rust call after the host
 //! itself writes a 16 MiB buffer between calls (no WebAssembly at all), which evicts the CPU
@@ -93,6 +97,40 @@ fn micros(d: Duration) -> String {
 
 /// Whether `LANGUAGES_BENCH_ONLY` (a comma-separated list of languages or engines, e.g.
 /// `Go,QuickJS`) keeps this subject; Rust, the baseline, always runs.
+/// Pins the calling thread to CPU `cpu`.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and sched_setaffinity get valid
+    // pointers to it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(rc, 0, "sched_setaffinity to CPU {cpu}: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// A call to run on the big guests' thread, and where to send its output.
+type BigCall = (ToolSet, tokio::sync::oneshot::Sender<tollgate_sandbox::ToolOutput>);
+
+/// With `LANGUAGES_BENCH_PIN=1`: a thread pinned to the last CPU that runs the big guests'
+/// calls (the main thread, which runs the Rust calls, is pinned to CPU 0).
+fn big_guest_thread() -> tokio::sync::mpsc::UnboundedSender<BigCall> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<BigCall>();
+    std::thread::spawn(move || {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        pin_to(cpus - 1);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            while let Some((tools, reply)) = rx.recv().await {
+                let output = tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
+                tools.settled().await;
+                let _ = reply.send(output);
+            }
+        });
+    });
+    tx
+}
+
 fn keep(label: &str, engine: &str) -> bool {
     let Ok(only) = std::env::var("LANGUAGES_BENCH_ONLY") else { return true };
     label == "Rust" || only.split(',').map(str::trim).any(|w| w == label || w == engine)
@@ -141,7 +179,12 @@ fn main() {
     let mut alone = (Vec::with_capacity(calls), Vec::with_capacity(calls));
     let mut after_sweep = (Vec::with_capacity(calls), Vec::with_capacity(calls));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let pin = std::env::var_os("LANGUAGES_BENCH_PIN").is_some();
     runtime.block_on(async {
+        let big = pin.then(|| {
+            pin_to(0);
+            big_guest_thread()
+        });
         let cache = root.join("target/h-langs-bench-cache");
         let sandbox =
             Sandbox::new(SandboxConfig { cache_dir: Some(cache.clone()), ..SandboxConfig::default() })
@@ -183,7 +226,14 @@ fn main() {
                 let tools = s.tools.as_ref().unwrap();
                 let cpu = process_cpu();
                 let started = Instant::now();
-                let output = tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
+                let output = match &big {
+                    Some(big) if s.size > (2 << 20) => {
+                        let (reply, output) = tokio::sync::oneshot::channel();
+                        big.send((tools.clone(), reply)).unwrap();
+                        output.await.unwrap()
+                    }
+                    _ => tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap(),
+                };
                 s.samples.push(started.elapsed());
                 tools.settled().await;
                 s.cpu.push(process_cpu() - cpu);

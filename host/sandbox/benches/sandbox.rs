@@ -19,6 +19,8 @@
 //!
 //! Then the memory a prepared instance holds: the resident set of the process after one call of
 //! each of 16 tool sets, with prepared instances less without, per instance.
+//! `SANDBOX_BENCH_MEMORY_OF=target/guests/js/orders.wasm` measures another component's (it must
+//! offer `lookup_order`).
 //!
 //! "CPU per call" is the mean CPU time of the whole process (every thread) per call, so work
 //! moved off the call's path to another thread is counted. `SANDBOX_BENCH_CALLS=2000` takes
@@ -198,7 +200,11 @@ fn main() {
             Row::new("cold call (schema check + fresh instance + call)", cold, Some(cold_cpu)),
             Row::new("  of which schema check only", validate, Some(validate_cpu)),
             Row::new("native baseline (same work, no sandbox)", native, Some(native_cpu)),
-            Row::new("cold call back to back (next instance may not be ready)", back_to_back, Some(back_to_back_cpu)),
+            Row::new(
+                "cold call back to back (next instance may not be ready)",
+                back_to_back,
+                Some(back_to_back_cpu),
+            ),
             Row::new("cold call instantiated on its path (prepared_instances = 0)", inline, Some(inline_cpu)),
             Row::new("first load (compile + cache)", first, None),
             Row::new("warm load (from the compile cache)", warm, None),
@@ -231,11 +237,14 @@ fn main() {
             ..SandboxConfig::default()
         })
         .unwrap();
-        let with = rss_growth_of_16_calls(&prepared, tools_dir.path()).await;
-        let without = rss_growth_of_16_calls(&unprepared, tools_dir.path()).await;
+        let memory_dir = tempfile::tempdir().unwrap();
+        let measured = std::env::var("SANDBOX_BENCH_MEMORY_OF").unwrap_or_else(|_| guests::ORDERS.into());
+        std::fs::copy(&measured, memory_dir.path().join("orders.wasm")).unwrap();
+        let with = rss_growth_of_16_calls(&prepared, memory_dir.path()).await;
+        let without = rss_growth_of_16_calls(&unprepared, memory_dir.path()).await;
         println!(
-            "memory a prepared instance holds: {:.1} KiB resident (16 tool sets: {} KiB with, {} KiB without), \
-             and one slot of the pooling allocator",
+            "memory a prepared instance of {measured} holds: {:.1} KiB resident (16 tool sets: {} KiB with, \
+             {} KiB without), and one slot of the pooling allocator",
             (with - without) as f64 / 16.0 / 1024.0,
             with / 1024,
             without / 1024
