@@ -5,9 +5,9 @@
 //! instance of the component in a slot of the pooling allocator. Making it (store setup,
 //! instantiation) and dropping it afterwards (the slot's reset) cost several times the guest's
 //! own work, and far more when the CPU caches and TLB are cold, as they are after a call of a big
-//! guest (Go, StarlingMonkey, Python: `benches/RESULTS.md`). So after a call, the [`Preparer`]
-//! thread drops the used store and, for a small component, instantiates the next one, which the
-//! next call takes ([`Ahead::take`]) and only runs.
+//! guest (Go, StarlingMonkey, Python: `benches/RESULTS.md`). So after a call has returned, a task
+//! of the caller's runtime ([`Preparer`]) drops the used store and, for a small component,
+//! instantiates the next one, which the next call takes ([`Ahead::take`]) and only runs.
 //!
 //! What stays per call:
 //! - a prepared instance was never called, and is taken out of its slot by exactly one call;
@@ -29,15 +29,16 @@
 //! - The first call of a component (and one after an idle drop) instantiates on its path.
 //! - A component whose preparation fails (a trap in a start function, its deadline) is not
 //!   prepared again: its calls instantiate inline and report the error as before.
-//! - Calls that follow each other faster than the thread prepares fall back to instantiating on
-//!   their path.
+//! - Calls that follow each other faster than the runtime prepares (back to back from one task
+//!   on a single-threaded runtime, which runs the preparation only when that task yields) fall
+//!   back to instantiating on their path.
 //! - A prepared store's WASI monotonic clock started when it was prepared, not at the call (the
 //!   clock's origin is unspecified anyway).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use wasmtime::{Engine, Store};
 
 use crate::bindings::tool::{ToolProvider, ToolProviderPre};
@@ -138,69 +139,69 @@ impl Job {
         Self { used, permit, next, pending: pending.clone() }
     }
 
-    /// Done without the thread: drops the store inline and prepares nothing.
+    /// Runs it: drops the used store, then gives the call's permit back, then prepares.
+    async fn run(self, preparer: &Preparer) {
+        let Job { used, permit, next, pending } = self;
+        let mut done = Done { pending, unfinished: next.clone() };
+        drop(used);
+        drop(permit);
+        if let Some(ahead) = next {
+            preparer.prepare(&ahead).await;
+            done.unfinished = None;
+        }
+    }
+
+    /// Done without a runtime: drops the store here and prepares nothing.
     fn abandon(self) {
-        if let Some(ahead) = &self.next {
+        let Job { used, permit, next, pending } = self;
+        let _done = Done { pending, unfinished: next };
+        drop(used);
+        drop(permit);
+    }
+}
+
+/// Counts a job done when dropped, also when its task is dropped unfinished (its runtime shut
+/// down), and then lets its component be prepared again.
+struct Done {
+    pending: Arc<watch::Sender<usize>>,
+    unfinished: Option<Arc<Ahead>>,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        if let Some(ahead) = self.unfinished.take() {
             ahead.slot().preparing = false;
         }
-        let pending = self.pending.clone();
-        drop(self);
-        pending.send_modify(|n| *n -= 1);
+        self.pending.send_modify(|n| *n -= 1);
     }
 }
 
-/// The background thread (`tollgate-prepare`, with its own single-threaded runtime) that drops
-/// used stores and prepares instances. Stops when the sandbox is dropped.
+/// Runs the jobs calls leave behind as tasks of the caller's tokio runtime, after the call has
+/// returned: drops used stores and prepares instances.
 pub(crate) struct Preparer {
-    jobs: mpsc::UnboundedSender<Job>,
-}
-
-impl Preparer {
-    /// Starts the thread. `prepared` bounds the instances prepared at once; `idle` is how long
-    /// one is kept without a call.
-    pub(crate) fn start(engine: Engine, prepared: Arc<Semaphore>, idle: Duration) -> std::io::Result<Self> {
-        let (jobs, mut queue) = mpsc::unbounded_channel::<Job>();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        std::thread::Builder::new().name("tollgate-prepare".into()).spawn(move || {
-            let context = Arc::new(Context { engine, prepared, idle });
-            runtime.block_on(async move {
-                while let Some(job) = queue.recv().await {
-                    let Job { used, permit, next, pending } = job;
-                    drop(used);
-                    drop(permit);
-                    match next {
-                        // Its own task: a slow start function must not hold up the drops.
-                        Some(ahead) => {
-                            let context = context.clone();
-                            tokio::spawn(async move {
-                                context.prepare(&ahead).await;
-                                pending.send_modify(|n| *n -= 1);
-                            });
-                        }
-                        None => pending.send_modify(|n| *n -= 1),
-                    }
-                }
-            });
-        })?;
-        Ok(Self { jobs })
-    }
-
-    /// Hands `job` to the thread; if the thread is gone, does it inline (dropping the store).
-    pub(crate) fn submit(&self, job: Job) {
-        if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
-            job.abandon();
-        }
-    }
-}
-
-/// What the thread's tasks share.
-struct Context {
     engine: Engine,
+    /// One permit per instance prepared or being prepared: `prepared_instances`.
     prepared: Arc<Semaphore>,
+    /// How long a prepared instance is kept without a call.
     idle: Duration,
 }
 
-impl Context {
+impl Preparer {
+    pub(crate) fn new(engine: Engine, prepared: Arc<Semaphore>, idle: Duration) -> Arc<Self> {
+        Arc::new(Self { engine, prepared, idle })
+    }
+
+    /// Runs `job` as a task of the current runtime; without a runtime, drops its store here and
+    /// prepares nothing.
+    pub(crate) fn submit(self: &Arc<Self>, job: Job) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            job.abandon();
+            return;
+        };
+        let preparer = self.clone();
+        runtime.spawn(async move { job.run(&preparer).await });
+    }
+
     /// Instantiates `ahead`'s next instance, under its manifest's timeout, and keeps it in its
     /// slot; gives up when `prepared_instances` are out already.
     async fn prepare(&self, ahead: &Arc<Ahead>) {

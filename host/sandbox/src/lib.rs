@@ -92,7 +92,8 @@ pub struct SandboxConfig {
     pub max_memory_mb: u32,
     /// Instances prepared ahead of calls, across every tool set of this sandbox: after a call of a
     /// small component, its next instance (a fresh store and instance, never called) is prepared
-    /// on a background thread, so the next call only runs the guest. Each holds a slot of the
+    /// by a task of the caller's runtime after the call returns, so the next call only runs the
+    /// guest. Each holds a slot of the
     /// pooling allocator. 0 instantiates every call on its path. Default 8.
     pub prepared_instances: u32,
     /// The largest component (`.wasm` bytes) whose next instance is prepared ahead. Default
@@ -135,10 +136,8 @@ struct SandboxInner {
     config: SandboxConfig,
     /// One per call running (and its instance until dropped): `max_concurrent_calls`.
     permits: Arc<tokio::sync::Semaphore>,
-    /// One per instance prepared or being prepared: `prepared_instances`.
-    prepared: Arc<tokio::sync::Semaphore>,
-    /// The background thread that drops used instances and prepares the next; started on first use.
-    preparer: std::sync::OnceLock<ahead::Preparer>,
+    /// Drops used instances and prepares the next, off the calls' paths.
+    preparer: Arc<ahead::Preparer>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -193,14 +192,15 @@ impl Sandbox {
         )
         .map_err(engine_error)?;
 
+        let prepared = Arc::new(tokio::sync::Semaphore::new(config.prepared_instances as usize));
+        let preparer = ahead::Preparer::new(engine.clone(), prepared, config.prepared_idle);
         Ok(Self {
             inner: Arc::new(SandboxInner {
                 engine,
                 linker,
                 cache: ComponentCache::new(config.cache_dir.clone()),
                 permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1) as usize)),
-                prepared: Arc::new(tokio::sync::Semaphore::new(config.prepared_instances as usize)),
-                preparer: std::sync::OnceLock::new(),
+                preparer,
                 config,
             }),
         })

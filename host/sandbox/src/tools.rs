@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use wasmtime::component::{Component, types::ComponentItem};
 
-use crate::ahead::{Ahead, Job, Preparer};
+use crate::ahead::{Ahead, Job};
 use crate::bindings::tool::ToolProviderPre;
 use crate::bindings::tool::tollgate::tool::types as wit;
 use crate::cache::CacheOutcome;
@@ -235,7 +235,7 @@ struct ToolSetInner {
     tools: Vec<LoadedTool>,
     infos: Vec<ToolInfo>,
     by_name: HashMap<String, usize>,
-    /// Jobs handed to the preparer thread and not done yet.
+    /// Jobs its calls left to the preparer and not done yet.
     pending: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
@@ -515,16 +515,7 @@ impl Sandbox {
             drop(permit);
             return;
         }
-        let job = Job::new(used, permit, ahead, pending);
-        let preparer = self.inner.preparer.get_or_init(|| {
-            Preparer::start(
-                self.inner.engine.clone(),
-                self.inner.prepared.clone(),
-                self.inner.config.prepared_idle,
-            )
-            .expect("start the tollgate-prepare thread")
-        });
-        preparer.submit(job);
+        self.inner.preparer.submit(Job::new(used, permit, ahead, pending));
     }
 }
 
