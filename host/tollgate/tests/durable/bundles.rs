@@ -12,7 +12,7 @@ use tollgate_store::testing::PgCluster;
 use tollgate_store::{AgentDigest, StepState};
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World};
+use crate::util::{Refund, World, plain};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
@@ -45,24 +45,6 @@ fn copy_agent(from: &Path, to: &Path, label: &str) {
     }
     let config = std::fs::read_to_string(from.join("tollgate.toml")).expect("config");
     std::fs::write(to.join("tollgate.toml"), format!("{config}\n# bundle {label}\n")).expect("write config");
-}
-
-/// A Worker's log without terminal colours.
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// How many times the log says a segment of `session` started.

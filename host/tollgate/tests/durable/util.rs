@@ -634,3 +634,21 @@ pub fn assert_schema(name: &str, value: &Value) {
         panic!("not a {name} by the OpenAPI document: {mismatch}\n{value:#}");
     }
 }
+
+/// `text` without ANSI colour sequences (a Worker's log).
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -7,27 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::util::{Refund, WorkerProcess, World};
+use crate::util::{Refund, WorkerProcess, World, plain};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// `text` without ANSI colour sequences.
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 /// The `pid=` of every log line of `worker` that contains `what`, in order.
 fn pids(worker: &WorkerProcess, what: &str) -> Vec<u32> {
