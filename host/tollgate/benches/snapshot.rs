@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 use tollgate::{convert, sessions};
 use tollgate_engine::session::turn::{Plan, PlannedStart, TranscriptSource, plan_run_model};
 use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, view};
-use tollgate_protocol::ResumeText;
 use tollgate_store::testing::PgCluster;
 use tollgate_store::{Commit, Finish, NewItem, Store, raw};
 
@@ -150,9 +149,8 @@ async fn resume_transcript(
     let PlannedStart::NewTurn { session_id, transcript, .. } = run.start else {
         panic!("expected a new turn on the stored transcript");
     };
-    // As the Worker's `run_model` does: the chunks as they are, then the entries by the rule.
-    let mut text = ResumeText::from_blocks(transcript.chunks);
-    text.push_entries(transcript.entries.iter().map(|entry| entry.get()));
+    // As the Worker's `run_model` does.
+    let text = convert::resume_text(transcript);
     let planned = start.elapsed();
     let file = tollgate_claude::launch::write_resume_file(dir, dir, &session_id, &text).unwrap();
     let total = start.elapsed();

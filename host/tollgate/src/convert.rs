@@ -96,6 +96,14 @@ pub fn transcript(items: &[store::NewItem]) -> Option<store::NewTranscriptChunk>
     chunk
 }
 
+/// A planned resume's stored transcript as the resume file's text: the chunks as they are, then
+/// the entries by [`tollgate_protocol::ResumeText`]'s rule.
+pub fn resume_text(transcript: engine::turn::ResumeTranscript) -> tollgate_protocol::ResumeText {
+    let mut text = tollgate_protocol::ResumeText::from_blocks(transcript.chunks);
+    text.push_entries(transcript.entries.iter().map(|entry| entry.get()));
+    text
+}
+
 /// A whole transition as one commit, with the projection and resume form of its items.
 pub fn commit(t: engine::Transition) -> store::Commit {
     let items: Vec<store::NewItem> = t.items.into_iter().map(item).collect();

@@ -16,11 +16,11 @@ use tollgate_engine::gate::Gate;
 use tollgate_engine::session::batches::AheadState;
 use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
-use tollgate_engine::session::turn::{self, Plan, PlannedStart, ResumeTranscript, SegmentResult, SegmentRun};
+use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
     CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind, step_kind,
 };
-use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
+use tollgate_protocol::{TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::{Claimed, NewLiveText};
 use tracing::{info, warn};
@@ -28,6 +28,7 @@ use tracing::{info, warn};
 use super::inline_writes::SegmentTools;
 use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
+use crate::convert;
 use crate::edits;
 use crate::proxy::{ProxySummary, SpendLimit};
 use crate::sessions;
@@ -65,7 +66,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         &calls,
         &worker.agent.config.limits,
     )?;
-    let run = match plan {
+    let mut run = match plan {
         Plan::Finish(transition) => {
             let mut transition = *transition;
             inline::settle_on_turn_failure(&mut transition, &calls);
@@ -117,7 +118,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
             let mut model =
                 ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
             let recording = Recording { claimed, calls: &calls };
-            let result = segment(worker, &run, tools, events_tx, &mut trace, &mut model, &recording).await;
+            let result =
+                segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &recording).await;
             (warm_token, next_warm) = (model.warm_token, model.next_warm);
             result
         }
@@ -174,7 +176,6 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     // Inline writes recorded during the segment count in its end (a failing turn's note).
     let calls = read_calls(store, session_id).await?;
-    let mut run = run;
     if matches!(result, SegmentResult::Deferred { .. }) {
         // A grant revoked while the segment ran counts: read the session's revocations again.
         let revocations =
@@ -341,10 +342,11 @@ fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> Segme
 
 /// Runs the CLI for `run` and reports how it ended, and what the CLI said about its model calls
 /// to `trace`. Never fails: every problem is a failed segment the state machine retries or turns
-/// into the turn's error.
+/// into the turn's error. The stored transcript moves out of `run.start` into the resume file's
+/// text (it can be megabytes; nothing reads it from `run` afterwards).
 async fn segment(
     worker: &Worker,
-    run: &SegmentRun,
+    run: &mut SegmentRun,
     tools: &ToolSet,
     events: mpsc::UnboundedSender<SegmentEvent>,
     trace: &mut SegmentTrace,
@@ -381,18 +383,18 @@ async fn segment(
         gate = gate.with_cli_decider();
     }
     let fresh = matches!(run.start, PlannedStart::Fresh { .. });
-    let start = match &run.start {
+    let start = match &mut run.start {
         PlannedStart::Fresh { prompts } => Start::Fresh { prompt: prompt_of(prompts) },
         PlannedStart::NewTurn { session_id, transcript, prompts } => Start::Resume {
             session_id: session_id.clone(),
-            transcript: resume_text(transcript),
+            transcript: convert::resume_text(std::mem::take(transcript)),
             prompt: Some(prompt_of(prompts)),
         },
         PlannedStart::ResumeCall { session_id, transcript, pending } => {
             gate = gate.resuming(pending.clone());
             Start::Resume {
                 session_id: session_id.clone(),
-                transcript: resume_text(transcript),
+                transcript: convert::resume_text(std::mem::take(transcript)),
                 prompt: None,
             }
         }
@@ -493,13 +495,6 @@ fn prompt_of(prompts: &[String]) -> UserPrompt {
         [one] => UserPrompt::text(one.clone()),
         many => UserPrompt::blocks(many.iter().cloned()),
     }
-}
-
-/// The stored transcript as the resume file's text: the chunks as they are, then the entries.
-fn resume_text(transcript: &ResumeTranscript) -> ResumeText {
-    let mut text = ResumeText::from_blocks(transcript.chunks.clone());
-    text.push_entries(transcript.entries.iter().map(|entry| entry.get()));
-    text
 }
 
 /// The Worker's CLI settings a segment's CLI gets: tuning, never credentials. Everything else of
