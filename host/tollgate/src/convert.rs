@@ -65,15 +65,9 @@ pub fn messages(items: &[store::NewItem]) -> Vec<store::NewMessage> {
 /// ([`tollgate_protocol::ResumeText`]'s rule), each tied to its index so the store keeps the lines
 /// only when it keeps the item; `None` when there is no transcript item.
 pub fn transcript(items: &[store::NewItem]) -> Option<store::NewTranscriptChunk> {
-    #[derive(serde::Deserialize)]
-    struct Body<'a> {
-        session_id: String,
-        #[serde(borrow)]
-        entries: Vec<&'a RawValue>,
-    }
     let mut chunk: Option<store::NewTranscriptChunk> = None;
     for (index, item) in items.iter().enumerate().filter(|(_, i)| i.kind == item_kind::CLAUDE_TRANSCRIPT) {
-        let body: Body<'_> = match serde_json::from_str(item.body.get()) {
+        let body = match engine::turn::TranscriptBody::parse(item.body.get()) {
             Ok(body) => body,
             Err(err) => {
                 // Never built by this build (`turn::transcript_item`); the plan refuses it too.

@@ -177,10 +177,26 @@ struct PromptBody {
     text: String,
 }
 
+/// A transcript item's body as stored (`transcript_item` writes it):
+/// `{"kind":"claude_transcript","session_id":…,"entries":[…]}`, its entries borrowed byte for
+/// byte.
 #[derive(Deserialize)]
-struct TranscriptBody {
-    session_id: String,
-    entries: Vec<Box<RawValue>>,
+pub struct TranscriptBody<'a> {
+    /// The CLI session the entries belong to.
+    pub session_id: String,
+    /// The entries, in order.
+    #[serde(borrow)]
+    pub entries: Vec<&'a RawValue>,
+}
+
+impl<'a> TranscriptBody<'a> {
+    /// Reads a stored transcript item's body.
+    ///
+    /// # Errors
+    /// The body is not one.
+    pub fn parse(body: &'a str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(body)
+    }
 }
 
 /// Decides the segment a claimed `RunModel` runs.
@@ -250,12 +266,11 @@ pub fn plan_run_model(
             let mut entries = Vec::new();
             let mut session = None;
             for item in items.iter().filter(|item| item.kind == item_kind::CLAUDE_TRANSCRIPT) {
-                let body: TranscriptBody =
-                    serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
-                        what: format!("transcript item {}", item.seq),
-                        reason: e.to_string(),
-                    })?;
-                entries.extend(body.entries);
+                let body = TranscriptBody::parse(item.body).map_err(|e| EngineError::Corrupt {
+                    what: format!("transcript item {}", item.seq),
+                    reason: e.to_string(),
+                })?;
+                entries.extend(body.entries.into_iter().map(ToOwned::to_owned));
                 session = Some(body.session_id);
             }
             (ResumeTranscript { chunks: Vec::new(), entries }, session)

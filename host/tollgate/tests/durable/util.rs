@@ -272,15 +272,11 @@ impl World {
         assert_eq!(projected, from_items, "{session}: the projection and the item log disagree");
 
         // The transcript in resume form is the one the item log gives, byte for byte.
-        #[derive(serde::Deserialize)]
-        struct Body {
-            session_id: String,
-            entries: Vec<Box<serde_json::value::RawValue>>,
-        }
         let mut from_items = tollgate_protocol::ResumeText::default();
         let mut cli_session = None;
         for item in items.iter().filter(|i| i.kind == "claude_transcript") {
-            let body: Body = serde_json::from_str(item.body.get()).expect("a transcript item");
+            let body = tollgate_engine::session::turn::TranscriptBody::parse(item.body.get())
+                .expect("a transcript item");
             from_items.push_entries(body.entries.iter().map(|e| e.get()));
             cli_session = Some(body.session_id);
         }
