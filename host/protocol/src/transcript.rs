@@ -212,21 +212,6 @@ impl ResumeText {
     pub fn not_compact(&self) -> usize {
         self.not_compact
     }
-
-    /// Whether any line holds `needle`.
-    pub fn contains(&self, needle: &str) -> bool {
-        self.blocks.iter().any(|block| block.contains(needle))
-    }
-
-    /// The length in bytes.
-    pub fn len(&self) -> usize {
-        self.blocks.iter().map(String::len).sum()
-    }
-
-    /// True when there is no line.
-    pub fn is_empty(&self) -> bool {
-        self.blocks.iter().all(String::is_empty)
-    }
 }
 
 impl std::fmt::Display for ResumeText {
@@ -236,7 +221,7 @@ impl std::fmt::Display for ResumeText {
 }
 
 /// Whether a raw entry belongs in a resume file: all but `last-prompt` ([`ResumeText`]).
-pub fn belongs_in_resume(entry: &str) -> bool {
+fn belongs_in_resume(entry: &str) -> bool {
     peek(entry).and_then(|p| p.entry_type).as_deref() != Some("last-prompt")
 }
 
