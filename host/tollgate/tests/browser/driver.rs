@@ -107,20 +107,30 @@ impl Browser {
 
     /// Waits (90 s at most, as the durable tests wait for a turn: a fresh machine compiles the
     /// agent's guests on the first segment) until `script` returns something truthy, and returns it.
+    ///
+    /// A script that throws counts as "not yet": right after a navigation the page may not have
+    /// rendered the element the script reads (a CI run failed on exactly that). The last error is
+    /// in the timeout's message, so a script that can never run still fails with its cause.
     pub async fn until(&self, what: &str, script: &str, args: Vec<Value>) -> Value {
         let start = Instant::now();
         loop {
-            let value = self.js(script, args.clone()).await;
-            let truthy = !matches!(&value, Value::Null | Value::Bool(false))
-                && value != json!(0)
-                && value != json!("");
-            if truthy {
-                return value;
-            }
+            let last_error = match self.client.execute(script, args.clone()).await {
+                Ok(value) => {
+                    let truthy = !matches!(&value, Value::Null | Value::Bool(false))
+                        && value != json!(0)
+                        && value != json!("");
+                    if truthy {
+                        return value;
+                    }
+                    None
+                }
+                Err(e) => Some(e.to_string()),
+            };
             if start.elapsed() > Duration::from_secs(90) {
                 let text = self.js("return document.body.innerText", vec![]).await;
                 panic!(
-                    "timed out waiting for {what}; the page shows:\n{}",
+                    "timed out waiting for {what}{}; the page shows:\n{}",
+                    last_error.map(|e| format!(" (the script last threw: {e})")).unwrap_or_default(),
                     text.as_str().unwrap_or_default()
                 );
             }
