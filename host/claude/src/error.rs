@@ -127,6 +127,20 @@ pub enum SegmentError {
         stderr: String,
     },
 
+    /// A parked spare refused its `claim_session` (its reason token first, e.g.
+    /// `project_settings_not_claimable: …`). No prompt reached it. [`crate::run_segment_on`]
+    /// then runs the segment on a CLI of its own, so callers see this only in
+    /// [`crate::SegmentStats::claim_refused`].
+    #[error("the parked Claude Code CLI (pid {pid}) refused its claim: {message}{}", stderr_note(stderr))]
+    ClaimRefused {
+        /// The CLI's process id.
+        pid: u32,
+        /// The CLI's error text.
+        message: String,
+        /// The tail of the CLI's stderr.
+        stderr: String,
+    },
+
     /// The segment did not end within its time limit; the process group was killed. Retryable.
     #[error(
         "the segment did not end within {limit:?}; the Claude Code CLI (pid {pid}) was killed{}",
@@ -197,6 +211,7 @@ impl SegmentError {
             | SegmentError::ExitedEarly { stderr, .. }
             | SegmentError::InitializeTimeout { stderr, .. }
             | SegmentError::InitializeRefused { stderr, .. }
+            | SegmentError::ClaimRefused { stderr, .. }
             | SegmentError::Timeout { stderr, .. }
             | SegmentError::ErrorResult { stderr, .. } => stderr,
             _ => "",

@@ -40,7 +40,7 @@ use crate::project_key::project_key;
 use crate::segment::SegmentSpec;
 
 /// What [`argv`] needs. Defaults: server `tools`, no permission mode, no resume, `--setting-sources=`
-/// (no settings files), no extra arguments.
+/// (no settings files), no extra arguments, not parked.
 #[derive(Debug, Clone)]
 pub struct ArgvOptions<'a> {
     /// The sdk MCP server's name.
@@ -53,6 +53,10 @@ pub struct ArgvOptions<'a> {
     pub setting_sources: Option<&'a [String]>,
     /// Appended as given.
     pub extra: &'a [String],
+    /// A parked spare's launch (`--await-claim`, see [`crate::pool`]): the sdk MCP server is not
+    /// declared in the argv (it connects at the claim, answered by the segment's server) and
+    /// `--await-claim` is added. Cannot be combined with `resume` (the CLI refuses it).
+    pub parked: bool,
 }
 
 impl Default for ArgvOptions<'_> {
@@ -63,6 +67,7 @@ impl Default for ArgvOptions<'_> {
             resume: None,
             setting_sources: Some(&[]),
             extra: &[],
+            parked: false,
         }
     }
 }
@@ -79,12 +84,15 @@ pub fn argv(options: &ArgvOptions<'_>) -> Vec<String> {
         "--input-format",
         "stream-json",
         "--permission-prompt-tool=stdio",
-        "--mcp-config",
     ]
     .into_iter()
     .map(str::to_owned)
     .collect();
-    args.push(server);
+    if options.parked {
+        args.push("--await-claim".to_owned());
+    } else {
+        args.extend(["--mcp-config".to_owned(), server]);
+    }
     args.extend(["--include-partial-messages", "--session-mirror", "--await-initialize"].map(str::to_owned));
     if let Some(sources) = options.setting_sources {
         args.push(format!("--setting-sources={}", sources.join(",")));
@@ -400,6 +408,23 @@ mod tests {
         assert!(!args.iter().any(|a| a.starts_with("--resume")));
         let mode = argv(&ArgvOptions { permission_mode: Some("dontAsk"), ..ArgvOptions::default() });
         assert!(mode.contains(&"--permission-mode=dontAsk".to_owned()));
+    }
+
+    #[test]
+    fn a_parked_launch_awaits_its_claim_and_leaves_the_sdk_server_to_it() {
+        let normal = argv(&ArgvOptions::default());
+        let parked = argv(&ArgvOptions { parked: true, ..ArgvOptions::default() });
+        assert!(
+            parked.contains(&"--await-claim".to_owned()) && !normal.contains(&"--await-claim".to_owned())
+        );
+        assert!(!parked.contains(&"--mcp-config".to_owned()), "{parked:?}");
+        let rest: Vec<&String> =
+            normal.iter().filter(|a| *a != "--mcp-config" && !a.contains("\"type\":\"sdk\"")).collect();
+        assert_eq!(
+            rest,
+            parked.iter().filter(|a| *a != "--await-claim").collect::<Vec<_>>(),
+            "nothing else differs"
+        );
     }
 
     fn checked(options: serde_json::Value) -> CheckedOptions {

@@ -71,7 +71,7 @@ use tollgate_engine::gate::{
     CliDeciderQuery, CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall,
 };
 use tollgate_protocol::{
-    ApiEvent, CliRequest, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
+    ApiEvent, ClaimSession, CliRequest, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
     InitializeResponse, ProtocolError, ResultMessage, ResumeText, System, TranscriptEntry, Usage, UserPrompt,
     parse_line,
 };
@@ -86,7 +86,9 @@ use crate::tools::{NotRecorded, ToolRunner};
 use crate::transport::{CliProcess, Launch, LineEvent, inherited_allowed_variables};
 
 /// The request id of the host's `initialize`.
-const INITIALIZE_ID: &str = "tollgate_initialize";
+pub(crate) const INITIALIZE_ID: &str = "tollgate_initialize";
+/// The request id of the host's `claim_session` (a parked spare's, [`crate::pool`]).
+const CLAIM_ID: &str = "tollgate_claim";
 /// The gate's hook callback id.
 const GATE_HOOK_ID: &str = "tollgate_gate";
 /// The application hook's callback id.
@@ -293,6 +295,16 @@ impl SegmentSpec {
 
     /// The argv this spec starts the CLI with.
     pub fn args(&self) -> Vec<String> {
+        self.argv(false)
+    }
+
+    /// The argv of a parked spare for this spec ([`crate::pool`]): `--await-claim`, and the sdk
+    /// MCP server left to the claim. Only a fresh start can be parked.
+    pub fn parked_args(&self) -> Vec<String> {
+        self.argv(true)
+    }
+
+    fn argv(&self, parked: bool) -> Vec<String> {
         let resume = match &self.start {
             Start::Resume { session_id, .. } => Some(session_id.as_str()),
             Start::Fresh { .. } => None,
@@ -303,21 +315,36 @@ impl SegmentSpec {
             resume,
             setting_sources: self.setting_sources.as_deref(),
             extra: &self.extra_args,
+            parked,
         })
     }
 
     /// The `initialize` request this spec sends.
     pub fn initialize(&self) -> Initialize {
+        let mut init = self.parked_initialize().sdk_mcp_server(self.server_name.clone());
+        init.system_prompt.clone_from(&self.system_prompt);
+        init.append_system_prompt.clone_from(&self.append_system_prompt);
+        init
+    }
+
+    /// The `initialize` a parked spare takes before its session is known: the hooks alone (the
+    /// same for every session); the prompts and the sdk MCP server come with [`Self::claim`].
+    pub fn parked_initialize(&self) -> Initialize {
         let mut init = Initialize::new();
         if self.app_hook.is_some() {
             init = init.pre_tool_use(HookMatcher::all_tools(APP_HOOK_ID).timeout(self.hook_timeout_secs));
         }
-        let mut init = init
-            .pre_tool_use(HookMatcher::all_tools(GATE_HOOK_ID).timeout(self.hook_timeout_secs))
-            .sdk_mcp_server(self.server_name.clone());
-        init.system_prompt.clone_from(&self.system_prompt);
-        init.append_system_prompt.clone_from(&self.append_system_prompt);
-        init
+        init.pre_tool_use(HookMatcher::all_tools(GATE_HOOK_ID).timeout(self.hook_timeout_secs))
+    }
+
+    /// The `claim_session` that binds a parked spare to this segment: its `cwd`, its prompts,
+    /// its sdk MCP server. With [`Self::parked_initialize`] it asks what [`Self::initialize`]
+    /// asks of a CLI started for the segment.
+    pub fn claim(&self) -> ClaimSession {
+        ClaimSession::new(self.cwd.to_string_lossy())
+            .system_prompt(self.system_prompt.clone())
+            .append_system_prompt(self.append_system_prompt.clone())
+            .sdk_mcp_server(self.server_name.clone())
     }
 }
 
@@ -383,10 +410,15 @@ pub struct SegmentStats {
     /// Whether the segment ran on a pre-started CLI ([`crate::pool`]); `to_spawn` then is the
     /// time to take it over.
     pub warm: bool,
+    /// Why the parked spare it was given refused its claim; the segment then ran on a CLI it
+    /// started itself (`warm` is false, the times are that run's).
+    pub claim_refused: Option<String>,
     /// From the start of [`run_segment`] to the spawn.
     pub to_spawn: Option<Duration>,
-    /// To the `initialize` answer.
+    /// To the `initialize` answer (a parked spare's came before the segment: then at once).
     pub to_initialized: Option<Duration>,
+    /// To the `claim_session` answer (a parked spare's).
+    pub to_claimed: Option<Duration>,
     /// To the first main-conversation text delta.
     pub to_first_delta: Option<Duration>,
     /// To the `result`.
@@ -447,7 +479,19 @@ pub async fn run_segment_on(
 ) -> SegmentReport {
     let started = Instant::now();
     let mut stats = SegmentStats::default();
-    let outcome = match run(&spec, gate, runner, events, started, &mut stats, warm).await {
+    let parked = warm.as_ref().is_some_and(WarmCli::is_parked);
+    // A refused claim sent no prompt: the segment runs again, on a CLI of its own, with what the
+    // first run was given (nothing reached a tool or the model).
+    let again = parked.then(|| (gate.clone(), runner.clone(), events.clone()));
+    let mut result = run(&spec, gate, runner, events, started, &mut stats, warm).await;
+    if let (Err(SegmentError::ClaimRefused { pid, message, .. }), Some((gate, runner, events))) =
+        (&result, again)
+    {
+        tracing::warn!(pid, reason = %message, "a parked CLI refused its claim; starting one for the segment");
+        stats = SegmentStats { claim_refused: Some(message.clone()), ..SegmentStats::default() };
+        result = run(&spec, gate, runner, events, started, &mut stats, None).await;
+    }
+    let outcome = match result {
         Ok(outcome) => outcome,
         Err(error) => SegmentOutcome::Failed { error },
     };
@@ -465,6 +509,7 @@ enum Stop {
     Io(std::io::Error),
     InitializeTimeout,
     InitializeRefused(String),
+    ClaimRefused(String),
     Timeout,
     /// A recorded inline write's record was not committed.
     NotRecorded(String),
@@ -489,13 +534,14 @@ async fn run(
                 .into(),
         });
     }
-    let (dirs, warm_process) = match warm {
+    let (dirs, warm_process, parked) = match warm {
         Some(warm) => {
+            let parked = warm.is_parked();
             let (process, dirs) = warm.into_parts();
             stats.warm = true;
-            (dirs, Some(process))
+            (dirs, Some(process), parked)
         }
-        None => (ScratchDirs::create(spec.scratch_parent.as_deref())?, None),
+        None => (ScratchDirs::create(spec.scratch_parent.as_deref())?, None, false),
     };
     if let Some((session_id, transcript)) = resume {
         // A pre-started CLI reads it only after `initialize` (benches/segment.rs measured it).
@@ -521,11 +567,19 @@ async fn run(
     stats.pid = Some(pid);
     stats.to_spawn = Some(started.elapsed());
 
-    process.send(HostFrame::initialize(INITIALIZE_ID, spec.initialize()).to_line());
-    if let Some(prompt) = prompt {
-        // Pipelined right after initialize, as the TypeScript SDK does (PROTOCOL.md §3, rule 2).
-        process.send(HostFrame::User(prompt).to_line());
-    }
+    let held_prompt = if parked {
+        // Its initialize went at the spawn; the prompt waits for the claim's answer, so a refused
+        // claim leaves nothing run.
+        process.send(HostFrame::claim_session(CLAIM_ID, spec.claim()).to_line());
+        prompt
+    } else {
+        process.send(HostFrame::initialize(INITIALIZE_ID, spec.initialize()).to_line());
+        if let Some(prompt) = prompt {
+            // Pipelined right after initialize, as the TypeScript SDK does (PROTOCOL.md §3, rule 2).
+            process.send(HostFrame::User(prompt).to_line());
+        }
+        None
+    };
 
     let mut turn = Turn {
         gate,
@@ -538,6 +592,7 @@ async fn run(
         entries: Vec::new(),
         message_ids: BTreeSet::new(),
         initialized: false,
+        held_prompt,
     };
     let deadline = tokio::time::Instant::from_std(started + spec.timeout);
     let init_deadline = tokio::time::Instant::from_std(started + spec.initialize_timeout);
@@ -602,6 +657,7 @@ async fn run(
                 SegmentError::InitializeTimeout { pid, waited: spec.initialize_timeout, stderr }
             }
             Stop::InitializeRefused(message) => SegmentError::InitializeRefused { pid, message, stderr },
+            Stop::ClaimRefused(message) => SegmentError::ClaimRefused { pid, message, stderr },
             Stop::Timeout => SegmentError::Timeout { pid, limit: spec.timeout, stderr },
             Stop::NotRecorded(reason) => SegmentError::NotRecorded { pid, reason },
         });
@@ -652,6 +708,15 @@ async fn run(
 
 /// What starts the CLI of `spec` with `dirs` as its `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR`.
 pub(crate) fn launch(spec: &SegmentSpec, dirs: &ScratchDirs) -> Launch {
+    launch_with(spec, dirs, spec.args(), spec.cwd.clone())
+}
+
+/// The launch of a parked spare for `spec` ([`crate::pool`]): its argv, in the directory `park`.
+pub(crate) fn parked_launch(spec: &SegmentSpec, dirs: &ScratchDirs, park: PathBuf) -> Launch {
+    launch_with(spec, dirs, spec.parked_args(), park)
+}
+
+fn launch_with(spec: &SegmentSpec, dirs: &ScratchDirs, args: Vec<String>, cwd: PathBuf) -> Launch {
     // An allow-list, not the inherited environment: the host's secrets stay out of the CLI and
     // of every command its tools run.
     let mut env: Vec<(OsString, OsString)> = inherited_allowed_variables();
@@ -664,8 +729,8 @@ pub(crate) fn launch(spec: &SegmentSpec, dirs: &ScratchDirs) -> Launch {
     env.extend(spec.env.iter().cloned());
     Launch {
         program: spec.cli.path().to_path_buf(),
-        args: spec.args().into_iter().map(OsString::from).collect(),
-        cwd: spec.cwd.clone(),
+        args: args.into_iter().map(OsString::from).collect(),
+        cwd,
         env_remove: Vec::new(),
         env,
         max_line_bytes: spec.max_line_bytes,
@@ -739,6 +804,8 @@ struct Turn<'a> {
     entries: Vec<TranscriptEntry>,
     message_ids: BTreeSet<String>,
     initialized: bool,
+    /// A parked spare's prompt, sent once its claim is answered.
+    held_prompt: Option<UserPrompt>,
 }
 
 impl Turn<'_> {
@@ -788,6 +855,17 @@ impl Turn<'_> {
                         )));
                     }
                     Err(err) => return Err(Stop::InitializeRefused(err.to_string())),
+                }
+            }
+            Frame::ControlResponse(response) if response.request_id() == CLAIM_ID => {
+                match response.result() {
+                    Ok(_) => {
+                        self.stats.to_claimed = Some(self.started.elapsed());
+                        if let Some(prompt) = self.held_prompt.take() {
+                            process.send(HostFrame::User(prompt).to_line());
+                        }
+                    }
+                    Err(message) => return Err(Stop::ClaimRefused(message.to_owned())),
                 }
             }
             Frame::ControlResponse(_) => {}

@@ -147,6 +147,11 @@ impl CliProcess {
         matches!(self.child.try_wait(), Ok(None)) && self.lines.is_empty()
     }
 
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Queues one line (it must end in `\n`). Ignored after [`CliProcess::close_stdin`].
     pub fn send(&self, line: String) {
         if let Some(stdin) = &self.stdin {

@@ -69,6 +69,11 @@ impl HostFrame {
         Self::request(request_id, HostRequest::Initialize(init))
     }
 
+    /// `claim_session`: binds a CLI started with `--await-claim` (a parked spare) to its session.
+    pub fn claim_session(request_id: impl Into<String>, claim: ClaimSession) -> Self {
+        Self::request(request_id, HostRequest::ClaimSession(claim))
+    }
+
     /// `interrupt`: stop the running turn.
     pub fn interrupt(request_id: impl Into<String>) -> Self {
         Self::request(request_id, HostRequest::Interrupt)
@@ -143,6 +148,10 @@ fn to_value<T: Serialize>(value: &T) -> Value {
 pub enum HostRequest {
     /// Register hooks and sdk MCP servers. Answered with an [`InitializeResponse`](crate::InitializeResponse).
     Initialize(Initialize),
+    /// Bind a parked spare to its session. Answered with `{"status":"ok","session_id":…,…}`, or
+    /// an error whose message starts with a reason token (`project_settings_not_claimable`,
+    /// `cwd_not_found`, …); the spare then stays unclaimed and takes no prompt.
+    ClaimSession(ClaimSession),
     /// `{"subtype":"interrupt"}`. Answered with `{"still_queued":[]}`.
     Interrupt,
     /// `{"subtype":"set_permission_mode","mode":…}`. Answered with `{"mode":…}`.
@@ -193,6 +202,69 @@ impl Initialize {
 
     /// Declare an sdk MCP server by name (e.g. `"tools"`, tools then appear as
     /// `mcp__tools__<name>`).
+    #[must_use]
+    pub fn sdk_mcp_server(mut self, name: impl Into<String>) -> Self {
+        self.sdk_mcp_servers.push(name.into());
+        self
+    }
+}
+
+/// The `claim_session` request body (CLI 2.1.328's schema; its keys are snake_case, unlike
+/// `initialize`'s). A CLI started with `--await-claim` boots with the launch-level options in a
+/// directory of its own, takes `initialize` (its hooks) while parked, and waits for this: the
+/// session's working directory (it then runs as if spawned there), its prompts and its sdk MCP
+/// servers (connected now: their handshake runs before the answer).
+///
+/// ```
+/// use tollgate_protocol::{ClaimSession, HostFrame};
+///
+/// let claim = ClaimSession::new("/ws/s-1").system_prompt(Some("Be brief.".into())).sdk_mcp_server("tools");
+/// let line = HostFrame::claim_session("claim", claim).to_line();
+/// assert!(line.contains(r#""subtype":"claim_session","cwd":"/ws/s-1","system_prompt":["Be brief."]"#));
+/// assert!(line.contains(r#""sdk_mcp_servers":["tools"]"#) && !line.contains("append_system_prompt"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimSession {
+    /// The session's working directory: absolute, existing.
+    pub cwd: String,
+    /// The system prompt, as `initialize.systemPrompt` (the claim takes its parts as a list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<Vec<String>>,
+    /// Text appended to the system prompt, as `initialize.appendSystemPrompt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub append_system_prompt: Option<String>,
+    /// The session's final set of sdk MCP servers; those not registered while parked connect now.
+    #[serde(default)]
+    pub sdk_mcp_servers: Vec<String>,
+}
+
+impl ClaimSession {
+    /// A claim of the working directory `cwd`, with no prompts and no sdk MCP servers.
+    pub fn new(cwd: impl Into<String>) -> Self {
+        ClaimSession {
+            cwd: cwd.into(),
+            system_prompt: None,
+            append_system_prompt: None,
+            sdk_mcp_servers: Vec::new(),
+        }
+    }
+
+    /// Sets the system prompt (one part), or none.
+    #[must_use]
+    pub fn system_prompt(mut self, prompt: Option<String>) -> Self {
+        self.system_prompt = prompt.map(|p| vec![p]);
+        self
+    }
+
+    /// Sets the text appended to the system prompt, or none.
+    #[must_use]
+    pub fn append_system_prompt(mut self, prompt: Option<String>) -> Self {
+        self.append_system_prompt = prompt;
+        self
+    }
+
+    /// Adds an sdk MCP server by name.
     #[must_use]
     pub fn sdk_mcp_server(mut self, name: impl Into<String>) -> Self {
         self.sdk_mcp_servers.push(name.into());

@@ -52,8 +52,8 @@ pub use control::{
 };
 pub use error::ProtocolError;
 pub use host::{
-    HookAnswer, HookMatcher, Hooks, HostFrame, HostRequest, Initialize, PermissionAnswer, PermissionDecision,
-    PromptMessage, UserPrompt,
+    ClaimSession, HookAnswer, HookMatcher, Hooks, HostFrame, HostRequest, Initialize, PermissionAnswer,
+    PermissionDecision, PromptMessage, UserPrompt,
 };
 pub use message::{
     ApiEvent, ApiMessage, AssistantMessage, ContentBlock, DeferredToolUse, Delta, McpServerStatus,

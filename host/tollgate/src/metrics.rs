@@ -112,7 +112,8 @@ impl Metrics {
 
     /// Pre-started CLIs (`crate::worker`'s pool): `n` of them had `outcome` — `started`, `hit`
     /// (a segment ran on one), `miss` (a segment started its own), `expired` (killed unused after
-    /// the time to live), `discarded` (exited or wrote before it was taken).
+    /// the time to live), `discarded` (exited or wrote before it was taken), `refused` (a parked
+    /// one refused its claim; the segment then started its own).
     pub fn warm_cli(&self, outcome: &'static str, n: u64) {
         *self.inner.lock().expect("metrics lock").warm_clis.entry(outcome).or_default() += n;
     }
@@ -213,10 +214,10 @@ impl Metrics {
         let _ = writeln!(out, "tollgate_model_cost_usd_total {}", inner.model_cost_usd);
         out.push_str(
             "# HELP tollgate_warm_clis_total Pre-started CLIs, by outcome (started, hit, miss, expired, \
-             discarded).\n",
+             discarded, refused).\n",
         );
         out.push_str("# TYPE tollgate_warm_clis_total counter\n");
-        for outcome in ["started", "hit", "miss", "expired", "discarded"] {
+        for outcome in ["started", "hit", "miss", "expired", "discarded", "refused"] {
             let n = inner.warm_clis.get(outcome).copied().unwrap_or(0);
             let _ = writeln!(out, "tollgate_warm_clis_total{{outcome=\"{outcome}\"}} {n}");
         }

@@ -2,8 +2,9 @@
 //! cannot be made to produce on demand. Tests only.
 //!
 //! It speaks the subset of the stream-json protocol a segment uses (PROTOCOL.md §2–§10): it
-//! insists on `initialize` as the first stdin line (as `--await-initialize` does), answers it, and
-//! then follows `FAKE_CLAUDE_MODE`:
+//! insists on `initialize` as the first stdin line (as `--await-initialize` does), answers it
+//! (started with `--await-claim`, it then takes a `claim_session` and does the MCP handshake
+//! before answering it, as the real CLI's parked spare does), and then follows `FAKE_CLAUDE_MODE`:
 //!
 //! | mode | behaviour |
 //! | --- | --- |
@@ -52,9 +53,22 @@ fn main() {
     let init_id = first["request_id"].as_str().unwrap_or_default().to_owned();
     let hook_id =
         first["request"]["hooks"]["PreToolUse"][0]["hookCallbackIds"][0].as_str().unwrap_or("").to_owned();
-    fake.mcp("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fake", "version": "0.0.0"}}));
+    let handshake = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fake", "version": "0.0.0"}});
+    // A parked spare (`--await-claim`) connects its sdk MCP server at the claim, not before.
+    let parked = std::env::args().any(|arg| arg == "--await-claim");
+    if !parked {
+        fake.mcp("initialize", handshake.clone());
+    }
     emit(&json!({"type": "control_response", "response": {"subtype": "success", "request_id": init_id,
         "response": {"hooks_applied": true, "claude_code_version": "2.1.328", "pid": std::process::id()}}}));
+    if parked {
+        let claim = fake.read().unwrap_or(Value::Null);
+        assert_eq!(claim["request"]["subtype"], "claim_session", "expected the claim, got {claim}");
+        fake.mcp("initialize", handshake);
+        emit(&json!({"type": "control_response", "response": {"subtype": "success",
+            "request_id": claim["request_id"], "response": {"status": "ok", "session_id": fake.session,
+            "cwd": claim["request"]["cwd"], "sdk_mcp_settled": true}}}));
+    }
     let resumed = std::env::args().any(|arg| arg.starts_with("--resume"));
     if !resumed {
         let prompt = fake.read().unwrap_or(Value::Null);

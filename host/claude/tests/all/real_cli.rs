@@ -428,3 +428,100 @@ async fn a_pre_started_cli_runs_a_fresh_segment_and_a_pre_started_resume_reads_t
     assert_eq!(last_tool_result(&world.mock, &call.tool_use_id), Some((output, false)), "{text}");
     assert_eq!(world.payments.count(), 1, "the resumed segment ran the write again\n{text}");
 }
+
+/// Parks a spare for `spec`'s fresh launch and waits until it has booted and answered its
+/// `initialize`.
+async fn parked_cli(spec: &SegmentSpec) -> tollgate_claude::pool::WarmCli {
+    let mut warm = tollgate_claude::pool::WarmCli::park(spec).expect("a spare parks");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(warm.is_waiting() && warm.is_parked(), "the parked CLI exited");
+    assert!(
+        warm.cwd().ends_with("park") && warm.cwd().starts_with(std::env::temp_dir()),
+        "{}",
+        warm.cwd().display()
+    );
+    warm
+}
+
+#[tokio::test]
+async fn a_parked_spare_claimed_by_a_fresh_segment_works_in_the_segments_cwd_with_its_prompt_and_tools() {
+    let Some((cli, _slot)) = real_cli("a parked spare").await else { return };
+    let world = World::start(cli).await;
+    let mut spec = world.fresh(r#"call lookup_order {"order_id":"7"}"#);
+    spec.system_prompt = Some("You are the refunds agent of session s-parked.".into());
+    spec.append_system_prompt = Some("Answer in one line.".into());
+    let cwd = spec.cwd.canonicalize().unwrap();
+    let warm = parked_cli(&spec).await;
+    let pid = warm.pid();
+    let report =
+        tollgate_claude::run_segment_on(spec.clone(), Some(warm), world.gate(), world.runner(), None).await;
+    let text = world.text(&report);
+    let answer = completed(&report, &text);
+    // The sdk MCP server connected at the claim: the inline read ran and the model saw it.
+    assert!(
+        answer.starts_with("called lookup_order: ") && answer.contains("\"order_id\":\"7\""),
+        "{answer}\n{text}"
+    );
+    assert_eq!((report.stats.warm, report.stats.pid), (true, Some(pid)), "{text}");
+    assert!(report.stats.to_claimed.is_some() && report.stats.claim_refused.is_none(), "{text}");
+    // It ran as if started in the segment's cwd: every entry it mirrored says so.
+    let entries = report.outcome.entries();
+    let cwd_field = format!("\"cwd\":{}", serde_json::Value::from(cwd.to_string_lossy()));
+    assert!(
+        !entries.is_empty()
+            && entries.iter().all(|e| !e.as_str().contains("\"cwd\"") || e.as_str().contains(&cwd_field)),
+        "{text}"
+    );
+    assert!(entries.iter().any(|e| e.as_str().contains(&cwd_field)), "{text}");
+
+    // The model's request is the one a CLI started for the segment makes: same system prompt,
+    // same tools.
+    let cold = tollgate_claude::run_segment(spec, world.gate(), world.runner(), None).await;
+    let text = world.text(&cold);
+    assert_eq!(completed(&cold, &text), answer, "{text}");
+    let requests = world.mock.message_requests();
+    assert_eq!(requests.len(), 4, "two model calls per segment\n{text}");
+    let body = |i: usize, key: &str| requests[i].body.as_ref().map(|b| b[key].clone()).unwrap_or_default();
+    assert!(
+        body(0, "system").to_string().contains("session s-parked")
+            && body(0, "system").to_string().contains("Answer in one line."),
+        "{}",
+        body(0, "system")
+    );
+    for key in ["system", "tools"] {
+        assert_eq!(
+            body(0, key),
+            body(2, key),
+            "the parked and the cold segment's first request differ in {key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_claim_the_cli_refuses_sends_no_prompt_and_the_segment_runs_on_a_cli_of_its_own() {
+    let Some((cli, _slot)) = real_cli("a refused claim").await else { return };
+    let world = World::start(cli).await;
+    // The workspace's own settings set `env`, which only a start applies: the CLI refuses the
+    // claim of a spare parked elsewhere.
+    let settings = world.project.path().join(".claude");
+    std::fs::create_dir_all(&settings).unwrap();
+    std::fs::write(settings.join("settings.json"), r#"{"env":{"TOLLGATE_PROJECT_SETTING":"1"}}"#).unwrap();
+    let mut spec = world.fresh("say hello");
+    spec.setting_sources = Some(vec!["project".into()]);
+    let warm = parked_cli(&spec).await;
+    let parked = warm.pid();
+    let report = tollgate_claude::run_segment_on(spec, Some(warm), world.gate(), world.runner(), None).await;
+    let text = world.text(&report);
+    assert_eq!(completed(&report, &text), "said: hello", "{text}");
+    let refused = report.stats.claim_refused.clone().unwrap_or_default();
+    assert!(refused.starts_with("project_settings_not_claimable"), "{refused:?}\n{text}");
+    assert!(!report.stats.warm && report.stats.pid != Some(parked), "{text}");
+    assert_eq!(world.mock.message_requests().len(), 1, "the spare took no prompt\n{text}");
+    let gone = std::time::Instant::now();
+    while std::path::Path::new(&format!("/proc/{parked}/cmdline")).exists()
+        && !std::fs::read_to_string(format!("/proc/{parked}/stat")).unwrap_or_default().contains(") Z")
+    {
+        assert!(gone.elapsed() < std::time::Duration::from_secs(10), "the refused spare still runs");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

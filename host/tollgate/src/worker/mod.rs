@@ -260,13 +260,6 @@ impl Worker {
         if stale > 0 {
             info!(removed = stale, "removed segment directories that stopped Workers left behind");
         }
-        let stale_warm = warm::remove_stale(&self.workspace_root());
-        if stale_warm > 0 {
-            info!(
-                removed = stale_warm,
-                "removed warm CLI workspace entries that stopped Workers left behind"
-            );
-        }
         // Only sessions this agent may run: unpinned ones, and those pinned to its digest.
         let digests = self.agent.claim_digests();
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency,

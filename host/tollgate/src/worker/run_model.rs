@@ -415,36 +415,31 @@ async fn segment(
     prompts_to_initialize(&mut spec);
     spec.timeout = agent.config.segment_timeout;
     if let warm::Cwd::Session { root } = &cwd_kind
-        && !fresh
         && let Err(err) = workspace::prepare(root, session_id)
     {
         return failed(err, true);
     }
-    // A fresh session's warm CLI brings its workspace along; every other segment's is made first.
     let taken = warm::take(worker, &spec, &cwd_kind, fresh, model.limit);
-    if let warm::Cwd::Session { root } = &cwd_kind
-        && fresh
-        && let Err(err) = workspace::prepare(root, session_id)
-    {
-        return failed(err, true);
-    }
     model.next_warm = Some(NextWarm { spec: spec.clone(), cwd: cwd_kind, fresh });
     if agent.has_cli_policy() {
         spec.cli_decider = Some(Arc::new(FactoryDecider { agent: agent.clone() }));
     }
     let report = match taken {
         Some(taken) => {
-            let (cli, token, workspace) = taken.into_parts();
+            let (cli, token) = taken.into_parts();
             model.warm_token = Some(token);
-            let report = run_segment_on(spec, Some(cli), gate, runner, Some(events)).await;
-            drop(workspace);
-            report
+            run_segment_on(spec, Some(cli), gate, runner, Some(events)).await
         }
         None => run_segment(spec, gate, runner, Some(events)).await,
     };
+    if let Some(reason) = &report.stats.claim_refused {
+        worker.metrics.warm_cli("refused", 1);
+        info!(session = %session_id, reason = %reason, "the parked CLI refused its claim; the segment started its own");
+    }
     trace.ran(&report.stats);
     info!(pid = report.stats.pid.unwrap_or_default(), warm = report.stats.warm,
         to_initialized_ms = ?report.stats.to_initialized.map(|d| d.as_millis()),
+        to_claimed_ms = ?report.stats.to_claimed.map(|d| d.as_millis()),
         total_ms = report.stats.total.as_millis() as u64, "segment ran");
     let cost_usd = report.stats.result.as_ref().and_then(|r| r.total_cost_usd);
     let model_calls = i64::try_from(report.stats.model_calls).unwrap_or(i64::MAX);

@@ -1,5 +1,6 @@
 //! Warm CLIs (issue 15 item 2) with the real CLI and Workers as child processes: the second new
-//! session of an agent runs on the CLI the first one's Worker pre-started; a resume after an
+//! session of an agent runs on the parked spare the first one's Worker pre-started, claimed into
+//! its own workspace; a resume after an
 //! approval-free deferred step runs on a pre-started `--resume` CLI; a warm CLI killed before the
 //! take leaves the segment to start its own; after the time to live the warm CLI and its folders
 //! are gone; a SIGKILLed Worker leaves no warm CLI alive.
@@ -92,14 +93,17 @@ async fn first_session(world: &World, worker: &WorkerProcess) -> u32 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_second_new_session_runs_on_the_warm_cli_the_first_left_in_its_own_workspace() {
+async fn the_second_new_session_runs_on_the_spare_the_first_parked_claimed_into_its_own_workspace() {
     let Some(world) = World::new("second session on a warm CLI", Refund::SingleAttemptWithApproval).await
     else {
         return;
     };
-    let (a, ws, _tmp) = worker(&world, "a", &[]);
+    let (a, ws, tmp) = worker(&world, "a", &[]);
     let warm = first_session(&world, &a).await;
-    assert_eq!(entries(&ws, ".warm-").len(), 1, "the warm CLI's own directory");
+    // Parked in a folder of its scratch directory, not in the workspace root.
+    assert_eq!(entries(&ws, ".").len(), 0, "{:?}", entries(&ws, ""));
+    let cwd = std::fs::read_link(format!("/proc/{warm}/cwd")).expect("the warm CLI's cwd");
+    assert!(cwd.starts_with(tmp.canonicalize().unwrap()) && cwd.ends_with("park"), "{}", cwd.display());
 
     world.send("s2", r#"pause w2 ;; call Bash {"command":"pwd"}"#).await;
     world.mock.wait_for_gate("w2", WAIT).await.expect("s2's segment reached the model");
@@ -112,7 +116,12 @@ async fn the_second_new_session_runs_on_the_warm_cli_the_first_left_in_its_own_w
     let answer = last_answer(&done);
     let workspace = ws.canonicalize().unwrap().join("s2");
     assert_eq!(answer, format!("called Bash: {}", workspace.display()), "{}", world.diagnostics());
-    assert!(plain(&a.log_text()).contains(&format!("segment ran pid={warm} warm=true")), "{}", a.log_text());
+    let log = plain(&a.log_text());
+    assert!(log.contains(&format!("segment on a warm CLI pid={warm} parked=true")), "{log}");
+    assert!(
+        log.contains(&format!("segment ran pid={warm} warm=true")) && log.contains("to_claimed_ms=Some("),
+        "{log}"
+    );
 
     // The system prompt naming the session went in `initialize`: s2's request carries s2's.
     let requests = world.mock.message_requests();
@@ -120,11 +129,10 @@ async fn the_second_new_session_runs_on_the_warm_cli_the_first_left_in_its_own_w
     assert!(system(0).contains("(session s1)"), "{}", system(0));
     let s2 = system(1);
     assert!(s2.contains("(session s2)") && !s2.contains("(session s1)"), "{s2}");
-    // The link a taken warm CLI leaves at its old path is gone with the segment; the next warm
-    // CLI (after s2's completed fresh segment) has a directory of its own.
-    until("one warm directory, the next warm CLI's", || entries(&ws, ".warm-").len() == 1).await;
+    // The next warm CLI (after s2's completed fresh segment) is another process.
     let next = logged(&a, "warm CLI started", 2).await[1];
     assert_ne!(next, warm, "a warm CLI is used once");
+    assert_eq!(entries(&ws, ".").len(), 0, "nothing but the sessions' workspaces in the root");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -155,16 +163,14 @@ async fn after_the_time_to_live_the_warm_cli_is_gone_with_its_folders() {
     let Some(world) = World::new("warm CLI time to live", Refund::SingleAttemptWithApproval).await else {
         return;
     };
-    let (a, ws, tmp) = worker(&world, "a", &["--warm-cli-ttl-secs", "3"]);
+    let (a, _ws, tmp) = worker(&world, "a", &["--warm-cli-ttl-secs", "3"]);
     let warm = first_session(&world, &a).await;
     let scratch = format!("tollgate-warm-{}-", a.id());
     assert_eq!(entries(&tmp, &scratch).len(), 1, "the warm CLI's scratch folder");
     let segments = format!("tollgate-segment-{}-", a.id());
     assert!(entries(&tmp, &segments).is_empty(), "s1's segment folder went with its segment");
-    assert_eq!(entries(&ws, ".warm-").len(), 1, "the warm CLI's workspace");
     until("the warm CLI is killed after its time to live", || !alive(warm)).await;
     until("its scratch folder is removed", || entries(&tmp, &scratch).is_empty()).await;
-    until("its workspace is removed", || entries(&ws, ".warm-").is_empty()).await;
     assert!(a.children().is_empty());
     assert!(plain(&a.log_text()).contains("warm CLIs expired unused"), "{}", a.log_text());
 }
@@ -175,7 +181,7 @@ async fn a_sigkilled_worker_leaves_no_warm_cli_alive_and_the_next_removes_its_fo
     else {
         return;
     };
-    let (a, ws, tmp) = worker(&world, "a", &[]);
+    let (a, _ws, tmp) = worker(&world, "a", &[]);
     let warm = first_session(&world, &a).await;
     let scratch = format!("tollgate-warm-{}-", a.id());
     a.kill().await;
@@ -185,12 +191,8 @@ async fn a_sigkilled_worker_leaves_no_warm_cli_alive_and_the_next_removes_its_fo
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(entries(&tmp, &scratch).len(), 1, "a SIGKILLed Worker cannot clean up");
-    assert_eq!(entries(&ws, ".warm-").len(), 1);
     let (b, _, _) = worker(&world, "b", &[]);
-    until("B removes A's warm folders", || {
-        entries(&tmp, &scratch).is_empty() && entries(&ws, ".warm-").is_empty()
-    })
-    .await;
+    until("B removes A's warm folders", || entries(&tmp, &scratch).is_empty()).await;
     drop(b);
 }
 
