@@ -10,8 +10,10 @@
 //!    §1.1 and the environment of §1.2, built from an allow-list (nothing else of the host's
 //!    environment is inherited: see [`crate::transport::inherited_allowed_variables`]);
 //! 3. writes `initialize` first (the gate's `PreToolUse` matcher for every tool, with a timeout;
-//!    an application hook if any; the sdk server), then the prompt of a fresh segment, or **no
-//!    prompt** for a resumed deferred call;
+//!    an application hook if any; the sdk server; the prompts), then the prompt of a fresh
+//!    segment, or **no prompt** for a resumed deferred call. On a parked spare
+//!    ([`crate::pool::WarmCli::park`]), which took the hooks when it was started, it writes
+//!    `claim_session` instead and the prompt once the claim is answered;
 //! 4. answers `hook_callback` and `can_use_tool` from the [`Gate`], serves `mcp_message` through the
 //!    rmcp server ([`crate::mcp`]), forwards main-conversation text deltas as
 //!    [`SegmentEvent::TextDelta`], and collects the `transcript_mirror` entries. One loop owns the
@@ -466,10 +468,12 @@ pub async fn run_segment(
     run_segment_on(spec, None, gate, runner, events).await
 }
 
-/// [`run_segment`] on `warm`, a CLI pre-started with the launch of `spec` ([`WarmCli::spawn`])
-/// that still waits for its `initialize` (the caller checked [`WarmCli::is_waiting`]); `None`
-/// starts one. A resume's file is written into the warm CLI's own config directory before
-/// `initialize` is sent; everything after is the same as for a CLI started here.
+/// [`run_segment`] on `warm`, a CLI pre-started with the launch of `spec` (the caller checked
+/// [`WarmCli::is_waiting`]); `None` starts one. One that waits for its `initialize`
+/// ([`WarmCli::spawn`]) gets it now, after a resume's file is written into its own config
+/// directory; a parked spare ([`WarmCli::park`]) gets [`SegmentSpec::claim`] and the prompt once
+/// the claim is answered, and if the CLI refuses the claim the segment runs on a CLI it starts
+/// ([`SegmentStats::claim_refused`]). Everything after is the same as for a CLI started here.
 pub async fn run_segment_on(
     spec: SegmentSpec,
     warm: Option<WarmCli>,

@@ -30,7 +30,7 @@
 //!   refused rows.
 //! - `secrets`: what the agent's `Bash` can reach (environment, process tree, store), the model
 //!   proxy's key swap and token revocation, the spend limit within a segment.
-//! - `warm`: pre-started CLIs: a second new session on the warm CLI the first left, a warm
+//! - `warm`: pre-started CLIs: a second new session on the parked spare the first left, a warm
 //!   `--resume` after an approval-free deferred step, a warm CLI killed before the take, the time
 //!   to live, a SIGKILLed Worker's warm CLI.
 //! - `webhooks`: `tollgate serve --webhooks` delivering signed events to a loopback receiver that
