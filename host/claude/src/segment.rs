@@ -493,7 +493,7 @@ pub async fn run_segment_on(
     {
         tracing::warn!(pid, reason = %message, "a parked CLI refused its claim; starting one for the segment");
         stats = SegmentStats { claim_refused: Some(message.clone()), ..SegmentStats::default() };
-        result = run(&spec, gate, runner, events, started, &mut stats, None).await;
+        result = run(&spec, gate, runner, events, Instant::now(), &mut stats, None).await;
     }
     let outcome = match result {
         Ok(outcome) => outcome,
@@ -630,6 +630,10 @@ async fn run(
                 process.send(asked.reply.frame(&asked.request_id, &decision).to_line());
             }
             () = sleep_until(init_deadline), if !turn.initialized => break Some(Stop::InitializeTimeout),
+            // A claim unanswered as long counts as refused: no prompt went, a CLI of its own runs.
+            () = sleep_until(init_deadline), if turn.held_prompt.is_some() => break Some(Stop::ClaimRefused(
+                format!("no answer to claim_session within {:?}", spec.initialize_timeout),
+            )),
             () = sleep_until(deadline) => break Some(Stop::Timeout),
             () = sleep_until(drain_deadline.unwrap_or(deadline)), if drain_deadline.is_some() => {
                 tracing::warn!(pid, "the CLI did not close stdout after its result; killing it");

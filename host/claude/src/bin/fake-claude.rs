@@ -14,6 +14,7 @@
 //! | `exit-mid-turn` | after the prompt, streams a delta and exits 3 with a message on stderr |
 //! | `stall` | starts a `sleep` child (same process group), asks the hook, then hangs, ignoring stdin |
 //! | `no-init` | never answers `initialize` |
+//! | `no-claim` | parked (`--await-claim`): never answers `claim_session`; otherwise like `happy` |
 //! | `ask` | like `happy`, but asks `can_use_tool` instead of the hook (a resumed call whose hook was skipped) |
 //! | `slow-decider` | asks the hook about `Bash` and, before reading the answer, streams the delta `while deciding`; then prints a `result` naming the decision |
 //!
@@ -64,6 +65,10 @@ fn main() {
     if parked {
         let claim = fake.read().unwrap_or(Value::Null);
         assert_eq!(claim["request"]["subtype"], "claim_session", "expected the claim, got {claim}");
+        if mode == "no-claim" {
+            fake.wait_for_eof();
+            return;
+        }
         fake.mcp("initialize", handshake);
         emit(&json!({"type": "control_response", "response": {"subtype": "success",
             "request_id": claim["request_id"], "response": {"status": "ok", "session_id": fake.session,

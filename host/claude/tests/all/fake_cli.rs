@@ -181,6 +181,46 @@ async fn a_cli_that_never_answers_initialize_fails_after_the_initialize_timeout(
     assert!(error.to_string().contains("did not answer initialize within 2s"), "{text}");
 }
 
+/// Parks `spec`'s spare and runs the segment on it.
+async fn on_parked(spec: SegmentSpec) -> (tollgate_claude::SegmentReport, u32) {
+    let warm = tollgate_claude::pool::WarmCli::park(&spec).expect("the fake parks");
+    let parked = warm.pid();
+    let report = tollgate_claude::run_segment_on(spec, Some(warm), gate(&Echo), Arc::new(Echo), None).await;
+    (report, parked)
+}
+
+#[tokio::test]
+async fn a_parked_spare_is_claimed_then_prompted_and_its_mcp_handshake_is_answered_during_the_claim() {
+    let (spec, _project) = spec("happy");
+    let (report, parked) = on_parked(spec).await;
+    let text = describe(&report);
+    let SegmentOutcome::Completed { result, .. } = &report.outcome else { panic!("{text}") };
+    assert_eq!(result, "listed \"echo\"; tool said echo: ping", "{text}");
+    assert_eq!((report.stats.warm, report.stats.pid), (true, Some(parked)), "{text}");
+    assert!(report.stats.to_claimed.is_some() && report.stats.claim_refused.is_none(), "{text}");
+}
+
+#[tokio::test]
+async fn a_claim_left_unanswered_past_the_initialize_timeout_counts_as_refused_and_a_cli_of_its_own_runs() {
+    let (mut spec, _project) = spec("no-claim");
+    spec.initialize_timeout = Duration::from_secs(2);
+    let (report, parked) = on_parked(spec).await;
+    let text = describe(&report);
+    let SegmentOutcome::Completed { result, .. } = &report.outcome else { panic!("{text}") };
+    assert_eq!(result, "listed \"echo\"; tool said echo: ping", "{text}");
+    assert_eq!(report.stats.claim_refused.as_deref(), Some("no answer to claim_session within 2s"), "{text}");
+    assert!(!report.stats.warm && report.stats.pid != Some(parked), "{text}");
+    wait_group_gone(parked, &text).await;
+}
+
+#[tokio::test]
+async fn only_a_fresh_start_can_be_parked() {
+    let project = crate::util::dir();
+    let spec = SegmentSpec::resume(fake_cli(), project.path(), "s-1", Vec::new());
+    let error = tollgate_claude::pool::WarmCli::park(&spec).expect_err("a resume is refused");
+    assert!(error.to_string().contains("only a fresh start can be parked"), "{error}");
+}
+
 #[tokio::test]
 async fn dropping_a_running_segment_kills_its_process_group() {
     let (spec, _project) = spec("no-init");
