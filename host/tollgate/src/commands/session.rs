@@ -296,6 +296,10 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
         let pending = if message.pending { " (pending)" } else { "" };
         writeln!(out, "{}{pending}: {}", message.role, indent_rest(&message.text))?;
     }
+    // What a running segment has streamed so far, not yet stored as a message.
+    if let Some(live) = snapshot.live_text.as_ref().filter(|live| !live.text.is_empty()) {
+        writeln!(out, "assistant (writing…): {}", indent_rest(&live.text))?;
+    }
     if !snapshot.pending_interrupts.is_empty() {
         writeln!(out, "\npending approvals:")?;
         for interrupt in &snapshot.pending_interrupts {
@@ -725,6 +729,32 @@ mod tests {
         assert_eq!(new_text("Héllo", Some(0), 5), ("", 5), "the stored block of what was live");
         assert_eq!(new_text("Héllo, wörld", Some(0), 5), (", wörld", 12));
         assert_eq!(new_text("more", None, 12), ("more", 16), "an old server's delta is all new");
+    }
+
+    #[test]
+    fn show_prints_the_text_a_running_segment_streamed_after_the_stored_messages() {
+        let mut snapshot: Snapshot = serde_json::from_value(serde_json::json!({
+            "session_id": "s-1", "status": "running",
+            "messages": [{"role": "user", "text": "refund order 7", "pending": false}],
+            "pending_interrupts": [], "tool_calls": [],
+            "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "model_calls": 0},
+            "last_turn_error": null, "turn_id": "t-1", "next_event_seq": 3,
+            "live_text": {"turn_id": "t-1", "attempt": 1, "step_id": 2, "fence": 5,
+                "text": "Looking up\norder 7", "updated_at": 0}
+        }))
+        .expect("a snapshot");
+        let args =
+            ClientArgs { url: DEFAULT_URL.into(), token: None, token_file: None, ca_cert: None, json: false };
+        let mut out = Vec::new();
+        show(&mut out, &snapshot, &args).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let expected =
+            format!("user: refund order 7\nassistant (writing…): {}\n", indent_rest("Looking up\norder 7"));
+        assert!(text.contains(&expected), "{text}");
+        snapshot.live_text = None;
+        let mut out = Vec::new();
+        show(&mut out, &snapshot, &args).unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("writing"), "nothing streams");
     }
 
     #[test]
