@@ -2,10 +2,11 @@
 //! stream reader that its session has new events.
 //!
 //! Both are hints. A store bumps them after every commit that queues a step or appends an
-//! event: in-process always, and across processes through PostgreSQL `LISTEN/NOTIFY`. A waiter
-//! always passes a timeout and then re-reads the database (the poll fallback): a notification
-//! can be lost (NOTIFY is not durable; another process's commit on a SQLite file notifies no
-//! one here), a wake-up never is when the timeout is the poll interval.
+//! event: in-process always, and across processes through PostgreSQL `LISTEN/NOTIFY` or, on a
+//! SQLite file, a watch of `PRAGMA data_version` (a change wakes every Worker and every reader).
+//! A waiter always passes a timeout and then re-reads the database (the poll fallback): a
+//! notification can be lost (NOTIFY is not durable), a wake-up never is when the timeout is the
+//! poll interval.
 //!
 //! # Caveats
 //!

@@ -30,8 +30,11 @@
 //!
 //! # Caveats
 //!
-//! - Wake-ups are in-process only: a second process writing the same file wakes nobody here;
-//!   its steps are found by the poll fallback of [`crate::WorkSignal::wait`].
+//! - Another process's commits to the same file (an `api` and a `worker` on one file) are seen
+//!   by polling: every [`WATCH_EVERY`] a task reads `PRAGMA data_version` on the writer
+//!   connection, which changes only when another connection committed, and wakes this store's
+//!   Workers and every event reader (they re-read). So they wait ~0.1 s, not the poll fallback
+//!   of [`crate::WorkSignal::wait`]; the poll costs one statement on the writer per interval.
 //! - A full disk is seen by the write that needs new space: a small write may still succeed
 //!   where a larger one fails (SQLite reuses the WAL file's space after a checkpoint).
 //!   [`Store::probe_write`] (the health check) reports `disk_full` once less than
@@ -62,6 +65,8 @@ pub struct SqliteStore {
     signals: Signals,
     /// The file, whose filesystem's free space [`Store::probe_write`] checks.
     path: std::path::PathBuf,
+    /// The task watching for other processes' commits; stopped when the last handle goes.
+    _watch: Arc<Watch>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -110,7 +115,9 @@ impl SqliteStore {
         migrator().run(&writer).await?;
         let reader =
             SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(true)).await?;
-        Ok(SqliteStore { writer, reader, signals: Signals::new(), path: path.to_owned() })
+        let signals = Signals::new();
+        let watch = Arc::new(Watch(tokio::spawn(watch_other_writers(writer.clone(), signals.clone()))));
+        Ok(SqliteStore { writer, reader, signals, path: path.to_owned(), _watch: watch })
     }
 
     /// The writer pool, for tests that need raw SQL (e.g. to corrupt a row).
@@ -160,8 +167,44 @@ impl Backend for SqliteStore {
         &self.signals
     }
 
-    /// Nobody to wake: wake-ups are in-process only (see the module's caveats).
+    /// Nobody to tell: other processes on the file see the commit through their own watch
+    /// (see the module's caveats).
     async fn notify_others(&self, _session_id: &str, _work: bool, _events: bool) {}
+}
+
+/// How often a store checks whether another process committed to its file.
+pub const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// The task of [`watch_other_writers`], aborted on drop.
+struct Watch(tokio::task::JoinHandle<()>);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Every [`WATCH_EVERY`], reads `PRAGMA data_version` on the writer connection. It changes only
+/// when *another* connection committed (this process writes through that connection alone), so
+/// a change is another process's step or event: wake the Workers and every event reader. A
+/// failed read (a fault of the file, a replaced connection) is skipped; a replaced connection's
+/// first value may differ once, which costs one spurious wake-up.
+async fn watch_other_writers(writer: SqlitePool, signals: Signals) {
+    let mut last: Option<i64> = None;
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        if writer.is_closed() {
+            return;
+        }
+        let Ok(version) = sqlx::query_scalar::<_, i64>("PRAGMA data_version").fetch_one(&writer).await else {
+            continue;
+        };
+        if last.is_some_and(|last| last != version) {
+            signals.work_ready();
+            signals.events_appended(crate::signal::ALL_SESSIONS);
+        }
+        last = Some(version);
+    }
 }
 
 /// Below this much free space on the database's filesystem, [`Store::probe_write`] reports the

@@ -97,6 +97,59 @@ async fn a_postgres_message_wakes_a_worker_of_another_store_handle_through_notif
     assert!(claimed.is_some(), "the other handle claims the step");
 }
 
+/// Two handles on one SQLite file, as an `api` and a `worker` process have: a step and an event
+/// committed through one wake the other's Worker and readers (its watch of `data_version`), and
+/// its own commits are not seen twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_commit_wakes_the_workers_and_readers_of_another_handle_on_the_same_file() {
+    use std::time::Duration;
+    use tollgate_store::{NewEvent, NewItem, NewSession, NewStep, UserMessage, raw};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let api = tollgate_store::SqliteStore::open(&path).await.unwrap();
+    let worker = tollgate_store::SqliteStore::open(&path).await.unwrap();
+    let session = NewSession {
+        session_id: "s".into(),
+        status: "idle".into(),
+        run_state: raw(r#"{"version":1}"#).unwrap(),
+        agent: None,
+    };
+    api.create_session(session).await.unwrap();
+    // The session's creation is another handle's commit too: let that wake-up pass.
+    tokio::time::sleep(tollgate_store::sqlite::WATCH_EVERY * 3).await;
+    let mut work = worker.work_signal();
+    let mut events = worker.event_signal("s");
+    assert!(!work.wait(tollgate_store::sqlite::WATCH_EVERY * 3).await, "nothing new yet");
+    let waiter = tokio::spawn(async move {
+        (work.wait(Duration::from_secs(20)).await, events.wait(Duration::from_secs(20)).await)
+    });
+    api.send_user_message(UserMessage {
+        session_id: "s".into(),
+        client_key: "k".into(),
+        item: NewItem { kind: "user_prompt".into(), uuid: None, turn_id: None, body: raw("{}").unwrap() },
+        wake: Some(NewStep::now("RunModel", raw("{}").unwrap())),
+        events: vec![NewEvent { kind: "user_message".into(), payload: raw("{}").unwrap() }],
+    })
+    .await
+    .unwrap();
+    assert_eq!(waiter.await.unwrap(), (true, true), "woken by the watch, not by the timeouts");
+    let claimed = worker.claim("w", Duration::from_secs(60)).await.unwrap();
+    assert!(claimed.is_some(), "the other handle claims the step");
+    // A handle's own commits change nothing its watch sees: no second wake-up for them.
+    tokio::time::sleep(tollgate_store::sqlite::WATCH_EVERY * 3).await;
+    let mut own = worker.work_signal();
+    worker
+        .create_session(NewSession {
+            session_id: "t".into(),
+            status: "idle".into(),
+            run_state: raw(r#"{"version":1}"#).unwrap(),
+            agent: None,
+        })
+        .await
+        .unwrap();
+    assert!(!own.wait(tollgate_store::sqlite::WATCH_EVERY * 5).await, "its own commit woke it");
+}
+
 /// Schema 5 rebuilds SQLite's audit table to widen its CHECK: a file at schema 4 with audit rows
 /// keeps every row and id, new ids continue after them, and the append-only triggers still hold.
 #[tokio::test]

@@ -14,7 +14,8 @@
 //!
 //! The stream wakes on any session's new events (the store's [`tollgate_store::EventSignal`] for
 //! `*`) and re-reads the open interrupts, at most once per [`MIN_GAP`]; a wake-up can be lost
-//! (another process's commit on a SQLite file), so it re-reads every [`POLL`] too.
+//! (a PostgreSQL notification dropped while its listener reconnects), so it re-reads every
+//! [`POLL`] too.
 //!
 //! # Caveats
 //!
