@@ -9,31 +9,13 @@
 // PreToolUse hook allows both, as an application that runs them without approval would. Environment: TS_SDK_NODE_MODULES (holds
 // @anthropic-ai/claude-agent-sdk and zod), CLAUDE_BIN, MOCK_URL, PAYMENTS_URL, PROJECT (cwd), PROMPT.
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
-import { pathToFileURL } from 'node:url';
 import { performance } from 'node:perf_hooks';
-
-const NM = process.env.TS_SDK_NODE_MODULES;
-function esmEntry(pkg) {
-  const dir = path.join(NM, ...pkg.split('/'));
-  const pj = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
-  const pick = (x) => (typeof x === 'string' ? x : x && (pick(x.import) ?? pick(x.node) ?? pick(x.default)));
-  const rel = pick(pj.exports?.['.'] ?? pj.exports) ?? pj.module ?? pj.main ?? 'index.js';
-  return pathToFileURL(path.join(dir, rel)).href;
-}
-const sdk = await import(esmEntry('@anthropic-ai/claude-agent-sdk'));
-const { z } = await import(esmEntry('zod'));
-
-function dirs() {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-ts-turn-'));
-  for (const x of ['cfg', 'home', 'tmp']) fs.mkdirSync(path.join(d, x));
-  return d;
-}
+import { scratchDirs, sdk, z } from '../../claude/benches/ts_sdk_load.mjs';
 
 async function runOnce(n) {
-  const d = dirs();
+  const d = scratchDirs('tollgate-ts-turn-');
   const server = sdk.createSdkMcpServer({
     name: 'tools', version: '1.0.0',
     tools: [
