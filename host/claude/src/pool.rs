@@ -258,6 +258,19 @@ pub struct WarmPool<A: Send + 'static> {
     on_expired: OnExpired,
     /// Set by [`WarmPool::clear`]: a later put kills its CLI at once.
     closed: std::sync::atomic::AtomicBool,
+    /// Launches whose parked spares the CLI refuses to bind for a reason that will hold for
+    /// the next claim too ([`lasting_refusal`]).
+    unparkable: Mutex<std::collections::HashSet<Signature>>,
+}
+
+/// Whether a claim refusal `reason` (the CLI's error text) will hold for the next claim of the
+/// same launch: the CLI's `…_not_claimable` tokens about the claimed directory's settings or the
+/// launch's credentials (`project_settings_not_claimable`, `api_key_helper_not_claimable`, …;
+/// its schema says a host "may stop pre-starting spares where that would happen").
+/// `env_key_not_claimable` is about the claim's own `env`, which Tollgate never sends.
+pub fn lasting_refusal(reason: &str) -> bool {
+    let token = reason.split(':').next().unwrap_or_default();
+    token.ends_with("_not_claimable") && token != "env_key_not_claimable"
 }
 
 impl<A: Send + 'static> std::fmt::Debug for WarmPool<A> {
@@ -275,11 +288,23 @@ impl<A: Send + 'static> WarmPool<A> {
             reaper: Mutex::new(None),
             on_expired,
             closed: std::sync::atomic::AtomicBool::new(false),
+            unparkable: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shelf<(WarmCli, A)>> {
         self.shelf.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers that spares of `key` are refused for good ([`lasting_refusal`]): see
+    /// [`WarmPool::parkable`].
+    pub fn refuse_parking(&self, key: Signature) {
+        self.unparkable.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    }
+
+    /// Whether a parked spare of `key` may still be claimed (no lasting refusal was seen).
+    pub fn parkable(&self, key: &Signature) -> bool {
+        !self.unparkable.lock().unwrap_or_else(|p| p.into_inner()).contains(key)
     }
 
     /// How many warm CLIs of `key` it holds.
@@ -438,6 +463,25 @@ mod tests {
         assert_eq!(shelf.take(&key("a"), now), (Some(3), vec![]));
         assert_eq!(shelf.take(&key("a"), now), (None, vec![]));
         assert_eq!(shelf.len(), 1);
+    }
+
+    #[test]
+    fn only_refusals_about_the_settings_or_credentials_last() {
+        for reason in [
+            "project_settings_not_claimable: settings.json in the claimed directory sets env, …",
+            "api_key_helper_not_claimable: …",
+            "provider_credentials_not_claimable: the project names a credential command …",
+        ] {
+            assert!(lasting_refusal(reason), "{reason}");
+        }
+        for reason in [
+            "cwd_not_found: the claim cwd does not exist or is not accessible",
+            "env_key_not_claimable: ANTHROPIC_BASE_URL is read during start-up",
+            "no answer to claim_session within 60s",
+            "busy: a turn is in progress",
+        ] {
+            assert!(!lasting_refusal(reason), "{reason}");
+        }
     }
 
     #[test]

@@ -424,17 +424,17 @@ async fn segment(
     if agent.has_cli_policy() {
         spec.cli_decider = Some(Arc::new(FactoryDecider { agent: agent.clone() }));
     }
-    let report = match taken {
+    let (report, warm_key) = match taken {
         Some(taken) => {
-            let (cli, token) = taken.into_parts();
+            let (cli, token, key) = taken.into_parts();
             model.warm_token = Some(token);
-            run_segment_on(spec, Some(cli), gate, runner, Some(events)).await
+            (run_segment_on(spec, Some(cli), gate, runner, Some(events)).await, Some(key))
         }
-        None => run_segment(spec, gate, runner, Some(events)).await,
+        None => (run_segment(spec, gate, runner, Some(events)).await, None),
     };
-    if let Some(reason) = &report.stats.claim_refused {
-        worker.metrics.warm_cli("refused", 1);
+    if let (Some(reason), Some(key)) = (&report.stats.claim_refused, warm_key) {
         info!(session = %session_id, reason = %reason, "the parked CLI refused its claim; the segment started its own");
+        warm::claim_refused(worker, key, reason);
     }
     trace.ran(&report.stats);
     info!(pid = report.stats.pid.unwrap_or_default(), warm = report.stats.warm,

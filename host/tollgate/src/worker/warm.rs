@@ -22,7 +22,9 @@
 //! - An agent whose options set their own `ANTHROPIC_API_KEY` gets no warm CLIs.
 //! - A claim the CLI refuses (a workspace whose own settings a claim cannot apply, such as a
 //!   project `settings.json` that sets `env` when the agent reads project settings) costs the
-//!   segment ~0.1 s before it starts its own CLI; it counts as `refused`.
+//!   segment ~0.1 s before it starts its own CLI; it counts as `refused`. When the reason will
+//!   hold next time too, the launch gets no more spares ([`claim_refused`]): an agent whose
+//!   options name a `cwd` gets a warm CLI waiting for `initialize` there instead.
 //! - A warm CLI taken by no segment dies after the time to live (`--warm-cli-ttl-secs`); one the
 //!   pool pushes out past its cap (`--warm-clis`) dies at once.
 //! - A `SIGKILL`ed Worker's warm CLIs die with it (the transport's parent-death signal); the next
@@ -85,16 +87,31 @@ fn signature(spec: &SegmentSpec, cwd: &Cwd, fresh: bool) -> Signature {
     }
 }
 
-/// A warm CLI taken for one segment: the CLI and its token, which the segment's accounting reads.
+/// A warm CLI taken for one segment: the CLI, its token (which the segment's accounting reads)
+/// and the launch it was kept under ([`claim_refused`]).
 pub(super) struct Taken {
     cli: WarmCli,
     token: SegmentToken,
+    key: Signature,
 }
 
 impl Taken {
-    /// The CLI and its token.
-    pub(super) fn into_parts(self) -> (WarmCli, SegmentToken) {
-        (self.cli, self.token)
+    /// The CLI, its token and its launch's signature.
+    pub(super) fn into_parts(self) -> (WarmCli, SegmentToken, Signature) {
+        (self.cli, self.token, self.key)
+    }
+}
+
+/// Counts a claim the CLI refused (the segment then ran on a CLI of its own); when the reason
+/// will hold for the next claim too (`tollgate_claude::pool::lasting_refusal`), the launch `key`
+/// gets no more parked spares: a CLI waiting for `initialize` in its own `cwd` when the options
+/// name one, none for sessions' workspaces.
+pub(super) fn claim_refused(worker: &Worker, key: Signature, reason: &str) {
+    worker.metrics.warm_cli("refused", 1);
+    let Some(pool) = worker.warm.as_ref() else { return };
+    if tollgate_claude::pool::lasting_refusal(reason) {
+        info!(reason, "the CLI refuses to bind parked spares for this launch; no more are parked for it");
+        pool.refuse_parking(key);
     }
 }
 
@@ -123,7 +140,7 @@ pub(super) fn take(
     token.open(limit);
     worker.metrics.warm_cli("hit", 1);
     info!(pid = cli.pid(), parked = cli.is_parked(), "segment on a warm CLI");
-    Some(Taken { cli, token })
+    Some(Taken { cli, token, key })
 }
 
 /// How long a fresh warm CLI waits for the Worker to have no step in hand before it is not
@@ -163,6 +180,11 @@ pub(super) async fn prestart(worker: &Worker, mut spec: SegmentSpec, cwd: &Cwd, 
     if pool.count(&key) > 0 {
         return;
     }
+    let park = fresh && pool.parkable(&key);
+    if fresh && !park && !matches!(cwd, Cwd::Named) {
+        // A session's workspace does not exist before the session: only a claim could use it.
+        return;
+    }
     let Ok(proxy) = worker.model_proxy().await else { return };
     let token = proxy.register_parked();
     for (name, value) in &mut spec.env {
@@ -170,7 +192,7 @@ pub(super) async fn prestart(worker: &Worker, mut spec: SegmentSpec, cwd: &Cwd, 
             *value = token.token().into();
         }
     }
-    let started = if fresh { WarmCli::park(&spec) } else { WarmCli::spawn(&spec) };
+    let started = if park { WarmCli::park(&spec) } else { WarmCli::spawn(&spec) };
     match started {
         Ok(cli) => {
             info!(pid = cli.pid(), fresh, "warm CLI started");
