@@ -15,8 +15,9 @@
 //! backends here), "end to end" is from sending the message (the CLI's start and the model's
 //! replies included). Deployments: `tollgate serve` on SQLite (API and Worker in one process),
 //! `tollgate api` + `tollgate worker` on PostgreSQL (wake-ups by `LISTEN/NOTIFY`), and the same
-//! split on one SQLite file (no wake-up crosses processes there: the stream's 1 s poll fallback
-//! and the Worker's 2 s one set its figures).
+//! split on one SQLite file (wake-ups cross processes there by each store's 100 ms watch of
+//! `PRAGMA data_version`; before it, the stream's 1 s poll fallback and the Worker's 2 s one set
+//! its figures).
 //!
 //! Run: `cargo bench -p tollgate --bench approvals` (needs the pinned CLI: scripts/setup.sh).
 //! `APPROVALS_SAMPLES` (default 15) sets the CLI runs per deployment in part 2.
