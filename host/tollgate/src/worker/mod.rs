@@ -2,8 +2,9 @@
 //! change in one transaction.
 //!
 //! [`Worker::run`] is the loop: up to `concurrency` steps at once, each under a lease that a
-//! heartbeat task extends; a wake-up from the store (LISTEN/NOTIFY on PostgreSQL, in-process on
-//! SQLite) or the poll fallback starts the next claim. Each claimed step runs in
+//! heartbeat task extends; a wake-up from the store (LISTEN/NOTIFY on PostgreSQL; on SQLite
+//! in-process, and a watch of the file for other processes' commits) or the poll fallback starts
+//! the next claim. Each claimed step runs in
 //! [`run_model`] (a CLI segment) or [`tool_steps`] (approval, tool calls, resume), which ask
 //! `tollgate_engine::session` what the result changes. A Worker whose lease was lost (it was
 //! frozen, or the database clock moved past it) stops the step and can commit nothing: the store
