@@ -64,22 +64,27 @@ async fn an_unknown_url_scheme_is_refused() {
     assert!(matches!(err, StoreError::UnsupportedUrl { .. }), "{err}");
 }
 
+/// A new idle session `id` with an empty run state.
+fn idle_session(id: &str) -> tollgate_store::NewSession {
+    tollgate_store::NewSession {
+        session_id: id.into(),
+        status: "idle".into(),
+        run_state: tollgate_store::raw(r#"{"version":1}"#).unwrap(),
+        agent: None,
+    }
+}
+
 /// The NOTIFY path across processes: a second handle (its own pool and listener, as another
 /// Worker process would have) is woken by a commit made through the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_message_wakes_a_worker_of_another_store_handle_through_notify() {
-    use tollgate_store::{NewItem, NewSession, NewStep, UserMessage, raw};
+    use tollgate_store::{NewItem, NewStep, UserMessage, raw};
     let Some(cluster) = PgCluster::start_or_skip() else { return };
     let api = cluster.store("notify", 2).await;
     let worker = tollgate_store::PgStore::connect_with(cluster.schema_options("notify").await.unwrap(), 2)
         .await
         .unwrap();
-    let session = NewSession {
-        session_id: "s".into(),
-        status: "idle".into(),
-        run_state: raw(r#"{"version":1}"#).unwrap(),
-        agent: None,
-    };
+    let session = idle_session("s");
     api.create_session(session).await.unwrap();
     let mut signal = worker.work_signal();
     let waiter = tokio::spawn(async move { signal.wait(std::time::Duration::from_secs(20)).await });
@@ -103,17 +108,12 @@ async fn a_postgres_message_wakes_a_worker_of_another_store_handle_through_notif
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_commit_wakes_the_workers_and_readers_of_another_handle_on_the_same_file() {
     use std::time::Duration;
-    use tollgate_store::{NewEvent, NewItem, NewSession, NewStep, UserMessage, raw};
+    use tollgate_store::{NewEvent, NewItem, NewStep, UserMessage, raw};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
     let api = tollgate_store::SqliteStore::open(&path).await.unwrap();
     let worker = tollgate_store::SqliteStore::open(&path).await.unwrap();
-    let session = NewSession {
-        session_id: "s".into(),
-        status: "idle".into(),
-        run_state: raw(r#"{"version":1}"#).unwrap(),
-        agent: None,
-    };
+    let session = idle_session("s");
     api.create_session(session).await.unwrap();
     // The session's creation is another handle's commit too: let that wake-up pass.
     tokio::time::sleep(tollgate_store::sqlite::WATCH_EVERY * 3).await;
@@ -138,15 +138,7 @@ async fn a_sqlite_commit_wakes_the_workers_and_readers_of_another_handle_on_the_
     // A handle's own commits change nothing its watch sees: no second wake-up for them.
     tokio::time::sleep(tollgate_store::sqlite::WATCH_EVERY * 3).await;
     let mut own = worker.work_signal();
-    worker
-        .create_session(NewSession {
-            session_id: "t".into(),
-            status: "idle".into(),
-            run_state: raw(r#"{"version":1}"#).unwrap(),
-            agent: None,
-        })
-        .await
-        .unwrap();
+    worker.create_session(idle_session("t")).await.unwrap();
     assert!(!own.wait(tollgate_store::sqlite::WATCH_EVERY * 5).await, "its own commit woke it");
 }
 

@@ -28,7 +28,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tollgate_mock_model::MockModel;
 use tollgate_store::testing::PgCluster;
 
@@ -36,6 +35,8 @@ use tollgate_store::testing::PgCluster;
 mod agent;
 #[path = "../tests/support/park.rs"]
 mod park;
+#[path = "../tests/support/serve.rs"]
+mod serve;
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -91,22 +92,7 @@ struct Setup {
 impl Setup {
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let cli = self.root.join(tollgate_claude::cli::PINNED_INSTALL);
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        command
-            .args(args)
-            .env("TOLLGATE_CLAUDE_CLI", &cli)
-            .env("ANTHROPIC_BASE_URL", self.mock.base_url())
-            .env("ANTHROPIC_API_KEY", "dummy")
-            .env("HTTPS_PROXY", "http://127.0.0.1:1")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("CLAUDE_CODE_MAX_RETRIES", "0")
-            .env("PAYMENTS_URL", "http://127.0.0.1:1")
-            .env("TOLLGATE_CACHE_DIR", self.dir.path().join("cache"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        command
+        serve::command(args, &cli, &self.mock.base_url(), &self.dir.path().join("cache"))
     }
 
     fn agent(&self) -> PathBuf {
@@ -116,13 +102,7 @@ impl Setup {
     /// Starts `args` and waits for the line that names its address (`prefix` then the URL).
     async fn listening(&self, args: &[&str], prefix: &str) -> Child {
         let mut child = self.command(args).spawn().expect("start tollgate");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = loop {
-            let line = lines.next_line().await.unwrap().expect("tollgate exited before listening");
-            if let Some(rest) = line.strip_prefix(prefix) {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
+        let (url, mut lines) = serve::listening(&mut child, prefix).await;
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Child { url, _child: child }
     }

@@ -12,13 +12,13 @@
 //! Run: `cargo bench -p tollgate --bench load` (needs the pinned CLI: scripts/setup.sh).
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tollgate_mock_model::MockModel;
 
+#[path = "../tests/support/serve.rs"]
+mod serve;
 #[path = "../tests/support/agent.rs"]
 mod support_agent;
 
@@ -73,30 +73,20 @@ async fn main() {
     let agent = support_agent::support_agent(&root, dir.path());
     let mock = MockModel::start().await.unwrap();
 
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["serve", "--agent"])
-        .arg(&agent)
-        .args(["--listen", "127.0.0.1:0", "--concurrency", &concurrency.to_string()])
-        .env("TOLLGATE_CLAUDE_CLI", &cli)
-        .env("ANTHROPIC_BASE_URL", mock.base_url())
-        .env("ANTHROPIC_API_KEY", "dummy")
-        .env("HTTPS_PROXY", "http://127.0.0.1:1")
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        .env("PAYMENTS_URL", "http://127.0.0.1:1")
-        .env("TOLLGATE_CACHE_DIR", dir.path().join("cache"))
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
+    let concurrency = concurrency.to_string();
+    let args = [
+        "serve",
+        "--agent",
+        agent.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--concurrency",
+        &concurrency,
+    ];
+    let mut server = serve::command(&args, &cli, &mock.base_url(), &dir.path().join("cache"))
         .spawn()
         .expect("start tollgate serve");
-    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
-    let base = loop {
-        let line = lines.next_line().await.unwrap().expect("tollgate serve exited before listening");
-        if let Some(rest) = line.strip_prefix("tollgate serving on ") {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+    let (base, mut lines) = serve::listening(&mut server, "tollgate serving on ").await;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
     let client = reqwest::Client::builder().pool_max_idle_per_host(512).build().unwrap();

@@ -37,6 +37,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::Payments;
 
+#[path = "../tests/support/serve.rs"]
+mod serve;
+
 const FLOW: &str =
     r#"call lookup_order {"order_id":"7"} && call record_credit {"order_id":"7","amount_cents":300}"#;
 
@@ -196,34 +199,19 @@ impl World {
     async fn serve(&self, name: &str, inline: bool, warm: bool) -> Server {
         let agent = self.agent(name, inline);
         let db = format!("sqlite://{}", self.dir.path().join(format!("{name}.db")).display());
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--agent"])
-            .arg(&agent)
-            .args(["--db", &db, "--listen", "127.0.0.1:0", "--concurrency", "1"])
-            .args(if warm { &[][..] } else { &["--warm-clis", "0"][..] })
-            .env_remove("TOLLGATE_TOKEN")
-            .env_remove("TOLLGATE_TOKEN_FILE")
-            .env("TOLLGATE_CLAUDE_CLI", &self.cli)
-            .env("ANTHROPIC_BASE_URL", self.mock.base_url())
-            .env("ANTHROPIC_API_KEY", "dummy")
-            .env("HTTPS_PROXY", "http://127.0.0.1:1")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("CLAUDE_CODE_MAX_RETRIES", "0")
-            .env("PAYMENTS_URL", &self.payments.url)
-            .env("TOLLGATE_CACHE_DIR", self.dir.path().join("cache"))
-            .env("RUST_LOG", "info")
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start tollgate serve");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let base = loop {
-            let line = lines.next_line().await.unwrap().expect("tollgate serve exited before listening");
-            if let Some(at) = line.find("tollgate serving on ") {
-                let rest = &line[at + "tollgate serving on ".len()..];
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
+        let agent = agent.to_str().unwrap();
+        let mut args =
+            vec!["serve", "--agent", agent, "--db", &db, "--listen", "127.0.0.1:0", "--concurrency", "1"];
+        if !warm {
+            args.extend(["--warm-clis", "0"]);
+        }
+        let mut child =
+            serve::command(&args, &self.cli, &self.mock.base_url(), &self.dir.path().join("cache"))
+                .env("PAYMENTS_URL", &self.payments.url)
+                .env("RUST_LOG", "info")
+                .spawn()
+                .expect("start tollgate serve");
+        let (base, mut lines) = serve::listening(&mut child, "tollgate serving on ").await;
         let segments = Arc::new(AtomicUsize::new(0));
         let warm_hits = Arc::new(AtomicUsize::new(0));
         let warm_started = Arc::new(AtomicUsize::new(0));
