@@ -70,6 +70,20 @@ pub(crate) async fn wake<B: Backend>(backend: &B, session_id: &str, work: bool, 
 /// constructed), so that the sqlx bounds are written once for all of them.
 pub(crate) struct Sql<DB>(PhantomData<DB>);
 
+/// An interrupt read under its session's lock ([`Sql::lock_interrupt`]).
+pub(crate) struct LockedInterrupt {
+    /// The session's next item seq.
+    pub(crate) item_seq: i64,
+    /// The session's next event seq.
+    pub(crate) event_seq: i64,
+    /// The interrupt as stored.
+    pub(crate) interrupt: Interrupt,
+    /// The client key its resolution was made under, if resolved by a client.
+    pub(crate) client_key: Option<String>,
+    /// The database clock (ms since the epoch) in the same statement.
+    pub(crate) db_now: i64,
+}
+
 impl<DB> Sql<DB>
 where
     DB: Dialect,
@@ -95,6 +109,34 @@ where
         };
         check_row_version("sessions", session_id, row.try_get("row_version")?)?;
         Ok((row.try_get("next_item_seq")?, row.try_get("next_event_seq")?))
+    }
+
+    /// Locks the session ([`Self::lock_session`]) and reads its interrupt `interrupt_id`, for a
+    /// write that decides or changes it (a resolution, an escalation).
+    pub(crate) async fn lock_interrupt(
+        tx: &mut Transaction<'static, DB>,
+        session_id: &str,
+        interrupt_id: &str,
+    ) -> Result<LockedInterrupt, StoreError> {
+        let (item_seq, event_seq) = Self::lock_session(tx, session_id).await?;
+        let row = sqlx::query(DB::statements().interrupt_to_resolve)
+            .bind(session_id)
+            .bind(interrupt_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+        let Some(row) = row else {
+            return Err(StoreError::InterruptNotFound {
+                session_id: session_id.to_owned(),
+                interrupt_id: interrupt_id.to_owned(),
+            });
+        };
+        Ok(LockedInterrupt {
+            item_seq,
+            event_seq,
+            interrupt: Self::decode_interrupt(&row)?,
+            client_key: row.try_get("client_key")?,
+            db_now: row.try_get("db_now")?,
+        })
     }
 
     /// Whether interrupt `interrupt_id` of the session is resolved; `None` when there is none.
@@ -1054,28 +1096,15 @@ where
     let sql = DB::statements();
     let sid = r.session_id.as_str();
     let mut tx = backend.begin_write().await?;
-    let (item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
-    let row = sqlx::query(sql.interrupt_to_resolve)
-        .bind(sid)
-        .bind(r.interrupt_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(row) = row else {
-        return Err(StoreError::InterruptNotFound {
-            session_id: sid.to_owned(),
-            interrupt_id: r.interrupt_id,
-        });
-    };
-    let interrupt = Sql::<DB>::decode_interrupt(&row)?;
-    let db_now: i64 = row.try_get("db_now")?;
+    let LockedInterrupt { item_seq, mut event_seq, interrupt, client_key, db_now } =
+        Sql::lock_interrupt(&mut tx, sid, &r.interrupt_id).await?;
     let expired = |deadline_at| StoreError::InterruptExpired {
         session_id: sid.to_owned(),
         interrupt_id: r.interrupt_id.clone(),
         deadline_at,
     };
     if let Some(resolution) = interrupt.resolution {
-        let key: Option<String> = row.try_get("client_key")?;
-        if key.as_deref() != Some(r.client_key.as_str()) {
+        if client_key.as_deref() != Some(r.client_key.as_str()) {
             // Resolved at or after its deadline: only the deadline resolves then.
             if let (Decider::Client | Decider::ClientAsOf(_), Some(deadline_at), Some(resolved_at)) =
                 (decider, interrupt.deadline_at, interrupt.resolved_at)

@@ -32,7 +32,7 @@ use serde_json::value::RawValue;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
 
 use crate::audit::NewAuditEntry;
-use crate::backend::{Backend, Decider, Sql, ms, wake};
+use crate::backend::{Backend, Decider, LockedInterrupt, Sql, ms, wake};
 use crate::dialect::Dialect;
 use crate::*;
 
@@ -141,8 +141,6 @@ struct DeadlineStatements {
     due: &'static str,
     /// `wait`: ms from now until the earliest deadline of an open interrupt (null: none).
     next: &'static str,
-    /// Interrupt `$2` of session `$1` with `db_now`, inside the escalation's transaction.
-    to_escalate: &'static str,
     /// Escalates interrupt `$2` of session `$1`: request `$3`, second deadline `$4` ms from now;
     /// returns `deadline_at`, `escalated_at`.
     escalate: &'static str,
@@ -162,10 +160,6 @@ impl DeadlineStatements {
             next: keep(format!(
                 "SELECT min(deadline_at) - {now} AS wait FROM interrupts
                  WHERE state = 'open' AND deadline_at IS NOT NULL"
-            )),
-            to_escalate: keep(format!(
-                "SELECT {columns}, state, {now} AS db_now FROM interrupts
-                 WHERE session_id = $1 AND interrupt_id = $2"
             )),
             escalate: keep(format!(
                 "UPDATE interrupts SET request = $3, escalated_at = {now}, deadline_at = {now} + $4
@@ -240,20 +234,8 @@ where
         let sql = statements::<DB>();
         let sid = e.session_id.as_str();
         let mut tx = self.begin_write().await?;
-        let (item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
-        let row = sqlx::query(sql.to_escalate)
-            .bind(sid)
-            .bind(e.interrupt_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(StoreError::InterruptNotFound {
-                session_id: sid.to_owned(),
-                interrupt_id: e.interrupt_id,
-            });
-        };
-        let interrupt = Sql::<DB>::decode_interrupt(&row)?;
-        let db_now: i64 = row.try_get("db_now")?;
+        let LockedInterrupt { item_seq, mut event_seq, interrupt, db_now, .. } =
+            Sql::lock_interrupt(&mut tx, sid, &e.interrupt_id).await?;
         if let Some(resolution) = interrupt.resolution {
             return Err(StoreError::InterruptAlreadyResolved {
                 session_id: sid.to_owned(),
