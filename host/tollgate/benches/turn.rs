@@ -13,8 +13,8 @@
 //!
 //! Prints one table: CLI processes per turn (the Worker's `segment starting` log lines, less the
 //! segments that ran on a warm CLI, plus the warm CLIs it started, over all turns),
-//! wall per turn p50/p90 (from `POST /v1/sessions` with the message to the snapshot showing the
-//! turn's answer, polled every 10 ms; the SDK's `query()` start to its end; the bare spawn from
+//! wall per turn p50/p90 (from `POST /v1/sessions` with the message to the `turn_completed`
+//! event on the session's event stream; the SDK's `query()` start to its end; the bare spawn from
 //! spawn to exit), the host's own CPU per turn (user + system time of `tollgate serve` or of the
 //! Node process, not of the CLIs they start; `/proc/<pid>/stat`) and its peak RSS (`VmHWM`), then
 //! the ratios; and what an idle warm CLI costs (its resident memory and the CPU its start took,
@@ -268,7 +268,9 @@ impl World {
     }
 }
 
-/// One turn of the refund flow through `server`: the wall time.
+/// One turn of the refund flow through `server`: the wall time, from `POST /v1/sessions` with
+/// the message to the `turn_completed` event on the session's event stream (opened right after
+/// the POST; it replays the session's events from the start), as a client waits for a turn.
 async fn turn(client: &reqwest::Client, server: &Server, id: &str) -> Duration {
     let start = Instant::now();
     let response = client
@@ -278,28 +280,33 @@ async fn turn(client: &reqwest::Client, server: &Server, id: &str) -> Duration {
         .await
         .unwrap();
     assert_eq!(response.status(), 201, "{}", response.text().await.unwrap_or_default());
-    loop {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let snapshot: serde_json::Value = client
-            .get(format!("{}/v1/sessions/{id}", server.base))
-            .send()
+    let mut stream = client.get(format!("{}/v1/sessions/{id}/events", server.base)).send().await.unwrap();
+    assert!(stream.status().is_success(), "{id}: the event stream answered {}", stream.status());
+    let mut seen = String::new();
+    let took = loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(120), stream.chunk())
             .await
+            .unwrap_or_else(|_| panic!("{id} did not finish; its events:\n{seen}"))
             .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert!(snapshot["last_turn_error"].is_null(), "{id} failed: {snapshot}");
-        let answered =
-            snapshot["messages"].as_array().and_then(|m| m.last()).is_some_and(|m| m["role"] == "assistant");
-        if snapshot["status"] == "idle" && answered {
-            let took = start.elapsed();
-            let calls = snapshot["tool_calls"].as_array().map_or(0, Vec::len);
-            assert_eq!(calls, 1, "the write is recorded: {snapshot}");
-            assert_eq!(snapshot["tool_calls"][0]["status"], "succeeded", "{snapshot}");
-            return took;
+            .unwrap_or_else(|| panic!("{id}'s event stream ended; its events:\n{seen}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+        let kinds: Vec<&str> =
+            seen.lines().filter_map(|line| line.strip_prefix("event:")).map(str::trim).collect();
+        assert!(!kinds.contains(&"turn_failed"), "{id} failed: {seen}");
+        if kinds.contains(&"turn_completed") {
+            break start.elapsed();
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "{id} did not finish: {snapshot}");
-    }
+    };
+    drop(stream);
+    let snapshot: serde_json::Value =
+        client.get(format!("{}/v1/sessions/{id}", server.base)).send().await.unwrap().json().await.unwrap();
+    let answered =
+        snapshot["messages"].as_array().and_then(|m| m.last()).is_some_and(|m| m["role"] == "assistant");
+    assert!(answered && snapshot["last_turn_error"].is_null(), "{id}: {snapshot}");
+    let calls = snapshot["tool_calls"].as_array().map_or(0, Vec::len);
+    assert_eq!(calls, 1, "the write is recorded: {snapshot}");
+    assert_eq!(snapshot["tool_calls"][0]["status"], "succeeded", "{snapshot}");
+    took
 }
 
 fn quantile(times: &[Duration], q: f64) -> f64 {
