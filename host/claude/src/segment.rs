@@ -631,7 +631,7 @@ async fn run(
             }
             () = sleep_until(init_deadline), if !turn.initialized => break Some(Stop::InitializeTimeout),
             // A claim unanswered as long counts as refused: no prompt went, a CLI of its own runs.
-            () = sleep_until(init_deadline), if turn.held_prompt.is_some() => break Some(Stop::ClaimRefused(
+            () = sleep_until(init_deadline), if turn.initialized && turn.held_prompt.is_some() => break Some(Stop::ClaimRefused(
                 format!("no answer to claim_session within {:?}", spec.initialize_timeout),
             )),
             () = sleep_until(deadline) => break Some(Stop::Timeout),
@@ -640,6 +640,18 @@ async fn run(
                 break None;
             }
         }
+    };
+    // A parked spare that failed its `initialize` before its prompt went is a refused claim too:
+    // nothing ran, and a CLI of its own can still serve the segment.
+    let stop = match stop {
+        Some(Stop::InitializeTimeout) if turn.held_prompt.is_some() => Some(Stop::ClaimRefused(format!(
+            "no answer to the parked CLI's initialize within {:?}",
+            spec.initialize_timeout
+        ))),
+        Some(Stop::InitializeRefused(message)) if turn.held_prompt.is_some() => {
+            Some(Stop::ClaimRefused(format!("the parked CLI refused its initialize: {message}")))
+        }
+        other => other,
     };
     let grace = if stop.is_some() { Duration::ZERO } else { Duration::from_secs(5) };
     let (status, stderr) = process.shutdown(grace).await;

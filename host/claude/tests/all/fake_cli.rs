@@ -214,6 +214,22 @@ async fn a_claim_left_unanswered_past_the_initialize_timeout_counts_as_refused_a
 }
 
 #[tokio::test]
+async fn a_parked_spare_that_never_answers_its_initialize_falls_back_to_a_cli_of_its_own() {
+    let (mut spec, _project) = spec("no-init");
+    spec.initialize_timeout = Duration::from_secs(2);
+    let (report, parked) = on_parked(spec).await;
+    let text = describe(&report);
+    // The fake answers no initialize when started for the segment either: the fallback ran and
+    // failed on its own initialize.
+    let SegmentOutcome::Failed { error } = &report.outcome else { panic!("{text}") };
+    assert!(matches!(error, SegmentError::InitializeTimeout { .. }), "{text}");
+    let refused = report.stats.claim_refused.clone().unwrap_or_default();
+    assert!(refused.starts_with("no answer to the parked CLI's initialize"), "{refused:?}\n{text}");
+    assert!(report.stats.pid != Some(parked), "{text}");
+    wait_group_gone(parked, &text).await;
+}
+
+#[tokio::test]
 async fn only_a_fresh_start_can_be_parked() {
     let project = crate::util::dir();
     let spec = SegmentSpec::resume(fake_cli(), project.path(), "s-1", Vec::new());
