@@ -37,11 +37,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use tollgate_protocol::HostFrame;
+
 use crate::error::SegmentError;
 use crate::launch::ScratchDirs;
 use crate::segment::{INITIALIZE_ID, SegmentSpec, launch, parked_launch};
 use crate::transport::CliProcess;
-use tollgate_protocol::HostFrame;
 
 /// What a segment's launch must share with a warm CLI to run on it: the program, the argv, the
 /// working directory (or what stands for it, see [`Signature::of`]), the environment the
