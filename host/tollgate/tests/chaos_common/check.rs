@@ -289,7 +289,12 @@ fn single_attempt_calls(o: &Observed, out: &mut Vec<Violation>) {
                 many.iter().map(|p| p.n).collect::<Vec<_>>()
             )),
             (_, "outcome_unknown") => None,
-            ([], status) => Some(format!("made no payment but is recorded {status:?}, not outcome_unknown")),
+            // Held back in a batch and never called again before its turn ended (issue 14): it
+            // never ran, and says so.
+            ([], "unused") => None,
+            ([], status) => {
+                Some(format!("made no payment but is recorded {status:?}, not outcome_unknown or unused"))
+            }
             ([one], "succeeded") => {
                 let quoted = call.output.as_deref().unwrap_or_default();
                 (!quoted.contains(&refund_id_of(one.n))).then(|| {
@@ -673,6 +678,16 @@ mod tests {
         assert_eq!(invariants(&o), ["single-attempt"]);
         o.calls[1].status = "outcome_unknown".into();
         assert_eq!(invariants(&o), Vec::<&str>::new());
+        // A call held back in a batch whose turn ended first never ran: "unused" without a
+        // payment is right, "unused" with one is not.
+        o.calls[1].status = "unused".into();
+        assert_eq!(invariants(&o), Vec::<&str>::new());
+        let o = {
+            let mut o = good();
+            o.calls[1].status = "unused".into();
+            o
+        };
+        assert_eq!(invariants(&o), ["single-attempt"], "paid but recorded unused");
     }
 
     #[test]
