@@ -4,6 +4,7 @@
 //! ```sh
 //! CARGO_TARGET_DIR=target/h-claude cargo bench -p tollgate-claude --bench segment
 //! # knobs: BENCH_N=10 (measured rounds), BENCH_WARMUP=1, TS_SDK_NODE_MODULES=<dir>/node_modules
+//! # (default tools/ts-sdk/node_modules, installed by scripts/install-ts-sdk.sh)
 //! ```
 //!
 //! Three drivers run interleaved in every round, against one `tollgate-mock-model` in this
@@ -15,7 +16,8 @@
 //!   answers with canned lines (fixed MCP answers, a fixed hook decision): no gate, no rmcp, no
 //!   process-group handling;
 //! - **TS SDK**: `benches/ts_sdk_driver.mjs`, the official `@anthropic-ai/claude-agent-sdk`
-//!   `query()` as in `/work/shared/ts-baseline/` (skipped when its `node_modules` is missing).
+//!   `query()` as in the team's `ts-baseline` measurements (skipped, saying so, when the SDK pinned
+//!   in `tools/ts-sdk` is not installed: `scripts/install-ts-sdk.sh`).
 //!
 //! Wall times run from just before the driver starts the segment to the CLI reaped (and, for the
 //! host and bare, the scratch directories removed). Overhead = host − bare, paired per round. On a
@@ -444,8 +446,8 @@ async fn main() {
     host_cmd.env("BENCH_ROLE", "host").env("MOCK_URL", mock.base_url()).env("PROJECT", project.path());
     let mut host = Driver::start(host_cmd).expect("start the host child");
 
-    let modules =
-        std::env::var("TS_SDK_NODE_MODULES").unwrap_or_else(|_| "/tmp/tollgate-ts-sdk/node_modules".into());
+    let modules = std::env::var("TS_SDK_NODE_MODULES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/ts-sdk/node_modules").into());
     let mut ts = if Path::new(&modules).join("@anthropic-ai/claude-agent-sdk").exists() {
         let mut cmd = tokio::process::Command::new("node");
         cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ts_sdk_driver.mjs"))
@@ -457,7 +459,7 @@ async fn main() {
         Driver::start(cmd).ok()
     } else {
         eprintln!(
-            "TS SDK baseline skipped: no {modules}/@anthropic-ai/claude-agent-sdk (npm ci the ts-baseline package there)"
+            "TS SDK baseline skipped: no {modules}/@anthropic-ai/claude-agent-sdk (run scripts/install-ts-sdk.sh)"
         );
         None
     };

@@ -7,7 +7,8 @@
 //! previous turn's Worker pre-started; its turn is followed by a 1.5 s pause so the next warm
 //! CLI's start does not share the machine with the other forms' turns); through the official **TypeScript Agent
 //! SDK** (`benches/turn_ts_sdk.mjs`: `query()` with an in-process MCP server offering the same two
-//! tools, allowed by a `PreToolUse` hook; skipped when its `node_modules` is missing); and a
+//! tools, allowed by a `PreToolUse` hook; the SDK pinned in `tools/ts-sdk`, installed by
+//! `scripts/install-ts-sdk.sh`; skipped, saying so, when it is not installed); and a
 //! **bare CLI spawn** (the pinned CLI in print mode answering one `say hello` against the same
 //! mock: the floor of one process). All run interleaved, round by round, in the same run.
 //!
@@ -22,7 +23,8 @@
 //!
 //! ```sh
 //! cargo bench -p tollgate --bench turn --profile dev   # BENCH_N=10 rounds (default), BENCH_WARMUP=1,
-//!                                                      # TS_SDK_NODE_MODULES=<dir>/node_modules,
+//!                                                      # TS_SDK_NODE_MODULES=<dir>/node_modules
+//!                                                      # (default tools/ts-sdk/node_modules),
 //!                                                      # BENCH_VERBOSE=1: the Workers' `segment ran`
 //!                                                      # and warm CLI log lines
 //! ```
@@ -119,10 +121,13 @@ struct TsSdk {
 
 impl TsSdk {
     fn start(world: &World) -> Option<TsSdk> {
-        let modules = std::env::var("TS_SDK_NODE_MODULES")
-            .unwrap_or_else(|_| "/tmp/tollgate-ts-sdk/node_modules".into());
+        let modules = std::env::var("TS_SDK_NODE_MODULES").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/ts-sdk/node_modules").into()
+        });
         if !Path::new(&modules).join("@anthropic-ai/claude-agent-sdk").exists() {
-            eprintln!("TS SDK skipped: no {modules}/@anthropic-ai/claude-agent-sdk");
+            eprintln!(
+                "TS SDK skipped: no {modules}/@anthropic-ai/claude-agent-sdk (run scripts/install-ts-sdk.sh)"
+            );
             return None;
         }
         let project = world.dir.path().join("ts-project");
