@@ -641,6 +641,11 @@ impl ToolSet {
         SchemaBounds::default().check_call(tool.cost, &value).map_err(|problem| {
             CallError::InvalidArguments { tool: name.to_string(), problems: vec![problem] }
         })?;
+        // The common case, valid arguments, takes the validator's short-circuiting check; the
+        // errors are collected only for arguments it rejects.
+        if tool.validator.is_valid(&value) {
+            return Ok(value);
+        }
         let problems: Vec<String> = tool
             .validator
             .iter_errors(&value)
