@@ -215,8 +215,9 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     Ok(())
 }
 
-/// Where the turn's unused interrupts opened ahead stand ([`batches`]): open, or decided (with
-/// who decided and when, from the audit row).
+/// Where the turn's unused interrupts opened ahead stand
+/// ([`tollgate_engine::session::batches`]): open, or decided (with who decided and when, from the
+/// audit row).
 async fn ahead_states(
     worker: &Worker,
     session_id: &str,

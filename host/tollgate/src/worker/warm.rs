@@ -13,9 +13,10 @@
 //!   `initialize`, for the resume that follows the tool step (the CLI parks no resume).
 //!
 //! A warm CLI has its own scratch directories and its own model-proxy token
-//! ([`ModelProxy::register_parked`]: refused until a segment takes the CLI and sets its spend
-//! limit). A session's workspace is `<root>/<session>`, unknown before the session exists: the
-//! spare's claim names it (the CLI then runs as if started there), and a resume starts in it.
+//! ([`crate::proxy::ModelProxy::register_parked`]: refused until a segment takes the CLI and sets
+//! its spend limit). A session's workspace is `<root>/<session>`, unknown before the session
+//! exists: the spare's claim names it (the CLI then runs as if started there), and a resume starts
+//! in it.
 //!
 //! # Caveats
 //!
