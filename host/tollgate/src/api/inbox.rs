@@ -13,18 +13,21 @@
 //! it had it, and a fresh snapshot when it changed meanwhile; either way it ends up current.
 //!
 //! The stream wakes on any session's new events (the store's [`tollgate_store::EventSignal`] for
-//! `*`) and re-reads the open interrupts, at most once per [`MIN_GAP`]; a wake-up can be lost
-//! (a PostgreSQL notification dropped while its listener reconnects), so it re-reads every
-//! [`POLL`] too.
+//! `*`, which also fires for other processes' commits: PostgreSQL's NOTIFY, SQLite's
+//! `data_version` watch) and re-reads the open interrupts, at most once per [`MIN_GAP`]. It also
+//! re-reads every [`POLL`], in case a wake-up was lost in a way the store does not see (a
+//! reconnected listener wakes everyone, but a commit can slip between a SQLite connection's
+//! replacement and the watch's first read on the new one).
 //!
 //! # Caveats
 //!
 //! - Only the oldest `limit` approvals are tracked; `total` says how many are pending.
 //! - Who started a session is read once per session per stream (it never changes).
-//! - Every open stream re-reads the tracked approvals at least once a second and after any
-//!   session's new events (at most every 50 ms): with 1,000 pending, a page of 1,000 rows per
-//!   open inbox per second even when nothing changes. Cross-process changes on SQLite show within
-//!   that second; in-process and PostgreSQL (NOTIFY) ones within ~50-100 ms.
+//! - Every open stream re-reads the tracked approvals after any session's new events (at most
+//!   every 50 ms) and every [`POLL`] when nothing happens: with 1,000 pending, a page of 1,000 rows
+//!   per open inbox every 5 s even when nothing changes (it was every second before the stores
+//!   woke readers for other processes' commits). Changes show within ~50-100 ms in process and on
+//!   PostgreSQL, ~100-200 ms from another process on SQLite (its watch interval).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
@@ -45,8 +48,8 @@ use super::types::{DecideRight, ErrorCode, InboxEvent, InboxItem, InboxQuery, In
 use super::{ApiError, ApiResult, ApiState, MAX_LIMIT, pending_interrupt};
 use crate::auth::{Caller, Denied};
 
-/// The re-read when no wake-up came (a commit by another process on SQLite wakes nobody here).
-const POLL: Duration = Duration::from_secs(1);
+/// The re-read when no wake-up came (see the module's doc).
+const POLL: Duration = Duration::from_secs(5);
 /// How many "who started this session" lookups run at once.
 const STARTER_LOOKUPS: usize = 8;
 /// The least time between two reads: a burst of events (live text) costs one read.

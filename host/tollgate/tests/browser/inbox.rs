@@ -613,7 +613,7 @@ async fn a_thousand_pending_approvals_paint_and_markup_in_ids_and_arguments_stay
         "{changes:?}"
     );
     eprintln!(
-        "FIGURE a new interrupt committed by another process showed {} ms after it was created (tollgate api on SQLite: no cross-process wake-up, the 1 s re-read)",
+        "FIGURE a new interrupt committed by another process showed {} ms after it was created (tollgate api on SQLite: its data_version watch, every 100 ms; the re-read without a wake-up is every 5 s)",
         shown - created
     );
 
