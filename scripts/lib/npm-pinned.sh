@@ -32,4 +32,5 @@ $bad_urls"
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2) || npm_pinned_fail "$name" "npm ci failed"
   "$check" || exit 1
   echo "$wanted_stamp" >"$stamp"
+  echo "$name: installed $dir/node_modules" >&2
 }
