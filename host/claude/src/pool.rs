@@ -41,7 +41,7 @@ use tollgate_protocol::HostFrame;
 
 use crate::error::SegmentError;
 use crate::launch::ScratchDirs;
-use crate::segment::{INITIALIZE_ID, SegmentSpec, launch, parked_launch};
+use crate::segment::{INITIALIZE_ID, SegmentSpec, launch, parked_launch, spawn};
 use crate::transport::CliProcess;
 
 /// What a segment's launch must share with a warm CLI to run on it: the program, the argv, the
@@ -165,9 +165,7 @@ impl WarmCli {
     /// The directories cannot be made or the process cannot be started.
     pub fn spawn(spec: &SegmentSpec) -> Result<WarmCli, SegmentError> {
         let dirs = ScratchDirs::create_warm(spec.scratch_parent.as_deref())?;
-        let launch = launch(spec, &dirs);
-        let process = CliProcess::spawn(&launch)
-            .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?;
+        let process = spawn(&launch(spec, &dirs))?;
         Ok(WarmCli { process, dirs, cwd: spec.cwd.clone(), parked: false })
     }
 
@@ -192,9 +190,7 @@ impl WarmCli {
             .mode(0o700)
             .create(&park)
             .map_err(|source| SegmentError::Setup { path: park.clone(), source })?;
-        let launch = parked_launch(spec, &dirs, park.clone());
-        let process = CliProcess::spawn(&launch)
-            .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?;
+        let process = spawn(&parked_launch(spec, &dirs, park.clone()))?;
         process.send(HostFrame::initialize(INITIALIZE_ID, spec.parked_initialize()).to_line());
         Ok(WarmCli { process, dirs, cwd: park, parked: true })
     }

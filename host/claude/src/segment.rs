@@ -561,11 +561,7 @@ async fn run(
     );
     let mut process = match warm_process {
         Some(process) => process,
-        None => {
-            let launch = launch(spec, &dirs);
-            CliProcess::spawn(&launch)
-                .map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })?
-        }
+        None => spawn(&launch(spec, &dirs))?,
     };
     let pid = process.pid();
     stats.pid = Some(pid);
@@ -724,6 +720,11 @@ async fn run(
             usage,
         }),
     }
+}
+
+/// Starts `launch`'s process; a failure names the program.
+pub(crate) fn spawn(launch: &Launch) -> Result<CliProcess, SegmentError> {
+    CliProcess::spawn(launch).map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })
 }
 
 /// What starts the CLI of `spec` with `dirs` as its `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR`.

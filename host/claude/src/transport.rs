@@ -144,7 +144,7 @@ impl CliProcess {
     /// `--await-initialize` that still waits for its `initialize` (a pre-started one, see
     /// [`crate::pool`]).
     pub fn is_waiting(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None)) && self.lines.is_empty()
+        self.is_running() && self.lines.is_empty()
     }
 
     /// Whether the process still runs.
