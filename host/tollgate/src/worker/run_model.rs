@@ -434,8 +434,7 @@ async fn segment(
         None => (run_segment(spec, gate, runner, Some(events)).await, None),
     };
     if let (Some(reason), Some(key)) = (&report.stats.claim_refused, warm_key) {
-        info!(session = %session_id, reason = %reason, "the parked CLI refused its claim; the segment started its own");
-        warm::claim_refused(worker, key, reason);
+        warm::claim_refused(worker, session_id, key, reason);
     }
     trace.ran(&report.stats);
     info!(pid = report.stats.pid.unwrap_or_default(), warm = report.stats.warm,

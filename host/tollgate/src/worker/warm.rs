@@ -45,13 +45,8 @@ use crate::proxy::{SegmentToken, SpendLimit};
 /// The variable that differs per process: the model-proxy token.
 const PER_PROCESS: &[&str] = &["ANTHROPIC_API_KEY"];
 
-/// What a warm CLI keeps beside it, dropped with it: its token (revoked).
-pub(crate) struct Attached {
-    token: SegmentToken,
-}
-
-/// The pool of a Worker.
-pub(crate) type Pool = WarmPool<Attached>;
+/// The pool of a Worker: each warm CLI kept with its model-proxy token (revoked when dropped).
+pub(crate) type Pool = WarmPool<SegmentToken>;
 
 /// A new pool of at most `cap` warm CLIs kept for at most `ttl`, counting into `metrics`.
 pub(crate) fn new_pool(cap: usize, ttl: std::time::Duration, metrics: Arc<Metrics>) -> Arc<Pool> {
@@ -107,11 +102,12 @@ impl Taken {
 /// will hold for the next claim too (`tollgate_claude::pool::lasting_refusal`), the launch `key`
 /// gets no more parked spares: a CLI waiting for `initialize` in its own `cwd` when the options
 /// name one, none for sessions' workspaces.
-pub(super) fn claim_refused(worker: &Worker, key: Signature, reason: &str) {
+pub(super) fn claim_refused(worker: &Worker, session_id: &str, key: Signature, reason: &str) {
     worker.metrics.warm_cli("refused", 1);
-    let Some(pool) = worker.warm.as_ref() else { return };
-    if tollgate_claude::pool::lasting_refusal(reason) {
-        info!(reason, "the CLI refuses to bind parked spares for this launch; no more are parked for it");
+    let lasting = tollgate_claude::pool::lasting_refusal(reason);
+    info!(session = %session_id, reason, lasting,
+        "the parked CLI refused its claim; the segment started its own (lasting: no more spares are parked for this launch)");
+    if lasting && let Some(pool) = worker.warm.as_ref() {
         pool.refuse_parking(key);
     }
 }
@@ -134,7 +130,7 @@ pub(super) fn take(
     if taken.discarded > 0 {
         worker.metrics.warm_cli("discarded", taken.discarded as u64);
     }
-    let Some((cli, Attached { token })) = taken.warm else {
+    let Some((cli, token)) = taken.warm else {
         worker.metrics.warm_cli("miss", 1);
         return None;
     };
@@ -198,7 +194,7 @@ pub(super) async fn prestart(worker: &Worker, mut spec: SegmentSpec, cwd: &Cwd, 
         Ok(cli) => {
             info!(pid = cli.pid(), fresh, "warm CLI started");
             worker.metrics.warm_cli("started", 1);
-            pool.put(key, cli, Attached { token });
+            pool.put(key, cli, token);
         }
         Err(err) => warn!(error = %err, "a warm CLI could not be started"),
     }
