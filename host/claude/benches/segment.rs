@@ -44,6 +44,8 @@ use tollgate_protocol::{
     TranscriptEntry, UserPrompt,
 };
 
+mod ts_sdk;
+
 const TEXT_SCRIPT: &str = "say hello";
 const PAIR_SCRIPT: &str = r#"call note {"text":"x"}"#;
 const RECORDED: &str = "noted: x";
@@ -446,9 +448,7 @@ async fn main() {
     host_cmd.env("BENCH_ROLE", "host").env("MOCK_URL", mock.base_url()).env("PROJECT", project.path());
     let mut host = Driver::start(host_cmd).expect("start the host child");
 
-    let modules = std::env::var("TS_SDK_NODE_MODULES")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/ts-sdk/node_modules").into());
-    let mut ts = if Path::new(&modules).join("@anthropic-ai/claude-agent-sdk").exists() {
+    let mut ts = if let Some(modules) = ts_sdk::node_modules() {
         let mut cmd = tokio::process::Command::new("node");
         cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ts_sdk_driver.mjs"))
             .env("TS_SDK_NODE_MODULES", &modules)
@@ -458,9 +458,6 @@ async fn main() {
             .env("PROMPT", TEXT_SCRIPT);
         Driver::start(cmd).ok()
     } else {
-        eprintln!(
-            "TS SDK baseline skipped: no {modules}/@anthropic-ai/claude-agent-sdk (run scripts/install-ts-sdk.sh)"
-        );
         None
     };
 

@@ -41,6 +41,8 @@ use tollgate_mock_model::payments::Payments;
 
 #[path = "../tests/support/serve.rs"]
 mod serve;
+#[path = "../../claude/benches/ts_sdk.rs"]
+mod ts_sdk;
 
 const FLOW: &str =
     r#"call lookup_order {"order_id":"7"} && call record_credit {"order_id":"7","amount_cents":300}"#;
@@ -121,15 +123,7 @@ struct TsSdk {
 
 impl TsSdk {
     fn start(world: &World) -> Option<TsSdk> {
-        let modules = std::env::var("TS_SDK_NODE_MODULES").unwrap_or_else(|_| {
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/ts-sdk/node_modules").into()
-        });
-        if !Path::new(&modules).join("@anthropic-ai/claude-agent-sdk").exists() {
-            eprintln!(
-                "TS SDK skipped: no {modules}/@anthropic-ai/claude-agent-sdk (run scripts/install-ts-sdk.sh)"
-            );
-            return None;
-        }
+        let modules = ts_sdk::node_modules()?;
         let project = world.dir.path().join("ts-project");
         std::fs::create_dir_all(&project).unwrap();
         let mut child = tokio::process::Command::new("node")
