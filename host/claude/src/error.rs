@@ -186,6 +186,16 @@ pub enum SegmentError {
         reason: String,
     },
 
+    /// The box the CLI ran in hit one of its limits (memory, tasks, CPU time, a full workspace)
+    /// and that is why the segment stopped. Not retryable: a rerun would do the same.
+    #[error("the agent's box hit its {limit} limit: {detail}")]
+    BoxLimit {
+        /// Which limit (`memory`, `tasks`, `cpu`, `workspace`, `scratch`).
+        limit: String,
+        /// What happened.
+        detail: String,
+    },
+
     /// The gate cannot accept what the CLI did (a deferral it did not make, a name collision).
     /// Retryable unless [`GateError::is_retryable`] says otherwise.
     #[error("the gate refused the segment: {0}")]
@@ -196,7 +206,7 @@ impl SegmentError {
     /// Whether running the segment again may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            SegmentError::InvalidSpec { .. } | SegmentError::Cli(_) => false,
+            SegmentError::InvalidSpec { .. } | SegmentError::Cli(_) | SegmentError::BoxLimit { .. } => false,
             SegmentError::Gate(gate) => gate.is_retryable(),
             _ => true,
         }

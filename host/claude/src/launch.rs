@@ -185,10 +185,14 @@ pub fn prompts_to_initialize(spec: &mut SegmentSpec) {
     spec.extra_args = kept;
 }
 
-/// A segment's private directories: `home`, `config` (`CLAUDE_CONFIG_DIR`) and `tmp` (`TMPDIR`).
-/// Removed on drop.
+/// A segment's private directories: `home`, `config` (`CLAUDE_CONFIG_DIR`) and `tmp` (`TMPDIR`),
+/// or for a boxed CLI its box's host directory ([`tollgate_box::BoxDir`]: the box has its own
+/// `HOME`, config and `/tmp` inside, and [`ScratchDirs::config`] is where files for its config
+/// folder go). Removed on drop.
 #[derive(Debug)]
 pub struct ScratchDirs {
+    // Declared first: its egress socket is served until it goes.
+    boxed: Option<tollgate_box::BoxDir>,
     root: tempfile::TempDir,
 }
 
@@ -220,11 +224,39 @@ impl ScratchDirs {
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir_in(&parent)
             .map_err(|source| SegmentError::Setup { path: parent.clone(), source })?;
-        let dirs = ScratchDirs { root };
+        let dirs = ScratchDirs { boxed: None, root };
         for dir in [dirs.home(), dirs.config(), dirs.tmp()] {
             private_dir().create(&dir).map_err(|source| SegmentError::Setup { path: dir.clone(), source })?;
         }
         Ok(dirs)
+    }
+
+    /// The directories of a segment (`warm`: a pre-started CLI's) of `spec`: a box's host
+    /// directory when `spec` has a [`SegmentSpec::sandbox`], else [`ScratchDirs::create`]'s.
+    ///
+    /// # Errors
+    ///
+    /// [`SegmentError::Setup`] when a directory cannot be made.
+    pub fn for_spec(spec: &SegmentSpec, warm: bool) -> Result<ScratchDirs, SegmentError> {
+        let prefix = if warm { WARM_SCRATCH_PREFIX } else { SCRATCH_PREFIX };
+        let Some(sandbox) = &spec.sandbox else {
+            return Self::create_named(spec.scratch_parent.as_deref(), prefix);
+        };
+        let parent = spec.scratch_parent.clone().unwrap_or_else(std::env::temp_dir);
+        let root = tempfile::Builder::new()
+            .prefix(&format!("{prefix}{}-", std::process::id()))
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(&parent)
+            .map_err(|source| SegmentError::Setup { path: parent.clone(), source })?;
+        let name = root.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let boxed = tollgate_box::BoxDir::create(root.path(), &sandbox.config, &name)
+            .map_err(|source| SegmentError::Setup { path: root.path().to_path_buf(), source })?;
+        Ok(ScratchDirs { boxed: Some(boxed), root })
+    }
+
+    /// The box's host directory, for a boxed CLI.
+    pub fn boxed(&self) -> Option<&tollgate_box::BoxDir> {
+        self.boxed.as_ref()
     }
 
     /// The segment's root directory.
@@ -237,9 +269,12 @@ impl ScratchDirs {
         self.root.path().join("home")
     }
 
-    /// `CLAUDE_CONFIG_DIR`.
+    /// `CLAUDE_CONFIG_DIR`, or for a boxed CLI the host folder copied into it.
     pub fn config(&self) -> PathBuf {
-        self.root.path().join("config")
+        match &self.boxed {
+            Some(boxed) => boxed.config_in(),
+            None => self.root.path().join("config"),
+        }
     }
 
     /// `TMPDIR`.
@@ -368,7 +403,26 @@ pub fn write_resume_file(
         move |source| SegmentError::Setup { path, source }
     };
     let real = std::fs::canonicalize(cwd).map_err(setup(cwd))?;
-    let dir = config.join("projects").join(project_key(&real.to_string_lossy()));
+    write_resume_file_for(config, &real, session_id, transcript)
+}
+
+/// [`write_resume_file`] for a working directory `cli_cwd` given as the CLI sees it, not
+/// resolved on this host (a box's `/workspace`).
+///
+/// # Errors
+///
+/// [`SegmentError::Setup`] when the file cannot be written.
+pub fn write_resume_file_for(
+    config: &Path,
+    cli_cwd: &Path,
+    session_id: &str,
+    transcript: &ResumeText,
+) -> Result<PathBuf, SegmentError> {
+    let setup = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SegmentError::Setup { path, source }
+    };
+    let dir = config.join("projects").join(project_key(&cli_cwd.to_string_lossy()));
     private_dir().recursive(true).create(&dir).map_err(setup(&dir))?;
     let file = dir.join(format!("{session_id}.jsonl"));
     if transcript.not_compact() > 0 {

@@ -47,6 +47,6 @@ pub mod transport;
 pub use cli::{CliBinary, CliLocator};
 pub use error::{CliError, SegmentError};
 pub use segment::{
-    AppHook, CliDecider, DeciderAnswer, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentReport,
-    SegmentSpec, SegmentStats, Start, run_segment, run_segment_on,
+    AppHook, CliDecider, DeciderAnswer, DeciderFuture, SegmentBox, SegmentEvent, SegmentOutcome,
+    SegmentReport, SegmentSpec, SegmentStats, Start, run_segment, run_segment_on,
 };

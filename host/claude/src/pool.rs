@@ -164,7 +164,7 @@ impl WarmCli {
     ///
     /// The directories cannot be made or the process cannot be started.
     pub fn spawn(spec: &SegmentSpec) -> Result<WarmCli, SegmentError> {
-        let dirs = ScratchDirs::create_warm(spec.scratch_parent.as_deref())?;
+        let dirs = ScratchDirs::for_spec(spec, true)?;
         let process = spawn(&launch(spec, &dirs))?;
         Ok(WarmCli { process, dirs, cwd: spec.cwd.clone(), parked: false })
     }
@@ -184,7 +184,7 @@ impl WarmCli {
         if !matches!(spec.start, crate::Start::Fresh { .. }) {
             return Err(SegmentError::InvalidSpec { reason: "only a fresh start can be parked".into() });
         }
-        let dirs = ScratchDirs::create_warm(spec.scratch_parent.as_deref())?;
+        let dirs = ScratchDirs::for_spec(spec, true)?;
         let park = dirs.root().join("park");
         std::fs::DirBuilder::new()
             .mode(0o700)

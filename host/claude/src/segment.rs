@@ -81,7 +81,7 @@ use tollgate_protocol::{
 use crate::answer::{app_hook_frame, hook_frame, permission_frame};
 use crate::cli::CliBinary;
 use crate::error::SegmentError;
-use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file};
+use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file, write_resume_file_for};
 use crate::mcp::{McpBridge, PermitRequest, ToolServer};
 use crate::pool::WarmCli;
 use crate::tools::{NotRecorded, ToolRunner};
@@ -233,6 +233,20 @@ pub struct SegmentSpec {
     /// Text appended to the system prompt, sent in `initialize` rather than as
     /// `--append-system-prompt`.
     pub append_system_prompt: Option<String>,
+    /// The box the CLI runs in ([`tollgate_box`]); `None` runs it on the host as the Worker's
+    /// user, with nothing between its commands and what that user can reach.
+    pub sandbox: Option<SegmentBox>,
+}
+
+/// How a segment's CLI is boxed.
+#[derive(Debug, Clone)]
+pub struct SegmentBox {
+    /// The Worker's box settings.
+    pub config: Arc<tollgate_box::BoxConfig>,
+    /// `true`: [`SegmentSpec::cwd`] is the session's workspace on the host, copied into the box's
+    /// `/workspace` (the CLI works there) and back out after the segment; `false`: it is a folder
+    /// the agent's options name, bound read-write at its own path.
+    pub copy_workspace: bool,
 }
 
 impl std::fmt::Debug for SegmentSpec {
@@ -285,7 +299,25 @@ impl SegmentSpec {
             cli_decider: None,
             system_prompt: None,
             append_system_prompt: None,
+            sandbox: None,
         }
+    }
+
+    /// The CLI's working directory as the CLI sees it: the box's `/workspace` for a copied
+    /// workspace, else [`SegmentSpec::cwd`].
+    pub fn cli_cwd(&self) -> PathBuf {
+        self.box_workspace(false).map_or_else(|| self.cwd.clone(), |workspace| workspace.cli_cwd())
+    }
+
+    /// The workspace of this spec's box, if boxed (`parked`: a parked spare's, empty until its
+    /// claim).
+    pub(crate) fn box_workspace(&self, parked: bool) -> Option<tollgate_box::BoxWorkspace> {
+        let sandbox = self.sandbox.as_ref()?;
+        Some(match (sandbox.copy_workspace, parked) {
+            (true, true) => tollgate_box::BoxWorkspace::Copied(None),
+            (true, false) => tollgate_box::BoxWorkspace::Copied(Some(self.cwd.clone())),
+            (false, _) => tollgate_box::BoxWorkspace::Bound(self.cwd.clone()),
+        })
     }
 
     /// Sets one environment variable of the CLI.
@@ -343,7 +375,7 @@ impl SegmentSpec {
     /// its sdk MCP server. With [`Self::parked_initialize`] it asks what [`Self::initialize`]
     /// asks of a CLI started for the segment.
     pub fn claim(&self) -> ClaimSession {
-        ClaimSession::new(self.cwd.to_string_lossy())
+        ClaimSession::new(self.cli_cwd().to_string_lossy())
             .system_prompt(self.system_prompt.clone())
             .append_system_prompt(self.append_system_prompt.clone())
             .sdk_mcp_server(self.server_name.clone())
@@ -446,6 +478,8 @@ pub struct SegmentStats {
     pub stderr_tail: String,
     /// The `result` frame, when one came.
     pub result: Option<ResultMessage>,
+    /// What the box's init reported, for a boxed CLI.
+    pub box_report: Option<tollgate_box::BoxReport>,
 }
 
 /// What [`run_segment`] returns.
@@ -483,6 +517,20 @@ pub async fn run_segment_on(
 ) -> SegmentReport {
     let started = Instant::now();
     let mut stats = SegmentStats::default();
+    // A parked spare's box started with an empty workspace: a session whose workspace has files
+    // (a first segment's second attempt) needs a CLI of its own.
+    let warm = match warm {
+        Some(warm)
+            if warm.is_parked()
+                && spec.sandbox.as_ref().is_some_and(|b| b.copy_workspace)
+                && !is_empty_dir(&spec.cwd) =>
+        {
+            stats.claim_refused =
+                Some("the session's workspace has files; a parked spare's box starts empty".into());
+            None
+        }
+        other => other,
+    };
     let parked = warm.as_ref().is_some_and(WarmCli::is_parked);
     // A refused claim sent no prompt: the segment runs again, on a CLI of its own, with what the
     // first run was given (nothing reached a tool or the model).
@@ -501,6 +549,11 @@ pub async fn run_segment_on(
     };
     stats.total = started.elapsed();
     SegmentReport { outcome, stats }
+}
+
+/// Whether `dir` has no entries (a missing one counts as empty).
+fn is_empty_dir(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none())
 }
 
 /// Why the loop stopped early, before the stderr tail is known.
@@ -545,11 +598,21 @@ async fn run(
             stats.warm = true;
             (dirs, Some(process), parked)
         }
-        None => (ScratchDirs::create(spec.scratch_parent.as_deref())?, None, false),
+        None => (ScratchDirs::for_spec(spec, false)?, None, false),
     };
     if let Some((session_id, transcript)) = resume {
         // A pre-started CLI reads it only after `initialize` (benches/segment.rs measured it).
-        write_resume_file(&dirs.config(), &spec.cwd, session_id, transcript)?;
+        match dirs.boxed() {
+            Some(boxed) => {
+                write_resume_file_for(&dirs.config(), &spec.cli_cwd(), session_id, transcript)?;
+                boxed
+                    .give_config_in()
+                    .map_err(|source| SegmentError::Setup { path: dirs.config(), source })?;
+            }
+            None => {
+                write_resume_file(&dirs.config(), &spec.cwd, session_id, transcript)?;
+            }
+        }
     }
 
     let (permits, mut permit_requests) = mpsc::unbounded_channel::<PermitRequest>();
@@ -660,7 +723,12 @@ async fn run(
     turn.stats.model_calls = turn.message_ids.len();
     turn.stats.subagent_model_calls = turn.stats.response_ids.len().saturating_sub(turn.message_ids.len());
     turn.stats.result = turn.result.clone();
+    let limit = dirs.boxed().and_then(|boxed| finish_box(spec, boxed, turn.stats));
     drop(dirs);
+    if let Some(hit) = limit.filter(|hit| hit.stopped || stop.is_some() || turn.result.is_none()) {
+        // The box's limit is why the CLI stopped: that, not the symptom, is the failure.
+        return Err(SegmentError::BoxLimit { limit: hit.limit, detail: hit.detail });
+    }
 
     if let Some(stop) = stop {
         return Err(match stop {
@@ -722,6 +790,33 @@ async fn run(
     }
 }
 
+/// What the init of a boxed segment's CLI reported: the workspace it copied out becomes the
+/// session's, the report goes into `stats`, and the limit hit that matters is returned.
+fn finish_box(
+    spec: &SegmentSpec,
+    boxed: &tollgate_box::BoxDir,
+    stats: &mut SegmentStats,
+) -> Option<tollgate_box::LimitHit> {
+    let Some(report) = boxed.report() else {
+        tracing::debug!(dir = %boxed.root().display(), "the box wrote no report (it never ran, or was killed)");
+        return None;
+    };
+    if spec.sandbox.as_ref().is_some_and(|sandbox| sandbox.copy_workspace) {
+        match boxed.adopt_workspace(&spec.cwd, &report) {
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(workspace = %spec.cwd.display(), %err, "the box's workspace could not be copied back")
+            }
+        }
+    }
+    for left in &report.left_behind {
+        tracing::info!(workspace = %spec.cwd.display(), entry = %left, "left in the box");
+    }
+    let hit = report.main_hit().cloned();
+    stats.box_report = Some(report);
+    hit
+}
+
 /// Starts `launch`'s process; a failure names the program.
 pub(crate) fn spawn(launch: &Launch) -> Result<CliProcess, SegmentError> {
     CliProcess::spawn(launch).map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })
@@ -729,15 +824,24 @@ pub(crate) fn spawn(launch: &Launch) -> Result<CliProcess, SegmentError> {
 
 /// What starts the CLI of `spec` with `dirs` as its `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR`.
 pub(crate) fn launch(spec: &SegmentSpec, dirs: &ScratchDirs) -> Launch {
-    launch_with(spec, dirs, spec.args(), spec.cwd.clone())
+    launch_with(spec, dirs, spec.args(), spec.cwd.clone(), false)
 }
 
 /// The launch of a parked spare for `spec` ([`crate::pool`]): its argv, in the directory `park`.
 pub(crate) fn parked_launch(spec: &SegmentSpec, dirs: &ScratchDirs, park: PathBuf) -> Launch {
-    launch_with(spec, dirs, spec.parked_args(), park)
+    launch_with(spec, dirs, spec.parked_args(), park, true)
 }
 
-fn launch_with(spec: &SegmentSpec, dirs: &ScratchDirs, args: Vec<String>, cwd: PathBuf) -> Launch {
+fn launch_with(
+    spec: &SegmentSpec,
+    dirs: &ScratchDirs,
+    args: Vec<String>,
+    cwd: PathBuf,
+    parked: bool,
+) -> Launch {
+    if let (Some(sandbox), Some(boxed)) = (&spec.sandbox, dirs.boxed()) {
+        return boxed_launch(spec, &sandbox.config, boxed, args, parked);
+    }
     // An allow-list, not the inherited environment: the host's secrets stay out of the CLI and
     // of every command its tools run.
     let mut env: Vec<(OsString, OsString)> = inherited_allowed_variables();
@@ -755,6 +859,63 @@ fn launch_with(spec: &SegmentSpec, dirs: &ScratchDirs, args: Vec<String>, cwd: P
         env_remove: Vec::new(),
         env,
         max_line_bytes: spec.max_line_bytes,
+        user: None,
+        inherit_dirs: Vec::new(),
+    }
+}
+
+/// The launch of `spec`'s CLI in a box: `bwrap` with the box's command line, running the init
+/// with the CLI under it (`parked`: a parked spare, whose workspace starts empty).
+fn boxed_launch(
+    spec: &SegmentSpec,
+    config: &tollgate_box::BoxConfig,
+    boxed: &tollgate_box::BoxDir,
+    args: Vec<String>,
+    parked: bool,
+) -> Launch {
+    use tollgate_box::paths;
+    let workspace = spec.box_workspace(parked).expect("a boxed spec has a box workspace");
+    // The CLI's own folder is bound, so the program is its real path, not a link to it.
+    let program = std::fs::canonicalize(spec.cli.path()).unwrap_or_else(|_| spec.cli.path().to_path_buf());
+    let args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
+    let plan =
+        tollgate_box::BoxPlan { config, dir: boxed, program: &program, args: &args, workspace: &workspace };
+    let command_line = tollgate_box::bwrap::command_line(&plan, &tollgate_box::bwrap::HostRoot::read());
+    // The host's locale and terminal; never its paths or proxies (the box has its own).
+    let mut env: Vec<(OsString, OsString)> = inherited_allowed_variables()
+        .into_iter()
+        .filter(|(name, _)| {
+            name.to_str().is_some_and(|n| {
+                n == "LANG" || n == "LANGUAGE" || n == "TZ" || n == "TERM" || n.starts_with("LC_")
+            })
+        })
+        .collect();
+    env.extend([
+        ("PATH".into(), paths::PATH.into()),
+        ("HOME".into(), paths::HOME.into()),
+        ("USER".into(), paths::USER.into()),
+        ("LOGNAME".into(), paths::USER.into()),
+        ("SHELL".into(), "/bin/bash".into()),
+        ("CLAUDE_CONFIG_DIR".into(), paths::CONFIG.into()),
+        ("TMPDIR".into(), paths::TMP.into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+    ]);
+    env.extend(spec.env.iter().cloned());
+    // Last: inside, the model and the outside are reached only through the relays.
+    env.extend(config.relay_env().into_iter().map(|(name, value)| (name.into(), value.into())));
+    let mut fds = vec![(boxed.inner(), paths::HOST_DIR_FD)];
+    if let tollgate_box::BoxWorkspace::Copied(Some(host)) = &workspace {
+        fds.push((host.clone(), paths::WORKSPACE_FD));
+    }
+    Launch {
+        program: config.bwrap.clone(),
+        args: command_line,
+        cwd: PathBuf::from("/"),
+        env_remove: Vec::new(),
+        env,
+        max_line_bytes: spec.max_line_bytes,
+        user: config.user.owner(),
+        inherit_dirs: fds,
     }
 }
 

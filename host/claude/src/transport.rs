@@ -67,6 +67,10 @@ pub struct Launch {
     pub env: Vec<(OsString, OsString)>,
     /// The longest stdout line accepted, in bytes.
     pub max_line_bytes: usize,
+    /// The uid and gid to run as (a root Worker starting a box as its user), else the caller's.
+    pub user: Option<(u32, u32)>,
+    /// Folders the child gets open on these file descriptor numbers (`O_PATH`), for a box's init.
+    pub inherit_dirs: Vec<(PathBuf, i32)>,
 }
 
 /// A running CLI process. See the module docs.
@@ -100,7 +104,13 @@ impl CliProcess {
                 command.env(name, value);
             }
         }
+        if let Some((uid, gid)) = launch.user {
+            command.uid(uid).gid(gid);
+        }
+        // Open until the child has them: dropped after the spawn.
+        let inherited = inherit_dirs(&mut command, &launch.inherit_dirs)?;
         let mut child = spawn_dying_with_this_process(command)?;
+        drop(inherited);
         let pid = child.id().unwrap_or_default();
         let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
@@ -221,6 +231,54 @@ impl Drop for CliProcess {
             task.abort();
         }
     }
+}
+
+/// Opens each folder of `dirs` (`O_PATH`, close-on-exec) and arranges for the child to find it on
+/// its number; returns the open files, which must live until the child is spawned.
+fn inherit_dirs(
+    command: &mut tokio::process::Command,
+    dirs: &[(PathBuf, i32)],
+) -> std::io::Result<Vec<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    if dirs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let files = dirs
+        .iter()
+        .map(|(path, _)| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .open(path)
+                .map_err(|err| std::io::Error::new(err.kind(), format!("{}: {err}", path.display())))
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let pairs: Vec<(i32, i32)> =
+        files.iter().zip(dirs).map(|(file, (_, to))| (file.as_raw_fd(), *to)).collect();
+    // SAFETY: the closure runs in the child between fork and exec and only calls fcntl and dup2,
+    // which are async-signal-safe; it allocates nothing (`pairs` is moved in, read only).
+    unsafe {
+        command.pre_exec(move || {
+            // First out of the way of every target number, then onto the targets (dup2 clears
+            // close-on-exec on the new number).
+            let mut moved = [(-1, -1); 8];
+            for (slot, (from, to)) in moved.iter_mut().zip(&pairs) {
+                let high = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 100);
+                if high < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                *slot = (high, *to);
+            }
+            for (high, to) in moved.iter().take(pairs.len()) {
+                if libc::dup2(*high, *to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(files)
 }
 
 /// Spawns `command` so that the child gets `SIGKILL` when this process dies, even by `SIGKILL`

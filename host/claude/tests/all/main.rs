@@ -11,10 +11,13 @@
 //!   rejections, Bash, rewritten input, two writes in one reply, four resumes in a row, pre-started
 //!   CLIs (fresh, and a resume whose file is written after the spawn). Skipped
 //!   loudly when the CLI is not installed, unless `TOLLGATE_REQUIRE_REAL_CLI=1`.
+//! - `boxed`: the real CLI in its box: what its commands see, the workspace in and out, links
+//!   that point out of it left behind.
 //! - `locate`: finding the binary and refusing unsupported versions.
 //! - `warm_pool`: the pool of pre-started CLIs with a stand-in process: keys, time to live, cap,
 //!   a process killed before the take. Fast; always run.
 
+mod boxed;
 mod fake_cli;
 mod locate;
 mod real_cli;

@@ -1,0 +1,288 @@
+//! A box's directory on the host, beside the segment's other scratch files, and the plan of one
+//! box.
+//!
+//! ```text
+//! <root>/                     0711, the Worker's
+//!   etc/passwd, etc/group     made-up: root, agent (1000), nobody; bound read-only
+//!   etc/managed-settings.json the CLI's managed settings (see managed_settings); bound read-only
+//!   egress.sock               this box's own egress socket, when the Worker has an egress proxy
+//!   box/                      the box user's; the init's file descriptor 3
+//!     config-in/              copied into CLAUDE_CONFIG_DIR before the CLI reads its first line
+//!     out/                    the workspace, copied out by the init after the CLI exited
+//!     report.json             the init's BoxReport
+//! ```
+//!
+//! Nothing of it is mounted writable into the box: the init reaches `box/` through a file
+//! descriptor it keeps from the agent's processes (close-on-exec, the init not dumpable).
+//! Read [`BoxDir`] and [`BoxPlan`].
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use crate::config::{BoxConfig, SocketServerGuard};
+use crate::report::BoxReport;
+
+/// Where a box's CLI works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoxWorkspace {
+    /// A `tmpfs` at `/workspace`, filled from this host folder before the CLI starts (`None`: it
+    /// starts empty, as a parked spare's does) and copied back out after it exits.
+    Copied(Option<PathBuf>),
+    /// A host folder the agent's options name, bound read-write at its own path (no size cap).
+    Bound(PathBuf),
+}
+
+impl BoxWorkspace {
+    /// The CLI's working directory inside the box.
+    pub fn cli_cwd(&self) -> PathBuf {
+        match self {
+            BoxWorkspace::Copied(_) => PathBuf::from(crate::paths::WORKSPACE),
+            BoxWorkspace::Bound(path) => path.clone(),
+        }
+    }
+}
+
+/// One box: everything [`crate::bwrap::command_line`] needs.
+#[derive(Debug)]
+pub struct BoxPlan<'a> {
+    /// The Worker's settings.
+    pub config: &'a BoxConfig,
+    /// The box's host directory.
+    pub dir: &'a BoxDir,
+    /// The CLI (its folder is bound read-only).
+    pub program: &'a Path,
+    /// Its arguments.
+    pub args: &'a [OsString],
+    /// Where it works.
+    pub workspace: &'a BoxWorkspace,
+}
+
+/// A box's host directory (see the module docs). The caller owns `root` and removes it.
+#[derive(Debug)]
+pub struct BoxDir {
+    root: PathBuf,
+    owner: Option<(u32, u32)>,
+    egress: Option<SocketServerGuard>,
+}
+
+impl BoxDir {
+    /// Makes the layout under `root` (which exists and is the Worker's) for boxes of `config`,
+    /// naming the box `name` to its egress proxy.
+    ///
+    /// # Errors
+    ///
+    /// A folder, file or socket cannot be made, or given to the box's user.
+    pub fn create(root: &Path, config: &BoxConfig, name: &str) -> io::Result<BoxDir> {
+        let owner = config.user.owner();
+        // Traversable by the box's user (bwrap runs as it and opens the bound files), not
+        // listable.
+        fs::set_permissions(root, fs::Permissions::from_mode(0o711))?;
+        let etc = root.join("etc");
+        fs::DirBuilder::new().mode(0o711).create(&etc)?;
+        for (file, text) in
+            [("passwd", PASSWD), ("group", GROUP), ("managed-settings.json", &managed_settings())]
+        {
+            fs::write(etc.join(file), text)?;
+            fs::set_permissions(etc.join(file), fs::Permissions::from_mode(0o644))?;
+        }
+        let inner = root.join("box");
+        fs::DirBuilder::new().mode(0o700).create(&inner)?;
+        fs::DirBuilder::new().mode(0o700).create(inner.join("config-in"))?;
+        give(&inner, owner)?;
+        give(&inner.join("config-in"), owner)?;
+        let mut dir = BoxDir { root: root.to_path_buf(), owner, egress: None };
+        if let Some((_, server)) = &config.egress {
+            let socket = dir.egress_socket();
+            let listener = UnixListener::bind(&socket)?;
+            fs::set_permissions(&socket, fs::Permissions::from_mode(0o600))?;
+            give(&socket, owner)?;
+            dir.egress = Some(server.serve(listener, name)?);
+        }
+        Ok(dir)
+    }
+
+    /// The host directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `box/`: the init's file descriptor 3.
+    pub fn inner(&self) -> PathBuf {
+        self.root.join("box")
+    }
+
+    /// `box/config-in/`: files for `CLAUDE_CONFIG_DIR` (a resume's transcript), copied in before
+    /// the CLI reads its first line.
+    pub fn config_in(&self) -> PathBuf {
+        self.inner().join("config-in")
+    }
+
+    /// `etc/<file>`.
+    pub fn etc(&self, file: &str) -> PathBuf {
+        self.root.join("etc").join(file)
+    }
+
+    /// This box's egress socket (bound when the Worker has an egress proxy).
+    pub fn egress_socket(&self) -> PathBuf {
+        self.root.join("egress.sock")
+    }
+
+    /// Gives what the host wrote under `box/config-in` to the box's user (a root Worker's files
+    /// are root's).
+    ///
+    /// # Errors
+    ///
+    /// An entry cannot be given.
+    pub fn give_config_in(&self) -> io::Result<()> {
+        give_tree(&self.config_in(), self.owner)
+    }
+
+    /// The init's report, once the box has ended (`None` when it wrote none: it never ran, or
+    /// was killed).
+    pub fn report(&self) -> Option<BoxReport> {
+        let text = fs::read_to_string(self.inner().join("report.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Makes what the init copied out of the box (`box/out`) the content of `workspace`, in place
+    /// of what was there. Does nothing (and returns `false`) when the init copied nothing out.
+    ///
+    /// # Errors
+    ///
+    /// The swap failed; `workspace` then keeps its old content, or the new one when only the
+    /// removal of the old one failed.
+    pub fn adopt_workspace(&self, workspace: &Path, report: &BoxReport) -> io::Result<bool> {
+        let out = self.inner().join("out");
+        if !report.copied_out || !out.is_dir() {
+            return Ok(false);
+        }
+        let parent = workspace.parent().unwrap_or(Path::new("/"));
+        let name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let old = parent.join(format!(".{name}.old-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&old);
+        let mode = fs::metadata(workspace).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o700);
+        fs::set_permissions(&out, fs::Permissions::from_mode(mode))?;
+        match fs::rename(&out, parent.join(format!(".{name}.new-{}", std::process::id()))) {
+            Ok(()) => {}
+            // Another file system: copy it over instead.
+            Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
+                let staged = parent.join(format!(".{name}.new-{}", std::process::id()));
+                crate::copy::copy_tree(&out, &staged, crate::copy::Links::All).map_err(io::Error::other)?;
+            }
+            Err(err) => return Err(err),
+        }
+        let staged = parent.join(format!(".{name}.new-{}", std::process::id()));
+        if workspace.exists() {
+            fs::rename(workspace, &old)?;
+        }
+        if let Err(err) = fs::rename(&staged, workspace) {
+            let _ = fs::rename(&old, workspace);
+            return Err(err);
+        }
+        fs::remove_dir_all(&old)
+            .or_else(|err| if err.kind() == io::ErrorKind::NotFound { Ok(()) } else { Err(err) })?;
+        Ok(true)
+    }
+}
+
+/// Gives `path` to `owner` (nothing to do without one).
+fn give(path: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
+    match owner {
+        Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
+        None => Ok(()),
+    }
+}
+
+/// Gives `dir` and everything under it to `owner`.
+pub fn give_tree(dir: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
+    if owner.is_none() {
+        return Ok(());
+    }
+    give(dir, owner)?;
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if fs::symlink_metadata(&path)?.is_dir() {
+            give_tree(&path, owner)?;
+        } else {
+            give(&path, owner)?;
+        }
+    }
+    Ok(())
+}
+
+/// `/etc/passwd` inside: root, the agent, nobody. Nothing of the host's users.
+const PASSWD: &str = "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+agent:x:1000:1000:agent:/home/agent:/bin/bash\n\
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+
+/// `/etc/group` inside.
+const GROUP: &str = "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n";
+
+/// The CLI's managed settings inside every box (`/etc/claude-code/managed-settings.json`, which
+/// outranks every settings file): only the host's hooks (which come in `initialize`), permission
+/// rules and MCP servers count, whatever a settings file in the workspace or `HOME` says; no
+/// plugins or marketplaces are loaded, and bypass mode is off.
+pub fn managed_settings() -> String {
+    serde_json::json!({
+        "allowManagedHooksOnly": true,
+        "allowManagedPermissionRulesOnly": true,
+        "enableAllProjectMcpServers": false,
+        "enabledMcpjsonServers": [],
+        "strictKnownMarketplaces": [],
+        "permissions": { "disableBypassPermissionsMode": "disable" },
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BoxUser;
+
+    fn config() -> BoxConfig {
+        BoxConfig::new("/usr/bin/bwrap", "/init", BoxUser::Namespace)
+    }
+
+    #[test]
+    fn a_box_directory_has_its_files_and_a_private_inner_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = BoxDir::create(root.path(), &config(), "b-1").unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(root.path()), 0o711);
+        assert_eq!(mode(&dir.inner()), 0o700);
+        assert!(fs::read_to_string(dir.etc("passwd")).unwrap().contains("agent:x:1000:1000"));
+        assert!(!fs::read_to_string(dir.etc("passwd")).unwrap().contains(":0:0:root:/root:/bin/bash"));
+        let settings: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.etc("managed-settings.json")).unwrap()).unwrap();
+        assert_eq!(settings["allowManagedHooksOnly"], true);
+        assert!(dir.config_in().is_dir());
+        assert!(!dir.egress_socket().exists(), "no egress proxy, no socket");
+        assert_eq!(dir.report(), None);
+    }
+
+    #[test]
+    fn the_copied_out_workspace_replaces_the_old_one_and_nothing_happens_without_one() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = BoxDir::create(root.path(), &config(), "b-1").unwrap();
+        let ws_parent = tempfile::tempdir().unwrap();
+        let workspace = ws_parent.path().join("s-1");
+        fs::create_dir(&workspace).unwrap();
+        fs::write(workspace.join("old.txt"), "old").unwrap();
+        let report = BoxReport { copied_out: true, ..BoxReport::default() };
+        assert!(!dir.adopt_workspace(&workspace, &report).unwrap(), "no out folder");
+        fs::create_dir(dir.inner().join("out")).unwrap();
+        fs::write(dir.inner().join("out/new.txt"), "new").unwrap();
+        assert!(!dir.adopt_workspace(&workspace, &BoxReport::default()).unwrap(), "not copied out");
+        assert!(workspace.join("old.txt").exists());
+        assert!(dir.adopt_workspace(&workspace, &report).unwrap());
+        assert_eq!(fs::read_to_string(workspace.join("new.txt")).unwrap(), "new");
+        assert!(!workspace.join("old.txt").exists());
+        let leftovers: Vec<_> =
+            fs::read_dir(ws_parent.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(leftovers, [std::ffi::OsString::from("s-1")]);
+    }
+}

@@ -1,0 +1,76 @@
+//! What the init tells the host about a box after the CLI exited: the limits hit, what became of
+//! the workspace copy. Written by [`crate::init`] as `report.json` in the box's host directory,
+//! read by [`crate::layout::BoxDir::report`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// One limit a box hit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitHit {
+    /// Which: `memory`, `tasks`, `cpu`, `workspace`, `scratch`.
+    pub limit: String,
+    /// What happened, for the segment's failure reason.
+    pub detail: String,
+    /// Whether the init stopped the box for it (a full workspace only makes writes fail).
+    pub stopped: bool,
+}
+
+impl fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+/// The init's account of one box.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoxReport {
+    /// The limits hit, in the order they were.
+    pub limits: Vec<LimitHit>,
+    /// Whether the workspace was copied back out (into `out/`) after the CLI exited.
+    pub copied_out: bool,
+    /// Entries of the workspace left behind by the copy out, each with why (a link pointing
+    /// out of the workspace, a device file).
+    pub left_behind: Vec<String>,
+    /// How the CLI ended, as text (`exit status: 0`, `signal: 9`), when it was started.
+    pub cli_exit: Option<String>,
+    /// Why the box could not run the CLI at all, when it could not.
+    pub setup_error: Option<String>,
+}
+
+impl BoxReport {
+    /// The hit that stopped the box, else the first one.
+    pub fn main_hit(&self) -> Option<&LimitHit> {
+        self.limits.iter().find(|hit| hit.stopped).or_else(|| self.limits.first())
+    }
+
+    /// Records `hit` unless one of the same limit is there already.
+    pub fn hit(&mut self, hit: LimitHit) {
+        if !self.limits.iter().any(|known| known.limit == hit.limit) {
+            self.limits.push(hit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(limit: &str, stopped: bool) -> LimitHit {
+        LimitHit { limit: limit.into(), detail: format!("{limit} hit"), stopped }
+    }
+
+    #[test]
+    fn the_hit_that_stopped_the_box_comes_first_and_each_limit_is_recorded_once() {
+        let mut report = BoxReport::default();
+        assert_eq!(report.main_hit(), None);
+        report.hit(hit("workspace", false));
+        report.hit(hit("memory", true));
+        report.hit(hit("workspace", false));
+        assert_eq!(report.limits.len(), 2);
+        assert_eq!(report.main_hit().unwrap().limit, "memory");
+        let text = serde_json::to_string(&report).unwrap();
+        assert_eq!(serde_json::from_str::<BoxReport>(&text).unwrap(), report);
+    }
+}

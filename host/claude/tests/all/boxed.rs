@@ -1,0 +1,143 @@
+//! The pinned CLI in its box (`tollgate_box`), against the mock model reached through the box's
+//! model relay: the CLI answers, its `Bash` commands see only the box, the workspace goes in and
+//! comes back out, links out of it stay behind, and nothing the agent starts outlives the segment.
+//! The Worker-level attacks (its environment, the store, the API, limits) are in the `tollgate`
+//! crate's `durable::sandbox` tests.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tollgate_box::{BoxConfig, BoxUser, config::Relay};
+use tollgate_claude::segment::SegmentBox;
+use tollgate_claude::{SegmentOutcome, SegmentReport, SegmentSpec};
+use tollgate_engine::gate::Gate;
+use tollgate_engine::policy::{Effect, Policies, PolicyEntry};
+use tollgate_mock_model::MockModel;
+
+use crate::util::{
+    Payments, against_mock, describe_with, dir, example_tools, last_tool_result, real_cli, run,
+};
+
+/// A Unix socket that forwards every connection to the mock's TCP port: the Worker's model proxy
+/// listens on one the same way.
+struct ModelSocket {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ModelSocket {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn model_socket(mock: &MockModel) -> ModelSocket {
+    let dir = dir();
+    let path = dir.path().join("model.sock");
+    let listener = UnixListener::bind(&path).expect("bind the model socket");
+    // Any box user may connect (the model proxy checks each request's token); the folder is not
+    // listable.
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let addr = mock.addr();
+    let task = tokio::spawn(async move {
+        while let Ok((mut unix, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await {
+                    let _ = tokio::io::copy_bidirectional(&mut unix, &mut tcp).await;
+                }
+            });
+        }
+    });
+    ModelSocket { _dir: dir, path, task }
+}
+
+/// The box settings of these tests: the test's init, the Worker's user rule, the mock relayed.
+fn box_config(mock: &MockModel, socket: &ModelSocket) -> Arc<BoxConfig> {
+    let bwrap = tollgate_box::probe::find_bwrap(None).expect("bwrap is installed (scripts/setup.sh)");
+    // SAFETY: geteuid has no preconditions.
+    let user = BoxUser::for_worker(unsafe { libc::geteuid() }, None);
+    let mut config = BoxConfig::new(bwrap, env!("CARGO_BIN_EXE_claude-box-init"), user);
+    config.model = Some(Relay { port: mock.addr().port(), socket: socket.path.clone() });
+    Arc::new(config)
+}
+
+/// A workspace folder the box's user may use (a root Worker's boxes are another user).
+fn workspace(config: &BoxConfig) -> tempfile::TempDir {
+    let ws = dir();
+    std::fs::set_permissions(ws.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    if let Some((uid, gid)) = config.user.owner() {
+        std::os::unix::fs::chown(ws.path(), Some(uid), Some(gid))
+            .expect("give the workspace to the box's user");
+    }
+    ws
+}
+
+/// A gate that lets `Bash` run inline.
+fn bash_gate() -> Gate {
+    let policies = Policies::default().with("Bash", PolicyEntry::new(Effect::Read)).expect("a valid policy");
+    Gate::new(policies, tollgate_claude::tools::catalog("tools", &[]).expect("no tools"))
+}
+
+fn boxed(mut spec: SegmentSpec, config: &Arc<BoxConfig>) -> SegmentSpec {
+    spec.sandbox = Some(SegmentBox { config: config.clone(), copy_workspace: true });
+    spec
+}
+
+fn bash(command: &str) -> String {
+    format!("call Bash {}", serde_json::json!({"command": command, "description": "look around"}))
+}
+
+/// The text `Bash` printed in the segment (its tool result, as the model got it).
+fn bash_output(report: &SegmentReport, mock: &MockModel) -> String {
+    let text = describe_with(report, mock);
+    assert!(matches!(report.outcome, SegmentOutcome::Completed { .. }), "{text}");
+    let requests = mock.message_requests();
+    let asked = requests.iter().rev().nth(1).unwrap_or_else(|| panic!("no tool call\n{text}"));
+    let message = asked.reply.message().unwrap_or_else(|| panic!("no message\n{text}"));
+    let (id, _, _) = message.tool_uses().next().unwrap_or_else(|| panic!("no tool use\n{text}"));
+    last_tool_result(mock, id).unwrap_or_else(|| panic!("no tool result\n{text}")).0
+}
+
+#[tokio::test]
+async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
+    let Some((cli, _slot)) = real_cli("boxed_cli_sees_only_the_box").await else { return };
+    let mock = MockModel::start().await.expect("start the mock model");
+    let socket = model_socket(&mock);
+    let config = box_config(&mock, &socket);
+    let ws = workspace(&config);
+    std::fs::write(ws.path().join("brought-in.txt"), "from the host").unwrap();
+    let command = "echo uid=$(id -u) pwd=$(pwd); cat brought-in.txt; echo; echo procs=$(ls /proc | grep -c '^[0-9]'); \
+                   ls /; echo home=$HOME; ls /run/tollgate; echo marker > made-inside.txt; \
+                   ln -s /etc/passwd escape; ln -s made-inside.txt inner";
+    let spec = boxed(against_mock(SegmentSpec::fresh(cli, ws.path(), bash(command)), &mock), &config);
+    let (report, _) = run(spec, bash_gate(), example_tools(&Payments::start().await.unwrap())).await;
+    let output = bash_output(&report, &mock);
+    let text = describe_with(&report, &mock);
+    assert!(output.contains("uid=1000 pwd=/workspace"), "{output}\n{text}");
+    assert!(output.contains("from the host"), "the workspace came in: {output}");
+    let procs: usize = output
+        .split("procs=")
+        .nth(1)
+        .and_then(|s| s.lines().next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert!(procs < 10, "only the box's processes are visible ({procs}): {output}");
+    for host_only in ["root\n", "work\n", "var\n", "srv\n"] {
+        assert!(!output.contains(host_only), "the host's /{} is visible: {output}", host_only.trim());
+    }
+    assert!(output.contains("home=/home/agent"), "{output}");
+    assert!(ws.path().join("made-inside.txt").is_file(), "the workspace came back out");
+    assert!(std::fs::symlink_metadata(ws.path().join("inner")).is_ok(), "an inner link came back");
+    assert!(
+        std::fs::symlink_metadata(ws.path().join("escape")).is_err(),
+        "a link out of the workspace stayed in the box"
+    );
+    let boxed = report.stats.box_report.as_ref().unwrap_or_else(|| panic!("no box report\n{text}"));
+    assert!(
+        boxed.copied_out && boxed.left_behind.iter().any(|l| l.starts_with("escape -> /etc/passwd")),
+        "{boxed:?}"
+    );
+}
