@@ -83,6 +83,8 @@ impl BoxDir {
         fs::set_permissions(root, fs::Permissions::from_mode(0o711))?;
         let etc = root.join("etc");
         fs::DirBuilder::new().mode(0o711).create(&etc)?;
+        // Explicitly: a server's umask (077) would leave it closed to the box's user.
+        fs::set_permissions(&etc, fs::Permissions::from_mode(0o711))?;
         for (file, text) in
             [("passwd", PASSWD), ("group", GROUP), ("managed-settings.json", &managed_settings())]
         {

@@ -94,6 +94,7 @@ impl SqliteStore {
         path: &Path,
         synchronous: SqliteSynchronous,
     ) -> Result<Self, StoreError> {
+        make_private(path)?;
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
             .create_if_missing(true)
@@ -113,6 +114,15 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await?;
         migrator().run(&writer).await?;
+        // SQLite gives its `-wal` and `-shm` files the database's mode; ones an older version left
+        // readable by others are made private too.
+        for suffix in ["-wal", "-shm"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            if Path::new(&side).exists() {
+                make_private(Path::new(&side))?;
+            }
+        }
         let reader =
             SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(true)).await?;
         let signals = Signals::new();
@@ -125,6 +135,28 @@ impl SqliteStore {
     pub fn raw_pool(&self) -> &SqlitePool {
         &self.writer
     }
+}
+
+/// Creates `path` empty with mode `0600` when it is missing, and takes group and others' access
+/// away when it exists: every session's rows are in it, and SQLite gives its journal files the
+/// same mode.
+fn make_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let io = |source: std::io::Error| StoreError::Invalid {
+        what: format!("the store file {}: {source}", path.display()),
+    };
+    if !path.exists() {
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+            Ok(_) => return Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(io(err)),
+        }
+    }
+    let mode = std::fs::metadata(path).map_err(io)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o700)).map_err(io)?;
+    }
+    Ok(())
 }
 
 impl Backend for SqliteStore {

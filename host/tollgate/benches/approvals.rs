@@ -147,7 +147,9 @@ async fn main() {
             park::park_on_approval(store.as_ref(), &format!("w{i:04}")).await;
         }
         let seeded = seeding.elapsed();
-        let api = setup.listening(&["api", "--db", db, "--listen", "127.0.0.1:0"], "tollgate API on ").await;
+        let api = setup
+            .listening(&["api", "--db", db, "--listen", "127.0.0.1:0", "--insecure-open"], "tollgate API on ")
+            .await;
         let rows = inbox_rows(&http, &api.url, pending).await;
         println!("{name} (`tollgate api`; {pending} parked in {:.1} s):\n", seeded.as_secs_f64());
         println!("{}", table(&rows));
@@ -160,7 +162,16 @@ async fn main() {
         let agent = setup.agent();
         let serve = setup
             .listening(
-                &["serve", "--agent", agent.to_str().unwrap(), "--db", &serve_db, "--listen", "127.0.0.1:0"],
+                &[
+                    "serve",
+                    "--agent",
+                    agent.to_str().unwrap(),
+                    "--db",
+                    &serve_db,
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--insecure-open",
+                ],
                 "tollgate serving on ",
             )
             .await;
@@ -169,13 +180,23 @@ async fn main() {
     // A second cluster: the first one's approved sessions would queue ahead of these.
     if let Some(cluster) = cluster.and_then(|_| PgCluster::start_or_skip()) {
         let db = cluster.url();
-        let api = setup.listening(&["api", "--db", &db, "--listen", "127.0.0.1:0"], "tollgate API on ").await;
+        let api = setup
+            .listening(
+                &["api", "--db", &db, "--listen", "127.0.0.1:0", "--insecure-open"],
+                "tollgate API on ",
+            )
+            .await;
         let _worker = setup.worker(&db);
         rows.extend(stream_rows("api + worker, PostgreSQL", &http, &api.url, samples).await);
     }
     {
         let db = format!("sqlite://{}", setup.dir.path().join("split.db").display());
-        let api = setup.listening(&["api", "--db", &db, "--listen", "127.0.0.1:0"], "tollgate API on ").await;
+        let api = setup
+            .listening(
+                &["api", "--db", &db, "--listen", "127.0.0.1:0", "--insecure-open"],
+                "tollgate API on ",
+            )
+            .await;
         let _worker = setup.worker(&db);
         rows.extend(stream_rows("api + worker, one SQLite file", &http, &api.url, samples).await);
     }

@@ -82,6 +82,7 @@ async fn main() {
         "127.0.0.1:0",
         "--concurrency",
         &concurrency,
+        "--insecure-open",
     ];
     let mut server = serve::command(&args, &cli, &mock.base_url(), &dir.path().join("cache"))
         .spawn()

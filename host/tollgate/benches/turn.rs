@@ -199,8 +199,18 @@ impl World {
         let agent = self.agent(name, inline);
         let db = format!("sqlite://{}", self.dir.path().join(format!("{name}.db")).display());
         let agent = agent.to_str().unwrap();
-        let mut args =
-            vec!["serve", "--agent", agent, "--db", &db, "--listen", "127.0.0.1:0", "--concurrency", "1"];
+        let mut args = vec![
+            "serve",
+            "--agent",
+            agent,
+            "--db",
+            &db,
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            "1",
+            "--insecure-open",
+        ];
         if !warm {
             args.extend(["--warm-clis", "0"]);
         }

@@ -17,6 +17,11 @@
 //!
 //! [tools.payments]                  # the component's grants; see tollgate_sandbox::ManifestFile
 //! allowed_outbound_hosts = ["https://payments.example.com"]
+//!
+//! [sandbox]                         # the box the agent's CLI runs in; see tollgate_box
+//! allowed_outbound_hosts = ["https://api.github.com"]   # through the Worker's egress proxy
+//! memory_mb = 4096                  # limits; see tollgate_box::Limits for each default
+//! read_only_paths = ["/opt/tools"]  # host folders bound read-only into the box
 //! ```
 //!
 //! | key | default |
@@ -28,6 +33,9 @@
 //! | `[options]` | the CLI's defaults |
 //! | `[policies]` | the policy table's defaults |
 //! | `[tools.<name>]` | the `<name>.toml` beside the component, or none (everything denied) |
+//! | `[sandbox] allowed_outbound_hosts` | none: the agent's processes reach only the model proxy |
+//! | `[sandbox] memory_mb`, `tasks`, `cpu_secs`, `workspace_mb`, `scratch_mb` | [`tollgate_box::Limits::default`] |
+//! | `[sandbox] read_only_paths` | none |
 //!
 //! An agent directory without the file has the defaults. Every table is checked here, once: an
 //! unknown table or key, a value of the wrong type, options that would bypass the gate
@@ -64,7 +72,7 @@ pub const CONFIG_FILE: &str = "tollgate.toml";
 pub const DEFAULT_SEGMENT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// The tables `tollgate.toml` may have, as an error lists them.
-const TABLES: &str = "[agent], [options], [policies], [tools.<name>]";
+const TABLES: &str = "[agent], [options], [policies], [tools.<name>], [sandbox]";
 
 /// An agent's `tollgate.toml`, parsed and checked. See the module documentation for the schema.
 #[derive(Clone, Debug)]
@@ -85,6 +93,34 @@ pub struct AgentConfig {
     pub policies: Policies,
     /// The `[tools.<name>]` tables, with paths relative to the agent directory.
     pub manifests: Manifests,
+    /// The `[sandbox]` table.
+    pub sandbox: SandboxSettings,
+}
+
+/// The `[sandbox]` table: what the agent's box may reach and its limits.
+#[derive(Clone, Debug, Default)]
+pub struct SandboxSettings {
+    /// Where the agent's processes may connect, through the Worker's egress proxy (the tools'
+    /// `allowed_outbound_hosts` syntax). Empty: nowhere but the model proxy.
+    pub allowed_outbound_hosts: tollgate_sandbox::AllowedHosts,
+    /// The box's limits.
+    pub limits: tollgate_box::Limits,
+    /// Host folders bound read-only into the box at their own paths.
+    pub read_only_paths: Vec<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxTable {
+    #[serde(default)]
+    allowed_outbound_hosts: Vec<Spanned<String>>,
+    memory_mb: Option<u64>,
+    tasks: Option<u64>,
+    cpu_secs: Option<u64>,
+    workspace_mb: Option<u64>,
+    scratch_mb: Option<u64>,
+    #[serde(default)]
+    read_only_paths: Vec<Spanned<PathBuf>>,
 }
 
 /// What is wrong with a `tollgate.toml`.
@@ -135,6 +171,7 @@ impl AgentConfig {
             options: None,
             policies: Policies::default(),
             manifests: Manifests::default(),
+            sandbox: SandboxSettings::default(),
         }
     }
 
@@ -223,6 +260,14 @@ impl AgentConfig {
                         config.manifests.insert(component, file, origin, base.clone());
                     }
                 }
+                "sandbox" => {
+                    let table_span = value.span();
+                    let entries = entries(&value);
+                    let table: SandboxTable = de(value).map_err(|e| serde_error("sandbox", &entries, e))?;
+                    config.sandbox = sandbox_settings(table, |span, key, message| {
+                        invalid(Some(span.unwrap_or_else(|| table_span.clone())), key, message)
+                    })?;
+                }
                 other => {
                     return Err(invalid(
                         Some(at),
@@ -271,6 +316,47 @@ impl AgentConfig {
     pub fn static_options(&self) -> CheckedOptions {
         self.options.clone().unwrap_or_default()
     }
+}
+
+/// Checks the `[sandbox]` table: every outbound entry parses, every limit is one a box can work
+/// with, every read-only path is absolute. `invalid` makes the error for a span, key and message.
+fn sandbox_settings(
+    table: SandboxTable,
+    invalid: impl Fn(Option<Range<usize>>, &str, String) -> ConfigError,
+) -> Result<SandboxSettings, ConfigError> {
+    let mut hosts = Vec::with_capacity(table.allowed_outbound_hosts.len());
+    for entry in &table.allowed_outbound_hosts {
+        tollgate_sandbox::AllowedHosts::parse(&[entry.get_ref()]).map_err(|e| {
+            invalid(Some(entry.span()), "sandbox.allowed_outbound_hosts", format!("[sandbox] {e}"))
+        })?;
+        hosts.push(entry.get_ref().clone());
+    }
+    let allowed_outbound_hosts = tollgate_sandbox::AllowedHosts::parse(&hosts)
+        .map_err(|e| invalid(None, "sandbox.allowed_outbound_hosts", format!("[sandbox] {e}")))?;
+    let defaults = tollgate_box::Limits::default();
+    let limits = tollgate_box::Limits {
+        memory_mb: table.memory_mb.unwrap_or(defaults.memory_mb),
+        tasks: table.tasks.unwrap_or(defaults.tasks),
+        cpu_secs: table.cpu_secs.unwrap_or(defaults.cpu_secs),
+        workspace_mb: table.workspace_mb.unwrap_or(defaults.workspace_mb),
+        scratch_mb: table.scratch_mb.unwrap_or(defaults.scratch_mb),
+    };
+    limits.check().map_err(|message| {
+        let key = message.split(' ').next().unwrap_or_default();
+        invalid(None, &format!("sandbox.{key}"), format!("[sandbox] {message}"))
+    })?;
+    let mut read_only_paths = Vec::new();
+    for path in table.read_only_paths {
+        if !path.get_ref().is_absolute() {
+            return Err(invalid(
+                Some(path.span()),
+                "sandbox.read_only_paths",
+                format!("[sandbox] read_only_paths: {} is not an absolute path", path.get_ref().display()),
+            ));
+        }
+        read_only_paths.push(path.into_inner());
+    }
+    Ok(SandboxSettings { allowed_outbound_hosts, limits, read_only_paths })
 }
 
 /// Deserializes one table of the document.
@@ -335,6 +421,29 @@ mod tests {
     }
 
     #[test]
+    fn the_sandbox_table_sets_the_box_and_refuses_what_it_cannot_use_by_key() {
+        let config = parse(
+            "[sandbox]\nallowed_outbound_hosts = [\"https://api.github.com\"]\nmemory_mb = 2048\n\
+             read_only_paths = [\"/opt/tools\"]\n",
+        )
+        .unwrap();
+        assert!(config.sandbox.allowed_outbound_hosts.allows_http("https", "api.github.com", None));
+        assert_eq!(config.sandbox.limits.memory_mb, 2048);
+        assert_eq!(config.sandbox.limits.tasks, tollgate_box::Limits::default().tasks);
+        assert_eq!(config.sandbox.read_only_paths, [PathBuf::from("/opt/tools")]);
+        assert!(parse("").unwrap().sandbox.allowed_outbound_hosts.is_empty(), "nothing open by default");
+        let (text, line, key) = error_of("[sandbox]\nallowed_outbound_hosts = [\"https://x.com/path\"]\n");
+        assert_eq!((line, key.as_str()), (Some(2), "sandbox.allowed_outbound_hosts"), "{text}");
+        let (text, _, key) = error_of("[sandbox]\ntasks = 3\n");
+        assert_eq!(key, "sandbox.tasks", "{text}");
+        assert!(text.contains("tasks = 3 is below"), "{text}");
+        let (text, line, key) = error_of("[sandbox]\nread_only_paths = [\"opt\"]\n");
+        assert_eq!((line, key.as_str()), (Some(2), "sandbox.read_only_paths"), "{text}");
+        let (text, line, _) = error_of("[sandbox]\nnetwork = true\n");
+        assert!(line == Some(2) && text.contains("unknown field `network`"), "{text}");
+    }
+
+    #[test]
     fn every_table_is_read_into_its_type() {
         let config = parse(
             "[agent]\nflow_type = \"Support\"\nspend_limit_usd = 2.5\nsegment_timeout_secs = 60\n\
@@ -357,7 +466,7 @@ mod tests {
         let (error, line, key) = error_of("[agent]\n\n[agnet]\n");
         assert_eq!(
             error,
-            "/agents/a/tollgate.toml:3: unknown table `[agnet]` (expected [agent], [options], [policies], [tools.<name>])"
+            "/agents/a/tollgate.toml:3: unknown table `[agnet]` (expected [agent], [options], [policies], [tools.<name>], [sandbox])"
         );
         assert_eq!((line, key.as_str()), (Some(3), "agnet"));
     }

@@ -12,6 +12,7 @@
 //! | [`tool_runner`] | the sandbox's tool set as the segment's tool runner |
 //! | [`metrics`] | the Prometheus counters the Worker updates |
 //! | [`proxy`] | the loopback model proxy: the CLI gets a per-segment token, never the API key |
+//! | [`egress`] | the egress proxy of the agents' boxes: each connection checked against `[sandbox] allowed_outbound_hosts` and logged |
 //! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
 //! | [`auth`] | principals and roles: the auth file, tokens by hash, who may decide what (401 vs 403) |
 //! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
@@ -34,6 +35,7 @@ pub mod config;
 pub mod convert;
 pub mod deadlines;
 pub mod edits;
+pub mod egress;
 pub mod metrics;
 pub mod proxy;
 pub mod sessions;
@@ -89,17 +91,36 @@ pub struct Prepared {
     demo: Option<commands::demo::Prepared>,
 }
 
-/// Call first in `main`, before logging or telemetry start any thread.
+/// Call first in `main`, before logging or telemetry start any thread. The process hides itself
+/// from other processes of its user ([`hide_process`]); the servers create files only they may
+/// read (umask `077`: the store, its WAL, the token file, segment scratch).
 ///
 /// # Errors
 /// The demo could not bind its loopback ports.
 pub fn prepare(cli: &Cli) -> anyhow::Result<Prepared> {
+    hide_process();
+    if matches!(cli.command, Command::Worker(_) | Command::Serve(_) | Command::Api(_) | Command::Demo(_)) {
+        // SAFETY: umask(2) cannot fail and has no memory effects.
+        unsafe { libc::umask(0o077) };
+    }
     Ok(Prepared {
         demo: match &cli.command {
             Command::Demo(_) => Some(commands::demo::prepare()?),
             _ => None,
         },
     })
+}
+
+/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0): its `/proc/<pid>/environ`, `cmdline`'s
+/// neighbours `fd`, `mem` and `maps` become root's, so another process of the same user (an
+/// unboxed agent's command, any local program) cannot read the API key, the tokens or the
+/// database URL out of it, nor attach to it. Children are dumpable again after `exec`.
+pub fn hide_process() {
+    // SAFETY: prctl with these arguments only changes this process's flags.
+    let hidden = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == 0;
+    if !hidden {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "this process could not be made non-dumpable");
+    }
 }
 
 /// Runs a parsed command line.

@@ -74,6 +74,9 @@ pub struct ApiState {
     /// The agent a new session records when the request names none: the agent this process
     /// loaded (`tollgate serve`), or `None` (`tollgate api`: any Worker runs it).
     pub agent: Option<AgentDigest>,
+    /// How this process's Worker runs the agent's CLIs (`bwrap`, `none`), shown by `/healthz`;
+    /// `None` without a Worker (`tollgate api`).
+    pub sandbox: Option<&'static str>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -880,7 +883,7 @@ async fn healthz(State(state): State<ApiState>) -> Response {
         reason: failed.map(reason),
         writable: write.is_ok(),
     };
-    (http, Json(Health { status, store })).into_response()
+    (http, Json(Health { status, store, sandbox: state.sandbox.map(str::to_owned) })).into_response()
 }
 
 /// `GET /metrics`.

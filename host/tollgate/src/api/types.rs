@@ -859,6 +859,10 @@ pub struct Health {
     pub status: HealthStatus,
     /// The store's probes.
     pub store: StoreHealth,
+    /// How this process's Worker runs the agent's CLIs: `bwrap` (each in a box) or `none` (on the
+    /// host, unboxed); absent without a Worker (`tollgate api`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 /// How healthy the server is.
@@ -1033,11 +1037,14 @@ mod tests {
                 reason: Some("read_only".into()),
                 writable: false,
             },
+            sandbox: None,
         };
         assert_eq!(
             wire(&health),
             r#"{"status":"degraded","store":{"error":"e","readable":true,"reason":"read_only","writable":false}}"#
         );
+        let boxed = Health { sandbox: Some("bwrap".into()), ..health };
+        assert!(wire(&boxed).ends_with(r#""sandbox":"bwrap"}"#), "{}", wire(&boxed));
         let event = StreamEvent {
             seq: 4,
             kind: "text_delta".into(),

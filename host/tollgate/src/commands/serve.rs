@@ -66,12 +66,19 @@ pub struct HttpArgs {
     /// its subscriptions replace those in the store.
     #[arg(long, env = "TOLLGATE_WEBHOOKS", value_name = "FILE")]
     pub webhooks: Option<PathBuf>,
+    /// Serve the API with no authentication at all: anyone who reaches the address is an admin.
+    /// Without it (and without `--token` or `--auth`) the server makes a random token into a
+    /// `0600` file the client commands find (`~/.local/state/tollgate/api-<address>-<port>.token`).
+    #[arg(long, conflicts_with_all = ["token", "token_file", "auth"])]
+    pub insecure_open: bool,
 }
 
 /// What [`HttpArgs`] name, read and checked.
 struct Http {
     listen: SocketAddr,
     auth: Arc<crate::auth::Auth>,
+    /// Neither a token, an auth file nor `--insecure-open`: [`Http::bind`] makes a token.
+    generate_token: bool,
     tls: Option<Arc<rustls::ServerConfig>>,
     webhooks: Option<Vec<crate::webhooks::Webhook>>,
 }
@@ -95,8 +102,16 @@ impl HttpArgs {
             None => None,
         };
         let principals = self.auth.as_deref().map(crate::auth::Principals::load).transpose()?;
+        if self.insecure_open {
+            tracing::warn!(
+                "--insecure-open: the API asks for no token; anyone who reaches {} can read every session and \
+                 decide every approval",
+                self.listen
+            );
+        }
         Ok(Http {
             listen: self.listen,
+            generate_token: token.is_none() && principals.is_none() && !self.insecure_open,
             auth: Arc::new(crate::auth::Auth { token, principals }),
             tls,
             webhooks,
@@ -120,12 +135,27 @@ impl Http {
         Ok(Some(tokio::spawn(deliverer.run(stop.clone()))))
     }
 
-    /// Binds the address; warns when plain HTTP is served beyond loopback.
-    async fn bind(&self) -> anyhow::Result<Listening> {
+    /// Binds the address; warns when plain HTTP is served beyond loopback. A server given no way
+    /// to authenticate gets a token of its own here, kept in the file the client commands look
+    /// for under the bound address.
+    async fn bind(&mut self) -> anyhow::Result<Listening> {
         let listener = tokio::net::TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("listening on {}", self.listen))?;
         let local = listener.local_addr()?;
+        if self.generate_token {
+            let path = super::token::generated_path(&local.ip().to_string(), local.port()).context(
+                "no folder for the API's token (set XDG_STATE_HOME or HOME, or pass --token-file, --auth or \
+                 --insecure-open)",
+            )?;
+            let token = super::token::load_or_generate(&path)?;
+            self.auth = Arc::new(crate::auth::Auth { token: Some(token), principals: None });
+            eprintln!(
+                "tollgate API token in {} (the tollgate client commands read it; pass --token, --auth or \
+                 --insecure-open to choose otherwise)",
+                path.display()
+            );
+        }
         match &self.tls {
             Some(config) => Ok(Listening::Tls(TlsListener::new(listener, config.clone())?, local)),
             None => {
@@ -186,19 +216,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let worker = worker.with_metrics(metrics.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let webhooks = http.start_webhooks(&store, &stop_rx).await?;
+    let listener = http.bind().await?;
     let state = ApiState {
         store,
         auth: http.auth.clone(),
         metrics,
         stopping: stop_rx.clone(),
         agent: Some(worker.agent().session_agent()),
+        sandbox: Some(worker.sandbox().name()),
     };
-    let listener = http.bind().await?;
     eprintln!(
-        "tollgate serving on {} (agent {}, {})",
+        "tollgate serving on {} (agent {}, {}, sandbox {})",
         listener.url(),
         args.worker.agent.display(),
-        agent_note(worker.agent())
+        agent_note(worker.agent()),
+        worker.sandbox().name()
     );
     let signals = StopSignals::listen();
     let worker_task = tokio::spawn({
@@ -234,6 +266,7 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
         tollgate_store::open(&args.db).await.with_context(|| format!("opening the store {}", args.db))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let webhooks = http.start_webhooks(&store, &stop_rx).await?;
+    let listener = http.bind().await?;
     let state =
         // No agent here: a session records the digest its request names, or none (any Worker).
         ApiState {
@@ -242,8 +275,8 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
             metrics: Arc::default(),
             stopping: stop_rx.clone(),
             agent: None,
+            sandbox: None,
         };
-    let listener = http.bind().await?;
     eprintln!("tollgate API on {} (no Worker in this process)", listener.url());
     let stopped = StopSignals::listen().nth(1);
     tokio::spawn(async move {

@@ -52,8 +52,22 @@ impl ClientArgs {
     /// The URL is not an `http://` or `https://` URL, the token file or the CA certificate
     /// cannot be used.
     pub fn client(&self) -> anyhow::Result<ApiClient> {
-        let token = super::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
+        let mut token = super::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
+        if token.is_none() {
+            token = self.generated_token()?;
+        }
         Ok(ApiClient::with_ca(&self.url, token.as_deref(), self.ca_cert.as_deref())?)
+    }
+
+    /// The token a server at `--url` made itself (`tollgate serve` without `--token` or `--auth`),
+    /// when this user's state folder holds one for that address.
+    fn generated_token(&self) -> anyhow::Result<Option<String>> {
+        let Ok(url) = reqwest::Url::parse(self.url.trim()) else { return Ok(None) };
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return Ok(None) };
+        let Some(path) = super::token::generated_path(host, port).filter(|p| p.exists()) else {
+            return Ok(None);
+        };
+        Ok(Some(super::token::read_token_file(&path)?))
     }
 
     /// `--url URL` when it is not the default (and `--ca-cert PEM` when given), for commands

@@ -97,6 +97,57 @@ pub fn read_token_file(path: &Path) -> Result<String, TokenError> {
     Ok(token.to_owned())
 }
 
+/// Where a server listening on `addr` keeps the token it made itself, and where a client of that
+/// address finds it: `$XDG_STATE_HOME/tollgate/api-<address>-<port>.token` (default state folder
+/// `~/.local/state`). `None` when neither variable names a folder.
+pub fn generated_path(host: &str, port: u16) -> Option<PathBuf> {
+    let state =
+        std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()).map(PathBuf::from).or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|home| Path::new(&home).join(".local/state"))
+        })?;
+    let host: String = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .collect();
+    Some(state.join("tollgate").join(format!("api-{host}-{port}.token")))
+}
+
+/// The token in `path`, or a new random one (32 bytes, hex) written there first, the file `0600`
+/// in a folder `0700`: a server started without `--token` or `--auth` is not open.
+///
+/// # Errors
+/// The file cannot be read or written.
+pub fn load_or_generate(path: &Path) -> anyhow::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if path.exists() {
+        return Ok(read_token_file(path)?);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for a token: {e}"))?;
+    let token = hex::encode(bytes);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot write the token file {}: {e}", path.display()))?;
+    writeln!(file, "{token}")
+        .map_err(|e| anyhow::anyhow!("cannot write the token file {}: {e}", path.display()))?;
+    Ok(token)
+}
+
 #[cfg(unix)]
 fn warn_if_shared(path: &Path, metadata: &std::fs::Metadata) {
     use std::os::unix::fs::PermissionsExt;
@@ -146,6 +197,20 @@ mod tests {
         assert!(matches!(resolve(Some("y"), Some(file.path())), Err(TokenError::Both)));
         assert_eq!(resolve(Some("  "), Some(file.path())).unwrap().as_deref(), Some("x"));
         assert_eq!(resolve(None, None).unwrap(), None);
+    }
+
+    #[test]
+    fn a_generated_token_is_private_made_once_and_named_by_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/tollgate/api-127.0.0.1-8080.token");
+        let token = load_or_generate(&path).unwrap();
+        assert_eq!(token.len(), 64);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(load_or_generate(&path).unwrap(), token, "the same token on the next start");
+        let named = generated_path("[::1]", 9).unwrap();
+        assert!(named.ends_with("tollgate/api-__1-9.token"), "{}", named.display());
     }
 
     #[test]

@@ -59,6 +59,90 @@ pub struct WorkerArgs {
     /// How long a pre-started CLI waits for a segment before it is killed, in seconds.
     #[arg(long, env = "TOLLGATE_WARM_CLI_TTL_SECS", default_value_t = crate::worker::DEFAULT_WARM_CLI_TTL.as_secs_f64())]
     pub warm_cli_ttl_secs: f64,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// Where the agent's CLIs run: each in a box of its own, or (explicitly) on the host.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// `bwrap`: every CLI and everything it starts runs in a bubblewrap box of its own (the
+    /// default; the Worker refuses to start when it cannot make one). `none`: on the host as this
+    /// user, reaching whatever this user can (a warning at start and on every segment, and
+    /// `/healthz` and the web inbox say so).
+    #[arg(long, env = "TOLLGATE_SANDBOX", value_enum, default_value_t = SandboxKind::Bwrap)]
+    pub sandbox: SandboxKind,
+    /// The user a root Worker's boxes run as, `UID[:GID]` (default 65534:65534, `nobody`). A Worker
+    /// that is not root runs them as itself, in a user namespace.
+    #[arg(long, env = "TOLLGATE_SANDBOX_USER", value_name = "UID[:GID]")]
+    pub sandbox_user: Option<String>,
+    /// The `bwrap` program (default: the first on `PATH`).
+    #[arg(long, env = "TOLLGATE_BWRAP", value_name = "PATH")]
+    pub bwrap: Option<PathBuf>,
+    /// The box init (default: `tollgate-box` beside this executable).
+    #[arg(long, env = "TOLLGATE_BOX_INIT", value_name = "PATH", hide = true)]
+    pub box_init: Option<PathBuf>,
+}
+
+/// The values of `--sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxKind {
+    /// A bubblewrap box per CLI.
+    Bwrap,
+    /// No box.
+    None,
+}
+
+impl SandboxArgs {
+    /// The Worker's sandbox mode; for `bwrap`, after a trial box proved boxes can be made here.
+    ///
+    /// # Errors
+    /// A bad `--sandbox-user`, or no box can be made (what is missing and how to fix it).
+    pub fn mode(&self) -> anyhow::Result<crate::worker::SandboxMode> {
+        use crate::worker::{BoxSettings, SandboxMode};
+        if self.sandbox == SandboxKind::None {
+            tracing::warn!(
+                "--sandbox none: the agent's CLI and every command it runs are not boxed; they can read this \
+                 user's files (the store, the agent folder), its processes' environment and every loopback service"
+            );
+            return Ok(SandboxMode::None);
+        }
+        let as_root = self.sandbox_user.as_deref().map(parse_user).transpose()?;
+        // SAFETY: geteuid has no preconditions.
+        let user = tollgate_box::BoxUser::for_worker(unsafe { libc::geteuid() }, as_root);
+        let bwrap = tollgate_box::probe::find_bwrap(self.bwrap.as_deref()).map_err(refusal)?;
+        let init = match &self.box_init {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()
+                .context("finding this executable (the box init sits beside it)")?
+                .with_file_name("tollgate-box"),
+        };
+        tollgate_box::probe::check(&bwrap, &init, user).map_err(refusal)?;
+        Ok(SandboxMode::Boxed(BoxSettings { bwrap, init, user }))
+    }
+}
+
+/// A box that cannot be made stops the Worker, saying how to go on without one.
+fn refusal(error: tollgate_box::probe::ProbeError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the agent's CLIs cannot be boxed: {error}\n(to run them on the host instead, as this user and reaching \
+         whatever it can, pass --sandbox none)"
+    )
+}
+
+/// `UID[:GID]`; the gid defaults to the uid.
+fn parse_user(text: &str) -> anyhow::Result<(u32, u32)> {
+    let (uid, gid) = text.split_once(':').unwrap_or((text, text));
+    let number = |part: &str| {
+        part.parse::<u32>().with_context(|| {
+            format!("--sandbox-user {text:?}: expected UID or UID:GID as numbers, like 65534:65534")
+        })
+    };
+    let (uid, gid) = (number(uid)?, number(gid)?);
+    if uid == 0 || gid == 0 {
+        anyhow::bail!("--sandbox-user {text:?}: the boxes' user must not be root");
+    }
+    Ok((uid, gid))
 }
 
 /// The store URL of `db`, or the SQLite file beside the agent.
@@ -89,6 +173,7 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
     let drain = Duration::try_from_secs_f64(args.drain_secs).ok().with_context(|| {
         format!("--drain-secs must be zero or a positive number of seconds, not {}", args.drain_secs)
     })?;
+    let sandbox_mode = args.sandbox.mode()?;
     let sandbox = Sandbox::new(SandboxConfig::default())?;
     let agent = Arc::new(Agent::load(&args.agent, sandbox).await?);
     let url = db_url(args.db.as_deref(), agent.dir());
@@ -111,6 +196,7 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
         workspace_root: Some(workspace_root),
         warm_clis: args.warm_clis,
         warm_cli_ttl,
+        sandbox: sandbox_mode,
         ..WorkerConfig::default()
     };
     if let Some(id) = &args.worker_id {
@@ -123,10 +209,11 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
 pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let (worker, _store) = build(&args).await?;
     eprintln!(
-        "tollgate worker ready (agent {}, {}, store {})",
+        "tollgate worker ready (agent {}, {}, store {}, sandbox {})",
         args.agent.display(),
         super::serve::agent_note(worker.agent()),
-        db_url(args.db.as_deref(), &args.agent)
+        db_url(args.db.as_deref(), &args.agent),
+        worker.sandbox().name()
     );
     let signals = StopSignals::listen();
     worker.run_until(signals.nth(1), signals.nth(2)).await;
@@ -173,5 +260,18 @@ impl StopSignals {
         async move {
             let _ = rx.wait_for(|count| *count >= n).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_user_is_two_numbers_and_never_root() {
+        assert_eq!(parse_user("1234").unwrap(), (1234, 1234));
+        assert_eq!(parse_user("1234:99").unwrap(), (1234, 99));
+        assert!(parse_user("nobody").unwrap_err().to_string().contains("expected UID or UID:GID"));
+        assert!(parse_user("0:5").unwrap_err().to_string().contains("must not be root"));
     }
 }

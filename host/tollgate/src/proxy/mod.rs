@@ -53,6 +53,9 @@ use self::prices::TokenCounts;
 use self::usage::{BodyKind, UsageScanner};
 use crate::metrics::Metrics;
 
+/// How the folder of the proxy's Unix socket starts; the process's pid follows.
+pub const RUN_PREFIX: &str = "tollgate-run-";
+
 /// The default upstream.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// How a token starts.
@@ -240,6 +243,9 @@ pub struct ModelProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    /// The same service on a Unix socket, for the agents' boxes (their own loopback cannot reach
+    /// this one; the box's init relays to the socket).
+    socket: Option<(tempfile::TempDir, std::path::PathBuf, JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for ModelProxy {
@@ -254,14 +260,17 @@ impl std::fmt::Debug for ModelProxy {
 impl Drop for ModelProxy {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some((_, _, task)) = &self.socket {
+            task.abort();
+        }
     }
 }
 
 /// Why the proxy did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    /// The loopback port could not be bound.
-    #[error("the model proxy could not listen on 127.0.0.1: {0}")]
+    /// The loopback port or the Unix socket could not be bound.
+    #[error("the model proxy could not listen on 127.0.0.1 or its Unix socket: {0}")]
     Bind(#[source] std::io::Error),
     /// The HTTP client could not be built.
     #[error("the model proxy's HTTP client could not be built: {0}")]
@@ -293,6 +302,7 @@ impl ModelProxy {
             metrics,
         });
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let socket = Self::serve_socket(app.clone())?;
         // The answer streams as many small writes: without TCP_NODELAY, Nagle's algorithm holds
         // each one for the client's delayed ACK (about 40 ms a request on loopback).
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -306,7 +316,41 @@ impl ModelProxy {
             }
         });
         tracing::info!(%addr, upstream = %shared.upstream.base_url, "model proxy listening");
-        Ok(ModelProxy { addr, shared, task })
+        Ok(ModelProxy { addr, shared, task, socket: Some(socket) })
+    }
+
+    /// Serves `app` on `<temp>/tollgate-run-<pid>-XXXXXX/model.sock`: the folder `0711` (a box's
+    /// user may pass, not list), the socket `0666` (any box's user may connect; every request
+    /// still needs its segment's token).
+    fn serve_socket(
+        app: axum::Router,
+    ) -> Result<(tempfile::TempDir, std::path::PathBuf, JoinHandle<()>), ProxyError> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{RUN_PREFIX}{}-", std::process::id()))
+            .tempdir()
+            .map_err(ProxyError::Bind)?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .map_err(ProxyError::Bind)?;
+        let path = dir.path().join("model.sock");
+        let listener = tokio::net::UnixListener::bind(&path).map_err(ProxyError::Bind)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(ProxyError::Bind)?;
+        let task = tokio::spawn(async move {
+            if let Err(err) = axum::serve(listener, app).await {
+                tracing::error!(error = %err, "the model proxy's socket stopped");
+            }
+        });
+        Ok((dir, path, task))
+    }
+
+    /// The Unix socket the proxy also serves (the agents' boxes reach it through their relay).
+    pub fn socket_path(&self) -> Option<&std::path::Path> {
+        self.socket.as_ref().map(|(_, path, _)| path.as_path())
+    }
+
+    /// The loopback port the proxy listens on (a box relays the same port to the socket).
+    pub fn port(&self) -> u16 {
+        self.addr.port()
     }
 
     /// `http://127.0.0.1:<port>`, the CLI's `ANTHROPIC_BASE_URL`.

@@ -92,7 +92,47 @@ pub struct WorkerConfig {
     pub warm_clis: usize,
     /// How long a pre-started CLI waits for a segment before it is killed.
     pub warm_cli_ttl: Duration,
+    /// Whether the agent's CLIs run in boxes.
+    pub sandbox: SandboxMode,
 }
+
+/// How a Worker runs its agent's CLIs.
+#[derive(Clone, Debug, Default)]
+pub enum SandboxMode {
+    /// Each CLI, and everything it starts, in a bubblewrap box of its own ([`tollgate_box`]).
+    Boxed(BoxSettings),
+    /// On the host, as the Worker's user: the agent's commands reach whatever that user can (its
+    /// files, its other processes, the store, loopback services). The commands' `--sandbox none`;
+    /// the library's default, for tests of what does not concern the box.
+    #[default]
+    None,
+}
+
+impl SandboxMode {
+    /// `bwrap` or `none`, as `/healthz` and the logs say it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SandboxMode::Boxed(_) => "bwrap",
+            SandboxMode::None => "none",
+        }
+    }
+}
+
+/// The programs and user of a Worker's boxes (the agent's `[sandbox]` table gives the rest).
+#[derive(Clone, Debug)]
+pub struct BoxSettings {
+    /// `bwrap`.
+    pub bwrap: std::path::PathBuf,
+    /// The box init (`tollgate-box`, beside the `tollgate` binary).
+    pub init: std::path::PathBuf,
+    /// Who the boxes' processes are.
+    pub user: tollgate_box::BoxUser,
+}
+
+/// The port of the model proxy inside every box.
+pub const BOX_MODEL_PORT: u16 = 7470;
+/// The port of the egress proxy inside every box.
+pub const BOX_EGRESS_PORT: u16 = 3128;
 
 /// The default of [`WorkerConfig::warm_clis`]: one warm fresh CLI and one warm resume.
 pub const DEFAULT_WARM_CLIS: usize = 2;
@@ -118,6 +158,7 @@ impl Default for WorkerConfig {
             workspace_root: None,
             warm_clis: DEFAULT_WARM_CLIS,
             warm_cli_ttl: DEFAULT_WARM_CLI_TTL,
+            sandbox: SandboxMode::None,
         }
     }
 }
@@ -131,6 +172,8 @@ pub struct Worker {
     config: Arc<WorkerConfig>,
     metrics: Arc<Metrics>,
     proxy: Arc<tokio::sync::OnceCell<ModelProxy>>,
+    /// The boxes' settings, made once the model proxy runs; `None` inside with `--sandbox none`.
+    boxes: Arc<tokio::sync::OnceCell<Option<Arc<tollgate_box::BoxConfig>>>>,
     /// Pre-started CLIs; `None` when [`WorkerConfig::warm_clis`] is 0.
     warm: Option<Arc<warm::Pool>>,
     /// Steps in hand now (a fresh warm CLI starts only when there are none).
@@ -198,6 +241,7 @@ impl Worker {
             config: Arc::new(config),
             metrics,
             proxy: Arc::default(),
+            boxes: Arc::default(),
             warm,
             in_hand: Arc::default(),
         }
@@ -206,6 +250,33 @@ impl Worker {
     /// The model proxy, started at the first call with the Worker's own `ANTHROPIC_*` upstream.
     pub(crate) async fn model_proxy(&self) -> Result<&ModelProxy, ProxyError> {
         self.proxy.get_or_try_init(|| ModelProxy::start(Upstream::from_env(), self.metrics.clone())).await
+    }
+
+    /// The settings of the boxes the agent's CLIs run in (`None` with `--sandbox none`): the
+    /// Worker's programs and user, the agent's `[sandbox]` limits and paths, the model proxy's
+    /// socket and an egress proxy with the agent's `allowed_outbound_hosts`.
+    pub(crate) async fn box_config(&self) -> Result<Option<Arc<tollgate_box::BoxConfig>>, ProxyError> {
+        let proxy = self.model_proxy().await?;
+        let config = self.boxes.get_or_init(|| async {
+            let SandboxMode::Boxed(settings) = &self.config.sandbox else { return None };
+            let sandbox = &self.agent.config.sandbox;
+            let mut config = tollgate_box::BoxConfig::new(&settings.bwrap, &settings.init, settings.user);
+            config.limits = sandbox.limits;
+            config.read_only_paths.clone_from(&sandbox.read_only_paths);
+            config.model = proxy.socket_path().map(|socket| tollgate_box::config::Relay {
+                port: BOX_MODEL_PORT,
+                socket: socket.to_path_buf(),
+            });
+            let egress = crate::egress::Egress::new(sandbox.allowed_outbound_hosts.clone());
+            config.egress = Some((BOX_EGRESS_PORT, Arc::new(egress)));
+            Some(Arc::new(config))
+        });
+        Ok(config.await.clone())
+    }
+
+    /// How the agent's CLIs run.
+    pub fn sandbox(&self) -> &SandboxMode {
+        &self.config.sandbox
     }
 
     /// The root of the sessions' workspaces.

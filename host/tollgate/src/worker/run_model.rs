@@ -408,6 +408,15 @@ async fn segment(
         }
     };
     let mut spec = SegmentSpec::with_start(worker.cli.clone(), cwd, start);
+    match worker.box_config().await {
+        Ok(Some(config)) => {
+            let copy_workspace = matches!(cwd_kind, warm::Cwd::Session { .. });
+            spec.sandbox = Some(tollgate_claude::SegmentBox { config, copy_workspace });
+        }
+        Ok(None) => warn!(session = %session_id,
+            "this segment's CLI runs without a box (--sandbox none): the agent's commands reach whatever the Worker's user can"),
+        Err(err) => return failed(err.to_string(), true),
+    }
     spec.env.extend(cli_settings_env());
     spec.env.extend(model_env(model.base_url, model.token, |name| std::env::var_os(name)));
     apply_options(&mut spec, &options);
@@ -415,8 +424,9 @@ async fn segment(
     // so every session of the agent has the same launch and a warm CLI can serve it.
     prompts_to_initialize(&mut spec);
     spec.timeout = agent.config.segment_timeout;
+    let box_owner = spec.sandbox.as_ref().and_then(|b| b.config.user.owner());
     if let warm::Cwd::Session { root } = &cwd_kind
-        && let Err(err) = workspace::prepare(root, session_id)
+        && let Err(err) = workspace::prepare(root, session_id, box_owner)
     {
         return failed(err, true);
     }

@@ -107,11 +107,13 @@ pub fn prepare_root(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Makes `<root>/<folder_name(session_id)>` (and `root`) with mode 0700 and returns it.
+/// Makes `<root>/<folder_name(session_id)>` (and `root`) with mode 0700 and returns it; with
+/// `owner` (the user of a root Worker's boxes), the workspace is given to that user, who copies
+/// it into and out of the box.
 ///
 /// # Errors
 /// A folder that cannot be made, or a root or workspace that another user owns or may write.
-pub fn prepare(root: &Path, session_id: &str) -> Result<PathBuf, String> {
+pub fn prepare(root: &Path, session_id: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
     prepare_root(root)?;
     let make = |dir: &Path| {
         std::fs::DirBuilder::new()
@@ -125,8 +127,19 @@ pub fn prepare(root: &Path, session_id: &str) -> Result<PathBuf, String> {
     let dir = root.join(folder_name(session_id));
     make(&dir)?;
     let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !meta.is_dir() || meta.uid() != uid {
-        return Err(format!("the workspace {} is not a directory of this user", dir.display()));
+    let boxes = owner.map(|(uid, _)| uid);
+    if !meta.is_dir() || (meta.uid() != uid && Some(meta.uid()) != boxes) {
+        return Err(format!(
+            "the workspace {} is not a directory of this user or its boxes' user",
+            dir.display()
+        ));
+    }
+    if let Some((box_uid, box_gid)) = owner
+        && meta.uid() != box_uid
+    {
+        std::os::unix::fs::lchown(&dir, Some(box_uid), Some(box_gid)).map_err(|e| {
+            format!("the workspace {} cannot be given to the boxes' user: {e}", dir.display())
+        })?;
     }
     if meta.mode() & 0o077 != 0 {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
@@ -152,12 +165,12 @@ mod tests {
     fn the_workspace_is_private_and_made_again_when_it_exists() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("workspaces");
-        let ws = prepare(&root, "s/1").unwrap();
+        let ws = prepare(&root, "s/1", None).unwrap();
         assert_eq!(ws, root.join("s%2F1"));
         assert_eq!(std::fs::metadata(&ws).unwrap().mode() & 0o777, 0o700);
         assert_eq!(std::fs::metadata(&root).unwrap().mode() & 0o777, 0o700);
         std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(prepare(&root, "s/1").unwrap(), ws);
+        assert_eq!(prepare(&root, "s/1", None).unwrap(), ws);
         assert_eq!(std::fs::metadata(&ws).unwrap().mode() & 0o777, 0o700);
     }
 
@@ -165,7 +178,7 @@ mod tests {
     fn a_root_others_may_write_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let error = prepare(dir.path(), "s").unwrap_err();
+        let error = prepare(dir.path(), "s", None).unwrap_err();
         assert!(error.contains("only it may write"), "{error}");
     }
 

@@ -298,6 +298,7 @@ impl World {
         let child = self
             .command()
             .args(["api", "--db", &self.db("chaos-api"), "--listen", &format!("127.0.0.1:{}", self.api_port)])
+            .arg("--insecure-open")
             .stderr(self.log("api"))
             .spawn()
             .expect("start the API");
@@ -346,7 +347,9 @@ pub fn tollgate_command(
         .env("CLAUDE_CODE_MAX_RETRIES", "0")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("PAYMENTS_URL", payments_url)
-        .env("TOLLGATE_CACHE_DIR", cache_dir);
+        .env("TOLLGATE_CACHE_DIR", cache_dir)
+        // A server's own token file and the client's lookup of it stay in the test's folder.
+        .env("XDG_STATE_HOME", cache_dir.join("state"));
     command
 }
 

@@ -631,7 +631,7 @@ async fn the_inbox_is_read_page_by_page_oldest_first_and_a_forged_cursor_is_refu
     for i in 0..WAITING {
         crate::park::park_on_approval(world.store.as_ref(), &format!("p{i}")).await;
     }
-    let served = Served::start_api(&world, "api", &[]).await;
+    let served = Served::start_api(&world, "api", &["--insecure-open"]).await;
     let (url, http) = (served.url.clone(), reqwest::Client::new());
     let mut seen = Vec::new();
     let mut query = "limit=3".to_owned();

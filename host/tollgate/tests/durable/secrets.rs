@@ -153,9 +153,10 @@ async fn the_agent_finds_no_secret_in_its_environment_its_process_tree_or_the_st
     assert!(result_of("cat /proc/self/environ").contains("ANTHROPIC_API_KEY=tgp-"));
     assert!(result_of("grep -a refund ./tollgate.db").contains("No such file"));
     let workspace = world.dir.path().join("workspaces/attacker");
-    // The CLI may append its own `<system-reminder>` after a tool result.
+    // The CLI may append its own `<system-reminder>` after a tool result. Inside its box the
+    // session's workspace is `/workspace`; on the host it is private.
     let pwd = result_of("pwd");
-    assert_eq!(pwd.lines().next(), Some(&*workspace.canonicalize().unwrap().to_string_lossy()), "{pwd}");
+    assert_eq!(pwd.lines().next(), Some("/workspace"), "{pwd}");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&workspace).unwrap().permissions().mode() & 0o777, 0o700);
 
@@ -164,9 +165,18 @@ async fn the_agent_finds_no_secret_in_its_environment_its_process_tree_or_the_st
         assert_eq!(request.header("x-api-key"), Some(&format!("{}...", &FAKE_API_KEY[..6])[..]));
     }
 
-    // The segment is over: its token is refused.
+    // The segment is over: its token is refused (asked of the proxy's own port: the box's is gone).
+    let log = std::fs::read_to_string(world.dir.path().join("worker.log")).expect("the Worker's log");
+    let proxy = log
+        .lines()
+        .find(|line| line.contains("model proxy listening"))
+        .and_then(|line| line.split("127.0.0.1:").nth(1))
+        .map(|rest| {
+            format!("127.0.0.1:{}", rest.chars().take_while(char::is_ascii_digit).collect::<String>())
+        })
+        .unwrap_or_else(|| panic!("no proxy address in the log:\n{log}"));
     let answer = reqwest::Client::new()
-        .post(format!("{base_url}/v1/messages?beta=true"))
+        .post(format!("http://{proxy}/v1/messages?beta=true"))
         .header("x-api-key", &token)
         .header("content-type", "application/json")
         .body(r#"{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"say hi"}]}"#)

@@ -17,15 +17,15 @@ pub struct Served {
 }
 
 impl Served {
-    /// Starts `tollgate serve` on `world` (API + Worker), requiring `token` when given; waits until
-    /// it prints the address it listens on.
+    /// Starts `tollgate serve` on `world` (API + Worker), requiring `token` when given (else open,
+    /// `--insecure-open`); waits until it prints the address it listens on.
     pub async fn start(world: &World, name: &str, token: Option<&str>) -> Served {
         Self::start_on(world, name, token, "127.0.0.1:0").await
     }
 
     /// The same, listening on `listen` (to take over the address of a stopped one).
     pub async fn start_on(world: &World, name: &str, token: Option<&str>, listen: &str) -> Served {
-        let token: Vec<&str> = token.map(|t| vec!["--token", t]).unwrap_or_default();
+        let token: Vec<&str> = token.map_or_else(|| vec!["--insecure-open"], |t| vec!["--token", t]);
         Self::start_with(world, name, listen, &token).await
     }
 

@@ -208,7 +208,7 @@ async fn a_long_reply_streams_live_from_a_worker_to_an_api_process_on_postgres()
     let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
         return;
     };
-    let served = Served::start_api(&world, "api", &[]).await;
+    let served = Served::start_api(&world, "api", &["--insecure-open"]).await;
     let _worker = world.worker("w");
     stream_a_long_reply(&world, &served.url, "long-pg", None).await;
     served.stop().await;

@@ -99,6 +99,8 @@ impl ApiServer {
         }
         command
             .args(["api", "--db", &format!("sqlite://{}", db.display())])
+            // A token the server makes itself goes beside the store, not into the real state folder.
+            .env("XDG_STATE_HOME", db.parent().unwrap_or(db).join("state"))
             .args(if args.contains(&"--listen") { &[][..] } else { &["--listen", "127.0.0.1:0"][..] })
             .args(args)
             .envs(env.iter().copied())

@@ -65,8 +65,18 @@ function route() {
   }
 }
 
+// `/healthz` needs no token: say it loudly when the Worker runs the agent unboxed.
+async function warnIfUnboxed() {
+  try {
+    const response = await fetch('/healthz');
+    const health = await response.json();
+    $('unboxed').hidden = health.sandbox !== 'none';
+  } catch { /* the sign-in or the views report an unreachable API */ }
+}
+
 async function start() {
   performance.mark('app-start');
+  warnIfUnboxed();
   $('sign-in').addEventListener('submit', async (event) => {
     event.preventDefault();
     const value = $('token').value.trim();
