@@ -1,12 +1,18 @@
 //! Copies a directory tree into another, as the init moves a workspace into and out of its box.
 //!
 //! Regular files (with their permission bits), directories and symbolic links are copied; other
-//! entries (FIFOs, sockets, devices) are left behind. Links follow a [`Links`] rule: out of a
-//! box only a link that stays inside the tree is copied (`a -> b/c`, `b/d -> ../a`); one with an
-//! absolute target or one that climbs out (`x -> /etc/passwd`, `y -> ../..`) is left behind,
-//! because programs on the host that read the folder would follow it. Nothing is followed while
-//! copying: a link is copied as a link or not at all. Every entry left behind is named in
-//! [`CopySummary::left_behind`].
+//! entries (FIFOs, sockets, devices) are left behind. Nothing is followed while copying: a link is
+//! copied as a link or not at all. [`Direction::OutOfBox`] is stricter than
+//! [`Direction::IntoBox`]:
+//!
+//! - only a link that stays inside the tree is copied (`a -> b/c`, `b/d -> ../a`); one with an
+//!   absolute target or one that climbs out (`x -> /etc/passwd`, `y -> ../..`) is left behind,
+//!   because programs on the host that read the folder would follow it;
+//! - the Claude Code settings an agent wrote into its workspace (`.claude/settings.json`,
+//!   `.claude/settings.local.json`, `.mcp.json`, at any depth) are left behind: what runs inside
+//!   the next segment's CLI is the agent's options' business, never the agent's own.
+//!
+//! Every entry left behind is named in [`CopySummary::left_behind`].
 //!
 //! Folders already in the destination are merged into; files are created new (`O_EXCL`), so a
 //! file already there stops the copy.
@@ -16,14 +22,18 @@ use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-/// Which symbolic links are copied.
+/// Which way a copy goes, and so what it leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Links {
-    /// Every link, as it is (into a box: inside, a link can reach only what the box has).
-    All,
-    /// Only links that resolve, by their text, inside the tree.
-    InsideOnly,
+pub enum Direction {
+    /// Into a box: every entry (inside, a link can reach only what the box has).
+    IntoBox,
+    /// Out of a box: links that point out of the tree and the agent's CLI settings stay behind.
+    OutOfBox,
 }
+
+/// The files of Claude Code's settings a segment must not carry to the next: they could add
+/// hooks, environment, permissions, MCP servers or plugins to the next CLI.
+const CLI_SETTINGS: &[&str] = &["settings.json", "settings.local.json"];
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -65,10 +75,10 @@ const MAX_DEPTH: usize = 128;
 /// # Errors
 ///
 /// [`CopyError::Full`] when the destination runs out of space, [`CopyError::Io`] otherwise.
-pub fn copy_tree(from: &Path, to: &Path, links: Links) -> Result<CopySummary, CopyError> {
+pub fn copy_tree(from: &Path, to: &Path, direction: Direction) -> Result<CopySummary, CopyError> {
     let mut summary = CopySummary::default();
     make_dir(to, 0o755, "")?;
-    copy_dir(from, to, Path::new(""), links, &mut summary, 0)?;
+    copy_dir(from, to, Path::new(""), direction, &mut summary, 0)?;
     Ok(summary)
 }
 
@@ -76,7 +86,7 @@ fn copy_dir(
     from: &Path,
     to: &Path,
     rel: &Path,
-    links: Links,
+    direction: Direction,
     summary: &mut CopySummary,
     depth: usize,
 ) -> Result<(), CopyError> {
@@ -89,6 +99,12 @@ fn copy_dir(
         let target = to.join(&name);
         let meta = fs::symlink_metadata(&source).map_err(|err| io_error(&rel, err))?;
         let kind = meta.file_type();
+        if direction == Direction::OutOfBox && is_cli_setting(&rel) {
+            summary
+                .left_behind
+                .push(format!("{}: Claude Code settings written in the workspace", rel.display()));
+            continue;
+        }
         if kind.is_dir() {
             if depth >= MAX_DEPTH {
                 summary
@@ -97,12 +113,12 @@ fn copy_dir(
                 continue;
             }
             make_dir(&target, meta.permissions().mode() & 0o777 | 0o700, &rel.to_string_lossy())?;
-            copy_dir(&source, &target, &rel, links, summary, depth + 1)?;
+            copy_dir(&source, &target, &rel, direction, summary, depth + 1)?;
         } else if kind.is_file() {
             copy_file(&source, &target, meta.permissions().mode() & 0o777, &rel, summary)?;
         } else if kind.is_symlink() {
             let text = fs::read_link(&source).map_err(|err| io_error(&rel, err))?;
-            if links == Links::InsideOnly && !stays_inside(&rel, &text) {
+            if direction == Direction::OutOfBox && !stays_inside(&rel, &text) {
                 summary.left_behind.push(format!(
                     "{} -> {}: points out of the workspace",
                     rel.display(),
@@ -158,6 +174,14 @@ fn make_dir(dir: &Path, mode: u32, rel: &str) -> Result<(), CopyError> {
         }
         Err(err) => Err(write_error(Path::new(rel), err, 0)),
     }
+}
+
+/// Whether `rel` is one of Claude Code's settings files: `.mcp.json`, or
+/// `.claude/settings[.local].json`, in any folder.
+fn is_cli_setting(rel: &Path) -> bool {
+    let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let parent = rel.parent().and_then(Path::file_name).and_then(|n| n.to_str()).unwrap_or_default();
+    name == ".mcp.json" || (parent == ".claude" && CLI_SETTINGS.contains(&name))
 }
 
 /// Whether a link at `rel` (relative to the tree's root) with target `text` resolves inside the
@@ -253,7 +277,7 @@ mod tests {
         std::os::unix::fs::symlink("../../../../etc/passwd", from.path().join("src/passwd")).unwrap();
         std::os::unix::fs::symlink("..", from.path().join("up")).unwrap();
         std::os::unix::fs::symlink("/etc", from.path().join("etc")).unwrap();
-        let summary = copy_tree(from.path(), &dest, Links::InsideOnly).unwrap();
+        let summary = copy_tree(from.path(), &dest, Direction::OutOfBox).unwrap();
         assert_eq!((summary.files, summary.bytes), (1, 12));
         assert_eq!(fs::read_to_string(dest.join("link")).unwrap(), "fn main() {}");
         assert_eq!(fs::metadata(dest.join("src/main.rs")).unwrap().permissions().mode() & 0o777, 0o755);
@@ -270,9 +294,41 @@ mod tests {
         for gone in ["etc", "up", "src/passwd"] {
             assert!(fs::symlink_metadata(dest.join(gone)).is_err(), "{gone} was copied");
         }
-        let all = copy_tree(from.path(), &to.path().join("all"), Links::All).unwrap();
+        let all = copy_tree(from.path(), &to.path().join("all"), Direction::IntoBox).unwrap();
         assert!(all.left_behind.is_empty(), "{:?}", all.left_behind);
         assert_eq!(fs::read_link(to.path().join("all/etc")).unwrap(), Path::new("/etc"));
+    }
+
+    #[test]
+    fn the_cli_settings_an_agent_wrote_stay_in_the_box_and_its_other_files_come_out() {
+        let from = tempfile::tempdir().unwrap();
+        let to = tempfile::tempdir().unwrap();
+        for file in [
+            ".claude/settings.json",
+            ".claude/settings.local.json",
+            ".mcp.json",
+            "sub/.mcp.json",
+            "sub/.claude/settings.json",
+        ] {
+            let path = from.path().join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "{}").unwrap();
+        }
+        for kept in [".claude/agents/a.md", "CLAUDE.md", "settings.json", "notes/.claude.md"] {
+            let path = from.path().join(kept);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "x").unwrap();
+        }
+        let summary = copy_tree(from.path(), &to.path().join("out"), Direction::OutOfBox).unwrap();
+        assert_eq!(summary.left_behind.len(), 5, "{:?}", summary.left_behind);
+        assert!(
+            summary.left_behind.iter().all(|l| l.ends_with("Claude Code settings written in the workspace"))
+        );
+        assert_eq!(summary.files, 4);
+        assert!(!to.path().join("out/.claude/settings.json").exists());
+        assert!(to.path().join("out/.claude/agents/a.md").exists());
+        let into = copy_tree(from.path(), &to.path().join("in"), Direction::IntoBox).unwrap();
+        assert_eq!(into.files, 9, "into a box everything goes");
     }
 
     #[test]
@@ -282,7 +338,7 @@ mod tests {
         let fifo = std::ffi::CString::new(from.path().join("pipe").to_string_lossy().as_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        let summary = copy_tree(from.path(), to.path(), Links::All).unwrap();
+        let summary = copy_tree(from.path(), to.path(), Direction::IntoBox).unwrap();
         assert_eq!(summary.left_behind, ["pipe: not a file, folder or link"]);
     }
 }

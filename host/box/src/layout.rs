@@ -173,7 +173,8 @@ impl BoxDir {
             // Another file system: copy it over instead.
             Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
                 let staged = parent.join(format!(".{name}.new-{}", std::process::id()));
-                crate::copy::copy_tree(&out, &staged, crate::copy::Links::All).map_err(io::Error::other)?;
+                crate::copy::copy_tree(&out, &staged, crate::copy::Direction::IntoBox)
+                    .map_err(io::Error::other)?;
             }
             Err(err) => return Err(err),
         }

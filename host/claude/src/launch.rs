@@ -110,9 +110,9 @@ pub fn argv(options: &ArgvOptions<'_>) -> Vec<String> {
 /// Sets the agent's `options` on `spec`: `permission_mode` and `setting_sources` (placed by
 /// [`argv`]), the other options as flags appended to `extra_args` in this order — `--model`,
 /// `--system-prompt`, `--append-system-prompt`, `--tools`, `--disallowedTools`, `--max-turns`,
-/// `--max-budget-usd`, `--mcp-config` (the external servers), then each `extra` flag
-/// (`--flag=value`; `true` or `null`: `--flag`; `false`: left out) — and `env` after the
-/// variables already set, so it wins.
+/// `--max-budget-usd`, then each `extra` flag (`--flag=value`; `true` or `null`: `--flag`;
+/// `false`: left out) — and `env` after the variables already set, so it wins. The external MCP
+/// servers go to [`SegmentSpec::mcp_servers`], sent in `initialize`.
 pub fn apply_options(spec: &mut SegmentSpec, options: &CheckedOptions) {
     spec.permission_mode.clone_from(&options.permission_mode);
     spec.setting_sources = Some(options.setting_sources.clone());
@@ -138,11 +138,9 @@ pub fn apply_options(spec: &mut SegmentSpec, options: &CheckedOptions) {
     if let Some(budget) = options.max_budget_usd {
         args.push(format!("--max-budget-usd={budget}"));
     }
-    if !options.mcp_servers.is_empty() {
-        let servers: serde_json::Map<String, Value> =
-            options.mcp_servers.iter().map(|s| (s.name.clone(), s.config.clone())).collect();
-        args.extend(["--mcp-config".to_owned(), serde_json::json!({"mcpServers": servers}).to_string()]);
-    }
+    // In `initialize`, not the argv: every process of the CLI's user can read its argv.
+    spec.mcp_servers = options.mcp_servers.iter().map(|s| (s.name.clone(), s.config.clone())).collect();
+    let args = &mut spec.extra_args;
     if let Some(Value::Object(extra)) = &options.extra {
         for (flag, value) in extra {
             match value {
@@ -554,20 +552,23 @@ mod tests {
     }
 
     #[test]
-    fn external_mcp_servers_get_their_own_mcp_config_after_the_hosts() {
+    fn external_mcp_servers_go_in_initialize_and_never_in_the_argv() {
+        let secret = "Bearer docs-token-7f3a";
         let options = checked(serde_json::json!({
-            "mcp_servers": [{"name": "docs", "config": {"type": "http", "url": "http://docs"}}],
+            "mcp_servers": [{"name": "docs", "config": {"type": "http", "url": "http://docs", "headers": {"Authorization": secret}}}],
             "setting_sources": ["project"],
         }));
         let mut spec = spec();
         apply_options(&mut spec, &options);
-        assert_eq!(
-            spec.extra_args,
-            ["--mcp-config", r#"{"mcpServers":{"docs":{"type":"http","url":"http://docs"}}}"#]
-        );
+        assert!(spec.extra_args.is_empty(), "{:?}", spec.extra_args);
         let args = spec.args();
         assert!(args.contains(&"--setting-sources=project".to_owned()), "{args:?}");
-        assert_eq!(args.iter().filter(|a| *a == "--mcp-config").count(), 2, "{args:?}");
+        assert_eq!(args.iter().filter(|a| *a == "--mcp-config").count(), 1, "only the host's: {args:?}");
+        assert!(!args.iter().any(|a| a.contains(secret)), "{args:?}");
+        for init in [spec.initialize(), spec.parked_initialize()] {
+            let init = serde_json::to_value(init).unwrap();
+            assert_eq!(init["mcpServers"]["docs"]["headers"]["Authorization"], secret, "{init}");
+        }
     }
 
     #[test]

@@ -236,6 +236,8 @@ pub struct SegmentSpec {
     /// The box the CLI runs in ([`tollgate_box`]); `None` runs it on the host as the Worker's
     /// user, with nothing between its commands and what that user can reach.
     pub sandbox: Option<SegmentBox>,
+    /// The agent's external MCP servers by name, sent in `initialize` (never in the argv).
+    pub mcp_servers: serde_json::Map<String, Value>,
 }
 
 /// How a segment's CLI is boxed.
@@ -300,6 +302,7 @@ impl SegmentSpec {
             system_prompt: None,
             append_system_prompt: None,
             sandbox: None,
+            mcp_servers: serde_json::Map::new(),
         }
     }
 
@@ -361,10 +364,12 @@ impl SegmentSpec {
         init
     }
 
-    /// The `initialize` a parked spare takes before its session is known: the hooks alone (the
-    /// same for every session); the prompts and the sdk MCP server come with [`Self::claim`].
+    /// The `initialize` a parked spare takes before its session is known: the hooks and the
+    /// external MCP servers (the same for every session of a launch); the prompts and the sdk MCP
+    /// server come with [`Self::claim`].
     pub fn parked_initialize(&self) -> Initialize {
         let mut init = Initialize::new();
+        init.mcp_servers.clone_from(&self.mcp_servers);
         if self.app_hook.is_some() {
             init = init.pre_tool_use(HookMatcher::all_tools(APP_HOOK_ID).timeout(self.hook_timeout_secs));
         }

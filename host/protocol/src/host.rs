@@ -185,6 +185,11 @@ pub struct Initialize {
     /// Text appended to the system prompt, in place of `--append-system-prompt`.
     #[serde(rename = "appendSystemPrompt", default, skip_serializing_if = "Option::is_none")]
     pub append_system_prompt: Option<String>,
+    /// External MCP servers by name (the `.mcp.json` shape), in place of `--mcp-config`: their
+    /// configuration (headers, tokens, environment) then never appears in the CLI's argv, which
+    /// every process of its user can read. Needs `--await-initialize`.
+    #[serde(rename = "mcpServers", default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub mcp_servers: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Initialize {

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Limits;
-use crate::copy::{CopyError, Links, copy_tree};
+use crate::copy::{CopyError, Direction, copy_tree};
 use crate::paths;
 use crate::report::{BoxReport, LimitHit};
 
@@ -105,7 +105,7 @@ fn run(args: &[OsString]) -> Result<i32, String> {
 
     if let (Some(workspace), true) = (&config.workspace, config.workspace_from_fd) {
         let from = PathBuf::from(format!("/proc/self/fd/{}", paths::WORKSPACE_FD));
-        match copy_tree(&from, workspace, Links::All) {
+        match copy_tree(&from, workspace, Direction::IntoBox) {
             Ok(_) => {}
             Err(CopyError::Full { bytes, .. }) => {
                 let mut report = lock(&report);
@@ -155,7 +155,7 @@ fn run(args: &[OsString]) -> Result<i32, String> {
         if let Some(workspace) = &config.workspace {
             note_full(&mut report, workspace, "workspace", config.limits.workspace_mb);
             let out = host.join("out");
-            match copy_tree(workspace, &out, Links::InsideOnly) {
+            match copy_tree(workspace, &out, Direction::OutOfBox) {
                 Ok(summary) => {
                     report.copied_out = true;
                     report.left_behind = summary.left_behind;
@@ -210,7 +210,7 @@ fn forward_stdin(mut to: std::process::ChildStdin, config_in: &Path, config_dir:
         };
         if first {
             first = false;
-            if let Err(err) = copy_tree(config_in, config_dir, Links::All) {
+            if let Err(err) = copy_tree(config_in, config_dir, Direction::IntoBox) {
                 eprintln!("tollgate-box: copying the CLI's configuration in: {err}");
             }
         }

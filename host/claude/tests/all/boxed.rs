@@ -13,10 +13,11 @@ use tollgate_claude::segment::SegmentBox;
 use tollgate_claude::{SegmentOutcome, SegmentReport, SegmentSpec};
 use tollgate_engine::gate::Gate;
 use tollgate_engine::policy::{Effect, Policies, PolicyEntry};
+use tollgate_engine::record::Outcome;
 use tollgate_mock_model::MockModel;
 
 use crate::util::{
-    Payments, against_mock, describe_with, dir, example_tools, last_tool_result, real_cli, run,
+    Payments, against_mock, describe_with, dir, example_tools, gate, last_tool_result, real_cli, run,
 };
 
 /// A Unix socket that forwards every connection to the mock's TCP port: the Worker's model proxy
@@ -140,4 +141,76 @@ async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
         boxed.copied_out && boxed.left_behind.iter().any(|l| l.starts_with("escape -> /etc/passwd")),
         "{boxed:?}"
     );
+}
+
+/// The gate's hooks are the host's, not a settings file's: under the box's managed settings (only
+/// managed hooks) a write still defers, and a fresh box resumes it with the recorded output.
+#[tokio::test]
+async fn in_a_box_a_write_defers_and_a_fresh_box_resumes_it_from_its_record() {
+    let Some((cli, _slot)) = real_cli("boxed_defer_and_resume").await else { return };
+    let mock = MockModel::start().await.expect("start the mock model");
+    let socket = model_socket(&mock);
+    let config = box_config(&mock, &socket);
+    let ws = workspace(&config);
+    let payments = Payments::start().await.unwrap();
+    let tools = example_tools(&payments);
+    let spec = SegmentSpec::fresh(
+        cli.clone(),
+        ws.path(),
+        r#"call create_refund {"order_id":"7","amount_cents":500}"#,
+    );
+    let (report, _) = run(boxed(against_mock(spec, &mock), &config), gate(&*tools), tools.clone()).await;
+    let text = describe_with(&report, &mock);
+    let SegmentOutcome::Deferred { session_id, call, entries, .. } = &report.outcome else {
+        panic!("not deferred\n{text}")
+    };
+    assert_eq!(call.tool_name, "create_refund", "{text}");
+    assert_eq!(payments.count(), 0, "{text}");
+
+    let key = format!("{session_id}/turn-1/{}", call.tool_use_id);
+    let (output, _) = tools.run_deferred(&call.tool_name, &call.arguments, &key).await.unwrap();
+    let record = call.record(Outcome::Succeeded { output: output.clone() });
+    let spec = SegmentSpec::resume(cli, ws.path(), session_id.clone(), entries.clone());
+    let (report, _) =
+        run(boxed(against_mock(spec, &mock), &config), gate(&*tools).resuming(record), tools.clone()).await;
+    let text = describe_with(&report, &mock);
+    let SegmentOutcome::Completed { result, .. } = &report.outcome else { panic!("not completed\n{text}") };
+    assert_eq!(result, &format!("called create_refund: {output}"), "{text}");
+    assert_eq!(payments.count(), 1, "the resumed box ran the write again\n{text}");
+}
+
+/// An external MCP server's configuration (here an environment token; headers alike) reaches the
+/// CLI in `initialize`: the server works, and no process in the box has the token in its argv.
+#[tokio::test]
+async fn an_external_mcp_servers_configuration_reaches_the_cli_but_no_argv() {
+    let Some((cli, _slot)) = real_cli("boxed_external_mcp_server").await else { return };
+    let mock = MockModel::start().await.expect("start the mock model");
+    let socket = model_socket(&mock);
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let mut config = (*box_config(&mock, &socket)).clone();
+    config.read_only_paths.push(data.clone());
+    let config = Arc::new(config);
+    let ws = workspace(&config);
+    let token = "docs-token-5e1f9";
+    let script = format!(
+        "call mcp__docs__echo {} && {}",
+        serde_json::json!({"text": "hi"}),
+        bash("grep -l docs-token /proc/[0-9]*/cmdline; echo argv-checked")
+    );
+    let mut spec = boxed(against_mock(SegmentSpec::fresh(cli, ws.path(), script), &mock), &config);
+    spec.mcp_servers.insert(
+        "docs".into(),
+        serde_json::json!({"type": "stdio", "command": "python3", "args": [data.join("echo_mcp.py")], "env": {"DOCS_TOKEN": token}}),
+    );
+    let policies = Policies::default()
+        .with("Bash", PolicyEntry::new(Effect::Read))
+        .and_then(|p| p.with("mcp__docs__echo", PolicyEntry::new(Effect::Read)))
+        .expect("valid policies");
+    let gate = Gate::new(policies, tollgate_claude::tools::catalog("tools", &[]).expect("no tools"));
+    let (report, _) = run(spec, gate, example_tools(&Payments::start().await.unwrap())).await;
+    let text = describe_with(&report, &mock);
+    let SegmentOutcome::Completed { result, .. } = &report.outcome else { panic!("not completed\n{text}") };
+    assert!(result.contains(&format!("echo: hi token={token}")), "the server got its configuration\n{text}");
+    assert!(result.contains("argv-checked"), "{text}");
+    assert!(!result.contains("/cmdline"), "a process of the box has the token in its argv\n{text}");
 }
