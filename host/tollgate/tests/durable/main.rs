@@ -28,6 +28,10 @@
 //!   unreadable rows, statuses.
 //! - `scale`: two Workers on one PostgreSQL database, a thousand sessions waiting for approval,
 //!   refused rows.
+//! - `sandbox`: the agent's box, attacked through `Bash` with `--sandbox none` (where each attack
+//!   works) and in the box: the Worker's environment, the store, other workspaces, the API,
+//!   PostgreSQL, loopback services, writes outside, killing the Worker, limits, planted settings,
+//!   the egress proxy, a Worker that is not root.
 //! - `secrets`: what the agent's `Bash` can reach (environment, process tree, store), the model
 //!   proxy's key swap and token revocation, the spend limit within a segment.
 //! - `warm`: pre-started CLIs: a second new session on the parked spare the first left, a warm
@@ -53,6 +57,7 @@ mod matrix;
 mod outage;
 #[path = "../support/park.rs"]
 mod park;
+mod sandbox;
 mod scale;
 mod secrets;
 mod served;

@@ -72,7 +72,7 @@ async fn turns_ended(world: &World, store: &dyn Store, session: &str, turns: usi
 }
 
 /// Every `(tool use id, command)` the mock asked for, with the result the model was sent back.
-fn bash_results(world: &World) -> Vec<(String, String, String)> {
+pub(crate) fn bash_results(world: &World) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     for request in world.mock.message_requests() {
         let Some(message) = request.reply.message() else { continue };

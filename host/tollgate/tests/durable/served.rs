@@ -31,7 +31,19 @@ impl Served {
 
     /// The same with more `serve` arguments (e.g. `--auth FILE`).
     pub async fn start_with(world: &World, name: &str, listen: &str, extra: &[&str]) -> Served {
+        Self::start_with_env(world, name, listen, extra, &[]).await
+    }
+
+    /// The same with more environment variables.
+    pub async fn start_with_env(
+        world: &World,
+        name: &str,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Served {
         let mut command = world.tollgate();
+        command.envs(env.iter().copied());
         command
             .args(["serve", "--agent"])
             .arg(&world.agent)
@@ -117,6 +129,11 @@ impl Served {
     /// SIGTERM, and wait until it has exited (30 s at most).
     pub async fn stop(self) {
         self.signal(libc::SIGTERM).await;
+    }
+
+    /// Whether the server still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// SIGKILL: every connection drops at once.
