@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh machine, idempotently: the wasm32-wasip2 Rust
-# target, the pinned Claude Code CLI (npm lockfile), the Go/JavaScript/Python guest toolchains
-# (PyPI, npm, crates.io), PostgreSQL (Debian package; the tests start throwaway clusters) and
+# target, bubblewrap (Debian package; the box every agent's CLI runs in), the pinned Claude Code
+# CLI (npm lockfile), the Go/JavaScript/Python guest toolchains (PyPI, npm, crates.io), PostgreSQL (Debian package; the tests start throwaway clusters) and
 # Chromium with chromedriver (Debian packages; the web inbox's browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2
+scripts/install-bubblewrap.sh
 scripts/install-claude-cli.sh
 scripts/install-guest-toolchains.sh
 scripts/install-postgres.sh

@@ -2,7 +2,7 @@
 //! box.
 //!
 //! ```text
-//! <root>/                     0711, the Worker's
+//! <root>/                     0700, the Worker's (a root Worker's: its boxes' user's)
 //!   etc/passwd, etc/group     made-up: root, agent (1000), nobody; bound read-only
 //!   etc/managed-settings.json the CLI's managed settings (see managed_settings); bound read-only
 //!   egress.sock               this box's own egress socket, when the Worker has an egress proxy
@@ -78,13 +78,13 @@ impl BoxDir {
     /// A folder, file or socket cannot be made, or given to the box's user.
     pub fn create(root: &Path, config: &BoxConfig, name: &str) -> io::Result<BoxDir> {
         let owner = config.user.owner();
-        // Traversable by the box's user (bwrap runs as it and opens the bound files), not
-        // listable.
-        fs::set_permissions(root, fs::Permissions::from_mode(0o711))?;
+        // Private (0700): the Worker's, or for a root Worker its boxes' user's, as `bwrap` runs as
+        // that user and opens what it binds from here by path.
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
+        give(root, owner)?;
         let etc = root.join("etc");
-        fs::DirBuilder::new().mode(0o711).create(&etc)?;
-        // Explicitly: a server's umask (077) would leave it closed to the box's user.
-        fs::set_permissions(&etc, fs::Permissions::from_mode(0o711))?;
+        fs::DirBuilder::new().mode(0o700).create(&etc)?;
+        give(&etc, owner)?;
         for (file, text) in
             [("passwd", PASSWD), ("group", GROUP), ("managed-settings.json", &managed_settings())]
         {
@@ -255,7 +255,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = BoxDir::create(root.path(), &config(), "b-1").unwrap();
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(root.path()), 0o711);
+        assert_eq!(mode(root.path()), 0o700);
         assert_eq!(mode(&dir.inner()), 0o700);
         assert!(fs::read_to_string(dir.etc("passwd")).unwrap().contains("agent:x:1000:1000"));
         assert!(!fs::read_to_string(dir.etc("passwd")).unwrap().contains(":0:0:root:/root:/bin/bash"));

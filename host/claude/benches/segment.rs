@@ -11,7 +11,9 @@
 //! process:
 //!
 //! - **host**: `run_segment` in a child process of its own (this binary with `BENCH_ROLE=host`), so
-//!   its peak RSS is the host's alone;
+//!   its peak RSS is the host's alone; once on the host as before, once in its box
+//!   (`tollgate_box`: bubblewrap, the box's init, the workspace copied in and out, the model
+//!   reached through the box's relay), so the box's cost is the paired difference;
 //! - **bare**: this process spawns the CLI with the same argv, environment and `initialize`, and
 //!   answers with canned lines (fixed MCP answers, a fixed hook decision): no gate, no rmcp, no
 //!   process-group handling;
@@ -123,9 +125,44 @@ fn own_memory() -> Value {
 // The host child: runs segments on command.
 // ------------------------------------------------------------------------------------------------
 
+/// The box of the `boxtext` runs: this package's init, the Worker's user rule, and the mock model
+/// relayed through a Unix socket (as the Worker's model proxy serves one), kept for the child's life.
+async fn bench_box(mock_url: &str) -> (Arc<tollgate_box::BoxConfig>, tempfile::TempDir) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("socket dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let socket = dir.path().join("model.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind the model socket");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let addr: std::net::SocketAddr =
+        mock_url.trim_start_matches("http://").parse().expect("the mock's address");
+    tokio::spawn(async move {
+        while let Ok((mut unix, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await {
+                    let _ = tcp.set_nodelay(true);
+                    let _ = tokio::io::copy_bidirectional(&mut unix, &mut tcp).await;
+                }
+            });
+        }
+    });
+    let bwrap = tollgate_box::probe::find_bwrap(None).expect("bwrap (scripts/setup.sh installs it)");
+    // SAFETY: geteuid has no preconditions.
+    let user = tollgate_box::BoxUser::for_worker(unsafe { libc::geteuid() }, None);
+    let mut config = tollgate_box::BoxConfig::new(bwrap, env!("CARGO_BIN_EXE_claude-box-init"), user);
+    config.model = Some(tollgate_box::config::Relay { port: addr.port(), socket });
+    (Arc::new(config), dir)
+}
+
 async fn host_child() {
     let mock_url = std::env::var("MOCK_URL").expect("MOCK_URL");
     let project = PathBuf::from(std::env::var("PROJECT").expect("PROJECT"));
+    let (box_config, _socket_dir) = bench_box(&mock_url).await;
+    let workspace = tempfile::tempdir().expect("a workspace");
+    if let Some((uid, gid)) = box_config.user.owner() {
+        std::os::unix::fs::chown(workspace.path(), Some(uid), Some(gid))
+            .expect("give the workspace to the box's user");
+    }
     let cli = CliBinary::locate(&CliLocator::default()).await.expect("a supported CLI");
     let runner: Arc<dyn ToolRunner> = Arc::new(BenchTools);
     let gate = || Gate::new(Policies::default(), catalog("tools", &BenchTools.tools()).expect("catalog"));
@@ -151,6 +188,19 @@ async fn host_child() {
                 let ok = matches!(&report.outcome, SegmentOutcome::Completed { result, .. } if result == "said: hello");
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
                        "error": format!("{:?}", report.outcome).chars().take(300).collect::<String>()})
+            }
+            "boxtext" => {
+                // The same segment in its box, in a workspace copied in and out.
+                let cpu = cpu_ms();
+                let started = Instant::now();
+                let mut boxed = spec(SegmentSpec::fresh(cli.clone(), workspace.path(), TEXT_SCRIPT));
+                boxed.sandbox =
+                    Some(tollgate_claude::SegmentBox { config: box_config.clone(), copy_workspace: true });
+                let report = run_segment(boxed, gate(), runner.clone(), None).await;
+                let total = started.elapsed();
+                let ok = matches!(&report.outcome, SegmentOutcome::Completed { result, .. } if result == "said: hello");
+                json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
+                       "error": format!("{:?} {}", report.outcome, report.stats.stderr_tail).chars().take(400).collect::<String>()})
             }
             "pair" => {
                 let cpu = cpu_ms();
@@ -471,9 +521,12 @@ async fn main() {
     // pre-started text, cold resume, pre-started resume, pre-started with the file written late.
     let mut phases: [[Series; 5]; 4] = Default::default();
     let mut late_ok: Vec<bool> = Vec::new();
+    let (mut boxed_text, mut boxed_text_result, mut boxed_cpu) =
+        (Series::default(), Series::default(), Series::default());
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
         let h = host.ask("text").await;
+        let hb = host.ask("boxtext").await;
         let b = bare_segment(
             cli.path(),
             &mock.base_url(),
@@ -524,6 +577,7 @@ async fn main() {
             bare(None, resume, PermissionDecision::Allow, Start::PrestartedFileLate(prestart)).await;
         let checks = [
             ("host text", h["ok"] == true, h.to_string()),
+            ("boxed host text", hb["ok"] == true, hb.to_string()),
             ("bare text", b.ok && b.result == "said: hello", b.result.clone()),
             ("ts text", t.is_null() || t["ok"] == true, t.to_string()),
             ("host pair", hp["ok"] == true, hp.to_string()),
@@ -551,6 +605,9 @@ async fn main() {
         }
         host_text.push(h["total_ms"].as_f64());
         host_text_result.push(h["to_result_ms"].as_f64());
+        boxed_text.push(hb["total_ms"].as_f64());
+        boxed_text_result.push(hb["to_result_ms"].as_f64());
+        boxed_cpu.push(hb["cpu_ms"].as_f64());
         bare_text.push(Some(b.total_ms));
         bare_text_result.push(Some(b.to_result_ms));
         ts_text.push(t["to_end_ms"].as_f64());
@@ -576,6 +633,8 @@ async fn main() {
     };
 
     let text_overhead = paired(&host_text, &bare_text);
+    let box_overhead = paired(&boxed_text, &host_text);
+    let box_result_overhead = paired(&boxed_text_result, &host_text_result);
     let result_overhead = paired(&host_text_result, &bare_text_result);
     let pair_overhead = paired(&host_pair, &bare_pair);
     let host_kb = host_mem["vmhwm_kb"].as_u64().unwrap_or(0);
@@ -587,17 +646,21 @@ async fn main() {
         cli.path().display()
     );
     println!();
-    println!("| one-reply text turn (`{TEXT_SCRIPT}`) | tollgate host | bare spawn | TS Agent SDK |");
-    println!("|---|---|---|---|");
     println!(
-        "| start → `result` | {} | {} | {} |",
+        "| one-reply text turn (`{TEXT_SCRIPT}`) | tollgate host | tollgate host, boxed | bare spawn | TS Agent SDK |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| start → `result` | {} | {} | {} | {} |",
         host_text_result.cell(),
+        boxed_text_result.cell(),
         bare_text_result.cell(),
         ts_text_result.cell()
     );
     println!(
-        "| start → CLI exited (+ cleanup) | {} | {} | {} |",
+        "| start → CLI exited (+ cleanup) | {} | {} | {} | {} |",
         host_text.cell(),
+        boxed_text.cell(),
         bare_text.cell(),
         ts_text.cell()
     );
@@ -619,7 +682,18 @@ async fn main() {
         pair_overhead.pct(50.0).unwrap_or(f64::NAN),
         pair_overhead.pct(90.0).unwrap_or(f64::NAN)
     );
+    println!(
+        "| the box, per segment to exit (boxed host − host, paired) | {:.1} | {:.1} | ≤ 15 ms p50 |",
+        box_overhead.pct(50.0).unwrap_or(f64::NAN),
+        box_overhead.pct(90.0).unwrap_or(f64::NAN)
+    );
+    println!(
+        "| the box, per segment to `result` | {:.1} | {:.1} | |",
+        box_result_overhead.pct(50.0).unwrap_or(f64::NAN),
+        box_result_overhead.pct(90.0).unwrap_or(f64::NAN)
+    );
     println!("| host's own CPU time (user+sys, getrusage) per segment | {} | | |", host_text_cpu.cell());
+    println!("| host's own CPU time per boxed segment | {} | | |", boxed_cpu.cell());
     println!("| host's own CPU time per defer+resume pair | {} | | |", host_pair_cpu.cell());
     println!();
     println!("| defer+resume pair | tollgate host | bare spawn |");

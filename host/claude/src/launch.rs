@@ -298,7 +298,8 @@ fn private_dir() -> std::fs::DirBuilder {
 /// dir when `None`): a Worker killed by `SIGKILL` (or a power cut) cannot remove its own, and they
 /// hold transcripts. A directory is removed only when its name is `tollgate-segment-<pid>-…` (or
 /// a pre-started CLI's `tollgate-warm-<pid>-…`), it
-/// is this user's, and no process `<pid>` is alive; a directory of a live process (another
+/// is this user's (or `boxes`', the user a root Worker gives its boxes' folders), and no process
+/// `<pid>` is alive; a directory of a live process (another
 /// Worker, or this one) is left alone. Returns how many were removed; a directory that cannot
 /// be removed is logged and skipped.
 ///
@@ -312,7 +313,7 @@ fn private_dir() -> std::fs::DirBuilder {
 /// A dead Worker's pid that a live process took over keeps its directories until that process
 /// ends; directories of an older naming (`tollgate-segment-XXXXXX`, no pid) are not touched. A
 /// tool process that cleared its environment is not found.
-pub fn remove_stale_scratch(parent: Option<&Path>) -> usize {
+pub fn remove_stale_scratch(parent: Option<&Path>, boxes: Option<u32>) -> usize {
     let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
     let Ok(entries) = std::fs::read_dir(&parent) else { return 0 };
     // SAFETY: geteuid has no preconditions.
@@ -322,7 +323,8 @@ pub fn remove_stale_scratch(parent: Option<&Path>) -> usize {
         let name = entry.file_name();
         let Some(pid) = scratch_owner(&name.to_string_lossy()) else { continue };
         let Ok(meta) = entry.path().symlink_metadata() else { continue };
-        if !meta.is_dir() || meta.uid() != me || process_alive(pid) {
+        let ours = meta.uid() == me || Some(meta.uid()) == boxes;
+        if !meta.is_dir() || !ours || process_alive(pid) {
             continue;
         }
         let killed = kill_processes_under(&entry.path(), me);
@@ -639,7 +641,7 @@ mod tests {
         for dir in &unrelated {
             std::fs::create_dir(dir).unwrap();
         }
-        assert_eq!(remove_stale_scratch(Some(parent.path())), 2);
+        assert_eq!(remove_stale_scratch(Some(parent.path()), None), 2);
         assert!(!dead.exists(), "the dead process's directory is gone");
         assert!(!dead_warm.exists(), "and its warm CLI's");
         assert!(live.root().exists(), "a live process's directory stays");

@@ -865,7 +865,7 @@ fn launch_with(
         env,
         max_line_bytes: spec.max_line_bytes,
         user: None,
-        inherit_dirs: Vec::new(),
+        inherit_paths: Vec::new(),
     }
 }
 
@@ -920,7 +920,7 @@ fn boxed_launch(
         env,
         max_line_bytes: spec.max_line_bytes,
         user: config.user.owner(),
-        inherit_dirs: fds,
+        inherit_paths: fds,
     }
 }
 

@@ -69,8 +69,9 @@ pub struct Launch {
     pub max_line_bytes: usize,
     /// The uid and gid to run as (a root Worker starting a box as its user), else the caller's.
     pub user: Option<(u32, u32)>,
-    /// Folders the child gets open on these file descriptor numbers (`O_PATH`), for a box's init.
-    pub inherit_dirs: Vec<(PathBuf, i32)>,
+    /// Host paths the child gets open (`O_PATH`, so folders, files and sockets alike) on these
+    /// file descriptor numbers: what `bwrap` binds by descriptor and a box's init reaches.
+    pub inherit_paths: Vec<(PathBuf, i32)>,
 }
 
 /// A running CLI process. See the module docs.
@@ -108,7 +109,7 @@ impl CliProcess {
             command.uid(uid).gid(gid);
         }
         // Open until the child has them: dropped after the spawn.
-        let inherited = inherit_dirs(&mut command, &launch.inherit_dirs)?;
+        let inherited = inherit_paths(&mut command, &launch.inherit_paths)?;
         let mut child = spawn_dying_with_this_process(command)?;
         drop(inherited);
         let pid = child.id().unwrap_or_default();
@@ -233,9 +234,12 @@ impl Drop for CliProcess {
     }
 }
 
-/// Opens each folder of `dirs` (`O_PATH`, close-on-exec) and arranges for the child to find it on
+/// The most paths [`inherit_paths`] passes (the pre-exec code copies them into a fixed array).
+const MAX_INHERITED: usize = 16;
+
+/// Opens each path of `dirs` (`O_PATH`, close-on-exec) and arranges for the child to find it on
 /// its number; returns the open files, which must live until the child is spawned.
-fn inherit_dirs(
+fn inherit_paths(
     command: &mut tokio::process::Command,
     dirs: &[(PathBuf, i32)],
 ) -> std::io::Result<Vec<std::fs::File>> {
@@ -249,11 +253,17 @@ fn inherit_dirs(
         .map(|(path, _)| {
             std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .custom_flags(libc::O_PATH)
                 .open(path)
                 .map_err(|err| std::io::Error::new(err.kind(), format!("{}: {err}", path.display())))
         })
         .collect::<std::io::Result<Vec<_>>>()?;
+    if dirs.len() > MAX_INHERITED {
+        return Err(std::io::Error::other(format!(
+            "at most {MAX_INHERITED} inherited paths, not {}",
+            dirs.len()
+        )));
+    }
     let pairs: Vec<(i32, i32)> =
         files.iter().zip(dirs).map(|(file, (_, to))| (file.as_raw_fd(), *to)).collect();
     // SAFETY: the closure runs in the child between fork and exec and only calls fcntl and dup2,
@@ -262,7 +272,7 @@ fn inherit_dirs(
         command.pre_exec(move || {
             // First out of the way of every target number, then onto the targets (dup2 clears
             // close-on-exec on the new number).
-            let mut moved = [(-1, -1); 8];
+            let mut moved = [(-1, -1); MAX_INHERITED];
             for (slot, (from, to)) in moved.iter_mut().zip(&pairs) {
                 let high = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 100);
                 if high < 0 {

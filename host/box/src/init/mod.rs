@@ -96,6 +96,9 @@ fn run(args: &[OsString]) -> Result<i32, String> {
         // SAFETY: fcntl on a descriptor number; a closed one only returns an error.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
+    // Whatever else reached it open (bwrap closes what it bound; nothing else may pass).
+    // SAFETY: close_range on numbers this process owns; nothing here uses them.
+    unsafe { libc::syscall(libc::SYS_close_range, paths::WORKSPACE_FD + 1, u32::MAX, 0) };
     let host = host_dir();
     if !host.is_dir() {
         return Err(format!("file descriptor {} is not the box's host directory", paths::HOST_DIR_FD));

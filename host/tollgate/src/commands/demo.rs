@@ -51,6 +51,8 @@ pub struct DemoArgs {
     /// Do not approve the refund; leave it waiting and print how to decide it.
     #[arg(long)]
     pub no_approve: bool,
+    #[command(flatten)]
+    pub sandbox: super::worker::SandboxArgs,
 }
 
 /// The loopback ports and services chosen before the runtime starts.
@@ -139,7 +141,12 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
         ..CliLocator::default()
     };
     let cli = CliBinary::locate(&locator).await.context("finding the claude CLI (run scripts/setup.sh)")?;
-    let config = WorkerConfig { worker_id: "demo-worker".into(), concurrency: 2, ..WorkerConfig::default() };
+    let config = WorkerConfig {
+        worker_id: "demo-worker".into(),
+        concurrency: 2,
+        sandbox: args.sandbox.mode()?,
+        ..WorkerConfig::default()
+    };
     let worker = Worker::new(store.clone(), agent, cli, config);
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let worker_task = tokio::spawn(async move {

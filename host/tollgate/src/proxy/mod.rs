@@ -319,9 +319,9 @@ impl ModelProxy {
         Ok(ModelProxy { addr, shared, task, socket: Some(socket) })
     }
 
-    /// Serves `app` on `<temp>/tollgate-run-<pid>-XXXXXX/model.sock`: the folder `0711` (a box's
-    /// user may pass, not list), the socket `0666` (any box's user may connect; every request
-    /// still needs its segment's token).
+    /// Serves `app` on `<temp>/tollgate-run-<pid>-XXXXXX/model.sock`: the folder `0700` (boxes get
+    /// the socket as a descriptor), the socket `0666` (a box's user may connect through it; every
+    /// request still needs its segment's token).
     fn serve_socket(
         app: axum::Router,
     ) -> Result<(tempfile::TempDir, std::path::PathBuf, JoinHandle<()>), ProxyError> {
@@ -330,7 +330,7 @@ impl ModelProxy {
             .prefix(&format!("{RUN_PREFIX}{}-", std::process::id()))
             .tempdir()
             .map_err(ProxyError::Bind)?;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
             .map_err(ProxyError::Bind)?;
         let path = dir.path().join("model.sock");
         let listener = tokio::net::UnixListener::bind(&path).map_err(ProxyError::Bind)?;

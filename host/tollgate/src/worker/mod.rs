@@ -267,6 +267,14 @@ impl Worker {
                 port: BOX_MODEL_PORT,
                 socket: socket.to_path_buf(),
             });
+            // `bwrap` runs as a root Worker's boxes' user and binds the socket by path: its
+            // private folder is given to that user.
+            if let (Some((uid, gid)), Some(folder)) =
+                (settings.user.owner(), proxy.socket_path().and_then(std::path::Path::parent))
+                && let Err(err) = std::os::unix::fs::lchown(folder, Some(uid), Some(gid))
+            {
+                warn!(folder = %folder.display(), %err, "the model proxy's socket folder could not be given to the boxes' user");
+            }
             let egress = crate::egress::Egress::new(sandbox.allowed_outbound_hosts.clone());
             config.egress = Some((BOX_EGRESS_PORT, Arc::new(egress)));
             Some(Arc::new(config))
@@ -328,7 +336,11 @@ impl Worker {
         let mut work = self.store.work_signal();
         let mut tasks = tokio::task::JoinSet::new();
         let (release_tx, release_rx) = watch::channel(false);
-        let stale = tollgate_claude::launch::remove_stale_scratch(None);
+        let boxes = match &self.config.sandbox {
+            SandboxMode::Boxed(settings) => settings.user.owner().map(|(uid, _)| uid),
+            SandboxMode::None => None,
+        };
+        let stale = tollgate_claude::launch::remove_stale_scratch(None, boxes);
         if stale > 0 {
             info!(removed = stale, "removed segment directories that stopped Workers left behind");
         }

@@ -262,7 +262,8 @@ async fn a_sigkilled_workers_cli_dies_with_it_and_the_next_worker_removes_its_pr
     let folders = segment_folders(&tmp, a.id());
     assert_eq!(folders.len(), 1, "one segment folder named by A's pid: {folders:?}");
     let folder = folders[0].clone();
-    for dir in [folder.clone(), folder.join("config"), folder.join("home"), folder.join("tmp")] {
+    // A box's host folder: its init's folder and its made-up files, none of it open to others.
+    for dir in [folder.clone(), folder.join("box"), folder.join("etc")] {
         assert_eq!(mode(&dir), 0o700, "{} is private", dir.display());
     }
 
@@ -314,7 +315,9 @@ async fn a_bash_command_a_sigkilled_workers_cli_left_running_is_killed_by_the_ne
     std::fs::create_dir(&tmp).unwrap();
     let env = [("TMPDIR", tmp.to_str().unwrap())];
     let seconds = format!("299.{}", std::process::id());
-    let a = world.worker_with_env("a", &env);
+    // Unboxed: in a box, the command dies with its CLI (the next test).
+    let unboxed = ["--lease-secs", "3", "--heartbeat-secs", "1", "--concurrency", "2", "--sandbox", "none"];
+    let a = world.worker_with_args_env("a", &unboxed, &env);
     world
         .send(
             "s",
@@ -340,7 +343,7 @@ async fn a_bash_command_a_sigkilled_workers_cli_left_running_is_killed_by_the_ne
     let orphans = sleeps(&seconds);
     assert!(!orphans.is_empty(), "the command outlives the CLI (its own process group): nothing to test");
 
-    let b = world.worker_with_env("b", &env);
+    let b = world.worker_with_args_env("b", &unboxed, &env);
     wait_log(&b, "removed segment directories").await;
     let start = Instant::now();
     while orphans.iter().any(|pid| alive(*pid)) {
@@ -357,6 +360,34 @@ async fn a_bash_command_a_sigkilled_workers_cli_left_running_is_killed_by_the_ne
         b.log_text()
     );
     eprintln!("B killed {} process(es) A's CLI left running", orphans.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_box_a_bash_command_dies_with_its_sigkilled_workers_cli() {
+    let Some(world) = World::new("boxed bash command", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    crate::secrets::bash_agent(&world.agent, "");
+    let seconds = format!("298.{}", std::process::id());
+    let a = world.worker("a");
+    let command = format!("echo waiting && sleep {seconds} && echo done");
+    world.send("s", &format!("call Bash {}", serde_json::json!({ "command": command }))).await;
+    let start = Instant::now();
+    while sleeps(&seconds).is_empty() {
+        assert!(start.elapsed() < GATE_WAIT, "the Bash command never started\n{}", world.diagnostics());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let running = sleeps(&seconds);
+    a.kill().await;
+    let killed = Instant::now();
+    while running.iter().any(|pid| alive(*pid)) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "the boxed command {running:?} outlived its Worker"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("the boxed command died {} ms after its Worker", killed.elapsed().as_millis());
 }
 
 #[tokio::test(flavor = "multi_thread")]

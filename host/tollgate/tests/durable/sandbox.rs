@@ -380,6 +380,8 @@ async fn settings_the_agent_plants_in_its_workspace_do_not_load_in_its_next_segm
             "hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": "touch HOOK_RAN"}]}]},
             "env": {"INJECTED": "planted"},
             "permissions": {"allow": ["Bash(*)"]},
+            "enabledPlugins": {"planted@planted-market": true},
+            "extraKnownMarketplaces": {"planted-market": {"source": {"source": "directory", "path": "/workspace/market"}}},
         });
         let mcp = serde_json::json!({"mcpServers": {"planted": {"command": "sh", "args": ["-c", "touch MCP_RAN; sleep 30"]}}});
         // Through Python: the CLI asks about a shell command that names its settings files again.
@@ -584,4 +586,79 @@ async fn the_egress_proxy_opens_only_the_allowed_hosts_and_says_why_it_refused()
             );
         }
     }
+}
+
+/// A Worker that cannot make a box does not start (saying what is missing and how to go on
+/// without one); with `--sandbox none` it starts, warns, and `/healthz` says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_cannot_box_refuses_to_start_and_none_is_loud() {
+    let Some(world) = World::new("cannot box", Refund::SingleAttemptWithApproval).await else { return };
+    let output = world
+        .tollgate()
+        .args(["worker", "--agent"])
+        .arg(&world.agent)
+        .args(["--db", &world.db, "--bwrap", "/usr/bin/false"])
+        .output()
+        .await
+        .expect("run tollgate worker");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("finding: a Worker without a usable bwrap: {}", stderr.lines().next().unwrap_or_default());
+    assert!(!output.status.success(), "it started: {stderr}");
+    assert!(stderr.contains("cannot be boxed") && stderr.contains("--sandbox none"), "{stderr}");
+
+    for (mode, expected) in [(Mode::Unboxed, "none"), (Mode::Boxed, "bwrap")] {
+        let served = Served::start_with(
+            &world,
+            &format!("health-{expected}"),
+            "127.0.0.1:0",
+            &["--insecure-open", "--sandbox", mode.flag()],
+        )
+        .await;
+        let health: serde_json::Value = reqwest::get(format!("{}/healthz", served.url))
+            .await
+            .expect("healthz")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(health["sandbox"], expected, "{health}");
+        let log = std::fs::read_to_string(world.dir.path().join(format!("health-{expected}.log")))
+            .unwrap_or_default();
+        assert_eq!(log.contains("--sandbox none"), mode == Mode::Unboxed, "the warning at start:\n{log}");
+        served.stop().await;
+    }
+}
+
+/// `tollgate serve` given no way to authenticate is not open: it makes a token into a private file
+/// that the client commands find.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_without_a_token_makes_one_only_its_user_reads_and_the_client_finds_it() {
+    let Some(world) = World::new("own token", Refund::SingleAttemptWithApproval).await else { return };
+    let served = Served::start_with(&world, "serve", "127.0.0.1:0", &[]).await;
+    let log = std::fs::read_to_string(world.dir.path().join("serve.log")).unwrap_or_default();
+    let path = log
+        .lines()
+        .find_map(|line| line.strip_prefix("tollgate API token in "))
+        .and_then(|rest| rest.split(" (").next())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no token line:\n{log}"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&path).expect("the token file").permissions().mode() & 0o777, 0o600);
+    let refused = reqwest::get(format!("{}/v1/sessions", served.url)).await.expect("the API answers");
+    assert_eq!(refused.status(), 401, "an open API");
+    let listed = world
+        .tollgate()
+        .args(["session", "list", "--url", &served.url])
+        .output()
+        .await
+        .expect("run the client");
+    assert!(
+        listed.status.success(),
+        "the client did not find the token: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    println!(
+        "finding: serve without --token: 401 without it, the token in {} (0600), the client found it",
+        path.display()
+    );
+    served.stop().await;
 }

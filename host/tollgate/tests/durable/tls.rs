@@ -80,6 +80,13 @@ pub struct ApiServer {
     /// Everything it wrote on stderr so far.
     pub log: Arc<Mutex<String>>,
     child: tokio::process::Child,
+    /// The state folder of its user (a token it made itself is there).
+    state: PathBuf,
+}
+
+/// The state folder `tollgate api` on `db` and its clients use: beside the store.
+fn state_home(db: &Path) -> PathBuf {
+    db.parent().unwrap_or(db).join("state")
 }
 
 /// How `tollgate api` ended when it did not start: its exit status and stderr.
@@ -100,7 +107,7 @@ impl ApiServer {
         command
             .args(["api", "--db", &format!("sqlite://{}", db.display())])
             // A token the server makes itself goes beside the store, not into the real state folder.
-            .env("XDG_STATE_HOME", db.parent().unwrap_or(db).join("state"))
+            .env("XDG_STATE_HOME", state_home(db))
             .args(if args.contains(&"--listen") { &[][..] } else { &["--listen", "127.0.0.1:0"][..] })
             .args(args)
             .envs(env.iter().copied())
@@ -132,7 +139,7 @@ impl ApiServer {
                 keep.lock().unwrap().push_str(&format!("{line}\n"));
             }
         });
-        Ok(ApiServer { url, log, child })
+        Ok(ApiServer { url, log, child, state: state_home(db) })
     }
 
     /// Its stderr so far.
@@ -140,13 +147,15 @@ impl ApiServer {
         self.log.lock().unwrap().clone()
     }
 
-    /// `tollgate ARGS --url URL` (a client command) with `env` and nothing of ours inherited.
+    /// `tollgate ARGS --url URL` (a client command) with `env` and nothing of ours inherited; it
+    /// finds a token the server made itself, as a client of the same user would.
     pub async fn client(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
         for name in OURS {
             command.env_remove(name);
         }
         command
+            .env("XDG_STATE_HOME", &self.state)
             .args(args)
             .args(["--url", &self.url])
             .envs(env.iter().copied())

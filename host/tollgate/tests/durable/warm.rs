@@ -100,10 +100,12 @@ async fn the_second_new_session_runs_on_the_spare_the_first_parked_claimed_into_
     };
     let (a, ws, tmp) = worker(&world, "a", &[]);
     let warm = first_session(&world, &a).await;
-    // Parked in a folder of its scratch directory, not in the workspace root.
+    // Parked in a box of its own (its host folder in the scratch directory), not in the workspace
+    // root.
     assert_eq!(entries(&ws, ".").len(), 0, "{:?}", entries(&ws, ""));
-    let cwd = std::fs::read_link(format!("/proc/{warm}/cwd")).expect("the warm CLI's cwd");
-    assert!(cwd.starts_with(tmp.canonicalize().unwrap()) && cwd.ends_with("park"), "{}", cwd.display());
+    assert_eq!(entries(&tmp, "tollgate-warm-").len(), 1, "{:?}", entries(&tmp, ""));
+    let exe = std::fs::read_link(format!("/proc/{warm}/exe")).expect("the warm CLI's program");
+    assert!(exe.ends_with("bwrap"), "the warm CLI is boxed: {}", exe.display());
 
     world.send("s2", r#"pause w2 ;; call Bash {"command":"pwd"}"#).await;
     world.mock.wait_for_gate("w2", WAIT).await.expect("s2's segment reached the model");
@@ -114,8 +116,9 @@ async fn the_second_new_session_runs_on_the_spare_the_first_parked_claimed_into_
     let done = world.wait_idle_after("s2", 1).await;
     assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
     let answer = last_answer(&done);
-    let workspace = ws.canonicalize().unwrap().join("s2");
-    assert_eq!(answer, format!("called Bash: {}", workspace.display()), "{}", world.diagnostics());
+    // The claim gave the spare s2's workspace, the box's `/workspace`, copied back to s2's folder.
+    assert!(answer.starts_with("called Bash: /workspace"), "{answer}\n{}", world.diagnostics());
+    assert!(ws.join("s2").is_dir(), "{:?}", entries(&ws, ""));
     let log = plain(&a.log_text());
     assert!(log.contains(&format!("segment on a warm CLI pid={warm} parked=true")), "{log}");
     assert!(
