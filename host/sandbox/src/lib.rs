@@ -30,7 +30,8 @@
 //! - a bound on what the host holds on its behalf, derived from the same memory cap: live wasi
 //!   resources, bytes of `wasi:http` header sets and of buffered request bodies (a body to a
 //!   denied host is drained and discarded, never collected);
-//! - nothing the manifest does not grant: no files, environment, sockets or outbound HTTP.
+//! - nothing the manifest does not grant: no files, environment, sockets or outbound HTTP; IP
+//!   addresses compared as addresses (the [`allow`] module).
 //!
 //! Input schemas are bounded at load (size, nesting, `$ref`s, and their expansion with `$ref`s
 //! followed), so that validating a call's arguments, which cannot be interrupted, stays short;
@@ -43,7 +44,7 @@
 
 mod agent;
 mod ahead;
-mod allow;
+pub mod allow;
 mod bindings;
 mod cache;
 mod error;
