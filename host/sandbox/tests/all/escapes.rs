@@ -1,5 +1,8 @@
 //! A hostile guest looking for a way around its grants rather than breaking its host: IP
-//! addresses spelled so that the allow-list and the resolver read them differently.
+//! addresses spelled so that the allow-list and the resolver read them differently, and symbolic
+//! links that point out of a writable folder for other programs to follow.
+
+use std::path::Path;
 
 use tollgate_sandbox::{CallError, Manifests, ToolSet};
 use tollgate_test_guests as guests;
@@ -67,4 +70,77 @@ async fn an_address_matches_its_grant_in_every_ipv6_spelling() {
     let connect = serde_json::json!({ "addr": v6.addr.to_string() }).to_string();
     let tcp = tools.call("tcp_connect", &connect, None).await.map(|o| o.text());
     assert_eq!(tcp.as_deref(), Ok("connected"), "`tcp://[0:0:0:0:0:0:0:1]` grants `[::1]`");
+}
+
+/// A hostile guest with `/out` granted writable on `out`.
+async fn writable(out: &Path) -> (ToolsDir, ToolSet) {
+    hostile(&format!("[[dirs]]\npath = \"{}\"\nguest = \"/out\"\nwritable = true\n", out.display())).await
+}
+
+async fn make_link(tools: &ToolSet, target: &str, link: &str) -> Result<String, CallError> {
+    let arguments = serde_json::json!({ "target": target, "link": link }).to_string();
+    tools.call("make_link", &arguments, None).await.map(|output| output.text())
+}
+
+#[tokio::test]
+async fn a_link_out_of_a_writable_grant_is_refused_when_made() {
+    let out = tempfile::tempdir().unwrap();
+    std::fs::create_dir(out.path().join("deep")).unwrap();
+    let (_dir, tools) = writable(out.path()).await;
+    let links = [
+        ("../../../../etc/passwd", "/out/passwd"),
+        ("..", "/out/up"),
+        ("../..", "/out/deep/up"),
+        ("deep/../..", "/out/down-and-up"),
+        ("/etc/passwd", "/out/absolute"),
+        // It lands inside today, but renaming the link or a folder above it moves it out.
+        ("../deep", "/out/deep/sibling"),
+    ];
+    for (target, link) in links {
+        let made = make_link(&tools, target, link).await;
+        let on_disk = out.path().join(link.trim_start_matches("/out/"));
+        let left = std::fs::read_link(&on_disk).ok();
+        assert!(left.is_none(), "`{link} -> {target}` was left on disk ({made:?}): {left:?}");
+        let error = made.unwrap_err();
+        assert!(error.message_for_model().contains("not permitted"), "{link}: {error}");
+    }
+    assert_eq!(
+        tools.call("echo", r#"{"text":"still here"}"#, None).await.unwrap().text(),
+        "still here (attempt 1, key None)"
+    );
+}
+
+#[tokio::test]
+async fn a_link_that_lands_inside_cannot_be_renamed_out() {
+    let out = tempfile::tempdir().unwrap();
+    std::fs::create_dir(out.path().join("a")).unwrap();
+    let (_dir, tools) = writable(out.path()).await;
+    // `/out/a/up -> ..` is `/out`; moved to `/out/up`, the same link is the grant's parent.
+    let _ = make_link(&tools, "..", "/out/a/up").await;
+    let moved = tools.call("rename", r#"{"from":"/out/a/up","to":"/out/up"}"#, None).await;
+    let escaped = out.path().join("up");
+    if let Ok(target) = std::fs::read_link(&escaped) {
+        let lands = std::fs::canonicalize(&escaped).unwrap();
+        panic!("`/out/up -> {}` ({moved:?}) lands on {}", target.display(), lands.display());
+    }
+    assert!(std::fs::read_link(out.path().join("a/up")).is_err(), "the climbing link was never made");
+}
+
+#[tokio::test]
+async fn links_that_point_down_inside_the_grant_keep_working() {
+    let out = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(out.path().join("runs/42")).unwrap();
+    std::fs::write(out.path().join("runs/42/report.txt"), "run 42").unwrap();
+    let (_dir, tools) = writable(out.path()).await;
+    for (target, link) in
+        [("runs/42", "/out/latest"), (".", "/out/here"), ("./report.txt", "/out/runs/42/copy")]
+    {
+        assert_eq!(make_link(&tools, target, link).await.unwrap(), "linked", "{link} -> {target}");
+        let on_disk = out.path().join(link.trim_start_matches("/out/"));
+        assert_eq!(std::fs::read_link(on_disk).unwrap(), Path::new(target));
+    }
+    for path in ["/out/latest/report.txt", "/out/here/runs/42/copy", "/out/here/latest/copy"] {
+        let read = tools.call("read_file", &serde_json::json!({ "path": path }).to_string(), None).await;
+        assert_eq!(read.map(|o| o.text()).as_deref(), Ok("run 42"), "{path}");
+    }
 }
