@@ -539,6 +539,15 @@ mod tests {
         AllowedHosts::parse(entries).unwrap()
     }
 
+    /// Each entry is refused, the error naming it and saying what is expected.
+    fn assert_refused(cases: &[(&str, &str)]) {
+        for &(entry, expected) in cases {
+            let error = AllowedHosts::parse(&[entry]).unwrap_err();
+            assert_eq!(error.entry, entry);
+            assert!(error.to_string().contains(expected), "{entry}: {error}");
+        }
+    }
+
     #[test]
     fn an_empty_list_denies_everything() {
         let a = allow(&[]);
@@ -660,11 +669,7 @@ mod tests {
             ("http://[127.0.0.1]", "not an IPv6 address"),
             ("https://exa_mple..com", "not a host name"),
         ];
-        for (entry, expected) in cases {
-            let error = AllowedHosts::parse(&[entry]).unwrap_err();
-            assert_eq!(error.entry, entry);
-            assert!(error.to_string().contains(expected), "{entry}: {error}");
-        }
+        assert_refused(&cases);
     }
 
     #[test]
@@ -780,10 +785,6 @@ mod tests {
             ("https://user@x.com", "a user name"),
             ("https://", "no host"),
         ];
-        for (entry, expected) in cases {
-            let error = AllowedHosts::parse(&[entry]).unwrap_err();
-            assert_eq!(error.entry, entry);
-            assert!(error.to_string().contains(expected), "{entry}: {error}");
-        }
+        assert_refused(&cases);
     }
 }
