@@ -30,7 +30,9 @@
 //! - a bound on what the host holds on its behalf, derived from the same memory cap: live wasi
 //!   resources, bytes of `wasi:http` header sets and of buffered request bodies (a body to a
 //!   denied host is drained and discarded, never collected);
-//! - nothing the manifest does not grant: no files, environment, sockets or outbound HTTP.
+//! - nothing the manifest does not grant: no files, environment, sockets or outbound HTTP; IP
+//!   addresses compared as addresses (the [`allow`] module); in a writable directory, no symbolic
+//!   link that points anywhere but down from its own folder (the `links` module).
 //!
 //! Input schemas are bounded at load (size, nesting, `$ref`s, and their expansion with `$ref`s
 //! followed), so that validating a call's arguments, which cannot be interrupted, stays short;
@@ -43,10 +45,11 @@
 
 mod agent;
 mod ahead;
-mod allow;
+pub mod allow;
 mod bindings;
 mod cache;
 mod error;
+mod links;
 mod manifest;
 mod names;
 mod schema;
@@ -181,6 +184,7 @@ impl Sandbox {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        links::refuse_links_out(&mut linker).map_err(engine_error)?;
         // Always linked: StarlingMonkey (JavaScript) imports it whether or not the tool uses it.
         // Every request still passes the allow-list hook.
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;

@@ -138,6 +138,13 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// The name of the component this store runs.
+    pub(crate) fn component(&self) -> &str {
+        &self.component
+    }
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }

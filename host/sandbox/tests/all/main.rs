@@ -4,11 +4,13 @@
 //! - `load`: loading directories, and every way a directory can be wrong;
 //! - `calls`: the example tools end to end, argument validation, outbound HTTP;
 //! - `hostile`: guests that attack or break their host, each followed by a call that must work;
+//! - `escapes`: guests that look for a way around their grants (address spellings, symbolic links);
 //! - `factory`: the options-factory component;
 //! - `ahead`: instances prepared ahead of calls, fresh and limited per call.
 
 mod ahead;
 mod calls;
+mod escapes;
 mod factory;
 mod hostile;
 mod languages;

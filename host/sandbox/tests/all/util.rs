@@ -102,8 +102,17 @@ impl TestServer {
 
     /// Answers each request with what `respond` makes of it.
     pub async fn respond_with(respond: impl Fn(&Received) -> (u16, String) + Send + Sync + 'static) -> Self {
-        let respond: Arc<Responder> = Arc::new(respond);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::listen("127.0.0.1:0".parse().unwrap(), Arc::new(respond)).await
+    }
+
+    /// Answers every request with 200 and `body`, listening on `addr` (another loopback address,
+    /// `[::1]`; port 0 picks a free one).
+    pub async fn start_on(addr: SocketAddr, body: &'static str) -> Self {
+        Self::listen(addr, Arc::new(move |_: &Received| (200, body.to_string()))).await
+    }
+
+    async fn listen(addr: SocketAddr, respond: Arc<Responder>) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let log = received.clone();

@@ -129,6 +129,38 @@ fn write_file(args: WriteFile) -> Result<String, CallError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct Link {
+    /// What the link points at, as written into it.
+    target: String,
+    /// Where the link is made.
+    link: String,
+}
+
+/// Makes a symbolic link `link` whose content is `target`.
+#[tool]
+fn make_link(args: Link) -> Result<String, CallError> {
+    // The one call std offers on WASI for a symbolic link; `std::os::wasi::fs` is unstable.
+    #[allow(deprecated)]
+    std::fs::soft_link(&args.target, &args.link)
+        .map_err(|e| CallError::failed(format!("link {} -> {}: {e}", args.link, args.target)))?;
+    Ok("linked".into())
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Move {
+    from: String,
+    to: String,
+}
+
+/// Renames a file, directory or link.
+#[tool]
+fn rename(args: Move) -> Result<String, CallError> {
+    std::fs::rename(&args.from, &args.to)
+        .map_err(|e| CallError::failed(format!("rename {} to {}: {e}", args.from, args.to)))?;
+    Ok("renamed".into())
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct Name {
     name: String,
 }
@@ -374,6 +406,8 @@ const TOOLS: &[ToolDef] = &[
     log_flood::TOOL,
     read_file::TOOL,
     write_file::TOOL,
+    make_link::TOOL,
+    rename::TOOL,
     read_env::TOOL,
     config_get::TOOL,
     http_get::TOOL,
