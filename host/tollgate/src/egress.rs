@@ -12,10 +12,11 @@
 //!   entry admits `http` to it; then forwarded in origin form;
 //! - anything else: 400.
 //!
-//! A host name is resolved here, by the Worker; an address it resolves to on this machine's own
-//! networks (loopback, unspecified, link-local such as a cloud's metadata service at
-//! 169.254.169.254) is refused unless the entry names that address itself, so a name cannot be
-//! pointed at the Worker's API or database. Every connection is logged with its box, destination
+//! The entry that admits a destination decides ([`tollgate_sandbox::allow::Grant`]); a host name
+//! is then resolved here, by the Worker, and an address of this machine or its link (loopback,
+//! unspecified, link-local such as a cloud's metadata service at 169.254.169.254) is refused
+//! unless the entry names that address itself, so neither a wildcard nor a name an attacker's DNS
+//! points at `127.0.0.1` reaches the Worker's API or database. Every connection is logged with its box, destination
 //! and decision; a refused one gets `403` with a text that says why, which is what the agent's
 //! command (and so the model) reads.
 
@@ -99,37 +100,56 @@ async fn handle(
     name: Arc<str>,
 ) -> Result<Response<Body>, hyper::Error> {
     let is_connect = request.method() == Method::CONNECT;
-    let (scheme, host, port) = match destination(&request) {
-        Some(found) => found,
-        None => {
+    let Some((scheme, host, port)) = destination(&request) else {
+        return Ok(text(
+            StatusCode::BAD_REQUEST,
+            "tollgate egress proxy: send CONNECT host:port, or an absolute http:// URL".into(),
+        ));
+    };
+    let target = format!("{host}:{port}");
+    let checked = if is_connect {
+        allowed.check_connect(&authority(&host, port))
+    } else {
+        allowed.check_http(scheme, &host, Some(port))
+    };
+    let grant = match checked {
+        Ok(grant) => grant,
+        Err(denied) => {
+            info!(r#box = %name, destination = %target, scheme, decision = "denied", reason = %denied, "egress connection");
             return Ok(text(
-                StatusCode::BAD_REQUEST,
-                "tollgate egress proxy: send CONNECT host:port, or an absolute http:// URL".into(),
+                StatusCode::FORBIDDEN,
+                format!(
+                    "tollgate egress proxy: the connection to {target} was denied: {denied} (the agent's [sandbox] \
+                     allowed_outbound_hosts: {allowed})"
+                ),
             ));
         }
     };
-    let target = format!("{host}:{port}");
-    if !allowed.allows_http(scheme, &host, Some(port)) {
-        info!(r#box = %name, destination = %target, scheme, decision = "denied", "egress connection");
+    let addrs = match resolve(&host, port).await {
+        Ok(addrs) => addrs,
+        Err(reason) => {
+            info!(r#box = %name, destination = %target, decision = "failed", %reason, "egress connection");
+            return Ok(text(StatusCode::BAD_GATEWAY, format!("tollgate egress proxy: {reason}")));
+        }
+    };
+    // A name may resolve to this machine: only an entry that names the address reaches it.
+    let (usable, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
+        addrs.into_iter().partition(|addr| grant.admits_address(addr.ip()));
+    if usable.is_empty() {
+        let first = refused.first().map(|a| a.ip().to_string()).unwrap_or_default();
+        info!(r#box = %name, destination = %target, entry = grant.entry, address = %first, decision = "denied",
+            "egress connection to an address of this machine");
         return Ok(text(
             StatusCode::FORBIDDEN,
             format!(
-                "tollgate egress proxy: the connection to {target} was denied: {scheme}://{target} is not in the \
-                 agent's [sandbox] allowed_outbound_hosts (allowed: {allowed})"
+                "tollgate egress proxy: the connection to {target} was denied: it resolves to {first}, an address of \
+                 this machine or its link, which only an allowed_outbound_hosts entry naming that address opens \
+                 (it matched `{}`)",
+                grant.entry
             ),
         ));
     }
-    let addrs = match resolve(&host, port, &allowed).await {
-        Ok(addrs) => addrs,
-        Err(reason) => {
-            info!(r#box = %name, destination = %target, decision = "denied", %reason, "egress connection");
-            return Ok(text(
-                StatusCode::FORBIDDEN,
-                format!("tollgate egress proxy: the connection to {target} was denied: {reason}"),
-            ));
-        }
-    };
-    let upstream = match connect(&addrs).await {
+    let upstream = match connect(&usable).await {
         Ok(upstream) => upstream,
         Err(err) => {
             info!(r#box = %name, destination = %target, decision = "failed", %err, "egress connection");
@@ -139,7 +159,8 @@ async fn handle(
             ));
         }
     };
-    info!(r#box = %name, destination = %target, scheme, address = %upstream.peer_addr().map(|a| a.to_string()).unwrap_or_default(), decision = "allowed", "egress connection");
+    let address = upstream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    info!(r#box = %name, destination = %target, scheme, entry = grant.entry, %address, decision = "allowed", "egress connection");
     if is_connect {
         tokio::spawn(async move {
             match hyper::upgrade::on(request).await {
@@ -156,79 +177,39 @@ async fn handle(
     forward(request, upstream).await
 }
 
-/// The scheme the allow-list is asked about, the host and the port of a proxy request.
-fn destination(request: &Request<Incoming>) -> Option<(&'static str, String, u16)> {
-    let uri = request.uri();
-    if request.method() == Method::CONNECT {
-        let authority = uri.authority()?;
-        return Some((
-            "https",
-            authority.host().trim_start_matches('[').trim_end_matches(']').to_owned(),
-            authority.port_u16()?,
-        ));
-    }
-    let scheme = match uri.scheme_str()? {
-        "http" => "http",
-        _ => return None,
-    };
-    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']').to_owned();
-    Some((scheme, host, uri.port_u16().unwrap_or(80)))
+/// `host:port`, an IPv6 address in brackets.
+fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 
-/// The addresses of `host`, those on this machine's own networks refused unless `host` is that
-/// address written out.
-async fn resolve(host: &str, port: u16, allowed: &AllowedHosts) -> Result<Vec<SocketAddr>, String> {
+/// The scheme the allow-list is asked about, the host (without brackets) and the port of a proxy
+/// request.
+fn destination(request: &Request<Incoming>) -> Option<(&'static str, String, u16)> {
+    let uri = request.uri();
+    let unbracket = |host: &str| host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    if request.method() == Method::CONNECT {
+        let authority = uri.authority()?;
+        return Some(("https", unbracket(authority.host()), authority.port_u16()?));
+    }
+    match uri.scheme_str()? {
+        "http" => Some(("http", unbracket(uri.host()?), uri.port_u16().unwrap_or(80))),
+        _ => None,
+    }
+}
+
+/// The addresses of `host` (itself, when it is one).
+async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
     if let Ok(ip) = host.parse::<IpAddr>() {
-        if local(ip) && !names_address(allowed, ip) {
-            return Err(format!(
-                "{ip} is an address of this machine's own networks; only an allowed_outbound_hosts entry that names                  it (not a wildcard) opens it"
-            ));
-        }
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
     let found: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await
         .map_err(|err| format!("{host} could not be resolved: {err}"))?
         .collect();
-    let usable: Vec<SocketAddr> = found.iter().copied().filter(|addr| !local(addr.ip())).collect();
-    if usable.is_empty() {
-        return Err(match found.first() {
-            Some(addr) => format!(
-                "{host} resolves to {}, an address of this machine's own networks; name the address itself in \
-                 allowed_outbound_hosts to reach it",
-                addr.ip()
-            ),
-            None => format!("{host} has no address"),
-        });
+    if found.is_empty() {
+        return Err(format!("{host} has no address"));
     }
-    Ok(usable)
-}
-
-/// Whether an entry of `allowed` names `ip` as its host, written out.
-fn names_address(allowed: &AllowedHosts, ip: IpAddr) -> bool {
-    allowed.entries().any(|entry| {
-        let host = entry.split_once("://").map_or(entry, |(_, rest)| rest);
-        let host = match host.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().unwrap_or_default(),
-            None => host.rsplit_once(':').map_or(host, |(host, _)| host),
-        };
-        host.parse::<IpAddr>().is_ok_and(|named| canonical(named) == canonical(ip))
-    })
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-/// Loopback, unspecified, link-local (v4 and v6, IPv4-mapped included).
-fn local(ip: IpAddr) -> bool {
-    match canonical(ip) {
-        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local() || v4.is_broadcast(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified() || v6.is_unicast_link_local(),
-    }
+    Ok(found)
 }
 
 async fn connect(addrs: &[SocketAddr]) -> std::io::Result<tokio::net::TcpStream> {
@@ -279,36 +260,16 @@ fn empty() -> Body {
 mod tests {
     use super::*;
 
-    #[test]
-    fn addresses_of_this_machines_own_networks_are_local_in_every_spelling() {
-        for ip in [
-            "127.0.0.1",
-            "127.1.2.3",
-            "0.0.0.0",
-            "169.254.169.254",
-            "::1",
-            "::",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-        ] {
-            assert!(local(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["93.184.216.34", "10.0.0.5", "2606:2800:220:1::"] {
-            assert!(!local(ip.parse().unwrap()), "{ip}");
-        }
-    }
-
     #[tokio::test]
-    async fn a_local_address_is_reached_only_when_an_entry_writes_it_out() {
+    async fn a_name_that_resolves_to_this_machine_is_admitted_only_by_an_entry_naming_the_address() {
         let wildcard = AllowedHosts::parse(&["http://*:8080"]).unwrap();
-        let refused = resolve("localhost", 8080, &wildcard).await.unwrap_err();
-        assert!(refused.contains("an address of this machine's own networks"), "{refused}");
-        let refused = resolve("127.0.0.1", 8080, &wildcard).await.unwrap_err();
-        assert!(refused.contains("not a wildcard"), "{refused}");
-        let named = AllowedHosts::parse(&["http://127.0.0.1:8080", "http://[::1]:8080"]).unwrap();
-        assert_eq!(resolve("127.0.0.1", 8080, &named).await.unwrap(), ["127.0.0.1:8080".parse().unwrap()]);
-        assert!(resolve("::1", 8080, &named).await.is_ok());
-        assert!(resolve("::ffff:127.0.0.1", 8080, &named).await.is_ok(), "the same address, mapped");
-        assert!(resolve("169.254.169.254", 80, &named).await.is_err());
+        let grant = wildcard.check_http("http", "localhost", Some(8080)).unwrap();
+        let addrs = resolve("localhost", 8080).await.unwrap();
+        assert!(addrs.iter().all(|a| !grant.admits_address(a.ip())), "{addrs:?}");
+        let named = AllowedHosts::parse(&["http://127.0.0.1:8080"]).unwrap();
+        let grant = named.check_connect("127.0.0.1:8080").unwrap();
+        assert!(grant.admits_address("127.0.0.1".parse().unwrap()));
+        assert!(!grant.admits_address("169.254.169.254".parse().unwrap()));
+        assert_eq!(authority("::1", 9), "[::1]:9");
     }
 }

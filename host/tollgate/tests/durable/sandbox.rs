@@ -555,7 +555,11 @@ async fn the_egress_proxy_opens_only_the_allowed_hosts_and_says_why_it_refused()
         let allow = |world: &World, config: String| {
             let port =
                 world.payments.url.rsplit(':').next().unwrap_or_default().trim_end_matches('/').to_owned();
-            config + &format!("\n[sandbox]\nallowed_outbound_hosts = [\"http://127.0.0.1:{port}\"]\n")
+            // `localhost` too: a name that resolves to this machine, which the proxy refuses.
+            config
+                + &format!(
+                    "\n[sandbox]\nallowed_outbound_hosts = [\"http://127.0.0.1:{port}\", \"http://localhost:{port}\"]\n"
+                )
         };
         let Some(attacked) = Attacked::start(&format!("egress {mode:?}"), mode, allow).await else { return };
         let payments = attacked.world.payments.url.clone();
@@ -565,6 +569,10 @@ async fn the_egress_proxy_opens_only_the_allowed_hosts_and_says_why_it_refused()
             ),
             "curl -s -S -m 10 https://example.com/ 2>&1 | head -2; echo denied-end".to_owned(),
             "curl -s -m 10 --noproxy '' http://127.0.0.1:1/ 2>&1 | head -3; echo loopback-end".to_owned(),
+            format!(
+                "curl -s -m 10 --noproxy '' {}/health 2>&1 | head -3; echo name-end",
+                payments.replace("127.0.0.1", "localhost")
+            ),
         ];
         let (snapshot, results) = attacked.bash("s", &commands, 1).await;
         assert_eq!(snapshot.last_turn_error, None, "{}", attacked.world.diagnostics());
@@ -579,6 +587,7 @@ async fn the_egress_proxy_opens_only_the_allowed_hosts_and_says_why_it_refused()
                 "{}",
                 results[2]
             );
+            assert!(results[3].contains("resolves to") && results[3].contains("denied"), "{}", results[3]);
             let log = attacked.world.diagnostics();
             assert!(
                 log.contains("egress connection") && log.contains("denied"),
