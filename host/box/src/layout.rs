@@ -164,21 +164,25 @@ impl BoxDir {
         }
         let parent = workspace.parent().unwrap_or(Path::new("/"));
         let name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&old);
+        let (staged, old) = (
+            parent.join(format!(".{name}.new-{}", std::process::id())),
+            parent.join(format!(".{name}.old-{}", std::process::id())),
+        );
+        for leftover in [&staged, &old] {
+            let _ = fs::remove_dir_all(leftover);
+        }
         let mode = fs::metadata(workspace).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o700);
         fs::set_permissions(&out, fs::Permissions::from_mode(mode))?;
-        match fs::rename(&out, parent.join(format!(".{name}.new-{}", std::process::id()))) {
+        // Beside the workspace first, so the swap below is two renames on one file system.
+        match fs::rename(&out, &staged) {
             Ok(()) => {}
-            // Another file system: copy it over instead.
             Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
-                let staged = parent.join(format!(".{name}.new-{}", std::process::id()));
+                // What the init copied out is already filtered: copied over as it is.
                 crate::copy::copy_tree(&out, &staged, crate::copy::Direction::IntoBox)
                     .map_err(io::Error::other)?;
             }
             Err(err) => return Err(err),
         }
-        let staged = parent.join(format!(".{name}.new-{}", std::process::id()));
         if workspace.exists() {
             fs::rename(workspace, &old)?;
         }
@@ -186,8 +190,10 @@ impl BoxDir {
             let _ = fs::rename(&old, workspace);
             return Err(err);
         }
-        fs::remove_dir_all(&old)
-            .or_else(|err| if err.kind() == io::ErrorKind::NotFound { Ok(()) } else { Err(err) })?;
+        match fs::remove_dir_all(&old) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+            _ => {}
+        }
         Ok(true)
     }
 }

@@ -85,7 +85,9 @@ use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file, write_res
 use crate::mcp::{McpBridge, PermitRequest, ToolServer};
 use crate::pool::WarmCli;
 use crate::tools::{NotRecorded, ToolRunner};
-use crate::transport::{CliProcess, Launch, LineEvent, inherited_allowed_variables};
+use crate::transport::{
+    CliProcess, Launch, LineEvent, inherited_allowed_variables, inherited_locale_variables,
+};
 
 /// The request id of the host's `initialize`.
 pub(crate) const INITIALIZE_ID: &str = "tollgate_initialize";
@@ -887,14 +889,7 @@ fn boxed_launch(
         tollgate_box::BoxPlan { config, dir: boxed, program: &program, args: &args, workspace: &workspace };
     let command_line = tollgate_box::bwrap::command_line(&plan, &tollgate_box::bwrap::HostRoot::read());
     // The host's locale and terminal; never its paths or proxies (the box has its own).
-    let mut env: Vec<(OsString, OsString)> = inherited_allowed_variables()
-        .into_iter()
-        .filter(|(name, _)| {
-            name.to_str().is_some_and(|n| {
-                n == "LANG" || n == "LANGUAGE" || n == "TZ" || n == "TERM" || n.starts_with("LC_")
-            })
-        })
-        .collect();
+    let mut env = inherited_locale_variables();
     env.extend([
         ("PATH".into(), paths::PATH.into()),
         ("HOME".into(), paths::HOME.into()),

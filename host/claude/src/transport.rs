@@ -427,11 +427,23 @@ pub fn inherited_allowed_variables() -> Vec<(OsString, OsString)> {
     std::env::vars_os().filter(|(name, _)| name.to_str().is_some_and(allowed_variable)).collect()
 }
 
+/// The part of [`inherited_allowed_variables`] that holds inside a box: the locale, `TZ` and
+/// `TERM`, not `PATH` or the proxy variables (a box has its own).
+pub fn inherited_locale_variables() -> Vec<(OsString, OsString)> {
+    inherited_allowed_variables()
+        .into_iter()
+        .filter(|(name, _)| name.to_str().is_some_and(|n| LOCALE.contains(&n) || n.starts_with("LC_")))
+        .collect()
+}
+
+/// The locale, time zone and terminal variables a CLI may inherit.
+const LOCALE: &[&str] = &["LANG", "LANGUAGE", "TZ", "TERM"];
+
 /// Whether `name` is on the allow-list of [`inherited_allowed_variables`].
 pub fn allowed_variable(name: &str) -> bool {
-    const EXACT: &[&str] = &["PATH", "LANG", "LANGUAGE", "TZ", "TERM"];
     const PROXIES: &[&str] = &["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"];
-    EXACT.contains(&name)
+    name == "PATH"
+        || LOCALE.contains(&name)
         || name.starts_with("LC_")
         || PROXIES.iter().any(|proxy| name == *proxy || name == proxy.to_ascii_lowercase())
 }

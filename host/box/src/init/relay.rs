@@ -28,6 +28,9 @@ pub(super) fn start(plan: &RelayPlan) -> io::Result<()> {
 }
 
 fn pipe(tcp: TcpStream, socket: &PathBuf) {
+    // The model's answer streams as many small writes: without it each waits for the client's
+    // delayed ACK (~40 ms on loopback).
+    let _ = tcp.set_nodelay(true);
     let unix = match UnixStream::connect(socket) {
         Ok(unix) => unix,
         Err(err) => {

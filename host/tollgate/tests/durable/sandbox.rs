@@ -140,6 +140,14 @@ fn reach_attacks(attacked: &Attacked, pg_port: u16) -> Vec<(&'static str, String
             format!("curl -s -m 5 -o /dev/null -w 'direct:%{{http_code}}' {payments}/health; echo"),
         ),
         (
+            "host files",
+            format!(
+                "ls -d /root {checkout} 2>&1; head -c 40 /etc/shadow 2>&1; echo; echo files-end",
+                checkout = env!("CARGO_MANIFEST_DIR")
+            ),
+        ),
+        ("identity", "id; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status".to_owned()),
+        (
             "write outside",
             format!(
                 "echo pwned > {agent}/pwned.txt 2>&1; echo pwned > /usr/pwned.txt 2>&1; \
@@ -195,6 +203,12 @@ async fn in_its_box_the_agent_reaches_nothing_of_the_worker_the_store_the_api_or
                 assert!(result("PostgreSQL port").contains("pg-open"), "{}", result("PostgreSQL port"));
                 assert!(!result("loopback service").contains("direct:000"), "{}", result("loopback service"));
                 assert!(pwned, "unboxed, the agent writes into its own agent folder");
+                assert!(
+                    result("host files").contains(env!("CARGO_MANIFEST_DIR")),
+                    "{}",
+                    result("host files")
+                );
+                assert!(result("identity").contains("uid=0(root)"), "{}", result("identity"));
             }
             Mode::Boxed => {
                 for ((name, _), result) in attacks.iter().zip(&results) {
@@ -215,6 +229,20 @@ async fn in_its_box_the_agent_reaches_nothing_of_the_worker_the_store_the_api_or
                 assert!(result("PostgreSQL port").contains("pg-closed"), "{}", result("PostgreSQL port"));
                 assert!(result("loopback service").contains("direct:000"), "{}", result("loopback service"));
                 assert!(!pwned && !Path::new("/usr/pwned.txt").exists(), "{}", result("write outside"));
+                let files = result("host files");
+                assert!(
+                    files.matches("No such file").count() >= 3,
+                    "the host's files are not in the box: {files}"
+                );
+                let identity = result("identity");
+                for fact in [
+                    "uid=1000(agent)",
+                    "CapEff:\t0000000000000000",
+                    "CapBnd:\t0000000000000000",
+                    "NoNewPrivs:\t1",
+                ] {
+                    assert!(identity.contains(fact), "{fact} missing: {identity}");
+                }
                 assert!(!attacked.workspaces.join("victim/pwned.txt").exists());
             }
         }
@@ -670,4 +698,26 @@ async fn serve_without_a_token_makes_one_only_its_user_reads_and_the_client_find
         path.display()
     );
     served.stop().await;
+}
+
+/// A command that spins: unboxed it runs as long as it likes; in a box whose `cpu_secs` is 10 it
+/// is stopped once the box has used that much CPU time, and the turn fails saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spinning_command_is_stopped_at_the_boxs_cpu_limit() {
+    for mode in [Mode::Unboxed, Mode::Boxed] {
+        let cpu = |_: &World, config: String| config + "\n[sandbox]\ncpu_secs = 10\n";
+        let Some(attacked) = Attacked::start(&format!("cpu {mode:?}"), mode, cpu).await else { return };
+        let spin = "timeout 20 sh -c 'while :; do :; done'; echo spun-20s".to_owned();
+        let (snapshot, results) = attacked.bash("s", &[spin], 1).await;
+        let error = snapshot.last_turn_error.clone().unwrap_or_default();
+        println!("finding: {mode:?} spin for 20 s of CPU: {} {error}", last_words(&results[0]));
+        match mode {
+            Mode::Unboxed => {
+                assert!(results[0].contains("spun-20s") && error.is_empty(), "{}\n{error}", results[0])
+            }
+            Mode::Boxed => assert!(error.contains("cpu limit"), "{error}\n{}", attacked.world.diagnostics()),
+        }
+        let after = attacked.turn("s", "say still here", 2).await;
+        assert_eq!(after.last_turn_error, None, "the session goes on\n{}", attacked.world.diagnostics());
+    }
 }
