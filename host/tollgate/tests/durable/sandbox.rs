@@ -700,20 +700,25 @@ async fn serve_without_a_token_makes_one_only_its_user_reads_and_the_client_find
     served.stop().await;
 }
 
-/// A command that spins: unboxed it runs as long as it likes; in a box whose `cpu_secs` is 10 it
-/// is stopped once the box has used that much CPU time, and the turn fails saying so.
+/// Commands that spin: unboxed they run as long as they like (24 s of CPU); in a box whose
+/// `cpu_secs` is 10 they are stopped once the box has used that much CPU time, and the turn fails
+/// saying so.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spinning_command_is_stopped_at_the_boxs_cpu_limit() {
     for mode in [Mode::Unboxed, Mode::Boxed] {
         let cpu = |_: &World, config: String| config + "\n[sandbox]\ncpu_secs = 10\n";
         let Some(attacked) = Attacked::start(&format!("cpu {mode:?}"), mode, cpu).await else { return };
-        let spin = "timeout 20 sh -c 'while :; do :; done'; echo spun-20s".to_owned();
+        // Two spinners, one per core; in the box they would spin for 100 s but for the limit.
+        let seconds = if mode == Mode::Boxed { 100 } else { 12 };
+        let spin = format!(
+            "for i in 1 2; do timeout {seconds} sh -c 'while :; do :; done' & done; wait; echo spun-{seconds}s"
+        );
         let (snapshot, results) = attacked.bash("s", &[spin], 1).await;
         let error = snapshot.last_turn_error.clone().unwrap_or_default();
-        println!("finding: {mode:?} spin for 20 s of CPU: {} {error}", last_words(&results[0]));
+        println!("finding: {mode:?} spin on both cores: {} {error}", last_words(&results[0]));
         match mode {
             Mode::Unboxed => {
-                assert!(results[0].contains("spun-20s") && error.is_empty(), "{}\n{error}", results[0])
+                assert!(results[0].contains("spun-12s") && error.is_empty(), "{}\n{error}", results[0])
             }
             Mode::Boxed => assert!(error.contains("cpu limit"), "{error}\n{}", attacked.world.diagnostics()),
         }
