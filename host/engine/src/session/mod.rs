@@ -276,8 +276,9 @@ impl RunState {
     }
 }
 
-/// Where a deferred call is in its life; the last four are final (each an `Outcome`). Stored in
-/// the session's run state and sent as is by the HTTP API (`status` and that state's field).
+/// Where a deferred call is in its life: `succeeded` to `outcome_unknown` are final, each an
+/// `Outcome`; `unused` and `cancelled` are final too, for calls that never ran. Stored in the
+/// session's run state and sent as is by the HTTP API (`status` and that state's field).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -315,7 +316,7 @@ pub enum CallState {
     /// never used, and the interrupt was closed if still open. It never ran.
     Unused,
     /// Its turn was cancelled before it ran (waiting for a decision, or approved and queued): it
-    /// never ran, and its interrupt was closed if still open ([`cancel`]).
+    /// never ran, and its interrupt was closed if still open.
     Cancelled,
 }
 
