@@ -18,6 +18,8 @@
 //!
 //! # Caveats
 //!
+//! - Once a client cancels the turn no attempt starts: the call is not answered, and the
+//!   cancel records a write that started as `outcome_unknown`.
 //! - A Worker killed between the tool's run and the record's commit leaves `started`: the
 //!   segment's rerun calls the tool again under the same key (the tool is idempotent), counting
 //!   the attempt.
@@ -48,16 +50,25 @@ pub(super) struct SegmentTools {
     pub(super) worker: Worker,
     pub(super) claimed: Claimed,
     pub(super) turn_id: String,
+    /// Turns `true` when a client cancels the turn: no attempt of a write starts after that.
+    pub(super) cancel: tokio::sync::watch::Receiver<bool>,
 }
 
 impl SegmentTools {
-    /// The tools of `sandbox`, recording under `claimed` for `turn_id`.
-    pub(super) fn new(sandbox: SandboxTools, worker: &Worker, claimed: &Claimed, turn_id: &str) -> Arc<Self> {
+    /// The tools of `sandbox`, recording under `claimed` for `turn_id`, until `cancel`.
+    pub(super) fn new(
+        sandbox: SandboxTools,
+        worker: &Worker,
+        claimed: &Claimed,
+        turn_id: &str,
+        cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Self> {
         Arc::new(SegmentTools {
             sandbox,
             worker: worker.clone(),
             claimed: claimed.clone(),
             turn_id: turn_id.to_owned(),
+            cancel,
         })
     }
 
@@ -78,6 +89,10 @@ impl SegmentTools {
         let entry = inline::write(&self.turn_id, &call.run.record_id, name, arguments.clone());
         let mut attempt = call.run.attempts_before + 1;
         loop {
+            if *self.cancel.borrow() {
+                // The turn is being cancelled: its cancel records what already started.
+                return Err(NotRecorded { message: "the turn was cancelled".into() });
+            }
             let (idempotency_key, attempt_u32) = match inline::begin(session_id, &entry, attempt) {
                 Begin::Recorded { call: done, transition } => {
                     self.commit(*transition).await?;

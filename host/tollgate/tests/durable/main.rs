@@ -8,6 +8,9 @@
 //! - `auth`: principals from `tollgate auth add`: 401 and 403 (role, approver group, separation
 //!   of duties) through HTTP and the CLI client, the audit trail in the snapshot, the event stream,
 //!   `session show` and `GET /v1/audit`.
+//! - `cancel`: a turn cancelled during a streaming segment, during an inline write and while
+//!   waiting for approval (a late decision refused), by whom it may be; the request crossing
+//!   from an API process to a Worker process on SQLite and PostgreSQL; the next message runs.
 //! - `batches`: one reply asking for three refunds decided in one sitting (one approval round),
 //!   the repeats using the decisions made ahead; unused and closed decisions ahead.
 //! - `deadlines`: approval deadlines: a 2 s deadline fired by a Worker started after the first was
@@ -41,6 +44,7 @@ mod api_input;
 mod auth;
 mod batches;
 mod bundles;
+mod cancel;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
