@@ -22,6 +22,7 @@
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
+//! - `logins`: a Worker whose only credential is a subscription's `CLAUDE_CODE_OAUTH_TOKEN`.
 //! - `matrix`: the seeds' crash matrix.
 //! - `inline_writes`: an approval-free idempotent write run inline in one CLI process, its record
 //!   committed before the CLI reads it; SIGKILL before and after that commit.
@@ -53,6 +54,7 @@ mod edits;
 mod grants;
 mod inline_writes;
 mod lifecycle;
+mod logins;
 mod matrix;
 mod outage;
 #[path = "../support/park.rs"]
