@@ -25,7 +25,7 @@ use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::{Claimed, NewLiveText};
 use tracing::{info, warn};
 
-use super::inline_writes::SegmentTools;
+use super::inline_writes::{Recorder, SegmentTools};
 use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
 use crate::convert;
@@ -115,11 +115,12 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let tool_set = worker.agent.tools().await;
     // A client's cancel interrupts the segment as soon as it arrives.
     let cancel = super::cancel::watch(worker.store.clone(), session_id);
+    let recorder = Recorder::new(cancel.signal.clone());
     let result = match (&access, &tool_set) {
         (Ok((base_url, token)), Ok(tools)) => {
             let mut model =
                 ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
-            let recording = Recording { claimed, calls: &calls, cancel: cancel.signal.clone() };
+            let recording = Recording { claimed, calls: &calls, recorder: recorder.clone() };
             let result =
                 segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &recording).await;
             (warm_token, next_warm) = (model.warm_token, model.next_warm);
@@ -174,6 +175,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         _ => store.pending_cancel(session_id).await?,
     };
     if let Some(request) = asked {
+        // A write whose tool call still runs gets its record first.
+        recorder.settle().await;
         let cost = summary.as_ref().map_or(0.0, |summary| summary.cost_usd);
         return super::cancel::apply(worker, claimed, request, cost).await;
     }
@@ -258,11 +261,11 @@ async fn ahead_states(
 
 /// What records a segment's inline writes: the step's claim (and so the session), the session's
 /// calls when the segment started (for the writes an earlier attempt of the segment made), and
-/// the signal that a client cancelled the turn (no new attempt of a write starts after it).
+/// what the step shares with the writes ([`Recorder`]).
 struct Recording<'a> {
     claimed: &'a Claimed,
     calls: &'a [CallEntry],
-    cancel: tokio::sync::watch::Receiver<bool>,
+    recorder: Recorder,
 }
 
 /// The session's deferred and inline calls, as stored.
@@ -376,7 +379,7 @@ async fn segment(
         worker,
         recording.claimed,
         &run.turn_id,
-        recording.cancel.clone(),
+        &recording.recorder,
     );
     let ctx = OptionsContext {
         session_id: session_id.to_owned(),
@@ -435,7 +438,7 @@ async fn segment(
     // so every session of the agent has the same launch and a warm CLI can serve it.
     prompts_to_initialize(&mut spec);
     spec.timeout = agent.config.segment_timeout;
-    spec.cancel = Some(recording.cancel.clone());
+    spec.cancel = Some(recording.recorder.cancelled());
     if let warm::Cwd::Session { root } = &cwd_kind
         && let Err(err) = workspace::prepare(root, session_id)
     {

@@ -276,9 +276,9 @@ async fn a_turn_waiting_for_approval_is_cancelled_by_an_approver_and_a_late_appr
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_inline_write_keeps_its_record_when_its_turn_is_cancelled_and_runs_once() {
-    let test = "cancel: inline writes, committed and in flight";
+    let test = "cancel: inline writes, committed, in flight and of a dead Worker";
     let Some(world) = crate::inline_writes::ledger_world(test).await else { return };
-    let _w = world.worker("w");
+    let w = world.worker("w");
     let store = world.store.as_ref();
 
     // A write whose record committed before the cancel: kept as it is.
@@ -297,36 +297,54 @@ async fn an_inline_write_keeps_its_record_when_its_turn_is_cancelled_and_runs_on
     assert_eq!(world.payments.keys().len(), 1);
     world.mock.open_gate("after-write");
 
-    // A write in flight (its request held by the payments service) when the cancel comes.
+    // A write in flight (its request held by the payments service) when the cancel comes: the
+    // CLI is stopped at once, and the cancel waits for the write's record.
     world.payments.hold();
     world.send("s", crate::inline_writes::FLOW).await;
     world.payments.wait_for(2).await;
-    let during = world.snapshot("s").await;
-    assert_eq!(during.tool_calls[0].state.name(), "started", "{during:#?}");
+    assert_eq!(world.snapshot("s").await.tool_calls[0].state.name(), "started");
     tollgate::sessions::cancel(store, "s", "carl").await.expect("cancel");
+    // The segment ended (its CLI interrupted, or killed after the grace) with the write held.
+    let started = Instant::now();
+    while w.log_text().matches("segment ran").count() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "{}", world.diagnostics());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(w.log_text().contains("interrupting the CLI"), "{}", world.diagnostics());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(world.snapshot("s").await.cancel_requested.is_some(), "the cancel waits for the write");
+    world.payments.release();
     let done = cancelled(&world, "s", "turn-1").await;
     let credit = &done.tool_calls[0];
+    assert_eq!(credit.state.name(), "succeeded", "its record, committed after the CLI stopped: {credit:#?}");
+    assert_eq!(world.payments.keys().len(), 2, "one request per session: {:?}", world.payments.keys());
+
+    // A write whose Worker died during it, and whose turn is cancelled before another Worker
+    // reran it: recorded `outcome_unknown`, never run again.
+    world.payments.hold();
+    world.send("k", crate::inline_writes::FLOW).await;
+    world.payments.wait_for(3).await;
+    w.kill().await;
+    tollgate::sessions::cancel(store, "k", "carl").await.expect("cancel");
+    world.payments.release();
+    let _b = world.worker("b");
+    let done = cancelled(&world, "k", "turn-1").await;
+    let credit = &done.tool_calls[0];
     assert_eq!(credit.state.name(), "outcome_unknown", "it may have taken effect: {credit:#?}");
-    let finished = last_payload(&world, "s", "tool_call_finished").await;
+    let finished = last_payload(&world, "k", "tool_call_finished").await;
     assert_eq!(
         (finished["status"].as_str(), finished["deferred"].as_bool()),
         (Some("outcome_unknown"), Some(false))
     );
-    // The held request answers now: its late record is refused, nothing runs again.
-    world.payments.release();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(world.snapshot("s").await.tool_calls[0].state.name(), "outcome_unknown");
-    assert_eq!(world.payments.keys().len(), 2, "one request per session: {:?}", world.payments.keys());
-
-    tollgate::sessions::send(store, "s", "recall", None).await.expect("send");
-    let answer = answered(&world, "s", 0).await;
+    tollgate::sessions::send(store, "k", "recall", None).await.expect("send");
+    let answer = answered(&world, "k", 0).await;
     assert!(
         answer.contains("record_credit")
             && answer.contains("outcome_unknown")
             && answer.contains("carl cancelled"),
         "the model reads what became of the write: {answer}"
     );
-    assert_eq!(world.payments.keys().len(), 2, "and does not run it again");
+    assert_eq!(world.payments.keys().len(), 3, "and it never ran again: {:?}", world.payments.keys());
 }
 
 #[tokio::test(flavor = "multi_thread")]
