@@ -169,7 +169,7 @@ fn push_record_lines(note: &mut String, records: &[crate::record::ToolCallRecord
 }
 
 /// The resolution message of an interrupt closed because its turn was cancelled (`{by}`: who
-/// cancelled it). Tollgate wording: the seeds have no cancel.
+/// cancelled it). Tollgate wording.
 pub const CANCELLED_BEFORE_DECISION: &str = "Not decided: {by} cancelled the turn first.";
 
 /// The longest part of a cancelled turn's request that its note quotes, in characters.
