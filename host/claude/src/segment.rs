@@ -23,6 +23,10 @@
 //! 5. closes stdin after the `result`, reads stdout to EOF (the last mirror entries come after the
 //!    result), reaps the process and kills what is left of its group.
 //!
+//! A segment whose [`SegmentSpec::cancel`] turns `true` sends the CLI `interrupt`, lets it end its
+//! turn for [`SegmentSpec::cancel_grace`], then kills it, and ends [`SegmentOutcome::Cancelled`]
+//! (unless its turn had finished first: then it ends as it finished).
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use tollgate_claude::{CliBinary, CliLocator, SegmentOutcome, SegmentSpec, run_segment, tools::NoTools};
@@ -97,6 +101,8 @@ const CLAIM_ID: &str = "tollgate_claim";
 const GATE_HOOK_ID: &str = "tollgate_gate";
 /// The application hook's callback id.
 const APP_HOOK_ID: &str = "tollgate_app_hook";
+/// The request id of the host's `interrupt` (a cancelled segment's).
+const INTERRUPT_ID: &str = "tollgate_interrupt";
 
 /// Something the caller may watch while the segment runs (for the SSE API).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,6 +198,8 @@ pub enum Start {
 /// | `scratch_parent` | the system temp dir |
 /// | `app_hook`, `cli_decider` | none |
 /// | `system_prompt`, `append_system_prompt` | none (sent in `initialize` when set) |
+/// | `cancel` | none (never cancelled) |
+/// | `cancel_grace` | 5 s |
 #[derive(Clone)]
 pub struct SegmentSpec {
     /// The CLI binary.
@@ -240,6 +248,11 @@ pub struct SegmentSpec {
     pub sandbox: Option<SegmentBox>,
     /// The agent's external MCP servers by name, sent in `initialize` (never in the argv).
     pub mcp_servers: serde_json::Map<String, Value>,
+    /// Stops the segment once it turns `true`: the CLI gets `interrupt`, and is killed if its
+    /// turn has not ended after [`SegmentSpec::cancel_grace`].
+    pub cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    /// How long a cancelled CLI may take to end its turn after `interrupt`.
+    pub cancel_grace: Duration,
 }
 
 /// How a segment's CLI is boxed.
@@ -305,6 +318,8 @@ impl SegmentSpec {
             append_system_prompt: None,
             sandbox: None,
             mcp_servers: serde_json::Map::new(),
+            cancel: None,
+            cancel_grace: Duration::from_secs(5),
         }
     }
 
@@ -420,6 +435,11 @@ pub enum SegmentOutcome {
         /// Why.
         error: SegmentError,
     },
+    /// The segment was cancelled ([`SegmentSpec::cancel`]) before its turn finished.
+    Cancelled {
+        /// Whether the CLI was killed after the grace (`false`: it ended its turn on `interrupt`).
+        killed: bool,
+    },
 }
 
 impl SegmentOutcome {
@@ -427,7 +447,7 @@ impl SegmentOutcome {
     pub fn entries(&self) -> &[TranscriptEntry] {
         match self {
             SegmentOutcome::Completed { entries, .. } | SegmentOutcome::Deferred { entries, .. } => entries,
-            SegmentOutcome::Failed { .. } => &[],
+            SegmentOutcome::Failed { .. } | SegmentOutcome::Cancelled { .. } => &[],
         }
     }
 
@@ -437,7 +457,7 @@ impl SegmentOutcome {
             SegmentOutcome::Completed { session_id, .. } | SegmentOutcome::Deferred { session_id, .. } => {
                 Some(session_id)
             }
-            SegmentOutcome::Failed { .. } => None,
+            SegmentOutcome::Failed { .. } | SegmentOutcome::Cancelled { .. } => None,
         }
     }
 }
@@ -577,6 +597,8 @@ enum Stop {
     Timeout,
     /// A recorded inline write's record was not committed.
     NotRecorded(String),
+    /// Cancelled, and the CLI did not end its turn within the grace.
+    Cancelled,
 }
 
 async fn run(
@@ -667,6 +689,9 @@ async fn run(
     let deadline = tokio::time::Instant::from_std(started + spec.timeout);
     let init_deadline = tokio::time::Instant::from_std(started + spec.initialize_timeout);
     let mut drain_deadline: Option<tokio::time::Instant> = None;
+    let mut cancel = spec.cancel.clone();
+    // Once cancelled: when the CLI is killed if its turn has not ended.
+    let mut cancel_deadline: Option<tokio::time::Instant> = None;
 
     let stop: Option<Stop> = loop {
         tokio::select! {
@@ -700,6 +725,15 @@ async fn run(
             () = sleep_until(init_deadline), if turn.initialized && turn.held_prompt.is_some() => break Some(Stop::ClaimRefused(
                 format!("no answer to claim_session within {:?}", spec.initialize_timeout),
             )),
+            () = cancelled(&mut cancel), if cancel_deadline.is_none() => {
+                tracing::info!(pid, "the segment is cancelled: interrupting the CLI");
+                process.send(HostFrame::interrupt(INTERRUPT_ID).to_line());
+                cancel_deadline = Some(tokio::time::Instant::now() + spec.cancel_grace);
+            }
+            () = sleep_until(cancel_deadline.unwrap_or(deadline)), if cancel_deadline.is_some() && turn.result.is_none() => {
+                tracing::warn!(pid, "the cancelled CLI did not end its turn within the grace; killing it");
+                break Some(Stop::Cancelled);
+            }
             () = sleep_until(deadline) => break Some(Stop::Timeout),
             () = sleep_until(drain_deadline.unwrap_or(deadline)), if drain_deadline.is_some() => {
                 tracing::warn!(pid, "the CLI did not close stdout after its result; killing it");
@@ -737,6 +771,16 @@ async fn run(
         return Err(SegmentError::BoxLimit { limit: hit.limit, detail: hit.detail });
     }
 
+    if cancel_deadline.is_some() {
+        // The turn finished before the interrupt took: it ends as it finished.
+        let finished = stop.is_none()
+            && turn.gate.failure().is_none()
+            && turn.result.as_ref().is_some_and(|result| !result.is_error);
+        if !finished {
+            return Ok(SegmentOutcome::Cancelled { killed: matches!(stop, Some(Stop::Cancelled)) });
+        }
+    }
+
     if let Some(stop) = stop {
         return Err(match stop {
             Stop::Malformed { problem, excerpt } => {
@@ -751,6 +795,7 @@ async fn run(
             Stop::ClaimRefused(message) => SegmentError::ClaimRefused { pid, message, stderr },
             Stop::Timeout => SegmentError::Timeout { pid, limit: spec.timeout, stderr },
             Stop::NotRecorded(reason) => SegmentError::NotRecorded { pid, reason },
+            Stop::Cancelled => unreachable!("a cancelled segment returned above"),
         });
     }
     drop(turn.deciding);
@@ -1128,6 +1173,14 @@ impl Turn<'_> {
                 }
             },
         }
+    }
+}
+
+/// Resolves once `cancel` turns `true`; never without one, or once its sender is gone.
+async fn cancelled(cancel: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    let Some(signal) = cancel else { return std::future::pending().await };
+    if signal.wait_for(|cancelled| *cancelled).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -138,8 +138,16 @@ pub const TURN_FAILURE_NOTE_TAIL: &str = "Do not repeat these tool calls unless 
 ///     Do not repeat these tool calls unless the user asks again.");
 /// ```
 pub fn turn_failure_note(records: &[crate::record::ToolCallRecord]) -> String {
-    use crate::record::Outcome;
     let mut note = String::from(TURN_FAILURE_NOTE_HEAD);
+    push_record_lines(&mut note, records);
+    note.push('\n');
+    note.push_str(TURN_FAILURE_NOTE_TAIL);
+    note
+}
+
+/// One line per record, each after a line break: `- <tool> <arguments> -> <status>[: <text>]`.
+fn push_record_lines(note: &mut String, records: &[crate::record::ToolCallRecord]) {
+    use crate::record::Outcome;
     for record in records {
         let detail = match &record.outcome {
             Outcome::Succeeded { output } => Some(output.clone()),
@@ -158,8 +166,63 @@ pub fn turn_failure_note(records: &[crate::record::ToolCallRecord]) -> String {
             note.push_str(&detail);
         }
     }
-    note.push('\n');
-    note.push_str(TURN_FAILURE_NOTE_TAIL);
+}
+
+/// The resolution message of an interrupt closed because its turn was cancelled (`{by}`: who
+/// cancelled it). Tollgate wording.
+pub const CANCELLED_BEFORE_DECISION: &str = "Not decided: {by} cancelled the turn first.";
+
+/// The longest part of a cancelled turn's request that its note quotes, in characters.
+pub const CANCELLED_REQUEST_QUOTED: usize = 2000;
+
+/// The note stored as a `user_prompt` for the turn after a cancelled one (Tollgate wording, in
+/// the form of [`turn_failure_note`]): who cancelled it, the request it was answering (each
+/// prompt quoted, clipped to [`CANCELLED_REQUEST_QUOTED`] characters), and the tool calls of it
+/// that have a record, so the model neither goes on with it nor repeats a write.
+///
+/// ```
+/// use serde_json::json;
+/// use tollgate_engine::catalog::ToolKind;
+/// use tollgate_engine::record::{Outcome, ToolCallRecord};
+/// use tollgate_engine::texts::turn_cancelled_note;
+///
+/// let ran = ToolCallRecord::new("toolu_1", "record_credit", ToolKind::Custom,
+///     json!({"order_id": "7"}), Outcome::OutcomeUnknown);
+/// assert_eq!(turn_cancelled_note("alice", &["Credit order 7".into()], &[ran]),
+///     "[Tollgate] alice cancelled the previous turn before it finished. Its request was:\n\
+///     > Credit order 7\n\
+///     These tool calls of it ran:\n\
+///     - record_credit {\"order_id\": \"7\"} -> outcome_unknown\n\
+///     Do not go on with that request or repeat these tool calls unless the user asks again.");
+/// ```
+pub fn turn_cancelled_note(
+    cancelled_by: &str,
+    prompts: &[String],
+    records: &[crate::record::ToolCallRecord],
+) -> String {
+    let mut note = format!("[Tollgate] {cancelled_by} cancelled the previous turn before it finished.");
+    if !prompts.is_empty() {
+        note.push_str(" Its request was:");
+    }
+    for prompt in prompts {
+        let mut quoted: String = prompt.chars().take(CANCELLED_REQUEST_QUOTED).collect();
+        if quoted.len() < prompt.len() {
+            quoted.push('…');
+        }
+        for line in quoted.lines() {
+            note.push_str("\n> ");
+            note.push_str(line);
+        }
+    }
+    if records.is_empty() {
+        note.push_str("\nDo not go on with that request unless the user asks again.");
+    } else {
+        note.push_str("\nThese tool calls of it ran:");
+        push_record_lines(&mut note, records);
+        note.push_str(
+            "\nDo not go on with that request or repeat these tool calls unless the user asks again.",
+        );
+    }
     note
 }
 

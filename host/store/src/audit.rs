@@ -50,19 +50,23 @@ pub enum AuditDecision {
     /// A session grant made by a decision on this interrupt was revoked (schema 5); the principal
     /// is who revoked it.
     Revoked,
+    /// A turn was cancelled (schema 10): the principal is who asked, and the row's
+    /// `interrupt_id` holds the turn's id ([`crate::Store::request_cancel`], [`crate::CancelChange`]).
+    Cancelled,
 }
 
 impl AuditDecision {
     /// Every decision, in the order of the schema's CHECK.
-    pub const ALL: [AuditDecision; 5] = [
+    pub const ALL: [AuditDecision; 6] = [
         AuditDecision::Approved,
         AuditDecision::Rejected,
         AuditDecision::Escalated,
         AuditDecision::Expired,
         AuditDecision::Revoked,
+        AuditDecision::Cancelled,
     ];
 
-    /// The stored name: `approved`, `rejected`, `escalated`, `expired` or `revoked`.
+    /// The stored name: `approved`, `rejected`, `escalated`, `expired`, `revoked` or `cancelled`.
     pub fn as_str(self) -> &'static str {
         match self {
             AuditDecision::Approved => "approved",
@@ -70,6 +74,7 @@ impl AuditDecision {
             AuditDecision::Escalated => "escalated",
             AuditDecision::Expired => "expired",
             AuditDecision::Revoked => "revoked",
+            AuditDecision::Cancelled => "cancelled",
         }
     }
 

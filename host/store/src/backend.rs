@@ -139,6 +139,24 @@ where
         })
     }
 
+    /// The session's pending cancel request, read in `tx` (after its lock).
+    async fn pending_cancel(
+        tx: &mut Transaction<'static, DB>,
+        session_id: &str,
+    ) -> Result<Option<PendingCancel>, StoreError> {
+        let row =
+            sqlx::query(DB::statements().pending_cancel).bind(session_id).fetch_optional(&mut **tx).await?;
+        row.map(|row| Self::decode_cancel(&row)).transpose().map(Option::flatten)
+    }
+
+    /// A `pending_cancel` row's request, if it holds one.
+    fn decode_cancel(row: &DB::Row) -> Result<Option<PendingCancel>, StoreError> {
+        let requested_by: Option<String> = row.try_get("cancel_requested_by")?;
+        let requested_at: Option<i64> = row.try_get("cancel_requested_at")?;
+        Ok(requested_by
+            .map(|requested_by| PendingCancel { requested_by, requested_at: requested_at.unwrap_or(0) }))
+    }
+
     /// Whether interrupt `interrupt_id` of the session is resolved; `None` when there is none.
     async fn interrupt_resolved(
         tx: &mut Transaction<'static, DB>,
@@ -617,6 +635,7 @@ where
                 .await?;
         }
         let mut queued = matches!(commit.finish, Finish::Retry(_));
+        let clears_cancel = matches!(commit.cancel, CancelChange::Clear { .. });
         let mut session_update = commit.session.clone();
         for step in &commit.steps {
             let id = Sql::insert_step(&mut tx, sid, step, false).await?;
@@ -637,6 +656,19 @@ where
                 session_update.status.clone_from(&step.session_status);
             }
             receipt.step_ids.push(id);
+        }
+        // A turn being cancelled waits on nobody: its step is queued, so a Worker cancels it.
+        let waits = commit.steps.iter().any(|step| matches!(step.start, StepStart::OnInterrupt(_)));
+        if waits && !clears_cancel && Sql::pending_cancel(&mut tx, sid).await?.is_some() {
+            let woken = sqlx::query(sql.queue_waiting_steps).bind(sid).fetch_all(&mut *tx).await?;
+            queued |= !woken.is_empty();
+        }
+        if let CancelChange::Clear { audit } = &commit.cancel {
+            sqlx::query(sql.clear_cancel).bind(sid).execute(&mut *tx).await?;
+            if let Some((about, entry)) = audit {
+                crate::audit::check_entry(entry)?;
+                crate::audit::insert(&mut tx, sid, about, entry).await?;
+            }
         }
         for event in close_events {
             Sql::append_event(&mut tx, sid, &mut event_seq, event, Some((step_id, claimed.fence))).await?;
@@ -882,6 +914,53 @@ where
             .fetch_all(self.read_pool())
             .await?;
         rows.iter().map(Sql::<DB>::decode_interrupt).collect()
+    }
+
+    async fn request_cancel(&self, request: CancelRequest) -> Result<CancelReceipt, StoreError> {
+        let sql = DB::statements();
+        let sid = request.session_id.as_str();
+        let by = request.requested_by.as_str();
+        if by.is_empty() || by.len() > crate::audit::MAX_AUDIT_TEXT {
+            return Err(StoreError::Invalid {
+                what: format!(
+                    "who asks to cancel must be 1 to {} bytes, not {} bytes",
+                    crate::audit::MAX_AUDIT_TEXT,
+                    by.len()
+                ),
+            });
+        }
+        let mut tx = self.begin_write().await?;
+        let (item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
+        let Some(step) = sqlx::query(sql.busy_step).bind(sid).fetch_optional(&mut *tx).await? else {
+            return Err(StoreError::NothingToCancel { session_id: sid.to_owned() });
+        };
+        let (step_id, state): (i64, String) = (step.try_get("step_id")?, step.try_get("state")?);
+        if let Some(pending) = Sql::pending_cancel(&mut tx, sid).await? {
+            return Ok(CancelReceipt { pending, step_id, replayed: true });
+        }
+        let row = sqlx::query(sql.request_cancel).bind(sid).bind(by).fetch_one(&mut *tx).await?;
+        let pending =
+            PendingCancel { requested_by: by.to_owned(), requested_at: row.try_get("cancel_requested_at")? };
+        for event in &request.events {
+            Sql::append_event(&mut tx, sid, &mut event_seq, event, None).await?;
+        }
+        let queued = state == StepState::Waiting.as_str();
+        if queued {
+            sqlx::query(sql.queue_waiting_steps).bind(sid).fetch_all(&mut *tx).await?;
+        }
+        Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;
+        tx.commit().await?;
+        // The events wake the Worker that holds a running step, in this process or another.
+        wake(self, sid, queued, true).await;
+        Ok(CancelReceipt { pending, step_id, replayed: false })
+    }
+
+    async fn pending_cancel(&self, session_id: &str) -> Result<Option<PendingCancel>, StoreError> {
+        let row = sqlx::query(DB::statements().pending_cancel)
+            .bind(session_id)
+            .fetch_optional(self.read_pool())
+            .await?;
+        row.map(|row| Sql::<DB>::decode_cancel(&row)).transpose().map(Option::flatten)
     }
 
     async fn tool_call(
@@ -1132,6 +1211,13 @@ where
             .await?;
         let step_id = step.map(|s| s.try_get("step_id")).transpose()?;
         return Ok(ResolveReceipt { step_id, replayed: true });
+    }
+    if let Some(pending) = Sql::pending_cancel(&mut tx, sid).await? {
+        return Err(StoreError::CancelPending {
+            session_id: sid.to_owned(),
+            interrupt_id: r.interrupt_id,
+            requested_by: pending.requested_by,
+        });
     }
     if let Decider::ClientAsOf(seen) = decider
         && seen != interrupt.escalated_at

@@ -252,6 +252,18 @@ pub(crate) struct Statements {
     pub step_in_flight: &'static str,
     /// Session `$1`'s live text while the claim that wrote it holds its step.
     pub live_text: &'static str,
+
+    // Cancel requests.
+    /// Session `$1`'s pending cancel request: `cancel_requested_by` (null: none),
+    /// `cancel_requested_at`.
+    pub pending_cancel: &'static str,
+    /// Keeps principal `$2`'s cancel request on session `$1` at the database time; returns
+    /// `cancel_requested_at`.
+    pub request_cancel: &'static str,
+    /// Clears session `$1`'s cancel request.
+    pub clear_cancel: &'static str,
+    /// Queues every step of session `$1` that waits on an interrupt; returns their `step_id`.
+    pub queue_waiting_steps: &'static str,
 }
 
 impl Statements {
@@ -434,6 +446,17 @@ impl Statements {
                      l.from_seq, l.text, l.updated_at
                  FROM live_text l JOIN steps s ON s.step_id = l.step_id AND s.fence = l.fence
                  WHERE l.session_id = $1 AND s.state = 'claimed'",
+            pending_cancel: "SELECT cancel_requested_by, cancel_requested_at FROM sessions WHERE session_id = $1",
+            request_cancel: keep(format!(
+                "UPDATE sessions SET cancel_requested_by = $2, cancel_requested_at = {now}
+                 WHERE session_id = $1 RETURNING cancel_requested_at"
+            )),
+            clear_cancel: "UPDATE sessions SET cancel_requested_by = NULL, cancel_requested_at = NULL
+                 WHERE session_id = $1",
+            queue_waiting_steps: keep(format!(
+                "UPDATE steps SET state = 'queued', due_at = {now}, updated_at = {now}
+                 WHERE session_id = $1 AND state = 'waiting' RETURNING step_id"
+            )),
         }
     }
 }
@@ -496,6 +519,10 @@ mod tests {
             tool_calls,
             step_in_flight,
             live_text,
+            pending_cancel,
+            request_cancel,
+            clear_cancel,
+            queue_waiting_steps,
         } = s;
         vec![
             ("lock_session", *lock_session),
@@ -547,6 +574,10 @@ mod tests {
             ("tool_calls", *tool_calls),
             ("step_in_flight", *step_in_flight),
             ("live_text", *live_text),
+            ("pending_cancel", *pending_cancel),
+            ("request_cancel", *request_cancel),
+            ("clear_cancel", *clear_cancel),
+            ("queue_waiting_steps", *queue_waiting_steps),
         ]
     }
 

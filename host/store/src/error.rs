@@ -128,6 +128,25 @@ pub enum StoreError {
         /// What it is doing, e.g. `step 7 (RunModel) is claimed`.
         detail: String,
     },
+    /// A cancel was asked of a session with no step in flight: no turn runs. Nothing was written.
+    #[error("session `{session_id}` has no turn in progress to cancel")]
+    NothingToCancel {
+        /// The session.
+        session_id: String,
+    },
+    /// A decision on an interrupt of a session whose turn is being cancelled
+    /// ([`crate::Store::request_cancel`]): the interrupt closes with the turn. Nothing was written.
+    #[error(
+        "interrupt `{interrupt_id}` of session `{session_id}` is not decided: `{requested_by}` cancelled its turn"
+    )]
+    CancelPending {
+        /// The session.
+        session_id: String,
+        /// The interrupt.
+        interrupt_id: String,
+        /// Who asked to cancel.
+        requested_by: String,
+    },
     /// The caller passed something the store refuses (e.g. a run state without a `version`).
     #[error("invalid input: {what}")]
     Invalid {

@@ -56,7 +56,9 @@
 //! Migration 0007 adds the conversation's projection (`messages`, `sessions.unprojected`, the index
 //! `items_kind(session_id, kind, seq)`; see [`Store::read_messages`]); migration 0009 the
 //! transcript in resume form (`transcript_chunks`, `sessions.unchunked`; see
-//! [`Store::read_transcript`]). Migration 0008 adds `live_text` (PK `session_id`): a running
+//! [`Store::read_transcript`]); migration 0010 the pending cancel request
+//! (`sessions.cancel_requested_by`, `sessions.cancel_requested_at`; see [`Store::request_cancel`])
+//! and the audit trail's `cancelled` decision. Migration 0008 adds `live_text` (PK `session_id`): a running
 //! segment's streamed text, one overwritten row per session ([`Store::put_live_text`]), instead
 //! of an event per flush; `text_offset` and `from_seq` say where its text continues what the
 //! event log has. JSON columns are `text` on both backends (never `jsonb`, which would
@@ -142,6 +144,10 @@ pub const ROW_VERSION: i64 = 1;
 /// - **Deadlines.** An interrupt committed with a [`NewInterrupt::deadline`] gets its deadline on
 ///   the database clock; a client decision after it passed is [`StoreError::InterruptExpired`]
 ///   and writes nothing ([`deadlines::Deadlines`] has the rest).
+/// - **Cancel requests.** [`Store::request_cancel`] keeps one pending request per session, until a
+///   commit with [`CancelChange::Clear`]. While one is pending, no interrupt of the session is
+///   decided ([`StoreError::CancelPending`], nothing written; a deadline's decision too) and no
+///   step of it waits: a step committed waiting on an interrupt is queued at once.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
     /// Creates the session unless it exists. `Ok(true)`: created; `Ok(false)`: it existed and
@@ -273,6 +279,20 @@ pub trait Store: Send + Sync {
         after: Option<&InterruptCursor>,
         limit: i64,
     ) -> Result<Vec<Interrupt>, StoreError>;
+
+    /// Asks the session's turn in progress to stop: keeps `request` as the session's pending
+    /// cancel request (with the database time), appends its events, queues the step in flight if
+    /// it waits on an interrupt, and wakes Workers and the session's event readers (other
+    /// processes too), so the Worker holding the step, wherever it runs, sees it. What the request
+    /// does is the state machine's: the store only keeps it until a commit clears it
+    /// ([`CancelChange`]). [`StoreError::NothingToCancel`] (nothing written) when no step is in
+    /// flight; a request already pending is returned with `replayed: true` and nothing is
+    /// written.
+    async fn request_cancel(&self, request: CancelRequest) -> Result<CancelReceipt, StoreError>;
+
+    /// The session's pending cancel request, or `Ok(None)` (none, or no such session): one row
+    /// read by its key, cheap enough to ask at every wake-up.
+    async fn pending_cancel(&self, session_id: &str) -> Result<Option<PendingCancel>, StoreError>;
 
     /// The tool call record, or `Ok(None)`.
     async fn tool_call(

@@ -373,5 +373,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0009_transcript_chunks.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            10,
+            "cancel".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0010_cancel.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

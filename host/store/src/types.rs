@@ -440,6 +440,22 @@ pub struct Commit {
     /// The session's transcript in resume form ([`crate::Store::read_transcript`]) of
     /// [`Commit::items`]: the lines of the items the commit stores are kept as one chunk.
     pub transcript: Option<NewTranscriptChunk>,
+    /// What becomes of the session's pending cancel request ([`crate::Store::request_cancel`]).
+    pub cancel: CancelChange,
+}
+
+/// What a [`Commit`] does with the session's pending cancel request.
+#[derive(Clone, Debug, Default)]
+pub enum CancelChange {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// Clear it (whether or not one is pending), and with `audit` write one audit row about
+    /// `audit.0` (e.g. the turn the request cancelled) in the same transaction.
+    Clear {
+        /// The row, and what it is about (stored as its `interrupt_id`).
+        audit: Option<(String, crate::audit::NewAuditEntry)>,
+    },
 }
 
 impl Commit {
@@ -456,6 +472,7 @@ impl Commit {
             events: Vec::new(),
             messages: Vec::new(),
             transcript: None,
+            cancel: CancelChange::Keep,
         }
     }
 }
@@ -603,6 +620,37 @@ pub struct ResolveReceipt {
     /// The waiting step it queued (`None` if none waited on it).
     pub step_id: Option<i64>,
     /// `true` when this key had resolved it before and nothing new was written.
+    pub replayed: bool,
+}
+
+/// A request to cancel a session's turn in progress, for [`crate::Store::request_cancel`].
+#[derive(Clone, Debug)]
+pub struct CancelRequest {
+    /// The session.
+    pub session_id: String,
+    /// The principal who asks (1 to [`crate::audit::MAX_AUDIT_TEXT`] bytes).
+    pub requested_by: String,
+    /// Appended to the session's stream with the request (not on a repeat).
+    pub events: Vec<NewEvent>,
+}
+
+/// A session's pending cancel request ([`crate::Store::pending_cancel`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingCancel {
+    /// Who asked.
+    pub requested_by: String,
+    /// When (DB clock, ms).
+    pub requested_at: i64,
+}
+
+/// What [`crate::Store::request_cancel`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CancelReceipt {
+    /// The pending request: this one, or the one pending before it.
+    pub pending: PendingCancel,
+    /// The step in flight the request stops.
+    pub step_id: i64,
+    /// `true` when a request was pending already and nothing new was written.
     pub replayed: bool,
 }
 

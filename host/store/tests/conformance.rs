@@ -233,3 +233,123 @@ async fn migrating_a_sqlite_file_to_schema_5_keeps_its_audit_rows_ids_and_trigge
     .await;
     assert!(bad.is_err(), "the CHECK still refuses an unknown decision");
 }
+
+/// A session with one queued `RunModel`, claimed through `worker`: a turn in progress whose step
+/// another handle's Worker holds.
+async fn claimed_elsewhere(api: &dyn Store, worker: &dyn Store) -> tollgate_store::Claimed {
+    use tollgate_store::{NewItem, NewStep, UserMessage, raw};
+    api.create_session(idle_session("s")).await.unwrap();
+    api.send_user_message(UserMessage {
+        session_id: "s".into(),
+        client_key: "k".into(),
+        item: NewItem { kind: "user_prompt".into(), uuid: None, turn_id: None, body: raw("{}").unwrap() },
+        wake: Some(NewStep::now("RunModel", raw("{}").unwrap())),
+        events: vec![],
+    })
+    .await
+    .unwrap();
+    worker.claim("w", std::time::Duration::from_secs(60)).await.unwrap().expect("the step")
+}
+
+/// A cancel asked through one handle (an API process) wakes the readers of the session on
+/// another handle (the Worker process holding its step), which then reads the request.
+async fn a_cancel_reaches_the_worker_of_another_handle(api: &dyn Store, worker: &dyn Store) {
+    use tollgate_store::CancelRequest;
+    let claimed = claimed_elsewhere(api, worker).await;
+    let mut heard = worker.event_signal("s");
+    // Earlier commits of the other handle may still be on their way: let them pass.
+    while heard.wait(std::time::Duration::from_millis(500)).await {}
+    let request = CancelRequest { session_id: "s".into(), requested_by: "alice".into(), events: vec![] };
+    let receipt = api.request_cancel(request).await.unwrap();
+    assert_eq!(receipt.step_id, claimed.step.step_id);
+    assert!(
+        heard.wait(std::time::Duration::from_secs(20)).await,
+        "woken across processes, not by the timeout"
+    );
+    let pending = worker.pending_cancel("s").await.unwrap().expect("the request");
+    assert_eq!(pending.requested_by, "alice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_cancel_request_wakes_the_worker_of_another_handle_on_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let api = SqliteStore::open(&path).await.unwrap();
+    let worker = SqliteStore::open(&path).await.unwrap();
+    a_cancel_reaches_the_worker_of_another_handle(&api, &worker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_cancel_request_wakes_the_worker_of_another_handle_through_notify() {
+    let Some(cluster) = PgCluster::start_or_skip() else { return };
+    let api = cluster.store("cancel", 2).await;
+    let worker = tollgate_store::PgStore::connect_with(cluster.schema_options("cancel").await.unwrap(), 2)
+        .await
+        .unwrap();
+    a_cancel_reaches_the_worker_of_another_handle(&api, &worker).await;
+}
+
+/// Schema 10 rebuilds SQLite's audit table again to add `cancelled`: rows, ids and the
+/// append-only triggers are kept.
+#[tokio::test]
+async fn migrating_a_sqlite_file_to_schema_10_keeps_its_audit_rows_and_takes_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    sqlx::query(
+        "INSERT INTO audit (audit_id, row_version, session_id, interrupt_id, principal, decision, decided_at)
+         VALUES (4, 1, 's', 'i', 'alice', 'revoked', 5)",
+    )
+    .execute(store.raw_pool())
+    .await
+    .unwrap();
+    // Back to schema 9: the CHECK of schema 5, and the migration not applied.
+    sqlx::raw_sql(
+        "DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;
+         CREATE TABLE audit_v9 AS SELECT * FROM audit; DROP TABLE audit;
+         CREATE TABLE audit (audit_id INTEGER PRIMARY KEY AUTOINCREMENT, row_version integer NOT NULL,
+             session_id text NOT NULL, interrupt_id text NOT NULL, principal text NOT NULL,
+             decision text NOT NULL CHECK (decision IN ('approved', 'rejected', 'escalated', 'expired', 'revoked')),
+             reason text, tool_name text, input text, edited_input text, decided_at integer NOT NULL);
+         INSERT INTO audit SELECT * FROM audit_v9; DROP TABLE audit_v9;
+         CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+             BEGIN SELECT RAISE(ABORT, 'audit rows are append-only: UPDATE refused'); END;
+         CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+             BEGIN SELECT RAISE(ABORT, 'audit rows are append-only: DELETE refused'); END;
+         ALTER TABLE sessions DROP COLUMN cancel_requested_by;
+         ALTER TABLE sessions DROP COLUMN cancel_requested_at;
+         DELETE FROM _sqlx_migrations WHERE version = 10;",
+    )
+    .execute(store.raw_pool())
+    .await
+    .unwrap();
+    let refused = sqlx::query(
+        "INSERT INTO audit (row_version, session_id, interrupt_id, principal, decision, decided_at)
+         VALUES (1, 's', 'turn-1', 'x', 'cancelled', 0)",
+    )
+    .execute(store.raw_pool())
+    .await;
+    assert!(refused.is_err(), "schema 9 does not know `cancelled`");
+    drop(store);
+    let store = SqliteStore::open(&path).await.expect("migrates to schema 10");
+    let next: i64 = sqlx::query_scalar(
+        "INSERT INTO audit (row_version, session_id, interrupt_id, principal, decision, decided_at)
+         VALUES (1, 's', 'turn-1', 'alice', 'cancelled', 6) RETURNING audit_id",
+    )
+    .fetch_one(store.raw_pool())
+    .await
+    .unwrap();
+    assert_eq!(next, 5, "ids continue after the highest kept");
+    let rows = store
+        .audit()
+        .audit_entries(&tollgate_store::AuditQuery { limit: 10, ..Default::default() })
+        .await
+        .unwrap();
+    let kept: Vec<(i64, &str)> = rows.iter().map(|r| (r.audit_id, r.decision.as_str())).collect();
+    assert_eq!(kept, [(4, "revoked"), (5, "cancelled")]);
+    for sql in ["UPDATE audit SET principal = 'mallory'", "DELETE FROM audit"] {
+        let refused = sqlx::query(sql).execute(store.raw_pool()).await;
+        assert!(refused.is_err_and(|e| e.to_string().contains("append-only")), "{sql}");
+    }
+    assert_eq!(store.pending_cancel("s").await.unwrap(), None, "the columns are back");
+}

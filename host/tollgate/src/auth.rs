@@ -19,8 +19,9 @@
 //! groups = ["finance"]               # optional
 //! ```
 //!
-//! Roles: `viewer` reads; `client` reads, starts sessions and sends messages; `approver` reads and
-//! decides interrupts; `admin` does everything (upgrades included).
+//! Roles: `viewer` reads; `client` reads, starts sessions, sends messages and cancels the turns of
+//! sessions it started; `approver` reads, decides interrupts and cancels any turn; `admin` does
+//! everything (upgrades included).
 //!
 //! # Deciding an interrupt
 //!
@@ -117,6 +118,8 @@ pub enum Action {
     Write,
     /// Decide an interrupt (then [`Rules::may_decide`] checks the session and the tool).
     Decide,
+    /// Cancel a session's turn (then [`Rules::may_cancel`] checks the session).
+    Cancel,
     /// Upgrade sessions to another agent.
     Operate,
 }
@@ -128,6 +131,7 @@ impl Action {
             Action::Read => &[Role::Viewer, Role::Client, Role::Approver, Role::Admin],
             Action::Write => &[Role::Client, Role::Admin],
             Action::Decide => &[Role::Approver, Role::Admin],
+            Action::Cancel => &[Role::Client, Role::Approver, Role::Admin],
             Action::Operate => &[Role::Admin],
         }
     }
@@ -137,6 +141,7 @@ impl Action {
             Action::Read => "read",
             Action::Write => "start sessions or send messages",
             Action::Decide => "decide interrupts",
+            Action::Cancel => "cancel turns",
             Action::Operate => "upgrade sessions",
         }
     }
@@ -201,6 +206,16 @@ pub enum Denied {
         "principal `{name}` started session `{session_id}` and may not decide its interrupts (separation of duties): another approver must"
     )]
     OwnSession {
+        /// The caller.
+        name: String,
+        /// The session.
+        session_id: String,
+    },
+    /// A `client` (neither approver nor admin) cancels only the turns of sessions it started.
+    #[error(
+        "principal `{name}` may not cancel the turn of session `{session_id}`: as a client it cancels only sessions it started; an approver or admin may cancel any"
+    )]
+    NotOwnSession {
         /// The caller.
         name: String,
         /// The session.
@@ -275,6 +290,22 @@ impl Rules {
             return Err(Denied::OwnSession { name: caller.name.clone(), session_id: session_id.to_owned() });
         }
         Ok(())
+    }
+}
+
+impl Rules {
+    /// Whether `caller` may cancel the turn of session `session_id`, started by `starter`
+    /// (`None`: unknown): an approver or admin any; a client only one it started.
+    ///
+    /// # Errors
+    /// [`Denied::Role`], then [`Denied::NotOwnSession`].
+    pub fn may_cancel(&self, caller: &Caller, session_id: &str, starter: Option<&str>) -> Result<(), Denied> {
+        self.allows(caller, Action::Cancel)?;
+        let any = caller.sole || caller.roles.iter().any(|role| matches!(role, Role::Approver | Role::Admin));
+        if any || starter == Some(caller.name.as_str()) {
+            return Ok(());
+        }
+        Err(Denied::NotOwnSession { name: caller.name.clone(), session_id: session_id.to_owned() })
     }
 }
 
@@ -638,16 +669,15 @@ groups = ["finance"]
     fn each_role_allows_exactly_its_actions() {
         let rules = Rules::default();
         let table = [
-            (Role::Viewer, [true, false, false, false]),
-            (Role::Client, [true, true, false, false]),
-            (Role::Approver, [true, false, true, false]),
-            (Role::Admin, [true, true, true, true]),
+            (Role::Viewer, [true, false, false, false, false]),
+            (Role::Client, [true, true, false, true, false]),
+            (Role::Approver, [true, false, true, true, false]),
+            (Role::Admin, [true, true, true, true, true]),
         ];
         for (role, allowed) in table {
             let who = caller("p", &[role], &[]);
-            for (action, ok) in
-                [Action::Read, Action::Write, Action::Decide, Action::Operate].into_iter().zip(allowed)
-            {
+            let actions = [Action::Read, Action::Write, Action::Decide, Action::Cancel, Action::Operate];
+            for (action, ok) in actions.into_iter().zip(allowed) {
                 assert_eq!(rules.allows(&who, action).is_ok(), ok, "{role} {action:?}");
             }
         }
@@ -686,6 +716,23 @@ groups = ["finance"]
         assert_eq!(lenient.may_decide(&fin, "s-1", Some("fin"), "create_refund", &finance), Ok(()));
         let sole = Caller::sole_admin(SHORTCUT);
         assert_eq!(decide(&sole, Some(SHORTCUT), &finance), Ok(()), "the one admin is exempt");
+    }
+
+    #[test]
+    fn a_client_cancels_only_sessions_it_started_and_approvers_and_admins_any() {
+        let rules = Rules::default();
+        let carl = caller("carl", &[Role::Client], &[]);
+        assert_eq!(rules.may_cancel(&carl, "s-1", Some("carl")), Ok(()));
+        let other = rules.may_cancel(&carl, "s-1", Some("dana")).unwrap_err();
+        assert!(matches!(other, Denied::NotOwnSession { .. }), "{other}");
+        assert!(other.to_string().contains("cancels only sessions it started"), "{other}");
+        assert!(rules.may_cancel(&carl, "s-1", None).is_err(), "an unknown starter is not carl");
+        for role in [Role::Approver, Role::Admin] {
+            assert_eq!(rules.may_cancel(&caller("p", &[role], &[]), "s-1", Some("dana")), Ok(()), "{role}");
+        }
+        let vera = rules.may_cancel(&caller("vera", &[Role::Viewer], &[]), "s-1", Some("vera")).unwrap_err();
+        assert!(matches!(vera, Denied::Role { .. }), "{vera}");
+        assert_eq!(rules.may_cancel(&Caller::sole_admin(OPEN), "s-1", None), Ok(()));
     }
 
     #[test]

@@ -206,6 +206,16 @@ impl ApiClient {
         self.call(Method::POST, &format!("/v1/sessions/{}/messages", segment(id)), |r| r.json(&body)).await
     }
 
+    /// `POST /v1/sessions/{id}/cancel`: asks to cancel the turn in progress.
+    ///
+    /// # Errors
+    /// See [`CallError`]; an idle session is [`CallError::Api`] with status 409 `no_turn_running`,
+    /// a client's cancel of a session it did not start 403 `not_own_session`.
+    pub async fn cancel(&self, id: &str) -> Result<crate::api::types::CancelReceipt, CallError> {
+        let path = format!("/v1/sessions/{}/cancel", segment(id));
+        self.call(Method::POST, &path, |r| r.json(&crate::api::types::CancelTurn::default())).await
+    }
+
     /// `GET /v1/sessions/{id}`: the snapshot.
     ///
     /// # Errors

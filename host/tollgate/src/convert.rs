@@ -143,6 +143,27 @@ pub fn commit(t: engine::Transition) -> store::Commit {
             },
         },
         events: t.events.into_iter().map(event).collect(),
+        cancel: cancel(t.cancel),
+    }
+}
+
+/// What the commit does with the session's pending cancel request: applied, it is cleared with
+/// the audit row that names who cancelled the turn (its `interrupt_id` is the turn's id).
+pub fn cancel(change: engine::CancelRequestChange) -> store::CancelChange {
+    match change {
+        engine::CancelRequestChange::Keep => store::CancelChange::Keep,
+        engine::CancelRequestChange::Drop => store::CancelChange::Clear { audit: None },
+        engine::CancelRequestChange::Applied(cancelled) => {
+            let entry = store::NewAuditEntry {
+                principal: cancelled.cancelled_by,
+                decision: store::AuditDecision::Cancelled,
+                reason: Some(format!("cancelled {}", cancelled.turn_id)),
+                tool_name: None,
+                input: None,
+                edited_input: None,
+            };
+            store::CancelChange::Clear { audit: Some((cancelled.turn_id, entry)) }
+        }
     }
 }
 

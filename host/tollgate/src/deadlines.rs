@@ -9,6 +9,8 @@
 //! session's lock, that the interrupt is still open and the deadline is the one seen; the loser
 //! gets `InterruptAlreadyResolved` or `DeadlineNotDue` (or a replay: every firer of one deadline
 //! uses the same client key, `deadline:<deadline_at>`), which is the normal end of a lost race.
+//! A deadline of a turn a client is cancelling (`CancelPending`) does not fire either: the
+//! cancel closes the interrupt.
 //!
 //! What is written:
 //! - **Expiry**: the interrupt is resolved as a rejection whose message is
@@ -194,7 +196,12 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
             }
             Ok(done)
         }
-        Err(StoreError::InterruptAlreadyResolved { .. } | StoreError::DeadlineNotDue { .. }) => Ok(None),
+        // A turn being cancelled closes its interrupts itself.
+        Err(
+            StoreError::InterruptAlreadyResolved { .. }
+            | StoreError::DeadlineNotDue { .. }
+            | StoreError::CancelPending { .. },
+        ) => Ok(None),
         Err(other) => Err(other.into()),
     }
 }

@@ -277,6 +277,50 @@ async fn resolve_checked(
     })
 }
 
+/// Asks the session's turn in progress to stop, as `principal` (see
+/// `tollgate_engine::session::cancel`): the request and its `cancel_requested` event; the step in
+/// flight ends the turn `cancelled`. Whether `principal` may is the caller's check
+/// ([`auth::Rules::may_cancel`]).
+///
+/// # Errors
+/// An unknown session; [`StoreError::NothingToCancel`] when no turn runs.
+pub async fn cancel(
+    store: &dyn Store,
+    session_id: &str,
+    principal: &str,
+) -> Result<crate::api::types::CancelReceipt, ClientError> {
+    let request = tollgate_store::CancelRequest {
+        session_id: session_id.to_owned(),
+        requested_by: principal.to_owned(),
+        events: vec![convert::event(tollgate_engine::session::cancel::request_event(principal))],
+    };
+    let receipt = store.request_cancel(request).await?;
+    Ok(crate::api::types::CancelReceipt {
+        session_id: session_id.to_owned(),
+        cancel_requested: cancel_requested(receipt.pending),
+        replayed: receipt.replayed,
+    })
+}
+
+fn cancel_requested(pending: tollgate_store::PendingCancel) -> crate::api::types::CancelRequested {
+    crate::api::types::CancelRequested {
+        requested_by: pending.requested_by,
+        requested_at: pending.requested_at,
+    }
+}
+
+/// The prompts (user messages and notes) of the session after item seq `after`, in order: what a
+/// turn that has not answered them yet reads.
+///
+/// # Errors
+/// The store failed, or a row is corrupt.
+pub async fn prompts_after(store: &dyn Store, session_id: &str, after: i64) -> Result<Vec<Item>, StoreError> {
+    let mut items = read_all_items_of_kind_after(store, session_id, item_kind::USER_PROMPT, after).await?;
+    items.extend(read_all_items_of_kind_after(store, session_id, item_kind::TURN_FAILURE_NOTE, after).await?);
+    items.sort_by_key(|item| item.seq);
+    Ok(items)
+}
+
 /// The event kind of a decision's audit row on the session's stream: `{interrupt_id, principal,
 /// decision, reason, tool_name, input, edited_input}`.
 pub const DECISION_RECORDED: &str = "decision_recorded";
@@ -320,6 +364,7 @@ pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
             tollgate_store::AuditDecision::Escalated => AuditDecision::Escalated,
             tollgate_store::AuditDecision::Expired => AuditDecision::Expired,
             tollgate_store::AuditDecision::Revoked => AuditDecision::Revoked,
+            tollgate_store::AuditDecision::Cancelled => AuditDecision::Cancelled,
         },
         reason: entry.reason,
         tool_name: entry.tool_name,
@@ -425,6 +470,10 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         },
         cost_usd: state.cost_usd,
         last_turn_error: state.last_turn_error,
+        last_turn_cancelled: state
+            .last_turn_cancelled
+            .map(|c| crate::api::types::TurnCancelled { turn_id: c.turn_id, cancelled_by: c.cancelled_by }),
+        cancel_requested: store.pending_cancel(session_id).await?.map(cancel_requested),
         turn_id: state.turn.map(|t| t.turn_id),
         next_event_seq: session.next_event_seq,
         started_by: store.audit().started_by(session_id).await?,

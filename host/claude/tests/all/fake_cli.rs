@@ -320,3 +320,21 @@ async fn wait_group_gone(pgid: u32, context: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn a_cancelled_cli_that_ignores_its_interrupt_is_killed_with_its_group_after_the_grace() {
+    let (mut spec, _project) = spec("stall");
+    spec.cancel_grace = Duration::from_millis(500);
+    let (cancel, cancelled) = tokio::sync::watch::channel(false);
+    spec.cancel = Some(cancelled);
+    let started = Instant::now();
+    let segment = tokio::spawn(run(spec, gate(&Echo), Arc::new(Echo)));
+    // The fake has asked its hook and hangs; the segment's timeout (20 s) is far away.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cancel.send(true).unwrap();
+    let (report, _) = segment.await.unwrap();
+    let text = describe(&report);
+    assert!(matches!(report.outcome, SegmentOutcome::Cancelled { killed: true }), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(8), "killed after the grace, not the timeout\n{text}");
+    wait_group_gone(report.stats.pid.expect("started"), &text).await;
+}

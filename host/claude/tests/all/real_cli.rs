@@ -525,3 +525,29 @@ async fn a_claim_the_cli_refuses_sends_no_prompt_and_the_segment_runs_on_a_cli_o
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn a_cancelled_segment_interrupts_the_cli_mid_stream_and_it_ends_its_turn() {
+    let Some((cli, _slot)) = real_cli("a cancelled segment").await else { return };
+    let world = World::start(cli).await;
+    let mut spec = world.fresh("drip 20 20 ;; hold cancel-me ;; say a long answer that never ends");
+    let (cancel, cancelled) = tokio::sync::watch::channel(false);
+    spec.cancel = Some(cancelled);
+    spec.cancel_grace = std::time::Duration::from_secs(20);
+    let segment = tokio::spawn(run(spec, world.gate(), world.runner()));
+    world.mock.wait_for_gate("cancel-me", std::time::Duration::from_secs(60)).await.expect("streaming");
+    cancel.send(true).unwrap();
+    let (report, events) = segment.await.unwrap();
+    let text = world.text(&report);
+    assert!(
+        matches!(report.outcome, SegmentOutcome::Cancelled { killed: false }),
+        "the CLI ended its turn on the interrupt, within the grace\n{text}"
+    );
+    let result = report.stats.result.as_ref().unwrap_or_else(|| panic!("a result frame\n{text}"));
+    assert!(result.is_error, "{text}");
+    assert!(
+        events.iter().any(|e| matches!(e, tollgate_claude::SegmentEvent::TextDelta { .. })),
+        "it was streaming: {events:?}"
+    );
+    world.mock.open_gate("cancel-me");
+}

@@ -19,6 +19,7 @@
 //! | `CallTool`, `CallSingleAttemptTool` | [`tools::begin_tool_step`] → run the tool → [`tools::on_tool_result`] |
 //! | `ResumeTurn` | [`tools::on_resume_turn`] |
 //! | a recorded inline write inside `RunModel` | [`inline::unseen_writes`], [`inline::begin`] → run the tool → [`inline::on_result`] |
+//! | any step of a turn a client cancels | [`cancel::request_event`] → the step sees the request → [`cancel::on_cancel`] |
 //!
 //! # Stored formats (the seeds' wire contract, "Notes for other languages")
 //!
@@ -31,6 +32,7 @@
 //! - A tool call: [`CallEntry`], whose final form is [`crate::record::ToolCallRecord`]'s JSON.
 
 pub mod batches;
+pub mod cancel;
 pub mod client;
 pub mod grants;
 pub mod inline;
@@ -118,11 +120,15 @@ pub mod event_kind {
     pub const AHEAD_UNUSED: &str = "ahead_unused";
     /// A step attempt failed and will run again.
     pub const ATTEMPT_FAILED: &str = "attempt_failed";
+    /// A client asked to cancel the turn in progress: `{"requested_by"}` ([`super::cancel`]).
+    pub const CANCEL_REQUESTED: &str = "cancel_requested";
     /// The turn answered.
     pub const TURN_COMPLETED: &str = "turn_completed";
     /// The turn failed; see `last_turn_error`. Its payload: `{"turn_id","error","reason"}`
     /// with a [`super::failure_reason`].
     pub const TURN_FAILED: &str = "turn_failed";
+    /// The turn was cancelled: `{"turn_id","cancelled_by","requested_at"}` ([`super::cancel`]).
+    pub const TURN_CANCELLED: &str = "turn_cancelled";
 }
 
 /// Why a turn failed: the `reason` of a `turn_failed` event, a closed set (a metrics label).
@@ -197,6 +203,9 @@ pub struct RunState {
     /// What the session's segments cost, as the CLI reported (US dollars).
     #[serde(default)]
     pub cost_usd: f64,
+    /// Who cancelled the last turn, when it was cancelled; cleared when a turn completes or fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_turn_cancelled: Option<cancel::TurnCancelled>,
 }
 
 /// The turn in progress, once one of its segments ended on a deferred call.
@@ -222,6 +231,7 @@ impl Default for RunState {
             prompts_through: 0,
             last_turn_error: None,
             cost_usd: 0.0,
+            last_turn_cancelled: None,
         }
     }
 }
@@ -266,8 +276,9 @@ impl RunState {
     }
 }
 
-/// Where a deferred call is in its life; the last four are final (each an `Outcome`). Stored in
-/// the session's run state and sent as is by the HTTP API (`status` and that state's field).
+/// Where a deferred call is in its life: `succeeded` to `outcome_unknown` are final, each an
+/// `Outcome`; `unused` and `cancelled` are final too, for calls that never ran. Stored in the
+/// session's run state and sent as is by the HTTP API (`status` and that state's field).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -304,6 +315,9 @@ pub enum CallState {
     /// the model called it again: its decision (if anybody made one: see the audit trail) was
     /// never used, and the interrupt was closed if still open. It never ran.
     Unused,
+    /// Its turn was cancelled before it ran (waiting for a decision, or approved and queued): it
+    /// never ran, and its interrupt was closed if still open.
+    Cancelled,
 }
 
 impl CallState {
@@ -318,6 +332,7 @@ impl CallState {
             CallState::Rejected { .. } => "rejected",
             CallState::OutcomeUnknown => "outcome_unknown",
             CallState::Unused => "unused",
+            CallState::Cancelled => "cancelled",
         }
     }
 
@@ -340,7 +355,8 @@ impl CallState {
             CallState::PendingApproval
             | CallState::Queued
             | CallState::Started { .. }
-            | CallState::Unused => {
+            | CallState::Unused
+            | CallState::Cancelled => {
                 return None;
             }
         })
@@ -606,6 +622,22 @@ pub struct Transition {
     pub usage: Usage,
     /// Events to append.
     pub events: Vec<NewEvent>,
+    /// What becomes of the session's pending cancel request, if it has one.
+    pub cancel: CancelRequestChange,
+}
+
+/// What a [`Transition`] does with the session's pending cancel request ([`cancel`]): the store
+/// keeps one per session until a transition drops or applies it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CancelRequestChange {
+    /// Leave it: the turn goes on, and its next step applies it.
+    #[default]
+    Keep,
+    /// The turn ended another way (it completed or failed first): a request made during it is
+    /// dropped, so it never cancels the next turn.
+    Drop,
+    /// The turn ended cancelled: the request is done, and the audit trail names who made it.
+    Applied(cancel::TurnCancelled),
 }
 
 impl Transition {
@@ -621,6 +653,7 @@ impl Transition {
             run_state: None,
             usage: Usage::default(),
             events: Vec::new(),
+            cancel: CancelRequestChange::Keep,
         }
     }
 

@@ -11,9 +11,9 @@ use super::batches::{self, AheadCall, AheadRef, AheadState};
 use super::client::Decision;
 use super::grants::{SessionGrant, active_grant, session_grants};
 use super::{
-    CallEntry, CallState, CallStep, CloseInterrupt, EngineError, Finish, Limits, NewEvent, NewInterrupt,
-    NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition, TurnState, Usage,
-    event_kind, failure_reason, item_kind, raw, status, step_kind,
+    CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, Finish, Limits,
+    NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition,
+    TurnState, Usage, event_kind, failure_reason, item_kind, raw, status, step_kind,
 };
 use crate::gate::DeferredCall;
 use crate::policy::{DeferredRun, Handling, Policies};
@@ -231,6 +231,7 @@ pub fn plan_run_model(
                 None => {
                     let mut t = Transition::new(Finish::Done(json!({"outcome": "nothing_to_do"})));
                     t.status = Some(status::IDLE);
+                    t.cancel = CancelRequestChange::Drop;
                     return Ok(Plan::Finish(Box::new(t)));
                 }
             }
@@ -322,7 +323,7 @@ pub fn plan_run_model(
     })))
 }
 
-fn is_prompt(kind: &str) -> bool {
+pub(super) fn is_prompt(kind: &str) -> bool {
     kind == item_kind::USER_PROMPT || kind == item_kind::TURN_FAILURE_NOTE
 }
 
@@ -396,10 +397,12 @@ pub fn on_segment(
             next.turns_ended += 1;
             next.prompts_through = run.prompts_upto;
             next.last_turn_error = None;
+            next.last_turn_cancelled = None;
             next.cost_usd += cost_usd.unwrap_or(0.0);
             t.run_state = Some(next);
             t.usage = usage;
             t.status = Some(status::IDLE);
+            t.cancel = CancelRequestChange::Drop;
             t.steps.push(next_turn(run.prompts_upto));
             end_batches(&mut t, state, &run.turn_id);
             t.event(event_kind::TURN_COMPLETED, json!({"turn_id": run.turn_id, "result": result}))
@@ -639,7 +642,7 @@ fn turn_ahead(state: &RunState, turn_id: &str) -> Vec<AheadCall> {
 
 /// The turn ends: every call ahead whose decision no call used is recorded `unused`, and its
 /// interrupt is closed if still open ([`batches`]).
-fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
+pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
     let ahead = turn_ahead(state, turn_id);
     for unused in batches::turn_end(&ahead) {
         t.calls.push(CallEntry {
@@ -664,17 +667,7 @@ fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
             state: CallState::Unused,
         });
         let closing = batches::closing_decision(turn_id);
-        let (resolution, mut resolved) = super::client::resolution(&unused.interrupt_id, &closing);
-        for event in &mut resolved {
-            // Decided by nobody: Tollgate closed it.
-            event.payload["decided_by"] = Value::Null;
-            event.payload["closed"] = json!(true);
-        }
-        t.close_interrupts.push(CloseInterrupt {
-            interrupt_id: unused.interrupt_id.clone(),
-            resolution,
-            events: resolved,
-        });
+        t.close_interrupts.push(closed_by_nobody(&unused.interrupt_id, &closing));
         t.events.push(NewEvent {
             kind: event_kind::AHEAD_UNUSED,
             payload: json!({
@@ -686,6 +679,17 @@ fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
             }),
         });
     }
+}
+
+/// Interrupt `interrupt_id` closed with `decision`, if still open: decided by nobody (Tollgate
+/// closed it), its `interrupt_resolved` event saying so.
+pub(super) fn closed_by_nobody(interrupt_id: &str, decision: &Decision) -> CloseInterrupt {
+    let (resolution, mut resolved) = super::client::resolution(interrupt_id, decision);
+    for event in &mut resolved {
+        event.payload["decided_by"] = Value::Null;
+        event.payload["closed"] = json!(true);
+    }
+    CloseInterrupt { interrupt_id: interrupt_id.to_owned(), resolution, events: resolved }
 }
 
 /// The pause before attempt `attempt + 1`: 1 s, 2 s, 4 s, … at most 30 s.
@@ -728,8 +732,10 @@ pub(super) fn fail_turn(
     next.turn = None;
     next.turns_ended += 1;
     next.last_turn_error = Some(error.clone());
+    next.last_turn_cancelled = None;
     t.run_state = Some(next);
     t.status = Some(status::IDLE);
+    t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, turn_id);
     t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
@@ -772,6 +778,7 @@ pub fn on_unusable_rows(
         None => {
             let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
             t.status = Some(status::IDLE);
+            t.cancel = CancelRequestChange::Drop;
             t.steps.extend(prompts_seen.map(next_turn));
             t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
         }
@@ -779,7 +786,7 @@ pub fn on_unusable_rows(
 }
 
 /// `RunModel` for the next turn, if a message arrived after the prompts this turn answered.
-fn next_turn(prompts_upto: i64) -> NextStep {
+pub(super) fn next_turn(prompts_upto: i64) -> NextStep {
     NextStep {
         kind: step_kind::RUN_MODEL,
         payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),

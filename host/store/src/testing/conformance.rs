@@ -83,6 +83,7 @@ impl Harness {
 }
 
 mod audit;
+mod cancel;
 mod deadlines;
 
 /// One case of a suite: an async function of a fresh harness.
@@ -146,7 +147,8 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
-    run_cases("conformance", CASES.iter().chain(audit::CASES).chain(deadlines::CASES), fresh).await;
+    let cases = CASES.iter().chain(audit::CASES).chain(deadlines::CASES).chain(cancel::CASES);
+    run_cases("conformance", cases, fresh).await;
 }
 
 /// Runs `cases` of the suite `suite`, each on a fresh harness from `fresh(case_name)`, every one
@@ -402,6 +404,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
             add_usage: usage,
         },
         events: vec![event("interrupt_opened", r#"{"interrupt_id":"i1"}"#)],
+        cancel: CancelChange::Keep,
     };
     let receipt = s.commit(&c, commit).await.expect("commit");
     assert_eq!(receipt.item_seqs, vec![Some(2)]);

@@ -44,9 +44,9 @@ use tollgate_store::StoreError;
 
 use super::input::Params;
 use super::openapi::ReadErrors;
-use super::types::{DecideRight, ErrorCode, InboxEvent, InboxItem, InboxQuery, InterruptKey, StreamError};
+use super::types::{DecideRight, InboxEvent, InboxItem, InboxQuery, InterruptKey, StreamError};
 use super::{ApiError, ApiResult, ApiState, MAX_LIMIT, pending_interrupt};
-use crate::auth::{Caller, Denied};
+use crate::auth::Caller;
 
 /// The re-read when no wake-up came (see the module's doc).
 const POLL: Duration = Duration::from_secs(5);
@@ -236,14 +236,11 @@ fn right(
     );
     match decided {
         Ok(()) => DecideRight { allowed: true, code: None, reason: None },
-        Err(denied) => {
-            let code = match denied {
-                Denied::Role { .. } => ErrorCode::RoleRequired,
-                Denied::Group { .. } => ErrorCode::GroupRequired,
-                Denied::OwnSession { .. } => ErrorCode::OwnSession,
-            };
-            DecideRight { allowed: false, code: Some(code), reason: Some(denied.to_string()) }
-        }
+        Err(denied) => DecideRight {
+            allowed: false,
+            code: Some(super::denied_code(&denied)),
+            reason: Some(denied.to_string()),
+        },
     }
 }
 

@@ -40,8 +40,8 @@ use utoipa_axum::routes;
 
 use self::input::{JsonBody, Params, parse, path_ids};
 use self::types::{
-    AuditPage, BusySession, CreateSession, Created, Decide, DecideScope, DecisionReceipt, ErrorBody,
-    ErrorCode, ErrorDetail, Health, HealthStatus, InterruptList, Me, MessageReceipt, MovedSession,
+    AuditPage, BusySession, CancelReceipt, CreateSession, Created, Decide, DecideScope, DecisionReceipt,
+    ErrorBody, ErrorCode, ErrorDetail, Health, HealthStatus, InterruptList, Me, MessageReceipt, MovedSession,
     PendingInterrupt, RevokeReceipt, SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll,
     UpgradeSession, Upgraded, UpgradedAll,
 };
@@ -109,6 +109,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(get_session))
         .routes(routes!(send_message))
         .routes(routes!(decide))
+        .routes(routes!(cancel))
         .routes(routes!(revoke_grant))
         .routes(routes!(events::stream))
         .routes(routes!(upgrade_session))
@@ -170,16 +171,25 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The 403 code of a refusal.
+pub(crate) fn denied_code(denied: &crate::auth::Denied) -> ErrorCode {
+    use crate::auth::Denied;
+    match denied {
+        Denied::Role { .. } => ErrorCode::RoleRequired,
+        Denied::Group { .. } => ErrorCode::GroupRequired,
+        Denied::OwnSession { .. } => ErrorCode::OwnSession,
+        Denied::NotOwnSession { .. } => ErrorCode::NotOwnSession,
+    }
+}
+
 impl From<crate::auth::Denied> for ApiError {
     fn from(denied: crate::auth::Denied) -> Self {
         use crate::auth::Denied;
-        let message = denied.to_string();
-        let (code, needed) = match denied {
-            Denied::Role { roles, .. } => {
-                (ErrorCode::RoleRequired, Some(roles.iter().map(|r| r.as_str().to_owned()).collect()))
-            }
-            Denied::Group { groups, .. } => (ErrorCode::GroupRequired, Some(groups)),
-            Denied::OwnSession { .. } => (ErrorCode::OwnSession, None),
+        let (message, code) = (denied.to_string(), denied_code(&denied));
+        let needed = match denied {
+            Denied::Role { roles, .. } => Some(roles.iter().map(|r| r.as_str().to_owned()).collect()),
+            Denied::Group { groups, .. } => Some(groups),
+            Denied::OwnSession { .. } | Denied::NotOwnSession { .. } => None,
         };
         ApiError { needed, ..ApiError::new(StatusCode::FORBIDDEN, code, message) }
     }
@@ -231,6 +241,12 @@ impl From<StoreError> for ApiError {
             StoreError::SessionBusy { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::SessionBusy, text)
             }
+            StoreError::NothingToCancel { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::NoTurnRunning, text)
+            }
+            StoreError::CancelPending { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::TurnCancelling, text)
+            }
             StoreError::Corrupt { .. } | StoreError::FutureVersion { .. } => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoredRowRefused, text)
             }
@@ -261,7 +277,8 @@ fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<St
 }
 
 /// What a request does, for the role check: reads are `GET`s, `POST /v1/sessions` and
-/// `…/messages` write, `…/interrupts/{id}` and `DELETE …/grants/{tool}` decide, the upgrades operate. Anything else (a route
+/// `…/messages` write, `…/interrupts/{id}` and `DELETE …/grants/{tool}` decide, `…/cancel`
+/// cancels, the upgrades operate. Anything else (a route
 /// that does not exist, a wrong method) counts as a read, so it gets its 404 or 405.
 fn action_of(method: &axum::http::Method, path: &str) -> crate::auth::Action {
     use crate::auth::Action;
@@ -277,6 +294,7 @@ fn action_of(method: &axum::http::Method, path: &str) -> crate::auth::Action {
     match parts.as_slice() {
         ["", "v1", "sessions"] | ["", "v1", "sessions", _, "messages"] => Action::Write,
         ["", "v1", "sessions", _, "interrupts", _] => Action::Decide,
+        ["", "v1", "sessions", _, "cancel"] => Action::Cancel,
         ["", "v1", "sessions", _, "upgrade"] | ["", "v1", "agent-upgrades"] => Action::Operate,
         _ => Action::Read,
     }
@@ -415,7 +433,7 @@ async fn send_message(
         (status = 200, description = "Decided (or the same decision replayed)", body = DecisionReceipt),
         (status = 403, description = "`role_required` (not an approver or admin), `group_required` (the tool's policy names `approvers` groups the principal is in none of; listed in `needed`) or `own_session` (the principal started the session: separation of duties)", body = ErrorBody),
         (status = 404, description = "`session_not_found` or `interrupt_not_found`", body = ErrorBody),
-        (status = 409, description = "`interrupt_already_resolved` (decided otherwise), `interrupt_expired` (its approval deadline passed first; the message names it) or `idempotency_conflict`", body = ErrorBody),
+        (status = 409, description = "`interrupt_already_resolved` (decided otherwise, or closed with its cancelled turn), `interrupt_expired` (its approval deadline passed first; the message names it), `turn_cancelling` (its turn is being cancelled) or `idempotency_conflict`", body = ErrorBody),
         openapi::WriteErrors,
     )
 )]
@@ -483,6 +501,43 @@ async fn decide(
         session_id: id,
     };
     Ok(Json(answer).into_response())
+}
+
+/// `POST /v1/sessions/{id}/cancel`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/cancel",
+    tag = "sessions",
+    summary = "Cancel the turn in progress: a running segment is interrupted, a turn waiting for approval ends with its interrupts closed; the turn ends `cancelled` (audited with who asked)",
+    params(openapi::SessionId),
+    request_body(content = types::CancelTurn, description = "May be empty (the same as `{}`)"),
+    responses(
+        (status = 202, description = "Asked (or asked before and still pending: `replayed`); the `turn_cancelled` event follows once the step in flight applies it", body = CancelReceipt),
+        (status = 403, description = "`role_required` (a viewer) or `not_own_session` (a client cancels only sessions it started)", body = ErrorBody),
+        (status = 404, description = "`session_not_found`", body = ErrorBody),
+        (status = 409, description = "`no_turn_running`: the session is idle", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
+async fn cancel(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    path: Result<Path<Vec<String>>, PathRejection>,
+    RawQuery(query): RawQuery,
+    JsonBody(body): JsonBody,
+) -> ApiResult {
+    let [id] = path_ids(path, ["id"])?;
+    Params::parse(query.as_deref(), &[])?;
+    if !body.is_empty() {
+        parse::<types::CancelTurn>(&body)?;
+    }
+    if state.store.session(&id).await?.is_none() {
+        return Err(ApiError::no_session(&id));
+    }
+    let starter = state.store.audit().started_by(&id).await?;
+    state.auth.rules().may_cancel(&caller, &id, starter.as_deref())?;
+    let receipt = sessions::cancel(state.store.as_ref(), &id, &caller.name).await?;
+    Ok((StatusCode::ACCEPTED, Json(receipt)).into_response())
 }
 
 /// `DELETE /v1/sessions/{id}/grants/{tool}`.
@@ -951,6 +1006,7 @@ mod tests {
         assert_eq!(action_of(&post, "/v1/sessions"), Action::Write);
         assert_eq!(action_of(&post, "/v1/sessions/s/messages"), Action::Write);
         assert_eq!(action_of(&post, "/v1/sessions/s/interrupts/i"), Action::Decide);
+        assert_eq!(action_of(&post, "/v1/sessions/s/cancel"), Action::Cancel);
         assert_eq!(action_of(&axum::http::Method::DELETE, "/v1/sessions/s/grants/t"), Action::Decide);
         assert_eq!(action_of(&post, "/v1/sessions/s/upgrade"), Action::Operate);
         assert_eq!(action_of(&post, "/v1/agent-upgrades"), Action::Operate);

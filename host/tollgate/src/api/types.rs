@@ -63,6 +63,11 @@ pub struct SendMessage {
     pub client_key: Option<String>,
 }
 
+/// `POST /v1/sessions/{id}/cancel`: no fields (an empty body is the same as `{}`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelTurn {}
+
 /// `POST /v1/sessions/{id}/interrupts/{interrupt_id}`: a decision.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -318,6 +323,13 @@ pub struct Snapshot {
     /// Why the last turn failed, until a turn completes.
     #[schema(required = true)]
     pub last_turn_error: Option<String>,
+    /// Who cancelled the last turn, when it was cancelled, until a turn completes or fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_turn_cancelled: Option<TurnCancelled>,
+    /// A request to cancel the turn in progress that its step has not applied yet (absent
+    /// otherwise): decisions wait no more, and the turn ends `cancelled` (or as it ends first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_requested: Option<CancelRequested>,
     /// The turn in progress.
     #[schema(required = true)]
     pub turn_id: Option<String>,
@@ -341,6 +353,37 @@ pub struct Snapshot {
     /// segment ends its text is in `messages` and this is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_text: Option<LiveText>,
+}
+
+/// A turn that ended cancelled ([`Snapshot::last_turn_cancelled`]).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct TurnCancelled {
+    /// The turn.
+    pub turn_id: String,
+    /// The principal who cancelled it.
+    pub cancelled_by: String,
+}
+
+/// A pending request to cancel a session's turn in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct CancelRequested {
+    /// The principal who asked.
+    pub requested_by: String,
+    /// When (database clock, ms since the epoch).
+    pub requested_at: i64,
+}
+
+/// `POST /v1/sessions/{id}/cancel`: the request is stored; the turn ends `cancelled` once the
+/// step in flight sees it (a running segment is interrupted; a turn waiting for approval ends at
+/// once; a tool call that runs finishes first), or as it ends first (watch the events).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct CancelReceipt {
+    /// The session.
+    pub session_id: String,
+    /// The pending request: this one, or an earlier one still pending.
+    pub cancel_requested: CancelRequested,
+    /// `true` when a request was pending already and nothing new was written.
+    pub replayed: bool,
 }
 
 /// The text a running segment has streamed so far ([`Snapshot::live_text`]).
@@ -367,11 +410,11 @@ pub struct AuditRecord {
     pub audit_id: i64,
     /// The session.
     pub session_id: String,
-    /// The interrupt decided (its tool call's id).
+    /// The interrupt decided (its tool call's id); for `cancelled`, the turn cancelled.
     pub interrupt_id: String,
-    /// Who decided.
+    /// Who decided (or cancelled).
     pub principal: String,
-    /// `approved` or `rejected`.
+    /// What was decided.
     pub decision: AuditDecision,
     /// The decider's text (for a rejection, what the model reads).
     #[schema(required = true)]
@@ -405,6 +448,8 @@ pub enum AuditDecision {
     Expired,
     /// A session grant this interrupt's decision made was revoked (principal: who revoked it).
     Revoked,
+    /// A turn was cancelled (principal: who asked; `interrupt_id` is the turn's id).
+    Cancelled,
 }
 
 /// `GET /v1/audit`: a page of the audit trail, oldest first.
@@ -817,6 +862,8 @@ pub struct StreamEvent {
         "attempt_failed",
         "turn_completed",
         "turn_failed",
+        "cancel_requested",
+        "turn_cancelled",
         "agent_upgraded",
         "decision_recorded",
         "interrupt_escalated"
@@ -936,6 +983,8 @@ pub enum ErrorCode {
     GroupRequired,
     /// 403: the principal started the session, so another must decide (separation of duties).
     OwnSession,
+    /// 403: a `client` cancels only the turns of sessions it started.
+    NotOwnSession,
     /// 404: no such route.
     NotFound,
     /// 405: the route does not take this method.
@@ -954,6 +1003,10 @@ pub enum ErrorCode {
     IdempotencyConflict,
     /// 409: the session is running a step.
     SessionBusy,
+    /// 409: the session has no turn in progress to cancel.
+    NoTurnRunning,
+    /// 409: the interrupt's turn is being cancelled, so it is decided by nobody.
+    TurnCancelling,
     /// 503: the store cannot take the request now (a `Retry-After` header says when to retry).
     StoreUnavailable,
     /// 500: a stored row cannot be read (named in `message`).
@@ -974,6 +1027,7 @@ impl ErrorCode {
             ErrorCode::RoleRequired => "role_required",
             ErrorCode::GroupRequired => "group_required",
             ErrorCode::OwnSession => "own_session",
+            ErrorCode::NotOwnSession => "not_own_session",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::SessionNotFound => "session_not_found",
@@ -983,6 +1037,8 @@ impl ErrorCode {
             ErrorCode::InterruptExpired => "interrupt_expired",
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::SessionBusy => "session_busy",
+            ErrorCode::NoTurnRunning => "no_turn_running",
+            ErrorCode::TurnCancelling => "turn_cancelling",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::StoredRowRefused => "stored_row_refused",
             ErrorCode::StoreError => "store_error",
@@ -1087,6 +1143,8 @@ mod tests {
             usage: Usage { input_tokens: 1, cached_input_tokens: 0, output_tokens: 2, model_calls: 1 },
             cost_usd: 0.25,
             last_turn_error: None,
+            last_turn_cancelled: None,
+            cancel_requested: None,
             turn_id: None,
             next_event_seq: 7,
             started_by: Some("carl".into()),
@@ -1120,6 +1178,7 @@ mod tests {
             ErrorCode::RoleRequired,
             ErrorCode::GroupRequired,
             ErrorCode::OwnSession,
+            ErrorCode::NotOwnSession,
             ErrorCode::NotFound,
             ErrorCode::MethodNotAllowed,
             ErrorCode::SessionNotFound,
@@ -1129,6 +1188,8 @@ mod tests {
             ErrorCode::InterruptExpired,
             ErrorCode::IdempotencyConflict,
             ErrorCode::SessionBusy,
+            ErrorCode::NoTurnRunning,
+            ErrorCode::TurnCancelling,
             ErrorCode::StoreUnavailable,
             ErrorCode::StoredRowRefused,
             ErrorCode::StoreError,

@@ -2,8 +2,9 @@
 //!
 //! It sends "Refund order 7", shows the read tool running inline, the refund waiting for
 //! approval (a row, no process), approves it as a human would, and prints the answer and the
-//! tool record. Without `ANTHROPIC_API_KEY` it starts the scripted mock model (and says so) and
-//! a stand-in payments service on loopback; with a key it uses Claude.
+//! tool record. Without a model credential (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN` or
+//! `CLAUDE_CODE_OAUTH_TOKEN`) it starts the scripted mock model (and says so) and a stand-in
+//! payments service on loopback; with one it uses Claude.
 //!
 //! [`prepare`] runs before the async runtime starts: it picks the loopback ports and sets the
 //! environment the CLI and the payments tool's manifest read (setting variables is only sound
@@ -67,7 +68,9 @@ pub struct Prepared {
 /// # Errors
 /// No loopback port could be bound.
 pub fn prepare() -> anyhow::Result<Prepared> {
-    let offline = std::env::var_os("ANTHROPIC_API_KEY").is_none_or(|k| k.is_empty());
+    // Any credential the model proxy swaps in (an API key, an auth token, a subscription's OAuth
+    // token) means Claude.
+    let offline = matches!(crate::proxy::Upstream::from_env().credential, crate::proxy::Credential::None);
     let mock_port = if offline {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // SAFETY: called from `main` before the runtime and any other thread exist.
@@ -106,14 +109,14 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
             let mock = MockModel::start_on_port(port).await.context("starting the mock model")?;
             mock.add_scenario(PROMPT, MOCK_SCRIPT);
             println!(
-                "No ANTHROPIC_API_KEY is set: using the scripted mock model on {} (no network).",
+                "No model credential (ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or CLAUDE_CODE_OAUTH_TOKEN) is set: using the scripted mock model on {} (no network).",
                 mock.base_url()
             );
             println!("  It answers {PROMPT:?} with: {MOCK_SCRIPT}");
             Some(mock)
         }
         None => {
-            println!("ANTHROPIC_API_KEY is set: using Claude.");
+            println!("A model credential is set: using Claude.");
             None
         }
     };

@@ -113,6 +113,16 @@ pub enum SessionCommand {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Cancel the turn in progress: a running segment is interrupted, a turn waiting for approval
+    /// ends with its approvals closed. The turn ends `cancelled`; the session takes the next
+    /// message as usual.
+    Cancel {
+        /// The session.
+        id: String,
+        /// Wait until the turn has ended (cancelled, or as it ended first) and print how.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Show a session: status, messages, pending approvals, tool calls, usage.
     Show {
         /// The session.
@@ -193,6 +203,34 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
                 receipt.item_seq,
                 turn_note(receipt.turn_started, receipt.replayed)
             )?;
+        }
+        SessionCommand::Cancel { id, wait } => {
+            let receipt = client.cancel(&id).await?;
+            let asked = &receipt.cancel_requested;
+            if !wait {
+                if args.client.json {
+                    return print_json(out, &receipt);
+                }
+                let when = if receipt.replayed { ", asked before and still pending" } else { "" };
+                writeln!(out, "cancel of session {id} asked by {}{when}", asked.requested_by)?;
+                writeln!(out, "watch: tollgate session watch {}{}", shell_word(&id), args.client.url_flag())?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let snapshot = wait_for_turn_end(&client, &id).await?;
+            if args.client.json {
+                return print_json(out, &snapshot);
+            }
+            match (&snapshot.last_turn_cancelled, &snapshot.last_turn_error) {
+                (Some(cancelled), _) => writeln!(
+                    out,
+                    "{} of session {id} cancelled by {}",
+                    cancelled.turn_id, cancelled.cancelled_by
+                )?,
+                (None, Some(error)) => {
+                    writeln!(out, "the turn of session {id} failed before the cancel: {error}")?
+                }
+                (None, None) => writeln!(out, "the turn of session {id} completed before the cancel")?,
+            }
         }
         SessionCommand::Show { id } => {
             let snapshot = client.snapshot(&id).await?;
@@ -302,6 +340,12 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
     if let Some(error) = &snapshot.last_turn_error {
         writeln!(out, "last turn failed: {error}")?;
     }
+    if let Some(cancelled) = &snapshot.last_turn_cancelled {
+        writeln!(out, "last turn ({}) cancelled by {}", cancelled.turn_id, cancelled.cancelled_by)?;
+    }
+    if let Some(asked) = &snapshot.cancel_requested {
+        writeln!(out, "cancelling: asked by {}", asked.requested_by)?;
+    }
     writeln!(out)?;
     if snapshot.messages.is_empty() {
         writeln!(out, "(no messages)")?;
@@ -376,7 +420,7 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
     Ok(())
 }
 
-/// One line per audit row: `<time> <principal> approved|rejected|escalated|expired|revoked <tool> <interrupt> [input] [: reason]`.
+/// One line per audit row: `<time> <principal> approved|rejected|escalated|expired|revoked|cancelled <tool> <interrupt> [input] [: reason]` (a cancel's `<interrupt>` is its turn, its tool `-`).
 pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<String> {
     decisions
         .iter()
@@ -387,6 +431,7 @@ pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<Strin
                 crate::api::types::AuditDecision::Escalated => "escalated",
                 crate::api::types::AuditDecision::Expired => "expired",
                 crate::api::types::AuditDecision::Revoked => "revoked",
+                crate::api::types::AuditDecision::Cancelled => "cancelled",
             };
             let input = d.input.as_ref().map(|i| format!(" {}", clip(&compact(i), 60))).unwrap_or_default();
             let edited = d
@@ -460,7 +505,10 @@ async fn watch(
                         last = event.seq;
                         printer.print(&event)?;
                         if until_idle
-                            && matches!(event.kind.as_str(), "turn_completed" | "turn_failed")
+                            && matches!(
+                                event.kind.as_str(),
+                                "turn_completed" | "turn_failed" | "turn_cancelled"
+                            )
                             && idle_after(client, id, event.seq).await?
                         {
                             printer.end_line()?;
@@ -504,6 +552,28 @@ fn new_text(text: &str, offset: Option<usize>, printed: usize) -> (&str, usize) 
         }
     }
 }
+
+/// Waits (polling the snapshot) until the session has no cancel pending and is idle or runs the
+/// next turn, and returns that snapshot.
+async fn wait_for_turn_end(client: &ApiClient, id: &str) -> anyhow::Result<Snapshot> {
+    let started = std::time::Instant::now();
+    loop {
+        let snapshot = client.snapshot(id).await?;
+        if snapshot.cancel_requested.is_none() {
+            return Ok(snapshot);
+        }
+        if started.elapsed() > CANCEL_WAIT {
+            anyhow::bail!(
+                "session `{id}`: the cancel is still pending after {} s (is a Worker running?)",
+                CANCEL_WAIT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How long `session cancel --wait` waits for the turn to end.
+const CANCEL_WAIT: Duration = Duration::from_secs(120);
 
 /// Whether the session is idle with nothing pending and `seq` is its last event.
 async fn idle_after(client: &ApiClient, id: &str, seq: i64) -> anyhow::Result<bool> {
@@ -632,6 +702,8 @@ impl Printer {
             }
             "turn_completed" => writeln!(out, "[turn completed]")?,
             "turn_failed" => writeln!(out, "[turn failed] {}", text_of(&p["error"]))?,
+            "cancel_requested" => writeln!(out, "[cancel asked by {}]", text_of(&p["requested_by"]))?,
+            "turn_cancelled" => writeln!(out, "[turn cancelled by {}]", text_of(&p["cancelled_by"]))?,
             other => writeln!(out, "[{other}] {}", compact(p))?,
         }
         out.flush()?;

@@ -157,8 +157,10 @@ fn secs(name: &str, value: f64) -> anyhow::Result<Duration> {
         .with_context(|| format!("--{name} must be a positive number of seconds, not {value}"))
 }
 
-/// Builds a Worker from the options (shared with `tollgate serve`).
+/// Builds a Worker from the options (shared with `tollgate serve`). A Worker that could not reach
+/// the model (no credential, no `ANTHROPIC_BASE_URL`) is refused first, naming the variables.
 pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgate_store::Store>)> {
+    crate::proxy::Upstream::from_env().check()?;
     let lease = secs("lease-secs", args.lease_secs)?;
     let heartbeat = secs("heartbeat-secs", args.heartbeat_secs)?;
     if heartbeat >= lease {

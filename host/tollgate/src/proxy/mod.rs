@@ -14,7 +14,9 @@
 //!    reached the agent's `spend_limit_usd`, and records why ([`ProxySummary::stopped`]);
 //! 3. forwards it to the [`Upstream`] (the Worker's own `ANTHROPIC_BASE_URL`, default
 //!    `https://api.anthropic.com`) with the real credential in place of the token
-//!    (`x-api-key: $ANTHROPIC_API_KEY`, else `Authorization: Bearer $ANTHROPIC_AUTH_TOKEN`);
+//!    (`x-api-key: $ANTHROPIC_API_KEY`, else `Authorization: Bearer $ANTHROPIC_AUTH_TOKEN`, else
+//!    `Authorization: Bearer $CLAUDE_CODE_OAUTH_TOKEN` with [`OAUTH_BETA`] added to
+//!    `anthropic-beta`, as the CLI itself sends a subscription's OAuth token);
 //! 4. streams the answer back as it arrives, byte for byte, reading the usage out of it on the
 //!    way ([`usage`]), and adds the request's tokens, cost, latency and outcome to the segment's
 //!    [`ProxySummary`] and the process [`Metrics`].
@@ -26,8 +28,11 @@
 //! - The request that crosses the limit is served in full (its cost is known only from its
 //!   answer); the next one is refused. A segment can so overshoot the limit by one request.
 //! - `accept-encoding` is not forwarded (the usage is read from plain bytes).
-//! - Only API keys and `ANTHROPIC_AUTH_TOKEN` are swapped in; Bedrock, Vertex and OAuth logins of
-//!   the CLI are not proxied.
+//! - API keys, `ANTHROPIC_AUTH_TOKEN` and `CLAUDE_CODE_OAUTH_TOKEN` are swapped in; Bedrock,
+//!   Vertex and the CLI's interactive logins (`/login`, stored in its config directory) are not
+//!   proxied.
+//! - A Worker with none of them and no `ANTHROPIC_BASE_URL` would fail every turn: `tollgate
+//!   worker` and `tollgate serve` refuse to start instead ([`Upstream::check`]).
 //! - An `https://` upstream needs a TLS-enabled `reqwest` build (rustls).
 
 pub mod prices;
@@ -63,13 +68,21 @@ const TOKEN_PREFIX: &str = "tgp-";
 /// How many revoked tokens are remembered for a clearer refusal.
 const REMEMBERED_REVOKED: usize = 4096;
 
+/// The `anthropic-beta` flag the Messages API wants beside a subscription's OAuth token: the
+/// CLI adds it to every model request when it logs in with `CLAUDE_CODE_OAUTH_TOKEN`, but behind
+/// the proxy it holds a segment token as its API key, so the proxy adds it.
+pub const OAUTH_BETA: &str = "oauth-2025-04-20";
+
 /// The credential the proxy swaps in.
 #[derive(Clone)]
 pub enum Credential {
-    /// Sent as `x-api-key`.
+    /// Sent as `x-api-key` (`ANTHROPIC_API_KEY`).
     ApiKey(String),
-    /// Sent as `Authorization: Bearer`.
+    /// Sent as `Authorization: Bearer` (`ANTHROPIC_AUTH_TOKEN`).
     AuthToken(String),
+    /// A Claude subscription's OAuth token (`CLAUDE_CODE_OAUTH_TOKEN`, from `claude
+    /// setup-token`): sent as `Authorization: Bearer`, with [`OAUTH_BETA`] in `anthropic-beta`.
+    OAuthToken(String),
     /// Nothing is sent.
     None,
 }
@@ -79,9 +92,23 @@ impl std::fmt::Debug for Credential {
         f.write_str(match self {
             Credential::ApiKey(_) => "ApiKey(<redacted>)",
             Credential::AuthToken(_) => "AuthToken(<redacted>)",
+            Credential::OAuthToken(_) => "OAuthToken(<redacted>)",
             Credential::None => "None",
         })
     }
+}
+
+/// Why a Worker cannot reach the model: it refuses to start rather than fail every turn.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// No credential, and the default upstream (which needs one).
+    #[error(
+        "no model credential: set ANTHROPIC_API_KEY (an API key), ANTHROPIC_AUTH_TOKEN (a bearer token) \
+         or CLAUDE_CODE_OAUTH_TOKEN (a Claude subscription's token, from `claude setup-token`) in the \
+         Worker's environment, or ANTHROPIC_BASE_URL for a model endpoint that needs none"
+    )]
+    NoCredential,
 }
 
 /// Where requests go.
@@ -95,15 +122,36 @@ pub struct Upstream {
 
 impl Upstream {
     /// The Worker's own `ANTHROPIC_BASE_URL` (default [`DEFAULT_BASE_URL`]) with
-    /// `ANTHROPIC_API_KEY`, else `ANTHROPIC_AUTH_TOKEN`.
+    /// `ANTHROPIC_API_KEY`, else `ANTHROPIC_AUTH_TOKEN`, else `CLAUDE_CODE_OAUTH_TOKEN`.
     pub fn from_env() -> Upstream {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let credential = match (var("ANTHROPIC_API_KEY"), var("ANTHROPIC_AUTH_TOKEN")) {
-            (Some(key), _) => Credential::ApiKey(key),
-            (None, Some(token)) => Credential::AuthToken(token),
-            (None, None) => Credential::None,
+        Upstream::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`Upstream::from_env`] from the variables `var` reads (blank ones count as unset).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Upstream {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let credential = if let Some(key) = var("ANTHROPIC_API_KEY") {
+            Credential::ApiKey(key)
+        } else if let Some(token) = var("ANTHROPIC_AUTH_TOKEN") {
+            Credential::AuthToken(token)
+        } else if let Some(token) = var("CLAUDE_CODE_OAUTH_TOKEN") {
+            Credential::OAuthToken(token)
+        } else {
+            Credential::None
         };
         Upstream::new(var("ANTHROPIC_BASE_URL").as_deref().unwrap_or(DEFAULT_BASE_URL), credential)
+    }
+
+    /// Whether a Worker can reach the model this way: a credential, or another endpoint than
+    /// [`DEFAULT_BASE_URL`] (a local model server, a gateway that adds its own).
+    ///
+    /// # Errors
+    /// [`UpstreamError::NoCredential`], naming the variables to set.
+    pub fn check(&self) -> Result<(), UpstreamError> {
+        match self.credential {
+            Credential::None if self.base_url == DEFAULT_BASE_URL => Err(UpstreamError::NoCredential),
+            _ => Ok(()),
+        }
     }
 
     /// `base_url` with `credential`.
@@ -452,6 +500,26 @@ fn presented_token(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// Adds `beta` to the request's `anthropic-beta` flags (one comma-separated header), unless it
+/// has it.
+fn with_beta(headers: &mut HeaderMap, beta: &str) {
+    let mut betas: Vec<String> = headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|flag| !flag.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !betas.iter().any(|flag| flag == beta) {
+        betas.push(beta.to_owned());
+    }
+    if let Ok(value) = HeaderValue::from_str(&betas.join(",")) {
+        headers.insert("anthropic-beta", value);
+    }
+}
+
 /// A Messages-API error answer.
 fn error_response(status: StatusCode, kind: &str, message: &str) -> Response {
     let body = json!({"type": "error", "error": {"type": kind, "message": message}});
@@ -518,6 +586,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             if let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) {
                 headers.insert(header::AUTHORIZATION, value);
             }
+        }
+        Credential::OAuthToken(token) => {
+            if let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) {
+                headers.insert(header::AUTHORIZATION, value);
+            }
+            with_beta(&mut headers, OAUTH_BETA);
         }
         Credential::None => {}
     }
@@ -823,6 +897,90 @@ mod tests {
         let summary = token.summary();
         assert_eq!((summary.requests, summary.failed), (1, 1));
         assert_eq!(summary.errors, ["HTTP 529: overloaded_error: mock HTTP 529"]);
+    }
+
+    /// A loopback upstream that keeps every request's headers and answers a small message.
+    async fn recorder() -> (String, Arc<Mutex<Vec<HeaderMap>>>) {
+        let seen: Arc<Mutex<Vec<HeaderMap>>> = Arc::default();
+        let keep = seen.clone();
+        let app = axum::Router::new().fallback(move |request: Request| {
+            let keep = keep.clone();
+            async move {
+                keep.lock().unwrap().push(request.headers().clone());
+                let body = r#"{"type":"message","id":"msg_1","model":"claude-sonnet-4-5","usage":{"input_tokens":1,"output_tokens":1}}"#;
+                ([(header::CONTENT_TYPE, "application/json")], body)
+            }
+        });
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn a_subscription_oauth_token_goes_upstream_as_a_bearer_with_the_oauth_beta_added_once() {
+        let (url, seen) = recorder().await;
+        let credential = Credential::OAuthToken("sk-ant-oat01-subscription".into());
+        let proxy =
+            ModelProxy::start(Upstream::new(&url, credential), Arc::new(Metrics::default())).await.unwrap();
+        let token = proxy.register(SpendLimit::default());
+        // The betas the CLI sends with an API key (the segment token), one request with the OAuth
+        // beta already, and one with none.
+        for betas in [Some("claude-code-20250219, interleaved-thinking-2025-05-14"), Some(OAUTH_BETA), None] {
+            let mut request = reqwest::Client::new()
+                .post(format!("{}/v1/messages?beta=true", proxy.base_url()))
+                .header("x-api-key", token.token())
+                .header("content-type", "application/json")
+                .body(body("hi"));
+            if let Some(betas) = betas {
+                request = request.header("anthropic-beta", betas);
+            }
+            assert_eq!(request.send().await.unwrap().status(), 200);
+        }
+        let seen = seen.lock().unwrap().clone();
+        let header = |i: usize, name: &str| seen[i].get(name).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(seen.len(), 3);
+        for headers in &seen {
+            let authorization = headers.get("authorization").map(|v| v.to_str().unwrap());
+            assert_eq!(authorization, Some("Bearer sk-ant-oat01-subscription"));
+            assert!(headers.get("x-api-key").is_none(), "the segment token never leaves the Worker");
+            assert_eq!(headers.get_all("anthropic-beta").iter().count(), 1);
+        }
+        assert_eq!(
+            header(0, "anthropic-beta").as_deref(),
+            Some("claude-code-20250219,interleaved-thinking-2025-05-14,oauth-2025-04-20")
+        );
+        assert_eq!(header(1, "anthropic-beta").as_deref(), Some(OAUTH_BETA), "not twice");
+        assert_eq!(header(2, "anthropic-beta").as_deref(), Some(OAUTH_BETA));
+        assert_eq!(token.summary().requests, 3);
+    }
+
+    #[test]
+    fn the_credential_is_the_api_key_then_the_auth_token_then_the_oauth_token_and_none_is_refused() {
+        let upstream = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars.iter().map(|(n, v)| ((*n).into(), (*v).into())).collect();
+            Upstream::from_vars(|name| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()))
+        };
+        let all =
+            [("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_AUTH_TOKEN", "t"), ("CLAUDE_CODE_OAUTH_TOKEN", "o")];
+        assert!(matches!(upstream(&all).credential, Credential::ApiKey(k) if k == "k"));
+        assert!(matches!(upstream(&all[1..]).credential, Credential::AuthToken(t) if t == "t"));
+        let oauth = upstream(&all[2..]);
+        assert!(matches!(&oauth.credential, Credential::OAuthToken(o) if o == "o"));
+        assert_eq!(oauth.check(), Ok(()));
+        assert_eq!(format!("{:?}", oauth.credential), "OAuthToken(<redacted>)");
+        let blank = upstream(&[("CLAUDE_CODE_OAUTH_TOKEN", "  ")]);
+        assert!(matches!(blank.credential, Credential::None), "a blank variable is unset");
+        let refused = blank.check().unwrap_err().to_string();
+        for name in
+            ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"]
+        {
+            assert!(refused.contains(name), "{refused}");
+        }
+        let local = upstream(&[("ANTHROPIC_BASE_URL", "http://127.0.0.1:8787/")]);
+        assert_eq!((local.base_url.as_str(), local.check()), ("http://127.0.0.1:8787", Ok(())));
+        let explicit = upstream(&[("ANTHROPIC_BASE_URL", DEFAULT_BASE_URL)]);
+        assert_eq!(explicit.check(), Err(UpstreamError::NoCredential), "the real API needs a credential");
     }
 
     #[test]

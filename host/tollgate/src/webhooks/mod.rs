@@ -26,6 +26,7 @@
 //! | `interrupt.decided` | `interrupt_resolved` | [`InterruptDecided`] |
 //! | `turn.completed` | `turn_completed` | [`TurnCompleted`] |
 //! | `turn.failed` | `turn_failed` | [`TurnFailed`] |
+//! | `turn.cancelled` | `turn_cancelled` | [`TurnCancelled`] |
 
 pub mod config;
 pub mod deliver;
@@ -50,16 +51,19 @@ pub enum EventType {
     TurnCompleted,
     /// A turn failed.
     TurnFailed,
+    /// A turn was cancelled.
+    TurnCancelled,
 }
 
 impl EventType {
     /// Every type.
-    pub const ALL: [EventType; 5] = [
+    pub const ALL: [EventType; 6] = [
         Self::InterruptCreated,
         Self::InterruptEscalated,
         Self::InterruptDecided,
         Self::TurnCompleted,
         Self::TurnFailed,
+        Self::TurnCancelled,
     ];
 
     /// The name in the file and in `type`.
@@ -70,6 +74,7 @@ impl EventType {
             Self::InterruptDecided => "interrupt.decided",
             Self::TurnCompleted => "turn.completed",
             Self::TurnFailed => "turn.failed",
+            Self::TurnCancelled => "turn.cancelled",
         }
     }
 
@@ -81,6 +86,7 @@ impl EventType {
             Self::InterruptDecided => "interrupt_resolved",
             Self::TurnCompleted => "turn_completed",
             Self::TurnFailed => "turn_failed",
+            Self::TurnCancelled => "turn_cancelled",
         }
     }
 
@@ -194,6 +200,19 @@ pub struct TurnFailed {
     pub event_seq: i64,
 }
 
+/// `turn.cancelled`: a turn was cancelled.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub struct TurnCancelled {
+    /// The session.
+    pub session_id: String,
+    /// The turn.
+    pub turn_id: Option<String>,
+    /// The principal who cancelled it.
+    pub cancelled_by: Option<String>,
+    /// The event's seq.
+    pub event_seq: i64,
+}
+
 /// The stable `webhook-id` of an event: `msg_` and 32 hex digits of SHA-256 of `{session}/{seq}`.
 pub fn message_id(session_id: &str, seq: i64) -> String {
     let digest = Sha256::digest(format!("{session_id}/{seq}").as_bytes());
@@ -271,6 +290,12 @@ fn body_of(
             turn_id: s(&v["turn_id"]),
             error: s(&v["error"]),
             reason: s(&v["reason"]),
+            session_id,
+            event_seq: seq,
+        }),
+        EventType::TurnCancelled => serde_json::to_value(TurnCancelled {
+            turn_id: s(&v["turn_id"]),
+            cancelled_by: s(&v["cancelled_by"]),
             session_id,
             event_seq: seq,
         }),
@@ -369,6 +394,13 @@ mod tests {
         let got: Message<TurnCompleted> =
             serde_json::from_slice(&body("s", 7, "turn_completed", done, 0).unwrap().unwrap()).unwrap();
         assert_eq!((got.data.turn_id.as_deref(), got.data.result), (Some("t1"), Some(json!("ok"))));
+        let cancelled = r#"{"turn_id":"t1","cancelled_by":"alice","requested_at":5}"#;
+        let got: Message<TurnCancelled> =
+            serde_json::from_slice(&body("s", 8, "turn_cancelled", cancelled, 0).unwrap().unwrap()).unwrap();
+        assert_eq!(
+            (got.kind.as_str(), got.data.turn_id.as_deref(), got.data.cancelled_by.as_deref()),
+            ("turn.cancelled", Some("t1"), Some("alice"))
+        );
         assert!(body("s", 8, "text_delta", "{}", 0).is_none());
         let err = body("s", 9, "interrupt_resolved", r#"{"approved":true}"#, 0).unwrap().unwrap_err();
         assert!(err.contains("no `interrupt_id`"), "{err}");

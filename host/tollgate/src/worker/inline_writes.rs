@@ -18,11 +18,15 @@
 //!
 //! # Caveats
 //!
+//! - Once a client cancels the turn no attempt starts: the call is not answered. The step waits
+//!   for a write that runs to get its record ([`Recorder::settle`]); the cancel records one still
+//!   `started` (its Worker died, or it ran past the wait) as `outcome_unknown`.
 //! - A Worker killed between the tool's run and the record's commit leaves `started`: the
 //!   segment's rerun calls the tool again under the same key (the tool is idempotent), counting
 //!   the attempt.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tollgate_claude::tools::{CallFuture, NotRecorded, RecordedCall, RecordedFuture, ToolRunner, ToolSpec};
@@ -48,16 +52,28 @@ pub(super) struct SegmentTools {
     pub(super) worker: Worker,
     pub(super) claimed: Claimed,
     pub(super) turn_id: String,
+    /// Turns `true` when a client cancels the turn: no attempt of a write starts after that.
+    pub(super) cancel: tokio::sync::watch::Receiver<bool>,
+    /// Held (read) by every write while it runs, so the step can wait for them to end.
+    pub(super) in_flight: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl SegmentTools {
-    /// The tools of `sandbox`, recording under `claimed` for `turn_id`.
-    pub(super) fn new(sandbox: SandboxTools, worker: &Worker, claimed: &Claimed, turn_id: &str) -> Arc<Self> {
+    /// The tools of `sandbox`, recording under `claimed` for `turn_id` (see [`Recorder`]).
+    pub(super) fn new(
+        sandbox: SandboxTools,
+        worker: &Worker,
+        claimed: &Claimed,
+        turn_id: &str,
+        recorder: &Recorder,
+    ) -> Arc<Self> {
         Arc::new(SegmentTools {
             sandbox,
             worker: worker.clone(),
             claimed: claimed.clone(),
             turn_id: turn_id.to_owned(),
+            cancel: recorder.cancel.clone(),
+            in_flight: recorder.in_flight.clone(),
         })
     }
 
@@ -75,9 +91,15 @@ impl SegmentTools {
         call: RecordedCall<'_>,
     ) -> Result<ToolResult, NotRecorded> {
         let session_id = &self.claimed.step.session_id;
+        // Held until this write has its record (or its future is dropped).
+        let _running = self.in_flight.read().await;
         let entry = inline::write(&self.turn_id, &call.run.record_id, name, arguments.clone());
         let mut attempt = call.run.attempts_before + 1;
         loop {
+            if *self.cancel.borrow() {
+                // The turn is being cancelled: its cancel records what already started.
+                return Err(NotRecorded { message: "the turn was cancelled".into() });
+            }
             let (idempotency_key, attempt_u32) = match inline::begin(session_id, &entry, attempt) {
                 Begin::Recorded { call: done, transition } => {
                     self.commit(*transition).await?;
@@ -117,6 +139,40 @@ impl SegmentTools {
                     attempt += 1;
                 }
             }
+        }
+    }
+}
+
+/// How long a cancelled segment's step waits for its writes in flight to get their records
+/// ([`Recorder::settle`]).
+pub(super) const SETTLE: Duration = Duration::from_secs(30);
+
+/// What a segment's step shares with its inline writes: the signal that a client cancelled the
+/// turn (no attempt starts after it), and a lock every write holds while it runs, so the step can
+/// wait for them before it records the cancel. The CLI stops first: a write's tool call goes on
+/// in the background, and its record would otherwise race the cancel's.
+#[derive(Clone, Debug)]
+pub(super) struct Recorder {
+    cancel: tokio::sync::watch::Receiver<bool>,
+    in_flight: Arc<tokio::sync::RwLock<()>>,
+}
+
+impl Recorder {
+    /// A recorder whose writes stop starting once `cancel` turns `true`.
+    pub(super) fn new(cancel: tokio::sync::watch::Receiver<bool>) -> Self {
+        Recorder { cancel, in_flight: Arc::default() }
+    }
+
+    /// The cancel signal, for the segment's CLI.
+    pub(super) fn cancelled(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.cancel.clone()
+    }
+
+    /// Waits until no write runs ([`SETTLE`] at most): each has its record, or was dropped and
+    /// left `started`.
+    pub(super) async fn settle(&self) {
+        if tokio::time::timeout(SETTLE, self.in_flight.write()).await.is_err() {
+            warn!("an inline write still runs after {} s; its record stays `started`", SETTLE.as_secs());
         }
     }
 }

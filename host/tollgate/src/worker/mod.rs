@@ -10,6 +10,9 @@
 //! frozen, or the database clock moved past it) stops the step and can commit nothing: the store
 //! checks every write against the claim's fence.
 //!
+//! A step of a session whose turn a client asked to cancel ends the turn `cancelled` instead of
+//! running, and a running segment is interrupted as soon as the request arrives ([`cancel`]).
+//!
 //! Every Worker also fires approval deadlines that came due ([`crate::deadlines::run`], a task
 //! beside the claim loop that sleeps until the next deadline the store reports); it stops when
 //! the claims stop.
@@ -44,6 +47,7 @@
 //!   unless the options name a `cwd`. The workspace stays between segments on this host; a
 //!   session continued by a Worker on another host starts with an empty one.
 
+mod cancel;
 mod inline_writes;
 mod run_model;
 mod tool_steps;
@@ -594,6 +598,10 @@ impl Worker {
 
     async fn execute(&self, claimed: &Claimed) -> Result<(), StepError> {
         let step = &claimed.step;
+        // A client asked to cancel the turn: its step ends it instead of running.
+        if let Some(request) = self.store.pending_cancel(&step.session_id).await? {
+            return cancel::apply(self, claimed, request, 0.0).await;
+        }
         match StepInput::parse(&step.kind, step.payload.get())? {
             StepInput::RunModel(input) => run_model::run(self, claimed, &input).await,
             StepInput::AwaitToolApproval(input) => tool_steps::approval(self, claimed, &input).await,

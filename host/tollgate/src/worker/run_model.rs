@@ -25,7 +25,7 @@ use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::{Claimed, NewLiveText};
 use tracing::{info, warn};
 
-use super::inline_writes::SegmentTools;
+use super::inline_writes::{Recorder, SegmentTools};
 use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
 use crate::convert;
@@ -113,11 +113,14 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let mut next_warm = None;
     // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
     let tool_set = worker.agent.tools().await;
+    // A client's cancel interrupts the segment as soon as it arrives.
+    let cancel = super::cancel::watch(worker.store.clone(), session_id);
+    let recorder = Recorder::new(cancel.signal.clone());
     let result = match (&access, &tool_set) {
         (Ok((base_url, token)), Ok(tools)) => {
             let mut model =
                 ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
-            let recording = Recording { claimed, calls: &calls };
+            let recording = Recording { claimed, calls: &calls, recorder: recorder.clone() };
             let result =
                 segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &recording).await;
             (warm_token, next_warm) = (model.warm_token, model.next_warm);
@@ -165,6 +168,18 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         }
     };
     trace.finish(&result, tools);
+    drop(cancel);
+    // A cancel asked while the segment ran wins over how it ended, unless the turn completed.
+    let asked = match &result {
+        SegmentResult::Completed { .. } => None,
+        _ => store.pending_cancel(session_id).await?,
+    };
+    if let Some(request) = asked {
+        // A write whose tool call still runs gets its record first.
+        recorder.settle().await;
+        let cost = summary.as_ref().map_or(0.0, |summary| summary.cost_usd);
+        return super::cancel::apply(worker, claimed, request, cost).await;
+    }
     match &result {
         SegmentResult::Failed { error, retryable } => {
             warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
@@ -244,15 +259,17 @@ async fn ahead_states(
     Ok(states)
 }
 
-/// What records a segment's inline writes: the step's claim (and so the session), and the
-/// session's calls when the segment started (for the writes an earlier attempt of the segment
-/// made).
+/// What records a segment's inline writes: the step's claim (and so the session), the session's
+/// calls when the segment started (for the writes an earlier attempt of the segment made), and
+/// what the step shares with the writes ([`Recorder`]).
 struct Recording<'a> {
     claimed: &'a Claimed,
     calls: &'a [CallEntry],
+    recorder: Recorder,
 }
 
-async fn read_calls(
+/// The session's deferred and inline calls, as stored.
+pub(super) async fn read_calls(
     store: &dyn tollgate_store::Store,
     session_id: &str,
 ) -> Result<Vec<CallEntry>, StepError> {
@@ -357,7 +374,13 @@ async fn segment(
     let session_id = recording.claimed.step.session_id.as_str();
     let agent = &worker.agent;
     let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
-    let tools = SegmentTools::new(SandboxTools(tools.clone()), worker, recording.claimed, &run.turn_id);
+    let tools = SegmentTools::new(
+        SandboxTools(tools.clone()),
+        worker,
+        recording.claimed,
+        &run.turn_id,
+        &recording.recorder,
+    );
     let ctx = OptionsContext {
         session_id: session_id.to_owned(),
         turn_id: run.turn_id.clone(),
@@ -425,6 +448,7 @@ async fn segment(
     prompts_to_initialize(&mut spec);
     spec.timeout = agent.config.segment_timeout;
     let box_owner = spec.sandbox.as_ref().and_then(|b| b.config.user.owner());
+    spec.cancel = Some(recording.recorder.cancelled());
     if let warm::Cwd::Session { root } = &cwd_kind
         && let Err(err) = workspace::prepare(root, session_id, box_owner)
     {
@@ -489,6 +513,15 @@ async fn segment(
             }
             failed(text, retryable)
         }
+        // Its step applies the cancel request instead; without one (never: only this step's
+        // commit clears it) another attempt runs.
+        SegmentOutcome::Cancelled { killed } => failed(
+            format!(
+                "the segment was cancelled{}",
+                if killed { " (its CLI was killed after the grace)" } else { "" }
+            ),
+            true,
+        ),
         other => failed(format!("unexpected segment outcome {other:?}"), true),
     }
 }

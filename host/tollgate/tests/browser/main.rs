@@ -4,6 +4,8 @@
 //! server (`served`), seeding (`park`) and chaos harness (which `util` uses) are shared by path,
 //! not copied.
 //!
+//! - `cancel`: a streaming turn cancelled with the session page's button by the client who
+//!   started the session; the button disabled, with why, for another client.
 //! - `live_text`: a reply shown on the session page as it streams, from the snapshot then live.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
@@ -14,6 +16,7 @@
 //! Without Chromium the tests skip with a message; `TOLLGATE_REQUIRE_BROWSER=1` makes that a
 //! failure (as `scripts/test.sh` does).
 
+mod cancel;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
 mod driver;

@@ -549,6 +549,8 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         usage: Usage { input_tokens: 1, cached_input_tokens: 0, output_tokens: 1, model_calls: 1 },
         cost_usd: 0.5,
         last_turn_error: None,
+        last_turn_cancelled: None,
+        cancel_requested: None,
         turn_id: None,
         next_event_seq: 9,
         started_by: Some("tollgate:token".into()),

@@ -7,7 +7,7 @@ use crate::util::{Refund, World};
 
 /// The refund flow of the issue's benchmark: a read, an approval-free idempotent write, then the
 /// model's answer quoting both.
-const FLOW: &str =
+pub(crate) const FLOW: &str =
     r#"call lookup_order {"order_id":"7"} && call record_credit {"order_id":"7","amount_cents":300}"#;
 
 /// The test fault point of `tollgate::worker` (`inline_writes::FAULT_ENV`).
@@ -15,7 +15,7 @@ const FAULT_ENV: &str = "TOLLGATE_TEST_FAULT";
 
 /// The example agent plus `record_credit` under the default policy of an approval-free
 /// idempotent write (no `inline` key: inline is the default).
-async fn ledger_world(test: &str) -> Option<World> {
+pub(crate) async fn ledger_world(test: &str) -> Option<World> {
     let world = World::new(test, Refund::SingleAttemptWithApproval).await?;
     std::fs::copy(tollgate_test_guests::LEDGER, world.agent.join("tools/ledger.wasm")).expect("ledger");
     let config = std::fs::read_to_string(world.agent.join("tollgate.toml")).expect("config");

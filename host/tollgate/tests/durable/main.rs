@@ -8,6 +8,9 @@
 //! - `auth`: principals from `tollgate auth add`: 401 and 403 (role, approver group, separation
 //!   of duties) through HTTP and the CLI client, the audit trail in the snapshot, the event stream,
 //!   `session show` and `GET /v1/audit`.
+//! - `cancel`: a turn cancelled during a streaming segment, during an inline write and while
+//!   waiting for approval (a late decision refused), by whom it may be; the request crossing
+//!   from an API process to a Worker process on SQLite and PostgreSQL; the next message runs.
 //! - `batches`: one reply asking for three refunds decided in one sitting (one approval round),
 //!   the repeats using the decisions made ahead; unused and closed decisions ahead.
 //! - `deadlines`: approval deadlines: a 2 s deadline fired by a Worker started after the first was
@@ -19,6 +22,7 @@
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
+//! - `logins`: a Worker whose only credential is a subscription's `CLAUDE_CODE_OAUTH_TOKEN`.
 //! - `matrix`: the seeds' crash matrix.
 //! - `inline_writes`: an approval-free idempotent write run inline in one CLI process, its record
 //!   committed before the CLI reads it; SIGKILL before and after that commit.
@@ -45,6 +49,7 @@ mod api_input;
 mod auth;
 mod batches;
 mod bundles;
+mod cancel;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
@@ -53,6 +58,7 @@ mod edits;
 mod grants;
 mod inline_writes;
 mod lifecycle;
+mod logins;
 mod matrix;
 mod outage;
 #[path = "../support/park.rs"]

@@ -1,11 +1,14 @@
 // A session: its conversation with live text, its tool calls and their records, the audit
-// trail, usage and cost, the last turn's error, and a box to send a message.
+// trail, usage and cost, the last turn's error or cancel, a box to send a message, and a button
+// that cancels the turn in progress.
 
 import { call, seg, stream } from './api.js';
 import { clear, el, notify, pretty, when } from './dom.js';
 
 const REFRESH_ON = new Set(['user_message', 'turn_started', 'turn_completed', 'turn_failed', 'tool_call_started',
-  'tool_call_finished', 'interrupt_opened', 'interrupt_resolved', 'decision_recorded', 'attempt_failed', 'agent_upgraded']);
+  'tool_call_finished', 'interrupt_opened', 'interrupt_resolved', 'decision_recorded', 'attempt_failed', 'agent_upgraded',
+  'cancel_requested', 'turn_cancelled']);
+const TURN_ENDS = new Set(['turn_completed', 'turn_failed', 'turn_cancelled']);
 
 /** Mounts the session `id` in `view` for the principal `me`; returns its unmount. */
 export function mount(view, id, me) {
@@ -24,7 +27,11 @@ export function mount(view, id, me) {
   const sendWhy = el('p', { class: 'why', id: 'send-why', text: mayWrite ? '' : `Sending needs the role client or admin; ${me.name} has ${me.roles.join(', ') || 'none'}.` });
   const sendResult = el('p', { class: 'result', role: 'status' });
   const form = el('form', { class: 'send', id: 'send-form' }, el('label', { for: textId, text: 'Message' }), text, el('div', { class: 'actions' }, send), sendWhy, sendResult);
-  view.append(title, facts, error,
+  const stop = el('button', { type: 'button', id: 'cancel-turn', class: 'danger', disabled: true, text: 'Cancel turn', 'aria-describedby': 'cancel-why' });
+  const stopWhy = el('p', { class: 'why', id: 'cancel-why' });
+  const stopResult = el('p', { class: 'result', id: 'cancel-result', role: 'status' });
+  const cancelled = el('p', { class: 'notice', id: 'last-turn-cancelled' });
+  view.append(title, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
     el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
     el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }), calls),
     el('section', { class: 'panel', 'aria-labelledby': 'audit-h' }, el('h3', { id: 'audit-h', text: 'Audit trail' }),
@@ -54,7 +61,36 @@ export function mount(view, id, me) {
     send.disabled = !mayWrite;
   });
 
+  // An approver or admin cancels any turn; a client only those of sessions it started (the API
+  // decides: this only greys the button out).
+  function cancelRight(s) {
+    if (s.status === 'idle') return [false, 'No turn is running.'];
+    if (s.cancel_requested) return [false, `Cancelling: asked by ${s.cancel_requested.requested_by}.`];
+    if (me.sole || me.roles.includes('approver') || me.roles.includes('admin')) return [true, ''];
+    if (me.roles.includes('client') && s.started_by === me.name) return [true, ''];
+    if (me.roles.includes('client')) return [false, `A client cancels only the sessions it started; ${s.started_by || 'nobody recorded'} started this one.`];
+    return [false, `Cancelling needs the role client, approver or admin; ${me.name} has ${me.roles.join(', ') || 'none'}.`];
+  }
+
+  stop.addEventListener('click', async () => {
+    stop.disabled = true;
+    stopResult.classList.remove('failed');
+    try {
+      const receipt = await call('POST', `${path}/cancel`, {});
+      stopResult.textContent = `Cancel asked by ${receipt.cancel_requested.requested_by}.`;
+      notify(`Cancel of ${id} asked`);
+    } catch (e) {
+      stopResult.classList.add('failed');
+      stopResult.textContent = e.describe ? e.describe() : String(e);
+    }
+    refresh();
+  });
+
   function render(s) {
+    const [mayCancel, whyNot] = cancelRight(s);
+    stop.disabled = !mayCancel;
+    stopWhy.textContent = whyNot;
+    cancelled.textContent = s.last_turn_cancelled ? `Last turn (${s.last_turn_cancelled.turn_id}) cancelled by ${s.last_turn_cancelled.cancelled_by}.` : '';
     clear(facts);
     const usage = s.usage || {};
     const pairs = [
@@ -159,7 +195,7 @@ export function mount(view, id, me) {
       addText(p.turn_id, data.step_id, data.fence, p.offset, p.text || '');
       showLive(current ? current.turn_id || p.turn_id : p.turn_id);
     } else if (REFRESH_ON.has(event.event)) {
-      if (event.event === 'turn_completed' || event.event === 'turn_failed') liveText.delete((data.payload || {}).turn_id);
+      if (TURN_ENDS.has(event.event)) liveText.delete((data.payload || {}).turn_id);
       refresh();
     }
   }
