@@ -107,12 +107,14 @@ pub fn prepare_root(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Makes `<root>/<folder_name(session_id)>` (and `root`) with mode 0700 and returns it; with
-/// `owner` (the user of a root Worker's boxes), the workspace is given to that user, who copies
-/// it into and out of the box.
+/// Makes `<root>/<folder_name(session_id)>` (and `root`) with mode 0700 and returns it. It
+/// belongs to `owner` (the user of a root Worker's boxes, who copies it into and out of the box)
+/// or else to this user; a root Worker gives a workspace it finds another's (the session ran boxed
+/// before, or on a Worker with another box user) to the one it needs, everything in it included.
 ///
 /// # Errors
-/// A folder that cannot be made, or a root or workspace that another user owns or may write.
+/// A folder that cannot be made, or a root or workspace that another user owns or may write
+/// (for a Worker that is not root).
 pub fn prepare(root: &Path, session_id: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
     prepare_root(root)?;
     let make = |dir: &Path| {
@@ -127,19 +129,14 @@ pub fn prepare(root: &Path, session_id: &str, owner: Option<(u32, u32)>) -> Resu
     let dir = root.join(folder_name(session_id));
     make(&dir)?;
     let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let boxes = owner.map(|(uid, _)| uid);
-    if !meta.is_dir() || (meta.uid() != uid && Some(meta.uid()) != boxes) {
-        return Err(format!(
-            "the workspace {} is not a directory of this user or its boxes' user",
-            dir.display()
-        ));
+    // SAFETY: getgid(2) cannot fail and has no memory effects.
+    let (want_uid, want_gid) = owner.unwrap_or((uid, unsafe { libc::getgid() }));
+    if !meta.is_dir() || (meta.uid() != want_uid && uid != 0) {
+        return Err(format!("the workspace {} is not a directory of this user", dir.display()));
     }
-    if let Some((box_uid, box_gid)) = owner
-        && meta.uid() != box_uid
-    {
-        std::os::unix::fs::lchown(&dir, Some(box_uid), Some(box_gid)).map_err(|e| {
-            format!("the workspace {} cannot be given to the boxes' user: {e}", dir.display())
-        })?;
+    if meta.uid() != want_uid {
+        tollgate_box::layout::give_tree(&dir, Some((want_uid, want_gid)))
+            .map_err(|e| format!("the workspace {} cannot be given to uid {want_uid}: {e}", dir.display()))?;
     }
     if meta.mode() & 0o077 != 0 {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
@@ -172,6 +169,25 @@ mod tests {
         std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(prepare(&root, "s/1", None).unwrap(), ws);
         assert_eq!(std::fs::metadata(&ws).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_root_worker_gives_a_workspace_and_its_files_to_whoever_it_runs_it_as() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("workspaces");
+        let ws = prepare(&root, "s", Some((65534, 65534))).unwrap();
+        std::fs::write(ws.join("note"), "x").unwrap();
+        let ws = prepare(&root, "s", Some((65534, 65534))).unwrap();
+        assert_eq!(std::fs::metadata(&ws).unwrap().uid(), 65534);
+        let ws = prepare(&root, "s", None).unwrap();
+        assert_eq!(std::fs::metadata(&ws).unwrap().uid(), 0, "back to the Worker, unboxed");
+        assert_eq!(std::fs::metadata(ws.join("note")).unwrap().uid(), 0, "its files go with it");
+        let ws = prepare(&root, "s", Some((65534, 65534))).unwrap();
+        assert_eq!(std::fs::metadata(ws.join("note")).unwrap().uid(), 65534);
     }
 
     #[test]

@@ -348,8 +348,10 @@ pub fn tollgate_command(
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("PAYMENTS_URL", payments_url)
         .env("TOLLGATE_CACHE_DIR", cache_dir)
-        // A server's own token file and the client's lookup of it stay in the test's folder.
-        .env("XDG_STATE_HOME", cache_dir.join("state"));
+        // A server's own token file and the client's lookup of it stay in the test's folder, and
+        // so do the sessions' workspaces (a flag wins), never the shared `/tmp` default.
+        .env("XDG_STATE_HOME", cache_dir.join("state"))
+        .env("TOLLGATE_WORKSPACE_ROOT", cache_dir.parent().unwrap_or(cache_dir).join("workspaces"));
     command
 }
 
