@@ -10,7 +10,14 @@
 //! let config = BoxConfig::new("/usr/bin/bwrap", "/opt/tollgate/tollgate-box", BoxUser::Namespace);
 //! let dir = BoxDir::create(root.path(), &config, "b-1").unwrap();
 //! let workspace = BoxWorkspace::Copied(None);
-//! let plan = BoxPlan { config: &config, dir: &dir, program: Path::new("/opt/claude/claude"), args: &[], workspace: &workspace };
+//! let plan = BoxPlan {
+//!     config: &config,
+//!     dir: &dir,
+//!     program: Path::new("/opt/claude/claude"),
+//!     args: &[],
+//!     workspace: &workspace,
+//!     late_config: false,
+//! };
 //! let args = command_line(&plan, &HostRoot::debian());
 //! assert!(args.iter().any(|a| a == "--unshare-all"));
 //! ```
@@ -157,6 +164,7 @@ pub fn command_line(plan: &BoxPlan<'_>, host: &HostRoot) -> Vec<OsString> {
         config_dir: paths::CONFIG.into(),
         workspace: matches!(plan.workspace, BoxWorkspace::Copied(_)).then(|| paths::WORKSPACE.into()),
         workspace_from_fd: matches!(plan.workspace, BoxWorkspace::Copied(Some(_))),
+        late_config: plan.late_config,
     };
     args.0.push("--".into());
     args.0.push(paths::INIT.into());
@@ -218,6 +226,7 @@ mod tests {
             program: Path::new("/opt/claude/bin/claude"),
             args: &cli_args,
             workspace: &workspace,
+            late_config: true,
         };
         let args = strings(&command_line(&plan, &HostRoot::debian()));
         for flag in ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1"] {
@@ -249,7 +258,7 @@ mod tests {
             args.iter().enumerate().filter(|(_, a)| *a == "--").map(|(i, _)| i).collect();
         assert_eq!(args[dashes[0] + 1], paths::INIT);
         let init: InitConfig = serde_json::from_str(&args[dashes[0] + 2]).unwrap();
-        assert!(init.workspace_from_fd);
+        assert!(init.workspace_from_fd && init.late_config);
         assert_eq!(init.relays, [RelayPlan { port: 4100, socket: paths::MODEL_SOCKET.into() }]);
         assert_eq!(args[dashes[1] + 1..], [&format!("{}/claude", paths::CLI_FOLDER), "--resume=s-1"]);
     }
@@ -266,6 +275,7 @@ mod tests {
             program: Path::new("/c/claude"),
             args: &[],
             workspace: &workspace,
+            late_config: false,
         };
         let args = strings(&command_line(&plan, &HostRoot::debian()));
         assert!(window(&args, "--bind", "/srv/repo").is_some_and(|w| w[2] == "/srv/repo"));

@@ -59,6 +59,10 @@ pub struct BoxPlan<'a> {
     pub args: &'a [OsString],
     /// Where it works.
     pub workspace: &'a BoxWorkspace,
+    /// Files for the CLI's config folder are written after the box starts (a CLI started ahead of
+    /// its segment): the init copies them in before the CLI reads its first input, passing stdin
+    /// through itself; otherwise it copies them at once and the CLI reads stdin directly.
+    pub late_config: bool,
 }
 
 /// A box's host directory (see the module docs). The caller owns `root` and removes it.

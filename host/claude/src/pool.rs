@@ -41,7 +41,7 @@ use tollgate_protocol::HostFrame;
 
 use crate::error::SegmentError;
 use crate::launch::ScratchDirs;
-use crate::segment::{INITIALIZE_ID, SegmentSpec, launch, parked_launch, spawn};
+use crate::segment::{INITIALIZE_ID, SegmentSpec, Started, launch, parked_launch, spawn};
 use crate::transport::CliProcess;
 
 /// What a segment's launch must share with a warm CLI to run on it: the program, the argv, the
@@ -165,7 +165,7 @@ impl WarmCli {
     /// The directories cannot be made or the process cannot be started.
     pub fn spawn(spec: &SegmentSpec) -> Result<WarmCli, SegmentError> {
         let dirs = ScratchDirs::for_spec(spec, true)?;
-        let process = spawn(&launch(spec, &dirs))?;
+        let process = spawn(&launch(spec, &dirs, Started::Ahead))?;
         Ok(WarmCli { process, dirs, cwd: spec.cwd.clone(), parked: false })
     }
 

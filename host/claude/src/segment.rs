@@ -653,7 +653,7 @@ async fn run(
     );
     let mut process = match warm_process {
         Some(process) => process,
-        None => spawn(&launch(spec, &dirs))?,
+        None => spawn(&launch(spec, &dirs, Started::Now))?,
     };
     let pid = process.pid();
     stats.pid = Some(pid);
@@ -874,14 +874,26 @@ pub(crate) fn spawn(launch: &Launch) -> Result<CliProcess, SegmentError> {
     CliProcess::spawn(launch).map_err(|source| SegmentError::Spawn { path: launch.program.clone(), source })
 }
 
+/// Whom a launch starts a CLI for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Started {
+    /// The segment itself: its files (a resume's transcript) are in place.
+    Now,
+    /// A segment to come ([`crate::pool`]): a resume's transcript is written after the spawn,
+    /// before `initialize`.
+    Ahead,
+    /// A parked spare: its session, and so its workspace, comes with the claim.
+    Parked,
+}
+
 /// What starts the CLI of `spec` with `dirs` as its `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR`.
-pub(crate) fn launch(spec: &SegmentSpec, dirs: &ScratchDirs) -> Launch {
-    launch_with(spec, dirs, spec.args(), spec.cwd.clone(), false)
+pub(crate) fn launch(spec: &SegmentSpec, dirs: &ScratchDirs, started: Started) -> Launch {
+    launch_with(spec, dirs, spec.args(), spec.cwd.clone(), started)
 }
 
 /// The launch of a parked spare for `spec` ([`crate::pool`]): its argv, in the directory `park`.
 pub(crate) fn parked_launch(spec: &SegmentSpec, dirs: &ScratchDirs, park: PathBuf) -> Launch {
-    launch_with(spec, dirs, spec.parked_args(), park, true)
+    launch_with(spec, dirs, spec.parked_args(), park, Started::Parked)
 }
 
 fn launch_with(
@@ -889,10 +901,10 @@ fn launch_with(
     dirs: &ScratchDirs,
     args: Vec<String>,
     cwd: PathBuf,
-    parked: bool,
+    started: Started,
 ) -> Launch {
     if let (Some(sandbox), Some(boxed)) = (&spec.sandbox, dirs.boxed()) {
-        return boxed_launch(spec, &sandbox.config, boxed, args, parked);
+        return boxed_launch(spec, &sandbox.config, boxed, args, started);
     }
     // An allow-list, not the inherited environment: the host's secrets stay out of the CLI and
     // of every command its tools run.
@@ -917,21 +929,27 @@ fn launch_with(
 }
 
 /// The launch of `spec`'s CLI in a box: `bwrap` with the box's command line, running the init
-/// with the CLI under it (`parked`: a parked spare, whose workspace starts empty).
+/// with the CLI under it.
 fn boxed_launch(
     spec: &SegmentSpec,
     config: &tollgate_box::BoxConfig,
     boxed: &tollgate_box::BoxDir,
     args: Vec<String>,
-    parked: bool,
+    started: Started,
 ) -> Launch {
     use tollgate_box::paths;
-    let workspace = spec.box_workspace(parked).expect("a boxed spec has a box workspace");
+    let workspace = spec.box_workspace(started == Started::Parked).expect("a boxed spec has a box workspace");
     // The CLI's own folder is bound, so the program is its real path, not a link to it.
     let program = std::fs::canonicalize(spec.cli.path()).unwrap_or_else(|_| spec.cli.path().to_path_buf());
     let args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
-    let plan =
-        tollgate_box::BoxPlan { config, dir: boxed, program: &program, args: &args, workspace: &workspace };
+    let plan = tollgate_box::BoxPlan {
+        config,
+        dir: boxed,
+        program: &program,
+        args: &args,
+        workspace: &workspace,
+        late_config: started == Started::Ahead,
+    };
     let command_line = tollgate_box::bwrap::command_line(&plan, &tollgate_box::bwrap::HostRoot::read());
     // The host's locale and terminal; never its paths or proxies (the box has its own).
     let mut env = inherited_locale_variables();

@@ -16,9 +16,10 @@
 //!    the CLI starts.
 //! 3. Listens on `127.0.0.1:<port>` for each relay and pipes every connection to its Unix socket
 //!    ([`relay`]).
-//! 4. Starts the CLI with stdin piped through itself: before the first bytes reach the CLI it
-//!    copies `box/config-in/` into `CLAUDE_CONFIG_DIR` (a resume's transcript, written by the
-//!    host after a warm CLI started). stdout and stderr are the CLI's own.
+//! 4. Copies `box/config-in/` (a resume's transcript) into `CLAUDE_CONFIG_DIR` and starts the
+//!    CLI on its own stdin, stdout and stderr. For a CLI started ahead of its segment, whose
+//!    transcript the host writes later, it pipes stdin through itself instead and copies the
+//!    folder in just before the first bytes reach the CLI.
 //! 5. A watchdog ([`watchdog`]) adds up the box's memory, tasks and CPU time every 100 ms and
 //!    stops the box at a limit.
 //! 6. Reaps every process (it is PID 1); when the CLI has exited it kills the rest (background
@@ -56,6 +57,11 @@ pub struct InitConfig {
     pub workspace: Option<PathBuf>,
     /// Whether file descriptor 4 is the workspace to copy in.
     pub workspace_from_fd: bool,
+    /// Whether `box/config-in` is written after the box starts: then it is copied in before the
+    /// CLI reads its first input, through a pipe of the init's; else at once, and the CLI reads
+    /// the init's stdin itself.
+    #[serde(default)]
+    pub late_config: bool,
 }
 
 /// One relay: `127.0.0.1:<port>` inside to a Unix socket (bound into the box).
@@ -136,19 +142,24 @@ fn run(args: &[OsString]) -> Result<i32, String> {
         relay::start(plan).map_err(|err| format!("relay 127.0.0.1:{}: {err}", plan.port))?;
     }
 
+    let config_in = host.join("config-in");
+    if !config.late_config {
+        copy_tree(&config_in, &config.config_dir, Direction::IntoBox)
+            .map_err(|err| format!("copying the CLI's configuration in: {err}"))?;
+    }
     let mut child = Command::new(&program)
         .args(&program_args)
-        .stdin(Stdio::piped())
+        .stdin(if config.late_config { Stdio::piped() } else { Stdio::inherit() })
         .spawn()
         .map_err(|err| format!("starting {}: {err}", program.display()))?;
     let cli_pid = child.id() as libc::pid_t;
-    let stdin = child.stdin.take().ok_or("the CLI's stdin was not piped")?;
-    let config_in = host.join("config-in");
-    let config_dir = config.config_dir.clone();
-    std::thread::Builder::new()
-        .name("stdin".into())
-        .spawn(move || forward_stdin(stdin, &config_in, &config_dir))
-        .map_err(|err| format!("starting the stdin thread: {err}"))?;
+    if let Some(stdin) = child.stdin.take() {
+        let config_dir = config.config_dir.clone();
+        std::thread::Builder::new()
+            .name("stdin".into())
+            .spawn(move || forward_stdin(stdin, &config_in, &config_dir))
+            .map_err(|err| format!("starting the stdin thread: {err}"))?;
+    }
     watchdog::start(config.limits, report.clone());
 
     let status = reap(cli_pid);
@@ -293,6 +304,7 @@ mod tests {
             config_dir: "/c".into(),
             workspace: None,
             workspace_from_fd: false,
+            late_config: false,
         };
         let json = serde_json::to_string(&config).unwrap();
         let args: Vec<OsString> = [json.as_str(), "--", "/bin/claude", "-p"].map(OsString::from).to_vec();
