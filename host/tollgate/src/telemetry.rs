@@ -260,7 +260,7 @@ pub fn segment_span(scope: &Scope, meta: &ModelCallMetadata, result: &SegmentRes
         SegmentResult::Completed { .. } => ("completed", None),
         SegmentResult::Deferred { .. } => ("deferred", None),
         SegmentResult::Failed { error, .. } => ("failed", Some(error.clone())),
-        SegmentResult::SpendLimitReached { error } => ("spend_limit", Some(error.clone())),
+        SegmentResult::LimitReached { error, reason } => (*reason, Some(error.clone())),
     };
     attributes.push(KeyValue::new("tollgate.segment.outcome", outcome));
     SpanPlan {

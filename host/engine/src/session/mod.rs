@@ -133,12 +133,45 @@ pub mod failure_reason {
     pub const WORKER_STOPPED: &str = "worker_stopped";
     /// The session's spend limit is reached.
     pub const SPEND_LIMIT: &str = "spend_limit";
+    /// The CLI stopped the turn at its `max_turns` option (a result of subtype
+    /// `error_max_turns`).
+    pub const MAX_TURNS: &str = "max_turns";
+    /// The CLI stopped the turn at its `max_budget_usd` option (a result of subtype
+    /// `error_max_budget_usd`).
+    pub const MAX_BUDGET_USD: &str = "max_budget_usd";
     /// The CLI deferred a call that runs inline.
     pub const INLINE_DEFERRED: &str = "inline_deferred";
     /// The step's stored rows cannot be read or do not fit together (corrupt, inconsistent).
     pub const UNUSABLE_ROWS: &str = "unusable_rows";
     /// Every reason, for metrics.
-    pub const ALL: &[&str] = &[SEGMENT_FAILED, WORKER_STOPPED, SPEND_LIMIT, INLINE_DEFERRED, UNUSABLE_ROWS];
+    pub const ALL: &[&str] = &[
+        SEGMENT_FAILED,
+        WORKER_STOPPED,
+        SPEND_LIMIT,
+        MAX_TURNS,
+        MAX_BUDGET_USD,
+        INLINE_DEFERRED,
+        UNUSABLE_ROWS,
+    ];
+
+    /// The reason a CLI result of `subtype` ends its turn with, when the subtype says the CLI
+    /// reached one of its own limits: the same limit stops another attempt after it paid for its
+    /// model calls again (and ran its inline tools again), so the turn fails at once.
+    ///
+    /// ```
+    /// use tollgate_engine::session::failure_reason::{self, cli_limit};
+    ///
+    /// assert_eq!(cli_limit("error_max_turns"), Some(failure_reason::MAX_TURNS));
+    /// assert_eq!(cli_limit("error_max_budget_usd"), Some(failure_reason::MAX_BUDGET_USD));
+    /// assert_eq!(cli_limit("error_during_execution"), None);
+    /// ```
+    pub fn cli_limit(subtype: &str) -> Option<&'static str> {
+        match subtype {
+            "error_max_turns" => Some(MAX_TURNS),
+            "error_max_budget_usd" => Some(MAX_BUDGET_USD),
+            _ => None,
+        }
+    }
 }
 
 /// Attempts of one segment before its turn fails.

@@ -597,11 +597,13 @@ fn every_failed_turn_names_its_reason_in_the_event() {
     let t = on_segment(&run, &state, &[], SegmentResult::Failed { error: "bad".into(), retryable: false });
     let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
     assert_eq!(event.payload, json!({"turn_id": "turn-1", "error": "bad", "reason": "segment_failed"}));
-    let over = SegmentResult::SpendLimitReached { error: "limit".into() };
-    let t = on_segment(&run, &state, &[], over);
-    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
-    assert_eq!(event.payload["reason"], failure_reason::SPEND_LIMIT);
-    assert!(matches!(t.finish, Finish::Done(_)), "not retried: {:?}", t.finish);
+    for reason in [failure_reason::SPEND_LIMIT, failure_reason::MAX_TURNS, failure_reason::MAX_BUDGET_USD] {
+        let over = SegmentResult::LimitReached { error: "limit".into(), reason };
+        let t = on_segment(&run, &state, &[], over);
+        let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+        assert_eq!(event.payload["reason"], reason);
+        assert!(matches!(t.finish, Finish::Done(_)), "{reason}: not retried: {:?}", t.finish);
+    }
     let Plan::Finish(t) =
         plan(&RunModelStep::default(), RUN_MODEL_ATTEMPTS + 1, &state, &[prompt(1, "hi")], &[])
     else {

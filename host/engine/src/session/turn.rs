@@ -164,11 +164,15 @@ pub enum SegmentResult {
         /// Whether another attempt may succeed.
         retryable: bool,
     },
-    /// The model proxy refused the segment's next model request: the session's spend limit was
-    /// reached during the segment. The turn fails for that reason and is not retried.
-    SpendLimitReached {
+    /// A limit stopped the segment: the session's spend limit (the model proxy refused its next
+    /// model request), or one of the CLI's own options (`max_turns`, `max_budget_usd`). The turn
+    /// fails at once with `reason`: another attempt would pay for its model calls again, rerun
+    /// its inline tools, and stop at the same limit.
+    LimitReached {
         /// Why, for `last_turn_error`.
         error: String,
+        /// The [`failure_reason`] of the limit.
+        reason: &'static str,
     },
 }
 
@@ -598,8 +602,8 @@ pub fn on_segment(
                 fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
             }
         }
-        SegmentResult::SpendLimitReached { error } => {
-            fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SPEND_LIMIT, error)
+        SegmentResult::LimitReached { error, reason } => {
+            fail_turn(state, &run.turn_id, run.prompts_upto, calls, reason, error)
         }
     }
 }

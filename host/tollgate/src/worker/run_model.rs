@@ -18,7 +18,8 @@ use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind, step_kind,
+    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, failure_reason, grants,
+    item_kind, step_kind,
 };
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -150,7 +151,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     };
     // A failed segment's requests cost money too: they count against the limit.
     let failed_cost = match (&result, &summary) {
-        (SegmentResult::Failed { .. } | SegmentResult::SpendLimitReached { .. }, Some(summary)) => {
+        (SegmentResult::Failed { .. } | SegmentResult::LimitReached { .. }, Some(summary)) => {
             summary.cost_usd
         }
         _ => 0.0,
@@ -169,8 +170,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         SegmentResult::Failed { error, retryable } => {
             warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
         }
-        SegmentResult::SpendLimitReached { error } => {
-            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, error = %error, "segment stopped at the spend limit");
+        SegmentResult::LimitReached { error, reason } => {
+            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, reason, error = %error, "segment stopped at a limit");
         }
         _ => {}
     }
@@ -327,7 +328,7 @@ impl Prestart {
 /// proxy's (every request priced, [`crate::proxy::prices`]) when its requests went through it.
 fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> SegmentResult {
     if let Some(reason) = &summary.stopped {
-        return SegmentResult::SpendLimitReached { error: reason.clone() };
+        return SegmentResult::LimitReached { error: reason.clone(), reason: failure_reason::SPEND_LIMIT };
     }
     let measured = |cli: Option<f64>| if summary.requests > 0 { Some(summary.cost_usd) } else { cli };
     match result {
@@ -337,7 +338,7 @@ fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> Segme
         SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
             SegmentResult::Deferred { session_id, call, entries, usage, cost_usd: measured(cost_usd) }
         }
-        failed @ (SegmentResult::Failed { .. } | SegmentResult::SpendLimitReached { .. }) => failed,
+        failed @ (SegmentResult::Failed { .. } | SegmentResult::LimitReached { .. }) => failed,
     }
 }
 
@@ -469,6 +470,9 @@ async fn segment(
             cost_usd,
         },
         SegmentOutcome::Failed { error } => {
+            if let Some(reason) = error.limit_reason() {
+                return SegmentResult::LimitReached { error: error.to_string(), reason };
+            }
             let retryable = error.is_retryable();
             let mut text = error.to_string();
             let stderr = error.stderr().trim();
@@ -777,8 +781,9 @@ mod tests {
         }
         summary.stopped = Some("the session's spend limit of $1 was reached".into());
         match with_proxy_accounting(completed(), &summary) {
-            SegmentResult::SpendLimitReached { error } => {
+            SegmentResult::LimitReached { error, reason } => {
                 assert!(error.contains("spend limit of $1 was reached"));
+                assert_eq!(reason, failure_reason::SPEND_LIMIT);
             }
             other => panic!("{other:?}"),
         }

@@ -17,6 +17,8 @@
 //! - `edits`: edit before approve: a refund's amount and a `Bash` command changed by the
 //!   approver run as edited, both inputs recorded and audited, the model told; a bad edit refused.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
+//! - `cli_limits`: a turn that reaches the CLI's `max_turns` or `max_budget_usd` ends at once with
+//!   that reason, after one attempt.
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
 //! - `matrix`: the seeds' crash matrix.
@@ -44,6 +46,7 @@ mod bundles;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
+mod cli_limits;
 mod deadlines;
 mod edits;
 mod grants;
