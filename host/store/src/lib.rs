@@ -56,7 +56,8 @@
 //! Migration 0007 adds the conversation's projection (`messages`, `sessions.unprojected`, the index
 //! `items_kind(session_id, kind, seq)`; see [`Store::read_messages`]); migration 0009 the
 //! transcript in resume form (`transcript_chunks`, `sessions.unchunked`; see
-//! [`Store::read_transcript`]). Migration 0008 adds `live_text` (PK `session_id`): a running
+//! [`Store::read_transcript`]); migration 0010 `steps.lost`, the claims of a step that were
+//! lost (a later claim took it over after its lease expired; see [`Step::lost`]). Migration 0008 adds `live_text` (PK `session_id`): a running
 //! segment's streamed text, one overwritten row per session ([`Store::put_live_text`]), instead
 //! of an event per flush; `text_offset` and `from_seq` say where its text continues what the
 //! event log has. JSON columns are `text` on both backends (never `jsonb`, which would

@@ -237,6 +237,7 @@ mod tests {
         SegmentRun {
             turn_id: "turn-1".into(),
             attempt: 2,
+            lost_workers: 0,
             start,
             turn_records: Vec::new(),
             prompts_upto: 1,

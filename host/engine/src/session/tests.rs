@@ -4,7 +4,7 @@ use serde_json::value::RawValue;
 use super::client::{Decision, user_message};
 use super::tools::{Begin, ToolRun, begin_tool_step, on_approval, on_resume_turn, on_tool_result};
 use super::turn::{
-    HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, TranscriptSource, on_segment,
+    Claims, HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, TranscriptSource, on_segment,
     on_unusable_rows, plan_run_model,
 };
 use super::view::messages;
@@ -31,8 +31,16 @@ fn plan(
     rows: &[(i64, &'static str, String)],
     calls: &[CallEntry],
 ) -> Plan {
-    plan_run_model(step, attempt, state, &items(rows), TranscriptSource::Items, calls, &Limits::default())
-        .unwrap()
+    plan_run_model(
+        step,
+        Claims::nth(attempt),
+        state,
+        &items(rows),
+        TranscriptSource::Items,
+        calls,
+        &Limits::default(),
+    )
+    .unwrap()
 }
 
 fn run_of(plan: Plan) -> SegmentRun {
@@ -167,7 +175,8 @@ fn a_transcript_kept_in_chunks_is_resumed_from_them_without_its_items() {
     };
     let limits = Limits::default();
     let step = RunModelStep::default();
-    let Plan::Run(run) = plan_run_model(&step, 1, &state, &items(&rows), chunks, &[], &limits).unwrap()
+    let Plan::Run(run) =
+        plan_run_model(&step, Claims::nth(1), &state, &items(&rows), chunks, &[], &limits).unwrap()
     else {
         panic!("expected a segment");
     };
@@ -182,7 +191,9 @@ fn a_transcript_kept_in_chunks_is_resumed_from_them_without_its_items() {
     }
     // No chunk stored yet: the session's first segment.
     let none = TranscriptSource::Chunks { session_id: None, chunks: Vec::new() };
-    let Plan::Run(run) = plan_run_model(&step, 1, &state, &items(&rows), none, &[], &limits).unwrap() else {
+    let Plan::Run(run) =
+        plan_run_model(&step, Claims::nth(1), &state, &items(&rows), none, &[], &limits).unwrap()
+    else {
         panic!("expected a segment");
     };
     assert!(matches!(run.start, PlannedStart::Fresh { .. }), "{:?}", run.start);
@@ -513,11 +524,11 @@ fn a_segment_claimed_past_its_attempts_fails_the_turn_without_running() {
 #[test]
 fn the_spend_limit_stops_new_segments() {
     let state = RunState { cost_usd: 1.5, ..RunState::default() };
-    let limits = Limits { spend_limit_usd: Some(1.0) };
+    let limits = Limits { spend_limit_usd: Some(1.0), ..Limits::default() };
     let rows = [prompt(1, "hi")];
     match plan_run_model(
         &RunModelStep::default(),
-        1,
+        Claims::nth(1),
         &state,
         &items(&rows),
         TranscriptSource::Items,
@@ -609,7 +620,64 @@ fn every_failed_turn_names_its_reason_in_the_event() {
     else {
         panic!("must not run")
     };
+    assert_eq!(t.events[0].payload["reason"], failure_reason::SEGMENT_FAILED);
+    let lost = DEFAULT_MAX_LOST_WORKERS + 1;
+    let claims = Claims { attempt: lost + 1, lost };
+    let Plan::Finish(t) = plan_run_model(
+        &RunModelStep::default(),
+        claims,
+        &state,
+        &items(&[prompt(1, "hi")]),
+        TranscriptSource::Items,
+        &[],
+        &Limits::default(),
+    )
+    .unwrap() else {
+        panic!("must not run")
+    };
     assert_eq!(t.events[0].payload["reason"], failure_reason::WORKER_STOPPED);
+}
+
+/// Plans a new turn's segment on a claim with `lost` lost claims before it, under `limits`.
+fn plan_after_lost(attempt: i64, lost: i64, limits: &Limits) -> Plan {
+    let rows = [prompt(1, "hi")];
+    let step = RunModelStep::default();
+    let claims = Claims { attempt, lost };
+    plan_run_model(&step, claims, &RunState::default(), &items(&rows), TranscriptSource::Items, &[], limits)
+        .unwrap()
+}
+
+#[test]
+fn claims_whose_worker_was_lost_do_not_count_toward_the_three_attempts() {
+    let state = RunState::default();
+    let limits = Limits::default();
+    // Three Workers SIGKILLed in a row: the fourth claim still runs, as a first attempt.
+    let run = run_of(plan_after_lost(4, 3, &limits));
+    assert_eq!(
+        (run.attempt, run.counted_attempt()),
+        (4, 1),
+        "events name the claim; the count leaves out the lost"
+    );
+    let failed = || SegmentResult::Failed { error: "CLI error result".into(), retryable: true };
+    let t = on_segment(&run, &state, &[], failed());
+    assert!(matches!(t.finish, Finish::Retry(_)), "its own first failure is retried: {:?}", t.finish);
+    let run = run_of(plan_after_lost(6, 3, &limits));
+    let t = on_segment(&run, &state, &[], failed());
+    assert!(matches!(t.finish, Finish::Done(_)), "its own third failure ends the turn: {:?}", t.finish);
+    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+    assert_eq!(event.payload["reason"], failure_reason::SEGMENT_FAILED);
+}
+
+#[test]
+fn a_segment_that_loses_more_workers_than_allowed_fails_its_turn_with_its_own_reason() {
+    let limits = Limits { max_lost_workers: 2, ..Limits::default() };
+    assert!(matches!(plan_after_lost(3, 2, &limits), Plan::Run(_)), "two lost Workers are allowed");
+    let Plan::Finish(t) = plan_after_lost(4, 3, &limits) else { panic!("a third lost Worker stops it") };
+    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+    assert_eq!(event.payload["reason"], failure_reason::WORKER_STOPPED);
+    let error = t.run_state.unwrap().last_turn_error.unwrap();
+    assert!(error.contains("lost its Worker 3 times") && error.contains("the 2 allowed"), "{error}");
+    assert_eq!(Limits::default().max_lost_workers, 10);
 }
 
 #[test]

@@ -58,9 +58,10 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let state = RunState::parse(session.run_state.get())?;
     let (items, transcript) = sessions::plan_inputs(store, session_id).await?;
     let calls = read_calls(store, session_id).await?;
+    let claims = turn::Claims { attempt: claimed.step.attempt, lost: claimed.step.lost };
     let plan = turn::plan_run_model(
         step,
-        claimed.step.attempt,
+        claims,
         &state,
         &sessions::history(&items),
         transcript,
