@@ -62,6 +62,20 @@ pub const APPROVED_CLI_TOOL_OUTPUT: &str = "Approved to run inside Claude Code; 
 pub const OUTCOME_UNKNOWN: &str = "The outcome of {tool} is unknown: the call started but did not report \
 a result, so it may have taken effect. Check before calling {tool} again.";
 
+/// What the model reads for a write that failed before anything it sent left the machine (its
+/// service refused the connection, the allow-list denied the request): a definite failure, not an
+/// unknown outcome. `{tool}` is the tool's own name; `{message}` what went wrong.
+///
+/// Tollgate wording: the seeds record `outcome_unknown` for every exception of a write, "because
+/// the write may have taken effect"; this is the case where it provably did not.
+pub const NEVER_LEFT: &str =
+    "The request of {tool} never left this machine, so it did not take effect: {message}";
+
+/// [`NEVER_LEFT`] for `tool` and `message`.
+pub fn never_left(tool: &str, message: &str) -> String {
+    NEVER_LEFT.replace("{tool}", tool).replace("{message}", message)
+}
+
 /// Placeholder for an image in a recorded custom tool result.
 ///
 /// Verbatim from `python-adapter-README.md`, "Limits": "Recorded custom tool results keep text

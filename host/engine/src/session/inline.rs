@@ -24,7 +24,7 @@
 
 use serde_json::{Value, json};
 
-use super::tools::ToolRun;
+use super::tools::{Settled, ToolRun};
 use super::turn::{PlannedStart, SegmentRun};
 use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, Transition, event_kind, step_kind};
 use crate::catalog::ToolKind;
@@ -151,17 +151,15 @@ pub enum After {
     },
 }
 
-/// What attempt `attempt`'s `run` changes (`CallTool`'s rules, [`super::tools::on_tool_result`]).
+/// What attempt `attempt`'s `run` changes (`CallTool`'s rules, [`super::tools::settle`]).
 pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
-    let recorded = |outcome| {
-        let (call, transition) = record(call, outcome);
-        After::Recorded { call: Box::new(call), transition: Box::new(transition) }
-    };
-    match run {
-        ToolRun::Output { text, is_error: false } => recorded(Outcome::Succeeded { output: text }),
-        ToolRun::Output { text, is_error: true } => recorded(Outcome::Failed { error: text }),
-        ToolRun::Refused { message } => recorded(Outcome::Failed { error: message }),
-        ToolRun::Error { message } if attempt < CALL_TOOL_ATTEMPTS => {
+    // Every attempt before this one started, and may have taken effect.
+    match super::tools::settle(run, &call.tool_name, false, attempt, attempt == 1) {
+        Settled::Record(outcome) => {
+            let (call, transition) = record(call, outcome);
+            After::Recorded { call: Box::new(call), transition: Box::new(transition) }
+        }
+        Settled::Retry { message } => {
             let mut t = Transition::keep();
             t.calls.push(call.with_state(CallState::Started { attempt }));
             let t = t.event(
@@ -177,7 +175,6 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
             );
             After::Retry { transition: Box::new(t), delay: super::turn::retry_delay(attempt) }
         }
-        ToolRun::Error { .. } => recorded(Outcome::OutcomeUnknown),
     }
 }
 
@@ -298,6 +295,27 @@ mod tests {
             matches!(past, Begin::Recorded { call, .. } if call.state == CallState::OutcomeUnknown),
             "a rerun past the attempts records outcome_unknown without running the tool"
         );
+    }
+
+    #[test]
+    fn an_inline_write_that_threw_is_retried_and_one_that_never_sent_anything_is_failed() {
+        let thrown = ToolRun::Error { message: "ValueError: bad answer".into() };
+        assert!(matches!(on_result(&credit(), 1, thrown), After::Retry { .. }));
+        let refused = ToolRun::Contained { message: "connection refused".into() };
+        let After::Recorded { call, .. } = on_result(&credit(), 1, refused.clone()) else {
+            panic!("nothing left on the first attempt: final")
+        };
+        assert_eq!(call.state.name(), "failed");
+        assert!(call.state.text().is_some_and(|t| t.contains("never left this machine")), "{call:?}");
+        assert!(
+            matches!(on_result(&credit(), 2, refused), After::Retry { .. }),
+            "the first attempt may have taken effect"
+        );
+        let own = ToolRun::Failed { message: "credit note exists".into() };
+        let After::Recorded { call, .. } = on_result(&credit(), 1, own) else {
+            panic!("its own failure is final")
+        };
+        assert_eq!(call.state, CallState::Failed { error: "credit note exists".into() });
     }
 
     #[test]

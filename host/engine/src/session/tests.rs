@@ -399,6 +399,53 @@ fn an_idempotent_write_retries_under_one_key_then_records_outcome_unknown() {
 }
 
 #[test]
+fn only_what_a_tool_returns_or_provably_never_sent_is_a_definite_failure() {
+    use super::tools::{Settled, settle};
+    let failed = |error: &str| Settled::Record(Outcome::Failed { error: error.into() });
+    let unknown = Settled::Record(Outcome::OutcomeUnknown);
+    let own = || ToolRun::Failed { message: "gone".into() };
+    let thrown = || ToolRun::Error { message: "KeyError: 'refund_id'".into() };
+    let contained = || ToolRun::Contained { message: "connection refused".into() };
+    // A single-attempt write.
+    assert_eq!(
+        settle(own(), "create_refund", true, 1, true),
+        unknown,
+        "its own failure may follow an effect"
+    );
+    assert_eq!(settle(thrown(), "create_refund", true, 1, true), unknown);
+    let never = failed(
+        "The request of create_refund never left this machine, so it did not take effect: connection refused",
+    );
+    assert_eq!(settle(contained(), "create_refund", true, 1, true), never);
+    // An idempotent write: an exception is attempted again, its own failure is final.
+    assert_eq!(settle(own(), "record_credit", false, 1, true), failed("gone"));
+    assert!(matches!(settle(thrown(), "record_credit", false, 1, true), Settled::Retry { .. }));
+    assert_eq!(settle(thrown(), "record_credit", false, CALL_TOOL_ATTEMPTS, false), unknown);
+    assert!(matches!(
+        settle(contained(), "record_credit", false, 1, true),
+        Settled::Record(Outcome::Failed { .. })
+    ));
+    // After an earlier attempt started, "never sent" holds for this attempt only.
+    assert!(matches!(settle(contained(), "record_credit", false, 2, false), Settled::Retry { .. }));
+    assert_eq!(settle(contained(), "record_credit", false, CALL_TOOL_ATTEMPTS, false), unknown);
+}
+
+#[test]
+fn a_deferred_write_that_never_sent_anything_is_failed_and_one_that_may_have_is_unknown() {
+    let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
+    let refused = on_tool_result(true, 1, &call, ToolRun::Contained { message: "connection refused".into() });
+    let Some(error) = refused.calls[0].state.text() else { panic!("{:?}", refused.calls[0].state) };
+    assert!(error.contains("never left this machine") && error.contains("connection refused"), "{error}");
+    assert_eq!(refused.calls[0].state.name(), "failed");
+    let own = on_tool_result(true, 1, &call, ToolRun::Failed { message: "unparsable answer".into() });
+    assert_eq!(own.calls[0].state, CallState::OutcomeUnknown);
+    // A retried idempotent call whose later attempt never sent anything: the first one may have.
+    let started = CallEntry { state: CallState::Started { attempt: 1 }, ..call };
+    let later = on_tool_result(false, 2, &started, ToolRun::Contained { message: "refused".into() });
+    assert!(matches!(later.finish, Finish::Retry(_)), "{later:?}");
+}
+
+#[test]
 fn tool_results_become_records() {
     let call = pending_call(DeferredRun::CallTool, ToolKind::Custom);
     let ok = on_tool_result(false, 1, &call, ToolRun::Output { text: "r_1".into(), is_error: false });

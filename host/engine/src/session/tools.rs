@@ -168,11 +168,71 @@ pub enum ToolRun {
         /// What the model reads.
         message: String,
     },
-    /// It failed (trapped, timed out, a transient error): it may have taken effect.
+    /// It failed, and nothing it did left the machine (its connection was refused, the
+    /// allow-list denied its request, it could not start): it provably did not take effect.
+    Contained {
+        /// What happened.
+        message: String,
+    },
+    /// It reported a permanent failure of its own (`call-error::failed`), and may have taken
+    /// effect before it did.
+    Failed {
+        /// Its message.
+        message: String,
+    },
+    /// It failed (threw, panicked, trapped, timed out, a transient error), and may have taken
+    /// effect.
     Error {
         /// What happened, for the log and the event.
         message: String,
     },
+}
+
+/// What a run means for its call ([`settle`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The call's final outcome.
+    Record(Outcome),
+    /// Run it again under the same key, after this attempt's failure.
+    Retry {
+        /// The failure, for the `attempt_failed` event.
+        message: String,
+    },
+}
+
+/// The contract of a tool's run, for a deferred call and a recorded inline write alike:
+///
+/// | run | idempotent write (attempt < 3) | its last attempt | single-attempt write |
+/// | --- | --- | --- | --- |
+/// | an output | `succeeded` | `succeeded` | `succeeded` |
+/// | an `is-error` output, or refused arguments | `failed` | `failed` | `failed` |
+/// | contained, on the call's first start | `failed`, "never left" | the same | the same |
+/// | its own `failed` | `failed` | `failed` | `outcome_unknown` |
+/// | an error (thrown, trapped, …) | attempted again | `outcome_unknown` | `outcome_unknown` |
+///
+/// Only what the tool returns (an output) or provably never did (refused, contained) is a
+/// definite `failed`; an error that may have taken effect is retried under the call's key while
+/// that is safe, then `outcome_unknown`. A contained failure after an earlier start of the call
+/// (a retried attempt, a rerun after a crash) is an error: the earlier attempt may have taken
+/// effect. `tool` names the tool in the "never left" text.
+pub fn settle(run: ToolRun, tool: &str, single_attempt: bool, attempt: i64, first_start: bool) -> Settled {
+    let may_retry = !single_attempt && attempt < CALL_TOOL_ATTEMPTS;
+    match run {
+        ToolRun::Output { text, is_error: false } => Settled::Record(Outcome::Succeeded { output: text }),
+        ToolRun::Output { text: error, is_error: true } | ToolRun::Refused { message: error } => {
+            Settled::Record(Outcome::Failed { error })
+        }
+        ToolRun::Contained { message } if first_start => {
+            Settled::Record(Outcome::Failed { error: texts::never_left(tool, &message) })
+        }
+        ToolRun::Failed { message } if !single_attempt => Settled::Record(Outcome::Failed { error: message }),
+        ToolRun::Contained { message } | ToolRun::Error { message } if may_retry => {
+            Settled::Retry { message }
+        }
+        ToolRun::Contained { .. } | ToolRun::Failed { .. } | ToolRun::Error { .. } => {
+            Settled::Record(Outcome::OutcomeUnknown)
+        }
+    }
 }
 
 /// What a tool run changes.
@@ -182,11 +242,14 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
         Some(original) => format!("{}\n{text}", texts::input_edited_note(original, &call.arguments)),
         None => text,
     };
-    match run {
-        ToolRun::Output { text, is_error: false } => record(call, Outcome::Succeeded { output: told(text) }),
-        ToolRun::Output { text, is_error: true } => record(call, Outcome::Failed { error: told(text) }),
-        ToolRun::Refused { message } => record(call, Outcome::Failed { error: told(message) }),
-        ToolRun::Error { message } if !single_attempt && attempt < CALL_TOOL_ATTEMPTS => {
+    let first_start = !matches!(call.state, CallState::Started { .. });
+    match settle(run, &call.tool_name, single_attempt, attempt, first_start) {
+        Settled::Record(Outcome::Succeeded { output }) => {
+            record(call, Outcome::Succeeded { output: told(output) })
+        }
+        Settled::Record(Outcome::Failed { error }) => record(call, Outcome::Failed { error: told(error) }),
+        Settled::Record(outcome) => record(call, outcome),
+        Settled::Retry { message } => {
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));
             t.calls.push(call.with_state(CallState::Started { attempt }));
             t.event(
@@ -200,7 +263,6 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
                 }),
             )
         }
-        ToolRun::Error { .. } => record(call, Outcome::OutcomeUnknown),
     }
 }
 

@@ -5,7 +5,8 @@
 //! - `calls`: the example tools end to end, argument validation, outbound HTTP;
 //! - `hostile`: guests that attack or break their host, each followed by a call that must work;
 //! - `factory`: the options-factory component;
-//! - `ahead`: instances prepared ahead of calls, fresh and limited per call.
+//! - `ahead`: instances prepared ahead of calls, fresh and limited per call;
+//! - `reach`: whether a call may have taken effect outside the machine.
 
 mod ahead;
 mod calls;
@@ -13,5 +14,6 @@ mod factory;
 mod hostile;
 mod languages;
 mod load;
+mod reach;
 mod util;
 mod wit;

@@ -558,6 +558,12 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
         // The deferred CallTool step (its poison metric), not a recorded inline write.
         "Grep = { effect = \"read\" }\npanic = { effect = \"idempotent_write\", inline = false }",
     );
+    // A writable directory, whose writes the sandbox does not watch: each trap may have taken
+    // effect, so the call is attempted again (a trap that provably did nothing is failed at once).
+    std::fs::create_dir(world.agent.join("scratch")).unwrap();
+    let config = format!(
+        "{config}\n[[tools.hostile.dirs]]\npath = \"scratch\"\nguest = \"/scratch\"\nwritable = true\n"
+    );
     std::fs::write(world.agent.join("tollgate.toml"), config).unwrap();
     let served = Served::start(&world, "api", None).await;
     world.send("poison", "call panic").await;

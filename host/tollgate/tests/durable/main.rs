@@ -35,6 +35,8 @@
 //! - `warm`: pre-started CLIs: a second new session on the parked spare the first left, a warm
 //!   `--resume` after an approval-free deferred step, a warm CLI killed before the take, the time
 //!   to live, a SIGKILLed Worker's warm CLI.
+//! - `throws`: writes that send a payment and then throw, in every guest language: never
+//!   `failed`; a payments service that is down: `failed`, "never left", never `outcome_unknown`.
 //! - `webhooks`: `tollgate serve --webhooks` delivering signed events to a loopback receiver that
 //!   fails the first attempts, across a SIGKILL of the server.
 
@@ -60,6 +62,7 @@ mod scale;
 mod secrets;
 mod served;
 mod streaming;
+mod throws;
 mod tls;
 mod tracing;
 mod util;
