@@ -46,12 +46,12 @@ pub const REJECTED_WITH_MESSAGE: &str = "The user rejected this call: {message}"
 /// Tollgate wording: the seeds quote only the form with a message ([`REJECTED_WITH_MESSAGE`]).
 pub const REJECTED_WITHOUT_MESSAGE: &str = "The user rejected this call.";
 
-/// Record output of an approved tool that runs inside the CLI (`APPROVED_CLI_TOOL_OUTPUT`,
-/// `approvedCliToolOutput`).
+/// The replay form of an approved tool that runs inside the CLI (`APPROVED_CLI_TOOL_OUTPUT`,
+/// `approvedCliToolOutput`), before the resumed segment runs it.
 ///
 /// Tollgate wording: the seeds name the constant ("How a turn runs" step 4, "Notes for other
 /// languages") but do not quote its value. The model never sees it as a tool result (the CLI runs
-/// the approved tool itself); it appears in stored records and turn-failure notes.
+/// the approved tool itself), and no record keeps it: the call's record comes from that run.
 pub const APPROVED_CLI_TOOL_OUTPUT: &str = "Approved to run inside Claude Code; its output is not recorded.";
 
 /// What the model sees for a deferred call whose outcome is unknown (a single-attempt write that

@@ -20,7 +20,8 @@
 //! `attempt_failed`, `tool_call_finished`), with `"deferred": false`.
 //!
 //! A turn that fails with a write still `started` (its Worker died during the call, and no rerun
-//! met it again) records it `outcome_unknown` ([`settle_on_turn_failure`]).
+//! met it again) records it `outcome_unknown` ([`settle_on_turn_failure`]), as it does an approved
+//! CLI call whose run no segment reported.
 
 use serde_json::{Value, json};
 
@@ -179,8 +180,9 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
 }
 
 /// A transition that fails a turn (a `turn_failed` event) also records `outcome_unknown` for
-/// each of the turn's inline writes still `started` (its Worker died during the call and no rerun
-/// met it again): it may have taken effect, and no later segment of the turn will call it.
+/// each of the turn's calls [`is_left_unknown`]: an inline write still `started` (its Worker died
+/// during the call and no rerun met it again), an approved CLI call whose run no segment
+/// reported. It may have taken effect, and no later segment of the turn will call it.
 pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
     let failed: Vec<String> = t
         .events
@@ -196,10 +198,12 @@ pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
 }
 
 /// Whether the failure of its turn leaves this call `outcome_unknown`: an inline write that
-/// started and has no result (its tool may have run). [`settle_on_turn_failure`] records it so,
-/// and the turn's failure note tells the model so.
+/// started and has no result, or an approved CLI call whose resumed segment never reported its
+/// run (the tool may have run). [`settle_on_turn_failure`] records it so, and the turn's failure
+/// note tells the model so.
 pub fn is_left_unknown(call: &CallEntry) -> bool {
-    call.inline && matches!(call.state, CallState::Started { .. })
+    (call.inline && matches!(call.state, CallState::Started { .. }))
+        || (call.kind == ToolKind::Cli && call.state == CallState::Queued)
 }
 
 fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
@@ -211,7 +215,7 @@ fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
             "tool_call_id": call.tool_call_id,
             "tool_name": call.tool_name,
             "status": finished.state.name(),
-            "deferred": false,
+            "deferred": !call.inline,
         }),
     );
     t.calls.push(finished.clone());

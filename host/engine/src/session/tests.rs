@@ -295,9 +295,27 @@ fn an_edited_cli_tool_records_the_edited_input_for_the_replay() {
         ..Default::default()
     };
     let t = on_approval(&call, &edit);
-    let record = t.calls[0].record().unwrap();
-    assert_eq!(record.arguments, json!({"command": "echo ok"}));
+    assert_eq!(t.calls[0].arguments, json!({"command": "echo ok"}));
     assert_eq!(t.calls[0].original_arguments, Some(json!({"order_id": "7"})));
+    // The resumed segment replays it with the edited input and the note of the edit.
+    let (state, calls) = approved_cli_call(t);
+    let run = run_of(plan(&resume_step(), 1, &state, &[prompt(1, "run it")], &calls));
+    let PlannedStart::ResumeCall { pending, .. } = run.start else { panic!("{:?}", run.start) };
+    assert_eq!(pending.arguments, json!({"command": "echo ok"}));
+    assert!(pending.note.is_some_and(|note| note.contains("echo ok")));
+}
+
+/// The state and calls after `approved` (the approval of the deferred CLI call `toolu_1`).
+fn approved_cli_call(approved: Transition) -> (RunState, Vec<CallEntry>) {
+    let (_, deferred_t) = defer(
+        &RunState::default(),
+        deferred("Bash", Effect::NonIdempotentWrite, DeferredRun::ResumedSegment, true),
+    );
+    (deferred_t.run_state.unwrap(), approved.calls)
+}
+
+fn resume_step() -> RunModelStep {
+    RunModelStep { turn_id: Some("turn-1".into()), resume: Some("toolu_1".into()) }
 }
 
 #[test]
@@ -332,17 +350,53 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
 }
 
 #[test]
-fn an_approved_cli_tool_records_the_approved_cli_tool_output() {
+fn an_approved_cli_tool_is_recorded_from_what_its_run_in_the_resumed_segment_returned() {
+    use super::tools::{CliRun, on_cli_run};
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let t = on_approval(
-        &call,
-        &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
-    );
-    assert_eq!(
-        t.calls[0].state,
-        CallState::Succeeded { output: crate::texts::APPROVED_CLI_TOOL_OUTPUT.into() }
-    );
+    let t = on_approval(&call, &Decision { approved: true, ..Default::default() });
+    assert_eq!(t.calls[0].state, CallState::Queued, "approved, not run: no record yet");
+    assert!(t.calls[0].record().is_none());
     assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
+    assert!(t.events.iter().all(|e| e.kind != event_kind::TOOL_CALL_FINISHED), "{:?}", t.events);
+    let approved = t.calls[0].clone();
+    // The resumed segment replays the approval: the CLI runs it.
+    let (state, calls) = approved_cli_call(t);
+    let run = run_of(plan(&resume_step(), 1, &state, &[prompt(1, "run it")], &calls));
+    let PlannedStart::ResumeCall { pending, .. } = run.start else { panic!("{:?}", run.start) };
+    assert_eq!(pending.outcome, Outcome::approved_cli_tool());
+
+    let (ran, event) = on_cli_run(&approved, CliRun::Result { text: "2".into(), is_error: false }).unwrap();
+    assert_eq!(ran.state, CallState::Succeeded { output: "2".into() });
+    assert_eq!((event.kind, &event.payload["status"]), (event_kind::TOOL_CALL_FINISHED, &json!("succeeded")));
+    let failed = CliRun::Result { text: "Exit code 1".into(), is_error: true };
+    assert_eq!(
+        on_cli_run(&approved, failed).unwrap().0.state,
+        CallState::Failed { error: "Exit code 1".into() }
+    );
+    let (unknown, _) = on_cli_run(&approved, CliRun::NoResult).unwrap();
+    assert_eq!(unknown.state, CallState::OutcomeUnknown, "let run, and the segment ended without its result");
+    assert!(on_cli_run(&approved, CliRun::NotStarted).is_none(), "never ran: still approved");
+    assert!(on_cli_run(&ran, CliRun::NoResult).is_none(), "a record stays as it is");
+}
+
+#[test]
+fn a_turn_that_fails_before_an_approved_cli_call_reported_records_it_outcome_unknown() {
+    let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
+    let t = on_approval(&call, &Decision { approved: true, ..Default::default() });
+    let (state, calls) = approved_cli_call(t);
+    let Plan::Finish(mut t) =
+        plan(&resume_step(), RUN_MODEL_ATTEMPTS + 1, &state, &[prompt(1, "run it")], &calls)
+    else {
+        panic!("must not run")
+    };
+    super::inline::settle_on_turn_failure(&mut t, &calls);
+    assert_eq!(t.calls.iter().map(|c| &c.state).collect::<Vec<_>>(), [&CallState::OutcomeUnknown]);
+    let note = t.items.iter().find(|i| i.kind == item_kind::TURN_FAILURE_NOTE).expect("a note");
+    assert!(
+        note.body.get().contains("Bash") && note.body.get().contains("outcome_unknown"),
+        "{}",
+        note.body.get()
+    );
 }
 
 #[test]

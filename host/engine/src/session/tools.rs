@@ -89,7 +89,16 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
     }
     let call = &approved;
     match call.kind {
-        ToolKind::Cli => record(call, Outcome::approved_cli_tool()),
+        // The resumed segment's CLI runs it; its record comes from what that run returned
+        // ([`on_cli_run`]).
+        ToolKind::Cli => {
+            let mut t = Transition::new(Finish::Done(json!({"approved": true})));
+            let queued = call.with_state(CallState::Queued);
+            t.steps.push(tool_step(&queued, call_step(call)));
+            t.calls.push(queued);
+            t.status = Some(status::RUNNING);
+            t
+        }
         ToolKind::Custom => {
             let mut t = Transition::new(Finish::Done(json!({"approved": true})));
             let runs_in = match call.runs_in {
@@ -264,6 +273,55 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
             )
         }
     }
+}
+
+/// What the resumed segment of an approved CLI call saw of its run (the segment runner reports
+/// it; [`on_cli_run`] records it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CliRun {
+    /// The gate never let the CLI run it (the segment ended before the CLI asked): it did not
+    /// run, and stays approved for the segment's next attempt.
+    #[default]
+    NotStarted,
+    /// The gate let the CLI run it, and the segment ended without its tool result: it may have
+    /// run.
+    NoResult,
+    /// The CLI's tool result for it.
+    Result {
+        /// Its text, as the model reads it.
+        text: String,
+        /// Whether the CLI reported it as an error (a command that failed, a denial).
+        is_error: bool,
+    },
+}
+
+/// The record of an approved CLI call from its resumed segment, the TypeScript seed's rule: the
+/// CLI's tool result makes it `succeeded` (the result's text) or `failed` (the CLI's error); a
+/// segment that let it run and ended without one makes it `outcome_unknown`. `None` while it
+/// has not run, or has its record already. Commit the call and its `tool_call_finished` with the
+/// segment's end.
+pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::NewEvent)> {
+    if call.kind != ToolKind::Cli || call.state != CallState::Queued {
+        return None;
+    }
+    let outcome = match run {
+        CliRun::NotStarted => return None,
+        CliRun::NoResult => Outcome::OutcomeUnknown,
+        CliRun::Result { text, is_error: false } => Outcome::Succeeded { output: text },
+        CliRun::Result { text, is_error: true } => Outcome::Failed { error: text },
+    };
+    let finished = call.with_state(outcome.into());
+    let event = super::NewEvent {
+        kind: event_kind::TOOL_CALL_FINISHED,
+        payload: json!({
+            "turn_id": call.turn_id,
+            "tool_call_id": call.tool_call_id,
+            "tool_name": call.tool_name,
+            "status": finished.state.name(),
+            "deferred": true,
+        }),
+    };
+    Some((finished, event))
 }
 
 /// A claimed `ResumeTurn`: the turn's next segment replays the call's record.

@@ -322,8 +322,11 @@ pub fn plan_run_model(
 
     let start = match &step.resume {
         Some(tool_call_id) => {
-            let pending =
-                turn_records.iter().find(|r| &r.tool_call_id == tool_call_id).cloned().ok_or_else(|| {
+            let pending = calls
+                .iter()
+                .find(|call| &call.tool_call_id == tool_call_id && call.turn_id == turn_id)
+                .and_then(replayed)
+                .ok_or_else(|| {
                     EngineError::Inconsistent(format!("the resumed call {tool_call_id} has no final record"))
                 })?;
             let session_id = state
@@ -362,6 +365,18 @@ pub fn plan_run_model(
         grants,
         ahead_states: Vec::new(),
     })))
+}
+
+/// What a resumed segment replays for its deferred call: the final record, or for an approved CLI
+/// call not run yet (its record comes from that run), the approval ([`Outcome::approved_cli_tool`]:
+/// the gate lets the CLI run it with the approved input).
+fn replayed(call: &CallEntry) -> Option<ToolCallRecord> {
+    match (call.kind, &call.state) {
+        (crate::catalog::ToolKind::Cli, CallState::Queued) => {
+            call.with_state(crate::record::Outcome::approved_cli_tool().into()).record()
+        }
+        _ => call.record(),
+    }
 }
 
 fn is_prompt(kind: &str) -> bool {

@@ -16,6 +16,7 @@ use tollgate_engine::gate::Gate;
 use tollgate_engine::session::batches::AheadState;
 use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
+use tollgate_engine::session::tools::{CliRun, on_cli_run};
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
     CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, failure_reason, grants,
@@ -113,6 +114,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     // A warm CLI the segment ran on came with its own token: the segment's accounting is that one's.
     let mut warm_token = None;
     let mut next_warm = None;
+    let mut cli_run = CliRun::NotStarted;
     // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
     let tool_set = worker.agent.tools().await;
     let result = match (&access, &tool_set) {
@@ -120,7 +122,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
             let mut model =
                 ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
             let recording = Recording { claimed, calls: &calls };
-            let result =
+            let result;
+            (result, cli_run) =
                 segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &recording).await;
             (warm_token, next_warm) = (model.warm_token, model.next_warm);
             result
@@ -177,7 +180,18 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         _ => {}
     }
     // Inline writes recorded during the segment count in its end (a failing turn's note).
-    let calls = read_calls(store, session_id).await?;
+    let mut calls = read_calls(store, session_id).await?;
+    // So does the run of the approved CLI call the segment resumed: its record comes from it.
+    let cli_record = step
+        .resume
+        .as_ref()
+        .and_then(|id| calls.iter().find(|call| &call.tool_call_id == id && call.turn_id == run.turn_id))
+        .and_then(|call| on_cli_run(call, cli_run));
+    if let Some((recorded, _)) = &cli_record
+        && let Some(call) = calls.iter_mut().find(|call| call.tool_call_id == recorded.tool_call_id)
+    {
+        *call = recorded.clone();
+    }
     if matches!(result, SegmentResult::Deferred { .. }) {
         // A grant revoked while the segment ran counts: read the session's revocations again.
         let revocations =
@@ -188,6 +202,10 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     let prestart = next_warm.and_then(|next| next.after(&result));
     let mut transition = turn::on_segment(&run, &state, &calls, result);
+    if let Some((recorded, finished)) = cli_record {
+        transition.calls.push(recorded);
+        transition.events.insert(0, finished);
+    }
     inline::settle_on_turn_failure(&mut transition, &calls);
     // The API may not load the agent: the interrupt carries who may decide it.
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
@@ -344,9 +362,10 @@ fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> Segme
 }
 
 /// Runs the CLI for `run` and reports how it ended, and what the CLI said about its model calls
-/// to `trace`. Never fails: every problem is a failed segment the state machine retries or turns
-/// into the turn's error. The stored transcript moves out of `run.start` into the resume file's
-/// text (it can be megabytes; nothing reads it from `run` afterwards).
+/// to `trace`, with what came of the approved CLI call it resumed, if any. Never fails: every
+/// problem is a failed segment the state machine retries or turns into the turn's error. The
+/// stored transcript moves out of `run.start` into the resume file's text (it can be megabytes;
+/// nothing reads it from `run` afterwards).
 async fn segment(
     worker: &Worker,
     run: &mut SegmentRun,
@@ -355,10 +374,11 @@ async fn segment(
     trace: &mut SegmentTrace,
     model: &mut ModelAccess<'_>,
     recording: &Recording<'_>,
-) -> SegmentResult {
+) -> (SegmentResult, CliRun) {
     let session_id = recording.claimed.step.session_id.as_str();
     let agent = &worker.agent;
-    let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
+    let failed =
+        |error: String, retryable: bool| (SegmentResult::Failed { error, retryable }, CliRun::NotStarted);
     let tools = SegmentTools::new(SandboxTools(tools.clone()), worker, recording.claimed, &run.turn_id);
     let ctx = OptionsContext {
         session_id: session_id.to_owned(),
@@ -455,7 +475,7 @@ async fn segment(
         }
     };
     let raw_entries = |entries: &[TranscriptEntry]| entries.iter().map(|e| e.as_raw().to_owned()).collect();
-    match report.outcome {
+    let result = match report.outcome {
         SegmentOutcome::Completed { session_id, result, entries, usage } => SegmentResult::Completed {
             session_id,
             result,
@@ -470,22 +490,25 @@ async fn segment(
             usage: usage_of(&usage),
             cost_usd,
         },
-        SegmentOutcome::Failed { error } => {
-            if let Some(reason) = error.limit_reason() {
-                return SegmentResult::LimitReached { error: error.to_string(), reason };
+        SegmentOutcome::Failed { error } => match error.limit_reason() {
+            Some(reason) => SegmentResult::LimitReached { error: error.to_string(), reason },
+            None => {
+                let retryable = error.is_retryable();
+                let mut text = error.to_string();
+                let stderr = error.stderr().trim();
+                if !stderr.is_empty() && !text.contains(stderr) {
+                    let tail: String =
+                        stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+                    text = format!("{text} (CLI stderr: {tail})");
+                }
+                SegmentResult::Failed { error: text, retryable }
             }
-            let retryable = error.is_retryable();
-            let mut text = error.to_string();
-            let stderr = error.stderr().trim();
-            if !stderr.is_empty() && !text.contains(stderr) {
-                let tail: String =
-                    stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
-                text = format!("{text} (CLI stderr: {tail})");
-            }
-            failed(text, retryable)
+        },
+        other => {
+            SegmentResult::Failed { error: format!("unexpected segment outcome {other:?}"), retryable: true }
         }
-        other => failed(format!("unexpected segment outcome {other:?}"), true),
-    }
+    };
+    (result, report.stats.resumed_cli_call)
 }
 
 /// One prompt text as a plain string, several as one text block each (seeds, "Notes for other

@@ -1,6 +1,8 @@
 //! Durable sessions end to end: Workers as child processes on a real store, the real CLI against
 //! the mock model, the example agent's components built from source, and SIGKILL at named points.
 //!
+//! - `approved_cli`: an approved `Bash` call recorded from the CLI's result of its run in the
+//!   resumed segment (`succeeded`, `failed`), or `outcome_unknown` when the segment ended without one.
 //! - `bundles`: pinned agent bundles: a swapped component refused, Workers of two bundles on one
 //!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
@@ -42,6 +44,7 @@
 
 mod api;
 mod api_input;
+mod approved_cli;
 mod auth;
 mod batches;
 mod bundles;
