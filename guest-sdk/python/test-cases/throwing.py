@@ -37,26 +37,12 @@ def pay_then_throw(name, args, execution):
     return json.loads(resp.text())["refund"]["id"]
 
 
-@tool(description="Charges an order once, then fails reading the answer.", input_schema=SCHEMA, open_world=True)
-def charge_then_throw(args, execution):
-    return pay_then_throw("charge_then_throw", args, execution)
+def _register(name, description, idempotent):
+    @tool(name=name, description=description, input_schema=SCHEMA, idempotent=idempotent, open_world=True)
+    def handler(args, execution):
+        return pay_then_throw(name, args, execution)
 
 
-@tool(
-    description="Credits an order (idempotent under its key), then fails reading the answer.",
-    input_schema=SCHEMA,
-    idempotent=True,
-    open_world=True,
-)
-def credit_then_throw(args, execution):
-    return pay_then_throw("credit_then_throw", args, execution)
-
-
-@tool(
-    description="Deposits to an order (idempotent under its key), then fails reading the answer.",
-    input_schema=SCHEMA,
-    idempotent=True,
-    open_world=True,
-)
-def deposit_then_throw(args, execution):
-    return pay_then_throw("deposit_then_throw", args, execution)
+_register("charge_then_throw", "Charges an order once, then fails reading the answer.", False)
+_register("credit_then_throw", "Credits an order (idempotent under its key), then fails reading the answer.", True)
+_register("deposit_then_throw", "Deposits to an order (idempotent under its key), then fails reading the answer.", True)
