@@ -2,9 +2,9 @@
 # Builds every non-Rust example tool and the hostile test guests into OUTDIR/<lang>/<name>.wasm,
 # with each example's manifest copied beside it as OUTDIR/<lang>/<name>.toml:
 #
-#   go/orders  go/payments  go/hostile      (guest-sdk/go/build.sh)
-#   js/orders  js/payments  js/hostile      (guest-sdk/js/bin/build.mjs)
-#   python/orders  python/payments          (guest-sdk/python/build.sh)
+#   go/orders  go/payments  go/hostile  go/throwing          (guest-sdk/go/build.sh)
+#   js/orders  js/payments  js/hostile  js/throwing          (guest-sdk/js/bin/build.mjs)
+#   python/orders  python/payments  python/throwing          (guest-sdk/python/build.sh)
 #
 # Usage: scripts/build-guests.sh OUTDIR [LANG...]   (LANG: go js python; all by default)
 # A component newer than its source, its SDK, wit/tool and the toolchain stamps is kept;
@@ -95,15 +95,18 @@ for lang in $LANGS; do
       build go orders "$ex/go/orders" "$ex/go/orders/orders.toml"
       build go payments "$ex/go/payments" "$ex/go/payments/payments.toml"
       build go hostile "$ROOT/guest-sdk/go/test-cases/hostile"
+      build go throwing "$ROOT/guest-sdk/go/test-cases/throwing"
       ;;
     js)
       build js orders "$ex/js/orders/tool.js" "$ex/js/orders/orders.toml"
       build js payments "$ex/js/payments/tool.js" "$ex/js/payments/payments.toml"
       build js hostile "$ROOT/guest-sdk/js/test-cases/hostile.js"
+      build js throwing "$ROOT/guest-sdk/js/test-cases/throwing.js"
       ;;
     python)
       build python orders "$ex/python/orders/orders.py" "$ex/python/orders/orders.toml"
       build python payments "$ex/python/payments/payments.py" "$ex/python/payments/payments.toml"
+      build python throwing "$ROOT/guest-sdk/python/test-cases/throwing.py"
       ;;
   esac
 done

@@ -228,8 +228,11 @@ func tools() []Tool {
 	return out
 }
 
-// dispatch runs tool `name`. It returns either an output or a call error, never both; a panic in
-// the handler becomes `failed` (the instance is discarded after the call anyway).
+// dispatch runs tool `name`. It returns either an output or a call error, never both. A panic in
+// the handler, and an error that is not a *CallError, become `retryable`: the handler may have
+// sent its write first (a refund, then a failure to read the answer), so an idempotent write is
+// attempted again under the same key and a single-attempt write is recorded `outcome_unknown`,
+// never `failed`. The instance is discarded after the call anyway.
 func dispatch(name, args string, exec *Execution) (out Output, cerr *CallError) {
 	t, ok := registry[name]
 	if !ok {
@@ -237,7 +240,7 @@ func dispatch(name, args string, exec *Execution) (out Output, cerr *CallError) 
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			out, cerr = Output{}, &CallError{Message: fmt.Sprintf("tool %s panicked: %v", name, r)}
+			out, cerr = Output{}, &CallError{Message: fmt.Sprintf("tool %s panicked: %v", name, r), Retryable: true}
 		}
 	}()
 	o, err := t.Handler(json.RawMessage(args), exec)
@@ -246,7 +249,7 @@ func dispatch(name, args string, exec *Execution) (out Output, cerr *CallError) 
 		if errors.As(err, &ce) {
 			return Output{}, ce
 		}
-		return Output{}, &CallError{Message: err.Error()}
+		return Output{}, &CallError{Message: err.Error(), Retryable: true}
 	}
 	return o, nil
 }

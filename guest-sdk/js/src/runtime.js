@@ -67,12 +67,15 @@ function toOutput(r) {
   throw new TypeError('a handler must return a string, a content list or { content, isError }');
 }
 
-// The WIT `result<tool-output, call-error>` err case is thrown.
+// The WIT `result<tool-output, call-error>` err case is thrown. Any other exception is
+// `retryable`: the handler may have sent its write before it threw (a refund, then a parse error on
+// the answer), so an idempotent write is attempted again under the same key and a single-attempt
+// write is recorded `outcome_unknown`, never `failed`.
 function toCallError(err) {
   const k = callErrorKind(err);
   if (k) return { tag: k, val: err.message };
   const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-  return { tag: 'failed', val: message };
+  return { tag: 'retryable', val: message };
 }
 
 function execution(e) {

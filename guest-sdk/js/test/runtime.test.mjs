@@ -51,7 +51,7 @@ test('every return shape becomes a tool-output', () => {
   assert.deepEqual([img.val.mediaType, [...img.val.data]], ['image/png', [1, 2]]);
 });
 
-test('thrown helpers become call-errors, anything else is failed with its text', () => {
+test('thrown helpers become call-errors, anything else is retryable with its text (it may follow an effect)', () => {
   const err = (f) => {
     try {
       makeToolsExport([tool('a', f)]).call('a', '{}');
@@ -62,8 +62,8 @@ test('thrown helpers become call-errors, anything else is failed with its text',
   };
   assert.deepEqual(err(() => { throw retryable('503'); }), { tag: 'retryable', val: '503' });
   assert.deepEqual(err(() => { throw failed('gone'); }), { tag: 'failed', val: 'gone' });
-  assert.deepEqual(err(() => { throw new RangeError('bad'); }), { tag: 'failed', val: 'RangeError: bad' });
-  assert.deepEqual(err(() => 42), { tag: 'failed', val: 'TypeError: a handler must return a string, a content list or { content, isError }' });
+  assert.deepEqual(err(() => { throw new RangeError('bad'); }), { tag: 'retryable', val: 'RangeError: bad' });
+  assert.deepEqual(err(() => 42), { tag: 'retryable', val: 'TypeError: a handler must return a string, a content list or { content, isError }' });
   assert.deepEqual(err(() => ''), 'no error');
   let unknown;
   try {

@@ -61,7 +61,11 @@ class Tools(exports.Tools):
                 raise Err(t.CallError_Retryable(e.message))
             raise Err(t.CallError_Failed(e.message))
         except Err as e:
-            # An `err` of some import that the handler did not catch: not a call-error value.
-            raise Err(t.CallError_Failed(f"unhandled error from the host: {e.value!r}"))
-        except Exception as e:  # noqa: BLE001: every other failure is `failed`, with its text
-            raise Err(t.CallError_Failed(f"{type(e).__name__}: {e}"))
+            # An `err` of some import that the handler did not catch: not a call-error value. The
+            # handler ran up to it, so whatever it did may have taken effect: `retryable`.
+            raise Err(t.CallError_Retryable(f"unhandled error from the host: {e.value!r}"))
+        except Exception as e:  # noqa: BLE001: an uncaught exception may come after an effect
+            # The handler may have sent its write before it raised (a refund, then a parse error
+            # on the answer): `retryable`, so an idempotent write is attempted again under the
+            # same key and a single-attempt write is recorded `outcome_unknown`, never `failed`.
+            raise Err(t.CallError_Retryable(f"{type(e).__name__}: {e}"))

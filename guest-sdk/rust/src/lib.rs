@@ -33,7 +33,8 @@
 //! ```
 //!
 //! What a handler may return: [`Output`], `String`, `&'static str`, or a `Result` of one of those
-//! with an error that converts into [`CallError`] (any `std::error::Error` does, as `failed`).
+//! with an error that converts into [`CallError`] (any `std::error::Error` does, as `retryable`:
+//! see [`CallError`]).
 //!
 //! Host services: [`config::get`] reads a key the component's manifest grants, [`log`] writes to
 //! the host's log, and (feature `http`, on by default) [`http`] sends requests through `wasi:http`
@@ -43,7 +44,9 @@
 //! - Each call runs in a fresh instance: statics do not survive from one call to the next.
 //! - The host validates arguments against the schema before the handler runs, so a
 //!   deserialization error here means the schema and the type disagree (a bug in the tool).
-//! - A panic traps the instance; the host reports it as a failed call with the panic message.
+//! - A panic traps the instance; the host treats it as a failure that may have taken effect (an
+//!   idempotent write is attempted again, a single-attempt write is recorded `outcome_unknown`),
+//!   with the panic message.
 
 #[cfg(feature = "http")]
 pub mod http;
@@ -203,7 +206,12 @@ impl From<&'static str> for Output {
 
 /// The handler failed and produced no output for the model.
 ///
-/// Any `std::error::Error` converts into [`CallError::Failed`], so `?` works in handlers.
+/// Any `std::error::Error` converts into [`CallError::Retryable`], so `?` works in handlers: an
+/// error the handler passes up may come after its write took effect (a refund sent, then an answer
+/// it cannot parse), so the host attempts an idempotent write again under the same key and
+/// records a single-attempt write `outcome_unknown`, never `failed`. Only [`Output::error`] is a
+/// definite failure the model reads; return [`CallError::failed`] for a permanent failure you
+/// know took no effect (or an idempotent write may simply stop).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CallError {
     /// Permanent: a deferred idempotent write records `failed`; a single-attempt write records
@@ -236,7 +244,7 @@ impl fmt::Display for CallError {
 
 impl<E: std::error::Error> From<E> for CallError {
     fn from(error: E) -> Self {
-        CallError::Failed(error.to_string())
+        CallError::Retryable(error.to_string())
     }
 }
 

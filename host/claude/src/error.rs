@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate_engine::gate::GateError;
+use tollgate_engine::session::failure_reason;
 
 /// Why a segment ended without an answer or a deferred call.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +157,8 @@ pub enum SegmentError {
     },
 
     /// The CLI ended the turn with an error result (API error, `error_during_execution`,
-    /// `tool_deferred_unavailable`, …). Retryable.
+    /// `tool_deferred_unavailable`, …). Retryable, except a limit of the CLI's own options
+    /// ([`SegmentError::limit_reason`]).
     #[error(
         "the Claude Code CLI ended the turn with an error (subtype {subtype}, terminal reason {terminal_reason}): {message}{}",
         stderr_note(stderr)
@@ -208,7 +210,18 @@ impl SegmentError {
         match self {
             SegmentError::InvalidSpec { .. } | SegmentError::Cli(_) | SegmentError::BoxLimit { .. } => false,
             SegmentError::Gate(gate) => gate.is_retryable(),
+            SegmentError::ErrorResult { .. } => self.limit_reason().is_none(),
             _ => true,
+        }
+    }
+
+    /// The turn's failure reason when the CLI stopped at one of its own limits (`max_turns`,
+    /// `max_budget_usd`): a rerun would pay again and stop there again
+    /// ([`failure_reason::cli_limit`]).
+    pub fn limit_reason(&self) -> Option<&'static str> {
+        match self {
+            SegmentError::ErrorResult { subtype, .. } => failure_reason::cli_limit(subtype),
+            _ => None,
         }
     }
 
@@ -294,6 +307,25 @@ mod tests {
         assert!(!SegmentError::from(GateError::NameCollision { tool: "Bash".into() }).is_retryable());
         let not_recorded = SegmentError::NotRecorded { pid: 1, reason: "the lease was lost".into() };
         assert!(not_recorded.is_retryable(), "a rerun meets the write again");
+    }
+
+    #[test]
+    fn an_error_result_is_retryable_unless_the_cli_stopped_at_one_of_its_own_limits() {
+        let result = |subtype: &str| SegmentError::ErrorResult {
+            subtype: subtype.into(),
+            terminal_reason: "none".into(),
+            message: String::new(),
+            stderr: String::new(),
+        };
+        assert!(result("error_during_execution").is_retryable());
+        assert_eq!(result("error_during_execution").limit_reason(), None);
+        for (subtype, reason) in [
+            ("error_max_turns", failure_reason::MAX_TURNS),
+            ("error_max_budget_usd", failure_reason::MAX_BUDGET_USD),
+        ] {
+            assert!(!result(subtype).is_retryable(), "{subtype}");
+            assert_eq!(result(subtype).limit_reason(), Some(reason));
+        }
     }
 
     #[test]

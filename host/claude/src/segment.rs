@@ -73,13 +73,16 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::sleep_until;
+use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::{
     CliDeciderQuery, CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall,
 };
+use tollgate_engine::record::{ContentPart, text_of_content};
+use tollgate_engine::session::tools::CliRun;
 use tollgate_protocol::{
-    ApiEvent, ClaimSession, CliRequest, Frame, HookAnswer, HookInput, HookMatcher, HostFrame, Initialize,
-    InitializeResponse, ProtocolError, ResultMessage, ResumeText, System, TranscriptEntry, Usage, UserPrompt,
-    parse_line,
+    ApiEvent, ClaimSession, CliRequest, ContentBlock, Frame, HookAnswer, HookInput, HookMatcher, HostFrame,
+    Initialize, InitializeResponse, MessageContent, ProtocolError, ResultMessage, ResumeText, System,
+    TranscriptEntry, Usage, UserPrompt, parse_line,
 };
 
 use crate::answer::{app_hook_frame, hook_frame, permission_frame};
@@ -507,6 +510,10 @@ pub struct SegmentStats {
     pub result: Option<ResultMessage>,
     /// What the box's init reported, for a boxed CLI.
     pub box_report: Option<tollgate_box::BoxReport>,
+    /// What came of the pending call of a resumed segment when it is an approved CLI call
+    /// ([`Gate::resuming`]): whether the gate let the CLI run it, and the tool result the CLI
+    /// then sent for it (its record is made from this).
+    pub resumed_cli_call: CliRun,
 }
 
 /// What [`run_segment`] returns.
@@ -1140,6 +1147,9 @@ impl Turn<'_> {
                     self.message_ids.insert(api.id);
                 }
             }
+            Frame::User(user) if user.parent_tool_use_id.is_none() => {
+                self.on_tool_results(&user.message.content)
+            }
             Frame::TranscriptMirror(mirror) if !mirror.is_subagent() => self.entries.extend(mirror.entries),
             Frame::Result(result) if self.result.is_none() => {
                 self.stats.to_result = Some(self.started.elapsed());
@@ -1148,6 +1158,20 @@ impl Turn<'_> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Keeps the CLI's tool result for the approved CLI call this segment resumed.
+    fn on_tool_results(&mut self, content: &MessageContent) {
+        let Some(pending) = self.gate.pending().filter(|p| p.kind == ToolKind::Cli) else { return };
+        let MessageContent::Blocks(blocks) = content else { return };
+        for block in blocks {
+            if let ContentBlock::ToolResult { tool_use_id, content, is_error } = block
+                && *tool_use_id == pending.tool_call_id
+            {
+                let text = tool_result_text(content.as_ref());
+                self.stats.resumed_cli_call = CliRun::Result { text, is_error: is_error.unwrap_or(false) };
+            }
+        }
     }
 
     fn on_hook(&mut self, request_id: String, callback_id: &str, input: HookInput) -> Option<HostFrame> {
@@ -1179,7 +1203,16 @@ impl Turn<'_> {
     /// [`Deciding::next`], when the CLI decider is asked.
     fn step(&mut self, request_id: String, step: Step, reply: Reply) -> Option<HostFrame> {
         match step {
-            Step::Decided(decision) => Some(reply.frame(&request_id, &decision)),
+            Step::Decided(decision) => {
+                if let Decision::Replay(record) = &decision
+                    && record.kind == ToolKind::Cli
+                    && self.stats.resumed_cli_call == CliRun::NotStarted
+                {
+                    // The CLI runs the approved call now; its result comes as a tool result.
+                    self.stats.resumed_cli_call = CliRun::NoResult;
+                }
+                Some(reply.frame(&request_id, &decision))
+            }
             Step::AskCliDecider(query) => match &self.spec.cli_decider {
                 Some(decider) => {
                     self.deciding.ask(decider.as_ref(), Asked { request_id, query, reply });
@@ -1199,6 +1232,22 @@ async fn cancelled(cancel: &mut Option<tokio::sync::watch::Receiver<bool>>) {
     let Some(signal) = cancel else { return std::future::pending().await };
     if signal.wait_for(|cancelled| *cancelled).await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+/// The text of a tool result's `content`: a string, or its blocks' texts joined by newlines (other
+/// blocks become a placeholder naming their type).
+fn tool_result_text(content: Option<&Value>) -> String {
+    match content {
+        None => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => text_of_content(blocks.iter().map(|block| {
+            match (block["type"].as_str(), block["text"].as_str()) {
+                (Some("text"), Some(text)) => ContentPart::Text(text),
+                (kind, _) => ContentPart::Other { kind: kind.unwrap_or("unknown") },
+            }
+        })),
+        Some(other) => other.to_string(),
     }
 }
 

@@ -21,7 +21,10 @@
 //! - `tool_name` names a custom tool by its own name and a CLI tool by its CLI name (seeds, "Notes
 //!   for other languages"); `kind` says which.
 //! - `arguments` is `deferred_tool_use.input`, the CLI's input after every hook's `updatedInput`.
-//! - An approved CLI tool records `succeeded` with [`APPROVED_CLI_TOOL_OUTPUT`].
+//! - An approved CLI tool's record comes from its run in the resumed segment: the CLI's tool
+//!   result (`succeeded` with its text, `failed` with the CLI's error), or `outcome_unknown` when
+//!   the segment let it run and ended without one. Until then the resumed segment replays it as
+//!   [`Outcome::approved_cli_tool`].
 //!
 //! ```
 //! use serde_json::json;
@@ -48,7 +51,7 @@ pub use crate::texts::APPROVED_CLI_TOOL_OUTPUT;
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
     /// The tool ran and returned `output` (text only; see [`text_of_content`]). For a CLI tool:
-    /// it was approved, and `output` is [`APPROVED_CLI_TOOL_OUTPUT`].
+    /// the CLI's tool result of its run.
     Succeeded {
         /// What the tool returned.
         output: String,
@@ -69,7 +72,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The record of an approved CLI tool.
+    /// What a resumed segment replays for an approved CLI call that has not run yet: the gate
+    /// lets the CLI run it with the approved input. Never the stored outcome of a call.
     pub fn approved_cli_tool() -> Self {
         Outcome::Succeeded { output: APPROVED_CLI_TOOL_OUTPUT.to_owned() }
     }
@@ -241,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn an_approved_cli_tool_records_the_approved_output() {
+    fn the_replay_of_an_approved_cli_tool_not_run_yet_is_the_approved_output() {
         assert_eq!(
             Outcome::approved_cli_tool(),
             Outcome::Succeeded { output: APPROVED_CLI_TOOL_OUTPUT.to_owned() }

@@ -46,12 +46,12 @@ pub const REJECTED_WITH_MESSAGE: &str = "The user rejected this call: {message}"
 /// Tollgate wording: the seeds quote only the form with a message ([`REJECTED_WITH_MESSAGE`]).
 pub const REJECTED_WITHOUT_MESSAGE: &str = "The user rejected this call.";
 
-/// Record output of an approved tool that runs inside the CLI (`APPROVED_CLI_TOOL_OUTPUT`,
-/// `approvedCliToolOutput`).
+/// The replay form of an approved tool that runs inside the CLI (`APPROVED_CLI_TOOL_OUTPUT`,
+/// `approvedCliToolOutput`), before the resumed segment runs it.
 ///
 /// Tollgate wording: the seeds name the constant ("How a turn runs" step 4, "Notes for other
 /// languages") but do not quote its value. The model never sees it as a tool result (the CLI runs
-/// the approved tool itself); it appears in stored records and turn-failure notes.
+/// the approved tool itself), and no record keeps it: the call's record comes from that run.
 pub const APPROVED_CLI_TOOL_OUTPUT: &str = "Approved to run inside Claude Code; its output is not recorded.";
 
 /// What the model sees for a deferred call whose outcome is unknown (a single-attempt write that
@@ -61,6 +61,20 @@ pub const APPROVED_CLI_TOOL_OUTPUT: &str = "Approved to run inside Claude Code; 
 /// the write may have taken effect." The seeds do not quote the text.
 pub const OUTCOME_UNKNOWN: &str = "The outcome of {tool} is unknown: the call started but did not report \
 a result, so it may have taken effect. Check before calling {tool} again.";
+
+/// What the model reads for a write that failed before anything it sent left the machine (its
+/// service refused the connection, the allow-list denied the request): a definite failure, not an
+/// unknown outcome. `{tool}` is the tool's own name; `{message}` what went wrong.
+///
+/// Tollgate wording: the seeds record `outcome_unknown` for every exception of a write, "because
+/// the write may have taken effect"; this is the case where it provably did not.
+pub const NEVER_LEFT: &str =
+    "The request of {tool} never left this machine, so it did not take effect: {message}";
+
+/// [`NEVER_LEFT`] for `tool` and `message`.
+pub fn never_left(tool: &str, message: &str) -> String {
+    NEVER_LEFT.replace("{tool}", tool).replace("{message}", message)
+}
 
 /// Placeholder for an image in a recorded custom tool result.
 ///

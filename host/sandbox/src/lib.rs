@@ -52,6 +52,7 @@ mod error;
 mod links;
 mod manifest;
 mod names;
+mod reach;
 mod schema;
 mod state;
 mod tools;
@@ -71,9 +72,11 @@ pub use cache::{CacheOutcome, WASMTIME_VERSION};
 pub use error::{CallError, LoadError};
 pub use manifest::{ConfigSource, DirGrant, Limits, Manifest, ManifestError, ManifestFile, ResolvedDir};
 pub use names::check_tool_name;
+pub use reach::Reach;
 pub use tollgate_engine::policy::Annotations;
 pub use tools::{
-    ComponentInfo, ComponentSource, Content, DeferredExecution, Manifests, ToolInfo, ToolOutput, ToolSet,
+    CallReport, ComponentInfo, ComponentSource, Content, DeferredExecution, Manifests, ToolInfo, ToolOutput,
+    ToolSet,
 };
 
 use crate::cache::ComponentCache;

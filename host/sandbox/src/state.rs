@@ -11,6 +11,9 @@
 //! sets, requests, bodies, streams, pollables), each header set at most `field_bytes`, each
 //! request body buffers at most two `body_chunk`s; a denied request's body is drained and
 //! discarded, never collected. Log messages are escaped so a guest cannot forge host log lines.
+//!
+//! The hooks also log whether anything of the call may have left the machine
+//! ([`crate::reach`]): a request sent, a TCP connect, a writable directory.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -29,6 +32,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use crate::allow::AllowedHosts;
 use crate::bindings::tool::tollgate::tool::{config, log, types};
 use crate::manifest::Manifest;
+use crate::reach::{self, ReachLog};
 
 /// Bytes of a guest's stderr kept per call.
 const STDERR_KEPT: usize = 16 << 10;
@@ -83,6 +87,8 @@ pub(crate) struct HostState {
     logs_emitted: u32,
     pub(crate) stderr: TruncatingPipe,
     pub(crate) deadline: Instant,
+    /// What of the call may have left the machine.
+    pub(crate) reach: ReachLog,
 }
 
 impl HostState {
@@ -93,6 +99,7 @@ impl HostState {
         deadline: Instant,
     ) -> Result<Self, wasmtime::Error> {
         let stderr = TruncatingPipe::new(STDERR_KEPT);
+        let reach = ReachLog::default();
         let mut b = WasiCtx::builder();
         b.stderr(stderr.clone());
         b.allow_ip_name_lookup(false);
@@ -100,14 +107,26 @@ impl HostState {
         for dir in &manifest.dirs {
             let perms = if dir.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
             b.preopened_dir(&dir.host, &dir.guest, perms)?;
+            if dir.writable {
+                // Its writes are not watched: whatever the call did may have stayed written.
+                reach.mark_left();
+            }
         }
         if manifest.allowed_hosts.any_tcp() {
             let allowed = manifest.allowed_hosts.clone();
+            let connects = reach.clone();
             b.allow_tcp(true);
             b.socket_addr_check(move |addr, usage| {
                 use wasmtime_wasi::sockets::SocketAddrUse;
                 let ok = match usage {
-                    SocketAddrUse::TcpConnect => allowed.allows_tcp(addr),
+                    SocketAddrUse::TcpConnect => {
+                        let ok = allowed.allows_tcp(addr);
+                        if ok {
+                            // Whether the connect succeeds is not seen here: count the attempt.
+                            connects.mark_left();
+                        }
+                        ok
+                    }
                     // A connect without a bind is checked as an implicit bind to the unspecified
                     // address, port 0 (wasm-probe REPORT §11): allow exactly that.
                     SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
@@ -126,7 +145,11 @@ impl HostState {
         Ok(Self {
             wasi: b.build(),
             http,
-            hooks: HttpPolicy { allowed: manifest.allowed_hosts.clone(), body_chunk: budget.body_chunk },
+            hooks: HttpPolicy {
+                allowed: manifest.allowed_hosts.clone(),
+                body_chunk: budget.body_chunk,
+                reach: reach.clone(),
+            },
             table,
             limiter: MemoryLimiter::new(manifest.limits.memory_bytes),
             config,
@@ -134,6 +157,7 @@ impl HostState {
             logs_emitted: 0,
             stderr,
             deadline,
+            reach,
         })
     }
 }
@@ -283,10 +307,12 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// The `wasi:http` hook: a request leaves only when the allow-list admits its destination.
+/// The `wasi:http` hook: a request leaves only when the allow-list admits its destination, and
+/// the call's [`ReachLog`] learns whether it did.
 struct HttpPolicy {
     allowed: AllowedHosts,
     body_chunk: usize,
+    reach: ReachLog,
 }
 
 type IoFuture = Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>;
@@ -335,9 +361,18 @@ impl WasiHttpHooks for HttpPolicy {
                 Err(wasmtime_wasi_http::Error::HttpRequestDenied)
             });
         }
+        let opening = self.reach.opening();
         Box::new(async move {
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as IoFuture))
+            match wasmtime_wasi_http::default_send_request(request, options).await {
+                Ok((response, io)) => {
+                    opening.settle(true);
+                    Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as IoFuture))
+                }
+                Err(error) => {
+                    opening.settle(!reach::never_sent(&error));
+                    Err(error)
+                }
+            }
         })
     }
 

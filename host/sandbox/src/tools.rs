@@ -29,6 +29,7 @@ use crate::cache::CacheOutcome;
 use crate::error::{CallError, LoadError};
 use crate::manifest::{Manifest, ManifestFile};
 use crate::names::check_tool_name;
+use crate::reach::Reach;
 use crate::schema::{SchemaBounds, SchemaCost};
 use crate::{Annotations, Sandbox};
 
@@ -146,6 +147,16 @@ impl ToolOutput {
             })
             .sum()
     }
+}
+
+/// What [`ToolSet::call_reporting`] returns: the call's result, and whether anything it did may
+/// have left the machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallReport {
+    /// What the call produced.
+    pub result: Result<ToolOutput, CallError>,
+    /// [`Reach::Contained`] when nothing of the call left the machine, whatever its result.
+    pub reach: Reach,
 }
 
 /// A loaded tool.
@@ -672,6 +683,29 @@ impl ToolSet {
         arguments: &str,
         execution: Option<&DeferredExecution>,
     ) -> Result<ToolOutput, CallError> {
+        self.call_reporting(name, arguments, execution).await.result
+    }
+
+    /// [`ToolSet::call`], and whether anything the call did may have left the machine
+    /// ([`Reach`]): a failed write that provably did nothing can be recorded as a plain failure.
+    pub async fn call_reporting(
+        &self,
+        name: &str,
+        arguments: &str,
+        execution: Option<&DeferredExecution>,
+    ) -> CallReport {
+        let mut reach = Reach::Contained;
+        let result = self.run_call(name, arguments, execution, &mut reach).await;
+        CallReport { result, reach }
+    }
+
+    async fn run_call(
+        &self,
+        name: &str,
+        arguments: &str,
+        execution: Option<&DeferredExecution>,
+        reach: &mut Reach,
+    ) -> Result<ToolOutput, CallError> {
         self.validate(name, arguments)?;
         let tool = &self.inner.tools[self.inner.by_name[name]];
         let component = &self.inner.components[tool.component];
@@ -707,6 +741,7 @@ impl ToolSet {
                     .await
             })
             .await;
+        *reach = store.data().reach.reach();
         sandbox.retire(store, permit, component, &self.inner.pending);
         let result = result?;
         let output = match result {

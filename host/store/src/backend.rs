@@ -335,6 +335,7 @@ where
             state,
             attempt: row.try_get("attempt")?,
             fence: row.try_get("fence")?,
+            lost: row.try_get("lost")?,
             due_at: row.try_get("due_at")?,
             interrupt_id: row.try_get("interrupt_id")?,
             output: output.map(|o| stored_json("steps", &key, "output", o)).transpose()?,

@@ -55,13 +55,14 @@ impl Dialect for sqlx::Sqlite {
             let claim = |only_pins: &str| {
                 format!(
                     "UPDATE steps SET state = 'claimed', lease_owner = $1,
-                         due_at = {now} + $2, attempt = attempt + 1, fence = fence + 1, updated_at = {now}
+                         due_at = {now} + $2, attempt = attempt + 1, fence = fence + 1,
+                         lost = lost + (CASE WHEN state = 'claimed' THEN 1 ELSE 0 END), updated_at = {now}
                      WHERE step_id = (SELECT step_id FROM steps
                          WHERE state IN ('queued', 'claimed') AND due_at <= {now} AND row_version <= $3
                              {only_pins}
                          ORDER BY due_at LIMIT 1)
                      RETURNING step_id, session_id, row_version, kind, payload, state, interrupt_id,
-                         due_at, attempt, fence, output"
+                         due_at, attempt, fence, lost, output"
                 )
             };
             Statements::render(now, claim(""), claim("AND pin IN (SELECT value FROM json_each($4))"))
@@ -95,10 +96,11 @@ impl Dialect for sqlx::Postgres {
                              {only_pins}
                          ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED)
                      UPDATE steps s SET state = 'claimed', lease_owner = $1, due_at = {now} + $2,
-                         attempt = s.attempt + 1, fence = s.fence + 1, updated_at = {now}
+                         attempt = s.attempt + 1, fence = s.fence + 1,
+                         lost = s.lost + (CASE WHEN s.state = 'claimed' THEN 1 ELSE 0 END), updated_at = {now}
                      FROM c WHERE s.step_id = c.step_id
                      RETURNING s.step_id, s.session_id, s.row_version, s.kind, s.payload, s.state,
-                         s.interrupt_id, s.due_at, s.attempt, s.fence, s.output"
+                         s.interrupt_id, s.due_at, s.attempt, s.fence, s.lost, s.output"
                 )
             };
             Statements::render(
@@ -120,8 +122,7 @@ impl Dialect for sqlx::Postgres {
 }
 
 /// The columns of a step, as [`crate::backend`] decodes them.
-const STEP_COLUMNS: &str =
-    "step_id, session_id, row_version, kind, payload, state, interrupt_id, due_at, attempt, fence, output";
+const STEP_COLUMNS: &str = "step_id, session_id, row_version, kind, payload, state, interrupt_id, due_at, attempt, fence, lost, output";
 
 /// The columns of an interrupt, as [`crate::backend`] decodes them.
 const INTERRUPT_COLUMNS: &str =

@@ -58,7 +58,8 @@
 //! transcript in resume form (`transcript_chunks`, `sessions.unchunked`; see
 //! [`Store::read_transcript`]); migration 0010 the pending cancel request
 //! (`sessions.cancel_requested_by`, `sessions.cancel_requested_at`; see [`Store::request_cancel`])
-//! and the audit trail's `cancelled` decision. Migration 0008 adds `live_text` (PK `session_id`): a running
+//! and the audit trail's `cancelled` decision; migration 0011 `steps.lost`, the claims of a step that were
+//! lost (a later claim took it over after its lease expired; see [`Step::lost`]). Migration 0008 adds `live_text` (PK `session_id`): a running
 //! segment's streamed text, one overwritten row per session ([`Store::put_live_text`]), instead
 //! of an event per flush; `text_offset` and `from_seq` say where its text continues what the
 //! event log has. JSON columns are `text` on both backends (never `jsonb`, which would

@@ -254,5 +254,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0010_cancel.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            11,
+            "lost_claims".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0011_lost_claims.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

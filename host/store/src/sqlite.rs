@@ -380,5 +380,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0010_cancel.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            11,
+            "lost_claims".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0011_lost_claims.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

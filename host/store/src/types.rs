@@ -199,10 +199,15 @@ pub struct Step {
     pub payload: Box<RawValue>,
     /// Where it is.
     pub state: StepState,
-    /// How many times it was claimed (1 on the first claim).
+    /// How many times it was claimed (1 on the first claim); a release hands a claim back
+    /// without counting it.
     pub attempt: i64,
     /// The fence of its latest claim (0 before the first).
     pub fence: i64,
+    /// How many of its claims were lost: a later claim took the step over while it was still
+    /// claimed, its lease expired (the Worker that held it died, stalled past its lease, or lost
+    /// the store). Counted in `attempt` too; a retry or a release never counts here.
+    pub lost: i64,
     /// Queued: not before; claimed: the lease's end; else `None` (DB clock, ms).
     pub due_at: Option<i64>,
     /// Waiting: the interrupt that queues it.

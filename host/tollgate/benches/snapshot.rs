@@ -25,7 +25,7 @@
 use std::time::{Duration, Instant};
 
 use tollgate::{convert, sessions};
-use tollgate_engine::session::turn::{Plan, PlannedStart, TranscriptSource, plan_run_model};
+use tollgate_engine::session::turn::{Claims, Plan, PlannedStart, TranscriptSource, plan_run_model};
 use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, view};
 use tollgate_store::testing::PgCluster;
 use tollgate_store::{Commit, Finish, NewItem, Store, raw};
@@ -140,10 +140,16 @@ async fn resume_transcript(
     assert_eq!(chunks, matches!(source, TranscriptSource::Chunks { .. }));
     let read = start.elapsed();
     let calls: Vec<CallEntry> = Vec::new();
-    let Plan::Run(run) =
-        plan_run_model(step, 1, &state, &sessions::history(&items), source, &calls, &Limits::default())
-            .unwrap()
-    else {
+    let Plan::Run(run) = plan_run_model(
+        step,
+        Claims::nth(1),
+        &state,
+        &sessions::history(&items),
+        source,
+        &calls,
+        &Limits::default(),
+    )
+    .unwrap() else {
         panic!("expected a segment");
     };
     let PlannedStart::NewTurn { session_id, transcript, .. } = run.start else {

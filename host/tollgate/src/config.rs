@@ -7,6 +7,7 @@
 //! options_factory = "agent.wasm"    # or a static [options] table
 //! spend_limit_usd = 5.0             # no new segment once a session spent this much
 //! segment_timeout_secs = 900        # one CLI run
+//! max_lost_workers = 10             # a segment's lost Workers before its turn fails
 //!
 //! [options]                         # used when there is no factory; tollgate_engine::options
 //! model = "claude-sonnet-4-5"
@@ -30,6 +31,7 @@
 //! | `[agent] options_factory` | none: the `[options]` table gives the options |
 //! | `[agent] spend_limit_usd` | no limit |
 //! | `[agent] segment_timeout_secs` | 900 ([`DEFAULT_SEGMENT_TIMEOUT`]) |
+//! | `[agent] max_lost_workers` | 10 ([`tollgate_engine::session::DEFAULT_MAX_LOST_WORKERS`]) |
 //! | `[options]` | the CLI's defaults |
 //! | `[policies]` | the policy table's defaults |
 //! | `[tools.<name>]` | the `<name>.toml` beside the component, or none (everything denied) |
@@ -83,7 +85,7 @@ pub struct AgentConfig {
     pub flow_type: Option<String>,
     /// The options factory's path as written, relative to the agent directory.
     pub options_factory: Option<PathBuf>,
-    /// The limits the state machine enforces (`[agent] spend_limit_usd`).
+    /// The limits the state machine enforces (`[agent] spend_limit_usd`, `max_lost_workers`).
     pub limits: Limits,
     /// How long one segment may run (`[agent] segment_timeout_secs`).
     pub segment_timeout: Duration,
@@ -157,6 +159,7 @@ struct AgentTable {
     options_factory: Option<PathBuf>,
     spend_limit_usd: Option<Spanned<f64>>,
     segment_timeout_secs: Option<Spanned<u64>>,
+    max_lost_workers: Option<u32>,
 }
 
 impl AgentConfig {
@@ -298,6 +301,9 @@ impl AgentConfig {
                     ));
                 }
                 config.segment_timeout = Duration::from_secs(secs.into_inner());
+            }
+            if let Some(lost) = agent.max_lost_workers {
+                config.limits.max_lost_workers = i64::from(lost);
             }
             config.flow_type = agent.flow_type;
             config.options_factory = agent.options_factory;
@@ -447,13 +453,14 @@ mod tests {
     fn every_table_is_read_into_its_type() {
         let config = parse(
             "[agent]\nflow_type = \"Support\"\nspend_limit_usd = 2.5\nsegment_timeout_secs = 60\n\
-             [options]\nmodel = \"m\"\n[policies]\nBash = { effect = \"read\" }\n\
+             max_lost_workers = 4\n[options]\nmodel = \"m\"\n[policies]\nBash = { effect = \"read\" }\n\
              [tools.payments]\nmemory_mb = 16\n",
         )
         .unwrap();
         assert_eq!(config.flow_type.as_deref(), Some("Support"));
         assert_eq!(config.limits.spend_limit_usd, Some(2.5));
         assert_eq!(config.segment_timeout, Duration::from_secs(60));
+        assert_eq!(config.limits.max_lost_workers, 4);
         assert_eq!(config.static_options().model.as_deref(), Some("m"));
         assert!(config.policies.get("Bash").is_some());
         assert!(!config.manifests.is_empty());

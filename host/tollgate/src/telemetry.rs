@@ -260,7 +260,7 @@ pub fn segment_span(scope: &Scope, meta: &ModelCallMetadata, result: &SegmentRes
         SegmentResult::Completed { .. } => ("completed", None),
         SegmentResult::Deferred { .. } => ("deferred", None),
         SegmentResult::Failed { error, .. } => ("failed", Some(error.clone())),
-        SegmentResult::SpendLimitReached { error } => ("spend_limit", Some(error.clone())),
+        SegmentResult::LimitReached { error, reason } => (*reason, Some(error.clone())),
     };
     attributes.push(KeyValue::new("tollgate.segment.outcome", outcome));
     SpanPlan {
@@ -295,7 +295,8 @@ pub fn proxy_attributes(summary: &ProxySummary) -> Vec<KeyValue> {
 pub enum ToolOutcome {
     /// It returned a result.
     Succeeded,
-    /// It returned an error result, or never ran (arguments refused, tool gone).
+    /// It returned an error result, never ran (arguments refused, tool gone), or failed with
+    /// nothing of it sent.
     Failed,
     /// It failed in a way that may have taken effect (a trap, a timeout); retried or recorded
     /// `outcome_unknown`.
@@ -319,8 +320,10 @@ impl ToolOutcome {
     pub fn of_run(run: &ToolRun) -> ToolOutcome {
         match run {
             ToolRun::Output { is_error: false, .. } => ToolOutcome::Succeeded,
-            ToolRun::Output { is_error: true, .. } | ToolRun::Refused { .. } => ToolOutcome::Failed,
-            ToolRun::Error { .. } => ToolOutcome::Error,
+            ToolRun::Output { is_error: true, .. } | ToolRun::Refused { .. } | ToolRun::Contained { .. } => {
+                ToolOutcome::Failed
+            }
+            ToolRun::Failed { .. } | ToolRun::Error { .. } => ToolOutcome::Error,
         }
     }
 }
@@ -472,7 +475,7 @@ impl ToolTrace {
     /// Ends the span now with the run's outcome.
     pub fn finish(self, run: &ToolRun) {
         let error = match run {
-            ToolRun::Error { message } => Some(message.as_str()),
+            ToolRun::Failed { message } | ToolRun::Error { message } => Some(message.as_str()),
             _ => None,
         };
         tool_span(&self.scope, &self.tool_name, &self.tool_call_id, true, ToolOutcome::of_run(run), error)

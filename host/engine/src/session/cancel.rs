@@ -302,7 +302,7 @@ mod tests {
             [prompt(1, "say a long answer"), (2, item_kind::TURN_FAILURE_NOTE, note), prompt(3, "say hello")];
         let plan = crate::session::turn::plan_run_model(
             &RunModelStep::default(),
-            1,
+            crate::session::turn::Claims::nth(1),
             &after,
             &history(&rows),
             crate::session::turn::TranscriptSource::Items,

@@ -20,11 +20,12 @@
 //! `attempt_failed`, `tool_call_finished`), with `"deferred": false`.
 //!
 //! A turn that fails with a write still `started` (its Worker died during the call, and no rerun
-//! met it again) records it `outcome_unknown` ([`settle_on_turn_failure`]).
+//! met it again) records it `outcome_unknown` ([`settle_on_turn_failure`]), as it does an approved
+//! CLI call whose run no segment reported.
 
 use serde_json::{Value, json};
 
-use super::tools::ToolRun;
+use super::tools::{Settled, ToolRun};
 use super::turn::{PlannedStart, SegmentRun};
 use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, Transition, event_kind, step_kind};
 use crate::catalog::ToolKind;
@@ -151,17 +152,15 @@ pub enum After {
     },
 }
 
-/// What attempt `attempt`'s `run` changes (`CallTool`'s rules, [`super::tools::on_tool_result`]).
+/// What attempt `attempt`'s `run` changes (`CallTool`'s rules, [`super::tools::settle`]).
 pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
-    let recorded = |outcome| {
-        let (call, transition) = record(call, outcome);
-        After::Recorded { call: Box::new(call), transition: Box::new(transition) }
-    };
-    match run {
-        ToolRun::Output { text, is_error: false } => recorded(Outcome::Succeeded { output: text }),
-        ToolRun::Output { text, is_error: true } => recorded(Outcome::Failed { error: text }),
-        ToolRun::Refused { message } => recorded(Outcome::Failed { error: message }),
-        ToolRun::Error { message } if attempt < CALL_TOOL_ATTEMPTS => {
+    // Every attempt before this one started, and may have taken effect.
+    match super::tools::settle(run, &call.tool_name, false, attempt, attempt == 1) {
+        Settled::Record(outcome) => {
+            let (call, transition) = record(call, outcome);
+            After::Recorded { call: Box::new(call), transition: Box::new(transition) }
+        }
+        Settled::Retry { message } => {
             let mut t = Transition::keep();
             t.calls.push(call.with_state(CallState::Started { attempt }));
             let t = t.event(
@@ -177,13 +176,13 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
             );
             After::Retry { transition: Box::new(t), delay: super::turn::retry_delay(attempt) }
         }
-        ToolRun::Error { .. } => recorded(Outcome::OutcomeUnknown),
     }
 }
 
 /// A transition that fails a turn (a `turn_failed` event) also records `outcome_unknown` for
-/// each of the turn's inline writes still `started` (its Worker died during the call and no rerun
-/// met it again): it may have taken effect, and no later segment of the turn will call it.
+/// each of the turn's calls [`is_left_unknown`]: an inline write still `started` (its Worker died
+/// during the call and no rerun met it again), an approved CLI call whose run no segment
+/// reported. It may have taken effect, and no later segment of the turn will call it.
 pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
     let failed: Vec<String> = t
         .events
@@ -199,10 +198,12 @@ pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
 }
 
 /// Whether the failure of its turn leaves this call `outcome_unknown`: an inline write that
-/// started and has no result (its tool may have run). [`settle_on_turn_failure`] records it so,
-/// and the turn's failure note tells the model so.
+/// started and has no result, or an approved CLI call whose resumed segment never reported its
+/// run (the tool may have run). [`settle_on_turn_failure`] records it so, and the turn's failure
+/// note tells the model so.
 pub fn is_left_unknown(call: &CallEntry) -> bool {
-    call.inline && matches!(call.state, CallState::Started { .. })
+    (call.inline && matches!(call.state, CallState::Started { .. }))
+        || (call.kind == ToolKind::Cli && call.state == CallState::Queued)
 }
 
 fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
@@ -214,7 +215,7 @@ fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
             "tool_call_id": call.tool_call_id,
             "tool_name": call.tool_name,
             "status": finished.state.name(),
-            "deferred": false,
+            "deferred": !call.inline,
         }),
     );
     t.calls.push(finished.clone());
@@ -237,6 +238,7 @@ mod tests {
         SegmentRun {
             turn_id: "turn-1".into(),
             attempt: 2,
+            lost_workers: 0,
             start,
             turn_records: Vec::new(),
             prompts_upto: 1,
@@ -297,6 +299,27 @@ mod tests {
             matches!(past, Begin::Recorded { call, .. } if call.state == CallState::OutcomeUnknown),
             "a rerun past the attempts records outcome_unknown without running the tool"
         );
+    }
+
+    #[test]
+    fn an_inline_write_that_threw_is_retried_and_one_that_never_sent_anything_is_failed() {
+        let thrown = ToolRun::Error { message: "ValueError: bad answer".into() };
+        assert!(matches!(on_result(&credit(), 1, thrown), After::Retry { .. }));
+        let refused = ToolRun::Contained { message: "connection refused".into() };
+        let After::Recorded { call, .. } = on_result(&credit(), 1, refused.clone()) else {
+            panic!("nothing left on the first attempt: final")
+        };
+        assert_eq!(call.state.name(), "failed");
+        assert!(call.state.text().is_some_and(|t| t.contains("never left this machine")), "{call:?}");
+        assert!(
+            matches!(on_result(&credit(), 2, refused), After::Retry { .. }),
+            "the first attempt may have taken effect"
+        );
+        let own = ToolRun::Failed { message: "credit note exists".into() };
+        let After::Recorded { call, .. } = on_result(&credit(), 1, own) else {
+            panic!("its own failure is final")
+        };
+        assert_eq!(call.state, CallState::Failed { error: "credit note exists".into() });
     }
 
     #[test]

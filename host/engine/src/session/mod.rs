@@ -135,31 +135,80 @@ pub mod event_kind {
 pub mod failure_reason {
     /// The segment failed on its last attempt, or in a way another attempt cannot fix.
     pub const SEGMENT_FAILED: &str = "segment_failed";
-    /// The segment's Worker stopped (crashed, was killed) on every attempt.
+    /// The segment lost its Worker (crashed, was killed, stalled past its lease) more times
+    /// than [`super::Limits::max_lost_workers`] allows.
     pub const WORKER_STOPPED: &str = "worker_stopped";
     /// The session's spend limit is reached.
     pub const SPEND_LIMIT: &str = "spend_limit";
+    /// The CLI stopped the turn at its `max_turns` option (a result of subtype
+    /// `error_max_turns`).
+    pub const MAX_TURNS: &str = "max_turns";
+    /// The CLI stopped the turn at its `max_budget_usd` option (a result of subtype
+    /// `error_max_budget_usd`).
+    pub const MAX_BUDGET_USD: &str = "max_budget_usd";
     /// The CLI deferred a call that runs inline.
     pub const INLINE_DEFERRED: &str = "inline_deferred";
     /// The step's stored rows cannot be read or do not fit together (corrupt, inconsistent).
     pub const UNUSABLE_ROWS: &str = "unusable_rows";
     /// Every reason, for metrics.
-    pub const ALL: &[&str] = &[SEGMENT_FAILED, WORKER_STOPPED, SPEND_LIMIT, INLINE_DEFERRED, UNUSABLE_ROWS];
+    pub const ALL: &[&str] = &[
+        SEGMENT_FAILED,
+        WORKER_STOPPED,
+        SPEND_LIMIT,
+        MAX_TURNS,
+        MAX_BUDGET_USD,
+        INLINE_DEFERRED,
+        UNUSABLE_ROWS,
+    ];
+
+    /// The reason a CLI result of `subtype` ends its turn with, when the subtype says the CLI
+    /// reached one of its own limits: the same limit stops another attempt after it paid for its
+    /// model calls again (and ran its inline tools again), so the turn fails at once.
+    ///
+    /// ```
+    /// use tollgate_engine::session::failure_reason::{self, cli_limit};
+    ///
+    /// assert_eq!(cli_limit("error_max_turns"), Some(failure_reason::MAX_TURNS));
+    /// assert_eq!(cli_limit("error_max_budget_usd"), Some(failure_reason::MAX_BUDGET_USD));
+    /// assert_eq!(cli_limit("error_during_execution"), None);
+    /// ```
+    pub fn cli_limit(subtype: &str) -> Option<&'static str> {
+        match subtype {
+            "error_max_turns" => Some(MAX_TURNS),
+            "error_max_budget_usd" => Some(MAX_BUDGET_USD),
+            _ => None,
+        }
+    }
 }
 
-/// Attempts of one segment before its turn fails.
+/// Attempts of one segment before its turn fails. An attempt cut short by a lost claim (its
+/// Worker died) or handed back by a draining Worker does not count.
 pub const RUN_MODEL_ATTEMPTS: i64 = 3;
 /// Attempts of an idempotent tool call before it records `outcome_unknown`.
 pub const CALL_TOOL_ATTEMPTS: i64 = 3;
 /// The run state version this build reads and writes.
 pub const RUN_STATE_VERSION: u32 = 1;
 
+/// Lost Workers one segment may have before its turn fails ([`Limits::max_lost_workers`]).
+pub const DEFAULT_MAX_LOST_WORKERS: i64 = 10;
+
 /// Limits of a session that the state machine enforces.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     /// No new segment starts once the session spent this much (US dollars, as the CLI reports
     /// `total_cost_usd`). Checked once per segment, so one segment can overshoot it.
     pub spend_limit_usd: Option<f64>,
+    /// A segment whose claim was lost this many times (its Worker SIGKILLed, stalled past the
+    /// lease, cut off from the store) and is claimed once more fails its turn with
+    /// [`failure_reason::WORKER_STOPPED`] instead of running: a segment that kills every Worker it
+    /// lands on must stop somewhere. Lost claims never count toward [`RUN_MODEL_ATTEMPTS`].
+    pub max_lost_workers: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { spend_limit_usd: None, max_lost_workers: DEFAULT_MAX_LOST_WORKERS }
+    }
 }
 
 /// Token and call counters, added to the session's totals.

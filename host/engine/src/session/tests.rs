@@ -4,7 +4,7 @@ use serde_json::value::RawValue;
 use super::client::{Decision, user_message};
 use super::tools::{Begin, ToolRun, begin_tool_step, on_approval, on_resume_turn, on_tool_result};
 use super::turn::{
-    HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, TranscriptSource, on_segment,
+    Claims, HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, TranscriptSource, on_segment,
     on_unusable_rows, plan_run_model,
 };
 use super::view::messages;
@@ -31,8 +31,16 @@ fn plan(
     rows: &[(i64, &'static str, String)],
     calls: &[CallEntry],
 ) -> Plan {
-    plan_run_model(step, attempt, state, &items(rows), TranscriptSource::Items, calls, &Limits::default())
-        .unwrap()
+    plan_run_model(
+        step,
+        Claims::nth(attempt),
+        state,
+        &items(rows),
+        TranscriptSource::Items,
+        calls,
+        &Limits::default(),
+    )
+    .unwrap()
 }
 
 fn run_of(plan: Plan) -> SegmentRun {
@@ -167,7 +175,8 @@ fn a_transcript_kept_in_chunks_is_resumed_from_them_without_its_items() {
     };
     let limits = Limits::default();
     let step = RunModelStep::default();
-    let Plan::Run(run) = plan_run_model(&step, 1, &state, &items(&rows), chunks, &[], &limits).unwrap()
+    let Plan::Run(run) =
+        plan_run_model(&step, Claims::nth(1), &state, &items(&rows), chunks, &[], &limits).unwrap()
     else {
         panic!("expected a segment");
     };
@@ -182,7 +191,9 @@ fn a_transcript_kept_in_chunks_is_resumed_from_them_without_its_items() {
     }
     // No chunk stored yet: the session's first segment.
     let none = TranscriptSource::Chunks { session_id: None, chunks: Vec::new() };
-    let Plan::Run(run) = plan_run_model(&step, 1, &state, &items(&rows), none, &[], &limits).unwrap() else {
+    let Plan::Run(run) =
+        plan_run_model(&step, Claims::nth(1), &state, &items(&rows), none, &[], &limits).unwrap()
+    else {
         panic!("expected a segment");
     };
     assert!(matches!(run.start, PlannedStart::Fresh { .. }), "{:?}", run.start);
@@ -284,9 +295,27 @@ fn an_edited_cli_tool_records_the_edited_input_for_the_replay() {
         ..Default::default()
     };
     let t = on_approval(&call, &edit);
-    let record = t.calls[0].record().unwrap();
-    assert_eq!(record.arguments, json!({"command": "echo ok"}));
+    assert_eq!(t.calls[0].arguments, json!({"command": "echo ok"}));
     assert_eq!(t.calls[0].original_arguments, Some(json!({"order_id": "7"})));
+    // The resumed segment replays it with the edited input and the note of the edit.
+    let (state, calls) = approved_cli_call(t);
+    let run = run_of(plan(&resume_step(), 1, &state, &[prompt(1, "run it")], &calls));
+    let PlannedStart::ResumeCall { pending, .. } = run.start else { panic!("{:?}", run.start) };
+    assert_eq!(pending.arguments, json!({"command": "echo ok"}));
+    assert!(pending.note.is_some_and(|note| note.contains("echo ok")));
+}
+
+/// The state and calls after `approved` (the approval of the deferred CLI call `toolu_1`).
+fn approved_cli_call(approved: Transition) -> (RunState, Vec<CallEntry>) {
+    let (_, deferred_t) = defer(
+        &RunState::default(),
+        deferred("Bash", Effect::NonIdempotentWrite, DeferredRun::ResumedSegment, true),
+    );
+    (deferred_t.run_state.unwrap(), approved.calls)
+}
+
+fn resume_step() -> RunModelStep {
+    RunModelStep { turn_id: Some("turn-1".into()), resume: Some("toolu_1".into()) }
 }
 
 #[test]
@@ -321,17 +350,53 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
 }
 
 #[test]
-fn an_approved_cli_tool_records_the_approved_cli_tool_output() {
+fn an_approved_cli_tool_is_recorded_from_what_its_run_in_the_resumed_segment_returned() {
+    use super::tools::{CliRun, on_cli_run};
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let t = on_approval(
-        &call,
-        &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
-    );
-    assert_eq!(
-        t.calls[0].state,
-        CallState::Succeeded { output: crate::texts::APPROVED_CLI_TOOL_OUTPUT.into() }
-    );
+    let t = on_approval(&call, &Decision { approved: true, ..Default::default() });
+    assert_eq!(t.calls[0].state, CallState::Queued, "approved, not run: no record yet");
+    assert!(t.calls[0].record().is_none());
     assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
+    assert!(t.events.iter().all(|e| e.kind != event_kind::TOOL_CALL_FINISHED), "{:?}", t.events);
+    let approved = t.calls[0].clone();
+    // The resumed segment replays the approval: the CLI runs it.
+    let (state, calls) = approved_cli_call(t);
+    let run = run_of(plan(&resume_step(), 1, &state, &[prompt(1, "run it")], &calls));
+    let PlannedStart::ResumeCall { pending, .. } = run.start else { panic!("{:?}", run.start) };
+    assert_eq!(pending.outcome, Outcome::approved_cli_tool());
+
+    let (ran, event) = on_cli_run(&approved, CliRun::Result { text: "2".into(), is_error: false }).unwrap();
+    assert_eq!(ran.state, CallState::Succeeded { output: "2".into() });
+    assert_eq!((event.kind, &event.payload["status"]), (event_kind::TOOL_CALL_FINISHED, &json!("succeeded")));
+    let failed = CliRun::Result { text: "Exit code 1".into(), is_error: true };
+    assert_eq!(
+        on_cli_run(&approved, failed).unwrap().0.state,
+        CallState::Failed { error: "Exit code 1".into() }
+    );
+    let (unknown, _) = on_cli_run(&approved, CliRun::NoResult).unwrap();
+    assert_eq!(unknown.state, CallState::OutcomeUnknown, "let run, and the segment ended without its result");
+    assert!(on_cli_run(&approved, CliRun::NotStarted).is_none(), "never ran: still approved");
+    assert!(on_cli_run(&ran, CliRun::NoResult).is_none(), "a record stays as it is");
+}
+
+#[test]
+fn a_turn_that_fails_before_an_approved_cli_call_reported_records_it_outcome_unknown() {
+    let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
+    let t = on_approval(&call, &Decision { approved: true, ..Default::default() });
+    let (state, calls) = approved_cli_call(t);
+    let Plan::Finish(mut t) =
+        plan(&resume_step(), RUN_MODEL_ATTEMPTS + 1, &state, &[prompt(1, "run it")], &calls)
+    else {
+        panic!("must not run")
+    };
+    super::inline::settle_on_turn_failure(&mut t, &calls);
+    assert_eq!(t.calls.iter().map(|c| &c.state).collect::<Vec<_>>(), [&CallState::OutcomeUnknown]);
+    let note = t.items.iter().find(|i| i.kind == item_kind::TURN_FAILURE_NOTE).expect("a note");
+    assert!(
+        note.body.get().contains("Bash") && note.body.get().contains("outcome_unknown"),
+        "{}",
+        note.body.get()
+    );
 }
 
 #[test]
@@ -385,6 +450,53 @@ fn an_idempotent_write_retries_under_one_key_then_records_outcome_unknown() {
     assert!(matches!(begin_tool_step("s-1", false, 4, &started), Begin::Finish(_)));
     // Crashed mid-call before the limit: runs again with the same key.
     assert!(matches!(begin_tool_step("s-1", false, 2, &started), Begin::Run { attempt: 2, .. }));
+}
+
+#[test]
+fn only_what_a_tool_returns_or_provably_never_sent_is_a_definite_failure() {
+    use super::tools::{Settled, settle};
+    let failed = |error: &str| Settled::Record(Outcome::Failed { error: error.into() });
+    let unknown = Settled::Record(Outcome::OutcomeUnknown);
+    let own = || ToolRun::Failed { message: "gone".into() };
+    let thrown = || ToolRun::Error { message: "KeyError: 'refund_id'".into() };
+    let contained = || ToolRun::Contained { message: "connection refused".into() };
+    // A single-attempt write.
+    assert_eq!(
+        settle(own(), "create_refund", true, 1, true),
+        unknown,
+        "its own failure may follow an effect"
+    );
+    assert_eq!(settle(thrown(), "create_refund", true, 1, true), unknown);
+    let never = failed(
+        "The request of create_refund never left this machine, so it did not take effect: connection refused",
+    );
+    assert_eq!(settle(contained(), "create_refund", true, 1, true), never);
+    // An idempotent write: an exception is attempted again, its own failure is final.
+    assert_eq!(settle(own(), "record_credit", false, 1, true), failed("gone"));
+    assert!(matches!(settle(thrown(), "record_credit", false, 1, true), Settled::Retry { .. }));
+    assert_eq!(settle(thrown(), "record_credit", false, CALL_TOOL_ATTEMPTS, false), unknown);
+    assert!(matches!(
+        settle(contained(), "record_credit", false, 1, true),
+        Settled::Record(Outcome::Failed { .. })
+    ));
+    // After an earlier attempt started, "never sent" holds for this attempt only.
+    assert!(matches!(settle(contained(), "record_credit", false, 2, false), Settled::Retry { .. }));
+    assert_eq!(settle(contained(), "record_credit", false, CALL_TOOL_ATTEMPTS, false), unknown);
+}
+
+#[test]
+fn a_deferred_write_that_never_sent_anything_is_failed_and_one_that_may_have_is_unknown() {
+    let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
+    let refused = on_tool_result(true, 1, &call, ToolRun::Contained { message: "connection refused".into() });
+    let Some(error) = refused.calls[0].state.text() else { panic!("{:?}", refused.calls[0].state) };
+    assert!(error.contains("never left this machine") && error.contains("connection refused"), "{error}");
+    assert_eq!(refused.calls[0].state.name(), "failed");
+    let own = on_tool_result(true, 1, &call, ToolRun::Failed { message: "unparsable answer".into() });
+    assert_eq!(own.calls[0].state, CallState::OutcomeUnknown);
+    // A retried idempotent call whose later attempt never sent anything: the first one may have.
+    let started = CallEntry { state: CallState::Started { attempt: 1 }, ..call };
+    let later = on_tool_result(false, 2, &started, ToolRun::Contained { message: "refused".into() });
+    assert!(matches!(later.finish, Finish::Retry(_)), "{later:?}");
 }
 
 #[test]
@@ -513,11 +625,11 @@ fn a_segment_claimed_past_its_attempts_fails_the_turn_without_running() {
 #[test]
 fn the_spend_limit_stops_new_segments() {
     let state = RunState { cost_usd: 1.5, ..RunState::default() };
-    let limits = Limits { spend_limit_usd: Some(1.0) };
+    let limits = Limits { spend_limit_usd: Some(1.0), ..Limits::default() };
     let rows = [prompt(1, "hi")];
     match plan_run_model(
         &RunModelStep::default(),
-        1,
+        Claims::nth(1),
         &state,
         &items(&rows),
         TranscriptSource::Items,
@@ -597,17 +709,76 @@ fn every_failed_turn_names_its_reason_in_the_event() {
     let t = on_segment(&run, &state, &[], SegmentResult::Failed { error: "bad".into(), retryable: false });
     let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
     assert_eq!(event.payload, json!({"turn_id": "turn-1", "error": "bad", "reason": "segment_failed"}));
-    let over = SegmentResult::SpendLimitReached { error: "limit".into() };
-    let t = on_segment(&run, &state, &[], over);
-    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
-    assert_eq!(event.payload["reason"], failure_reason::SPEND_LIMIT);
-    assert!(matches!(t.finish, Finish::Done(_)), "not retried: {:?}", t.finish);
+    for reason in [failure_reason::SPEND_LIMIT, failure_reason::MAX_TURNS, failure_reason::MAX_BUDGET_USD] {
+        let over = SegmentResult::LimitReached { error: "limit".into(), reason };
+        let t = on_segment(&run, &state, &[], over);
+        let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+        assert_eq!(event.payload["reason"], reason);
+        assert!(matches!(t.finish, Finish::Done(_)), "{reason}: not retried: {:?}", t.finish);
+    }
     let Plan::Finish(t) =
         plan(&RunModelStep::default(), RUN_MODEL_ATTEMPTS + 1, &state, &[prompt(1, "hi")], &[])
     else {
         panic!("must not run")
     };
+    assert_eq!(t.events[0].payload["reason"], failure_reason::SEGMENT_FAILED);
+    let lost = DEFAULT_MAX_LOST_WORKERS + 1;
+    let claims = Claims { attempt: lost + 1, lost };
+    let Plan::Finish(t) = plan_run_model(
+        &RunModelStep::default(),
+        claims,
+        &state,
+        &items(&[prompt(1, "hi")]),
+        TranscriptSource::Items,
+        &[],
+        &Limits::default(),
+    )
+    .unwrap() else {
+        panic!("must not run")
+    };
     assert_eq!(t.events[0].payload["reason"], failure_reason::WORKER_STOPPED);
+}
+
+/// Plans a new turn's segment on a claim with `lost` lost claims before it, under `limits`.
+fn plan_after_lost(attempt: i64, lost: i64, limits: &Limits) -> Plan {
+    let rows = [prompt(1, "hi")];
+    let step = RunModelStep::default();
+    let claims = Claims { attempt, lost };
+    plan_run_model(&step, claims, &RunState::default(), &items(&rows), TranscriptSource::Items, &[], limits)
+        .unwrap()
+}
+
+#[test]
+fn claims_whose_worker_was_lost_do_not_count_toward_the_three_attempts() {
+    let state = RunState::default();
+    let limits = Limits::default();
+    // Three Workers SIGKILLed in a row: the fourth claim still runs, as a first attempt.
+    let run = run_of(plan_after_lost(4, 3, &limits));
+    assert_eq!(
+        (run.attempt, run.counted_attempt()),
+        (4, 1),
+        "events name the claim; the count leaves out the lost"
+    );
+    let failed = || SegmentResult::Failed { error: "CLI error result".into(), retryable: true };
+    let t = on_segment(&run, &state, &[], failed());
+    assert!(matches!(t.finish, Finish::Retry(_)), "its own first failure is retried: {:?}", t.finish);
+    let run = run_of(plan_after_lost(6, 3, &limits));
+    let t = on_segment(&run, &state, &[], failed());
+    assert!(matches!(t.finish, Finish::Done(_)), "its own third failure ends the turn: {:?}", t.finish);
+    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+    assert_eq!(event.payload["reason"], failure_reason::SEGMENT_FAILED);
+}
+
+#[test]
+fn a_segment_that_loses_more_workers_than_allowed_fails_its_turn_with_its_own_reason() {
+    let limits = Limits { max_lost_workers: 2, ..Limits::default() };
+    assert!(matches!(plan_after_lost(3, 2, &limits), Plan::Run(_)), "two lost Workers are allowed");
+    let Plan::Finish(t) = plan_after_lost(4, 3, &limits) else { panic!("a third lost Worker stops it") };
+    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+    assert_eq!(event.payload["reason"], failure_reason::WORKER_STOPPED);
+    let error = t.run_state.unwrap().last_turn_error.unwrap();
+    assert!(error.contains("lost its Worker 3 times") && error.contains("the 2 allowed"), "{error}");
+    assert_eq!(Limits::default().max_lost_workers, 10);
 }
 
 #[test]

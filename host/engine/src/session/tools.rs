@@ -89,7 +89,16 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
     }
     let call = &approved;
     match call.kind {
-        ToolKind::Cli => record(call, Outcome::approved_cli_tool()),
+        // The resumed segment's CLI runs it; its record comes from what that run returned
+        // ([`on_cli_run`]).
+        ToolKind::Cli => {
+            let mut t = Transition::new(Finish::Done(json!({"approved": true})));
+            let queued = call.with_state(CallState::Queued);
+            t.steps.push(tool_step(&queued, call_step(call)));
+            t.calls.push(queued);
+            t.status = Some(status::RUNNING);
+            t
+        }
         ToolKind::Custom => {
             let mut t = Transition::new(Finish::Done(json!({"approved": true})));
             let runs_in = match call.runs_in {
@@ -168,11 +177,71 @@ pub enum ToolRun {
         /// What the model reads.
         message: String,
     },
-    /// It failed (trapped, timed out, a transient error): it may have taken effect.
+    /// It failed, and nothing it did left the machine (its connection was refused, the
+    /// allow-list denied its request, it could not start): it provably did not take effect.
+    Contained {
+        /// What happened.
+        message: String,
+    },
+    /// It reported a permanent failure of its own (`call-error::failed`), and may have taken
+    /// effect before it did.
+    Failed {
+        /// Its message.
+        message: String,
+    },
+    /// It failed (threw, panicked, trapped, timed out, a transient error), and may have taken
+    /// effect.
     Error {
         /// What happened, for the log and the event.
         message: String,
     },
+}
+
+/// What a run means for its call ([`settle`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The call's final outcome.
+    Record(Outcome),
+    /// Run it again under the same key, after this attempt's failure.
+    Retry {
+        /// The failure, for the `attempt_failed` event.
+        message: String,
+    },
+}
+
+/// The contract of a tool's run, for a deferred call and a recorded inline write alike:
+///
+/// | run | idempotent write (attempt < 3) | its last attempt | single-attempt write |
+/// | --- | --- | --- | --- |
+/// | an output | `succeeded` | `succeeded` | `succeeded` |
+/// | an `is-error` output, or refused arguments | `failed` | `failed` | `failed` |
+/// | contained, on the call's first start | `failed`, "never left" | the same | the same |
+/// | its own `failed` | `failed` | `failed` | `outcome_unknown` |
+/// | an error (thrown, trapped, …) | attempted again | `outcome_unknown` | `outcome_unknown` |
+///
+/// Only what the tool returns (an output) or provably never did (refused, contained) is a
+/// definite `failed`; an error that may have taken effect is retried under the call's key while
+/// that is safe, then `outcome_unknown`. A contained failure after an earlier start of the call
+/// (a retried attempt, a rerun after a crash) is an error: the earlier attempt may have taken
+/// effect. `tool` names the tool in the "never left" text.
+pub fn settle(run: ToolRun, tool: &str, single_attempt: bool, attempt: i64, first_start: bool) -> Settled {
+    let may_retry = !single_attempt && attempt < CALL_TOOL_ATTEMPTS;
+    match run {
+        ToolRun::Output { text, is_error: false } => Settled::Record(Outcome::Succeeded { output: text }),
+        ToolRun::Output { text: error, is_error: true } | ToolRun::Refused { message: error } => {
+            Settled::Record(Outcome::Failed { error })
+        }
+        ToolRun::Contained { message } if first_start => {
+            Settled::Record(Outcome::Failed { error: texts::never_left(tool, &message) })
+        }
+        ToolRun::Failed { message } if !single_attempt => Settled::Record(Outcome::Failed { error: message }),
+        ToolRun::Contained { message } | ToolRun::Error { message } if may_retry => {
+            Settled::Retry { message }
+        }
+        ToolRun::Contained { .. } | ToolRun::Failed { .. } | ToolRun::Error { .. } => {
+            Settled::Record(Outcome::OutcomeUnknown)
+        }
+    }
 }
 
 /// What a tool run changes.
@@ -182,11 +251,14 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
         Some(original) => format!("{}\n{text}", texts::input_edited_note(original, &call.arguments)),
         None => text,
     };
-    match run {
-        ToolRun::Output { text, is_error: false } => record(call, Outcome::Succeeded { output: told(text) }),
-        ToolRun::Output { text, is_error: true } => record(call, Outcome::Failed { error: told(text) }),
-        ToolRun::Refused { message } => record(call, Outcome::Failed { error: told(message) }),
-        ToolRun::Error { message } if !single_attempt && attempt < CALL_TOOL_ATTEMPTS => {
+    let first_start = !matches!(call.state, CallState::Started { .. });
+    match settle(run, &call.tool_name, single_attempt, attempt, first_start) {
+        Settled::Record(Outcome::Succeeded { output }) => {
+            record(call, Outcome::Succeeded { output: told(output) })
+        }
+        Settled::Record(Outcome::Failed { error }) => record(call, Outcome::Failed { error: told(error) }),
+        Settled::Record(outcome) => record(call, outcome),
+        Settled::Retry { message } => {
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));
             t.calls.push(call.with_state(CallState::Started { attempt }));
             t.event(
@@ -200,8 +272,56 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
                 }),
             )
         }
-        ToolRun::Error { .. } => record(call, Outcome::OutcomeUnknown),
     }
+}
+
+/// What the resumed segment of an approved CLI call saw of its run (the segment runner reports
+/// it; [`on_cli_run`] records it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CliRun {
+    /// The gate never let the CLI run it (the segment ended before the CLI asked): it did not
+    /// run, and stays approved for the segment's next attempt.
+    #[default]
+    NotStarted,
+    /// The gate let the CLI run it, and the segment ended without its tool result: it may have
+    /// run.
+    NoResult,
+    /// The CLI's tool result for it.
+    Result {
+        /// Its text, as the model reads it.
+        text: String,
+        /// Whether the CLI reported it as an error (a command that failed, a denial).
+        is_error: bool,
+    },
+}
+
+/// The record of an approved CLI call from its resumed segment, the TypeScript seed's rule: the
+/// CLI's tool result makes it `succeeded` (the result's text) or `failed` (the CLI's error); a
+/// segment that let it run and ended without one makes it `outcome_unknown`. `None` while it
+/// has not run, or has its record already. Commit the call and its `tool_call_finished` with the
+/// segment's end.
+pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::NewEvent)> {
+    if call.kind != ToolKind::Cli || call.state != CallState::Queued {
+        return None;
+    }
+    let outcome = match run {
+        CliRun::NotStarted => return None,
+        CliRun::NoResult => Outcome::OutcomeUnknown,
+        CliRun::Result { text, is_error: false } => Outcome::Succeeded { output: text },
+        CliRun::Result { text, is_error: true } => Outcome::Failed { error: text },
+    };
+    let finished = call.with_state(outcome.into());
+    let event = super::NewEvent {
+        kind: event_kind::TOOL_CALL_FINISHED,
+        payload: json!({
+            "turn_id": call.turn_id,
+            "tool_call_id": call.tool_call_id,
+            "tool_name": call.tool_name,
+            "status": finished.state.name(),
+            "deferred": true,
+        }),
+    };
+    Some((finished, event))
 }
 
 /// A claimed `ResumeTurn`: the turn's next segment replays the call's record.

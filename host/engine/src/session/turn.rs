@@ -103,8 +103,12 @@ impl ResumeTranscript {
 pub struct SegmentRun {
     /// The turn.
     pub turn_id: String,
-    /// This attempt of the segment, from 1.
+    /// This claim of the segment's step, from 1: every claim has its own (events and streamed
+    /// text name it).
     pub attempt: i64,
+    /// The claims before this one that were lost (their Worker died): they do not count toward
+    /// [`RUN_MODEL_ATTEMPTS`] ([`SegmentRun::counted_attempt`]).
+    pub lost_workers: i64,
     /// How it starts.
     pub start: PlannedStart,
     /// The turn's other final records, for [`crate::gate::Gate::with_turn_records`].
@@ -117,6 +121,14 @@ pub struct SegmentRun {
     /// Where the turn's interrupts opened ahead stand (by interrupt id), read by the Worker when
     /// the segment ends ([`super::batches`]); one missing counts as open.
     pub ahead_states: Vec<(String, AheadState)>,
+}
+
+impl SegmentRun {
+    /// This attempt as [`RUN_MODEL_ATTEMPTS`] counts it: the claims whose Worker was lost left
+    /// out, so a turn fails for its own failures, not for Workers that died under it.
+    pub fn counted_attempt(&self) -> i64 {
+        self.attempt - self.lost_workers
+    }
 }
 
 /// What `RunModel` does.
@@ -164,11 +176,15 @@ pub enum SegmentResult {
         /// Whether another attempt may succeed.
         retryable: bool,
     },
-    /// The model proxy refused the segment's next model request: the session's spend limit was
-    /// reached during the segment. The turn fails for that reason and is not retried.
-    SpendLimitReached {
+    /// A limit stopped the segment: the session's spend limit (the model proxy refused its next
+    /// model request), or one of the CLI's own options (`max_turns`, `max_budget_usd`). The turn
+    /// fails at once with `reason`: another attempt would pay for its model calls again, rerun
+    /// its inline tools, and stop at the same limit.
+    LimitReached {
         /// Why, for `last_turn_error`.
         error: String,
+        /// The [`failure_reason`] of the limit.
+        reason: &'static str,
     },
 }
 
@@ -199,7 +215,24 @@ impl<'a> TranscriptBody<'a> {
     }
 }
 
-/// Decides the segment a claimed `RunModel` runs.
+/// How often a `RunModel` step was claimed, as the store counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claims {
+    /// This claim, from 1 (the store's `Step::attempt`).
+    pub attempt: i64,
+    /// The claims before it that were lost: their Worker died, stalled past its lease or lost
+    /// the store (the store's `Step::lost`).
+    pub lost: i64,
+}
+
+impl Claims {
+    /// The `attempt`-th claim, none lost before it.
+    pub fn nth(attempt: i64) -> Self {
+        Claims { attempt, lost: 0 }
+    }
+}
+
+/// Decides the segment a claimed `RunModel` runs, on its `claims`-th claim.
 ///
 /// `items` are the session's items in order (with its transcript items when `transcript` is
 /// [`TranscriptSource::Items`]; they may be left out otherwise); `calls` its deferred calls.
@@ -208,7 +241,7 @@ impl<'a> TranscriptBody<'a> {
 /// A stored row that does not parse, or rows that disagree.
 pub fn plan_run_model(
     step: &RunModelStep,
-    attempt: i64,
+    claims: Claims,
     state: &RunState,
     items: &[HistoryItem<'_>],
     transcript: TranscriptSource,
@@ -243,11 +276,19 @@ pub fn plan_run_model(
             )));
         }
     };
-    if attempt > RUN_MODEL_ATTEMPTS {
+    let Claims { attempt, lost: lost_workers } = claims;
+    if lost_workers > limits.max_lost_workers {
         let error = format!(
-            "the segment did not finish in {RUN_MODEL_ATTEMPTS} attempts (its Worker stopped each time)"
+            "the segment lost its Worker {lost_workers} times (killed, crashed or stalled past its \
+             lease), more than the {} allowed",
+            limits.max_lost_workers
         );
         let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::WORKER_STOPPED, error);
+        return Ok(Plan::Finish(Box::new(t)));
+    }
+    if attempt - lost_workers > RUN_MODEL_ATTEMPTS {
+        let error = format!("the segment did not finish in {RUN_MODEL_ATTEMPTS} attempts");
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::SEGMENT_FAILED, error);
         return Ok(Plan::Finish(Box::new(t)));
     }
     if let Some(limit) = limits.spend_limit_usd
@@ -282,8 +323,11 @@ pub fn plan_run_model(
 
     let start = match &step.resume {
         Some(tool_call_id) => {
-            let pending =
-                turn_records.iter().find(|r| &r.tool_call_id == tool_call_id).cloned().ok_or_else(|| {
+            let pending = calls
+                .iter()
+                .find(|call| &call.tool_call_id == tool_call_id && call.turn_id == turn_id)
+                .and_then(replayed)
+                .ok_or_else(|| {
                     EngineError::Inconsistent(format!("the resumed call {tool_call_id} has no final record"))
                 })?;
             let session_id = state
@@ -315,12 +359,25 @@ pub fn plan_run_model(
     Ok(Plan::Run(Box::new(SegmentRun {
         turn_id,
         attempt,
+        lost_workers,
         start,
         turn_records,
         prompts_upto,
         grants,
         ahead_states: Vec::new(),
     })))
+}
+
+/// What a resumed segment replays for its deferred call: the final record, or for an approved CLI
+/// call not run yet (its record comes from that run), the approval ([`Outcome::approved_cli_tool`]:
+/// the gate lets the CLI run it with the approved input).
+fn replayed(call: &CallEntry) -> Option<ToolCallRecord> {
+    match (call.kind, &call.state) {
+        (crate::catalog::ToolKind::Cli, CallState::Queued) => {
+            call.with_state(crate::record::Outcome::approved_cli_tool().into()).record()
+        }
+        _ => call.record(),
+    }
 }
 
 pub(super) fn is_prompt(kind: &str) -> bool {
@@ -590,7 +647,7 @@ pub fn on_segment(
             t
         }
         SegmentResult::Failed { error, retryable } => {
-            if retryable && run.attempt < RUN_MODEL_ATTEMPTS {
+            if retryable && run.counted_attempt() < RUN_MODEL_ATTEMPTS {
                 let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
                 t.status = Some(status::RUNNING);
                 t.event(
@@ -601,8 +658,8 @@ pub fn on_segment(
                 fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
             }
         }
-        SegmentResult::SpendLimitReached { error } => {
-            fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SPEND_LIMIT, error)
+        SegmentResult::LimitReached { error, reason } => {
+            fail_turn(state, &run.turn_id, run.prompts_upto, calls, reason, error)
         }
     }
 }

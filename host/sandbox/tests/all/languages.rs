@@ -9,9 +9,6 @@
 //! one is missing, these tests fail and say so (they never skip).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tollgate_sandbox::{CallError, DeferredExecution, ToolSet};
@@ -21,48 +18,6 @@ use crate::util::{TestServer, ToolsDir};
 
 /// The languages built by `scripts/build-guests.sh`.
 const BUILT: [&str; 3] = ["go", "js", "python"];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-/// Builds the Go, JavaScript and Python guests once per test binary and returns the directory
-/// that holds `<lang>/<name>.wasm`. Panics with the script's output (which names the missing
-/// toolchain and the install script) when the build fails.
-fn built_guests() -> &'static Path {
-    static GUESTS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let result = GUESTS.get_or_init(|| {
-        let root = root();
-        let out = root.join("target/guests");
-        let script = root.join("scripts/build-guests.sh");
-        let started = Instant::now();
-        let output = Command::new("bash")
-            .arg(&script)
-            .arg(&out)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !output.status.success() {
-            return Err(format!(
-                "{} failed ({}). Install the Go, JavaScript and Python guest toolchains with \
-                 scripts/install-guest-toolchains.sh.\n--- stdout\n{}\n--- stderr\n{}",
-                script.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr),
-            ));
-        }
-        eprintln!(
-            "built the Go, JavaScript and Python guests in {:.1} s:\n{}",
-            started.elapsed().as_secs_f64(),
-            String::from_utf8_lossy(&output.stdout)
-        );
-        Ok(out)
-    });
-    match result {
-        Ok(dir) => dir,
-        Err(message) => panic!("{message}"),
-    }
-}
 
 /// The component `name` (orders, payments, hostile) of `lang`.
 fn component(lang: &str, name: &str) -> String {
@@ -75,9 +30,7 @@ fn component(lang: &str, name: &str) -> String {
         }
         .to_string();
     }
-    let path = built_guests().join(lang).join(format!("{name}.wasm"));
-    assert!(path.is_file(), "{} was not built", path.display());
-    path.display().to_string()
+    guests::built(lang, name).display().to_string()
 }
 
 /// A payments service on 127.0.0.1 that records every request and answers by the order id in
@@ -286,7 +239,7 @@ fn tool_shapes(tools: &ToolSet) -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_language_gives_the_same_results_for_the_same_calls() {
-    built_guests();
+    guests::built_guests();
     let payments = payments_service().await;
     let langs = ["rust", "go", "js", "python"];
     let mut results: BTreeMap<&str, Vec<(&str, String)>> = BTreeMap::new();
@@ -411,7 +364,7 @@ async fn a_memory_bomb_in_go_or_javascript_is_stopped_at_the_cap() {
 
 #[test]
 fn the_guest_build_writes_every_component_and_its_manifest() {
-    let dir = built_guests();
+    let dir = guests::built_guests();
     for lang in BUILT {
         for name in ["orders", "payments"] {
             assert!(dir.join(lang).join(format!("{name}.wasm")).is_file(), "{lang}/{name}.wasm");

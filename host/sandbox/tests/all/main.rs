@@ -6,7 +6,8 @@
 //! - `hostile`: guests that attack or break their host, each followed by a call that must work;
 //! - `escapes`: guests that look for a way around their grants (address spellings, symbolic links);
 //! - `factory`: the options-factory component;
-//! - `ahead`: instances prepared ahead of calls, fresh and limited per call.
+//! - `ahead`: instances prepared ahead of calls, fresh and limited per call;
+//! - `reach`: whether a call may have taken effect outside the machine.
 
 mod ahead;
 mod calls;
@@ -15,5 +16,6 @@ mod factory;
 mod hostile;
 mod languages;
 mod load;
+mod reach;
 mod util;
 mod wit;

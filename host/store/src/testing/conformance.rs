@@ -101,6 +101,7 @@ cases![
     a_new_session_reads_back_with_its_run_state_byte_exact,
     a_queued_step_is_claimed_once_with_attempt_one_and_fence_one,
     an_expired_lease_is_reclaimed_with_a_higher_attempt_and_fence,
+    a_claim_that_takes_over_an_expired_lease_counts_a_lost_claim_and_a_retry_or_release_does_not,
     a_stale_fence_commits_nothing_and_returns_lease_lost,
     a_heartbeat_extends_the_lease_so_no_one_else_claims_the_step,
     a_commit_applies_items_records_interrupts_steps_session_and_events_together,
@@ -329,6 +330,30 @@ async fn an_expired_lease_is_reclaimed_with_a_higher_attempt_and_fence(h: Harnes
     assert_eq!(second.step.step_id, first.step.step_id);
     assert_eq!((second.step.attempt, second.fence), (2, 2));
     assert_eq!(second.worker_id, "w2");
+}
+
+async fn a_claim_that_takes_over_an_expired_lease_counts_a_lost_claim_and_a_retry_or_release_does_not(
+    h: Harness,
+) {
+    let s = &*h.store;
+    let first = claimed_session(s, "s").await;
+    assert_eq!((first.step.attempt, first.step.lost), (1, 0));
+    // The first holder is lost (its lease runs out): the next claim counts it.
+    s.heartbeat(&first, Duration::from_millis(1)).await.unwrap();
+    let second = claim_within(s, "w2", LONG, Duration::from_secs(10)).await.expect("reclaimed after expiry");
+    assert_eq!((second.step.attempt, second.step.lost), (2, 1), "a lost claim counts in both");
+    // A retry queues it again: the next claim loses nothing.
+    s.commit(&second, Commit::finish(Finish::Retry(Duration::ZERO))).await.unwrap();
+    let third = s.claim("w3", LONG).await.unwrap().expect("queued again");
+    assert_eq!((third.step.attempt, third.step.lost), (3, 1));
+    // Neither does a release.
+    s.release(&third).await.unwrap();
+    let fourth = s.claim("w4", Duration::from_millis(1)).await.unwrap().expect("released");
+    assert_eq!((fourth.step.attempt, fourth.step.lost), (3, 1));
+    let fifth = claim_within(s, "w5", LONG, Duration::from_secs(10)).await.expect("reclaimed after expiry");
+    assert_eq!((fifth.step.attempt, fifth.step.lost), (4, 2));
+    let stored = s.step(fifth.step.step_id).await.unwrap().unwrap();
+    assert_eq!((stored.attempt, stored.lost), (4, 2), "the stored row says the same");
 }
 
 async fn a_stale_fence_commits_nothing_and_returns_lease_lost(h: Harness) {

@@ -16,9 +16,11 @@ use tollgate_engine::gate::Gate;
 use tollgate_engine::session::batches::AheadState;
 use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
+use tollgate_engine::session::tools::{CliRun, on_cli_run};
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind, step_kind,
+    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, failure_reason, grants,
+    item_kind, step_kind,
 };
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -57,9 +59,10 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let state = RunState::parse(session.run_state.get())?;
     let (items, transcript) = sessions::plan_inputs(store, session_id).await?;
     let calls = read_calls(store, session_id).await?;
+    let claims = turn::Claims { attempt: claimed.step.attempt, lost: claimed.step.lost };
     let plan = turn::plan_run_model(
         step,
-        claimed.step.attempt,
+        claims,
         &state,
         &sessions::history(&items),
         transcript,
@@ -111,6 +114,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     // A warm CLI the segment ran on came with its own token: the segment's accounting is that one's.
     let mut warm_token = None;
     let mut next_warm = None;
+    let mut cli_run = CliRun::NotStarted;
     // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
     let tool_set = worker.agent.tools().await;
     // A client's cancel interrupts the segment as soon as it arrives.
@@ -121,7 +125,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
             let mut model =
                 ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
             let recording = Recording { claimed, calls: &calls, recorder: recorder.clone() };
-            let result =
+            let result;
+            (result, cli_run) =
                 segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &recording).await;
             (warm_token, next_warm) = (model.warm_token, model.next_warm);
             result
@@ -153,7 +158,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     };
     // A failed segment's requests cost money too: they count against the limit.
     let failed_cost = match (&result, &summary) {
-        (SegmentResult::Failed { .. } | SegmentResult::SpendLimitReached { .. }, Some(summary)) => {
+        (SegmentResult::Failed { .. } | SegmentResult::LimitReached { .. }, Some(summary)) => {
             summary.cost_usd
         }
         _ => 0.0,
@@ -184,13 +189,24 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         SegmentResult::Failed { error, retryable } => {
             warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
         }
-        SegmentResult::SpendLimitReached { error } => {
-            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, error = %error, "segment stopped at the spend limit");
+        SegmentResult::LimitReached { error, reason } => {
+            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, reason, error = %error, "segment stopped at a limit");
         }
         _ => {}
     }
     // Inline writes recorded during the segment count in its end (a failing turn's note).
-    let calls = read_calls(store, session_id).await?;
+    let mut calls = read_calls(store, session_id).await?;
+    // So does the run of the approved CLI call the segment resumed: its record comes from it.
+    let cli_record = step
+        .resume
+        .as_ref()
+        .and_then(|id| calls.iter().find(|call| &call.tool_call_id == id && call.turn_id == run.turn_id))
+        .and_then(|call| on_cli_run(call, cli_run));
+    if let Some((recorded, _)) = &cli_record
+        && let Some(call) = calls.iter_mut().find(|call| call.tool_call_id == recorded.tool_call_id)
+    {
+        *call = recorded.clone();
+    }
     if matches!(result, SegmentResult::Deferred { .. }) {
         // A grant revoked while the segment ran counts: read the session's revocations again.
         let revocations =
@@ -201,6 +217,10 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     let prestart = next_warm.and_then(|next| next.after(&result));
     let mut transition = turn::on_segment(&run, &state, &calls, result);
+    if let Some((recorded, finished)) = cli_record {
+        transition.calls.push(recorded);
+        transition.events.insert(0, finished);
+    }
     inline::settle_on_turn_failure(&mut transition, &calls);
     // The API may not load the agent: the interrupt carries who may decide it.
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
@@ -344,7 +364,7 @@ impl Prestart {
 /// proxy's (every request priced, [`crate::proxy::prices`]) when its requests went through it.
 fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> SegmentResult {
     if let Some(reason) = &summary.stopped {
-        return SegmentResult::SpendLimitReached { error: reason.clone() };
+        return SegmentResult::LimitReached { error: reason.clone(), reason: failure_reason::SPEND_LIMIT };
     }
     let measured = |cli: Option<f64>| if summary.requests > 0 { Some(summary.cost_usd) } else { cli };
     match result {
@@ -354,14 +374,15 @@ fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> Segme
         SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
             SegmentResult::Deferred { session_id, call, entries, usage, cost_usd: measured(cost_usd) }
         }
-        failed @ (SegmentResult::Failed { .. } | SegmentResult::SpendLimitReached { .. }) => failed,
+        failed @ (SegmentResult::Failed { .. } | SegmentResult::LimitReached { .. }) => failed,
     }
 }
 
 /// Runs the CLI for `run` and reports how it ended, and what the CLI said about its model calls
-/// to `trace`. Never fails: every problem is a failed segment the state machine retries or turns
-/// into the turn's error. The stored transcript moves out of `run.start` into the resume file's
-/// text (it can be megabytes; nothing reads it from `run` afterwards).
+/// to `trace`, with what came of the approved CLI call it resumed, if any. Never fails: every
+/// problem is a failed segment the state machine retries or turns into the turn's error. The
+/// stored transcript moves out of `run.start` into the resume file's text (it can be megabytes;
+/// nothing reads it from `run` afterwards).
 async fn segment(
     worker: &Worker,
     run: &mut SegmentRun,
@@ -370,10 +391,11 @@ async fn segment(
     trace: &mut SegmentTrace,
     model: &mut ModelAccess<'_>,
     recording: &Recording<'_>,
-) -> SegmentResult {
+) -> (SegmentResult, CliRun) {
     let session_id = recording.claimed.step.session_id.as_str();
     let agent = &worker.agent;
-    let failed = |error: String, retryable: bool| SegmentResult::Failed { error, retryable };
+    let failed =
+        |error: String, retryable: bool| (SegmentResult::Failed { error, retryable }, CliRun::NotStarted);
     let tools = SegmentTools::new(
         SandboxTools(tools.clone()),
         worker,
@@ -487,7 +509,7 @@ async fn segment(
         }
     };
     let raw_entries = |entries: &[TranscriptEntry]| entries.iter().map(|e| e.as_raw().to_owned()).collect();
-    match report.outcome {
+    let result = match report.outcome {
         SegmentOutcome::Completed { session_id, result, entries, usage } => SegmentResult::Completed {
             session_id,
             result,
@@ -502,28 +524,34 @@ async fn segment(
             usage: usage_of(&usage),
             cost_usd,
         },
-        SegmentOutcome::Failed { error } => {
-            let retryable = error.is_retryable();
-            let mut text = error.to_string();
-            let stderr = error.stderr().trim();
-            if !stderr.is_empty() && !text.contains(stderr) {
-                let tail: String =
-                    stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
-                text = format!("{text} (CLI stderr: {tail})");
+        SegmentOutcome::Failed { error } => match error.limit_reason() {
+            Some(reason) => SegmentResult::LimitReached { error: error.to_string(), reason },
+            None => {
+                let retryable = error.is_retryable();
+                let mut text = error.to_string();
+                let stderr = error.stderr().trim();
+                if !stderr.is_empty() && !text.contains(stderr) {
+                    let tail: String =
+                        stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+                    text = format!("{text} (CLI stderr: {tail})");
+                }
+                SegmentResult::Failed { error: text, retryable }
             }
-            failed(text, retryable)
-        }
+        },
         // Its step applies the cancel request instead; without one (never: only this step's
         // commit clears it) another attempt runs.
-        SegmentOutcome::Cancelled { killed } => failed(
-            format!(
+        SegmentOutcome::Cancelled { killed } => SegmentResult::Failed {
+            error: format!(
                 "the segment was cancelled{}",
                 if killed { " (its CLI was killed after the grace)" } else { "" }
             ),
-            true,
-        ),
-        other => failed(format!("unexpected segment outcome {other:?}"), true),
-    }
+            retryable: true,
+        },
+        other => {
+            SegmentResult::Failed { error: format!("unexpected segment outcome {other:?}"), retryable: true }
+        }
+    };
+    (result, report.stats.resumed_cli_call)
 }
 
 /// One prompt text as a plain string, several as one text block each (seeds, "Notes for other
@@ -820,8 +848,9 @@ mod tests {
         }
         summary.stopped = Some("the session's spend limit of $1 was reached".into());
         match with_proxy_accounting(completed(), &summary) {
-            SegmentResult::SpendLimitReached { error } => {
+            SegmentResult::LimitReached { error, reason } => {
                 assert!(error.contains("spend limit of $1 was reached"));
+                assert_eq!(reason, failure_reason::SPEND_LIMIT);
             }
             other => panic!("{other:?}"),
         }

@@ -6,7 +6,7 @@ use tollgate_engine::record::{ContentPart, text_of_content};
 use tollgate_engine::session::client::{DecisionScope, GrantStamp, parse_decision};
 use tollgate_engine::session::tools::{self as rules, Begin, ToolRun};
 use tollgate_engine::session::{CALL_TOOL_ATTEMPTS, CallEntry, CallStep, EngineError, Finish};
-use tollgate_sandbox::{CallError, Content, DeferredExecution, ToolSet};
+use tollgate_sandbox::{CallError, Content, DeferredExecution, Reach, ToolSet};
 use tollgate_store::Claimed;
 use tracing::{info, warn};
 
@@ -101,11 +101,12 @@ pub(super) async fn call(
         Scope { session_id: session.clone(), turn_id: call.turn_id.clone(), attempt: i64::from(attempt) };
     let trace = ToolTrace::start(scope, &call.tool_name, &call.tool_call_id);
     let run = match worker.agent.tools().await {
-        Err(err) => ToolRun::Error { message: format!("the agent's tools did not load: {err:#}") },
+        // Nothing ran.
+        Err(err) => ToolRun::Contained { message: format!("the agent's tools did not load: {err:#}") },
         Ok(tools) => run_in_sandbox(worker, &tools, &call.tool_name, &call.arguments, &execution).await,
     };
     trace.finish(&run);
-    if let ToolRun::Error { message } = &run {
+    if let ToolRun::Contained { message } | ToolRun::Failed { message } | ToolRun::Error { message } = &run {
         warn!(session = %session, tool_call = %call.tool_call_id, attempt, error = %message, "tool call failed");
     }
     let errored = matches!(run, ToolRun::Error { .. });
@@ -132,7 +133,8 @@ pub(super) async fn run_in_sandbox(
             message: tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, tool_name),
         };
     }
-    match tools.call(tool_name, &arguments.to_string(), Some(execution)).await {
+    let report = tools.call_reporting(tool_name, &arguments.to_string(), Some(execution)).await;
+    match report.result {
         Ok(output) => ToolRun::Output {
             text: text_of_content(output.content.iter().map(|c| match c {
                 Content::Text { text } => ContentPart::Text(text),
@@ -149,14 +151,16 @@ pub(super) async fn run_in_sandbox(
             ) {
                 worker.metrics.sandbox_trap();
             }
-            tool_run_of(err)
+            tool_run_of(err, report.reach)
         }
     }
 }
 
-/// How a sandbox error is recorded: arguments that never reached the tool and a tool's own
-/// permanent failure are failures the model reads; everything else may have taken effect.
-fn tool_run_of(err: CallError) -> ToolRun {
+/// How a sandbox error is recorded ([`tollgate_engine::session::tools::settle`] decides what each
+/// means for the call): arguments that never reached the tool are refused; a failure of a call
+/// whose every request never left the machine is contained; a tool's own permanent failure and
+/// everything else (a thrown exception, a panic, a deadline) may have taken effect.
+fn tool_run_of(err: CallError, reach: Reach) -> ToolRun {
     match err {
         CallError::InvalidArguments { problems, .. } => {
             ToolRun::Refused { message: format!("Input validation error: {}", problems.join("; ")) }
@@ -167,7 +171,8 @@ fn tool_run_of(err: CallError) -> ToolRun {
         CallError::UnknownTool { tool } => ToolRun::Refused {
             message: tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, &tool),
         },
-        CallError::Failed { message, .. } => ToolRun::Output { text: message, is_error: true },
+        other if reach == Reach::Contained => ToolRun::Contained { message: other.message_for_model() },
+        CallError::Failed { message, .. } => ToolRun::Failed { message },
         other => ToolRun::Error { message: other.to_string() },
     }
 }

@@ -6,7 +6,7 @@
 //! | invariant (name) | rule |
 //! | --- | --- |
 //! | `stuck` | every session of the run exists, is `idle`, has no step in flight and no open interrupt, and its turn completed (`turn_completed`, no `last_turn_error`) or failed (`turn_failed` with `last_turn_error`) |
-//! | `single-attempt` | a `CallSingleAttemptTool` call made at most one payment under its key; with none it is recorded `outcome_unknown`; with one it is `outcome_unknown` or `succeeded` quoting that payment's `refund_id`; no call is left unfinished; no payment lacks a call |
+//! | `single-attempt` | a `CallSingleAttemptTool` call made at most one payment under its key; with none it is recorded `outcome_unknown` (or `failed` saying its request never left the machine); with one it is `outcome_unknown` or `succeeded` quoting that payment's `refund_id`; no call is left unfinished; no payment lacks a call |
 //! | `idempotency-key` | every request of a `CallTool` call (the body names the session and tool call) carries one key, the call's own `<session>/<turn>/<tool call>`; a `succeeded` one sent at least one request |
 //! | `event-seq` | a session's event seqs are exactly `1..next_event_seq` |
 //! | `fence-overlap` | per step, events' fences never go down in seq order, a call's requests' attempts never go down in arrival order, and nothing is done under fence `f` after fence `f' > f` was claimed (claims from the Workers' logs, or the first sign of the fence) |
@@ -70,6 +70,8 @@ pub struct CallRow {
     pub runs_in: String,
     pub status: String,
     pub output: Option<String>,
+    /// A `failed` record's text.
+    pub error: Option<String>,
 }
 
 impl CallRow {
@@ -292,6 +294,12 @@ fn single_attempt_calls(o: &Observed, out: &mut Vec<Violation>) {
             // Held back in a batch and never called again before its turn ended (issue 14): it
             // never ran, and says so.
             ([], "unused") => None,
+            // Its request never left the machine (the service refused the connection), and it says so.
+            ([], "failed")
+                if call.error.as_deref().is_some_and(|e| e.contains("never left this machine")) =>
+            {
+                None
+            }
             ([], status) => {
                 Some(format!("made no payment but is recorded {status:?}, not outcome_unknown or unused"))
             }
@@ -573,6 +581,7 @@ mod tests {
                     runs_in: "call_tool".into(),
                     status: "succeeded".into(),
                     output: Some(r#"{"refund_id":"r_1"}"#.into()),
+                    error: None,
                 },
                 CallRow {
                     session_id: s.into(),
@@ -582,6 +591,7 @@ mod tests {
                     runs_in: "call_single_attempt_tool".into(),
                     status: "succeeded".into(),
                     output: Some(r#"{"refund_id":"r_2","status":"refunded"}"#.into()),
+                    error: None,
                 },
             ],
             interrupts: vec![InterruptRow {
@@ -674,6 +684,10 @@ mod tests {
         assert_eq!(invariants(&o), ["single-attempt"], "succeeded without paying");
         o.calls[1].status = "failed".into();
         assert_eq!(invariants(&o), ["single-attempt"]);
+        o.calls[1].error =
+            Some("The request of create_refund never left this machine, so it did not take effect".into());
+        assert_eq!(invariants(&o), Vec::<&str>::new(), "a failure that says nothing left");
+        o.calls[1].error = None;
         o.calls[1].status = "started".into();
         assert_eq!(invariants(&o), ["single-attempt"]);
         o.calls[1].status = "outcome_unknown".into();

@@ -804,6 +804,7 @@ async fn read_store(world: &World) -> Result<Observed, sqlx::Error> {
             runs_in: text("runs_in").unwrap_or_default(),
             status: row.try_get("status")?,
             output: text("output"),
+            error: text("error"),
         });
     }
     for row in

@@ -226,6 +226,12 @@ async fn an_inline_write_that_fails_transiently_is_attempted_again_in_its_segmen
     // write) fails with a retryable error on attempts 1 and 2.
     let Some(world) = ledger_world("an inline write's attempts").await else { return };
     std::fs::copy(tollgate_test_guests::HOSTILE, world.agent.join("tools/hostile.wasm")).expect("hostile");
+    // A writable directory, whose writes the sandbox does not watch: each failed attempt may have
+    // taken effect, so it is attempted again (one that provably did nothing is failed at once).
+    std::fs::create_dir(world.agent.join("scratch")).expect("scratch");
+    let config = std::fs::read_to_string(world.agent.join("tollgate.toml")).expect("config")
+        + "\n[[tools.hostile.dirs]]\npath = \"scratch\"\nguest = \"/scratch\"\nwritable = true\n";
+    std::fs::write(world.agent.join("tollgate.toml"), config).expect("write config");
     let _a = world.worker("a");
     world.send("s", "call flaky").await;
     let done = world.wait_idle_after("s", 1).await;

@@ -2,7 +2,9 @@
 //! Worker at once; a second SIGTERM at once), the CLI dies with a SIGKILLed Worker and the next
 //! Worker kills the `Bash` command it left running, segment folders are private and the next
 //! Worker removes a dead one's, poison steps end instead of looping, a session whose row cannot be
-//! read ends its turn with an error event, and a queued turn shows `running`.
+//! read ends its turn with an error event, and a queued turn shows `running`. A segment whose
+//! Worker is SIGKILLed three times in a row still completes; one that loses more Workers than
+//! `max_lost_workers` fails its turn as `worker_stopped`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -288,6 +290,73 @@ async fn a_sigkilled_workers_cli_dies_with_it_and_the_next_worker_removes_its_pr
     assert!(segment_folders(&tmp, b.id()).is_empty(), "B removes its own folder after each segment");
 }
 
+/// SIGKILLs a Worker each time the session's segment reaches the mock (parked at `gate`),
+/// `kills` times in a row, each time starting the next Worker after; returns the last one.
+async fn kill_each_worker_it_lands_on(world: &World, gate: &str, kills: u64) -> WorkerProcess {
+    for kill in 1..=kills {
+        let worker = world.worker(&format!("w{kill}"));
+        world
+            .mock
+            .wait_for_gate_arrivals(gate, kill, GATE_WAIT)
+            .await
+            .expect("the segment reached the model");
+        worker.kill().await;
+    }
+    world.worker(&format!("w{}", kills + 1))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_segment_whose_worker_is_sigkilled_three_times_in_a_row_still_completes() {
+    let Some(world) = World::new("three lost Workers", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    world.send("s", "pause lost ;; say survived").await;
+    let _last = kill_each_worker_it_lands_on(&world, "lost", 3).await;
+    world.mock.wait_for_gate_arrivals("lost", 4, GATE_WAIT).await.expect("a fourth claim runs the segment");
+    world.mock.open_gate("lost");
+    let done = world.wait_idle_after("s", 1).await;
+    assert_eq!(
+        done.last_turn_error,
+        None,
+        "a Worker's death is not the turn's fault\n{}",
+        world.diagnostics()
+    );
+    assert_eq!(last_answer(&done), "said: survived");
+    let attempts: Vec<String> = world
+        .events("s")
+        .await
+        .iter()
+        .filter(|e| e.kind == "turn_started")
+        .map(|e| e.payload.get().to_owned())
+        .collect();
+    assert_eq!(attempts.len(), 4, "four claims of the segment: {attempts:?}");
+    assert!(attempts[3].contains(r#""attempt":4"#), "each claim names itself: {attempts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_segment_that_loses_more_workers_than_allowed_fails_its_turn_as_worker_stopped() {
+    let Some(world) = World::new("too many lost Workers", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let config = std::fs::read_to_string(world.agent.join("tollgate.toml")).expect("config");
+    let config = config.replace("[agent]\n", "[agent]\nmax_lost_workers = 1\n");
+    assert!(config.contains("max_lost_workers = 1"), "the example has no [agent] table");
+    std::fs::write(world.agent.join("tollgate.toml"), config).expect("write config");
+    world.send("s", "pause doomed ;; say never").await;
+    let _last = kill_each_worker_it_lands_on(&world, "doomed", 2).await;
+    let failed = world.wait_idle_after("s", 1).await;
+    let error = failed.last_turn_error.clone().unwrap_or_default();
+    assert!(error.contains("lost its Worker 2 times") && error.contains("the 1 allowed"), "{error}");
+    let events = world.events("s").await;
+    let turn_failed = events.iter().find(|e| e.kind == "turn_failed").expect("a turn_failed event");
+    assert!(
+        turn_failed.payload.get().contains(r#""reason":"worker_stopped""#),
+        "{}",
+        turn_failed.payload.get()
+    );
+    assert_eq!(world.mock.gate("doomed").arrivals, 2, "the third claim ran no segment");
+}
+
 /// The processes of `sleep <seconds>`, from `/proc`.
 fn sleeps(seconds: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -519,6 +588,12 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
         "Grep = { effect = \"read\" }",
         // The deferred CallTool step (its poison metric), not a recorded inline write.
         "Grep = { effect = \"read\" }\npanic = { effect = \"idempotent_write\", inline = false }",
+    );
+    // A writable directory, whose writes the sandbox does not watch: each trap may have taken
+    // effect, so the call is attempted again (a trap that provably did nothing is failed at once).
+    std::fs::create_dir(world.agent.join("scratch")).unwrap();
+    let config = format!(
+        "{config}\n[[tools.hostile.dirs]]\npath = \"scratch\"\nguest = \"/scratch\"\nwritable = true\n"
     );
     std::fs::write(world.agent.join("tollgate.toml"), config).unwrap();
     let served = Served::start(&world, "api", None).await;

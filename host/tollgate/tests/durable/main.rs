@@ -1,6 +1,8 @@
 //! Durable sessions end to end: Workers as child processes on a real store, the real CLI against
 //! the mock model, the example agent's components built from source, and SIGKILL at named points.
 //!
+//! - `approved_cli`: an approved `Bash` call recorded from the CLI's result of its run in the
+//!   resumed segment (`succeeded`, `failed`), or `outcome_unknown` when the segment ended without one.
 //! - `bundles`: pinned agent bundles: a swapped component refused, Workers of two bundles on one
 //!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
@@ -20,6 +22,8 @@
 //! - `edits`: edit before approve: a refund's amount and a `Bash` command changed by the
 //!   approver run as edited, both inputs recorded and audited, the model told; a bad edit refused.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
+//! - `cli_limits`: a turn that reaches the CLI's `max_turns` or `max_budget_usd` ends at once with
+//!   that reason, after one attempt.
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
 //! - `logins`: a Worker whose only credential is a subscription's `CLAUDE_CODE_OAUTH_TOKEN`.
@@ -41,11 +45,14 @@
 //! - `warm`: pre-started CLIs: a second new session on the parked spare the first left, a warm
 //!   `--resume` after an approval-free deferred step, a warm CLI killed before the take, the time
 //!   to live, a SIGKILLed Worker's warm CLI.
+//! - `throws`: writes that send a payment and then throw, in every guest language: never
+//!   `failed`; a payments service that is down: `failed`, "never left", never `outcome_unknown`.
 //! - `webhooks`: `tollgate serve --webhooks` delivering signed events to a loopback receiver that
 //!   fails the first attempts, across a SIGKILL of the server.
 
 mod api;
 mod api_input;
+mod approved_cli;
 mod auth;
 mod batches;
 mod bundles;
@@ -53,6 +60,7 @@ mod cancel;
 mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
+mod cli_limits;
 mod deadlines;
 mod edits;
 mod grants;
@@ -68,6 +76,7 @@ mod scale;
 mod secrets;
 mod served;
 mod streaming;
+mod throws;
 mod tls;
 mod tracing;
 mod util;

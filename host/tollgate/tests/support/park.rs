@@ -10,7 +10,7 @@ use tollgate::sessions;
 use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::DeferredCall;
 use tollgate_engine::policy::{DeferredRun, Effect, Handling, ToolPolicy};
-use tollgate_engine::session::turn::{Plan, SegmentResult, on_segment, plan_run_model};
+use tollgate_engine::session::turn::{Claims, Plan, SegmentResult, on_segment, plan_run_model};
 use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, Usage};
 use tollgate_store::Store;
 
@@ -37,10 +37,16 @@ pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_jso
     let row = store.session(session).await.unwrap().unwrap();
     let state = RunState::parse(row.run_state.get()).unwrap();
     let (items, transcript) = sessions::plan_inputs(store, session).await.unwrap();
-    let Plan::Run(run) =
-        plan_run_model(&step, 1, &state, &sessions::history(&items), transcript, &[], &Limits::default())
-            .unwrap()
-    else {
+    let Plan::Run(run) = plan_run_model(
+        &step,
+        Claims::nth(1),
+        &state,
+        &sessions::history(&items),
+        transcript,
+        &[],
+        &Limits::default(),
+    )
+    .unwrap() else {
         panic!("expected a segment");
     };
     let call = DeferredCall {
