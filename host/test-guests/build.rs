@@ -17,6 +17,7 @@ const GUESTS: &[(&str, &str, &str, bool)] = &[
     ("tollgate-test-guest-impostor", "tollgate_test_guest_impostor", "IMPOSTOR", false),
     ("tollgate-test-guest-ledger", "tollgate_test_guest_ledger", "LEDGER", false),
     ("tollgate-test-guest-throwing", "tollgate_test_guest_throwing", "THROWING", false),
+    ("tollgate-test-guest-hooks", "tollgate_test_guest_hooks", "HOOKS_FACTORY", false),
     ("tollgate-test-guest-not-a-tool", "tollgate-test-guest-not-a-tool", "NOT_A_TOOL", true),
 ];
 

@@ -11,13 +11,12 @@
 //! | defer | `defer` | (never: an error response) |
 //! | deny | `deny` + `permissionDecisionReason` | `deny` + `message` |
 //!
-//! The application hook's answer ([`crate::AppHook`]) passes through, except that a rewrite is sent
-//! as `updatedInput` **without** a decision ([`HookAnswer::rewrite`]), the one shape CLI 2.1.328
-//! applies when the gate's matcher then defers.
+//! The agent's own hooks are answered elsewhere ([`crate::app_hooks`]): their answers carry no
+//! decision at all.
 
 use serde_json::Value;
 use tollgate_engine::gate::Decision;
-use tollgate_protocol::{HookAnswer, HostFrame, PermissionAnswer, PermissionDecision};
+use tollgate_protocol::{HookAnswer, HostFrame, PermissionAnswer};
 
 /// The answer to the gate's `PreToolUse` `hook_callback` request `request_id`.
 pub(crate) fn hook_frame(request_id: &str, decision: &Decision) -> HostFrame {
@@ -53,15 +52,6 @@ pub(crate) fn permission_frame(request_id: &str, decision: &Decision, input: &Va
         }
     };
     HostFrame::permission_answer(request_id, answer)
-}
-
-/// The answer to the application hook's `hook_callback` request `request_id`.
-pub(crate) fn app_hook_frame(request_id: &str, answer: HookAnswer) -> HostFrame {
-    let answer = match (answer.decision, answer.updated_input.clone()) {
-        (Some(PermissionDecision::Deny), _) | (_, None) => answer,
-        (_, Some(updated)) => HookAnswer::rewrite(updated),
-    };
-    HostFrame::hook_answer(request_id, answer)
 }
 
 #[cfg(test)]
@@ -156,26 +146,5 @@ mod tests {
             permission_frame("r", &Decision::Defer, &asked).to_json(),
             r#"{"type":"control_response","response":{"subtype":"error","request_id":"r","error":"the gate has no answer for this permission request"}}"#
         );
-    }
-
-    #[test]
-    fn the_application_hook_rewrites_without_a_decision_and_otherwise_passes_through() {
-        let rewrite = r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{"text":"x"}}}"#;
-        let cases = [
-            (HookAnswer::allow().updated_input(json!({"text": "x"})), rewrite.to_owned()),
-            (HookAnswer::rewrite(json!({"text": "x"})), rewrite.to_owned()),
-            (HookAnswer::no_decision(), "{}".to_owned()),
-            (
-                HookAnswer::deny("not here").updated_input(json!({"text": "x"})),
-                r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"not here","updatedInput":{"text":"x"}}}"#.to_owned(),
-            ),
-        ];
-        for (answer, payload) in cases {
-            assert_eq!(
-                app_hook_frame("r", answer.clone()).to_json(),
-                format!("{HOOK}{payload}}}}}"),
-                "{answer:?}"
-            );
-        }
     }
 }

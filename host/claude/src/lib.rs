@@ -14,6 +14,7 @@
 //! | [`mcp`] | the rmcp tool server and its bridge over `mcp_message` control requests |
 //! | [`transport`] | the child process: process group, pipes, line limit, stderr drain |
 //! | `answer` | the one mapping from a gate decision to the hook or permission answer the CLI receives |
+//! | [`app_hooks`] | the agent's own hooks: their matchers, asking them, the checked answer the CLI receives |
 //! | [`launch`] | argv (the agent's options as CLI flags), scratch directories, the resume file |
 //! | [`pool`] | pre-started CLIs waiting for `initialize`: their signature, the shelf, the time to live |
 //! | [`cli`] | finding the binary and refusing unsupported versions |
@@ -30,10 +31,11 @@
 //! - Every segment costs a CLI process (~0.5–1 s and ~220 MB against an instant model); this
 //!   crate's own overhead is measured by `benches/segment.rs`.
 //! - The behaviour matches CLI 2.1.328 ([`cli::SUPPORTED_VERSIONS`]); other versions are refused.
-//! - An application hook's input rewrite is sent without a permission decision; see
-//!   [`AppHook`] for what CLI 2.1.328 does with the other shapes.
+//! - An application hook can add context, block or stop, and rewrite a call's input, which is sent
+//!   without a permission decision: only the gate allows and defers ([`app_hooks`]).
 
 mod answer;
+pub mod app_hooks;
 pub mod cli;
 mod error;
 pub mod launch;
@@ -44,9 +46,10 @@ pub mod segment;
 pub mod tools;
 pub mod transport;
 
+pub use app_hooks::{AppHook, AppHookFuture};
 pub use cli::{CliBinary, CliLocator};
 pub use error::{CliError, SegmentError};
 pub use segment::{
-    AppHook, CliDecider, DeciderAnswer, DeciderFuture, SegmentBox, SegmentEvent, SegmentOutcome,
-    SegmentReport, SegmentSpec, SegmentStats, Start, run_segment, run_segment_on,
+    CliDecider, DeciderAnswer, DeciderFuture, SegmentBox, SegmentEvent, SegmentOutcome, SegmentReport,
+    SegmentSpec, SegmentStats, Start, SubagentTranscript, run_segment, run_segment_on,
 };

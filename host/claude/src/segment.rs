@@ -59,7 +59,9 @@
 //! - Dropping the future of [`run_segment`] kills the process group (the transport's `Drop`).
 //! - A resumed segment without a prompt needs a pending deferred call ([`Gate::resuming`]); a
 //!   completed session resumed without a prompt would wait for input until the timeout.
-//! - Entries of subagent transcripts (`projects/<key>/<session>/…`) are not collected.
+//! - Subagent transcripts (`projects/<key>/<session>/subagents/…`) are collected apart from the
+//!   main transcript ([`SubagentTranscript`]); a resume needs only the main one. Subagents run in
+//!   the foreground (`CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1`, set after the spec's environment).
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
@@ -80,12 +82,13 @@ use tollgate_engine::gate::{
 use tollgate_engine::record::{ContentPart, text_of_content};
 use tollgate_engine::session::tools::CliRun;
 use tollgate_protocol::{
-    ApiEvent, ClaimSession, CliRequest, ContentBlock, Frame, HookAnswer, HookInput, HookMatcher, HostFrame,
-    Initialize, InitializeResponse, MessageContent, ProtocolError, ResultMessage, ResumeText, System,
-    TranscriptEntry, Usage, UserPrompt, parse_line,
+    ApiEvent, ClaimSession, CliRequest, ContentBlock, Frame, HookEvent, HookMatcher, HostFrame, Initialize,
+    InitializeResponse, MessageContent, ProtocolError, ResultMessage, ResumeText, System, TranscriptEntry,
+    TranscriptMirror, Usage, UserPrompt, parse_line,
 };
 
-use crate::answer::{app_hook_frame, hook_frame, permission_frame};
+use crate::answer::{hook_frame, permission_frame};
+use crate::app_hooks::{self, AppHook, Asking};
 use crate::cli::CliBinary;
 use crate::error::SegmentError;
 use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file, write_resume_file_for};
@@ -102,8 +105,6 @@ pub(crate) const INITIALIZE_ID: &str = "tollgate_initialize";
 const CLAIM_ID: &str = "tollgate_claim";
 /// The gate's hook callback id.
 const GATE_HOOK_ID: &str = "tollgate_gate";
-/// The application hook's callback id.
-const APP_HOOK_ID: &str = "tollgate_app_hook";
 /// The request id of the host's `interrupt` (a cancelled segment's).
 const INTERRUPT_ID: &str = "tollgate_interrupt";
 
@@ -132,21 +133,6 @@ pub enum SegmentEvent {
         /// Whether the model got an error result.
         is_error: bool,
     },
-}
-
-/// The application's own `PreToolUse` hook, registered as its own matcher before the gate's. It
-/// may rewrite a call's input (`updatedInput`) or deny the call; it must not allow or defer calls
-/// (the gate decides those).
-///
-/// The host sends a rewrite as `updatedInput` **without** a permission decision: CLI 2.1.328
-/// dropped an `updatedInput` that came with `allow` when the gate's matcher answered `defer`, and
-/// one that came with the gate's own `defer`; a decision-less one is applied, and the deferred call
-/// carries it (`tests/all/real_cli.rs`). It is not asked about the pending call of a resumed
-/// segment: that call already passed it, and the record holds the input it approved.
-pub trait AppHook: Send + Sync + 'static {
-    /// The answer to one `PreToolUse` call (every tool; answer [`HookAnswer::no_decision`] for
-    /// the ones it does not care about).
-    fn pre_tool_use(&self, input: &HookInput) -> HookAnswer;
 }
 
 /// What a [`CliDecider`] answers: `Ok(None)` leaves the call to the policy table; `Err(text)`
@@ -200,6 +186,7 @@ pub enum Start {
 /// | `max_line_bytes` | 4 MiB |
 /// | `scratch_parent` | the system temp dir |
 /// | `app_hook`, `cli_decider` | none |
+/// | `app_hook_matchers` | none (an application matcher fired with no `app_hook` is answered `{}`) |
 /// | `system_prompt`, `append_system_prompt` | none (sent in `initialize` when set) |
 /// | `cancel` | none (never cancelled) |
 /// | `cancel_grace` | 5 s |
@@ -219,8 +206,9 @@ pub struct SegmentSpec {
     pub extra_args: Vec<String>,
     /// Variables set after the segment's own (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, proxies…).
     /// With the allow-listed ones of [`crate::transport::inherited_allowed_variables`], `HOME`,
-    /// `CLAUDE_CONFIG_DIR`, `TMPDIR` and `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`, they are the
-    /// CLI's whole environment.
+    /// `CLAUDE_CONFIG_DIR`, `TMPDIR`, `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC` and (after
+    /// these, so it wins) `CLAUDE_CODE_DISABLE_BACKGROUND_TASKS`, they are the CLI's whole
+    /// environment.
     pub env: Vec<(OsString, OsString)>,
     /// The sdk MCP server's name.
     pub server_name: String,
@@ -236,8 +224,11 @@ pub struct SegmentSpec {
     pub max_line_bytes: usize,
     /// Where the scratch directories go.
     pub scratch_parent: Option<PathBuf>,
-    /// The application's `PreToolUse` hook.
+    /// The agent's own hooks ([`crate::app_hooks`]), asked for the events of `app_hook_matchers`.
     pub app_hook: Option<Arc<dyn AppHook>>,
+    /// Which events (and tools) the agent's hooks run on, registered in this order, an
+    /// application `PreToolUse` matcher before the gate's.
+    pub app_hook_matchers: Vec<tollgate_engine::hooks::HookMatcher>,
     /// The per-call decider for CLI tools.
     pub cli_decider: Option<Arc<dyn CliDecider>>,
     /// A system prompt sent in `initialize` rather than as `--system-prompt`
@@ -316,6 +307,7 @@ impl SegmentSpec {
             max_line_bytes: 4 * 1024 * 1024,
             scratch_parent: None,
             app_hook: None,
+            app_hook_matchers: Vec::new(),
             cli_decider: None,
             system_prompt: None,
             append_system_prompt: None,
@@ -390,10 +382,8 @@ impl SegmentSpec {
     pub fn parked_initialize(&self) -> Initialize {
         let mut init = Initialize::new();
         init.mcp_servers.clone_from(&self.mcp_servers);
-        if self.app_hook.is_some() {
-            init = init.pre_tool_use(HookMatcher::all_tools(APP_HOOK_ID).timeout(self.hook_timeout_secs));
-        }
-        init.pre_tool_use(HookMatcher::all_tools(GATE_HOOK_ID).timeout(self.hook_timeout_secs))
+        app_hooks::register(init, &self.app_hook_matchers, self.hook_timeout_secs)
+            .pre_tool_use(HookMatcher::all_tools(GATE_HOOK_ID).timeout(self.hook_timeout_secs))
     }
 
     /// The `claim_session` that binds a parked spare to this segment: its `cwd`, its prompts,
@@ -419,6 +409,8 @@ pub enum SegmentOutcome {
         result: String,
         /// The transcript entries this segment added, byte-exact, in order.
         entries: Vec<TranscriptEntry>,
+        /// The transcripts of the subagents that ran in this segment.
+        subagents: Vec<SubagentTranscript>,
         /// Tokens of this segment.
         usage: Usage,
     },
@@ -430,6 +422,8 @@ pub enum SegmentOutcome {
         call: DeferredCall,
         /// The transcript entries this segment added.
         entries: Vec<TranscriptEntry>,
+        /// The transcripts of the subagents that ran in this segment.
+        subagents: Vec<SubagentTranscript>,
         /// Tokens of this segment.
         usage: Usage,
     },
@@ -445,7 +439,27 @@ pub enum SegmentOutcome {
     },
 }
 
+/// The transcript a subagent wrote in one segment (the CLI mirrors it apart from the main one,
+/// under `<session>/subagents/agent-<id>.jsonl`). The main transcript does not need it to resume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubagentTranscript {
+    /// The subagent's ID (the `agent_id` of its calls' hook inputs).
+    pub agent_id: String,
+    /// Its entries, byte-exact, in order.
+    pub entries: Vec<TranscriptEntry>,
+}
+
 impl SegmentOutcome {
+    /// The subagent transcripts of a completed or deferred segment (empty for a failed one).
+    pub fn subagents(&self) -> &[SubagentTranscript] {
+        match self {
+            SegmentOutcome::Completed { subagents, .. } | SegmentOutcome::Deferred { subagents, .. } => {
+                subagents
+            }
+            SegmentOutcome::Failed { .. } | SegmentOutcome::Cancelled { .. } => &[],
+        }
+    }
+
     /// The entries of a completed or deferred segment (empty for a failed one).
     pub fn entries(&self) -> &[TranscriptEntry] {
         match self {
@@ -500,7 +514,8 @@ pub struct SegmentStats {
     /// `message.model` of every assistant message, subagents included (API-error messages,
     /// whose model is `<synthetic>`, left out).
     pub response_models: BTreeSet<String>,
-    /// `message.id` of every assistant message, subagents included.
+    /// `message.id` of every assistant message, subagents included (a subagent's last reply,
+    /// which the CLI does not write to stdout, from its transcript).
     pub response_ids: BTreeSet<String>,
     /// `delta.stop_reason` of the main conversation's `message_delta` stream events, in order.
     pub finish_reasons: Vec<String>,
@@ -683,12 +698,14 @@ async fn run(
     let mut turn = Turn {
         gate,
         deciding: Deciding::default(),
+        asking: Asking::default(),
         spec,
         events,
         started,
         stats,
         result: None,
         entries: Vec::new(),
+        subagents: Vec::new(),
         message_ids: BTreeSet::new(),
         initialized: false,
         held_prompt,
@@ -727,6 +744,7 @@ async fn run(
                 let decision = turn.gate.answer_cli_decider(asked.query, answer);
                 process.send(asked.reply.frame(&asked.request_id, &decision).to_line());
             }
+            answer = turn.asking.next() => process.send(answer.to_line()),
             () = sleep_until(init_deadline), if !turn.initialized => break Some(Stop::InitializeTimeout),
             // A claim unanswered as long counts as refused: no prompt went, a CLI of its own runs.
             () = sleep_until(init_deadline), if turn.initialized && turn.held_prompt.is_some() => break Some(Stop::ClaimRefused(
@@ -768,6 +786,12 @@ async fn run(
     drop(not_recorded);
     turn.stats.exit_status = Some(status.clone());
     turn.stats.stderr_tail = stderr.clone();
+    // A subagent's last reply reaches stdout only in its transcript: its message IDs count too.
+    for entry in turn.subagents.iter().flat_map(|s| &s.entries) {
+        if let Some(id) = assistant_message_id(entry) {
+            turn.stats.response_ids.insert(id);
+        }
+    }
     turn.stats.model_calls = turn.message_ids.len();
     turn.stats.subagent_model_calls = turn.stats.response_ids.len().saturating_sub(turn.message_ids.len());
     turn.stats.result = turn.result.clone();
@@ -806,6 +830,7 @@ async fn run(
         });
     }
     drop(turn.deciding);
+    drop(turn.asking);
     let gate = &turn.gate;
     if let Some(failure) = gate.failure() {
         return Err(SegmentError::Gate(failure.clone()));
@@ -835,15 +860,17 @@ async fn run(
     }
     let usage = result.usage.unwrap_or_default();
     let entries = std::mem::take(&mut turn.entries);
+    let subagents = std::mem::take(&mut turn.subagents);
     match result.deferred_tool_use {
         Some(deferred) => {
             let call = gate.accept_deferral(&deferred.id, &deferred.name, deferred.input)?;
-            Ok(SegmentOutcome::Deferred { session_id: result.session_id, call, entries, usage })
+            Ok(SegmentOutcome::Deferred { session_id: result.session_id, call, entries, subagents, usage })
         }
         None => Ok(SegmentOutcome::Completed {
             session_id: result.session_id,
             result: result.result.unwrap_or_default(),
             entries,
+            subagents,
             usage,
         }),
     }
@@ -923,6 +950,7 @@ fn launch_with(
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
     ]);
     env.extend(spec.env.iter().cloned());
+    env.push(foreground_subagents());
     Launch {
         program: spec.cli.path().to_path_buf(),
         args: args.into_iter().map(OsString::from).collect(),
@@ -933,6 +961,14 @@ fn launch_with(
         user: None,
         inherit_paths: Vec::new(),
     }
+}
+
+/// The variable set after the spec's environment, so no option turns it off: a subagent runs in
+/// the foreground, its report the `Task` call's result. In the background (CLI 2.1.328's default)
+/// it outlives the segment's result, and its model calls and tool calls would run after the
+/// segment ended.
+fn foreground_subagents() -> (OsString, OsString) {
+    ("CLAUDE_CODE_DISABLE_BACKGROUND_TASKS".into(), "1".into())
 }
 
 /// The launch of `spec`'s CLI in a box: `bwrap` with the box's command line, running the init
@@ -973,6 +1009,7 @@ fn boxed_launch(
     env.extend(spec.env.iter().cloned());
     // Last: inside, the model and the outside are reached only through the relays.
     env.extend(config.relay_env().into_iter().map(|(name, value)| (name.into(), value.into())));
+    env.push(foreground_subagents());
     let mut fds = vec![(boxed.inner(), paths::HOST_DIR_FD)];
     if let tollgate_box::BoxWorkspace::Copied(Some(host)) = &workspace {
         fds.push((host.clone(), paths::WORKSPACE_FD));
@@ -1048,12 +1085,15 @@ struct Turn<'a> {
     /// The segment's one gate: only this loop asks it.
     gate: Gate,
     deciding: Deciding,
+    /// The agent's own hooks in flight.
+    asking: Asking,
     spec: &'a SegmentSpec,
     events: Option<mpsc::UnboundedSender<SegmentEvent>>,
     started: Instant,
     stats: &'a mut SegmentStats,
     result: Option<ResultMessage>,
     entries: Vec<TranscriptEntry>,
+    subagents: Vec<SubagentTranscript>,
     message_ids: BTreeSet<String>,
     initialized: bool,
     /// A parked spare's prompt, sent once its claim is answered.
@@ -1121,7 +1161,10 @@ impl Turn<'_> {
                 }
             }
             Frame::ControlResponse(_) => {}
-            Frame::ControlCancelRequest(cancel) => bridge.cancel(&cancel.request_id),
+            Frame::ControlCancelRequest(cancel) => {
+                bridge.cancel(&cancel.request_id);
+                self.asking.cancel(&cancel.request_id);
+            }
             Frame::System(System::Init(init)) if self.stats.init_model.is_none() => {
                 self.stats.init_model = init.model;
             }
@@ -1151,6 +1194,7 @@ impl Turn<'_> {
                 self.on_tool_results(&user.message.content)
             }
             Frame::TranscriptMirror(mirror) if !mirror.is_subagent() => self.entries.extend(mirror.entries),
+            Frame::TranscriptMirror(mirror) => collect_subagent(&mut self.subagents, mirror),
             Frame::Result(result) if self.result.is_none() => {
                 self.stats.to_result = Some(self.started.elapsed());
                 self.result = Some(result);
@@ -1174,21 +1218,19 @@ impl Turn<'_> {
         }
     }
 
-    fn on_hook(&mut self, request_id: String, callback_id: &str, input: HookInput) -> Option<HostFrame> {
-        if callback_id == APP_HOOK_ID {
-            let pending = self.gate.pending().map(|p| p.tool_call_id.as_str());
-            let answer = match &self.spec.app_hook {
-                Some(hook) if pending != Some(input.tool_use_id.as_str()) => hook.pre_tool_use(&input),
-                _ => HookAnswer::no_decision(),
-            };
-            return Some(app_hook_frame(&request_id, answer));
+    fn on_hook(&mut self, request_id: String, callback_id: &str, input: HookEvent) -> Option<HostFrame> {
+        if app_hooks::is_app_callback(callback_id) {
+            return self.on_app_hook(request_id, input);
         }
-        if callback_id != GATE_HOOK_ID {
-            return Some(HostFrame::error_response(
-                request_id,
-                format!("unknown hook callback id {callback_id:?}"),
-            ));
-        }
+        let input = match input {
+            HookEvent::PreToolUse(input) if callback_id == GATE_HOOK_ID => input,
+            other => {
+                return Some(HostFrame::error_response(
+                    request_id,
+                    format!("unknown hook callback id {callback_id:?} for {:?}", other.event_name()),
+                ));
+            }
+        };
         let call = ToolCall {
             origin: Origin::of_agent(input.agent_id.as_deref()),
             tool_use_id: input.tool_use_id,
@@ -1197,6 +1239,20 @@ impl Turn<'_> {
         };
         let step = self.gate.pre_tool_use(&call);
         self.step(request_id, step, Reply::Hook)
+    }
+
+    /// An application matcher fired: the agent's hook is asked, except about the pending call of a
+    /// resumed segment (answered `{}` at once: it passed the hooks when it was deferred).
+    fn on_app_hook(&mut self, request_id: String, input: HookEvent) -> Option<HostFrame> {
+        let pending = self.gate.pending().map(|p| p.tool_call_id.as_str());
+        let hook = match (&self.spec.app_hook, &input) {
+            (_, HookEvent::PreToolUse(call)) if pending == Some(call.tool_use_id.as_str()) => None,
+            (hook, _) => hook.as_deref(),
+        };
+        match hook {
+            Some(hook) => self.asking.ask(hook, request_id, &input),
+            None => Some(HostFrame::app_hook_answer(request_id, &Default::default())),
+        }
     }
 
     /// The answer for a step of the gate: at once for a decision; later, from
@@ -1249,6 +1305,22 @@ fn tool_result_text(content: Option<&Value>) -> String {
         })),
         Some(other) => other.to_string(),
     }
+}
+
+/// Appends a subagent transcript's mirrored entries to its transcript (a new one for a subagent
+/// not seen yet in the segment).
+fn collect_subagent(subagents: &mut Vec<SubagentTranscript>, mirror: TranscriptMirror) {
+    let Some(agent_id) = mirror.subagent_id() else { return };
+    match subagents.iter_mut().find(|s| s.agent_id == agent_id) {
+        Some(transcript) => transcript.entries.extend(mirror.entries),
+        None => subagents.push(SubagentTranscript { agent_id: agent_id.to_owned(), entries: mirror.entries }),
+    }
+}
+
+/// The API message ID of an `assistant` transcript entry.
+fn assistant_message_id(entry: &TranscriptEntry) -> Option<String> {
+    let value: Value = serde_json::from_str(entry.as_str()).ok()?;
+    (value["type"] == "assistant").then(|| value["message"]["id"].as_str().map(str::to_owned)).flatten()
 }
 
 /// The first 200 characters of a line, for an error message.

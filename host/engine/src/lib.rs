@@ -15,7 +15,8 @@
 //! - [`deadline`]: what an approval deadline does when it passes (expire or escalate).
 //!
 //! [`options`] holds a segment's Claude Code options and the one check that stops them from
-//! letting a call bypass the gate.
+//! letting a call bypass the gate; [`hooks`] holds an agent's own hooks and the one check that
+//! stops their answers from doing so.
 //!
 //! [`session`] is the session state machine around it: what each step result changes and which
 //! step comes next, for the Worker to commit.
@@ -23,6 +24,7 @@
 pub mod catalog;
 pub mod deadline;
 pub mod gate;
+pub mod hooks;
 pub mod options;
 pub mod policy;
 pub mod record;

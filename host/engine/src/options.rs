@@ -29,8 +29,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::hooks::{HookError, HookMatcher, check_matchers};
+
 /// Permission modes that would let a call run without the gate seeing it.
 pub const BYPASSING_MODES: &[&str] = &["bypassPermissions", "acceptEdits", "auto"];
+
+/// Permission modes a durable session cannot keep: `plan` ([`OptionsError::UnsupportedPermissionMode`]
+/// says why).
+pub const UNSUPPORTED_MODES: &[&str] = &["plan"];
 
 /// CLI options the host owns: `extra` may not set them (they would replace the host's protocol
 /// flags, its tool server, its permission flow or its settings).
@@ -105,6 +111,10 @@ pub struct AgentOptions {
     /// Further CLI options: `{"flag": value}` becomes `--flag=value` (`true` or `null`: `--flag`;
     /// `false`: left out).
     pub extra: Option<serde_json::Value>,
+    /// The agent's own hooks ([`crate::hooks`]): only an options factory that runs them can name
+    /// them, so `[options]` of `tollgate.toml` cannot.
+    #[serde(skip)]
+    pub hooks: Vec<HookMatcher>,
 }
 
 /// Options that passed [`check_options`]. The only way to make one (besides the default, the
@@ -132,13 +142,27 @@ impl std::ops::Deref for CheckedOptions {
 #[non_exhaustive]
 pub enum OptionsError {
     /// A permission mode that skips the permission checks the gate answers.
-    #[error(
-        "permission mode `{mode}` would let tool calls bypass the gate; use `default`, `plan` or `dontAsk`"
-    )]
+    #[error("permission mode `{mode}` would let tool calls bypass the gate; use `default` or `dontAsk`")]
     BypassingPermissionMode {
         /// The mode.
         mode: String,
     },
+    /// A permission mode a durable session cannot keep ([`UNSUPPORTED_MODES`]). In `plan` mode
+    /// the model leaves the mode by calling `ExitPlanMode`, which Claude Code (2.1.328) asks a
+    /// person about inside the CLI process even after the gate's hook allowed it, and a session's
+    /// every segment starts a new CLI in the options' mode: the session would stay in plan mode.
+    #[error(
+        "permission mode `{mode}` is not supported: the model leaves plan mode by calling ExitPlanMode, \
+         which Claude Code asks a person about inside one CLI process, and every segment of a session \
+         starts a new CLI in the mode the options name; use `default` or `dontAsk`"
+    )]
+    UnsupportedPermissionMode {
+        /// The mode.
+        mode: String,
+    },
+    /// A hook the agent names that does not fit its event ([`crate::hooks::check_matchers`]).
+    #[error("hooks: {0}")]
+    Hooks(#[from] HookError),
     /// An external MCP server that takes the host's tool server name (its tools would pass for
     /// the host's custom tools).
     #[error("MCP server name `{name}` is the host's own tool server; rename it")]
@@ -181,7 +205,10 @@ impl OptionsError {
     /// The option at fault, as its key in `[options]`.
     pub fn option(&self) -> &'static str {
         match self {
-            OptionsError::BypassingPermissionMode { .. } => "permission_mode",
+            OptionsError::BypassingPermissionMode { .. } | OptionsError::UnsupportedPermissionMode { .. } => {
+                "permission_mode"
+            }
+            OptionsError::Hooks(_) => "hooks",
             OptionsError::ReusedToolServer { .. } | OptionsError::McpConfigNotAnObject { .. } => {
                 "mcp_servers"
             }
@@ -198,10 +225,11 @@ impl OptionsError {
 ///
 /// | rule | refused |
 /// | --- | --- |
-/// | permission mode | [`BYPASSING_MODES`] (`--dangerously-skip-permissions` and `--permission-mode` through `extra` are owned flags) |
+/// | permission mode | [`BYPASSING_MODES`] (`--dangerously-skip-permissions` and `--permission-mode` through `extra` are owned flags); [`UNSUPPORTED_MODES`] |
 /// | MCP servers | one named `tool_server`; a config that is not a JSON object |
 /// | `extra` | not a JSON object; a key that is not a flag name; an [`OWNED_FLAGS`] flag (the host's MCP config, permission flow, allowed tools, settings and settings sources, resume and protocol flags) |
 /// | `max_budget_usd` | not a positive number |
+/// | `hooks` | what [`crate::hooks::check_matchers`] refuses |
 ///
 /// # Errors
 /// The first rule broken, in the order of the table.
@@ -210,6 +238,11 @@ pub fn check_options(options: AgentOptions, tool_server: &str) -> Result<Checked
         && BYPASSING_MODES.contains(&mode.as_str())
     {
         return Err(OptionsError::BypassingPermissionMode { mode: mode.clone() });
+    }
+    if let Some(mode) = &options.permission_mode
+        && UNSUPPORTED_MODES.contains(&mode.as_str())
+    {
+        return Err(OptionsError::UnsupportedPermissionMode { mode: mode.clone() });
     }
     for server in &options.mcp_servers {
         if server.name == tool_server {
@@ -239,6 +272,7 @@ pub fn check_options(options: AgentOptions, tool_server: &str) -> Result<Checked
     {
         return Err(OptionsError::BadBudget { budget });
     }
+    check_matchers(&options.hooks)?;
     Ok(CheckedOptions(options))
 }
 
@@ -259,14 +293,44 @@ mod tests {
             assert_eq!(
                 error_of(json!({"permission_mode": mode})),
                 format!(
-                    "permission mode `{mode}` would let tool calls bypass the gate; use `default`, `plan` or `dontAsk`"
+                    "permission mode `{mode}` would let tool calls bypass the gate; use `default` or `dontAsk`"
                 )
             );
         }
-        for mode in ["default", "plan", "dontAsk"] {
+        for mode in ["default", "dontAsk"] {
             let options = AgentOptions { permission_mode: Some(mode.into()), ..AgentOptions::default() };
             assert_eq!(check_options(options.clone(), "tools").map(CheckedOptions::into_inner), Ok(options));
         }
+    }
+
+    #[test]
+    fn plan_mode_is_refused_saying_why_a_session_could_not_leave_it() {
+        let error = error_of(json!({"permission_mode": "plan"}));
+        assert!(
+            error.starts_with(
+                "permission mode `plan` is not supported: the model leaves plan mode by calling ExitPlanMode"
+            ),
+            "{error}"
+        );
+        assert!(error.ends_with("use `default` or `dontAsk`"), "{error}");
+        let options = AgentOptions { permission_mode: Some("plan".into()), ..AgentOptions::default() };
+        assert_eq!(check_options(options, "tools").unwrap_err().option(), "permission_mode");
+    }
+
+    #[test]
+    fn hooks_come_only_from_a_factory_and_are_checked() {
+        let error = serde_json::from_value::<AgentOptions>(json!({"hooks": []})).unwrap_err();
+        assert!(error.to_string().contains("unknown field `hooks`"), "{error}");
+        let stop = |matcher: Option<&str>| HookMatcher {
+            event: crate::hooks::HookEvent::Stop,
+            matcher: matcher.map(str::to_owned),
+        };
+        let options = AgentOptions { hooks: vec![stop(None)], ..AgentOptions::default() };
+        assert_eq!(check_options(options.clone(), "tools").map(CheckedOptions::into_inner), Ok(options));
+        let bad = AgentOptions { hooks: vec![stop(Some("Bash"))], ..AgentOptions::default() };
+        let error = check_options(bad, "tools").unwrap_err();
+        assert_eq!(error.option(), "hooks");
+        assert_eq!(error.to_string(), "hooks: hook 0 (Stop): Stop hooks take no matcher, found \"Bash\"");
     }
 
     #[test]

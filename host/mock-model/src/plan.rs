@@ -35,6 +35,12 @@
 //! `- prompt: <text>` or `- result <tool name>: <text>` (`recalled: nothing` when there is none). A script
 //! of modifiers only → `ok`. A prompt that is not a script → `mock: cannot read the script …`, and a
 //! request without a prompt → `mock: the request has no prompt`. `fail` → [`Answer::Error`].
+//!
+//! The CLI's own prompts: a stop hook's feedback (`Stop hook feedback:\n<reason>`, what a blocking
+//! `Stop` or `SubagentStop` hook makes the model read) is read as a prompt whose script is the
+//! reason, so a test's hook can say what the model does next. The request that asks for a
+//! compaction's summary (its prompt starts with [`SUMMARY_REQUEST`]) is answered with
+//! `summary:` and the lines `recall` would give for the conversation before it.
 
 use serde_json::Value;
 
@@ -43,6 +49,12 @@ use crate::script::{self, Action, Modifier, Script, ScriptedCall};
 
 /// How often one scripted call is attempted before the final answer reports its refusal.
 pub const MAX_ATTEMPTS: usize = 3;
+
+/// How the CLI's request for a compaction's summary starts (CLI 2.1.328).
+pub const SUMMARY_REQUEST: &str = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.";
+
+/// How the CLI words the prompt a blocking stop hook's reason becomes (`Stop hook feedback:\n…`).
+const STOP_FEEDBACK: &str = " hook feedback:\n";
 
 /// What to do with one request: wait at these gates in order, then send the reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +65,8 @@ pub struct Plan {
     pub reply: Answer,
     /// How a streamed reply's text is paced (`drip`, `hold`).
     pub pace: Pace,
+    /// The input tokens the reply's usage reports (`tokens`); `None`: an estimate from the request.
+    pub input_tokens: Option<u64>,
 }
 
 /// How a streamed reply's text is cut and paced: the default is the real API's shape at full
@@ -116,6 +130,11 @@ pub fn plan_with_scenarios(body: &Value, nonce: u64, scenarios: &Scenarios) -> P
     let Some((prompt_at, prompt)) = last_prompt else {
         return Plan::answer(AssistantReply::text("mock: the request has no prompt"));
     };
+    if prompt.starts_with(SUMMARY_REQUEST) {
+        let recalled = recall(&events[..prompt_at]);
+        let summary = recalled.strip_prefix("recalled:").unwrap_or(&recalled);
+        return Plan::answer(AssistantReply::text(format!("summary:{summary}")));
+    }
     let prompt = scenarios
         .iter()
         .find(|(said, _)| said.trim().eq_ignore_ascii_case(prompt.trim()))
@@ -185,26 +204,28 @@ pub fn plan_with_scenarios(body: &Value, nonce: u64, scenarios: &Scenarios) -> P
 
 impl Plan {
     fn answer(message: AssistantReply) -> Self {
-        Plan { gates: Vec::new(), reply: Answer::Message(message), pace: Pace::default() }
+        Plan { gates: Vec::new(), reply: Answer::Message(message), pace: Pace::default(), input_tokens: None }
     }
 
     /// Applies modifiers in order: pauses collect gates until a `fail` replaces the answer.
     fn with<'a>(modifiers: impl IntoIterator<Item = &'a Modifier>, message: AssistantReply) -> Self {
         let mut gates = Vec::new();
         let mut pace = Pace::default();
+        let mut input_tokens = None;
         for modifier in modifiers {
             match modifier {
                 Modifier::Pause(gate) => gates.push(gate.clone()),
                 Modifier::Fail(status) => {
-                    return Plan { gates, reply: Answer::Error { status: *status }, pace };
+                    return Plan { gates, reply: Answer::Error { status: *status }, pace, input_tokens };
                 }
+                Modifier::Tokens(count) => input_tokens = Some(*count),
                 Modifier::Drip { deltas, every_ms } => {
                     pace.drip = Some((*deltas, std::time::Duration::from_millis(*every_ms)));
                 }
                 Modifier::Hold(gate) => pace.hold = Some(gate.clone()),
             }
         }
-        Plan { gates, reply: Answer::Message(message), pace }
+        Plan { gates, reply: Answer::Message(message), pace, input_tokens }
     }
 }
 
@@ -228,17 +249,13 @@ fn events(body: &Value) -> Vec<Event<'_>> {
     for message in messages {
         let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
         match message.get("content") {
-            Some(Value::String(text)) if role == "user" && is_real_prompt(text) => {
-                events.push(Event::Prompt(text.clone()));
-            }
+            Some(Value::String(text)) if role == "user" => events.extend(prompt_of(text).map(Event::Prompt)),
             Some(Value::Array(blocks)) => {
                 for block in blocks {
                     match (role, block.get("type").and_then(Value::as_str)) {
                         ("user", Some("text")) => {
                             let text = block.get("text").and_then(Value::as_str).unwrap_or_default();
-                            if is_real_prompt(text) {
-                                events.push(Event::Prompt(text.to_owned()));
-                            }
+                            events.extend(prompt_of(text).map(Event::Prompt));
                         }
                         ("user", Some("tool_result")) => events.push(Event::ToolResult {
                             id: str_field(block, "tool_use_id"),
@@ -263,6 +280,19 @@ fn events(body: &Value) -> Vec<Event<'_>> {
 
 fn str_field<'a>(block: &'a Value, key: &str) -> &'a str {
     block.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// A user text as a prompt: itself, or a stop hook's reason; `None` for the texts the CLI injects.
+fn prompt_of(text: &str) -> Option<String> {
+    if !is_real_prompt(text) {
+        return None;
+    }
+    match text.split_once(STOP_FEEDBACK) {
+        Some((hook, reason)) if !hook.is_empty() && hook.bytes().all(|b| b.is_ascii_alphabetic()) => {
+            Some(reason.to_owned())
+        }
+        _ => Some(text.to_owned()),
+    }
 }
 
 /// False for the texts the CLI injects into user messages.
@@ -653,8 +683,49 @@ mod tests {
             Plan {
                 gates: vec!["g2".to_owned()],
                 reply: Answer::Error { status: 529 },
-                pace: Pace::default()
+                pace: Pace::default(),
+                input_tokens: None,
             }
+        );
+    }
+
+    #[test]
+    fn tokens_reports_the_input_tokens_of_its_reply() {
+        assert_eq!(plan(&request("tokens 990000 ;; say full", vec![]), 1).input_tokens, Some(990_000));
+        assert_eq!(plan(&request("say not full", vec![]), 1).input_tokens, None);
+        let tail =
+            vec![assistant_calls(&[("toolu_mock_1_0", "a")]), results(&[("toolu_mock_1_0", "ok", false)])];
+        let script = "tokens 5 ;; call a ;; tokens 7";
+        assert_eq!(
+            plan(&request(script, vec![]), 1).input_tokens,
+            Some(5),
+            "before the call: the call's reply"
+        );
+        assert_eq!(plan(&request(script, tail), 2).input_tokens, Some(7), "after it: the answer");
+    }
+
+    #[test]
+    fn a_stop_hooks_feedback_is_read_as_a_script() {
+        let tail = vec![
+            json!({"role": "assistant", "content": [{"type": "text", "text": "said: first"}]}),
+            json!({"role": "user", "content": "Stop hook feedback:\nsay after the stop hook"}),
+        ];
+        assert_eq!(text_of(&plan(&request("say first", tail), 1)), "said: after the stop hook");
+        let blocks = vec![
+            json!({"role": "user", "content": [{"type": "text", "text": "SubagentStop hook feedback:\nrecall"}]}),
+        ];
+        assert_eq!(text_of(&plan(&request("say first", blocks), 1)), "recalled:\n- prompt: say first");
+    }
+
+    #[test]
+    fn a_compaction_summary_request_is_answered_with_what_recall_would_list() {
+        let tail = vec![
+            json!({"role": "assistant", "content": [{"type": "text", "text": "said: remember order 7"}]}),
+            json!({"role": "user", "content": format!("{SUMMARY_REQUEST}\n\n- Do NOT use Read…\nYour task is to create a detailed summary…")}),
+        ];
+        assert_eq!(
+            text_of(&plan(&request("say remember order 7", tail), 1)),
+            "summary:\n- prompt: say remember order 7"
         );
     }
 

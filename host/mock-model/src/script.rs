@@ -17,6 +17,7 @@
 //! | `fail [<status>]` | modifier | answer with an HTTP error, 500 by default |
 //! | `drip <deltas> <ms>` | modifier | stream each text block in `<deltas>` text deltas, `<ms>` apart (default: two, at once) |
 //! | `hold <gate>` | modifier | stream the first half of the text deltas, then park until the test opens the gate |
+//! | `tokens <n>` | modifier | report `<n>` input tokens in the reply's usage (a conversation that fills the context, so the CLI compacts it before its next request) |
 //!
 //! Modifiers written before a `call` act on the reply that calls the tools; modifiers written after it act
 //! on the final answer that quotes the results. For every other script all modifiers act on the one reply.
@@ -91,6 +92,8 @@ pub enum Modifier {
     },
     /// `hold <gate>`: park the streamed reply halfway through its text until the gate opens.
     Hold(String),
+    /// `tokens <n>`: report this many input tokens in the reply's usage.
+    Tokens(u64),
 }
 
 /// Why a prompt is not a script. The mock answers such a prompt with a text naming the error.
@@ -101,7 +104,7 @@ pub enum ScriptError {
     #[error("the prompt is empty")]
     Empty,
     /// A clause starts with a word that is not a command.
-    #[error("unknown command `{word}` (commands: say, recall, call, pause, fail, drip, hold)")]
+    #[error("unknown command `{word}` (commands: say, recall, call, pause, fail, drip, hold, tokens)")]
     UnknownCommand {
         /// The first word of the clause.
         word: String,
@@ -211,6 +214,17 @@ pub fn parse(text: &str) -> Result<Script, ScriptError> {
                 };
                 push_modifier(&mut script, Modifier::Drip { deltas, every_ms });
                 rest = after_every;
+            }
+            "tokens" => {
+                let (count, after_count) = split_word(rest);
+                let Some(count) = count.parse::<u64>().ok().filter(|n| *n <= 10_000_000) else {
+                    return Err(ScriptError::MissingArgument {
+                        command: "tokens",
+                        what: "an input token count (0 to 10000000)",
+                    });
+                };
+                push_modifier(&mut script, Modifier::Tokens(count));
+                rest = after_count;
             }
             "fail" => {
                 let (status, after_status) = split_word(rest);

@@ -148,7 +148,7 @@ async fn messages(shared: &Arc<Shared>, mut record: RecordedRequest, body: Value
     let meta = MessageMeta {
         id: format!("msg_mock_{nonce:016x}"),
         model: body.get("model").and_then(Value::as_str).unwrap_or("claude-mock").to_owned(),
-        input_tokens: wire::estimate_input_tokens(&body),
+        input_tokens: plan.input_tokens.unwrap_or_else(|| wire::estimate_input_tokens(&body)),
     };
     if !streaming {
         return json_response(StatusCode::OK, &wire::json_message(&message, &meta));

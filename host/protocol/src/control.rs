@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ProtocolError;
+use crate::hook::HookEvent;
 
 /// `{"type":"control_request","request_id":…,"request":{"subtype":…}}` from the CLI.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,14 +76,15 @@ impl CliRequest {
 pub struct HookCallback {
     /// One of the `hookCallbackIds` the host registered in `initialize`.
     pub callback_id: String,
-    /// The hook's input.
-    pub input: HookInput,
+    /// The hook's input, by its event.
+    pub input: HookEvent,
     /// The model's `tool_use` id (same as `input.tool_use_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_use_id: Option<String>,
 }
 
-/// The `input` of a `PreToolUse` hook callback (the only hook event Tollgate registers).
+/// The `input` of a `PreToolUse` hook callback (the gate's event; the other events' inputs are in
+/// [`crate::hook`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HookInput {
     /// `"PreToolUse"`.
@@ -113,10 +115,13 @@ pub struct HookInput {
     /// Present only for MCP tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_server: Option<McpServerRef>,
-    /// Set for a call made inside a subagent (Claude Code's documented hook input; not captured
-    /// on CLI 2.1.328, PROTOCOL.md §19). Absent or empty for the main conversation.
+    /// Set for a call made inside a subagent (`tests/data/frames/subagent_foreground__run.jsonl`).
+    /// Absent or empty for the main conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// The subagent's type (`general-purpose`, …), with `agent_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_type: Option<String>,
 }
 
 /// `{"name":"tools","source":"sdk"}`: which MCP server a tool belongs to.

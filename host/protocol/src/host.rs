@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::control::ControlResponse;
+use crate::hook::{AppHookOutput, HookEventName};
 
 /// One line from the host to the CLI.
 ///
@@ -91,6 +92,11 @@ impl HostFrame {
 
     /// The answer to a `hook_callback` request.
     pub fn hook_answer(request_id: impl Into<String>, answer: HookAnswer) -> Self {
+        HostFrame::ControlResponse(ControlResponse::success(request_id, answer.to_value()))
+    }
+
+    /// The answer to an application hook's `hook_callback` request.
+    pub fn app_hook_answer(request_id: impl Into<String>, answer: &AppHookOutput) -> Self {
         HostFrame::ControlResponse(ControlResponse::success(request_id, answer.to_value()))
     }
 
@@ -200,8 +206,14 @@ impl Initialize {
 
     /// Add a `PreToolUse` matcher.
     #[must_use]
-    pub fn pre_tool_use(mut self, matcher: HookMatcher) -> Self {
-        self.hooks.pre_tool_use.push(matcher);
+    pub fn pre_tool_use(self, matcher: HookMatcher) -> Self {
+        self.hook(HookEventName::PreToolUse, matcher)
+    }
+
+    /// Add a matcher for `event`, after its others.
+    #[must_use]
+    pub fn hook(mut self, event: HookEventName, matcher: HookMatcher) -> Self {
+        self.hooks.of_mut(event).push(matcher);
         self
     }
 
@@ -277,14 +289,43 @@ impl ClaimSession {
     }
 }
 
-/// The `hooks` object of [`Initialize`]: event name → matchers. Only `PreToolUse` is modelled;
-/// it is the only event Tollgate registers.
+/// The `hooks` object of [`Initialize`]: event name → matchers, for the events Tollgate registers
+/// ([`HookEventName`]): the gate's `PreToolUse` and an application's hooks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Hooks {
     /// `PreToolUse` matchers, tried in order.
     #[serde(rename = "PreToolUse", default, skip_serializing_if = "Vec::is_empty")]
     pub pre_tool_use: Vec<HookMatcher>,
+    /// `PostToolUse` matchers.
+    #[serde(rename = "PostToolUse", default, skip_serializing_if = "Vec::is_empty")]
+    pub post_tool_use: Vec<HookMatcher>,
+    /// `UserPromptSubmit` matchers.
+    #[serde(rename = "UserPromptSubmit", default, skip_serializing_if = "Vec::is_empty")]
+    pub user_prompt_submit: Vec<HookMatcher>,
+    /// `Stop` matchers.
+    #[serde(rename = "Stop", default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<HookMatcher>,
+    /// `SubagentStop` matchers.
+    #[serde(rename = "SubagentStop", default, skip_serializing_if = "Vec::is_empty")]
+    pub subagent_stop: Vec<HookMatcher>,
+    /// `PreCompact` matchers.
+    #[serde(rename = "PreCompact", default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_compact: Vec<HookMatcher>,
+}
+
+impl Hooks {
+    /// The matchers of `event`.
+    pub fn of_mut(&mut self, event: HookEventName) -> &mut Vec<HookMatcher> {
+        match event {
+            HookEventName::PreToolUse => &mut self.pre_tool_use,
+            HookEventName::PostToolUse => &mut self.post_tool_use,
+            HookEventName::UserPromptSubmit => &mut self.user_prompt_submit,
+            HookEventName::Stop => &mut self.stop,
+            HookEventName::SubagentStop => &mut self.subagent_stop,
+            HookEventName::PreCompact => &mut self.pre_compact,
+        }
+    }
 }
 
 /// One hook matcher: `{"matcher":"mcp__tools__.*","hookCallbackIds":["hook_0"],"timeout":30}`.

@@ -11,18 +11,20 @@
 //!
 //! - [`control`]: control-request/response envelopes and the CLI's requests (`hook_callback`,
 //!   `can_use_tool`, `mcp_message`);
+//! - [`hook`]: the inputs of each hook event and the answer an application hook may send;
 //! - [`host`]: host-to-CLI frames and their builders (`initialize`, hook and permission answers,
 //!   MCP responses, prompts);
 //! - [`message`]: `system/init`, `stream_event`, `assistant`, `user`, `result`;
 //! - [`transcript`]: `transcript_mirror` and byte-exact [`TranscriptEntry`]s.
 //!
 //! ```
-//! use tollgate_protocol::{CliRequest, Frame, HookAnswer, HostFrame, parse_line};
+//! use tollgate_protocol::{CliRequest, Frame, HookAnswer, HookEvent, HostFrame, parse_line};
 //!
 //! let line = r#"{"type":"control_request","request_id":"a5b1","request":{"subtype":"hook_callback","callback_id":"hook_0","input":{"session_id":"s","hook_event_name":"PreToolUse","tool_name":"mcp__tools__echo","tool_input":{"text":"ping"},"tool_use_id":"toolu_1"},"tool_use_id":"toolu_1"}}"#;
 //! let Frame::ControlRequest(req) = parse_line(line)? else { panic!("not a request") };
 //! let CliRequest::HookCallback(hook) = &req.request else { panic!("not a hook") };
-//! assert_eq!(hook.input.tool_name, "mcp__tools__echo");
+//! let HookEvent::PreToolUse(input) = &hook.input else { panic!("not PreToolUse") };
+//! assert_eq!(input.tool_name, "mcp__tools__echo");
 //!
 //! let answer = HostFrame::hook_answer(&req.request_id, HookAnswer::defer());
 //! assert_eq!(
@@ -35,6 +37,7 @@
 
 pub mod control;
 mod error;
+pub mod hook;
 pub mod host;
 pub mod message;
 pub mod transcript;
@@ -51,6 +54,10 @@ pub use control::{
     InitializeResponse, McpMessage, McpServerRef, ResponseBody,
 };
 pub use error::ProtocolError;
+pub use hook::{
+    AppHookOutput, HookEvent, HookEventName, PostToolUseInput, PreCompactInput, StopInput,
+    UserPromptSubmitInput,
+};
 pub use host::{
     ClaimSession, HookAnswer, HookMatcher, Hooks, HostFrame, HostRequest, Initialize, PermissionAnswer,
     PermissionDecision, PromptMessage, UserPrompt,

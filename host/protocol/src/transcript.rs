@@ -66,6 +66,18 @@ impl TranscriptMirror {
     pub fn is_subagent(&self) -> bool {
         self.file_path.rsplit_once("/projects/").is_some_and(|(_, after)| after.split('/').count() > 2)
     }
+
+    /// The subagent a subagent transcript belongs to: `<id>` of `…/<session>/subagents/agent-<id>.jsonl`
+    /// (the `agent_id` its hook inputs carry), or the file stem of another subagent file; `None`
+    /// for the main transcript.
+    pub fn subagent_id(&self) -> Option<&str> {
+        if !self.is_subagent() {
+            return None;
+        }
+        let file = self.file_path.rsplit('/').next()?;
+        let stem = file.strip_suffix(".jsonl").unwrap_or(file);
+        Some(stem.strip_prefix("agent-").unwrap_or(stem)).filter(|id| !id.is_empty())
+    }
 }
 
 /// One transcript entry, held as the exact JSON text received.
@@ -304,5 +316,7 @@ mod tests {
         assert_eq!(sub.session_id(), Some("221d1b81"));
         assert!(sub.is_subagent());
         assert_eq!(mirror("/elsewhere/x.jsonl").session_id(), None);
+        assert_eq!((m.subagent_id(), sub.subagent_id()), (None, Some("1")));
+        assert_eq!(mirror("/tmp/cfg/projects/-srv-p/221d1b81/other.jsonl").subagent_id(), Some("other"));
     }
 }

@@ -11,9 +11,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tollgate_protocol::{
-    CliRequest, ControlRequest, Frame, HookAnswer, HookMatcher, HostFrame, Initialize, InitializeResponse,
-    McpMessage, PermissionAnswer, System, TerminalReason, TranscriptEntry, parse_line,
+    CliRequest, ControlRequest, Frame, HookAnswer, HookEvent, HookMatcher, HostFrame, Initialize,
+    InitializeResponse, McpMessage, PermissionAnswer, System, TerminalReason, TranscriptEntry, parse_line,
 };
+
+/// Scenarios captured by `tests/data/probe.py` (hook events, subagents, compaction).
+const PROBED: &[&str] = &["hooks_app__", "subagent_foreground__", "compact_manual__"];
 
 fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
@@ -163,7 +166,22 @@ fn acted_on_frames_decode_into_typed_variants() {
 /// crate is wrong.
 fn untyped_fields() -> HashMap<&'static str, BTreeSet<&'static str>> {
     let lists: &[(&str, &[&str])] = &[
-        ("control_request/hook_callback", &[]),
+        // The other events' inputs type what an application hook is told (`tollgate_protocol::hook`).
+        (
+            "control_request/hook_callback",
+            &[
+                "request.input.agent_transcript_path",
+                "request.input.background_tasks",
+                "request.input.cwd",
+                "request.input.duration_ms",
+                "request.input.effort",
+                "request.input.mcp_server",
+                "request.input.permission_mode",
+                "request.input.prompt_id",
+                "request.input.session_crons",
+                "request.input.transcript_path",
+            ],
+        ),
         ("control_request/can_use_tool", &[]),
         ("control_request/mcp_message", &[]),
         // The initialize answer's payload is decoded separately (`InitializeResponse`).
@@ -197,16 +215,30 @@ fn untyped_fields() -> HashMap<&'static str, BTreeSet<&'static str>> {
         (
             "assistant",
             &[
+                "agent_id",
                 "api_error_status",
                 "api_error_type",
                 "message.stop_sequence",
                 "message.type",
                 "request_id",
+                "subagent_type",
+                "task_description",
                 "timestamp",
                 "tool_use_meta",
             ],
         ),
-        ("user", &["timestamp", "tool_result_meta"]),
+        (
+            "user",
+            &[
+                "agent_id",
+                "isReplay",
+                "isSynthetic",
+                "subagent_type",
+                "task_description",
+                "timestamp",
+                "tool_result_meta",
+            ],
+        ),
         (
             "result",
             &[
@@ -214,6 +246,7 @@ fn untyped_fields() -> HashMap<&'static str, BTreeSet<&'static str>> {
                 "fast_mode_disabled_reason",
                 "fast_mode_state",
                 "first_content_frame_ms",
+                "local_command",
                 "model_usage_since_last_result",
                 "queued_turn_count",
                 "safety_stops",
@@ -358,7 +391,10 @@ fn a_resume_that_defers_again_has_a_null_terminal_reason_but_the_same_call() {
         .cli_frames()
         .find_map(|c| match parse(name, c) {
             Frame::ControlRequest(ControlRequest { request: CliRequest::HookCallback(h), .. }) => {
-                Some(h.input.tool_use_id)
+                match h.input {
+                    HookEvent::PreToolUse(input) => Some(input.tool_use_id),
+                    other => panic!("{other:?}"),
+                }
             }
             _ => None,
         })
@@ -417,12 +453,10 @@ fn hook_callbacks_name_the_tool_and_tool_use_id_that_mcp_calls_refer_to() {
         let Frame::ControlRequest(req) = parse(&s.name, c) else { continue };
         match req.request {
             CliRequest::HookCallback(h) => {
-                assert_eq!(
-                    (h.callback_id.as_str(), h.input.hook_event_name.as_str()),
-                    ("hook_0", "PreToolUse")
-                );
-                assert_eq!(h.input.mcp_server.unwrap().name, "tools");
-                hooked.push(h.input.tool_use_id);
+                assert_eq!((h.callback_id.as_str(), h.input.event_name()), ("hook_0", "PreToolUse"));
+                let HookEvent::PreToolUse(input) = h.input else { panic!("{:?}", h.input) };
+                assert_eq!(input.mcp_server.unwrap().name, "tools");
+                hooked.push(input.tool_use_id);
             }
             CliRequest::McpMessage(m) if m.method() == Some("tools/call") => {
                 called.push(m.tool_use_id().unwrap().to_owned());
@@ -619,7 +653,8 @@ fn mcp_answer(scenario: &str, request_id: &str, msg: &McpMessage) -> HostFrame {
 #[test]
 fn host_frames_we_build_match_the_captured_host_frames() {
     let mut checked = BTreeMap::<&str, usize>::new();
-    for s in scenarios() {
+    // The hook probe's scenarios (`probe.py`) were driven by the probe, not by what this crate builds.
+    for s in scenarios().into_iter().filter(|s| !PROBED.iter().any(|p| s.name.starts_with(p))) {
         let mut pending = HashMap::<String, CliRequest>::new();
         for c in &s.lines {
             match c.dir.as_str() {
@@ -708,4 +743,95 @@ fn system_init_lists_the_sdk_server_and_its_tools() {
     assert!(init.tools.iter().any(|t| t == "mcp__tools__echo"));
     assert_eq!(init.mcp_servers[0].name, "tools");
     assert_eq!(init.mcp_servers[0].status, "connected");
+}
+
+/// The hook callbacks of one probed scenario, in order.
+fn hook_events(scenario: &str) -> Vec<HookEvent> {
+    let s = scenarios().into_iter().find(|s| s.name == scenario).unwrap();
+    s.cli_frames()
+        .filter_map(|c| match parse(&s.name, c) {
+            Frame::ControlRequest(ControlRequest { request: CliRequest::HookCallback(h), .. }) => {
+                Some(h.input)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_hook_event_an_application_registers_reads_into_its_own_input() {
+    use tollgate_protocol::HookEventName as E;
+    let events = hook_events("hooks_app__context_and_stop");
+    let names: Vec<_> = events.iter().map(HookEvent::name).collect();
+    assert_eq!(
+        names,
+        [E::UserPromptSubmit, E::PreToolUse, E::PostToolUse, E::Stop, E::Stop].map(Some),
+        "{events:#?}"
+    );
+    let HookEvent::UserPromptSubmit(prompt) = &events[0] else { unreachable!() };
+    assert_eq!(prompt.prompt, r#"call lookup_order {"order_id":"7"}"#);
+    let HookEvent::PostToolUse(post) = &events[2] else { unreachable!() };
+    assert_eq!(
+        (post.tool_name.as_str(), &post.tool_input),
+        ("mcp__tools__lookup_order", &json!({"order_id": "7"}))
+    );
+    assert_eq!(post.tool_response[0]["text"], r#"lookup_order ran with {"order_id": "7"}"#);
+    // The Stop hook blocked once: the model went on, and the next Stop says so.
+    let (HookEvent::Stop(first), HookEvent::Stop(second)) = (&events[3], &events[4]) else { unreachable!() };
+    assert_eq!((first.stop_hook_active, second.stop_hook_active), (false, true));
+
+    let compact = hook_events("compact_manual__run");
+    let pre_compact = compact.iter().find_map(|e| match e {
+        HookEvent::PreCompact(input) => Some(input),
+        _ => None,
+    });
+    assert_eq!(pre_compact.map(|c| c.trigger.as_str()), Some("manual"), "{compact:#?}");
+    // The compaction's summary is written by an agent of its own, which stops like a subagent.
+    assert!(
+        compact
+            .iter()
+            .any(|e| matches!(e, HookEvent::SubagentStop(s) if s.agent_type.as_deref() == Some("")))
+    );
+}
+
+#[test]
+fn a_subagents_calls_carry_its_agent_id_and_its_transcript_is_mirrored_apart() {
+    let name = "subagent_foreground__run";
+    let events = hook_events(name);
+    let agent_ids: Vec<(String, Option<String>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            HookEvent::PreToolUse(input) => Some((input.tool_name.clone(), input.agent_id.clone())),
+            _ => None,
+        })
+        .collect();
+    let [(task, None), (read, Some(agent)), (write, Some(same))] = &agent_ids[..] else {
+        panic!("{agent_ids:?}")
+    };
+    assert_eq!(
+        (task.as_str(), read.as_str(), write.as_str()),
+        ("Agent", "mcp__tools__lookup_order", "mcp__tools__create_refund")
+    );
+    assert_eq!(agent, same);
+    assert!(
+        events.iter().any(|e| matches!(e, HookEvent::SubagentStop(s) if s.agent_id.as_ref() == Some(agent)))
+    );
+
+    let s = scenarios().into_iter().find(|s| s.name == name).unwrap();
+    let (mut main, mut sub) = (0, 0);
+    for c in s.cli_frames() {
+        let Frame::TranscriptMirror(mirror) = parse(name, c) else { continue };
+        match mirror.subagent_id() {
+            Some(id) => {
+                assert_eq!(id, agent);
+                sub += mirror.entries.len();
+            }
+            None => main += mirror.entries.len(),
+        }
+    }
+    assert!(main > 0 && sub > 0, "main {main}, subagent {sub}");
+    // The segment's result lists the subagent's denied call.
+    let [r] = &results(name)[..] else { panic!("one result") };
+    let denied: Vec<&str> = r.permission_denials.iter().map(|d| d.tool_name.as_str()).collect();
+    assert_eq!(denied, ["mcp__tools__create_refund"], "{r:?}");
 }

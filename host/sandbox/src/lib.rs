@@ -193,7 +193,12 @@ impl Sandbox {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
         bindings::tool::ToolProvider::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(engine_error)?;
-        bindings::agent::plain::tollgate::agent::types::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+        bindings::agent::v0_1::plain::tollgate::agent::types::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut linker, |s| s)
+        .map_err(engine_error)?;
+        bindings::agent::v0_2::tollgate::agent::types::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
             &mut linker,
             |s| s,
         )

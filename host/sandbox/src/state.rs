@@ -183,7 +183,9 @@ impl WasiHttpView for HostState {
 
 impl types::Host for HostState {}
 
-impl crate::bindings::agent::plain::tollgate::agent::types::Host for HostState {}
+impl crate::bindings::agent::v0_1::plain::tollgate::agent::types::Host for HostState {}
+
+impl crate::bindings::agent::v0_2::tollgate::agent::types::Host for HostState {}
 
 impl log::Host for HostState {
     fn emit(&mut self, level: log::Level, message: String) {

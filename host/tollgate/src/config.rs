@@ -513,11 +513,17 @@ mod tests {
         assert!(
             error.ends_with(
                 ":3: [options] permission_mode: permission mode `bypassPermissions` would let tool calls \
-                 bypass the gate; use `default`, `plan` or `dontAsk`"
+                 bypass the gate; use `default` or `dontAsk`"
             ),
             "{error}"
         );
         assert_eq!((line, key.as_str()), (Some(3), "options.permission_mode"));
+        let (error, line, key) = error_of("[options]\npermission_mode = \"plan\"\n");
+        assert!(
+            error.contains(":2: [options] permission_mode: permission mode `plan` is not supported"),
+            "{error}"
+        );
+        assert_eq!((line, key.as_str()), (Some(2), "options.permission_mode"));
         let (error, _, key) = error_of("[options]\nextra = { dangerously-skip-permissions = true }\n");
         assert!(error.contains("sets --dangerously-skip-permissions, which Tollgate owns"), "{error}");
         assert_eq!(key, "options.extra");

@@ -111,7 +111,7 @@ async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
     let ws = workspace(&config);
     std::fs::write(ws.path().join("brought-in.txt"), "from the host").unwrap();
     let command = "echo uid=$(id -u) pwd=$(pwd); cat brought-in.txt; echo; echo procs=$(ls /proc | grep -c '^[0-9]'); \
-                   ls /; echo home=$HOME; ls /run/tollgate; echo marker > made-inside.txt; \
+                   ls /; echo home=$HOME bg=$CLAUDE_CODE_DISABLE_BACKGROUND_TASKS; ls /run/tollgate; echo marker > made-inside.txt; \
                    ln -s /etc/passwd escape; ln -s made-inside.txt inner";
     let spec = boxed(against_mock(SegmentSpec::fresh(cli, ws.path(), bash(command)), &mock), &config);
     let (report, _) = run(spec, bash_gate(), example_tools(&Payments::start().await.unwrap())).await;
@@ -130,6 +130,7 @@ async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
         assert!(!output.contains(host_only), "the host's /{} is visible: {output}", host_only.trim());
     }
     assert!(output.contains("home=/home/agent"), "{output}");
+    assert!(output.contains("bg=1"), "a subagent runs in the foreground in a box too: {output}");
     assert!(ws.path().join("made-inside.txt").is_file(), "the workspace came back out");
     assert!(std::fs::symlink_metadata(ws.path().join("inner")).is_ok(), "an inner link came back");
     assert!(

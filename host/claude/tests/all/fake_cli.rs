@@ -38,7 +38,7 @@ async fn a_happy_turn_streams_deltas_serves_mcp_through_the_gate_and_collects_ev
     let (spec, _project) = spec("happy");
     let (report, events) = run(spec, gate(&Echo), Arc::new(Echo)).await;
     let text = describe(&report);
-    let SegmentOutcome::Completed { session_id, result, entries, usage } = &report.outcome else {
+    let SegmentOutcome::Completed { session_id, result, entries, usage, .. } = &report.outcome else {
         panic!("{text}")
     };
     assert_eq!(session_id, "fake-session-1");

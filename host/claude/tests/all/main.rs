@@ -13,13 +13,20 @@
 //!   loudly when the CLI is not installed, unless `TOLLGATE_REQUIRE_REAL_CLI=1`.
 //! - `boxed`: the real CLI in its box: what its commands see, the workspace in and out, links
 //!   that point out of it left behind.
+//! - `hooks`: the agent's own hooks against the pinned CLI, one test per event (`PreToolUse`,
+//!   `PostToolUse`, `UserPromptSubmit`, `Stop`, `SubagentStop`, `PreCompact`), and that no answer
+//!   lets a call past the gate.
+//! - `subagents`: a `Task` subagent's read and (denied) write, its transcript and model calls;
+//!   the defer and resume cycle and two writes in one reply under `dontAsk`.
 //! - `locate`: finding the binary and refusing unsupported versions.
 //! - `warm_pool`: the pool of pre-started CLIs with a stand-in process: keys, time to live, cap,
 //!   a process killed before the take. Fast; always run.
 
 mod boxed;
 mod fake_cli;
+mod hooks;
 mod locate;
 mod real_cli;
+mod subagents;
 mod util;
 mod warm_pool;

@@ -10,12 +10,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tollgate_claude::tools::ToolRunner;
-use tollgate_claude::{AppHook, SegmentOutcome, SegmentReport, SegmentSpec, Start};
+use tollgate_claude::{AppHook, AppHookFuture, SegmentOutcome, SegmentReport, SegmentSpec, Start};
 use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::{DeferredCall, Gate};
+use tollgate_engine::hooks::{HookAnswer, HookCall, HookEvent, HookMatcher};
 use tollgate_engine::record::{Outcome, ToolCallRecord};
 use tollgate_mock_model::MockModel;
-use tollgate_protocol::{HookAnswer, HookInput, ResumeText, TranscriptEntry, UserPrompt};
+use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
 
 use tollgate_mock_model::tool_result;
 
@@ -251,14 +252,16 @@ async fn an_approved_bash_call_runs_on_resume_and_a_rejected_one_shows_the_rejec
 struct Rewriter;
 
 impl AppHook for Rewriter {
-    fn pre_tool_use(&self, input: &HookInput) -> HookAnswer {
-        if input.tool_name != "mcp__tools__create_refund" {
-            return HookAnswer::no_decision();
-        }
-        let mut rewritten = input.tool_input.clone();
-        rewritten["amount_cents"] = json!(100);
-        rewritten["reason"] = json!("rewritten by the application hook");
-        HookAnswer::allow().updated_input(rewritten)
+    fn call(&self, call: HookCall) -> AppHookFuture {
+        let answer = match (call.tool_name.as_deref(), call.tool_input) {
+            (Some("mcp__tools__create_refund"), Some(mut rewritten)) => {
+                rewritten["amount_cents"] = json!(100);
+                rewritten["reason"] = json!("rewritten by the application hook");
+                HookAnswer { updated_input: Some(rewritten), ..HookAnswer::default() }
+            }
+            _ => HookAnswer::default(),
+        };
+        Box::pin(async move { Ok(answer) })
     }
 }
 
@@ -268,6 +271,7 @@ async fn an_input_rewriting_hook_changes_the_deferred_calls_arguments() {
     let world = World::start(cli).await;
     let mut spec = world.fresh(r#"call create_refund {"order_id":"7","amount_cents":500}"#);
     spec.app_hook = Some(Arc::new(Rewriter));
+    spec.app_hook_matchers = vec![HookMatcher { event: HookEvent::PreToolUse, matcher: None }];
     let (report, _) = run(spec, world.gate(), world.runner()).await;
     let text = world.text(&report);
     let call = deferred(&report, &text);

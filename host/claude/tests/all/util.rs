@@ -82,7 +82,7 @@ pub async fn run(
 /// Everything a failing assertion should show about a run.
 pub fn describe(report: &SegmentReport) -> String {
     let outcome = match &report.outcome {
-        SegmentOutcome::Completed { session_id, result, entries, usage } => {
+        SegmentOutcome::Completed { session_id, result, entries, usage, .. } => {
             format!("Completed session {session_id}: {result:?} ({} entries, {usage:?})", entries.len())
         }
         SegmentOutcome::Deferred { session_id, call, entries, .. } => {
@@ -115,10 +115,12 @@ pub fn last_tool_result(mock: &MockModel, tool_use_id: &str) -> Option<(String, 
 }
 
 /// The policies of the seeds' support agent: `create_refund` is a non-idempotent write,
-/// `lookup_order` reads (its annotations), `Bash` has no policy (unclassified: approval).
+/// `lookup_order` reads (its annotations), `Bash` has no policy (unclassified: approval); and
+/// `Agent` (the `Task` tool, as the CLI names it in its hooks) reads, so a subagent runs inline.
 pub fn policies() -> Policies {
     Policies::default()
         .with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))
+        .and_then(|p| p.with("Agent", PolicyEntry::new(Effect::Read)))
         .expect("a valid policy")
 }
 

@@ -28,6 +28,8 @@
 //! - A transcript item: `{"kind":"claude_transcript","session_id":"<uuid>","entries":[…]}` with the
 //!   CLI's entries byte for byte. Tollgate stores one entry per item, keyed by the entry's `uuid`
 //!   (the seeds group entries per API message; the concatenation in order is the same transcript).
+//! - A subagent's transcript of one segment: `{"kind":"subagent","agent_id":…,"tool_use_id":…,
+//!   "entries":[…]}` (item kind `subagent`, [`subagents`]); read by people, never resumed.
 //! - The run state: `{"version":1,"session_id":…,"turn_entries":[…],…}` ([`RunState`]).
 //! - A tool call: [`CallEntry`], whose final form is [`crate::record::ToolCallRecord`]'s JSON.
 
@@ -36,6 +38,7 @@ pub mod cancel;
 pub mod client;
 pub mod grants;
 pub mod inline;
+pub mod subagents;
 pub mod tools;
 pub mod turn;
 pub mod view;
@@ -72,6 +75,9 @@ pub mod item_kind {
     pub const TURN_FAILURE_NOTE: &str = "turn_failure_note";
     /// One CLI transcript entry: `{"kind":"claude_transcript","session_id":…,"entries":[…]}`.
     pub const CLAUDE_TRANSCRIPT: &str = "claude_transcript";
+    /// A subagent's transcript of one segment, kept for people to read (never resumed):
+    /// `{"kind":"subagent","agent_id":…,"tool_use_id":…,"entries":[…]}` ([`super::subagents`]).
+    pub const SUBAGENT: &str = "subagent";
     /// A session grant's revocation (not a prompt: no turn reads it):
     /// `{"kind":"grant_revoked","tool_name":…,"decision_ids":[…],"revoked_by":…,"revoked_at":…}`.
     pub const GRANT_REVOKED: &str = "grant_revoked";

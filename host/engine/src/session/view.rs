@@ -10,7 +10,8 @@ use super::{RunState, item_kind};
 /// One message of the conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Message {
-    /// `user` or `assistant`.
+    /// `user`, `assistant`, or `subagent` (what a subagent of the main agent was asked and
+    /// answered).
     pub role: &'static str,
     /// Its text (text blocks joined by blank lines).
     pub text: String,
@@ -22,7 +23,7 @@ pub struct Message {
 /// What one item adds to the conversation: a message, or a part of one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessagePart {
-    /// `user` or `assistant`.
+    /// `user`, `assistant` or `subagent`.
     pub role: &'static str,
     /// The assistant API message it belongs to: parts with the same key are one message, their
     /// texts joined by a blank line. `None` for a user message.
@@ -32,10 +33,14 @@ pub struct MessagePart {
 }
 
 /// The message parts of one item (`kind`, `body`): the text of the user and assistant entries of
-/// a CLI transcript item. Tool calls, tool results, meta prompts and the CLI's hidden entries add
-/// nothing; so do other kinds of items and a body that is not JSON. What the store's projection
-/// of the conversation keeps, item by item, and what [`messages`] folds.
+/// a CLI transcript item, and a subagent's transcript as one part of role `subagent`
+/// ([`super::subagents::message_part`]). Tool calls, tool results, meta prompts and the CLI's
+/// hidden entries add nothing; so do other kinds of items and a body that is not JSON. What the
+/// store's projection of the conversation keeps, item by item, and what [`messages`] folds.
 pub fn message_parts(kind: &str, body: &str) -> Vec<MessagePart> {
+    if kind == item_kind::SUBAGENT {
+        return super::subagents::message_part(body).into_iter().collect();
+    }
     if kind != item_kind::CLAUDE_TRANSCRIPT {
         return Vec::new();
     }

@@ -1,7 +1,10 @@
-//! The options-factory component: typed options and per-call decisions on built-in tools.
+//! The options-factory component: typed options, per-call decisions on built-in tools and the
+//! agent's own hooks, from a `tollgate:agent@0.1.0` factory (the example's) and a 0.2.0 one.
 
+use serde_json::json;
 use tollgate_engine::gate::CliToolDecision;
-use tollgate_sandbox::{LoadError, Manifests, OptionsContext};
+use tollgate_engine::hooks::{HookAnswer, HookCall, HookEvent, HookMatcher};
+use tollgate_sandbox::{FactoryError, LoadError, Manifests, OptionsContext};
 use tollgate_test_guests as guests;
 
 use crate::util::sandbox;
@@ -17,6 +20,11 @@ async fn the_example_factory_returns_typed_options() {
         .await
         .unwrap();
     assert!(factory.has_cli_policy());
+    assert_eq!(
+        (factory.version(), factory.has_hooks()),
+        ("0.1.0", false),
+        "the example stays a 0.1.0 factory"
+    );
     let options = factory.build_options(&ctx()).await.unwrap().into_inner();
     assert_eq!(options.model.as_deref(), Some("claude-sonnet-4-5"));
     assert!(options.append_system_prompt.unwrap().contains("session-42"));
@@ -57,7 +65,71 @@ async fn a_tool_component_is_not_an_options_factory() {
     let text = error.to_string();
     assert!(matches!(error, LoadError::WrongWorld { .. }), "{text}");
     assert!(
-        text.contains("tollgate:agent/options@0.1.0") && text.contains("tollgate:tool/tools@0.1.0"),
+        text.contains("tollgate:agent/options@0.2.0 or tollgate:agent/options@0.1.0")
+            && text.contains("tollgate:tool/tools@0.1.0"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_0_2_factory_names_its_hooks_in_its_options_and_runs_them() {
+    let factory =
+        sandbox().load_options_factory(guests::HOOKS_FACTORY.as_ref(), &Manifests::default()).await.unwrap();
+    assert_eq!((factory.version(), factory.has_hooks(), factory.has_cli_policy()), ("0.2.0", true, false));
+    let options = factory.build_options(&ctx()).await.unwrap().into_inner();
+    let events: Vec<HookEvent> = options.hooks.iter().map(|m: &HookMatcher| m.event).collect();
+    assert_eq!(
+        events,
+        [
+            HookEvent::PreToolUse,
+            HookEvent::PostToolUse,
+            HookEvent::UserPromptSubmit,
+            HookEvent::Stop,
+            HookEvent::SubagentStop,
+            HookEvent::PreCompact
+        ]
+    );
+    assert_eq!(factory.decide_cli_tool("Bash", "{}").await.unwrap(), None, "no cli-policy export");
+
+    let call = |event, f: &dyn Fn(&mut HookCall)| {
+        let mut call = HookCall { event: Some(event), ..HookCall::default() };
+        f(&mut call);
+        call
+    };
+    let refund = call(HookEvent::PreToolUse, &|c| {
+        c.tool_name = Some("mcp__tools__create_refund".into());
+        c.tool_input = Some(json!({"order_id": "7", "amount_cents": 5000}));
+    });
+    let answer = factory.on_hook(&ctx(), &refund).await.unwrap();
+    assert_eq!(answer.updated_input, Some(json!({"order_id": "7", "amount_cents": 1000})));
+    assert_eq!(answer.context.as_deref(), Some("the application capped the refund at 1000 cents"));
+    let post = call(HookEvent::PostToolUse, &|c| c.tool_name = Some("Read".into()));
+    assert_eq!(
+        factory.on_hook(&ctx(), &post).await.unwrap(),
+        HookAnswer { context: Some("checked by the application hook: Read".into()), ..HookAnswer::default() }
+    );
+    let stop = call(HookEvent::Stop, &|c| c.last_assistant_message = Some("said: hook:continue".into()));
+    assert_eq!(
+        factory.on_hook(&ctx(), &stop).await.unwrap().block.as_deref(),
+        Some("say continued after the stop hook")
+    );
+    let again = call(HookEvent::Stop, &|c| {
+        c.last_assistant_message = Some("said: hook:continue".into());
+        c.stop_hook_active = true;
+    });
+    assert_eq!(factory.on_hook(&ctx(), &again).await.unwrap(), HookAnswer::default());
+    let compact = call(HookEvent::PreCompact, &|c| c.trigger = Some("manual".into()));
+    assert!(factory.on_hook(&ctx(), &compact).await.unwrap().block.is_some());
+}
+
+#[tokio::test]
+async fn a_0_1_factory_runs_no_hooks() {
+    let factory = sandbox()
+        .load_options_factory(guests::SUPPORT_FACTORY.as_ref(), &Manifests::default())
+        .await
+        .unwrap();
+    let stop = HookCall { event: Some(HookEvent::Stop), ..HookCall::default() };
+    let error = factory.on_hook(&ctx(), &stop).await.unwrap_err();
+    assert_eq!(error, FactoryError::Invalid("a 0.1.0 factory runs no hooks".into()));
+    assert!(factory.build_options(&ctx()).await.unwrap().hooks.is_empty());
 }

@@ -495,8 +495,8 @@ pub struct AuditQuery {
 /// One message of a conversation.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct Message {
-    /// `user` or `assistant`.
-    #[schema(examples("user", "assistant"))]
+    /// `user`, `assistant`, or `subagent` (what a subagent of the agent was asked and answered).
+    #[schema(examples("user", "assistant", "subagent"))]
     pub role: String,
     /// Its text (text blocks joined by blank lines).
     pub text: String,

@@ -9,18 +9,20 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tollgate_claude::launch::{apply_options, prompts_to_initialize};
 use tollgate_claude::{
-    CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start, run_segment, run_segment_on,
+    AppHook, AppHookFuture, CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start,
+    run_segment, run_segment_on,
 };
 use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
 use tollgate_engine::gate::Gate;
+use tollgate_engine::hooks::HookCall;
 use tollgate_engine::session::batches::AheadState;
 use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
 use tollgate_engine::session::tools::{CliRun, on_cli_run};
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, failure_reason, grants,
-    item_kind, step_kind,
+    CallEntry, NewEvent, NewItem, RunModelStep, RunState, Transition, Usage, event_kind, failure_reason,
+    grants, item_kind, step_kind, subagents,
 };
 use tollgate_protocol::{TranscriptEntry, UserPrompt};
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -120,15 +122,19 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     // A client's cancel interrupts the segment as soon as it arrives.
     let cancel = super::cancel::watch(worker.store.clone(), session_id);
     let recorder = Recorder::new(cancel.signal.clone());
+    // The transcripts of the subagents that ran in the segment, stored with its end.
+    let mut subagent_items = Vec::new();
     let result = match (&access, &tool_set) {
         (Ok((base_url, token)), Ok(tools)) => {
             let mut model =
                 ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
-            let recording = Recording { claimed, calls: &calls, recorder: recorder.clone() };
+            let mut recording =
+                Recording { claimed, calls: &calls, recorder: recorder.clone(), subagents: Vec::new() };
             let result;
             (result, cli_run) =
-                segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &recording).await;
+                segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &mut recording).await;
             (warm_token, next_warm) = (model.warm_token, model.next_warm);
+            subagent_items = recording.subagents;
             result
         }
         (Err(error), _) => {
@@ -216,10 +222,14 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
     }
     let prestart = next_warm.and_then(|next| next.after(&result));
+    let ran = matches!(result, SegmentResult::Completed { .. } | SegmentResult::Deferred { .. });
     let mut transition = turn::on_segment(&run, &state, &calls, result);
     if let Some((recorded, finished)) = cli_record {
         transition.calls.push(recorded);
         transition.events.insert(0, finished);
+    }
+    if ran {
+        subagents::place(&mut transition.items, subagent_items);
     }
     inline::settle_on_turn_failure(&mut transition, &calls);
     // The API may not load the agent: the interrupt carries who may decide it.
@@ -279,13 +289,15 @@ async fn ahead_states(
     Ok(states)
 }
 
-/// What records a segment's inline writes: the step's claim (and so the session), the session's
-/// calls when the segment started (for the writes an earlier attempt of the segment made), and
-/// what the step shares with the writes ([`Recorder`]).
+/// What records a segment: for its inline writes, the step's claim (and so the session), the
+/// session's calls when the segment started (for the writes an earlier attempt of the segment
+/// made) and what the step shares with the writes ([`Recorder`]); and the items of the subagent
+/// transcripts it ran, stored with its end.
 struct Recording<'a> {
     claimed: &'a Claimed,
     calls: &'a [CallEntry],
     recorder: Recorder,
+    subagents: Vec<NewItem>,
 }
 
 /// The session's deferred and inline calls, as stored.
@@ -390,7 +402,7 @@ async fn segment(
     events: mpsc::UnboundedSender<SegmentEvent>,
     trace: &mut SegmentTrace,
     model: &mut ModelAccess<'_>,
-    recording: &Recording<'_>,
+    recording: &mut Recording<'_>,
 ) -> (SegmentResult, CliRun) {
     let session_id = recording.claimed.step.session_id.as_str();
     let agent = &worker.agent;
@@ -465,6 +477,9 @@ async fn segment(
     spec.env.extend(cli_settings_env());
     spec.env.extend(model_env(model.base_url, model.token, |name| std::env::var_os(name)));
     apply_options(&mut spec, &options);
+    // The agent's own hooks: registered with the launch (a warm CLI must have the same ones),
+    // asked of the options factory with this segment's context.
+    spec.app_hook_matchers.clone_from(&options.hooks);
     // The per-session system prompt (the example factory names the session) goes in `initialize`,
     // so every session of the agent has the same launch and a warm CLI can serve it.
     prompts_to_initialize(&mut spec);
@@ -480,6 +495,9 @@ async fn segment(
     model.next_warm = Some(NextWarm { spec: spec.clone(), cwd: cwd_kind, fresh });
     if agent.has_cli_policy() {
         spec.cli_decider = Some(Arc::new(FactoryDecider { agent: agent.clone() }));
+    }
+    if !spec.app_hook_matchers.is_empty() {
+        spec.app_hook = Some(Arc::new(FactoryHooks { agent: agent.clone(), ctx: ctx.clone() }));
     }
     let (report, warm_key) = match taken {
         Some(taken) => {
@@ -498,7 +516,9 @@ async fn segment(
         to_claimed_ms = ?report.stats.to_claimed.map(|d| d.as_millis()),
         total_ms = report.stats.total.as_millis() as u64, "segment ran");
     let cost_usd = report.stats.result.as_ref().and_then(|r| r.total_cost_usd);
-    let model_calls = i64::try_from(report.stats.model_calls).unwrap_or(i64::MAX);
+    // Every model call of the segment counts, its subagents' included (distinct message IDs).
+    let model_calls =
+        i64::try_from(report.stats.model_calls + report.stats.subagent_model_calls).unwrap_or(i64::MAX);
     let usage_of = |u: &tollgate_protocol::Usage| {
         let total = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
         Usage {
@@ -508,16 +528,25 @@ async fn segment(
             model_calls,
         }
     };
-    let raw_entries = |entries: &[TranscriptEntry]| entries.iter().map(|e| e.as_raw().to_owned()).collect();
+    let raw_entries =
+        |entries: &[TranscriptEntry]| -> Vec<_> { entries.iter().map(|e| e.as_raw().to_owned()).collect() };
+    recording.subagents = report
+        .outcome
+        .subagents()
+        .iter()
+        .map(|subagent| {
+            subagents::subagent_item(&run.turn_id, &subagent.agent_id, &raw_entries(&subagent.entries))
+        })
+        .collect();
     let result = match report.outcome {
-        SegmentOutcome::Completed { session_id, result, entries, usage } => SegmentResult::Completed {
+        SegmentOutcome::Completed { session_id, result, entries, usage, .. } => SegmentResult::Completed {
             session_id,
             result,
             entries: raw_entries(&entries),
             usage: usage_of(&usage),
             cost_usd,
         },
-        SegmentOutcome::Deferred { session_id, call, entries, usage } => SegmentResult::Deferred {
+        SegmentOutcome::Deferred { session_id, call, entries, usage, .. } => SegmentResult::Deferred {
             session_id,
             call,
             entries: raw_entries(&entries),
@@ -629,6 +658,25 @@ impl CliDecider for FactoryDecider {
         Box::pin(async move {
             let Some(factory) = agent.factory() else { return Ok(None) };
             factory.decide_cli_tool(&tool_name, &input.to_string()).await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// The options factory's `hooks.on-hook`, which the segment asks from a task of its own with the
+/// segment's context (the one its options were built with).
+struct FactoryHooks {
+    agent: Arc<Agent>,
+    ctx: OptionsContext,
+}
+
+impl AppHook for FactoryHooks {
+    fn call(&self, call: HookCall) -> AppHookFuture {
+        let (agent, ctx) = (self.agent.clone(), self.ctx.clone());
+        Box::pin(async move {
+            let Some(factory) = agent.factory() else {
+                return Err("the agent has no options factory to run its hooks".to_owned());
+            };
+            factory.on_hook(&ctx, &call).await.map_err(|e| e.to_string())
         })
     }
 }

@@ -1,6 +1,10 @@
 //! Durable sessions end to end: Workers as child processes on a real store, the real CLI against
 //! the mock model, the example agent's components built from source, and SIGKILL at named points.
 //!
+//! - `agent_features`: a `tollgate:agent@0.2.0` factory's hooks on a refund that waits for
+//!   approval, on a reply and on a prompt; a `Task` subagent's read and refused write, its
+//!   transcript and model calls kept with the session; a session the CLI compacted, resumed on
+//!   other Workers.
 //! - `approved_cli`: an approved `Bash` call recorded from the CLI's result of its run in the
 //!   resumed segment (`succeeded`, `failed`), or `outcome_unknown` when the segment ended without one.
 //! - `bundles`: pinned agent bundles: a swapped component refused, Workers of two bundles on one
@@ -50,6 +54,7 @@
 //! - `webhooks`: `tollgate serve --webhooks` delivering signed events to a loopback receiver that
 //!   fails the first attempts, across a SIGKILL of the server.
 
+mod agent_features;
 mod api;
 mod api_input;
 mod approved_cli;
