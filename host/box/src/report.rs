@@ -45,10 +45,13 @@ impl BoxReport {
         self.limits.iter().find(|hit| hit.stopped).or_else(|| self.limits.first())
     }
 
-    /// Records `hit` unless one of the same limit is there already.
+    /// Records `hit` unless one of the same limit is there already; a hit that stopped the box
+    /// takes the place of one of its limit that did not.
     pub fn hit(&mut self, hit: LimitHit) {
-        if !self.limits.iter().any(|known| known.limit == hit.limit) {
-            self.limits.push(hit);
+        match self.limits.iter_mut().find(|known| known.limit == hit.limit) {
+            Some(known) if hit.stopped && !known.stopped => *known = hit,
+            Some(_) => {}
+            None => self.limits.push(hit),
         }
     }
 }
@@ -70,6 +73,11 @@ mod tests {
         report.hit(hit("workspace", false));
         assert_eq!(report.limits.len(), 2);
         assert_eq!(report.main_hit().unwrap().limit, "memory");
+        report.hit(hit("tasks", false));
+        report.hit(hit("tasks", true));
+        report.hit(hit("tasks", false));
+        assert_eq!(report.limits.len(), 3);
+        assert!(report.limits[2].stopped, "the stop replaced the note: {report:?}");
         let text = serde_json::to_string(&report).unwrap();
         assert_eq!(serde_json::from_str::<BoxReport>(&text).unwrap(), report);
     }

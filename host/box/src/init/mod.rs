@@ -160,6 +160,8 @@ fn run(args: &[OsString]) -> Result<i32, String> {
             .spawn(move || forward_stdin(stdin, &config_in, &config_dir))
             .map_err(|err| format!("starting the stdin thread: {err}"))?;
     }
+    // A workspace already full (an earlier segment filled it) is not this segment's hit.
+    let full_before = config.workspace.as_deref().is_some_and(is_full);
     watchdog::start(config.limits, report.clone());
 
     let status = reap(cli_pid);
@@ -167,7 +169,9 @@ fn run(args: &[OsString]) -> Result<i32, String> {
         let mut report = lock(&report);
         report.cli_exit = Some(status.to_string());
         if let Some(workspace) = &config.workspace {
-            note_full(&mut report, workspace, "workspace", config.limits.workspace_mb);
+            if !full_before {
+                note_full(&mut report, workspace, "workspace", config.limits.workspace_mb);
+            }
             let out = host.join("out");
             match copy_tree(workspace, &out, Direction::OutOfBox) {
                 Ok(summary) => {
@@ -259,17 +263,21 @@ fn reap(cli: libc::pid_t) -> ExitStatus {
     }
 }
 
-/// Records a `limit` hit when the `tmpfs` at `at` has no room left.
-fn note_full(report: &mut BoxReport, at: &Path, limit: &str, cap_mb: u64) {
-    let Ok(path) = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()) else { return };
+/// Whether the file system at `at` has no room left (under 64 KiB free).
+fn is_full(at: &Path) -> bool {
+    let Ok(path) = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()) else { return false };
     // SAFETY: a zeroed statvfs is a valid out value; the path is NUL-terminated.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
-        return;
+        return false;
     }
-    let free = stat.f_bavail as u64 * stat.f_frsize as u64;
-    if free < 64 * 1024 {
+    (stat.f_bavail as u64 * stat.f_frsize as u64) < 64 * 1024
+}
+
+/// Records a `limit` hit when the `tmpfs` at `at` has no room left.
+fn note_full(report: &mut BoxReport, at: &Path, limit: &str, cap_mb: u64) {
+    if is_full(at) {
         report.hit(LimitHit {
             limit: limit.into(),
             detail: format!(

@@ -2,8 +2,9 @@
 //! the box's own), resident memory, tasks (threads) and CPU time (with what reaped children
 //! used), and stops the box (`kill(-1, SIGKILL)`) when one is over its limit, recording the hit.
 //!
-//! Tasks are bounded by `RLIMIT_NPROC` already (a fork past it fails); a box that stays at its
-//! limit for a second (a fork bomb) is stopped, since nothing in it can start anything more.
+//! Tasks are bounded by `RLIMIT_NPROC` already (a fork past it fails): reaching the limit is noted
+//! (its failed forks may end the CLI), and a box that stays at it for a second (a fork bomb) is
+//! stopped, since nothing in it can start anything more.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,9 +40,12 @@ pub(super) fn start(limits: Limits, report: Arc<Mutex<BoxReport>>) {
             let usage = measure(page);
             let hit = over(&limits, usage, ticks, &mut at_task_limit);
             if let Some(hit) = hit {
+                let stopped = hit.stopped;
                 report.lock().unwrap_or_else(|p| p.into_inner()).hit(hit);
-                // SAFETY: kill(2) has no memory effects; -1 is every process of the box but this.
-                unsafe { libc::kill(-1, libc::SIGKILL) };
+                if stopped {
+                    // SAFETY: kill(2) has no memory effects; -1 is every process of the box but this.
+                    unsafe { libc::kill(-1, libc::SIGKILL) };
+                }
             }
         }
     });
@@ -75,16 +79,24 @@ pub(super) fn over(limits: &Limits, usage: Usage, ticks: u64, at_task_limit: &mu
     // A few tasks short of the limit count too: a fork bomb's failed forks keep it just below.
     if usage.tasks + 4 >= limits.tasks {
         *at_task_limit += 1;
-        if *at_task_limit >= AT_TASK_LIMIT {
-            return Some(LimitHit {
-                limit: "tasks".into(),
-                detail: format!(
+        let stopped = *at_task_limit >= AT_TASK_LIMIT;
+        // Noted at the first look (forks past the limit fail, and may end the CLI before the
+        // box is stopped), stopped at the last.
+        return Some(LimitHit {
+            limit: "tasks".into(),
+            detail: if stopped {
+                format!(
                     "the box stayed at its limit of {} processes and threads (a fork bomb?); the box was stopped",
                     limits.tasks
-                ),
-                stopped: true,
-            });
-        }
+                )
+            } else {
+                format!(
+                    "the box reached its limit of {} processes and threads: forks past it failed",
+                    limits.tasks
+                )
+            },
+            stopped,
+        });
     } else {
         *at_task_limit = 0;
     }
@@ -169,11 +181,13 @@ mod tests {
         assert_eq!(over(&limits, Usage { cpu_ticks: 1200, ..calm }, 100, &mut count).unwrap().limit, "cpu");
         let bomb = Usage { tasks: 62, ..calm };
         for _ in 0..AT_TASK_LIMIT - 1 {
-            assert_eq!(over(&limits, bomb, 100, &mut count), None);
+            let noted = over(&limits, bomb, 100, &mut count).unwrap();
+            assert!(noted.limit == "tasks" && !noted.stopped, "{noted:?}");
         }
-        assert_eq!(over(&limits, bomb, 100, &mut count).unwrap().limit, "tasks");
+        let stopped = over(&limits, bomb, 100, &mut count).unwrap();
+        assert!(stopped.limit == "tasks" && stopped.stopped, "{stopped:?}");
         count = 0;
-        assert_eq!(over(&limits, bomb, 100, &mut count), None);
+        assert!(!over(&limits, bomb, 100, &mut count).unwrap().stopped);
         assert_eq!(over(&limits, calm, 100, &mut count), None);
         assert_eq!(count, 0, "a look below the limit starts the count again");
     }
