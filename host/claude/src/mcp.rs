@@ -43,6 +43,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::McpPermit;
 use tollgate_engine::record::ToolResult;
 use tollgate_protocol::HostFrame;
@@ -164,7 +165,12 @@ impl ToolServer {
         match permit {
             McpPermit::Run => {
                 let id = tool_use_id.unwrap_or_default();
-                self.emit(SegmentEvent::ToolCallStarted { tool_use_id: id.clone(), name: name.to_owned() });
+                self.emit(SegmentEvent::ToolCallStarted {
+                    tool_use_id: id.clone(),
+                    name: name.to_owned(),
+                    kind: ToolKind::Custom,
+                    input: arguments.clone(),
+                });
                 let (result, is_error) = match self.runner.call(name, &arguments).await {
                     Ok(output) => {
                         let content = output.content.into_iter().map(content_block).collect();
@@ -183,6 +189,7 @@ impl ToolServer {
                 self.emit(SegmentEvent::ToolCallFinished {
                     tool_use_id: id,
                     name: name.to_owned(),
+                    kind: ToolKind::Custom,
                     is_error,
                 });
                 result

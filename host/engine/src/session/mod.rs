@@ -91,11 +91,21 @@ pub mod event_kind {
     pub const USER_MESSAGE: &str = "user_message";
     /// A turn's first segment started.
     pub const TURN_STARTED: &str = "turn_started";
-    /// Text of the main conversation, as it streams.
+    /// Text of the main conversation, one block at a time:
+    /// `{"turn_id","attempt","offset","text"}` (`offset`: where it starts in the segment's text,
+    /// in characters).
     pub const TEXT_DELTA: &str = "text_delta";
-    /// A tool call started (inline, or a deferred call's step).
+    /// Thinking of the main conversation (the model's visible reasoning), stored as text is:
+    /// `{"turn_id","attempt","offset","text"}`, `offset` counted in the segment's thinking.
+    pub const REASONING_DELTA: &str = "reasoning_delta";
+    /// A tool call started (inline, or a deferred call's step). An inline call's:
+    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","arguments","deferred":false}`,
+    /// `kind` `custom` (a custom tool, by its own name) or `cli` (a built-in or an external MCP
+    /// server's tool, by its CLI name).
     pub const TOOL_CALL_STARTED: &str = "tool_call_started";
-    /// A tool call finished or got its record.
+    /// A tool call finished or got its record. An inline call's:
+    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","status","deferred":false}`,
+    /// `status` `succeeded` or `failed` (the model got an error result).
     pub const TOOL_CALL_FINISHED: &str = "tool_call_finished";
     /// A deferred call waits for a decision.
     pub const INTERRUPT_OPENED: &str = "interrupt_opened";

@@ -798,6 +798,15 @@ pub struct ApprovalRequest {
 
 /// The data of one Server-Sent Event of `GET /v1/sessions/{id}/events` (its SSE `id` is `seq`,
 /// its SSE `event` is `kind`). Group live text by (`payload.turn_id`, `step_id`, `fence`).
+///
+/// What the model writes, thinks and does inside a segment: `text_delta` and `reasoning_delta`
+/// (its visible thinking), each stored one block at a time as `{"turn_id","attempt","offset",
+/// "text"}` with `offset` in characters of the segment's text or thinking; and, for each inline
+/// tool call (a custom read, or a CLI tool such as `Read`, `Grep`, an allowed `Bash`, or an
+/// external MCP server's tool), `tool_call_started` `{"turn_id","attempt","tool_call_id",
+/// "tool_name","kind","arguments","deferred":false}` and `tool_call_finished` `{…,"status"}`
+/// (`succeeded` or `failed`), `kind` `custom` or `cli`. A deferred call's events come from its
+/// steps, with `"deferred":true`.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct StreamEvent {
     /// Its seq (also the SSE `id`).
@@ -807,6 +816,7 @@ pub struct StreamEvent {
         "user_message",
         "turn_started",
         "text_delta",
+        "reasoning_delta",
         "tool_call_started",
         "tool_call_finished",
         "interrupt_opened",

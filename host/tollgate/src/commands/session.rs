@@ -5,6 +5,7 @@
 //! `Last-Event-ID`, stopping with `--until-idle`); the calls themselves are [`crate::client`]'s.
 //! [`ClientArgs`] (`--url`, `--token`/`--token-file`, `--ca-cert`, `--json`) is shared with `tollgate approvals`.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -433,7 +434,7 @@ async fn watch(
         url_flag: args.url_flag(),
         mid_line: false,
         text_of: None,
-        printed: None,
+        printed: HashMap::new(),
     };
     let mut last = after;
     let mut failures = 0u32;
@@ -507,15 +508,15 @@ struct Printer {
     url_flag: String,
     /// Text was printed without its line end.
     mid_line: bool,
-    /// The (turn, step, fence) whose text is being printed.
+    /// The stream (text or thinking) of a (turn, step, fence) being printed.
     text_of: Option<TextGroup>,
-    /// The (turn, step, fence) whose text was printed last and how many characters of it: live
-    /// text and its stored blocks overlap, by `offset`.
-    printed: Option<(TextGroup, usize)>,
+    /// How many characters of each stream were printed: live text and its stored blocks
+    /// overlap, by `offset`. Forgotten when a turn ends.
+    printed: HashMap<TextGroup, usize>,
 }
 
-/// The text of one attempt of a step: (turn, step, fence).
-type TextGroup = (Value, Option<i64>, Option<i64>);
+/// The text, or the thinking, of one attempt of a step: (kind, turn, step, fence).
+type TextGroup = (&'static str, Value, Option<i64>, Option<i64>);
 
 impl Printer {
     fn print(&mut self, event: &StreamEvent) -> anyhow::Result<()> {
@@ -527,22 +528,24 @@ impl Printer {
             return Ok(());
         }
         let p = &event.payload_value();
-        if event.kind == "text_delta" {
-            let group = (p["turn_id"].clone(), event.step_id, event.fence);
+        let stream = match event.kind.as_str() {
+            "text_delta" => Some(("text_delta", "assistant")),
+            "reasoning_delta" => Some(("reasoning_delta", "thinking")),
+            _ => None,
+        };
+        if let Some((kind, label)) = stream {
+            let group = (kind, p["turn_id"].clone(), event.step_id, event.fence);
             let whole = p["text"].as_str().unwrap_or_default();
-            let printed = match &self.printed {
-                Some((of, chars)) if *of == group => *chars,
-                _ => 0,
-            };
+            let printed = self.printed.get(&group).copied().unwrap_or(0);
             let offset = p["offset"].as_u64().and_then(|o| usize::try_from(o).ok());
             let (text, printed) = new_text(whole, offset, printed);
-            self.printed = Some((group.clone(), printed));
+            self.printed.insert(group.clone(), printed);
             if text.is_empty() {
                 return Ok(());
             }
             if self.text_of.as_ref() != Some(&group) {
                 self.end_line_on(out)?;
-                write!(out, "assistant: ")?;
+                write!(out, "{label}: ")?;
                 self.mid_line = true;
                 self.text_of = Some(group);
             }
@@ -616,8 +619,14 @@ impl Printer {
             "attempt_failed" => {
                 writeln!(out, "(retrying…) attempt {} failed: {}", p["attempt"], text_of(&p["error"]))?
             }
-            "turn_completed" => writeln!(out, "[turn completed]")?,
-            "turn_failed" => writeln!(out, "[turn failed] {}", text_of(&p["error"]))?,
+            "turn_completed" => {
+                self.printed.clear();
+                writeln!(out, "[turn completed]")?
+            }
+            "turn_failed" => {
+                self.printed.clear();
+                writeln!(out, "[turn failed] {}", text_of(&p["error"]))?
+            }
             other => writeln!(out, "[{other}] {}", compact(p))?,
         }
         out.flush()?;

@@ -568,6 +568,10 @@ impl CliDecider for FactoryDecider {
 ///
 /// # Why text is written this way (issue 15, "write amplification of streaming")
 ///
+/// The model's thinking is stored the same way as its text, as `reasoning_delta` blocks with
+/// their own offsets (a block of one also ends where the other stream takes over), but has no
+/// live row: a client sees it block by block.
+///
 /// Streamed text used to be a `text_delta` event per flush: a fenced transaction (session lock,
 /// step fence, event row, seq) every 200 ms and a row per 200 ms of text, kept for ever beside the
 /// transcript that holds the same text. Now:
@@ -597,7 +601,7 @@ async fn flush_events(
     mut rx: mpsc::UnboundedReceiver<SegmentEvent>,
 ) -> Result<InlineTools, StepError> {
     let mut tools = InlineTools::default();
-    let mut text = StreamedText::default();
+    let mut streams = Streams::default();
     let mut open = true;
     while open {
         let deadline = tokio::time::sleep(EVENT_FLUSH);
@@ -607,16 +611,19 @@ async fn flush_events(
                 event = rx.recv() => match event {
                     Some(event) => {
                         tools.on_event(&event);
-                        push_event(&mut pending, &mut text, &turn_id, attempt, event);
+                        push_event(&mut pending, &mut streams, &turn_id, attempt, event);
                     }
                     None => { open = false; break; }
                 },
                 () = &mut deadline => break,
             }
         }
-        if !open || text.unstored_bytes() >= LIVE_BLOCK_BYTES {
-            pending.extend(text.block_event(&turn_id, attempt));
+        for stream in [&mut streams.reasoning, &mut streams.text] {
+            if !open || stream.unstored_bytes() >= LIVE_BLOCK_BYTES {
+                pending.extend(stream.block_event(&turn_id, attempt));
+            }
         }
+        let text = &mut streams.text;
         // The live row first, from what the log has so far: it covers the blocks about to be
         // committed, so a reader never finds the log ahead of it with a gap between.
         if open && text.unwritten() {
@@ -644,10 +651,38 @@ async fn flush_events(
     Ok(tools)
 }
 
+/// What a segment streams as text-like blocks: its text (also written live) and its thinking.
+#[derive(Debug)]
+struct Streams {
+    text: StreamedText,
+    reasoning: StreamedText,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        Streams {
+            text: StreamedText::of(event_kind::TEXT_DELTA),
+            reasoning: StreamedText::of(event_kind::REASONING_DELTA),
+        }
+    }
+}
+
+impl Streams {
+    /// The `text_delta` and `reasoning_delta` events of what is not stored yet, in the order it
+    /// streamed (at most one of them has any: a change of stream stores the other's block).
+    fn block_events(&mut self, turn_id: &str, attempt: i64) -> impl Iterator<Item = NewEvent> {
+        let reasoning = self.reasoning.block_event(turn_id, attempt);
+        reasoning.into_iter().chain(self.text.block_event(turn_id, attempt))
+    }
+}
+
 /// The text a segment streamed: all of it, how much of it the event log has (and from which
-/// seq), and how much the live-text row has.
+/// seq), and how much the live-text row has. The same for its thinking, stored as
+/// `reasoning_delta` blocks (and written to no live row).
 #[derive(Debug, Default)]
 struct StreamedText {
+    /// The kind of its stored blocks: `text_delta` or `reasoning_delta`.
+    kind: &'static str,
     /// Every text delta so far, joined.
     whole: String,
     /// Characters of `whole`.
@@ -663,13 +698,17 @@ struct StreamedText {
 }
 
 impl StreamedText {
+    fn of(kind: &'static str) -> Self {
+        StreamedText { kind, ..StreamedText::default() }
+    }
+
     fn push(&mut self, delta: &str) {
         self.whole.push_str(delta);
         self.chars += delta.chars().count();
     }
 
-    /// The `text_delta` event of the text not stored yet (`None` when there is none), which is
-    /// then stored.
+    /// The block event of the text not stored yet (`None` when there is none), which is then
+    /// stored.
     fn block_event(&mut self, turn_id: &str, attempt: i64) -> Option<NewEvent> {
         let (bytes, chars) = self.stored;
         if bytes == self.whole.len() {
@@ -677,7 +716,7 @@ impl StreamedText {
         }
         let block = &self.whole[bytes..];
         let event = NewEvent {
-            kind: event_kind::TEXT_DELTA,
+            kind: self.kind,
             payload: json!({"turn_id": turn_id, "attempt": attempt, "offset": chars, "text": block}),
         };
         self.stored = (self.whole.len(), self.chars);
@@ -710,27 +749,36 @@ impl StreamedText {
 
 fn push_event(
     pending: &mut Vec<NewEvent>,
-    text: &mut StreamedText,
+    streams: &mut Streams,
     turn_id: &str,
     attempt: i64,
     event: SegmentEvent,
 ) {
     match event {
-        SegmentEvent::TextDelta { text: delta } => text.push(&delta),
-        SegmentEvent::ToolCallStarted { tool_use_id, name } => {
+        SegmentEvent::TextDelta { text: delta } => {
+            // The thinking before the text goes first, so the log keeps the order it streamed in.
+            pending.extend(streams.reasoning.block_event(turn_id, attempt));
+            streams.text.push(&delta);
+        }
+        SegmentEvent::ReasoningDelta { text: delta } => {
+            pending.extend(streams.text.block_event(turn_id, attempt));
+            streams.reasoning.push(&delta);
+        }
+        SegmentEvent::ToolCallStarted { tool_use_id, name, kind, input } => {
             // The text before the call goes first, so the log keeps the order it streamed in.
-            pending.extend(text.block_event(turn_id, attempt));
+            pending.extend(streams.block_events(turn_id, attempt));
             pending.push(NewEvent {
                 kind: event_kind::TOOL_CALL_STARTED,
-                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name, "deferred": false}),
+                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
+                    "kind": kind, "arguments": input, "deferred": false}),
             });
         }
-        SegmentEvent::ToolCallFinished { tool_use_id, name, is_error } => {
-            pending.extend(text.block_event(turn_id, attempt));
+        SegmentEvent::ToolCallFinished { tool_use_id, name, kind, is_error } => {
+            pending.extend(streams.block_events(turn_id, attempt));
             pending.push(NewEvent {
                 kind: event_kind::TOOL_CALL_FINISHED,
                 payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
-                    "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
+                    "kind": kind, "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
             });
         }
         other => warn!(event = ?other, "an unknown segment event was dropped"),
@@ -739,6 +787,8 @@ fn push_event(
 
 #[cfg(test)]
 mod tests {
+    use tollgate_engine::catalog::ToolKind;
+
     use super::*;
 
     #[test]
@@ -792,18 +842,25 @@ mod tests {
     #[test]
     fn streamed_text_is_stored_once_per_block_with_its_offset_in_characters() {
         let mut pending = Vec::new();
-        let mut text = StreamedText::default();
+        let mut streams = Streams::default();
         let delta = |t: &str| SegmentEvent::TextDelta { text: t.into() };
-        push_event(&mut pending, &mut text, "t1", 2, delta("Héllo"));
-        push_event(&mut pending, &mut text, "t1", 2, delta(", "));
+        push_event(&mut pending, &mut streams, "t1", 2, delta("Héllo"));
+        push_event(&mut pending, &mut streams, "t1", 2, delta(", "));
         assert!(pending.is_empty(), "text alone waits for its block's end");
+        let text = &mut streams.text;
         assert!(text.unwritten());
         assert_eq!((text.live("t1", 2).offset, text.live("t1", 2).text.as_str()), (0, "Héllo, "));
         text.written();
         assert!(!text.unwritten(), "the live row has it all");
-        let started = SegmentEvent::ToolCallStarted { tool_use_id: "tu1".into(), name: "lookup".into() };
-        push_event(&mut pending, &mut text, "t1", 2, started);
-        push_event(&mut pending, &mut text, "t1", 2, delta("wörld"));
+        let started = SegmentEvent::ToolCallStarted {
+            tool_use_id: "tu1".into(),
+            name: "lookup".into(),
+            kind: ToolKind::Custom,
+            input: json!({"order_id": "7"}),
+        };
+        push_event(&mut pending, &mut streams, "t1", 2, started);
+        push_event(&mut pending, &mut streams, "t1", 2, delta("wörld"));
+        let text = &mut streams.text;
         pending.extend(text.block_event("t1", 2));
         assert_eq!(text.block_event("t1", 2).map(|e| e.payload), None, "nothing is stored twice");
         let kinds: Vec<&str> = pending.iter().map(|e| e.kind).collect();
@@ -815,12 +872,56 @@ mod tests {
         assert_eq!(pending[2].payload, json!({"turn_id": "t1", "attempt": 2, "offset": 7, "text": "wörld"}));
         assert_eq!(text.whole, "Héllo, wörld");
         assert_eq!(text.unstored_bytes(), 0);
-        push_event(&mut pending, &mut text, "t1", 2, delta("!"));
+        push_event(&mut pending, &mut streams, "t1", 2, delta("!"));
+        let text = &mut streams.text;
         let live = text.live("t1", 2);
         assert_eq!((live.offset, live.text.as_str()), (0, "Héllo, wörld!"), "nothing is committed yet");
         text.committed = text.stored;
         let live = text.live("t1", 2);
         assert_eq!((live.offset, live.text.as_str()), (12, "!"), "the tail after the committed blocks");
+    }
+
+    #[test]
+    fn thinking_is_stored_as_reasoning_blocks_in_the_order_it_streamed_between_text_and_tool_calls() {
+        let mut pending = Vec::new();
+        let mut streams = Streams::default();
+        let think = |t: &str| SegmentEvent::ReasoningDelta { text: t.into() };
+        let say = |t: &str| SegmentEvent::TextDelta { text: t.into() };
+        push_event(&mut pending, &mut streams, "t1", 1, think("Let me "));
+        push_event(&mut pending, &mut streams, "t1", 1, think("löök."));
+        assert!(pending.is_empty(), "thinking alone waits for its block's end");
+        push_event(&mut pending, &mut streams, "t1", 1, say("Reading."));
+        let read = SegmentEvent::ToolCallStarted {
+            tool_use_id: "tu1".into(),
+            name: "Read".into(),
+            kind: ToolKind::Cli,
+            input: json!({"file_path": "/etc/hostname"}),
+        };
+        push_event(&mut pending, &mut streams, "t1", 1, read);
+        push_event(&mut pending, &mut streams, "t1", 1, think("Done."));
+        let finished = SegmentEvent::ToolCallFinished {
+            tool_use_id: "tu1".into(),
+            name: "Read".into(),
+            kind: ToolKind::Cli,
+            is_error: false,
+        };
+        push_event(&mut pending, &mut streams, "t1", 1, finished);
+        let kinds: Vec<&str> = pending.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            ["reasoning_delta", "text_delta", "tool_call_started", "reasoning_delta", "tool_call_finished"]
+        );
+        assert_eq!(
+            pending[0].payload,
+            json!({"turn_id": "t1", "attempt": 1, "offset": 0, "text": "Let me löök."})
+        );
+        assert_eq!(pending[3].payload, json!({"turn_id": "t1", "attempt": 1, "offset": 12, "text": "Done."}));
+        assert_eq!(
+            pending[2].payload,
+            json!({"turn_id": "t1", "attempt": 1, "tool_call_id": "tu1", "tool_name": "Read", "kind": "cli",
+                "arguments": {"file_path": "/etc/hostname"}, "deferred": false})
+        );
+        assert_eq!(pending[4].payload["status"], "succeeded");
     }
 
     #[test]

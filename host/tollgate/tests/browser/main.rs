@@ -5,6 +5,8 @@
 //! not copied.
 //!
 //! - `live_text`: a reply shown on the session page as it streams, from the snapshot then live.
+//! - `activity`: the model's thinking and its inline tool calls (built-in, allowed `Bash`,
+//!   custom) on the session page, live and from the event log.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
 //!   buttons (and refused 403 when forging the request), interrupts appearing on an open page,
@@ -14,6 +16,7 @@
 //! Without Chromium the tests skip with a message; `TOLLGATE_REQUIRE_BROWSER=1` makes that a
 //! failure (as `scripts/test.sh` does).
 
+mod activity;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
 mod driver;

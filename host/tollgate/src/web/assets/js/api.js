@@ -106,6 +106,19 @@ export function stream(path, onEvent, onState = () => {}) {
   return { close() { closed = true; if (controller) controller.abort(); } };
 }
 
+/** Every event stored at `path` (a `follow=false` event stream) as `[{event, id, data}]`, read
+ *  once to its end; throws ApiError. */
+export async function storedEvents(path) {
+  const response = await fetch(path, { headers: headers(), cache: 'no-store' });
+  if (!response.ok) {
+    let body = null;
+    try { body = await response.json(); } catch { body = null; }
+    throw new ApiError(response.status, body);
+  }
+  const text = (await response.text()).replace(/\r\n?/g, '\n');
+  return text.split('\n\n').map(parse).filter((event) => event && event.event !== 'error');
+}
+
 function parse(block) {
   let event = 'message', id = null;
   const data = [];

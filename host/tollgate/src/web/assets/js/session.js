@@ -1,7 +1,8 @@
-// A session: its conversation with live text, its tool calls and their records, the audit
-// trail, usage and cost, the last turn's error, and a box to send a message.
+// A session: its conversation with live text, what the model thought and did inline (its
+// thinking and its inline tool calls, from the event log), its tool calls and their records, the
+// audit trail, usage and cost, the last turn's error, and a box to send a message.
 
-import { call, seg, stream } from './api.js';
+import { call, seg, stream, storedEvents } from './api.js';
 import { clear, el, notify, pretty, when } from './dom.js';
 
 const REFRESH_ON = new Set(['user_message', 'turn_started', 'turn_completed', 'turn_failed', 'tool_call_started',
@@ -14,6 +15,7 @@ export function mount(view, id, me) {
   const error = el('p', { class: 'error', id: 'last-turn-error', role: 'alert' });
   const messages = el('ol', { class: 'messages', id: 'messages', 'aria-live': 'polite' });
   const liveNode = el('li', { class: 'assistant live', hidden: true }, el('span', { class: 'role', text: 'assistant (writing\u2026)' }), el('span', { id: 'live-text' }));
+  const activity = el('ol', { class: 'activity', id: 'activity', 'aria-live': 'polite' });
   const calls = el('div', { id: 'tool-calls' });
   const audit = el('tbody', { id: 'audit' });
   const grants = el('ul', { id: 'grants' });
@@ -26,6 +28,7 @@ export function mount(view, id, me) {
   const form = el('form', { class: 'send', id: 'send-form' }, el('label', { for: textId, text: 'Message' }), text, el('div', { class: 'actions' }, send), sendWhy, sendResult);
   view.append(title, facts, error,
     el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
+    el('section', { class: 'panel', 'aria-labelledby': 'activity-h' }, el('h3', { id: 'activity-h', text: 'Thinking and inline tool calls' }), activity),
     el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }), calls),
     el('section', { class: 'panel', 'aria-labelledby': 'audit-h' }, el('h3', { id: 'audit-h', text: 'Audit trail' }),
       el('div', { class: 'table-wrap' }, el('table', {}, el('thead', {}, el('tr', {}, ...['When', 'Who', 'Decision', 'Tool', 'Reason', 'Input'].map((h) => el('th', { scope: 'col', text: h })))), audit)),
@@ -150,9 +153,54 @@ export function mount(view, id, me) {
     if (offset <= have.length && offset + add.length > have.length) prior.text = have.slice(0, offset).concat(add).join('');
   }
 
+  // What the model thought and did inline, in the order it happened: one item per thinking of a
+  // (turn, step, fence), its stored `reasoning_delta` blocks joined by `offset`, and one per
+  // inline tool call, its status updated when it finishes. Each stored event counts once.
+  const seenSeqs = new Set();
+  const thoughts = new Map(), toolItems = new Map();
+  function addActivity(data) {
+    if (typeof data.seq !== 'number' || seenSeqs.has(`${data.seq}/${data.kind}`)) return;
+    seenSeqs.add(`${data.seq}/${data.kind}`);
+    const p = data.payload || {};
+    if (data.kind === 'reasoning_delta') {
+      const key = `${p.turn_id}/${data.step_id}/${data.fence}`;
+      let thought = thoughts.get(key);
+      if (!thought) {
+        const body = el('span', { class: 'thought' });
+        thought = { text: [], body };
+        thoughts.set(key, thought);
+        activity.append(el('li', { class: 'thinking' }, el('span', { class: 'role', text: `thinking (${p.turn_id})` }), body));
+      }
+      const have = thought.text, add = Array.from(p.text || ''), at = p.offset || 0;
+      if (at <= have.length && at + add.length > have.length) thought.text = have.slice(0, at).concat(add);
+      thought.body.textContent = thought.text.join('');
+    } else if ((data.kind === 'tool_call_started' || data.kind === 'tool_call_finished') && p.deferred === false) {
+      let item = toolItems.get(p.tool_call_id);
+      if (!item) {
+        const status = el('span', { class: 'status', text: 'running' });
+        const node = el('li', { class: 'tool' }, el('span', { class: 'role', text: `tool call (${p.kind === 'cli' ? 'CLI tool' : 'custom tool'}, inline)` }),
+          el('strong', { text: p.tool_name || '?' }), ' ', status);
+        if (p.arguments !== undefined) node.append(el('pre', {}, pretty(p.arguments)));
+        item = { node, status };
+        toolItems.set(p.tool_call_id, item);
+        activity.append(node);
+      }
+      if (data.kind === 'tool_call_finished') {
+        item.status.textContent = p.status || 'finished';
+        item.node.classList.add(p.status === 'failed' ? 'failed' : 'done');
+      }
+    }
+    empty.hidden = activity.children.length > 1;
+  }
+  const empty = el('li', { class: 'empty', text: 'Nothing yet.' });
+  activity.append(empty);
+
   let current = null;
   function onEvent(event) {
     const data = event.data || {};
+    if (event.event === 'reasoning_delta' || ((event.event === 'tool_call_started' || event.event === 'tool_call_finished') && (data.payload || {}).deferred === false)) {
+      addActivity(data);
+    }
     if (event.event === 'text_delta') {
       const p = data.payload || {};
       if (!p.turn_id) return;
@@ -170,6 +218,14 @@ export function mount(view, id, me) {
     live = stream(`${path}/events?after=${after}&live=true`, onEvent, (state, detail) => {
       if (state === 'failed') error.textContent = detail.describe ? detail.describe() : String(detail);
     });
+    // What happened before the page opened: the stored thinking and inline tool calls.
+    storedEvents(`${path}/events?after=0&follow=false`).then((stored) => {
+      if (!alive) return;
+      for (const event of stored) {
+        const data = event.data || {};
+        if (data.kind === 'reasoning_delta' || data.kind === 'tool_call_started' || data.kind === 'tool_call_finished') addActivity(data);
+      }
+    }).catch((e) => { if (alive) error.textContent = e.describe ? e.describe() : String(e); });
   });
   return () => { alive = false; if (live) live.close(); };
 }
