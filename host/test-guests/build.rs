@@ -16,6 +16,7 @@ const GUESTS: &[(&str, &str, &str, bool)] = &[
     ("tollgate-test-guest-hostile", "tollgate_test_guest_hostile", "HOSTILE", false),
     ("tollgate-test-guest-impostor", "tollgate_test_guest_impostor", "IMPOSTOR", false),
     ("tollgate-test-guest-ledger", "tollgate_test_guest_ledger", "LEDGER", false),
+    ("tollgate-test-guest-chart", "tollgate_test_guest_chart", "CHART", false),
     ("tollgate-test-guest-not-a-tool", "tollgate-test-guest-not-a-tool", "NOT_A_TOOL", true),
 ];
 

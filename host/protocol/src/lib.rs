@@ -14,7 +14,8 @@
 //! - [`host`]: host-to-CLI frames and their builders (`initialize`, hook and permission answers,
 //!   MCP responses, prompts);
 //! - [`message`]: `system/init`, `stream_event`, `assistant`, `user`, `result`;
-//! - [`transcript`]: `transcript_mirror` and byte-exact [`TranscriptEntry`]s.
+//! - [`transcript`]: `transcript_mirror` and byte-exact [`TranscriptEntry`]s;
+//! - [`media`]: images in entries held by reference to stored bytes, and put back byte for byte.
 //!
 //! ```
 //! use tollgate_protocol::{CliRequest, Frame, HookAnswer, HostFrame, parse_line};
@@ -36,6 +37,7 @@
 pub mod control;
 mod error;
 pub mod host;
+pub mod media;
 pub mod message;
 pub mod transcript;
 

@@ -247,5 +247,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0009_transcript_chunks.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            10,
+            "media".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0010_media.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -341,5 +341,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0009_transcript_chunks.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            10,
+            "media".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0010_media.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -693,7 +693,7 @@ mod tests {
         assert_eq!(span.attribute("tollgate.tool.outcome"), Some(&text("error")));
         assert_eq!(span.error.as_deref(), Some("trapped"));
 
-        let failed = ToolRun::Output { text: "no such order".into(), is_error: true };
+        let failed = ToolRun::Output { text: "no such order".into(), is_error: true, images: Vec::new() };
         let lookup = ToolIdentity { name: "lookup_order", call_id: "toolu_2", kind: ToolKind::Custom };
         let span = tool_span(&scope(), lookup, false, ToolOutcome::of_run(&failed), None);
         assert_eq!(span.attribute("tollgate.tool.outcome"), Some(&text("failed")));

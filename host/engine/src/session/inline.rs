@@ -58,6 +58,7 @@ pub fn unseen_writes(run: &SegmentRun, calls: &[CallEntry]) -> Vec<InlineWrite> 
                 _ => 0,
             },
             outcome: call.state.outcome(),
+            images: call.images.iter().cloned().map(Into::into).collect(),
         })
         .collect()
 }
@@ -78,6 +79,7 @@ pub fn write(turn_id: &str, tool_call_id: &str, tool_name: &str, arguments: Valu
         batch_id: None,
         decided_ahead: None,
         inline: true,
+        images: Vec::new(),
         state: CallState::Queued,
     }
 }
@@ -157,9 +159,17 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
         let (call, transition) = record(call, outcome);
         After::Recorded { call: Box::new(call), transition: Box::new(transition) }
     };
+    let recorded_with = |images, outcome| {
+        let (call, transition) = record(&CallEntry { images, ..call.clone() }, outcome);
+        After::Recorded { call: Box::new(call), transition: Box::new(transition) }
+    };
     match run {
-        ToolRun::Output { text, is_error: false } => recorded(Outcome::Succeeded { output: text }),
-        ToolRun::Output { text, is_error: true } => recorded(Outcome::Failed { error: text }),
+        ToolRun::Output { text, is_error: false, images } => {
+            recorded_with(images, Outcome::Succeeded { output: text })
+        }
+        ToolRun::Output { text, is_error: true, images } => {
+            recorded_with(images, Outcome::Failed { error: text })
+        }
         ToolRun::Refused { message } => recorded(Outcome::Failed { error: message }),
         ToolRun::Error { message } if attempt < CALL_TOOL_ATTEMPTS => {
             let mut t = Transition::keep();
@@ -262,9 +272,11 @@ mod tests {
 
     #[test]
     fn its_result_is_the_deferred_steps_record_kept_under_the_claim_with_no_resume_step() {
-        let After::Recorded { call, transition } =
-            on_result(&credit(), 1, ToolRun::Output { text: "credited c_1".into(), is_error: false })
-        else {
+        let After::Recorded { call, transition } = on_result(
+            &credit(),
+            1,
+            ToolRun::Output { text: "credited c_1".into(), is_error: false, images: Vec::new() },
+        ) else {
             panic!("an output is final")
         };
         assert_eq!(call.state, CallState::Succeeded { output: "credited c_1".into() });
@@ -350,7 +362,12 @@ mod tests {
             CallEntry { turn_id: "turn-0".into(), tool_call_id: "toolu_4".into(), ..done.clone() };
         let calls = [done, started, deferred, other_turn];
 
-        let fresh = unseen_writes(&run(PlannedStart::Fresh { prompts: vec!["x".into()] }), &calls);
+        let fresh = unseen_writes(
+            &run(PlannedStart::Fresh {
+                prompts: vec![super::super::turn::Prompt { text: "x".into(), images: Vec::new() }],
+            }),
+            &calls,
+        );
         let ids: Vec<_> = fresh.iter().map(|w| (w.tool_call_id.as_str(), w.attempts)).collect();
         assert_eq!(ids, [("toolu_1", 0), ("toolu_2", 1)]);
         assert_eq!(fresh[0].outcome, Some(Outcome::Succeeded { output: "c_1".into() }));

@@ -29,6 +29,8 @@
 //!   (the seeds group entries per API message; the concatenation in order is the same transcript).
 //! - The run state: `{"version":1,"session_id":…,"turn_entries":[…],…}` ([`RunState`]).
 //! - A tool call: [`CallEntry`], whose final form is [`crate::record::ToolCallRecord`]'s JSON.
+//! - Images, in a user message's `"images"` and a call's `"images"`: [`MediaRef`]s
+//!   (`{"digest","media_type"}`); the bytes are in the store's media table, once per session.
 
 pub mod batches;
 pub mod client;
@@ -45,6 +47,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::catalog::ToolKind;
+use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::{Outcome, ToolCallRecord};
 
@@ -406,6 +409,10 @@ pub struct CallEntry {
     /// (false) for a deferred call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inline: bool,
+    /// The images of its result, after the text of its final state, by reference (absent when
+    /// there are none). A replay sends them to the model again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<MediaRef>,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,
@@ -439,6 +446,7 @@ impl CallEntry {
         if let (ToolKind::Cli, Some(original)) = (self.kind, &self.original_arguments) {
             record.note = Some(crate::texts::input_edited_note(original, &self.arguments));
         }
+        record.images = self.images.iter().cloned().map(Into::into).collect();
         Some(record)
     }
 

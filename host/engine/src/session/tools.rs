@@ -10,6 +10,7 @@ use super::{
     event_kind, status, step_kind,
 };
 use crate::catalog::ToolKind;
+use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
 use crate::texts;
@@ -162,6 +163,8 @@ pub enum ToolRun {
         text: String,
         /// Whether it is an error result.
         is_error: bool,
+        /// The result's images, stored already, after the text.
+        images: Vec<MediaRef>,
     },
     /// It never ran: the arguments do not fit, or the tool is gone. Records `failed`.
     Refused {
@@ -183,8 +186,12 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
         None => text,
     };
     match run {
-        ToolRun::Output { text, is_error: false } => record(call, Outcome::Succeeded { output: told(text) }),
-        ToolRun::Output { text, is_error: true } => record(call, Outcome::Failed { error: told(text) }),
+        ToolRun::Output { text, is_error: false, images } => {
+            record(&CallEntry { images, ..call.clone() }, Outcome::Succeeded { output: told(text) })
+        }
+        ToolRun::Output { text, is_error: true, images } => {
+            record(&CallEntry { images, ..call.clone() }, Outcome::Failed { error: told(text) })
+        }
         ToolRun::Refused { message } => record(call, Outcome::Failed { error: told(message) }),
         ToolRun::Error { message } if !single_attempt && attempt < CALL_TOOL_ATTEMPTS => {
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));

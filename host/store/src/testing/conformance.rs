@@ -84,6 +84,7 @@ impl Harness {
 
 mod audit;
 mod deadlines;
+mod media;
 
 /// One case of a suite: an async function of a fresh harness.
 pub(crate) type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -146,7 +147,8 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
-    run_cases("conformance", CASES.iter().chain(audit::CASES).chain(deadlines::CASES), fresh).await;
+    let cases = CASES.iter().chain(audit::CASES).chain(deadlines::CASES).chain(media::CASES);
+    run_cases("conformance", cases, fresh).await;
 }
 
 /// Runs `cases` of the suite `suite`, each on a fresh harness from `fresh(case_name)`, every one
@@ -748,7 +750,7 @@ async fn open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated
 }
 
 fn part(item: usize, role: &str, key: Option<&str>, text: &str) -> NewMessage {
-    NewMessage { item, role: role.into(), merge_key: key.map(str::to_owned), text: text.into() }
+    NewMessage { item, role: role.into(), merge_key: key.map(str::to_owned), text: text.into(), images: None }
 }
 
 async fn messages_are_projected_in_the_commit_of_their_items_and_parts_of_one_message_join(h: Harness) {

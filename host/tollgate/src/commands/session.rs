@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::types::{Snapshot, StreamEvent};
+use crate::api::types::{ImageBlock, Snapshot, StreamEvent};
 use crate::client::{ApiClient, CallError};
 
 /// The API's address when neither `--url` nor `TOLLGATE_URL` is given.
@@ -89,6 +90,10 @@ pub enum SessionCommand {
         /// The first message.
         #[arg(long, short)]
         message: Option<String>,
+        /// An image the first message carries (a .png, .jpg, .jpeg, .gif or .webp file); repeat
+        /// for more.
+        #[arg(long = "image", value_name = "FILE", requires = "message")]
+        images: Vec<PathBuf>,
     },
     /// Send a message; it starts a turn, or waits for the running one.
     Send {
@@ -96,6 +101,10 @@ pub enum SessionCommand {
         id: String,
         /// The message.
         text: String,
+        /// An image the message carries (a .png, .jpg, .jpeg, .gif or .webp file); repeat for
+        /// more.
+        #[arg(long = "image", value_name = "FILE")]
+        images: Vec<PathBuf>,
         /// An idempotency key: sending again under it stores the message once.
         #[arg(long)]
         key: Option<String>,
@@ -151,8 +160,10 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
     let client = args.client.client()?;
     let out = &mut std::io::stdout().lock();
     match args.command {
-        SessionCommand::Start { id, message } => {
-            let created = client.create_session(id.as_deref(), message.as_deref()).await?;
+        SessionCommand::Start { id, message, images } => {
+            let images = read_images(&images)?;
+            let created =
+                client.create_session_with_images(id.as_deref(), message.as_deref(), images).await?;
             if args.client.json {
                 return print_json(out, &created);
             }
@@ -169,8 +180,9 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
             }
             writeln!(out, "watch: tollgate session watch {}{}", shell_word(session), args.client.url_flag())?;
         }
-        SessionCommand::Send { id, text, key } => {
-            let receipt = client.send_message(&id, &text, key.as_deref()).await?;
+        SessionCommand::Send { id, text, images, key } => {
+            let images = read_images(&images)?;
+            let receipt = client.send_message_with_images(&id, &text, images, key.as_deref()).await?;
             if args.client.json {
                 return print_json(out, &receipt);
             }
@@ -296,6 +308,9 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
     for message in &snapshot.messages {
         let pending = if message.pending { " (pending)" } else { "" };
         writeln!(out, "{}{pending}: {}", message.role, indent_rest(&message.text))?;
+        for image in &message.images {
+            writeln!(out, "  [image {} {}]", image.media_type, image.digest)?;
+        }
     }
     // What a running segment has streamed so far, not yet stored as a message.
     if let Some(live) = snapshot.live_text.as_ref().filter(|live| !live.text.is_empty()) {
@@ -413,6 +428,29 @@ pub fn format_ms(ms: i64) -> String {
         rest % 3600 / 60,
         rest % 60
     )
+}
+
+/// The image files of `--image`, as the API takes them: the media type by the file's extension.
+fn read_images(paths: &[PathBuf]) -> anyhow::Result<Vec<ImageBlock>> {
+    paths
+        .iter()
+        .map(|path| {
+            let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+            let media_type = match extension.as_str() {
+                "png" => "image/png",
+                "jpg" | "jpeg" => "image/jpeg",
+                "gif" => "image/gif",
+                "webp" => "image/webp",
+                _ => anyhow::bail!(
+                    "{}: an image must be a .png, .jpg, .jpeg, .gif or .webp file",
+                    path.display()
+                ),
+            };
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading the image {}", path.display()))?;
+            Ok(ImageBlock::base64(media_type, &bytes))
+        })
+        .collect()
 }
 
 fn indent_row(mut row: Vec<String>) -> Vec<String> {
@@ -558,7 +596,17 @@ impl Printer {
         self.text_of = None;
         let (session, url) = (shell_word(&self.session), &self.url_flag);
         match event.kind.as_str() {
-            "user_message" => writeln!(out, "user: {}", indent_rest(p["text"].as_str().unwrap_or_default()))?,
+            "user_message" => {
+                writeln!(out, "user: {}", indent_rest(p["text"].as_str().unwrap_or_default()))?;
+                for image in p["images"].as_array().into_iter().flatten() {
+                    writeln!(
+                        out,
+                        "  [image {} {}]",
+                        text_of(&image["media_type"]),
+                        text_of(&image["digest"])
+                    )?;
+                }
+            }
             "turn_started" => {}
             "tool_call_started" => {
                 let arguments = if p["arguments"].is_null() {

@@ -20,7 +20,7 @@ use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, Se
 use tollgate_engine::session::{
     CallEntry, NewEvent, RunModelStep, RunState, Transition, Usage, event_kind, grants, item_kind, step_kind,
 };
-use tollgate_protocol::{TranscriptEntry, UserPrompt};
+use tollgate_protocol::TranscriptEntry;
 use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::{Claimed, NewLiveText};
 use tracing::{info, warn};
@@ -30,6 +30,7 @@ use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
 use crate::convert;
 use crate::edits;
+use crate::media;
 use crate::proxy::{ProxySummary, SpendLimit};
 use crate::sessions;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
@@ -377,24 +378,44 @@ async fn segment(
         Ok(catalog) => catalog,
         Err(err) => return failed(format!("the agent's tools cannot be offered: {err}"), false),
     };
+    // What the CLI reads back that holds images (the stored transcript, the prompts, recorded
+    // results) gets their bytes from the store first; a failed read fails the attempt.
+    let store = worker.store.as_ref();
+    let mut inline_writes = inline::unseen_writes(run, recording.calls);
+    if let Err(err) = load_replayed_images(store, session_id, run, &mut inline_writes).await {
+        return failed(err.to_string(), true);
+    }
     let mut gate = Gate::new(agent.config.policies.clone(), catalog)
         .with_turn_records(run.turn_records.iter().cloned())
-        .with_inline_writes(inline::unseen_writes(run, recording.calls));
+        .with_inline_writes(inline_writes);
     if agent.has_cli_policy() {
         gate = gate.with_cli_decider();
     }
     let fresh = matches!(run.start, PlannedStart::Fresh { .. });
     let start = match &mut run.start {
-        PlannedStart::Fresh { prompts } => Start::Fresh { prompt: prompt_of(prompts) },
-        PlannedStart::NewTurn { session_id, transcript, prompts } => Start::Resume {
-            session_id: session_id.clone(),
-            transcript: convert::resume_text(std::mem::take(transcript)),
-            prompt: Some(prompt_of(prompts)),
+        PlannedStart::Fresh { prompts } => match media::user_prompt(store, session_id, prompts).await {
+            Ok(prompt) => Start::Fresh { prompt },
+            Err(err) => return failed(err.to_string(), true),
         },
-        PlannedStart::ResumeCall { session_id, transcript, pending } => {
+        PlannedStart::NewTurn { session_id: cli_session, transcript, prompts } => {
+            let prompt = media::user_prompt(store, session_id, prompts).await;
+            let restored = media::restore_transcript(store, session_id, transcript).await;
+            match (prompt, restored) {
+                (Ok(prompt), Ok(())) => Start::Resume {
+                    session_id: cli_session.clone(),
+                    transcript: convert::resume_text(std::mem::take(transcript)),
+                    prompt: Some(prompt),
+                },
+                (Err(err), _) | (_, Err(err)) => return failed(err.to_string(), true),
+            }
+        }
+        PlannedStart::ResumeCall { session_id: cli_session, transcript, pending } => {
+            if let Err(err) = media::restore_transcript(store, session_id, transcript).await {
+                return failed(err.to_string(), true);
+            }
             gate = gate.resuming(pending.clone());
             Start::Resume {
-                session_id: session_id.clone(),
+                session_id: cli_session.clone(),
                 transcript: convert::resume_text(std::mem::take(transcript)),
                 prompt: None,
             }
@@ -452,22 +473,33 @@ async fn segment(
             model_calls,
         }
     };
-    let raw_entries = |entries: &[TranscriptEntry]| entries.iter().map(|e| e.as_raw().to_owned()).collect();
+    // Stored with their images by reference: each image once in the session's media.
+    let raw = |entries: Vec<TranscriptEntry>| entries.into_iter().map(|e| e.as_raw().to_owned()).collect();
     match report.outcome {
-        SegmentOutcome::Completed { session_id, result, entries, usage } => SegmentResult::Completed {
-            session_id,
-            result,
-            entries: raw_entries(&entries),
-            usage: usage_of(&usage),
-            cost_usd,
-        },
-        SegmentOutcome::Deferred { session_id, call, entries, usage } => SegmentResult::Deferred {
-            session_id,
-            call,
-            entries: raw_entries(&entries),
-            usage: usage_of(&usage),
-            cost_usd,
-        },
+        SegmentOutcome::Completed { session_id: cli_session, result, entries, usage } => {
+            match media::store_entries(store, session_id, raw(entries)).await {
+                Ok(entries) => SegmentResult::Completed {
+                    session_id: cli_session,
+                    result,
+                    entries,
+                    usage: usage_of(&usage),
+                    cost_usd,
+                },
+                Err(err) => failed(err.to_string(), true),
+            }
+        }
+        SegmentOutcome::Deferred { session_id: cli_session, call, entries, usage } => {
+            match media::store_entries(store, session_id, raw(entries)).await {
+                Ok(entries) => SegmentResult::Deferred {
+                    session_id: cli_session,
+                    call,
+                    entries,
+                    usage: usage_of(&usage),
+                    cost_usd,
+                },
+                Err(err) => failed(err.to_string(), true),
+            }
+        }
         SegmentOutcome::Failed { error } => {
             let retryable = error.is_retryable();
             let mut text = error.to_string();
@@ -483,13 +515,24 @@ async fn segment(
     }
 }
 
-/// One prompt text as a plain string, several as one text block each (seeds, "Notes for other
-/// languages").
-fn prompt_of(prompts: &[String]) -> UserPrompt {
-    match prompts {
-        [one] => UserPrompt::text(one.clone()),
-        many => UserPrompt::blocks(many.iter().cloned()),
+/// Loads the bytes of the images the segment may replay: its turn's records (the resumed call's
+/// among them) and the inline writes an earlier attempt recorded.
+async fn load_replayed_images(
+    store: &dyn tollgate_store::Store,
+    session_id: &str,
+    run: &mut SegmentRun,
+    writes: &mut [tollgate_engine::gate::InlineWrite],
+) -> Result<(), media::MediaFailure> {
+    for record in &mut run.turn_records {
+        media::load_record(store, session_id, record).await?;
     }
+    if let PlannedStart::ResumeCall { pending, .. } = &mut run.start {
+        media::load_record(store, session_id, pending).await?;
+    }
+    for write in writes {
+        media::load_images(store, session_id, &mut write.images).await?;
+    }
+    Ok(())
 }
 
 /// The Worker's CLI settings a segment's CLI gets: tuning, never credentials. Everything else of
@@ -922,14 +965,5 @@ mod tests {
                 "arguments": {"file_path": "/etc/hostname"}, "deferred": false})
         );
         assert_eq!(pending[4].payload["status"], "succeeded");
-    }
-
-    #[test]
-    fn one_prompt_is_a_plain_string_and_several_are_text_blocks() {
-        assert_eq!(prompt_of(&["a".into()]).message.content, json!("a"));
-        assert_eq!(
-            prompt_of(&["a".into(), "b".into()]).message.content,
-            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
-        );
     }
 }

@@ -7,6 +7,7 @@
 //! - `live_text`: a reply shown on the session page as it streams, from the snapshot then live.
 //! - `activity`: the model's thinking and its inline tool calls (built-in, allowed `Bash`,
 //!   custom) on the session page, live and from the event log.
+//! - `images`: a message's image on the session page, fetched with the token.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
 //!   buttons (and refused 403 when forging the request), interrupts appearing on an open page,
@@ -20,6 +21,7 @@ mod activity;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
 mod driver;
+mod images;
 mod inbox;
 mod live_text;
 #[path = "../support/park.rs"]

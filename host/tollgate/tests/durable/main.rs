@@ -16,6 +16,9 @@
 //!   webhook); on PostgreSQL two Workers fire one deadline once.
 //! - `edits`: edit before approve: a refund's amount and a `Bash` command changed by the
 //!   approver run as edited, both inputs recorded and audited, the model told; a bad edit refused.
+//! - `images`: a real PNG in a message and in a custom tool's result, through the real CLI and
+//!   the mock model: what the model receives, stored once by digest, replayed on resume, refused
+//!   when too large or not an image.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
@@ -47,6 +50,7 @@ mod chaos_common;
 mod deadlines;
 mod edits;
 mod grants;
+mod images;
 mod inline_writes;
 mod lifecycle;
 mod matrix;

@@ -44,6 +44,18 @@ export async function call(method, path, body) {
   return json;
 }
 
+/** The image at `path` (sent with the token) as a `blob:` URL the page can show; throws
+ *  ApiError. Revoke it with `URL.revokeObjectURL` when it is no longer shown. */
+export async function image(path) {
+  const response = await fetch(path, { headers: headers(), cache: 'default' });
+  if (!response.ok) {
+    let body = null;
+    try { body = await response.json(); } catch { body = null; }
+    throw new ApiError(response.status, body);
+  }
+  return URL.createObjectURL(await response.blob());
+}
+
 /** A path segment. */
 export function seg(id) { return encodeURIComponent(id); }
 

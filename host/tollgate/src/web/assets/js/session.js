@@ -2,7 +2,7 @@
 // thinking and its inline tool calls, from the event log), its tool calls and their records, the
 // audit trail, usage and cost, the last turn's error, and a box to send a message.
 
-import { call, seg, stream, storedEvents } from './api.js';
+import { call, image, seg, stream, storedEvents } from './api.js';
 import { clear, el, notify, pretty, when } from './dom.js';
 
 const REFRESH_ON = new Set(['user_message', 'turn_started', 'turn_completed', 'turn_failed', 'tool_call_started',
@@ -70,7 +70,9 @@ export function mount(view, id, me) {
     error.textContent = s.last_turn_error ? `Last turn failed: ${s.last_turn_error}` : '';
     clear(messages);
     for (const m of s.messages) {
-      messages.append(el('li', { class: m.role }, el('span', { class: 'role', text: m.role + (m.pending ? ' (pending)' : '') }), m.text));
+      const item = el('li', { class: m.role }, el('span', { class: 'role', text: m.role + (m.pending ? ' (pending)' : '') }), m.text);
+      if ((m.images || []).length) item.append(images(m.images, `${m.role} message`));
+      messages.append(item);
     }
     messages.append(liveNode);
     clear(calls);
@@ -90,6 +92,7 @@ export function mount(view, id, me) {
         el('p', { class: 'hint', text: c.original_arguments ? 'Arguments, as the approver edited them' : 'Arguments' }), el('pre', {}, pretty(c.arguments)));
       if (c.original_arguments) call.append(el('p', { class: 'hint', text: 'As the model asked' }), el('pre', {}, pretty(c.original_arguments)));
       if (outcome !== null && outcome !== '') call.append(el('p', { class: 'hint', text: 'Outcome' }), el('pre', {}, String(outcome)));
+      if ((c.images || []).length) call.append(el('p', { class: 'hint', text: 'Images of the result' }), images(c.images, `${c.tool_name} result`));
       calls.append(call);
     }
     clear(audit);
@@ -106,6 +109,20 @@ export function mount(view, id, me) {
     if (!(s.grants || []).length) grants.append(el('li', { text: 'none' }));
     if (s.live_text) addText(s.live_text.turn_id, s.live_text.step_id, s.live_text.fence, 0, s.live_text.text);
     showLive(s.turn_id);
+  }
+
+  // The session's images by digest, each fetched once (with the token) and shown from a blob URL.
+  const imageUrls = new Map();
+  function images(refs, what) {
+    const box = el('div', { class: 'images' });
+    refs.forEach((ref, i) => {
+      const img = el('img', { alt: `image ${i + 1} of ${refs.length} of the ${what} (${ref.media_type}, ${ref.digest.slice(0, 19)}\u2026)`, 'data-digest': ref.digest });
+      box.append(img);
+      if (!imageUrls.has(ref.digest)) imageUrls.set(ref.digest, image(`${path}/media/${seg(ref.digest)}`));
+      imageUrls.get(ref.digest).then((url) => { img.src = url; })
+        .catch((e) => { img.replaceWith(el('span', { class: 'error', text: `image ${ref.digest}: ${e.describe ? e.describe() : e}` })); });
+    });
+    return box;
   }
 
   function showLive(turn) {
@@ -227,5 +244,9 @@ export function mount(view, id, me) {
       }
     }).catch((e) => { if (alive) error.textContent = e.describe ? e.describe() : String(e); });
   });
-  return () => { alive = false; if (live) live.close(); };
+  return () => {
+    alive = false;
+    if (live) live.close();
+    for (const url of imageUrls.values()) url.then((u) => URL.revokeObjectURL(u), () => {});
+  };
 }
