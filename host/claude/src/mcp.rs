@@ -534,6 +534,21 @@ mod tests {
         assert_eq!(again["response"]["response"]["mcp_response"]["result"]["isError"], true, "{again}");
     }
 
+    /// What the tool server answers a resumed segment's `tools/call` of `record`'s call
+    /// (`toolu_9`, `echo`).
+    async fn replay_of(record: ToolCallRecord) -> Value {
+        let (mut bridge, gate) = bridge(echo_gate().resuming(record));
+        handshake(&mut bridge).await;
+        let _ = gate.lock().unwrap().pre_tool_use(&ToolCall::new("toolu_9", "mcp__tools__echo", json!({})));
+        ask(
+            &mut bridge,
+            "r2",
+            json!({"method": "tools/call", "params": {"name": "echo", "arguments": {},
+                "_meta": {TOOL_USE_ID_META: "toolu_9"}}, "jsonrpc": "2.0", "id": 2}),
+        )
+        .await
+    }
+
     #[tokio::test]
     async fn a_resumed_call_returns_its_record_without_running_the_tool() {
         let record = ToolCallRecord::new(
@@ -543,16 +558,7 @@ mod tests {
             json!({"text": "x"}),
             Outcome::Succeeded { output: "recorded".into() },
         );
-        let (mut bridge, gate) = bridge(echo_gate().resuming(record));
-        handshake(&mut bridge).await;
-        let _ = gate.lock().unwrap().pre_tool_use(&ToolCall::new("toolu_9", "mcp__tools__echo", json!({})));
-        let replay = ask(
-            &mut bridge,
-            "r2",
-            json!({"method": "tools/call", "params": {"name": "echo", "arguments": {},
-                "_meta": {TOOL_USE_ID_META: "toolu_9"}}, "jsonrpc": "2.0", "id": 2}),
-        )
-        .await;
+        let replay = replay_of(record).await;
         assert_eq!(
             replay["response"]["response"]["mcp_response"]["result"]["content"][0]["text"],
             "recorded"
@@ -573,16 +579,7 @@ mod tests {
             media_type: "image/png".into(),
         };
         record.images.push(tollgate_engine::record::RecordedImage { reference, data: Some("aGk=".into()) });
-        let (mut bridge, gate) = bridge(echo_gate().resuming(record));
-        handshake(&mut bridge).await;
-        let _ = gate.lock().unwrap().pre_tool_use(&ToolCall::new("toolu_9", "mcp__tools__echo", json!({})));
-        let replay = ask(
-            &mut bridge,
-            "r2",
-            json!({"method": "tools/call", "params": {"name": "echo", "arguments": {},
-                "_meta": {TOOL_USE_ID_META: "toolu_9"}}, "jsonrpc": "2.0", "id": 2}),
-        )
-        .await;
+        let replay = replay_of(record).await;
         let content = &replay["response"]["response"]["mcp_response"]["result"]["content"];
         assert_eq!(content[0]["text"], "a chart", "{replay}");
         assert_eq!(content[1], json!({"type": "image", "data": "aGk=", "mimeType": "image/png"}), "{replay}");

@@ -297,8 +297,8 @@ pub async fn load_record(
 }
 
 /// The prompt of a new turn: one prompt without images as a plain string; otherwise, for each
-/// prompt in order, its text as a text block and then its images as base64 image blocks (the
-/// seeds' "Images": the text, then each image, in reference order).
+/// prompt in order, its text as a text block and then its images as base64 image blocks, in the
+/// order the message gave them.
 ///
 /// # Errors
 /// [`MediaFailure`]: an image the store does not have, a failed read.
@@ -312,8 +312,8 @@ pub async fn user_prompt(
     Ok(prompt_of(prompts, |digest| loaded.get(digest)))
 }
 
-/// [`user_prompt`] with the images' base64 from `data_of` (seeds, "Notes for other languages":
-/// one prompt text as a plain string, several as one text block each).
+/// [`user_prompt`] with the images' base64 from `data_of`: one prompt text alone as a plain
+/// string, as a text-only client sends it; otherwise one text block per prompt.
 fn prompt_of(prompts: &[Prompt], data_of: impl Fn(&str) -> Option<String>) -> UserPrompt {
     if let [one] = prompts
         && one.images.is_empty()

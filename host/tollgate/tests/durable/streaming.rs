@@ -72,6 +72,19 @@ impl Assembled {
     }
 }
 
+/// `POST /v1/sessions` of `session` with its first `message`; asserts it was created.
+async fn create(http: &reqwest::Client, url: &str, session: &str, message: &str) {
+    let body = serde_json::json!({"session_id": session, "message": message}).to_string();
+    let created = http
+        .post(format!("{url}/v1/sessions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("create the session");
+    assert_eq!(created.status().as_u16(), 201);
+}
+
 /// Reads `events` into `assembled` until `done` holds for what was read (or panics after `WAIT`).
 async fn read_until(
     events: &mut crate::util::ApiEvents,
@@ -101,15 +114,7 @@ async fn read_until(
 async fn stream_a_long_reply(world: &World, url: &str, session: &str, served: Option<&Served>) {
     let http = reqwest::Client::new();
     let answer = format!("said: {}", long_text());
-    let body = serde_json::json!({"session_id": session, "message": script("half")}).to_string();
-    let created = http
-        .post(format!("{url}/v1/sessions"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("create the session");
-    assert_eq!(created.status().as_u16(), 201);
+    create(&http, url, session, &script("half")).await;
     let mut events = api_events(http.get(format!("{url}/v1/sessions/{session}/events?live=true"))).await;
     let (mut assembled, mut seen) = (Assembled::default(), Vec::new());
 
@@ -235,15 +240,7 @@ async fn thinking_and_inline_cli_tool_calls_reach_the_event_stream_and_session_w
         serde_json::json!({"order_id": "7"}),
     );
     let http = reqwest::Client::new();
-    let body = serde_json::json!({"session_id": "think", "message": script}).to_string();
-    let created = http
-        .post(format!("{}/v1/sessions", served.url))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("create the session");
-    assert_eq!(created.status().as_u16(), 201);
+    create(&http, &served.url, "think", &script).await;
     let mut watch = served.client_command(&["session", "watch", "think", "--until-idle"]);
     watch.kill_on_drop(true);
     let watch = tokio::spawn(async move { watch.output().await.expect("run session watch") });
