@@ -18,6 +18,7 @@ const GUESTS: &[(&str, &str, &str, bool)] = &[
     ("tollgate-test-guest-ledger", "tollgate_test_guest_ledger", "LEDGER", false),
     ("tollgate-test-guest-throwing", "tollgate_test_guest_throwing", "THROWING", false),
     ("tollgate-test-guest-hooks", "tollgate_test_guest_hooks", "HOOKS_FACTORY", false),
+    ("tollgate-test-guest-chart", "tollgate_test_guest_chart", "CHART", false),
     ("tollgate-test-guest-not-a-tool", "tollgate-test-guest-not-a-tool", "NOT_A_TOOL", true),
 ];
 

@@ -43,6 +43,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::McpPermit;
 use tollgate_engine::record::ToolResult;
 use tollgate_protocol::HostFrame;
@@ -156,15 +157,17 @@ impl ToolServer {
             Err(_) => None,
         };
         let permit = permit.unwrap_or_else(|| {
-            McpPermit::Refuse(ToolResult {
-                text: format!("{name} did not run: the segment has ended"),
-                is_error: true,
-            })
+            McpPermit::Refuse(ToolResult::text(format!("{name} did not run: the segment has ended"), true))
         });
         match permit {
             McpPermit::Run => {
                 let id = tool_use_id.unwrap_or_default();
-                self.emit(SegmentEvent::ToolCallStarted { tool_use_id: id.clone(), name: name.to_owned() });
+                self.emit(SegmentEvent::ToolCallStarted {
+                    tool_use_id: id.clone(),
+                    name: name.to_owned(),
+                    kind: ToolKind::Custom,
+                    input: arguments.clone(),
+                });
                 let (result, is_error) = match self.runner.call(name, &arguments).await {
                     Ok(output) => {
                         let content = output.content.into_iter().map(content_block).collect();
@@ -183,6 +186,7 @@ impl ToolServer {
                 self.emit(SegmentEvent::ToolCallFinished {
                     tool_use_id: id,
                     name: name.to_owned(),
+                    kind: ToolKind::Custom,
                     is_error,
                 });
                 result
@@ -208,14 +212,7 @@ impl ToolServer {
                     },
                 }
             }
-            McpPermit::Replay(recorded) | McpPermit::Refuse(recorded) => {
-                let content = vec![ContentBlock::text(recorded.text)];
-                if recorded.is_error {
-                    CallToolResult::error(content)
-                } else {
-                    CallToolResult::success(content)
-                }
-            }
+            McpPermit::Replay(recorded) | McpPermit::Refuse(recorded) => result_of(recorded),
             other => {
                 CallToolResult::error(vec![ContentBlock::text(format!("{name} did not run: {other:?}"))])
             }
@@ -223,8 +220,11 @@ impl ToolServer {
     }
 }
 
+/// A recorded (or refused) result as the CLI receives it: its text, then its images.
 fn result_of(recorded: ToolResult) -> CallToolResult {
-    let content = vec![ContentBlock::text(recorded.text)];
+    let mut content = vec![ContentBlock::text(recorded.text)];
+    content
+        .extend(recorded.images.into_iter().map(|image| ContentBlock::image(image.data, image.media_type)));
     if recorded.is_error { CallToolResult::error(content) } else { CallToolResult::success(content) }
 }
 
@@ -399,7 +399,7 @@ fn jsonrpc_error(request_id: &str, id: Value, code: i64, message: &str) -> HostF
 }
 
 /// Standard base64 with padding (image content for MCP).
-fn base64(data: &[u8]) -> String {
+pub(crate) fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
@@ -534,6 +534,21 @@ mod tests {
         assert_eq!(again["response"]["response"]["mcp_response"]["result"]["isError"], true, "{again}");
     }
 
+    /// What the tool server answers a resumed segment's `tools/call` of `record`'s call
+    /// (`toolu_9`, `echo`).
+    async fn replay_of(record: ToolCallRecord) -> Value {
+        let (mut bridge, gate) = bridge(echo_gate().resuming(record));
+        handshake(&mut bridge).await;
+        let _ = gate.lock().unwrap().pre_tool_use(&ToolCall::new("toolu_9", "mcp__tools__echo", json!({})));
+        ask(
+            &mut bridge,
+            "r2",
+            json!({"method": "tools/call", "params": {"name": "echo", "arguments": {},
+                "_meta": {TOOL_USE_ID_META: "toolu_9"}}, "jsonrpc": "2.0", "id": 2}),
+        )
+        .await
+    }
+
     #[tokio::test]
     async fn a_resumed_call_returns_its_record_without_running_the_tool() {
         let record = ToolCallRecord::new(
@@ -543,20 +558,31 @@ mod tests {
             json!({"text": "x"}),
             Outcome::Succeeded { output: "recorded".into() },
         );
-        let (mut bridge, gate) = bridge(echo_gate().resuming(record));
-        handshake(&mut bridge).await;
-        let _ = gate.lock().unwrap().pre_tool_use(&ToolCall::new("toolu_9", "mcp__tools__echo", json!({})));
-        let replay = ask(
-            &mut bridge,
-            "r2",
-            json!({"method": "tools/call", "params": {"name": "echo", "arguments": {},
-                "_meta": {TOOL_USE_ID_META: "toolu_9"}}, "jsonrpc": "2.0", "id": 2}),
-        )
-        .await;
+        let replay = replay_of(record).await;
         assert_eq!(
             replay["response"]["response"]["mcp_response"]["result"]["content"][0]["text"],
             "recorded"
         );
+    }
+
+    #[tokio::test]
+    async fn a_resumed_call_returns_its_recorded_images_after_its_text() {
+        let mut record = ToolCallRecord::new(
+            "toolu_9",
+            "echo",
+            ToolKind::Custom,
+            json!({"text": "x"}),
+            Outcome::Succeeded { output: "a chart".into() },
+        );
+        let reference = tollgate_engine::media::MediaRef {
+            digest: format!("sha256:{}", "e".repeat(64)),
+            media_type: "image/png".into(),
+        };
+        record.images.push(tollgate_engine::record::RecordedImage { reference, data: Some("aGk=".into()) });
+        let replay = replay_of(record).await;
+        let content = &replay["response"]["response"]["mcp_response"]["result"]["content"];
+        assert_eq!(content[0]["text"], "a chart", "{replay}");
+        assert_eq!(content[1], json!({"type": "image", "data": "aGk=", "mimeType": "image/png"}), "{replay}");
     }
 
     #[tokio::test]

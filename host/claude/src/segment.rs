@@ -15,8 +15,10 @@
 //!    ([`crate::pool::WarmCli::park`]), which took the hooks when it was started, it writes
 //!    `claim_session` instead and the prompt once the claim is answered;
 //! 4. answers `hook_callback` and `can_use_tool` from the [`Gate`], serves `mcp_message` through the
-//!    rmcp server ([`crate::mcp`]), forwards main-conversation text deltas as
-//!    [`SegmentEvent::TextDelta`], and collects the `transcript_mirror` entries. One loop owns the
+//!    rmcp server ([`crate::mcp`]), forwards main-conversation text and thinking deltas as
+//!    [`SegmentEvent::TextDelta`] and [`SegmentEvent::ReasoningDelta`] and its inline CLI tool
+//!    calls as [`SegmentEvent::ToolCallStarted`] and [`SegmentEvent::ToolCallFinished`], and
+//!    collects the `transcript_mirror` entries. One loop owns the
 //!    gate: the tool server's permits reach it over a channel, and a [`CliDecider`] question runs
 //!    as its own task whose answer is one more event of the loop, so a slow decider holds up only
 //!    its own call;
@@ -79,12 +81,11 @@ use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::{
     CliDeciderQuery, CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall,
 };
-use tollgate_engine::record::{ContentPart, text_of_content};
 use tollgate_engine::session::tools::CliRun;
 use tollgate_protocol::{
     ApiEvent, ClaimSession, CliRequest, ContentBlock, Frame, HookEvent, HookMatcher, HostFrame, Initialize,
-    InitializeResponse, MessageContent, ProtocolError, ResultMessage, ResumeText, System, TranscriptEntry,
-    TranscriptMirror, Usage, UserPrompt, parse_line,
+    InitializeResponse, MessageContent, ProtocolError, ResultMessage, ResumeText, StreamEvent, System,
+    TranscriptEntry, TranscriptMirror, Usage, UserMessage, UserPrompt, parse_line,
 };
 
 use crate::answer::{hook_frame, permission_frame};
@@ -109,6 +110,12 @@ const GATE_HOOK_ID: &str = "tollgate_gate";
 const INTERRUPT_ID: &str = "tollgate_interrupt";
 
 /// Something the caller may watch while the segment runs (for the SSE API).
+///
+/// Inline tool calls are reported from where each runs: a custom tool by the tool server when it
+/// runs it ([`crate::mcp`]); a CLI tool (a built-in such as `Read` or `Bash`, or a tool of an
+/// external MCP server) from the CLI's frames: started when the gate allows the call, finished
+/// at its `tool_result`. A deferred call, a denied one and the replay of a resumed one are not
+/// inline calls: the session reports deferred calls from their own steps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SegmentEvent {
@@ -117,19 +124,31 @@ pub enum SegmentEvent {
         /// The text.
         text: String,
     },
-    /// An inline custom tool call started.
+    /// A piece of the main conversation's thinking (the model's visible reasoning), as it
+    /// streams.
+    ReasoningDelta {
+        /// The thinking text.
+        text: String,
+    },
+    /// An inline tool call started.
     ToolCallStarted {
         /// The model's tool use ID.
         tool_use_id: String,
-        /// The custom tool's own name.
+        /// A custom tool's own name, or a CLI tool's CLI name.
         name: String,
+        /// Which side runs it.
+        kind: ToolKind,
+        /// The input it runs with.
+        input: Value,
     },
-    /// An inline custom tool call finished.
+    /// An inline tool call finished.
     ToolCallFinished {
         /// The model's tool use ID.
         tool_use_id: String,
-        /// The custom tool's own name.
+        /// A custom tool's own name, or a CLI tool's CLI name.
         name: String,
+        /// Which side ran it.
+        kind: ToolKind,
         /// Whether the model got an error result.
         is_error: bool,
     },
@@ -709,6 +728,7 @@ async fn run(
         message_ids: BTreeSet::new(),
         initialized: false,
         held_prompt,
+        cli_calls: HashMap::new(),
     };
     let deadline = tokio::time::Instant::from_std(started + spec.timeout);
     let init_deadline = tokio::time::Instant::from_std(started + spec.initialize_timeout);
@@ -741,8 +761,14 @@ async fn run(
             }
             Some(stop) = not_recorded.recv() => break Some(Stop::NotRecorded(stop.message)),
             (asked, answer) = turn.deciding.next() => {
+                let (tool_use_id, tool_name, input) = (
+                    asked.query.tool_use_id().to_owned(),
+                    asked.query.tool_name().to_owned(),
+                    asked.query.input().clone(),
+                );
                 let decision = turn.gate.answer_cli_decider(asked.query, answer);
                 process.send(asked.reply.frame(&asked.request_id, &decision).to_line());
+                turn.cli_call_allowed(&tool_use_id, &tool_name, &input);
             }
             answer = turn.asking.next() => process.send(answer.to_line()),
             () = sleep_until(init_deadline), if !turn.initialized => break Some(Stop::InitializeTimeout),
@@ -1098,6 +1124,8 @@ struct Turn<'a> {
     initialized: bool,
     /// A parked spare's prompt, sent once its claim is answered.
     held_prompt: Option<UserPrompt>,
+    /// The inline CLI tool calls started and not finished yet: tool use ID → CLI name.
+    cli_calls: HashMap<String, String>,
 }
 
 impl Turn<'_> {
@@ -1122,7 +1150,9 @@ impl Turn<'_> {
                     CliRequest::CanUseTool(ask) => {
                         let call = ToolCall::new(ask.tool_use_id, ask.tool_name, ask.input.clone());
                         let step = self.gate.can_use_tool(&call);
-                        self.step(id, step, Reply::Permission { input: ask.input })
+                        let answer = self.step(id, step, Reply::Permission { input: ask.input });
+                        self.cli_call_allowed(&call.tool_use_id, &call.tool_name, &call.input);
+                        answer
                     }
                     CliRequest::McpMessage(mcp) => bridge.accept(&id, &mcp.server_name, &mcp.message),
                     other => Some(HostFrame::error_response(
@@ -1168,18 +1198,7 @@ impl Turn<'_> {
             Frame::System(System::Init(init)) if self.stats.init_model.is_none() => {
                 self.stats.init_model = init.model;
             }
-            Frame::StreamEvent(event) if event.parent_tool_use_id.is_none() => {
-                if let Some(text) = event.text_delta() {
-                    self.stats.to_first_delta.get_or_insert_with(|| self.started.elapsed());
-                    if let Some(events) = &self.events {
-                        let _ = events.send(SegmentEvent::TextDelta { text: text.to_owned() });
-                    }
-                } else if let ApiEvent::MessageDelta { delta, .. } = &event.event
-                    && let Some(reason) = delta.get("stop_reason").and_then(Value::as_str)
-                {
-                    self.stats.finish_reasons.push(reason.to_owned());
-                }
-            }
+            Frame::StreamEvent(event) if event.parent_tool_use_id.is_none() => self.on_stream_event(&event),
             Frame::Assistant(message) => {
                 let api = message.message;
                 if message.is_api_error_message != Some(true) {
@@ -1191,7 +1210,8 @@ impl Turn<'_> {
                 }
             }
             Frame::User(user) if user.parent_tool_use_id.is_none() => {
-                self.on_tool_results(&user.message.content)
+                self.on_tool_results(&user.message.content);
+                self.cli_calls_finished(&user);
             }
             Frame::TranscriptMirror(mirror) if !mirror.is_subagent() => self.entries.extend(mirror.entries),
             Frame::TranscriptMirror(mirror) => collect_subagent(&mut self.subagents, mirror),
@@ -1231,6 +1251,7 @@ impl Turn<'_> {
                 ));
             }
         };
+        let main_conversation = input.agent_id.is_none();
         let call = ToolCall {
             origin: Origin::of_agent(input.agent_id.as_deref()),
             tool_use_id: input.tool_use_id,
@@ -1238,7 +1259,70 @@ impl Turn<'_> {
             input: input.tool_input,
         };
         let step = self.gate.pre_tool_use(&call);
-        self.step(request_id, step, Reply::Hook)
+        let answer = self.step(request_id, step, Reply::Hook);
+        if main_conversation {
+            self.cli_call_allowed(&call.tool_use_id, &call.tool_name, &call.input);
+        }
+        answer
+    }
+
+    fn emit(&self, event: SegmentEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(event);
+        }
+    }
+
+    /// A main-conversation stream event: text and thinking deltas go to the caller; a
+    /// `message_delta`'s stop reason goes to the stats.
+    fn on_stream_event(&mut self, event: &StreamEvent) {
+        if let Some(text) = event.text_delta() {
+            self.stats.to_first_delta.get_or_insert_with(|| self.started.elapsed());
+            self.emit(SegmentEvent::TextDelta { text: text.to_owned() });
+        } else if let Some(thinking) = event.thinking_delta() {
+            self.emit(SegmentEvent::ReasoningDelta { text: thinking.to_owned() });
+        } else if let ApiEvent::MessageDelta { delta, .. } = &event.event
+            && let Some(reason) = delta.get("stop_reason").and_then(Value::as_str)
+        {
+            self.stats.finish_reasons.push(reason.to_owned());
+        }
+    }
+
+    /// A main-conversation CLI tool call the gate has answered: once it is allowed (not a
+    /// replay, not a custom tool, which the tool server reports), it starts inline.
+    fn cli_call_allowed(&mut self, tool_use_id: &str, tool_name: &str, input: &Value) {
+        let Some(Decision::Allow { updated_input }) = self.gate.decision(tool_use_id) else { return };
+        let custom = tool_name
+            .strip_prefix("mcp__")
+            .and_then(|rest| rest.strip_prefix(self.spec.server_name.as_str()))
+            .is_some_and(|rest| rest.starts_with("__"));
+        if custom || self.cli_calls.contains_key(tool_use_id) {
+            return;
+        }
+        self.cli_calls.insert(tool_use_id.to_owned(), tool_name.to_owned());
+        self.emit(SegmentEvent::ToolCallStarted {
+            tool_use_id: tool_use_id.to_owned(),
+            name: tool_name.to_owned(),
+            kind: ToolKind::Cli,
+            input: updated_input.unwrap_or_else(|| input.clone()),
+        });
+    }
+
+    /// The tool results of a main-conversation `user` frame: each inline CLI call they answer
+    /// has finished.
+    fn cli_calls_finished(&mut self, user: &UserMessage) {
+        let MessageContent::Blocks(blocks) = &user.message.content else { return };
+        for block in blocks {
+            if let ContentBlock::ToolResult { tool_use_id, is_error, .. } = block
+                && let Some(name) = self.cli_calls.remove(tool_use_id)
+            {
+                self.emit(SegmentEvent::ToolCallFinished {
+                    tool_use_id: tool_use_id.clone(),
+                    name,
+                    kind: ToolKind::Cli,
+                    is_error: is_error.unwrap_or(false),
+                });
+            }
+        }
     }
 
     /// An application matcher fired: the agent's hook is asked, except about the pending call of a
@@ -1292,17 +1376,19 @@ async fn cancelled(cancel: &mut Option<tokio::sync::watch::Receiver<bool>>) {
 }
 
 /// The text of a tool result's `content`: a string, or its blocks' texts joined by newlines (other
-/// blocks become a placeholder naming their type).
+/// blocks become a placeholder naming their type: an approved CLI call's record keeps text).
 fn tool_result_text(content: Option<&Value>) -> String {
     match content {
         None => String::new(),
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(blocks)) => text_of_content(blocks.iter().map(|block| {
-            match (block["type"].as_str(), block["text"].as_str()) {
-                (Some("text"), Some(text)) => ContentPart::Text(text),
-                (kind, _) => ContentPart::Other { kind: kind.unwrap_or("unknown") },
-            }
-        })),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .map(|block| match (block["type"].as_str(), block["text"].as_str()) {
+                (Some("text"), Some(text)) => text.to_owned(),
+                (kind, _) => tollgate_engine::texts::content_omitted(kind.unwrap_or("unknown")),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
         Some(other) => other.to_string(),
     }
 }

@@ -28,7 +28,7 @@ use serde_json::Value;
 use tollgate_engine::gate::McpPermit;
 use tollgate_engine::gate::RecordedRun;
 use tollgate_engine::policy::Annotations;
-use tollgate_engine::record::{ContentPart, ToolResult, text_of_content};
+use tollgate_engine::record::{ImageData, ToolResult};
 
 /// One custom tool as `tools/list` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,16 +134,27 @@ pub trait ToolRunner: Send + Sync + 'static {
         let _ = call;
         Box::pin(async move {
             Ok(match self.call(name, arguments).await {
-                Ok(output) => ToolResult {
-                    text: text_of_content(output.content.iter().map(|content| match content {
-                        ToolContent::Text(text) => ContentPart::Text(text),
-                        ToolContent::Image { .. } => ContentPart::Other { kind: "image" },
-                    })),
-                    is_error: output.is_error,
-                },
-                Err(err) => ToolResult { text: err.message, is_error: true },
+                Ok(output) => output.into_result(),
+                Err(err) => ToolResult::text(err.message, true),
             })
         })
+    }
+}
+
+impl ToolOutput {
+    /// The result the model reads: the texts joined with newlines, then the images.
+    pub fn into_result(self) -> ToolResult {
+        let mut texts = Vec::new();
+        let mut images = Vec::new();
+        for content in self.content {
+            match content {
+                ToolContent::Text(text) => texts.push(text),
+                ToolContent::Image { media_type, data } => {
+                    images.push(ImageData { media_type, data: crate::mcp::base64(&data) });
+                }
+            }
+        }
+        ToolResult { text: texts.join("\n"), is_error: self.is_error, images }
     }
 }
 
@@ -206,15 +217,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_runner_without_a_store_runs_a_recorded_call_once_and_shows_its_text_as_a_record_would() {
+    async fn a_runner_without_a_store_runs_a_recorded_call_once_and_shows_its_text_and_images() {
         let run = RecordedRun { record_id: "toolu_1".into(), attempts_before: 0 };
         let call = RecordedCall { tool_use_id: "toolu_1", cli_name: "mcp__tools__credit", run: &run };
         let shown = Echo.call_recorded("credit", &json!({"n": 1}), call).await;
         assert_eq!(
             shown,
-            Ok(ToolResult { text: "credit {\"n\":1}\n[image content omitted]".into(), is_error: false })
+            Ok(ToolResult {
+                text: "credit {\"n\":1}".into(),
+                is_error: false,
+                images: vec![ImageData { media_type: "image/png".into(), data: "AQ==".into() }],
+            })
         );
         let failed = Echo.call_recorded("fail", &json!({}), call).await;
-        assert_eq!(failed, Ok(ToolResult { text: "boom".into(), is_error: true }));
+        assert_eq!(failed, Ok(ToolResult::text("boom", true)));
     }
 }

@@ -11,6 +11,7 @@
 //!   call ([`policy::Handling`]);
 //! - [`catalog`]: the custom tools of a segment attempt and how CLI tool names map onto them;
 //! - [`record`]: the durable outcome of a deferred call and the tool result the model sees for it;
+//! - [`media`]: images by reference (digest and media type), as records and messages hold them;
 //! - [`texts`]: every text shown to the model, with the seed section each comes from;
 //! - [`deadline`]: what an approval deadline does when it passes (expire or escalate).
 //!
@@ -25,6 +26,7 @@ pub mod catalog;
 pub mod deadline;
 pub mod gate;
 pub mod hooks;
+pub mod media;
 pub mod options;
 pub mod policy;
 pub mod record;

@@ -25,6 +25,11 @@
 //!   result (`succeeded` with its text, `failed` with the CLI's error), or `outcome_unknown` when
 //!   the segment let it run and ended without one. Until then the resumed segment replays it as
 //!   [`Outcome::approved_cli_tool`].
+//! - `images` (left out when there are none) are the images of the tool's result, after its
+//!   text, each by reference to the stored bytes: `[{"digest":"sha256:…","media_type":"image/png"}]`.
+//!   A replay sends them to the model again, as image blocks after the text
+//!   ([`ToolCallRecord::tool_result`]); whoever reads the record back for a replay loads their
+//!   bytes into [`RecordedImage::data`] first.
 //!
 //! ```
 //! use serde_json::json;
@@ -42,6 +47,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalog::ToolKind;
+use crate::media::MediaRef;
 use crate::texts;
 
 pub use crate::texts::APPROVED_CLI_TOOL_OUTPUT;
@@ -50,8 +56,8 @@ pub use crate::texts::APPROVED_CLI_TOOL_OUTPUT;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
-    /// The tool ran and returned `output` (text only; see [`text_of_content`]). For a CLI tool:
-    /// the CLI's tool result of its run.
+    /// The tool ran and returned `output` (its text; its images are the record's). For a CLI
+    /// tool: the CLI's tool result of its run.
     Succeeded {
         /// What the tool returned.
         output: String,
@@ -100,35 +106,67 @@ impl Outcome {
     /// | `outcome_unknown` | [`texts::OUTCOME_UNKNOWN`] | yes |
     pub fn tool_result(&self, tool: &str) -> ToolResult {
         match self {
-            Outcome::Succeeded { output } => ToolResult { text: output.clone(), is_error: false },
-            Outcome::Failed { error } => ToolResult { text: error.clone(), is_error: true },
-            Outcome::Rejected { message } => {
-                ToolResult { text: texts::rejection(message.as_deref()), is_error: true }
-            }
-            Outcome::OutcomeUnknown => {
-                ToolResult { text: texts::render(texts::OUTCOME_UNKNOWN, tool), is_error: true }
-            }
+            Outcome::Succeeded { output } => ToolResult::text(output.clone(), false),
+            Outcome::Failed { error } => ToolResult::text(error.clone(), true),
+            Outcome::Rejected { message } => ToolResult::text(texts::rejection(message.as_deref()), true),
+            Outcome::OutcomeUnknown => ToolResult::text(texts::render(texts::OUTCOME_UNKNOWN, tool), true),
         }
     }
 }
 
-/// A tool result as the model receives it: one text and the error flag. The MCP server turns it
-/// into `{"content":[{"type":"text","text":…}],"isError":…}`.
+/// A tool result as the model receives it: one text, the images after it, and the error flag.
+/// The MCP server turns it into `{"content":[{"type":"text","text":…},{"type":"image",…}…],
+/// "isError":…}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolResult {
     /// The text.
     pub text: String,
     /// Whether the result is an error.
     pub is_error: bool,
+    /// The images after the text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageData>,
 }
 
 impl ToolResult {
+    /// A result of `text` alone.
+    pub fn text(text: impl Into<String>, is_error: bool) -> Self {
+        ToolResult { text: text.into(), is_error, images: Vec::new() }
+    }
+
     /// The MCP `CallToolResult` JSON for this result.
     pub fn to_mcp_result(&self) -> Value {
-        serde_json::json!({
-            "content": [{ "type": "text", "text": self.text }],
-            "isError": self.is_error,
-        })
+        let mut content = vec![serde_json::json!({ "type": "text", "text": self.text })];
+        content.extend(self.images.iter().map(
+            |image| serde_json::json!({ "type": "image", "data": image.data, "mimeType": image.media_type }),
+        ));
+        serde_json::json!({ "content": content, "isError": self.is_error })
+    }
+}
+
+/// An image as the model receives it: its media type and its bytes in base64.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageData {
+    /// `image/png`, …
+    pub media_type: String,
+    /// The bytes, standard base64 with padding.
+    pub data: String,
+}
+
+/// An image of a recorded result: its reference, as stored, and its bytes once loaded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedImage {
+    /// The stored image.
+    #[serde(flatten)]
+    pub reference: MediaRef,
+    /// Its bytes in base64, loaded for a replay; never stored.
+    #[serde(skip)]
+    pub data: Option<String>,
+}
+
+impl From<MediaRef> for RecordedImage {
+    fn from(reference: MediaRef) -> Self {
+        RecordedImage { reference, data: None }
     }
 }
 
@@ -150,6 +188,9 @@ pub struct ToolCallRecord {
     /// from the CLI, not the record): that an approver edited the input, and how.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The images of the tool's result, after its text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<RecordedImage>,
 }
 
 impl ToolCallRecord {
@@ -168,35 +209,26 @@ impl ToolCallRecord {
             arguments,
             outcome,
             note: None,
+            images: Vec::new(),
         }
     }
-}
 
-/// One part of a tool's output content, as a tool returns it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ContentPart<'a> {
-    /// Text, kept.
-    Text(&'a str),
-    /// Non-text content of the named type (`image`, `audio`, `resource`, …), replaced by a
-    /// placeholder.
-    Other {
-        /// The content type.
-        kind: &'a str,
-    },
-}
-
-/// The recorded text of a tool's output: text parts kept, other content replaced by a placeholder
-/// such as [`texts::IMAGE_CONTENT_OMITTED`], parts joined with newlines (seeds, "Limits":
-/// "Recorded custom tool results keep text only").
-pub fn text_of_content<'a>(parts: impl IntoIterator<Item = ContentPart<'a>>) -> String {
-    parts
-        .into_iter()
-        .map(|part| match part {
-            ContentPart::Text(text) => text.to_owned(),
-            ContentPart::Other { kind } => texts::content_omitted(kind),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    /// What the model is shown when the record replays: [`Outcome::tool_result`] and the
+    /// record's images after its text. An image whose bytes were not loaded
+    /// ([`RecordedImage::data`]) is named in the text instead, so the model is never told an
+    /// image is there that it cannot see.
+    pub fn tool_result(&self, tool: &str) -> ToolResult {
+        let mut result = self.outcome.tool_result(tool);
+        for image in &self.images {
+            match &image.data {
+                Some(data) => result
+                    .images
+                    .push(ImageData { media_type: image.reference.media_type.clone(), data: data.clone() }),
+                None => result.text.push_str(&texts::image_not_loaded(&image.reference.digest)),
+            }
+        }
+        result
+    }
 }
 
 #[cfg(test)]
@@ -213,24 +245,21 @@ mod tests {
     fn a_succeeded_record_shows_its_output_as_a_normal_result() {
         let shown =
             Outcome::Succeeded { output: "refunded r_1".to_owned() }.tool_result("mcp__tools__create_refund");
-        assert_eq!(shown, ToolResult { text: "refunded r_1".to_owned(), is_error: false });
+        assert_eq!(shown, ToolResult::text("refunded r_1", false));
     }
 
     #[test]
     fn a_failed_record_shows_its_failure_text_as_an_error() {
         let shown = Outcome::Failed { error: "Input validation error: order_id".to_owned() }.tool_result("x");
-        assert_eq!(shown, ToolResult { text: "Input validation error: order_id".to_owned(), is_error: true });
+        assert_eq!(shown, ToolResult::text("Input validation error: order_id", true));
     }
 
     #[test]
     fn a_rejected_record_shows_the_rejection_text() {
         let with = Outcome::Rejected { message: Some("wrong order".to_owned()) }.tool_result("x");
-        assert_eq!(
-            with,
-            ToolResult { text: "The user rejected this call: wrong order".to_owned(), is_error: true }
-        );
+        assert_eq!(with, ToolResult::text("The user rejected this call: wrong order", true));
         let without = Outcome::Rejected { message: None }.tool_result("x");
-        assert_eq!(without, ToolResult { text: "The user rejected this call.".to_owned(), is_error: true });
+        assert_eq!(without, ToolResult::text("The user rejected this call.", true));
     }
 
     #[test]
@@ -292,18 +321,29 @@ mod tests {
     }
 
     #[test]
-    fn recorded_content_keeps_text_and_replaces_images_with_the_placeholder() {
-        let text = text_of_content([
-            ContentPart::Text("chart of sales"),
-            ContentPart::Other { kind: "image" },
-            ContentPart::Text("done"),
-        ]);
-        assert_eq!(text, "chart of sales\n[image content omitted]\ndone");
+    fn a_record_keeps_its_images_by_reference_and_replays_them_after_its_text() {
+        let chart = MediaRef { digest: format!("sha256:{}", "c".repeat(64)), media_type: "image/png".into() };
+        let mut record = record(Outcome::Succeeded { output: "sales chart".to_owned() });
+        record.images.push(chart.clone().into());
+        let stored = serde_json::to_value(&record).unwrap();
+        assert_eq!(stored["images"], json!([{"digest": chart.digest, "media_type": "image/png"}]));
+        let mut back: ToolCallRecord = serde_json::from_value(stored).unwrap();
+        assert_eq!(back, record, "the bytes are never stored");
+        let unloaded = back.tool_result("mcp__tools__chart");
+        assert!(unloaded.images.is_empty() && unloaded.text.contains(&chart.digest), "{unloaded:?}");
+        back.images[0].data = Some("aGk=".into());
+        let shown = back.tool_result("mcp__tools__chart");
+        assert_eq!(shown.text, "sales chart");
+        assert_eq!(shown.images, [ImageData { media_type: "image/png".into(), data: "aGk=".into() }]);
+        assert_eq!(
+            shown.to_mcp_result()["content"][1],
+            json!({"type": "image", "data": "aGk=", "mimeType": "image/png"})
+        );
     }
 
     #[test]
     fn a_tool_result_becomes_an_mcp_call_tool_result() {
-        let result = ToolResult { text: "no".to_owned(), is_error: true };
+        let result = ToolResult::text("no", true);
         assert_eq!(
             result.to_mcp_result(),
             json!({ "content": [{ "type": "text", "text": "no" }], "isError": true })

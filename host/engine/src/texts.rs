@@ -76,15 +76,16 @@ pub fn never_left(tool: &str, message: &str) -> String {
     NEVER_LEFT.replace("{tool}", tool).replace("{message}", message)
 }
 
-/// Placeholder for an image in a recorded custom tool result.
-///
-/// Verbatim from `python-adapter-README.md`, "Limits": "Recorded custom tool results keep text
-/// only; other content becomes a placeholder such as `[image content omitted]`."
-pub const IMAGE_CONTENT_OMITTED: &str = "[image content omitted]";
-
-/// Placeholder for other non-text content in a recorded custom tool result; `{kind}` is the
-/// content type. Tollgate wording, the general form of [`IMAGE_CONTENT_OMITTED`].
+/// Placeholder for non-text content the CLI's tool result of an approved CLI call holds (its
+/// record keeps text); `{kind}` is the content type. Tollgate wording, after the seeds'
+/// `[image content omitted]` ("Limits").
 pub const CONTENT_OMITTED: &str = "[{kind} content omitted]";
+
+/// What the model reads, after a replayed result's text, for an image of the record whose bytes
+/// were not loaded for the replay; `{digest}` names the image. Tollgate wording: recorded results
+/// keep their images (a replay sends them again), so this shows only if the Worker did not load
+/// one, and then the model is told rather than shown nothing.
+pub const IMAGE_NOT_LOADED: &str = "\n[image {digest} of this result could not be loaded]";
 
 /// Denial of a second decision under a tool use ID that already has one in this segment.
 ///
@@ -306,7 +307,12 @@ pub fn rejection(message: Option<&str>) -> String {
     }
 }
 
-/// The placeholder for non-text content of type `kind` (`image` gives [`IMAGE_CONTENT_OMITTED`]).
+/// [`IMAGE_NOT_LOADED`] for the image `digest`.
+pub fn image_not_loaded(digest: &str) -> String {
+    IMAGE_NOT_LOADED.replace("{digest}", digest)
+}
+
+/// [`CONTENT_OMITTED`] for content of type `kind`.
 pub fn content_omitted(kind: &str) -> String {
     CONTENT_OMITTED.replace("{kind}", kind)
 }
@@ -350,9 +356,8 @@ mod tests {
     }
 
     #[test]
-    fn image_placeholder_is_the_general_placeholder_for_images() {
-        assert_eq!(content_omitted("image"), IMAGE_CONTENT_OMITTED);
-        assert_eq!(content_omitted("audio"), "[audio content omitted]");
+    fn an_image_not_loaded_is_named_by_its_digest_on_a_line_of_its_own() {
+        assert_eq!(image_not_loaded("sha256:ab"), "\n[image sha256:ab of this result could not be loaded]");
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //!
 //! The script is the **last text block of the conversation's last real prompt**. A real prompt is a `user`
 //! text block that the CLI did not inject: blocks starting with `<system-reminder>`, the resume text
-//! `Continue from where you left off.` and the CLI's `[Your previous response had no visible output…]`
-//! nudges are skipped. `role: "system"` entries and tool results are never prompts.
+//! `Continue from where you left off.`, the CLI's `[Your previous response had no visible output…]`
+//! nudges and the `[Image: source: <path>]` text it adds after a prompt's image are skipped. `role: "system"` entries and tool results are never prompts.
 //!
 //! # Stages of a `call` script
 //!
@@ -32,7 +32,10 @@
 //! # Other answers
 //!
 //! `say <text>` → `said: <text>`. `recall` → `recalled:` and one line per earlier item, oldest first:
-//! `- prompt: <text>` or `- result <tool name>: <text>` (`recalled: nothing` when there is none). A script
+//! `- prompt: <text>` or `- result <tool name>: <text>` (`recalled: nothing` when there is none).
+//! `see` → `saw: ` and, joined by `; `, one description per image block of the user message that
+//! holds the script, in order (`saw: no image` when it has none). An image is described as
+//! [`describe_image`] says, here and where a quoted tool result holds one. A script
 //! of modifiers only → `ok`. A prompt that is not a script → `mock: cannot read the script …`, and a
 //! request without a prompt → `mock: the request has no prompt`. `fail` → [`Answer::Error`].
 //!
@@ -153,6 +156,7 @@ pub fn plan_with_scenarios(body: &Value, nonce: u64, scenarios: &Scenarios) -> P
     match action {
         Action::Say(text) => Plan::with(all_modifiers(), AssistantReply::text(format!("said: {text}"))),
         Action::Recall => Plan::with(all_modifiers(), AssistantReply::text(recall(before))),
+        Action::See => Plan::with(all_modifiers(), AssistantReply::text(see(body))),
         Action::None => Plan::with(all_modifiers(), AssistantReply::text("ok")),
         Action::Call(calls) => {
             let offered = offered_tools(body);
@@ -207,13 +211,21 @@ impl Plan {
         Plan { gates: Vec::new(), reply: Answer::Message(message), pace: Pace::default(), input_tokens: None }
     }
 
-    /// Applies modifiers in order: pauses collect gates until a `fail` replaces the answer.
-    fn with<'a>(modifiers: impl IntoIterator<Item = &'a Modifier>, message: AssistantReply) -> Self {
+    /// Applies modifiers in order: pauses collect gates until a `fail` replaces the answer; each
+    /// `think` adds a thinking block before the message's own blocks.
+    fn with<'a>(modifiers: impl IntoIterator<Item = &'a Modifier>, mut message: AssistantReply) -> Self {
         let mut gates = Vec::new();
         let mut pace = Pace::default();
         let mut input_tokens = None;
+        let mut thoughts = 0;
         for modifier in modifiers {
             match modifier {
+                Modifier::Think(thinking) => {
+                    let signature = format!("mock-signature-{}", thinking.len());
+                    let block = ContentBlock::Thinking { thinking: thinking.clone(), signature };
+                    message.content.insert(thoughts, block);
+                    thoughts += 1;
+                }
                 Modifier::Pause(gate) => gates.push(gate.clone()),
                 Modifier::Fail(status) => {
                     return Plan { gates, reply: Answer::Error { status: *status }, pace, input_tokens };
@@ -295,12 +307,14 @@ fn prompt_of(text: &str) -> Option<String> {
     }
 }
 
-/// False for the texts the CLI injects into user messages.
+/// False for the texts the CLI injects into user messages: reminders, the resume text, its
+/// nudges, and the `[Image: source: <path>]` it adds after each image of a prompt.
 fn is_real_prompt(text: &str) -> bool {
     let text = text.trim();
     !(text.starts_with("<system-reminder>")
         || text == "Continue from where you left off."
-        || text.starts_with("[Your previous response had no visible output"))
+        || text.starts_with("[Your previous response had no visible output")
+        || text.starts_with("[Image: source: "))
 }
 
 /// A tool result's `content`: a string, or blocks whose texts are joined with newlines.
@@ -322,6 +336,7 @@ fn result_text_with_reminders(content: Option<&Value>) -> String {
                 .iter()
                 .map(|block| match block.get("type").and_then(Value::as_str) {
                     Some("text") => str_field(block, "text").to_owned(),
+                    Some("image") => format!("[image {}]", describe_image(block)),
                     Some(other) => format!("[{other}]"),
                     None => "[?]".to_owned(),
                 })
@@ -351,6 +366,54 @@ fn recall(before: &[Event<'_>]) -> String {
         }
     }
     if lines.is_empty() { "recalled: nothing".to_owned() } else { format!("recalled:\n{}", lines.join("\n")) }
+}
+
+/// `see`: the images of the last user message that holds a real prompt.
+fn see(body: &Value) -> String {
+    let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let holds_prompt = |message: &&Value| {
+        message.get("role").and_then(Value::as_str) == Some("user")
+            && match message.get("content") {
+                Some(Value::String(text)) => is_real_prompt(text),
+                Some(Value::Array(blocks)) => blocks.iter().any(|block| {
+                    block.get("type").and_then(Value::as_str) == Some("text")
+                        && is_real_prompt(str_field(block, "text"))
+                }),
+                _ => false,
+            }
+    };
+    let images: Vec<String> = messages
+        .iter()
+        .rev()
+        .find(holds_prompt)
+        .and_then(|message| message.get("content").and_then(Value::as_array))
+        .into_iter()
+        .flatten()
+        .filter(|block| block.get("type").and_then(Value::as_str) == Some("image"))
+        .map(describe_image)
+        .collect();
+    if images.is_empty() { "saw: no image".to_owned() } else { format!("saw: {}", images.join("; ")) }
+}
+
+/// An image block as `see` and quoted results describe it: `<media type> <n> bytes sha256:<hex>`
+/// of its decoded base64 data, so a test can check the model got the very bytes it sent; `<media
+/// type> (unreadable base64)` or `(source <type>)` otherwise.
+pub fn describe_image(block: &Value) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let source = block.get("source").unwrap_or(&Value::Null);
+    let media_type = str_field(source, "media_type");
+    match str_field(source, "type") {
+        "base64" => match base64::engine::general_purpose::STANDARD.decode(str_field(source, "data")) {
+            Ok(bytes) => {
+                let digest = sha2::Sha256::digest(&bytes);
+                let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{media_type} {} bytes sha256:{hex}", bytes.len())
+            }
+            Err(_) => format!("{media_type} (unreadable base64)"),
+        },
+        other => format!("(source {other})"),
+    }
 }
 
 enum CallStage {
@@ -726,6 +789,49 @@ mod tests {
         assert_eq!(
             text_of(&plan(&request("say remember order 7", tail), 1)),
             "summary:\n- prompt: say remember order 7"
+        );
+    }
+
+    #[test]
+    fn think_puts_a_thinking_block_before_the_reply_it_modifies() {
+        let first = plan(&request("think I should look it up ;; call lookup_order", vec![]), 1);
+        let content = &first.reply.message().unwrap().content;
+        assert!(
+            matches!(&content[0], ContentBlock::Thinking { thinking, signature } if thinking == "I should look it up" && !signature.is_empty()),
+            "{content:?}"
+        );
+        assert!(matches!(&content[1], ContentBlock::ToolUse { .. }), "{content:?}");
+        let said = plan(&request("say hi ;; think a greeting", vec![]), 1);
+        let content = &said.reply.message().unwrap().content;
+        assert!(matches!(&content[0], ContentBlock::Thinking { thinking, .. } if thinking == "a greeting"));
+        assert_eq!(text_of(&said), "said: hi");
+    }
+
+    #[test]
+    fn see_describes_the_images_of_the_prompt_message_by_their_bytes() {
+        // "hi" in base64 is aGk=.
+        let image =
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGk="}});
+        let body = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "say old"}, image.clone()]},
+            {"role": "assistant", "content": [{"type": "text", "text": "said: old"}]},
+            {"role": "user", "content": [{"type": "text", "text": "see"}, image.clone(),
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "!!"}}]},
+        ]});
+        assert_eq!(
+            text_of(&plan(&body, 1)),
+            "saw: image/png 2 bytes sha256:8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4; \
+             image/png (unreadable base64)"
+        );
+        assert_eq!(text_of(&plan(&request("see", vec![]), 1)), "saw: no image");
+        let tail = vec![
+            assistant_calls(&[("toolu_mock_1_0", "mcp__tools__chart")]),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_mock_1_0",
+                "content": [{"type": "text", "text": "a chart"}, image]}]}),
+        ];
+        assert_eq!(
+            text_of(&plan(&request("call chart", tail), 2)),
+            "called chart: a chart\n[image image/png 2 bytes sha256:8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4]"
         );
     }
 

@@ -11,6 +11,7 @@
 //! | --- | --- | --- |
 //! | `say <text>` | action | answer `said: <text>` (the text runs to the next `;;` or the end, trimmed) |
 //! | `recall` | action | answer with every earlier prompt and tool result the request carries |
+//! | `see` | action | answer `saw: ` and one description per image of the prompt's message (`image/png 67 bytes sha256:…`) |
 //! | `call <tool> [<json>] && call …` | action | call the tools in one reply (input `{}` when no JSON), then quote their results |
 //! | `call <tool> <json> again <json>` | (in a `call`) | a call the gate refused is called again with the second input instead of the first |
 //! | `pause <gate>` | modifier | park the request until the test opens the gate |
@@ -18,6 +19,7 @@
 //! | `drip <deltas> <ms>` | modifier | stream each text block in `<deltas>` text deltas, `<ms>` apart (default: two, at once) |
 //! | `hold <gate>` | modifier | stream the first half of the text deltas, then park until the test opens the gate |
 //! | `tokens <n>` | modifier | report `<n>` input tokens in the reply's usage (a conversation that fills the context, so the CLI compacts it before its next request) |
+//! | `think <text>` | modifier | open the reply with a thinking block of `<text>` (to the next `;;`), streamed as thinking deltas |
 //!
 //! Modifiers written before a `call` act on the reply that calls the tools; modifiers written after it act
 //! on the final answer that quotes the results. For every other script all modifiers act on the one reply.
@@ -57,6 +59,8 @@ pub enum Action {
     Say(String),
     /// `recall`: list the earlier prompts and tool results.
     Recall,
+    /// `see`: describe the images of the message that holds the script.
+    See,
     /// `call …`: call these tools in one reply, in this order.
     Call(Vec<ScriptedCall>),
     /// Only modifiers were written: answer `ok` once they have run.
@@ -94,6 +98,8 @@ pub enum Modifier {
     Hold(String),
     /// `tokens <n>`: report this many input tokens in the reply's usage.
     Tokens(u64),
+    /// `think <text>`: the reply opens with a thinking block of this text.
+    Think(String),
 }
 
 /// Why a prompt is not a script. The mock answers such a prompt with a text naming the error.
@@ -104,7 +110,9 @@ pub enum ScriptError {
     #[error("the prompt is empty")]
     Empty,
     /// A clause starts with a word that is not a command.
-    #[error("unknown command `{word}` (commands: say, recall, call, pause, fail, drip, hold, tokens)")]
+    #[error(
+        "unknown command `{word}` (commands: say, recall, see, call, pause, fail, drip, hold, tokens, think)"
+    )]
     UnknownCommand {
         /// The first word of the clause.
         word: String,
@@ -131,8 +139,8 @@ pub enum ScriptError {
         /// The text after `fail`.
         text: String,
     },
-    /// Two actions (say, recall, call) in one script.
-    #[error("a script has at most one of say, recall, call")]
+    /// Two actions (say, recall, see, call) in one script.
+    #[error("a script has at most one of say, recall, see, call")]
     TwoActions,
     /// Something follows a clause that is neither `;;` nor `&&` where allowed.
     #[error("unexpected text `{rest}`")]
@@ -159,15 +167,17 @@ pub fn parse(text: &str) -> Result<Script, ScriptError> {
         rest = after_word;
         match word {
             "say" => {
-                let end = rest.find(CLAUSE_SEP).unwrap_or(rest.len());
-                let said = rest[..end].trim();
-                if said.is_empty() {
-                    return Err(ScriptError::MissingArgument { command: "say", what: "a text" });
-                }
+                let (said, after) = clause_text(rest, "say")?;
                 set_action(&mut script, Action::Say(said.to_owned()))?;
-                rest = &rest[end..];
+                rest = after;
+            }
+            "think" => {
+                let (thought, after) = clause_text(rest, "think")?;
+                push_modifier(&mut script, Modifier::Think(thought.to_owned()));
+                rest = after;
             }
             "recall" => set_action(&mut script, Action::Recall)?,
+            "see" => set_action(&mut script, Action::See)?,
             "call" => {
                 let mut calls = Vec::new();
                 loop {
@@ -251,6 +261,16 @@ pub fn parse(text: &str) -> Result<Script, ScriptError> {
             _ => return Err(ScriptError::Trailing { rest: rest.to_owned() }),
         }
     }
+}
+
+/// The text of a `say` or `think` clause (to the next `;;`, trimmed, not empty) and what follows.
+fn clause_text<'a>(rest: &'a str, command: &'static str) -> Result<(&'a str, &'a str), ScriptError> {
+    let end = rest.find(CLAUSE_SEP).unwrap_or(rest.len());
+    let text = rest[..end].trim();
+    if text.is_empty() {
+        return Err(ScriptError::MissingArgument { command, what: "a text" });
+    }
+    Ok((text, &rest[end..]))
 }
 
 fn set_action(script: &mut Script, action: Action) -> Result<(), ScriptError> {
@@ -369,6 +389,16 @@ mod tests {
         let script = parse("  say hello from  mock \n").unwrap();
         assert_eq!(script.action, Action::Say("hello from  mock".into()));
         assert!(script.before.is_empty() && script.after.is_empty());
+    }
+
+    #[test]
+    fn think_opens_the_reply_it_is_written_before_and_see_is_an_action() {
+        let script = parse("think the order is late ;; call lookup_order ;; think now answer").unwrap();
+        assert_eq!(script.before, vec![Modifier::Think("the order is late".into())]);
+        assert_eq!(script.after, vec![Modifier::Think("now answer".into())]);
+        assert_eq!(parse("see ;; think what is this").unwrap().action, Action::See);
+        assert_eq!(parse("think"), Err(ScriptError::MissingArgument { command: "think", what: "a text" }));
+        assert_eq!(parse("see ;; recall"), Err(ScriptError::TwoActions));
     }
 
     #[test]

@@ -16,10 +16,13 @@
 //! per content block i:
 //!   content_block_start {"type":"content_block_start","index":i,"content_block":{"type":"text","text":""}}
 //!                       or {"type":"tool_use","id","name","input":{}}
+//!                       or {"type":"thinking","thinking":"","signature":""}
 //!   ping                (after the first block's start only) {"type":"ping"}
 //!   content_block_delta {"type":"content_block_delta","index":i,"delta":{"type":"text_delta","text":…}}
-//!                       or {"type":"input_json_delta","partial_json":…}; two deltas per block (the text
-//!                       or the compact input JSON cut in half, on a character boundary)
+//!                       or {"type":"input_json_delta","partial_json":…}
+//!                       or {"type":"thinking_delta","thinking":…}, then one
+//!                       {"type":"signature_delta","signature":…}; two deltas per block (the text,
+//!                       the thinking or the compact input JSON cut in half, on a character boundary)
 //!   content_block_stop  {"type":"content_block_stop","index":i}
 //! message_delta        {"type":"message_delta","delta":{"stop_reason","stop_sequence":null},"usage":{…}}
 //! message_stop         {"type":"message_stop"}
@@ -136,6 +139,14 @@ fn cut_events(message: &AssistantReply, meta: &MessageMeta, text_parts: usize) -
                     .map(|part| Delta::InputJsonDelta { partial_json: part.to_owned() })
                     .collect(),
             ),
+            ContentBlock::Thinking { thinking, signature } => (
+                ContentBlock::Thinking { thinking: String::new(), signature: String::new() },
+                halves(thinking)
+                    .into_iter()
+                    .map(|part| Delta::ThinkingDelta { thinking: part.to_owned() })
+                    .chain([Delta::SignatureDelta { signature: signature.clone() }])
+                    .collect(),
+            ),
             other => (other.clone(), Vec::new()),
         };
         events.push((sse(&ApiEvent::ContentBlockStart { index, content_block: start }), false));
@@ -201,7 +212,10 @@ fn output_tokens(message: &AssistantReply) -> u64 {
         .content
         .iter()
         .map(|block| match block {
-            ContentBlock::Text { text } => (text.len() as u64 / 4).max(1),
+            ContentBlock::Text { text: text_or_thought }
+            | ContentBlock::Thinking { thinking: text_or_thought, .. } => {
+                (text_or_thought.len() as u64 / 4).max(1)
+            }
             ContentBlock::ToolUse { .. } => 10,
             _ => 0,
         })
@@ -390,6 +404,31 @@ mod tests {
         assert_eq!(serde_json::from_str::<Value>(&partial).unwrap(), input);
         assert_eq!(data[9]["delta"]["stop_reason"], "tool_use");
         assert_eq!(data[9]["usage"]["output_tokens"], 11);
+    }
+
+    #[test]
+    fn a_thinking_block_streams_its_thinking_then_its_signature_before_the_text() {
+        let message = AssistantReply {
+            content: vec![
+                ContentBlock::Thinking { thinking: "hmm, ok".into(), signature: "sig".into() },
+                ContentBlock::Text { text: "hi".into() },
+            ],
+            stop_reason: StopReason::EndTurn,
+        };
+        let data: Vec<Value> = sse_events(&message, &meta()).iter().map(|bytes| frame(bytes).1).collect();
+        assert_eq!(data[1]["content_block"], json!({"type": "thinking", "thinking": "", "signature": ""}));
+        let deltas: Vec<&Value> = data.iter().filter(|e| e["index"] == 0 && e["delta"].is_object()).collect();
+        assert_eq!(
+            deltas.iter().map(|e| e["delta"].clone()).collect::<Vec<_>>(),
+            [
+                json!({"type": "thinking_delta", "thinking": "hmm"}),
+                json!({"type": "thinking_delta", "thinking": ", ok"}),
+                json!({"type": "signature_delta", "signature": "sig"}),
+            ]
+        );
+        assert_eq!(data[7]["content_block"], json!({"type": "text", "text": ""}), "{data:?}");
+        let paced = paced_events(&message, &meta(), &Pace::default()).len();
+        assert_eq!(paced, data.len(), "thinking deltas are not text deltas to pace");
     }
 
     #[test]

@@ -614,6 +614,11 @@ impl UserPrompt {
         Self::with_content(Value::Array(blocks))
     }
 
+    /// Content as given: a string, or a list of content blocks (text, images).
+    pub fn content(content: Value) -> Self {
+        Self::with_content(content)
+    }
+
     fn with_content(content: Value) -> Self {
         UserPrompt {
             session_id: String::new(),

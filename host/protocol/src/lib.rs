@@ -15,7 +15,8 @@
 //! - [`host`]: host-to-CLI frames and their builders (`initialize`, hook and permission answers,
 //!   MCP responses, prompts);
 //! - [`message`]: `system/init`, `stream_event`, `assistant`, `user`, `result`;
-//! - [`transcript`]: `transcript_mirror` and byte-exact [`TranscriptEntry`]s.
+//! - [`transcript`]: `transcript_mirror` and byte-exact [`TranscriptEntry`]s;
+//! - [`media`]: images in entries held by reference to stored bytes, and put back byte for byte.
 //!
 //! ```
 //! use tollgate_protocol::{CliRequest, Frame, HookAnswer, HookEvent, HostFrame, parse_line};
@@ -39,6 +40,7 @@ pub mod control;
 mod error;
 pub mod hook;
 pub mod host;
+pub mod media;
 pub mod message;
 pub mod transcript;
 

@@ -96,6 +96,15 @@ impl StreamEvent {
             _ => None,
         }
     }
+
+    /// The thinking of a `content_block_delta` / `thinking_delta`: the model's reasoning as it
+    /// streams (a `signature_delta` that seals the block is not thinking).
+    pub fn thinking_delta(&self) -> Option<&str> {
+        match &self.event {
+            ApiEvent::ContentBlockDelta { delta: Delta::ThinkingDelta { thinking }, .. } => Some(thinking),
+            _ => None,
+        }
+    }
 }
 
 /// A Messages API stream event, tagged by `type`.
@@ -155,7 +164,17 @@ pub enum Delta {
         /// A fragment of JSON text (not valid on its own).
         partial_json: String,
     },
-    /// Any other delta (thinking, signatures, citations…), kept whole.
+    /// A piece of a thinking block's text.
+    ThinkingDelta {
+        /// The piece.
+        thinking: String,
+    },
+    /// A thinking block's signature (opaque; it comes once, before the block stops).
+    SignatureDelta {
+        /// The signature.
+        signature: String,
+    },
+    /// Any other delta (citations…), kept whole.
     #[serde(untagged)]
     Other(Value),
 }
@@ -178,6 +197,15 @@ pub enum ContentBlock {
         /// Arguments.
         input: Value,
     },
+    /// The model's visible reasoning, before its answer. The API checks `signature` when the
+    /// block is sent back, so it travels unchanged.
+    Thinking {
+        /// The reasoning text.
+        thinking: String,
+        /// The API's signature of the block.
+        #[serde(default)]
+        signature: String,
+    },
     /// A tool's result, sent back to the model.
     ToolResult {
         /// The `tool_use` it answers.
@@ -189,7 +217,7 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         is_error: Option<bool>,
     },
-    /// Any other block (thinking, images, server tools…), kept whole.
+    /// Any other block (redacted thinking, images, server tools…), kept whole.
     #[serde(untagged)]
     Other(Value),
 }
@@ -430,11 +458,28 @@ mod tests {
     }
 
     #[test]
+    fn thinking_streams_as_its_own_deltas_and_its_signature_is_not_thinking() {
+        let thinking: StreamEvent = serde_json::from_value(json!({
+            "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}
+        }))
+        .unwrap();
+        assert_eq!((thinking.thinking_delta(), thinking.text_delta()), (Some("hm"), None));
+        let signature: StreamEvent = serde_json::from_value(json!({
+            "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQB"}}
+        }))
+        .unwrap();
+        assert_eq!(signature.thinking_delta(), None);
+        let block: ContentBlock =
+            serde_json::from_value(json!({"type": "thinking", "thinking": "", "signature": ""})).unwrap();
+        assert_eq!(block, ContentBlock::Thinking { thinking: String::new(), signature: String::new() });
+    }
+
+    #[test]
     fn unknown_stream_events_and_deltas_are_kept_whole() {
         let ev: ApiEvent = serde_json::from_value(json!({"type": "ping", "at": 1})).unwrap();
         assert_eq!(ev, ApiEvent::Other(json!({"type": "ping", "at": 1})));
-        let d: Delta = serde_json::from_value(json!({"type": "thinking_delta", "thinking": "hm"})).unwrap();
-        assert_eq!(serde_json::to_value(&d).unwrap(), json!({"type": "thinking_delta", "thinking": "hm"}));
+        let d: Delta = serde_json::from_value(json!({"type": "citations_delta", "citation": {}})).unwrap();
+        assert_eq!(serde_json::to_value(&d).unwrap(), json!({"type": "citations_delta", "citation": {}}));
     }
 
     #[test]

@@ -297,6 +297,7 @@ where
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
+    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
     for<'a> Option<&'a str>: Encode<'a, DB>,
     for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
     for<'a> Option<i64>: Encode<'a, DB>,
@@ -350,7 +351,7 @@ where
         entry: NewAuditEntry,
     ) -> Result<MessageReceipt, StoreError> {
         check_entry(&entry)?;
-        crate::backend::send(self, message, Some((interrupt_id, &entry))).await
+        crate::backend::send(self, message, Some((interrupt_id, &entry)), &[]).await
     }
 
     async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {

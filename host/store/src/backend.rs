@@ -369,6 +369,8 @@ where
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
+    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
+    for<'a> Vec<u8>: Decode<'a, DB> + Type<DB>,
     for<'a> Option<&'a str>: Encode<'a, DB>,
     for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
     for<'a> Option<i64>: Encode<'a, DB>,
@@ -419,7 +421,7 @@ where
     }
 
     async fn send_user_message(&self, message: UserMessage) -> Result<MessageReceipt, StoreError> {
-        send(self, message, None).await
+        send(self, message, None, &[]).await
     }
 
     async fn resolve_interrupt(&self, r: Resolution) -> Result<ResolveReceipt, StoreError> {
@@ -572,6 +574,7 @@ where
                 .bind(message.merge_key.as_deref())
                 .bind(message.text.as_str())
                 .bind(*item_seq)
+                .bind(message.images.as_deref())
                 .execute(&mut *tx)
                 .await?;
         }
@@ -765,6 +768,7 @@ where
                     seq,
                     role: row.try_get("role")?,
                     text: row.try_get("text")?,
+                    images: row.try_get("images")?,
                     item_seq: row.try_get("item_seq")?,
                     created_at: row.try_get("created_at")?,
                 })
@@ -1025,6 +1029,10 @@ where
         self
     }
 
+    fn media(&self) -> &dyn crate::media::MediaStore {
+        self
+    }
+
     fn work_signal(&self) -> WorkSignal {
         self.signals().work_signal()
     }
@@ -1041,6 +1049,7 @@ pub(crate) async fn send<B, DB>(
     backend: &B,
     message: UserMessage,
     audit: Option<(&str, &crate::audit::NewAuditEntry)>,
+    media: &[crate::media::NewMedia],
 ) -> Result<MessageReceipt, StoreError>
 where
     B: Backend<Db = DB>,
@@ -1048,6 +1057,7 @@ where
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
+    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
     for<'a> Option<&'a str>: Encode<'a, DB>,
     for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
     for<'a> Option<i64>: Encode<'a, DB>,
@@ -1087,6 +1097,7 @@ where
             serde_json::from_str(&response).map_err(|e| corrupt(e.to_string()))?;
         return Ok(MessageReceipt { item_seq, step_id, replayed: true });
     }
+    crate::media::insert(&mut tx, sid, media).await?;
     let Some(seq) = Sql::append_item(&mut tx, sid, &mut item_seq, &message.item).await? else {
         return Err(StoreError::Invalid {
             what: format!("the session already holds an item with uuid {:?}", message.item.uuid),

@@ -381,8 +381,9 @@ impl Statements {
                  WHERE session_id = $1 AND merge_key = $2
                      AND seq = (SELECT MAX(seq) FROM messages WHERE session_id = $1)",
             insert_message: keep(format!(
-                "INSERT INTO messages (session_id, seq, row_version, role, merge_key, text, item_seq, created_at)
-                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, {now}
+                "INSERT INTO messages (session_id, seq, row_version, role, merge_key, text, item_seq, images,
+                     created_at)
+                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7, {now}
                  FROM messages WHERE session_id = $1"
             )),
             insert_transcript_chunk: keep(format!(
@@ -423,7 +424,7 @@ impl Statements {
             unchunked: "SELECT unchunked FROM sessions WHERE session_id = $1",
             transcript_chunks: "SELECT item_seq, row_version, cli_session_id, lines FROM transcript_chunks
                  WHERE session_id = $1 ORDER BY item_seq",
-            messages: "SELECT seq, row_version, role, text, item_seq, created_at FROM messages
+            messages: "SELECT seq, row_version, role, text, images, item_seq, created_at FROM messages
                  WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
             sessions: "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned
                  FROM sessions

@@ -10,7 +10,8 @@
 //! kinds, item kinds, statuses and payloads are opaque strings and JSON to it.
 //!
 //! Modules: [`types`] (values in and out), [`audit`] (who started a session, the append-only
-//! audit trail of decisions), [`deadlines`] (approval deadlines on the database clock), [`error`] ([`StoreError`], terminal vs retryable),
+//! audit trail of decisions), [`deadlines`] (approval deadlines on the database clock), [`media`]
+//! (images, once per session by digest), [`error`] ([`StoreError`], terminal vs retryable),
 //! [`signal`] (wake-ups), [`outbox`] (webhook deliveries written with their events), [`sqlite`] and [`postgres`] (the backends: connections, pools,
 //! wake-ups across processes), and two private ones: `backend` (the one generic [`Store`]
 //! implementation both backends share) and `dialect` (what differs between their SQL, each
@@ -62,8 +63,10 @@
 //! lost (a later claim took it over after its lease expired; see [`Step::lost`]). Migration 0008 adds `live_text` (PK `session_id`): a running
 //! segment's streamed text, one overwritten row per session ([`Store::put_live_text`]), instead
 //! of an event per flush; `text_offset` and `from_seq` say where its text continues what the
-//! event log has. JSON columns are `text` on both backends (never `jsonb`, which would
-//! re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
+//! event log has. Migration 0012 adds `media` (PK `(session_id, digest)`): images stored once
+//! per session by digest, the bytes in a `blob`/`bytea` column ([`media::MediaStore`]), and
+//! `messages.images`, a message's images by reference. JSON columns are `text` on both backends
+//! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
 //!
@@ -83,6 +86,7 @@
 pub mod audit;
 pub mod deadlines;
 pub mod error;
+pub mod media;
 pub mod outbox;
 pub mod postgres;
 pub mod signal;
@@ -100,6 +104,7 @@ use std::time::Duration;
 pub use audit::{AuditDecision, AuditEntry, AuditLog, AuditQuery, NewAuditEntry};
 pub use deadlines::{DEADLINE_PRINCIPAL, Deadlines, Escalation, EscalationReceipt, Expiry};
 pub use error::{StoreError, UnavailableReason};
+pub use media::{Media, MediaStore, NewMedia};
 pub use outbox::{Delivery, DeliveryState, Outbox, Subscription};
 pub use postgres::PgStore;
 pub use signal::{EventSignal, WorkSignal};
@@ -328,6 +333,9 @@ pub trait Store: Send + Sync {
     /// This store's approval deadlines ([`deadlines::Deadlines`]): the same database, the same
     /// transactions.
     fn deadlines(&self) -> &dyn deadlines::Deadlines;
+
+    /// This store's images ([`media::MediaStore`]): the same database, the same transactions.
+    fn media(&self) -> &dyn media::MediaStore;
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

@@ -261,5 +261,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0011_lost_claims.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            12,
+            "media".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0012_media.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

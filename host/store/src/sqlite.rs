@@ -387,5 +387,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0011_lost_claims.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            12,
+            "media".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0012_media.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

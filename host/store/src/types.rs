@@ -517,6 +517,9 @@ pub struct NewMessage {
     pub merge_key: Option<String>,
     /// The text.
     pub text: String,
+    /// Its images, as JSON text (opaque to the store); `None`: none. Written with a new message
+    /// and never merged: a part merged into the last message adds text only.
+    pub images: Option<String>,
 }
 
 /// A message of the conversation's projection, as stored.
@@ -528,6 +531,8 @@ pub struct StoredMessage {
     pub role: String,
     /// The text.
     pub text: String,
+    /// Its images, as written ([`NewMessage::images`]).
+    pub images: Option<String>,
     /// The last item it took text from.
     pub item_seq: i64,
     /// When it was first stored (database clock, ms).

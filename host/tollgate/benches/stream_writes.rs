@@ -145,6 +145,7 @@ fn end_commit(session: &str, text: &str) -> (Commit, u64) {
         role: "assistant".into(),
         merge_key: Some("msg_1".into()),
         text: text.to_owned(),
+        images: None,
     });
     done.events.push(NewEvent { kind: "turn_completed".into(), payload: raw(completed).unwrap() });
     done.session.status = Some("idle".into());

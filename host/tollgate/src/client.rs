@@ -35,8 +35,9 @@ use serde::de::DeserializeOwned;
 
 use crate::api::types::{
     AuditPage, AuditQuery, CreateSession, Created, Decide, DecisionReceipt, ErrorBody, EventsQuery,
-    InterruptList, InterruptsQuery, ListSessionsQuery, MessageReceipt, PendingInterrupt, SendMessage,
-    SessionPage, Snapshot, StreamError, StreamEvent, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
+    ImageBlock, InterruptList, InterruptsQuery, ListSessionsQuery, MessageReceipt, PendingInterrupt,
+    SendMessage, SessionPage, Snapshot, StreamError, StreamEvent, UpgradeAll, UpgradeSession, Upgraded,
+    UpgradedAll,
 };
 
 /// A call to the API that failed.
@@ -184,9 +185,23 @@ impl ApiClient {
         id: Option<&str>,
         message: Option<&str>,
     ) -> Result<Created, CallError> {
+        self.create_session_with_images(id, message, Vec::new()).await
+    }
+
+    /// [`ApiClient::create_session`] whose first message carries `images`.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn create_session_with_images(
+        &self,
+        id: Option<&str>,
+        message: Option<&str>,
+        images: Vec<ImageBlock>,
+    ) -> Result<Created, CallError> {
         let body = CreateSession {
             session_id: id.map(str::to_owned),
             message: message.map(str::to_owned),
+            images,
             ..CreateSession::default()
         };
         self.call(Method::POST, "/v1/sessions", |r| r.json(&body)).await
@@ -202,7 +217,21 @@ impl ApiClient {
         text: &str,
         key: Option<&str>,
     ) -> Result<MessageReceipt, CallError> {
-        let body = SendMessage { text: text.to_owned(), client_key: key.map(str::to_owned) };
+        self.send_message_with_images(id, text, Vec::new(), key).await
+    }
+
+    /// [`ApiClient::send_message`] of a message that carries `images`.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn send_message_with_images(
+        &self,
+        id: &str,
+        text: &str,
+        images: Vec<ImageBlock>,
+        key: Option<&str>,
+    ) -> Result<MessageReceipt, CallError> {
+        let body = SendMessage { text: text.to_owned(), images, client_key: key.map(str::to_owned) };
         self.call(Method::POST, &format!("/v1/sessions/{}/messages", segment(id)), |r| r.json(&body)).await
     }
 

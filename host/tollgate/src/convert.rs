@@ -50,11 +50,14 @@ pub fn messages(items: &[store::NewItem]) -> Vec<store::NewMessage> {
     let mut out = Vec::new();
     for (index, item) in items.iter().enumerate() {
         for part in view::message_parts(&item.kind, item.body.get()) {
+            let images = (!part.images.is_empty())
+                .then(|| serde_json::to_string(&part.images).expect("references serialize"));
             out.push(store::NewMessage {
                 item: index,
                 role: part.role.to_owned(),
                 merge_key: part.merge_key,
                 text: part.text,
+                images,
             });
         }
     }

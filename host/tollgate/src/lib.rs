@@ -9,6 +9,7 @@
 //! | [`deadlines`] | firing approval deadlines that came due: expire or escalate (every Worker) |
 //! | [`sessions`] | client calls: start, send, resolve, snapshot |
 //! | [`convert`] | the state machine's values as the store's |
+//! | [`media`] | images: a message's checked and stored, a transcript's by reference and back, a record's for its replay |
 //! | [`tool_runner`] | the sandbox's tool set as the segment's tool runner |
 //! | [`metrics`] | the Prometheus counters the Worker updates |
 //! | [`proxy`] | the loopback model proxy: the CLI gets a per-segment token, never the API key |
@@ -36,6 +37,7 @@ pub mod convert;
 pub mod deadlines;
 pub mod edits;
 pub mod egress;
+pub mod media;
 pub mod metrics;
 pub mod proxy;
 pub mod sessions;

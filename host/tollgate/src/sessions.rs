@@ -120,7 +120,23 @@ pub async fn send(
     text: &str,
     client_key: Option<&str>,
 ) -> Result<MessageReceipt, ClientError> {
-    let message = client::user_message(text)?;
+    send_with_images(store, session_id, text, Vec::new(), client_key).await
+}
+
+/// [`send`] of a message that carries `images` (checked already:
+/// [`crate::media::check_message_images`]): they are stored once each, by digest, in the same
+/// transaction as the message, which holds them by reference.
+///
+/// # Errors
+/// As [`send`].
+pub async fn send_with_images(
+    store: &dyn Store,
+    session_id: &str,
+    text: &str,
+    images: Vec<tollgate_store::NewMedia>,
+    client_key: Option<&str>,
+) -> Result<MessageReceipt, ClientError> {
+    let message = client::user_message(text, &crate::media::references(&images))?;
     let client_key = match client_key {
         Some(key) => {
             check_id("client_key", key)?;
@@ -128,15 +144,18 @@ pub async fn send(
         }
         None => fresh_key(),
     };
-    Ok(store
-        .send_user_message(UserMessage {
-            session_id: session_id.to_owned(),
-            client_key,
-            item: convert::item(message.item),
-            wake: Some(convert::step(message.wake)),
-            events: message.events.into_iter().map(convert::event).collect(),
-        })
-        .await?)
+    let message = UserMessage {
+        session_id: session_id.to_owned(),
+        client_key,
+        item: convert::item(message.item),
+        wake: Some(convert::step(message.wake)),
+        events: message.events.into_iter().map(convert::event).collect(),
+    };
+    Ok(if images.is_empty() {
+        store.send_user_message(message).await?
+    } else {
+        store.media().send_user_message_with_media(message, &images).await?
+    })
 }
 
 /// Decides the open interrupt `interrupt_id` under `client_key` as [`auth::LOCAL`]; the waiting
@@ -634,6 +653,7 @@ fn tool_call(call: CallEntry) -> ToolCall {
         requires_approval: call.requires_approval,
         runs_in: call.runs_in,
         state: call.state,
+        images: call.images,
         tool_call_id: call.tool_call_id,
         tool_name: call.tool_name,
         turn_id: call.turn_id,
@@ -652,7 +672,12 @@ pub async fn conversation(
     state: &RunState,
 ) -> Result<Vec<Message>, StoreError> {
     let page = store.read_messages(session_id, None, i64::MAX).await?;
-    let message = |m: view::Message| Message { role: m.role.to_owned(), text: m.text, pending: m.pending };
+    let message = |m: view::Message| Message {
+        role: m.role.to_owned(),
+        text: m.text,
+        pending: m.pending,
+        images: m.images,
+    };
     if !page.projected {
         let items = read_all_items(store, session_id).await?;
         return Ok(view::messages(&history(&items), state).into_iter().map(message).collect());
@@ -660,8 +685,18 @@ pub async fn conversation(
     let prompts =
         read_all_items_of_kind_after(store, session_id, item_kind::USER_PROMPT, state.prompts_through)
             .await?;
-    let mut messages: Vec<Message> =
-        page.messages.into_iter().map(|m| Message { role: m.role, text: m.text, pending: false }).collect();
+    let mut messages = Vec::with_capacity(page.messages.len());
+    for stored in page.messages {
+        let images = match &stored.images {
+            Some(text) => serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+                table: "messages",
+                key: format!("{session_id}/{}", stored.seq),
+                detail: format!("its images are not a list of image references: {e}"),
+            })?,
+            None => Vec::new(),
+        };
+        messages.push(Message { role: stored.role, text: stored.text, pending: false, images });
+    }
     messages.extend(view::pending_prompts(&history(&prompts), state).into_iter().map(message));
     Ok(messages)
 }

@@ -17,7 +17,7 @@
 //! | --- | --- | --- |
 //! | `chat {model}` | CLIENT, with usage | the segment made exactly one model call |
 //! | `chat {model}` | INTERNAL, no usage | it made none or several (an inline tool call, subagents) |
-//! | `execute_tool {tool}` | INTERNAL | an inline call (child of its segment) or a deferred call attempt |
+//! | `execute_tool {tool}` | INTERNAL | an inline call (child of its segment; a custom tool or a CLI tool such as `Read`, `Bash` or an external MCP server's, `tollgate.tool.kind` `custom` or `cli`) or a deferred call attempt |
 //!
 //! A `chat` span also carries what the Worker's model proxy measured of every request of the
 //! segment ([`proxy_attributes`]): `tollgate.model.requests`, `.request_errors`,
@@ -42,6 +42,7 @@ use opentelemetry::{Array, Context, InstrumentationScope, KeyValue, StringValue,
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tollgate_claude::{SegmentEvent, SegmentStats};
+use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::session::tools::ToolRun;
 use tollgate_engine::session::turn::SegmentResult;
 use tracing::warn;
@@ -328,22 +329,39 @@ impl ToolOutcome {
     }
 }
 
+/// Which tool a span is about: its name, the model's call id, and which side runs it.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolIdentity<'a> {
+    /// A custom tool's own name, or a CLI tool's CLI name.
+    pub name: &'a str,
+    /// The model's tool use ID.
+    pub call_id: &'a str,
+    /// A custom tool (Tollgate's sandbox) or a CLI tool (a built-in or an external MCP
+    /// server's tool, run by the CLI).
+    pub kind: ToolKind,
+}
+
 /// The `execute_tool` span of one tool call attempt; `error` is set for [`ToolOutcome::Error`].
 pub fn tool_span(
     scope: &Scope,
-    tool_name: &str,
-    tool_call_id: &str,
+    tool: ToolIdentity<'_>,
     deferred: bool,
     outcome: ToolOutcome,
     error: Option<&str>,
 ) -> SpanPlan {
+    let tool_name = tool.name;
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", "execute_tool"),
         KeyValue::new("gen_ai.tool.name", tool_name.to_owned()),
-        KeyValue::new("gen_ai.tool.call.id", tool_call_id.to_owned()),
+        KeyValue::new("gen_ai.tool.call.id", tool.call_id.to_owned()),
         KeyValue::new("gen_ai.tool.type", "function"),
     ];
     attributes.extend(scope.attributes());
+    let kind = match tool.kind {
+        ToolKind::Custom => "custom",
+        ToolKind::Cli => "cli",
+    };
+    attributes.push(KeyValue::new("tollgate.tool.kind", kind));
     attributes.push(KeyValue::new("tollgate.tool.deferred", deferred));
     attributes.push(KeyValue::new("tollgate.tool.outcome", outcome.as_str()));
     SpanPlan {
@@ -402,20 +420,21 @@ impl SegmentTrace {
         }
         let parent = plan.record(&Context::new(), self.started, end);
         for call in tools.done {
-            tool_span(&self.scope, &call.name, &call.id, false, call.outcome, None)
-                .record(&parent, call.start, call.end);
+            let tool = ToolIdentity { name: &call.name, call_id: &call.id, kind: call.kind };
+            tool_span(&self.scope, tool, false, call.outcome, None).record(&parent, call.start, call.end);
         }
-        for (id, (name, start)) in tools.open {
-            tool_span(&self.scope, &name, &id, false, ToolOutcome::Unfinished, None)
-                .record(&parent, start, end);
+        for (id, (name, kind, start)) in tools.open {
+            let tool = ToolIdentity { name: &name, call_id: &id, kind };
+            tool_span(&self.scope, tool, false, ToolOutcome::Unfinished, None).record(&parent, start, end);
         }
     }
 }
 
-/// The inline tool calls of a segment, timed by when their events arrive.
+/// The inline tool calls of a segment (custom tools and CLI tools alike), timed by when their
+/// events arrive.
 #[derive(Debug, Default)]
 pub struct InlineTools {
-    open: HashMap<String, (String, SystemTime)>,
+    open: HashMap<String, (String, ToolKind, SystemTime)>,
     done: Vec<InlineCall>,
 }
 
@@ -423,6 +442,7 @@ pub struct InlineTools {
 struct InlineCall {
     id: String,
     name: String,
+    kind: ToolKind,
     outcome: ToolOutcome,
     start: SystemTime,
     end: SystemTime,
@@ -432,16 +452,17 @@ impl InlineTools {
     /// Notes a tool call starting or finishing; other events are ignored.
     pub fn on_event(&mut self, event: &SegmentEvent) {
         match event {
-            SegmentEvent::ToolCallStarted { tool_use_id, name } => {
-                self.open.insert(tool_use_id.clone(), (name.clone(), SystemTime::now()));
+            SegmentEvent::ToolCallStarted { tool_use_id, name, kind, .. } => {
+                self.open.insert(tool_use_id.clone(), (name.clone(), *kind, SystemTime::now()));
             }
-            SegmentEvent::ToolCallFinished { tool_use_id, name, is_error } => {
+            SegmentEvent::ToolCallFinished { tool_use_id, name, kind, is_error } => {
                 let end = SystemTime::now();
-                let start = self.open.remove(tool_use_id).map_or(end, |(_, start)| start);
+                let start = self.open.remove(tool_use_id).map_or(end, |(_, _, start)| start);
                 let outcome = if *is_error { ToolOutcome::Failed } else { ToolOutcome::Succeeded };
                 self.done.push(InlineCall {
                     id: tool_use_id.clone(),
                     name: name.clone(),
+                    kind: *kind,
                     outcome,
                     start,
                     end,
@@ -478,8 +499,14 @@ impl ToolTrace {
             ToolRun::Failed { message } | ToolRun::Error { message } => Some(message.as_str()),
             _ => None,
         };
-        tool_span(&self.scope, &self.tool_name, &self.tool_call_id, true, ToolOutcome::of_run(run), error)
-            .record(&Context::new(), self.started, SystemTime::now());
+        // A deferred call's step runs a custom tool (an approved CLI tool runs in its segment).
+        let tool =
+            ToolIdentity { name: &self.tool_name, call_id: &self.tool_call_id, kind: ToolKind::Custom };
+        tool_span(&self.scope, tool, true, ToolOutcome::of_run(run), error).record(
+            &Context::new(),
+            self.started,
+            SystemTime::now(),
+        );
     }
 }
 
@@ -660,14 +687,8 @@ mod tests {
     #[test]
     fn a_deferred_tool_attempt_that_errs_is_an_error_span_and_an_error_result_is_not() {
         let error = ToolRun::Error { message: "trapped".into() };
-        let span = tool_span(
-            &scope(),
-            "create_refund",
-            "toolu_1",
-            true,
-            ToolOutcome::of_run(&error),
-            Some("trapped"),
-        );
+        let refund = ToolIdentity { name: "create_refund", call_id: "toolu_1", kind: ToolKind::Custom };
+        let span = tool_span(&scope(), refund, true, ToolOutcome::of_run(&error), Some("trapped"));
         assert_eq!(span.name, "execute_tool create_refund");
         assert_eq!(span.attribute("gen_ai.operation.name"), Some(&text("execute_tool")));
         assert_eq!(span.attribute("gen_ai.tool.call.id"), Some(&text("toolu_1")));
@@ -675,27 +696,39 @@ mod tests {
         assert_eq!(span.attribute("tollgate.tool.outcome"), Some(&text("error")));
         assert_eq!(span.error.as_deref(), Some("trapped"));
 
-        let failed = ToolRun::Output { text: "no such order".into(), is_error: true };
-        let span = tool_span(&scope(), "lookup_order", "toolu_2", false, ToolOutcome::of_run(&failed), None);
+        let failed = ToolRun::Output { text: "no such order".into(), is_error: true, images: Vec::new() };
+        let lookup = ToolIdentity { name: "lookup_order", call_id: "toolu_2", kind: ToolKind::Custom };
+        let span = tool_span(&scope(), lookup, false, ToolOutcome::of_run(&failed), None);
         assert_eq!(span.attribute("tollgate.tool.outcome"), Some(&text("failed")));
         assert_eq!(span.error, None);
     }
 
     #[test]
+    fn an_inline_cli_tool_call_is_an_execute_tool_span_of_kind_cli() {
+        let read = ToolIdentity { name: "Read", call_id: "toolu_3", kind: ToolKind::Cli };
+        let span = tool_span(&scope(), read, false, ToolOutcome::Succeeded, None);
+        assert_eq!(span.name, "execute_tool Read");
+        assert_eq!(span.attribute("tollgate.tool.kind"), Some(&text("cli")));
+        assert_eq!(span.attribute("tollgate.tool.deferred"), Some(&Value::Bool(false)));
+    }
+
+    #[test]
     fn inline_tool_calls_are_timed_from_their_events_and_an_unfinished_one_stays_open() {
         let mut tools = InlineTools::default();
-        tools.on_event(&SegmentEvent::ToolCallStarted {
-            tool_use_id: "a".into(),
-            name: "lookup_order".into(),
-        });
-        tools.on_event(&SegmentEvent::ToolCallStarted {
-            tool_use_id: "b".into(),
-            name: "lookup_order".into(),
-        });
+        let started = |id: &str, name: &str, kind| SegmentEvent::ToolCallStarted {
+            tool_use_id: id.into(),
+            name: name.into(),
+            kind,
+            input: serde_json::json!({}),
+        };
+        tools.on_event(&started("a", "lookup_order", ToolKind::Custom));
+        tools.on_event(&started("b", "Bash", ToolKind::Cli));
         tools.on_event(&SegmentEvent::TextDelta { text: "…".into() });
+        tools.on_event(&SegmentEvent::ReasoningDelta { text: "…".into() });
         tools.on_event(&SegmentEvent::ToolCallFinished {
             tool_use_id: "a".into(),
             name: "lookup_order".into(),
+            kind: ToolKind::Custom,
             is_error: true,
         });
         assert_eq!(tools.done.len(), 1);

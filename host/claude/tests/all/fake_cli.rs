@@ -52,10 +52,16 @@ async fn a_happy_turn_streams_deltas_serves_mcp_through_the_gate_and_collects_ev
         [
             SegmentEvent::TextDelta { text: "Calling ".into() },
             SegmentEvent::TextDelta { text: "echo.".into() },
-            SegmentEvent::ToolCallStarted { tool_use_id: "toolu_fake_1".into(), name: "echo".into() },
+            SegmentEvent::ToolCallStarted {
+                tool_use_id: "toolu_fake_1".into(),
+                name: "echo".into(),
+                kind: tollgate_engine::catalog::ToolKind::Custom,
+                input: serde_json::json!({"text": "ping"}),
+            },
             SegmentEvent::ToolCallFinished {
                 tool_use_id: "toolu_fake_1".into(),
                 name: "echo".into(),
+                kind: tollgate_engine::catalog::ToolKind::Custom,
                 is_error: false
             },
         ]

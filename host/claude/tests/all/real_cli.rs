@@ -10,10 +10,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tollgate_claude::tools::ToolRunner;
-use tollgate_claude::{AppHook, AppHookFuture, SegmentOutcome, SegmentReport, SegmentSpec, Start};
+use tollgate_claude::tools::catalog;
+use tollgate_claude::{
+    AppHook, AppHookFuture, SegmentEvent, SegmentOutcome, SegmentReport, SegmentSpec, Start,
+};
 use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::{DeferredCall, Gate};
 use tollgate_engine::hooks::{HookAnswer, HookCall, HookEvent, HookMatcher};
+use tollgate_engine::policy::{Effect, PolicyEntry};
 use tollgate_engine::record::{Outcome, ToolCallRecord};
 use tollgate_mock_model::MockModel;
 use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
@@ -554,4 +558,67 @@ async fn a_cancelled_segment_interrupts_the_cli_mid_stream_and_it_ends_its_turn(
         "it was streaming: {events:?}"
     );
     world.mock.open_gate("cancel-me");
+}
+
+/// The model's thinking and its inline CLI tool calls (a built-in read and an allowed `Bash`)
+/// reach the caller as they happen, beside the custom tool the tool server runs.
+#[tokio::test]
+async fn thinking_and_inline_cli_tool_calls_are_reported_as_they_happen() {
+    let Some((cli, _slot)) = real_cli("thinking_and_inline_cli_tool_calls").await else { return };
+    let world = World::start(cli).await;
+    let notes = world.project.path().join("notes.txt");
+    std::fs::write(&notes, "order 7 shipped late\n").expect("write the notes");
+    let script = format!(
+        "think the customer asks about order 7 ;; call Read {} && call Bash {} && call lookup_order {} ;; \
+         think all three answered",
+        json!({"file_path": notes}),
+        json!({"command": "echo inline-bash-$((6*7))", "description": "Print a marker"}),
+        json!({"order_id": "7"}),
+    );
+    let policies = tollgate_engine::policy::Policies::default()
+        .with("Read", PolicyEntry::new(Effect::Read))
+        .and_then(|p| p.with("Bash", PolicyEntry::new(Effect::Read)))
+        .expect("valid policies");
+    let gate = Gate::new(policies, catalog("tools", &world.tools.tools()).expect("a catalog"));
+    let (report, events) = run(world.fresh(&script), gate, world.runner()).await;
+    let text = world.text(&report);
+    let result = completed(&report, &text);
+    assert!(result.contains("inline-bash-42") && result.contains("order 7 shipped late"), "{text}");
+
+    let thinking: String = events
+        .iter()
+        .filter_map(|e| match e {
+            SegmentEvent::ReasoningDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(thinking, "the customer asks about order 7all three answered", "{events:?}\n{text}");
+    let calls: Vec<(String, ToolKind, &'static str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            SegmentEvent::ToolCallStarted { name, kind, .. } => Some((name.clone(), *kind, "started")),
+            SegmentEvent::ToolCallFinished { name, kind, is_error: false, .. } => {
+                Some((name.clone(), *kind, "succeeded"))
+            }
+            SegmentEvent::ToolCallFinished { name, kind, is_error: true, .. } => {
+                Some((name.clone(), *kind, "failed"))
+            }
+            _ => None,
+        })
+        .collect();
+    for (name, kind) in [("Read", ToolKind::Cli), ("Bash", ToolKind::Cli), ("lookup_order", ToolKind::Custom)]
+    {
+        let of = |what| calls.iter().filter(|c| c.0 == name && c.1 == kind && c.2 == what).count();
+        assert_eq!((of("started"), of("succeeded")), (1, 1), "{name}: {calls:?}\n{text}");
+    }
+    let read_input = events.iter().find_map(|e| match e {
+        SegmentEvent::ToolCallStarted { name, input, .. } if name == "Read" => Some(input.clone()),
+        _ => None,
+    });
+    assert_eq!(read_input, Some(json!({"file_path": notes})), "{events:?}");
+    // Thinking comes before the calls it leads to, and after their results.
+    let first_call = events.iter().position(|e| matches!(e, SegmentEvent::ToolCallStarted { .. }));
+    let last_thought = events.iter().rposition(|e| matches!(e, SegmentEvent::ReasoningDelta { .. }));
+    let first_thought = events.iter().position(|e| matches!(e, SegmentEvent::ReasoningDelta { .. }));
+    assert!(first_thought < first_call && first_call < last_thought, "{events:?}");
 }

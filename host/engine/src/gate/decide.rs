@@ -70,10 +70,10 @@ impl Gate {
     /// Whether the custom tool server may run `tool` (its bare name) for a `tools/call` under
     /// `tool_use_id` (`_meta["claudecode/toolUseId"]`). Each permit is used once.
     pub fn permit_mcp_call(&mut self, tool_use_id: Option<&str>, tool: &str) -> McpPermit {
-        let refuse = McpPermit::Refuse(ToolResult {
-            text: texts::render(texts::MCP_CALL_NOT_PERMITTED, &self.catalog.cli_name(tool)),
-            is_error: true,
-        });
+        let refuse = McpPermit::Refuse(ToolResult::text(
+            texts::render(texts::MCP_CALL_NOT_PERMITTED, &self.catalog.cli_name(tool)),
+            true,
+        ));
         let Some(state) = tool_use_id.and_then(|id| self.calls.get_mut(id)) else {
             return refuse;
         };
@@ -91,7 +91,7 @@ impl Gate {
             }
             Phase::Decided(Decided::Replayed { record, served: served @ false }) => {
                 *served = true;
-                McpPermit::Replay(record.outcome.tool_result(&state.tool_name))
+                McpPermit::Replay(record.tool_result(&state.tool_name))
             }
             _ => refuse,
         }

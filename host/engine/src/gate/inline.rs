@@ -26,7 +26,7 @@ use super::call::Decided;
 use super::canonical::same_input;
 use super::{DenyReason, Gate, ToolCall};
 use crate::catalog::{ToolKind, ToolRef};
-use crate::record::{Outcome, ToolCallRecord};
+use crate::record::{Outcome, RecordedImage, ToolCallRecord};
 use crate::texts;
 
 /// One inline write of the turn, as stored, that the segment's CLI does not know of (an earlier
@@ -43,6 +43,8 @@ pub struct InlineWrite {
     pub attempts: i64,
     /// Its final outcome, once recorded.
     pub outcome: Option<Outcome>,
+    /// The images of its recorded result (their bytes loaded for a replay).
+    pub images: Vec<RecordedImage>,
 }
 
 /// What the MCP server runs for a recorded inline write
@@ -112,10 +114,15 @@ impl Gate {
     /// The decision for a call of the recorded inline tool `tool`.
     pub(super) fn recorded_write(&mut self, call: &ToolCall, tool: &str) -> Decided {
         match self.inline.meet(&call.tool_use_id, tool, &call.input) {
-            Some(InlineWrite { tool_call_id, arguments, outcome: Some(outcome), .. }) => Decided::Replayed {
-                record: ToolCallRecord::new(tool_call_id, tool, ToolKind::Custom, arguments, outcome),
-                served: false,
-            },
+            Some(InlineWrite { tool_call_id, arguments, outcome: Some(outcome), images, .. }) => {
+                Decided::Replayed {
+                    record: ToolCallRecord {
+                        images,
+                        ..ToolCallRecord::new(tool_call_id, tool, ToolKind::Custom, arguments, outcome)
+                    },
+                    served: false,
+                }
+            }
             Some(InlineWrite { tool_call_id, attempts, outcome: None, .. }) => Decided::Recorded {
                 used: false,
                 run: RecordedRun { record_id: tool_call_id, attempts_before: attempts },

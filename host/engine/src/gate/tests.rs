@@ -156,6 +156,7 @@ fn credit_write(id: &str, order: &str, outcome: Option<Outcome>, attempts: i64) 
         arguments: json!({ "order_id": order }),
         attempts,
         outcome,
+        images: Vec::new(),
     }
 }
 
@@ -171,7 +172,7 @@ fn a_rerun_replays_a_recorded_inline_write_met_under_a_new_id_by_its_tool_and_ar
     assert_eq!(record.tool_call_id, "toolu_old", "the record it was made under");
     assert_eq!(
         gate.permit_mcp_call(Some("toolu_new"), "record_credit"),
-        McpPermit::Replay(ToolResult { text: "credited c_1".into(), is_error: false }),
+        McpPermit::Replay(ToolResult::text("credited c_1", false)),
         "served from the record, never run"
     );
     assert_eq!(
@@ -394,7 +395,7 @@ fn the_mcp_server_returns_the_recorded_output_once_without_running_the_tool() {
     let _ = hook(&mut gate, "toolu_refund", "mcp__tools__create_refund");
     assert_eq!(
         gate.permit_mcp_call(Some("toolu_refund"), "create_refund"),
-        McpPermit::Replay(ToolResult { text: "refunded r_1".to_owned(), is_error: false })
+        McpPermit::Replay(ToolResult::text("refunded r_1", false))
     );
     assert!(refused(&mut gate, Some("toolu_refund"), "create_refund"), "a record replays at most once");
 }
@@ -406,10 +407,7 @@ fn a_rejected_custom_call_is_allowed_and_the_mcp_server_returns_the_rejection_te
     assert!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund").is_allow());
     assert_eq!(
         gate.permit_mcp_call(Some("toolu_refund"), "create_refund"),
-        McpPermit::Replay(ToolResult {
-            text: "The user rejected this call: wrong order".to_owned(),
-            is_error: true
-        })
+        McpPermit::Replay(ToolResult::text("The user rejected this call: wrong order", true))
     );
 }
 
@@ -571,7 +569,7 @@ fn a_vanished_custom_tool_still_replays_its_record() {
     assert_eq!(hook(&mut gate, "toolu_gone", "mcp__tools__retired_tool"), Decision::Replay(record));
     assert_eq!(
         gate.permit_mcp_call(Some("toolu_gone"), "retired_tool"),
-        McpPermit::Replay(ToolResult { text: "done".to_owned(), is_error: false })
+        McpPermit::Replay(ToolResult::text("done", false))
     );
 }
 
@@ -625,11 +623,10 @@ fn an_mcp_call_without_a_tool_use_id_is_refused() {
     let _ = hook(&mut gate, "toolu_1", "mcp__tools__lookup_order");
     assert_eq!(
         gate.permit_mcp_call(None, "lookup_order"),
-        McpPermit::Refuse(ToolResult {
-            text: "mcp__tools__lookup_order did not run. Tollgate has no permission decision for this call."
-                .to_owned(),
-            is_error: true,
-        })
+        McpPermit::Refuse(ToolResult::text(
+            "mcp__tools__lookup_order did not run. Tollgate has no permission decision for this call.",
+            true,
+        ))
     );
 }
 

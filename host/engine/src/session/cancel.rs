@@ -236,6 +236,7 @@ mod tests {
             batch_id: None,
             decided_ahead: None,
             inline: false,
+            images: Vec::new(),
             state,
         }
     }
@@ -316,8 +317,8 @@ mod tests {
             panic!("{:?}", run.start)
         };
         assert_eq!(prompts.len(), 2, "{prompts:?}");
-        assert!(prompts[0].starts_with("[Tollgate] alice cancelled"), "{prompts:?}");
-        assert_eq!(prompts[1], "say hello");
+        assert!(prompts[0].text.starts_with("[Tollgate] alice cancelled"), "{prompts:?}");
+        assert_eq!(prompts[1].text, "say hello");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::{
     EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, event_kind, item_kind, raw, status,
     step_kind,
 };
+use crate::media::MediaRef;
 
 /// The longest user message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -24,11 +25,13 @@ pub struct ClientMessage {
     pub events: Vec<NewEvent>,
 }
 
-/// A user message.
+/// A user message, with the images it carries (stored already, by reference): the item
+/// `{"kind":"user_prompt","text":…}`, with `"images":[{"digest","media_type"}…]` when there are
+/// some, and its `user_message` event (`{"text"}`, and `"images"` the same way).
 ///
 /// # Errors
 /// An empty or over-long text.
-pub fn user_message(text: &str) -> Result<ClientMessage, EngineError> {
+pub fn user_message(text: &str, images: &[MediaRef]) -> Result<ClientMessage, EngineError> {
     if text.trim().is_empty() {
         return Err(EngineError::BadInput { field: "text", reason: "must not be empty".into() });
     }
@@ -43,7 +46,7 @@ pub fn user_message(text: &str) -> Result<ClientMessage, EngineError> {
             kind: item_kind::USER_PROMPT,
             uuid: None,
             turn_id: None,
-            body: raw(&json!({"kind": "user_prompt", "text": text})),
+            body: raw(&with_images(json!({"kind": "user_prompt", "text": text}), images)),
         },
         wake: NextStep {
             kind: step_kind::RUN_MODEL,
@@ -52,8 +55,19 @@ pub fn user_message(text: &str) -> Result<ClientMessage, EngineError> {
             only_if_prompts_after: None,
             session_status: Some(status::RUNNING),
         },
-        events: vec![NewEvent { kind: event_kind::USER_MESSAGE, payload: json!({"text": text}) }],
+        events: vec![NewEvent {
+            kind: event_kind::USER_MESSAGE,
+            payload: with_images(json!({"text": text}), images),
+        }],
     })
+}
+
+/// `object` with `"images"` added when there are any.
+fn with_images(mut object: Value, images: &[MediaRef]) -> Value {
+    if !images.is_empty() {
+        object["images"] = serde_json::to_value(images).expect("references serialize");
+    }
+    object
 }
 
 /// A human decision on a deferred call, as stored in the interrupt.

@@ -59,6 +59,7 @@ pub fn unseen_writes(run: &SegmentRun, calls: &[CallEntry]) -> Vec<InlineWrite> 
                 _ => 0,
             },
             outcome: call.state.outcome(),
+            images: call.images.iter().cloned().map(Into::into).collect(),
         })
         .collect()
 }
@@ -79,6 +80,7 @@ pub fn write(turn_id: &str, tool_call_id: &str, tool_name: &str, arguments: Valu
         batch_id: None,
         decided_ahead: None,
         inline: true,
+        images: Vec::new(),
         state: CallState::Queued,
     }
 }
@@ -154,6 +156,8 @@ pub enum After {
 
 /// What attempt `attempt`'s `run` changes (`CallTool`'s rules, [`super::tools::settle`]).
 pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
+    // An output's images go with its record.
+    let call = &CallEntry { images: run.images().to_vec(), ..call.clone() };
     // Every attempt before this one started, and may have taken effect.
     match super::tools::settle(run, &call.tool_name, false, attempt, attempt == 1) {
         Settled::Record(outcome) => {
@@ -264,9 +268,11 @@ mod tests {
 
     #[test]
     fn its_result_is_the_deferred_steps_record_kept_under_the_claim_with_no_resume_step() {
-        let After::Recorded { call, transition } =
-            on_result(&credit(), 1, ToolRun::Output { text: "credited c_1".into(), is_error: false })
-        else {
+        let After::Recorded { call, transition } = on_result(
+            &credit(),
+            1,
+            ToolRun::Output { text: "credited c_1".into(), is_error: false, images: Vec::new() },
+        ) else {
             panic!("an output is final")
         };
         assert_eq!(call.state, CallState::Succeeded { output: "credited c_1".into() });
@@ -373,7 +379,12 @@ mod tests {
             CallEntry { turn_id: "turn-0".into(), tool_call_id: "toolu_4".into(), ..done.clone() };
         let calls = [done, started, deferred, other_turn];
 
-        let fresh = unseen_writes(&run(PlannedStart::Fresh { prompts: vec!["x".into()] }), &calls);
+        let fresh = unseen_writes(
+            &run(PlannedStart::Fresh {
+                prompts: vec![super::super::turn::Prompt { text: "x".into(), images: Vec::new() }],
+            }),
+            &calls,
+        );
         let ids: Vec<_> = fresh.iter().map(|w| (w.tool_call_id.as_str(), w.attempts)).collect();
         assert_eq!(ids, [("toolu_1", 0), ("toolu_2", 1)]);
         assert_eq!(fresh[0].outcome, Some(Outcome::Succeeded { output: "c_1".into() }));

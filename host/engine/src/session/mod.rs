@@ -32,6 +32,8 @@
 //!   "entries":[…]}` (item kind `subagent`, [`subagents`]); read by people, never resumed.
 //! - The run state: `{"version":1,"session_id":…,"turn_entries":[…],…}` ([`RunState`]).
 //! - A tool call: [`CallEntry`], whose final form is [`crate::record::ToolCallRecord`]'s JSON.
+//! - Images, in a user message's `"images"` and a call's `"images"`: [`MediaRef`]s
+//!   (`{"digest","media_type"}`); the bytes are in the store's media table, once per session.
 
 pub mod batches;
 pub mod cancel;
@@ -50,6 +52,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::catalog::ToolKind;
+use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::{Outcome, ToolCallRecord};
 
@@ -99,11 +102,21 @@ pub mod event_kind {
     pub const USER_MESSAGE: &str = "user_message";
     /// A turn's first segment started.
     pub const TURN_STARTED: &str = "turn_started";
-    /// Text of the main conversation, as it streams.
+    /// Text of the main conversation, one block at a time:
+    /// `{"turn_id","attempt","offset","text"}` (`offset`: where it starts in the segment's text,
+    /// in characters).
     pub const TEXT_DELTA: &str = "text_delta";
-    /// A tool call started (inline, or a deferred call's step).
+    /// Thinking of the main conversation (the model's visible reasoning), stored as text is:
+    /// `{"turn_id","attempt","offset","text"}`, `offset` counted in the segment's thinking.
+    pub const REASONING_DELTA: &str = "reasoning_delta";
+    /// A tool call started (inline, or a deferred call's step). An inline call's:
+    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","arguments","deferred":false}`,
+    /// `kind` `custom` (a custom tool, by its own name) or `cli` (a built-in or an external MCP
+    /// server's tool, by its CLI name).
     pub const TOOL_CALL_STARTED: &str = "tool_call_started";
-    /// A tool call finished or got its record.
+    /// A tool call finished or got its record. An inline call's:
+    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","status","deferred":false}`,
+    /// `status` `succeeded` or `failed` (the model got an error result).
     pub const TOOL_CALL_FINISHED: &str = "tool_call_finished";
     /// A deferred call waits for a decision.
     pub const INTERRUPT_OPENED: &str = "interrupt_opened";
@@ -467,6 +480,10 @@ pub struct CallEntry {
     /// (false) for a deferred call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inline: bool,
+    /// The images of its result, after the text of its final state, by reference (absent when
+    /// there are none). A replay sends them to the model again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<MediaRef>,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,
@@ -500,6 +517,7 @@ impl CallEntry {
         if let (ToolKind::Cli, Some(original)) = (self.kind, &self.original_arguments) {
             record.note = Some(crate::texts::input_edited_note(original, &self.arguments));
         }
+        record.images = self.images.iter().cloned().map(Into::into).collect();
         Some(record)
     }
 

@@ -85,7 +85,12 @@ pub fn message_part(body: &str) -> Option<MessagePart> {
             _ => {}
         }
     }
-    (!lines.is_empty()).then(|| MessagePart { role: ROLE, merge_key: None, text: lines.join("\n\n") })
+    (!lines.is_empty()).then(|| MessagePart {
+        role: ROLE,
+        merge_key: None,
+        text: lines.join("\n\n"),
+        images: Vec::new(),
+    })
 }
 
 /// The text of a message's content: a string, or its text blocks joined; `None` when it has none.

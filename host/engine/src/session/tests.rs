@@ -91,7 +91,7 @@ fn a_new_turn_sends_every_prompt_no_completed_turn_answered() {
     assert_eq!(run.turn_id, "turn-1");
     assert_eq!(run.prompts_upto, 3);
     match run.start {
-        PlannedStart::Fresh { prompts } => assert_eq!(prompts, ["first", "second"]),
+        PlannedStart::Fresh { prompts } => assert_eq!(texts(&prompts), ["first", "second"]),
         other => panic!("{other:?}"),
     }
 }
@@ -159,7 +159,7 @@ fn the_next_turn_resumes_the_stored_transcript_with_its_prompt() {
                 [r#"{"type":"assistant","uuid":"a1"}"#]
             );
             assert!(transcript.chunks.is_empty());
-            assert_eq!(prompts, ["again"]);
+            assert_eq!(texts(&prompts), ["again"]);
         }
         other => panic!("{other:?}"),
     }
@@ -185,7 +185,7 @@ fn a_transcript_kept_in_chunks_is_resumed_from_them_without_its_items() {
             assert_eq!(session_id, "cli-1");
             assert_eq!(transcript.chunks, ["{\"uuid\":\"u1\"}\n", "{\"uuid\":\"a1\"}\n"]);
             assert!(transcript.entries.is_empty());
-            assert_eq!(prompts, ["again"]);
+            assert_eq!(texts(&prompts), ["again"]);
         }
         other => panic!("{other:?}"),
     }
@@ -246,6 +246,7 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
         batch_id: None,
         decided_ahead: None,
         inline: false,
+        images: Vec::new(),
         state: CallState::PendingApproval,
     }
 }
@@ -274,7 +275,7 @@ fn an_approval_with_an_edited_input_runs_the_edited_input_and_keeps_the_original
         true,
         1,
         queued,
-        super::tools::ToolRun::Output { text: "refunded r_1".into(), is_error: false },
+        super::tools::ToolRun::Output { text: "refunded r_1".into(), is_error: false, images: Vec::new() },
     );
     assert_eq!(
         done.calls[0].state,
@@ -502,9 +503,19 @@ fn a_deferred_write_that_never_sent_anything_is_failed_and_one_that_may_have_is_
 #[test]
 fn tool_results_become_records() {
     let call = pending_call(DeferredRun::CallTool, ToolKind::Custom);
-    let ok = on_tool_result(false, 1, &call, ToolRun::Output { text: "r_1".into(), is_error: false });
+    let ok = on_tool_result(
+        false,
+        1,
+        &call,
+        ToolRun::Output { text: "r_1".into(), is_error: false, images: Vec::new() },
+    );
     assert_eq!(ok.calls[0].state, CallState::Succeeded { output: "r_1".into() });
-    let refused = on_tool_result(false, 1, &call, ToolRun::Output { text: "no".into(), is_error: true });
+    let refused = on_tool_result(
+        false,
+        1,
+        &call,
+        ToolRun::Output { text: "no".into(), is_error: true, images: Vec::new() },
+    );
     assert_eq!(refused.calls[0].state, CallState::Failed { error: "no".into() });
     let invalid =
         on_tool_result(true, 1, &call, ToolRun::Refused { message: "Input validation error: x".into() });
@@ -593,7 +604,7 @@ fn a_failing_segment_retries_then_fails_the_turn_and_leaves_a_note_for_the_next_
     match run.start {
         PlannedStart::Fresh { prompts } => {
             assert_eq!(prompts.len(), 3);
-            assert!(prompts[1].starts_with("[Tollgate] The previous turn failed"));
+            assert!(prompts[1].text.starts_with("[Tollgate] The previous turn failed"));
         }
         other => panic!("{other:?}"),
     }
@@ -672,10 +683,40 @@ fn the_run_state_keeps_the_seed_fields_and_entry_bytes() {
     );
 }
 
+/// The texts of planned prompts.
+fn texts(prompts: &[super::turn::Prompt]) -> Vec<&str> {
+    prompts.iter().map(|p| p.text.as_str()).collect()
+}
+
+#[test]
+fn a_message_with_images_keeps_them_by_reference_and_its_turn_plans_them_with_its_text() {
+    let chart = crate::media::MediaRef {
+        digest: format!("sha256:{}", "a".repeat(64)),
+        media_type: "image/png".into(),
+    };
+    let message = user_message("What does this chart show?", std::slice::from_ref(&chart)).unwrap();
+    let body: serde_json::Value = serde_json::from_str(message.item.body.get()).unwrap();
+    assert_eq!(
+        body,
+        json!({"kind": "user_prompt", "text": "What does this chart show?", "images": [{"digest": chart.digest, "media_type": "image/png"}]})
+    );
+    assert_eq!(message.events[0].payload["images"][0]["digest"], chart.digest.as_str());
+    let item = message.item.body.get().to_owned();
+    let state = RunState::default();
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &[(1, item_kind::USER_PROMPT, item)], &[]));
+    match &run.start {
+        PlannedStart::Fresh { prompts } => {
+            assert_eq!(prompts[0].text, "What does this chart show?");
+            assert_eq!(prompts[0].images, [chart]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn user_messages_must_have_text() {
-    assert!(user_message("  ").is_err());
-    let message = user_message("Refund order 7").unwrap();
+    assert!(user_message("  ", &[]).is_err());
+    let message = user_message("Refund order 7", &[]).unwrap();
     assert_eq!(message.item.body.get(), r#"{"kind":"user_prompt","text":"Refund order 7"}"#);
     assert_eq!(message.wake.kind, step_kind::RUN_MODEL);
     assert_eq!(message.wake.session_status, Some(status::RUNNING), "running from the moment it is queued");
@@ -1045,7 +1086,7 @@ fn a_revoked_grant_needs_approval_again() {
     let state = RunState { prompts_through: 1, turns_ended: 1, ..RunState::default() };
     let run = run_of(plan(&RunModelStep::default(), 1, &state, &rows, &calls));
     match run.start {
-        PlannedStart::Fresh { prompts } => assert_eq!(prompts, vec!["refund order 9".to_owned()]),
+        PlannedStart::Fresh { prompts } => assert_eq!(texts(&prompts), ["refund order 9"]),
         other => panic!("{other:?}"),
     }
 }

@@ -10,6 +10,7 @@ use super::{
     event_kind, status, step_kind,
 };
 use crate::catalog::ToolKind;
+use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
 use crate::texts;
@@ -171,6 +172,8 @@ pub enum ToolRun {
         text: String,
         /// Whether it is an error result.
         is_error: bool,
+        /// The result's images, stored already, after the text.
+        images: Vec<MediaRef>,
     },
     /// It never ran: the arguments do not fit, or the tool is gone. Records `failed`.
     Refused {
@@ -195,6 +198,16 @@ pub enum ToolRun {
         /// What happened, for the log and the event.
         message: String,
     },
+}
+
+impl ToolRun {
+    /// The images of an output (none for anything else).
+    pub fn images(&self) -> &[MediaRef] {
+        match self {
+            ToolRun::Output { images, .. } => images,
+            _ => &[],
+        }
+    }
 }
 
 /// What a run means for its call ([`settle`]).
@@ -227,8 +240,8 @@ pub enum Settled {
 pub fn settle(run: ToolRun, tool: &str, single_attempt: bool, attempt: i64, first_start: bool) -> Settled {
     let may_retry = !single_attempt && attempt < CALL_TOOL_ATTEMPTS;
     match run {
-        ToolRun::Output { text, is_error: false } => Settled::Record(Outcome::Succeeded { output: text }),
-        ToolRun::Output { text: error, is_error: true } | ToolRun::Refused { message: error } => {
+        ToolRun::Output { text, is_error: false, .. } => Settled::Record(Outcome::Succeeded { output: text }),
+        ToolRun::Output { text: error, is_error: true, .. } | ToolRun::Refused { message: error } => {
             Settled::Record(Outcome::Failed { error })
         }
         ToolRun::Contained { message } if first_start => {
@@ -252,11 +265,15 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
         None => text,
     };
     let first_start = !matches!(call.state, CallState::Started { .. });
+    // An output's images go with its record, whichever it is.
+    let with_images = CallEntry { images: run.images().to_vec(), ..call.clone() };
     match settle(run, &call.tool_name, single_attempt, attempt, first_start) {
         Settled::Record(Outcome::Succeeded { output }) => {
-            record(call, Outcome::Succeeded { output: told(output) })
+            record(&with_images, Outcome::Succeeded { output: told(output) })
         }
-        Settled::Record(Outcome::Failed { error }) => record(call, Outcome::Failed { error: told(error) }),
+        Settled::Record(Outcome::Failed { error }) => {
+            record(&with_images, Outcome::Failed { error: told(error) })
+        }
         Settled::Record(outcome) => record(call, outcome),
         Settled::Retry { message } => {
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));

@@ -16,6 +16,7 @@ use super::{
     TurnState, Usage, event_kind, failure_reason, item_kind, raw, status, step_kind,
 };
 use crate::gate::DeferredCall;
+use crate::media::MediaRef;
 use crate::policy::{DeferredRun, Handling, Policies};
 use crate::record::ToolCallRecord;
 use crate::texts;
@@ -34,10 +35,10 @@ pub struct HistoryItem<'a> {
 /// How the segment starts.
 #[derive(Clone, Debug)]
 pub enum PlannedStart {
-    /// The session's first segment: a new CLI session with these prompt texts.
+    /// The session's first segment: a new CLI session with these prompts.
     Fresh {
-        /// One text block each, oldest first.
-        prompts: Vec<String>,
+        /// Oldest first.
+        prompts: Vec<Prompt>,
     },
     /// A new turn of a session with a stored transcript: `--resume` with these prompts.
     NewTurn {
@@ -45,8 +46,8 @@ pub enum PlannedStart {
         session_id: String,
         /// The stored transcript, byte for byte.
         transcript: ResumeTranscript,
-        /// One text block each, oldest first.
-        prompts: Vec<String>,
+        /// Oldest first.
+        prompts: Vec<Prompt>,
     },
     /// The resumed segment of a turn: `--resume` without a prompt; the gate replays `pending`.
     ResumeCall {
@@ -57,6 +58,17 @@ pub enum PlannedStart {
         /// The deferred call's final record.
         pending: ToolCallRecord,
     },
+}
+
+/// One prompt of a new turn: a user message (or a turn-failure note) as stored. The CLI gets its
+/// text as one text block, then each image as an image block.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Prompt {
+    /// The text.
+    pub text: String,
+    /// The images it carries, by reference.
+    #[serde(default)]
+    pub images: Vec<MediaRef>,
 }
 
 /// The item kinds [`plan_run_model`] reads besides the transcript: a caller that passes
@@ -186,11 +198,6 @@ pub enum SegmentResult {
         /// The [`failure_reason`] of the limit.
         reason: &'static str,
     },
-}
-
-#[derive(Deserialize)]
-struct PromptBody {
-    text: String,
 }
 
 /// A transcript item's body as stored (`transcript_item` writes it):
@@ -343,11 +350,11 @@ pub fn plan_run_model(
                 .iter()
                 .filter(|i| is_prompt(i.kind) && i.seq > state.prompts_through && i.seq <= prompts_upto)
             {
-                let body: PromptBody = serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
+                let prompt: Prompt = serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
                     what: format!("prompt item {}", item.seq),
                     reason: e.to_string(),
                 })?;
-                prompts.push(body.text);
+                prompts.push(prompt);
             }
             match transcript_session {
                 Some(session_id) => PlannedStart::NewTurn { session_id, transcript, prompts },
@@ -501,6 +508,7 @@ pub fn on_segment(
                 batch_id: None,
                 decided_ahead: None,
                 inline: false,
+                images: Vec::new(),
                 state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
             };
             let call_step = serde_json::to_value(CallStep {
@@ -721,6 +729,7 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
                 decided_at: None,
             }),
             inline: false,
+            images: Vec::new(),
             state: CallState::Unused,
         });
         let closing = batches::closing_decision(turn_id);

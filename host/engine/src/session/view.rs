@@ -1,11 +1,16 @@
 //! The conversation as text, for a session snapshot: what the CLI saw and answered in completed
-//! turns, then the prompts no completed turn answered yet.
+//! turns, then the prompts no completed turn answered yet. A user message's images are listed
+//! with it, by reference.
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::turn::HistoryItem;
 use super::{RunState, item_kind};
+use crate::media::MediaRef;
+
+/// The key of a stored image reference in a transcript entry (`tollgate_protocol::media`).
+const MEDIA_KEY: &str = "tollgate_media";
 
 /// One message of the conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -18,6 +23,9 @@ pub struct Message {
     /// A prompt no completed turn answered yet (queued, in progress, or of a failed turn).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub pending: bool,
+    /// A user message's images, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<MediaRef>,
 }
 
 /// What one item adds to the conversation: a message, or a part of one.
@@ -30,6 +38,9 @@ pub struct MessagePart {
     pub merge_key: Option<String>,
     /// Its text.
     pub text: String,
+    /// A user message's images: its image blocks whose bytes are stored (by reference), in
+    /// order. An assistant part has none (the model writes no images).
+    pub images: Vec<MediaRef>,
 }
 
 /// The message parts of one item (`kind`, `body`): the text of the user and assistant entries of
@@ -54,11 +65,12 @@ pub fn message_parts(kind: &str, body: &str) -> Vec<MessagePart> {
             _ => continue,
         };
         let text = text_of(&message["content"]);
-        if text.is_empty() {
+        let images = if role == "user" { images_of(&message["content"]) } else { Vec::new() };
+        if text.is_empty() && images.is_empty() {
             continue;
         }
         let merge_key = (role == "assistant").then(|| message["id"].as_str().map(str::to_owned)).flatten();
-        parts.push(MessagePart { role, merge_key, text });
+        parts.push(MessagePart { role, merge_key, text, images });
     }
     parts
 }
@@ -77,7 +89,12 @@ pub fn messages(items: &[HistoryItem<'_>], state: &RunState) -> Vec<Message> {
                     last.text.push_str("\n\n");
                     last.text.push_str(&part.text);
                 }
-                _ => out.push(Message { role: part.role, text: part.text, pending: false }),
+                _ => out.push(Message {
+                    role: part.role,
+                    text: part.text,
+                    pending: false,
+                    images: part.images,
+                }),
             }
             last_key = part.merge_key;
         }
@@ -93,7 +110,27 @@ pub fn pending_prompts(items: &[HistoryItem<'_>], state: &RunState) -> Vec<Messa
         .filter(|item| item.kind == item_kind::USER_PROMPT && item.seq > state.prompts_through)
         .filter_map(|item| {
             let body = serde_json::from_str::<Value>(item.body).ok()?;
-            Some(Message { role: "user", text: body["text"].as_str()?.to_owned(), pending: true })
+            let images = serde_json::from_value(body["images"].clone()).unwrap_or_default();
+            Some(Message { role: "user", text: body["text"].as_str()?.to_owned(), pending: true, images })
+        })
+        .collect()
+}
+
+/// The stored image blocks of a message's content: `{"type":"image","source":{"type":"base64",
+/// "media_type":…,"data":{"tollgate_media":"sha256:…"}}}`. An image whose bytes are still
+/// inline is not listed (it was not stored by reference).
+fn images_of(content: &Value) -> Vec<MediaRef> {
+    content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|block| block["type"] == "image")
+        .filter_map(|block| {
+            let source = &block["source"];
+            Some(MediaRef {
+                digest: source["data"][MEDIA_KEY].as_str()?.to_owned(),
+                media_type: source["media_type"].as_str()?.to_owned(),
+            })
         })
         .collect()
 }
@@ -146,6 +183,26 @@ mod tests {
         );
         assert!(message_parts(item_kind::USER_PROMPT, &body).is_empty(), "only transcript items");
         assert!(message_parts(item_kind::CLAUDE_TRANSCRIPT, "not json").is_empty());
+    }
+
+    #[test]
+    fn a_user_entrys_stored_images_are_listed_with_its_text_and_a_pending_prompts_with_it() {
+        let digest = format!("sha256:{}", "d".repeat(64));
+        // As stored: the reference's key is escaped in the entry's text.
+        let body = format!(
+            r#"{{"kind":"claude_transcript","session_id":"cli","entries":[{{"type":"user","message":{{"role":"user","content":[{{"type":"text","text":"what is this?"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":{{"tollgate\u005fmedia":"{digest}"}}}}}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"aGk="}}}}]}}}}]}}"#
+        );
+        let parts = message_parts(item_kind::CLAUDE_TRANSCRIPT, &body);
+        let chart = MediaRef { digest: digest.clone(), media_type: "image/png".into() };
+        assert_eq!(parts.len(), 1, "{parts:?}");
+        assert_eq!(
+            (parts[0].text.as_str(), parts[0].images.as_slice()),
+            ("what is this?", std::slice::from_ref(&chart))
+        );
+        let prompt = json!({"kind": "user_prompt", "text": "and this?", "images": [chart]}).to_string();
+        let items = [HistoryItem { seq: 2, kind: item_kind::USER_PROMPT, body: &prompt }];
+        let pending = pending_prompts(&items, &RunState::default());
+        assert_eq!(pending[0].images, [chart]);
     }
 
     #[test]

@@ -85,6 +85,7 @@ impl Harness {
 mod audit;
 mod cancel;
 mod deadlines;
+mod media;
 
 /// One case of a suite: an async function of a fresh harness.
 pub(crate) type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -148,7 +149,8 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
-    let cases = CASES.iter().chain(audit::CASES).chain(deadlines::CASES).chain(cancel::CASES);
+    let cases =
+        CASES.iter().chain(audit::CASES).chain(deadlines::CASES).chain(cancel::CASES).chain(media::CASES);
     run_cases("conformance", cases, fresh).await;
 }
 
@@ -776,7 +778,7 @@ async fn open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated
 }
 
 fn part(item: usize, role: &str, key: Option<&str>, text: &str) -> NewMessage {
-    NewMessage { item, role: role.into(), merge_key: key.map(str::to_owned), text: text.into() }
+    NewMessage { item, role: role.into(), merge_key: key.map(str::to_owned), text: text.into(), images: None }
 }
 
 async fn messages_are_projected_in_the_commit_of_their_items_and_parts_of_one_message_join(h: Harness) {

@@ -15,15 +15,16 @@ use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
 use super::types::ErrorCode;
-use super::{ApiError, MAX_BODY};
+use super::{ApiError, MAX_BODY, MAX_MESSAGE_BODY};
 
 /// The longest id accepted in a path (session ids are at most this long).
 pub(super) const MAX_ID: usize = 200;
 
-/// A request body that is JSON by its `Content-Type` (or empty), read within [`MAX_BODY`].
-pub(super) struct JsonBody(pub Bytes);
+/// A request body that is JSON by its `Content-Type` (or empty), read within `LIMIT` bytes:
+/// [`MAX_BODY`], or [`MAX_MESSAGE_BODY`] for a route that takes a message's images.
+pub(super) struct JsonBody<const LIMIT: usize = MAX_BODY>(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
+impl<S: Send + Sync, const LIMIT: usize> FromRequest<S> for JsonBody<LIMIT> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
@@ -33,13 +34,19 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         {
             return Err(unsupported(&String::from_utf8_lossy(value.as_bytes())));
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(too_large_or_bad)?;
+        let bytes = Bytes::from_request(request, state).await.map_err(|e| too_large_or_bad(e, LIMIT))?;
+        if bytes.len() > LIMIT {
+            return Err(too_large(LIMIT));
+        }
         if content_type.is_none() && !bytes.is_empty() {
             return Err(unsupported("(none)"));
         }
         Ok(JsonBody(bytes))
     }
 }
+
+/// A message's body: its images make it larger.
+pub(super) type MessageBody = JsonBody<MAX_MESSAGE_BODY>;
 
 /// `application/json` or `application/<something>+json`, with any parameters.
 fn is_json(content_type: &str) -> bool {
@@ -59,21 +66,22 @@ fn unsupported(given: &str) -> ApiError {
     }
 }
 
-fn too_large_or_bad(rejection: BytesRejection) -> ApiError {
+fn too_large_or_bad(rejection: BytesRejection, limit: usize) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError {
-            field: Some("body".to_owned()),
-            ..ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::BodyTooLarge,
-                format!(
-                    "the request body is larger than the limit of {MAX_BODY} bytes ({} KiB)",
-                    MAX_BODY / 1024
-                ),
-            )
-        }
+        too_large(limit)
     } else {
         ApiError::bad("body", format!("the request body could not be read: {}", rejection.body_text()))
+    }
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError {
+        field: Some("body".to_owned()),
+        ..ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::BodyTooLarge,
+            format!("the request body is larger than the limit of {limit} bytes ({} KiB)", limit / 1024),
+        )
     }
 }
 

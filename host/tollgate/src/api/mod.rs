@@ -10,7 +10,8 @@
 //! Errors are JSON ([`types::ErrorBody`]): `{"error":{"code":"…","field":"…","message":"…"}}` with a 4xx for bad input
 //! (the field, query parameter or limit named; see [`input`]), 404 for an unknown session or
 //! interrupt, 405 for a wrong method, 409 for a conflicting repeat, 413 for a body over
-//! [`MAX_BODY`], 415 for a body that is not `application/json`, 401 without the bearer token
+//! [`MAX_BODY`] (a message's: [`MAX_MESSAGE_BODY`]) or a message's images over their limit, 415
+//! for a body that is not `application/json`, 401 without the bearer token
 //! when one is configured, 5xx when the store fails: 503 with a `Retry-After` header when the
 //! store is unavailable for a while (database unreachable, pool timeout, disk full, read-only
 //! file), the message naming the cause. `/healthz` probes a read and a write (writing nothing):
@@ -38,19 +39,23 @@ use tollgate_store::{AgentDigest, Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use self::input::{JsonBody, Params, parse, path_ids};
+use self::input::{JsonBody, MessageBody, Params, parse, path_ids};
 use self::types::{
     AuditPage, BusySession, CancelReceipt, CreateSession, Created, Decide, DecideScope, DecisionReceipt,
-    ErrorBody, ErrorCode, ErrorDetail, Health, HealthStatus, InterruptList, Me, MessageReceipt, MovedSession,
-    PendingInterrupt, RevokeReceipt, SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll,
-    UpgradeSession, Upgraded, UpgradedAll,
+    ErrorBody, ErrorCode, ErrorDetail, Health, HealthStatus, ImageBlock, ImageBytes, InterruptList, Me,
+    MessageReceipt, MovedSession, PendingInterrupt, RevokeReceipt, SendMessage, SessionPage, SessionRow,
+    Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
 };
 use crate::auth::Caller;
 use crate::metrics::Metrics;
 use crate::sessions::{self, ClientError};
 
-/// The largest request body accepted.
+/// The largest request body accepted, but for a message's.
 pub const MAX_BODY: usize = 512 * 1024;
+
+/// The largest body of a route that takes a message (`POST /v1/sessions`, `…/messages`): its
+/// images, in base64, make it larger ([`crate::media::MAX_MESSAGE_IMAGE_BYTES`] decoded).
+pub const MAX_MESSAGE_BODY: usize = 4 * 1024 * 1024;
 
 /// The session statuses `GET /v1/sessions?status=` filters by: the state machine's.
 const STATUSES: [&str; 3] = [status::IDLE, status::RUNNING, status::AWAITING_APPROVAL];
@@ -95,7 +100,8 @@ pub fn router(state: ApiState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        // Each route's own limit is its body extractor's (`input::JsonBody`).
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_MESSAGE_BODY))
         .with_state(state);
     // The web inbox's files (no token: the data comes from the API, which checks it).
     crate::web::router().merge(api)
@@ -108,6 +114,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(create_session, list_sessions))
         .routes(routes!(get_session))
         .routes(routes!(send_message))
+        .routes(routes!(get_media))
         .routes(routes!(decide))
         .routes(routes!(cancel))
         .routes(routes!(revoke_grant))
@@ -351,10 +358,14 @@ async fn create_session(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    JsonBody(body): JsonBody,
+    JsonBody(body): MessageBody,
 ) -> ApiResult {
     Params::parse(query.as_deref(), &[])?;
     let request: CreateSession = if body.is_empty() { CreateSession::default() } else { parse(&body)? };
+    if request.message.is_none() && !request.images.is_empty() {
+        return Err(ApiError::bad("images", "images come with a first message: give `message` too"));
+    }
+    let images = checked_images(&request.images)?;
     let session_id = request.session_id.unwrap_or_else(new_session_id);
     let agent = match request.agent_digest {
         Some(digest) => Some(AgentDigest { digest, pinned: true }),
@@ -366,7 +377,9 @@ async fn create_session(
             // Idempotent on the id: the same first message under the same id is one message.
             let key = client_key(&headers, request.client_key.clone())?
                 .unwrap_or_else(|| format!("create:{session_id}"));
-            let receipt = sessions::send(state.store.as_ref(), &session_id, text, Some(&key)).await?;
+            let receipt =
+                sessions::send_with_images(state.store.as_ref(), &session_id, text, images, Some(&key))
+                    .await?;
             Some(message_receipt(&receipt))
         }
         None => None,
@@ -411,14 +424,82 @@ async fn send_message(
     path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    JsonBody(body): JsonBody,
+    JsonBody(body): MessageBody,
 ) -> ApiResult {
     let [id] = path_ids(path, ["id"])?;
     Params::parse(query.as_deref(), &[])?;
     let request: SendMessage = parse(&body)?;
+    let images = checked_images(&request.images)?;
     let key = client_key(&headers, request.client_key)?;
-    let receipt = sessions::send(state.store.as_ref(), &id, &request.text, key.as_deref()).await?;
+    let receipt =
+        sessions::send_with_images(state.store.as_ref(), &id, &request.text, images, key.as_deref()).await?;
     Ok((StatusCode::ACCEPTED, Json(message_receipt(&receipt))).into_response())
+}
+
+/// A message's images, decoded and checked: 400 naming the image that is wrong, 413
+/// `image_too_large` when they are too many bytes together.
+fn checked_images(images: &[ImageBlock]) -> Result<Vec<tollgate_store::NewMedia>, ApiError> {
+    let sources = images.iter().map(|i| (i.source.media_type.as_str(), i.source.data.as_str()));
+    crate::media::check_message_images(sources).map_err(|error| {
+        let field = error.field();
+        match error {
+            crate::media::ImageError::TooLarge { .. } => ApiError {
+                field: Some(field),
+                ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::ImageTooLarge, error.to_string())
+            },
+            other => ApiError::bad(field, other.to_string()),
+        }
+    })
+}
+
+/// `GET /v1/sessions/{id}/media/{digest}`.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/media/{digest}",
+    tag = "sessions",
+    summary = "One of the session's images (a message's or a tool result's), by digest, as its bytes",
+    params(
+        openapi::SessionId,
+        ("digest" = String, Path, description = "`sha256:` and 64 lowercase hex digits", pattern = "^sha256:[0-9a-f]{64}$"),
+    ),
+    responses(
+        (status = 200, description = "The image's bytes, its media type as `Content-Type`; it never changes", content(
+            (ImageBytes = "image/png"), (ImageBytes = "image/jpeg"), (ImageBytes = "image/gif"), (ImageBytes = "image/webp"),
+        )),
+        (status = 404, description = "`session_not_found`, or `media_not_found` (the session holds no image of that digest)", body = ErrorBody),
+        openapi::ReadErrors,
+    )
+)]
+async fn get_media(
+    State(state): State<ApiState>,
+    path: Result<Path<Vec<String>>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let [id, digest] = path_ids(path, ["id", "digest"])?;
+    Params::parse(query.as_deref(), &[])?;
+    if !tollgate_protocol::media::is_digest(&digest) {
+        return Err(ApiError::bad("digest", "the digest must be `sha256:` and 64 lowercase hex digits"));
+    }
+    if state.store.session(&id).await?.is_none() {
+        return Err(ApiError::no_session(&id));
+    }
+    let Some(media) = state.store.media().media(&id, &digest).await? else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::MediaNotFound,
+            format!("session `{id}` holds no image {digest}"),
+        ));
+    };
+    // Stored only with a media type this API took (or the CLI sent the model): an image type.
+    let media_type = header::HeaderValue::from_str(&media.media_type)
+        .unwrap_or(header::HeaderValue::from_static("application/octet-stream"));
+    let headers = [
+        (header::CONTENT_TYPE, media_type),
+        (header::CACHE_CONTROL, header::HeaderValue::from_static("private, max-age=31536000, immutable")),
+        (header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff")),
+        (header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static("default-src 'none'; sandbox")),
+    ];
+    Ok((headers, media.data).into_response())
 }
 
 /// `POST /v1/sessions/{id}/interrupts/{interrupt_id}`.

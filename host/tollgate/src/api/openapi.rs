@@ -96,7 +96,8 @@ pub enum WriteErrors {
     /// would are in `needed`; the message names them too).
     #[response(status = 403)]
     Forbidden(ErrorBody),
-    /// `body_too_large`: the body is over 512 KiB.
+    /// `body_too_large`: the body is over 512 KiB (a message's, which may carry images: 4 MiB);
+    /// `image_too_large`: a message's images are over 2 MiB together (decoded).
     #[response(status = 413)]
     TooLarge(ErrorBody),
     /// `unsupported_media_type`: the body is not `application/json`.

@@ -19,6 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 /// The engine's own types, sent as they are (their schemas come from the engine's `openapi`
 /// feature): a call's state, which side runs a tool, and where an approved call runs.
 pub use tollgate_engine::catalog::ToolKind;
+pub use tollgate_engine::media::MediaRef;
 pub use tollgate_engine::policy::DeferredRun;
 pub use tollgate_engine::session::CallState;
 
@@ -41,6 +42,9 @@ pub struct CreateSession {
     /// The first user message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The first message's images (only with `message`), as for `POST …/messages`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageBlock>,
     /// The first message's idempotency key (the `Idempotency-Key` header wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key: Option<String>,
@@ -58,6 +62,13 @@ pub struct CreateSession {
 pub struct SendMessage {
     /// The message's text.
     pub text: String,
+    /// Images the model sees after the text, in order: at most 8, of 2 MiB together (decoded),
+    /// PNG, JPEG, GIF or WebP. Each is stored once, by digest (the snapshot lists them with the
+    /// message; `GET …/media/{digest}` serves them). A bad one is refused with 400 naming it
+    /// (`images[i].source.media_type`, `images[i].source.data`); too many bytes with 413
+    /// `image_too_large`; nothing is stored then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageBlock>,
     /// Its idempotency key (the `Idempotency-Key` header wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key: Option<String>,
@@ -67,6 +78,68 @@ pub struct SendMessage {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelTurn {}
+
+/// An image of a message, as a Messages API image content block:
+/// `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBOR…"}}`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageBlock {
+    /// Always `image`.
+    #[serde(rename = "type")]
+    pub block_type: ImageBlockType,
+    /// The image.
+    pub source: ImageSource,
+}
+
+/// The `type` of an [`ImageBlock`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageBlockType {
+    /// An image.
+    Image,
+}
+
+/// Where an image's bytes are: inline, in base64.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSource {
+    /// Always `base64`.
+    #[serde(rename = "type")]
+    pub source_type: ImageSourceType,
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    #[schema(examples("image/png"))]
+    pub media_type: String,
+    /// The bytes, standard base64 with padding.
+    pub data: String,
+}
+
+/// An image's bytes: the body of `GET /v1/sessions/{id}/media/{digest}`.
+#[derive(Clone, Debug, ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct ImageBytes(pub Vec<u8>);
+
+/// The `type` of an [`ImageSource`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageSourceType {
+    /// Inline base64.
+    Base64,
+}
+
+impl ImageBlock {
+    /// A PNG, JPEG, GIF or WebP image of `bytes`.
+    pub fn base64(media_type: impl Into<String>, bytes: &[u8]) -> Self {
+        use base64::Engine as _;
+        ImageBlock {
+            block_type: ImageBlockType::Image,
+            source: ImageSource {
+                source_type: ImageSourceType::Base64,
+                media_type: media_type.into(),
+                data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            },
+        }
+    }
+}
 
 /// `POST /v1/sessions/{id}/interrupts/{interrupt_id}`: a decision.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
@@ -504,6 +577,10 @@ pub struct Message {
     /// omitted when `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pending: bool,
+    /// A user message's images, in order (`GET /v1/sessions/{id}/media/{digest}` serves each);
+    /// omitted when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<MediaRef>,
 }
 
 /// Token totals of a session.
@@ -581,6 +658,10 @@ pub struct ToolCall {
     /// Where it is: `status` and that state's field.
     #[serde(flatten)]
     pub state: CallState,
+    /// The images of its result, after the text of `output` (or `error`), in order
+    /// (`GET /v1/sessions/{id}/media/{digest}` serves each); omitted when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<MediaRef>,
     /// The model's tool use id.
     pub tool_call_id: String,
     /// The tool.
@@ -843,6 +924,15 @@ pub struct ApprovalRequest {
 
 /// The data of one Server-Sent Event of `GET /v1/sessions/{id}/events` (its SSE `id` is `seq`,
 /// its SSE `event` is `kind`). Group live text by (`payload.turn_id`, `step_id`, `fence`).
+///
+/// What the model writes, thinks and does inside a segment: `text_delta` and `reasoning_delta`
+/// (its visible thinking), each stored one block at a time as `{"turn_id","attempt","offset",
+/// "text"}` with `offset` in characters of the segment's text or thinking; and, for each inline
+/// tool call (a custom read, or a CLI tool such as `Read`, `Grep`, an allowed `Bash`, or an
+/// external MCP server's tool), `tool_call_started` `{"turn_id","attempt","tool_call_id",
+/// "tool_name","kind","arguments","deferred":false}` and `tool_call_finished` `{…,"status"}`
+/// (`succeeded` or `failed`), `kind` `custom` or `cli`. A deferred call's events come from its
+/// steps, with `"deferred":true`.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct StreamEvent {
     /// Its seq (also the SSE `id`).
@@ -852,6 +942,7 @@ pub struct StreamEvent {
         "user_message",
         "turn_started",
         "text_delta",
+        "reasoning_delta",
         "tool_call_started",
         "tool_call_finished",
         "interrupt_opened",
@@ -973,6 +1064,8 @@ pub enum ErrorCode {
     InvalidJson,
     /// 413: the body is over the limit.
     BodyTooLarge,
+    /// 413: a message's images are over their limit together (named in `message`).
+    ImageTooLarge,
     /// 415: the body is not `application/json`.
     UnsupportedMediaType,
     /// 401: the bearer token is missing or wrong.
@@ -993,6 +1086,8 @@ pub enum ErrorCode {
     SessionNotFound,
     /// 404: no such interrupt.
     InterruptNotFound,
+    /// 404: the session holds no image of that digest.
+    MediaNotFound,
     /// 404: the session has no grant in force for the tool.
     GrantNotFound,
     /// 409: the interrupt was decided otherwise before.
@@ -1022,6 +1117,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::InvalidJson => "invalid_json",
             ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::ImageTooLarge => "image_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::RoleRequired => "role_required",
@@ -1032,6 +1128,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::SessionNotFound => "session_not_found",
             ErrorCode::InterruptNotFound => "interrupt_not_found",
+            ErrorCode::MediaNotFound => "media_not_found",
             ErrorCode::GrantNotFound => "grant_not_found",
             ErrorCode::InterruptAlreadyResolved => "interrupt_already_resolved",
             ErrorCode::InterruptExpired => "interrupt_expired",
@@ -1083,7 +1180,7 @@ mod tests {
             },
         };
         assert_eq!(wire(&error), r#"{"error":{"code":"invalid_json","field":null,"message":"m"}}"#);
-        let message = Message { role: "user".into(), text: "hi".into(), pending: false };
+        let message = Message { role: "user".into(), text: "hi".into(), pending: false, images: Vec::new() };
         assert_eq!(wire(&message), r#"{"role":"user","text":"hi"}"#);
         let health = Health {
             status: HealthStatus::Degraded,
@@ -1128,6 +1225,7 @@ mod tests {
             requires_approval: true,
             runs_in: DeferredRun::CallSingleAttemptTool,
             state: CallState::Rejected { message: None },
+            images: Vec::new(),
             tool_call_id: "toolu_1".into(),
             tool_name: "create_refund".into(),
             turn_id: "t1".into(),
@@ -1173,6 +1271,7 @@ mod tests {
             ErrorCode::InvalidRequest,
             ErrorCode::InvalidJson,
             ErrorCode::BodyTooLarge,
+            ErrorCode::ImageTooLarge,
             ErrorCode::UnsupportedMediaType,
             ErrorCode::Unauthorized,
             ErrorCode::RoleRequired,
@@ -1183,6 +1282,7 @@ mod tests {
             ErrorCode::MethodNotAllowed,
             ErrorCode::SessionNotFound,
             ErrorCode::InterruptNotFound,
+            ErrorCode::MediaNotFound,
             ErrorCode::GrantNotFound,
             ErrorCode::InterruptAlreadyResolved,
             ErrorCode::InterruptExpired,

@@ -5,7 +5,9 @@
 //! `Last-Event-ID`, stopping with `--until-idle`); the calls themselves are [`crate::client`]'s.
 //! [`ClientArgs`] (`--url`, `--token`/`--token-file`, `--ca-cert`, `--json`) is shared with `tollgate approvals`.
 
+use std::collections::HashMap;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::types::{Snapshot, StreamEvent};
+use crate::api::types::{ImageBlock, Snapshot, StreamEvent};
 use crate::client::{ApiClient, CallError};
 
 /// The API's address when neither `--url` nor `TOLLGATE_URL` is given.
@@ -102,6 +104,10 @@ pub enum SessionCommand {
         /// The first message.
         #[arg(long, short)]
         message: Option<String>,
+        /// An image the first message carries (a .png, .jpg, .jpeg, .gif or .webp file); repeat
+        /// for more.
+        #[arg(long = "image", value_name = "FILE", requires = "message")]
+        images: Vec<PathBuf>,
     },
     /// Send a message; it starts a turn, or waits for the running one.
     Send {
@@ -109,6 +115,10 @@ pub enum SessionCommand {
         id: String,
         /// The message.
         text: String,
+        /// An image the message carries (a .png, .jpg, .jpeg, .gif or .webp file); repeat for
+        /// more.
+        #[arg(long = "image", value_name = "FILE")]
+        images: Vec<PathBuf>,
         /// An idempotency key: sending again under it stores the message once.
         #[arg(long)]
         key: Option<String>,
@@ -174,8 +184,10 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
     let client = args.client.client()?;
     let out = &mut std::io::stdout().lock();
     match args.command {
-        SessionCommand::Start { id, message } => {
-            let created = client.create_session(id.as_deref(), message.as_deref()).await?;
+        SessionCommand::Start { id, message, images } => {
+            let images = read_images(&images)?;
+            let created =
+                client.create_session_with_images(id.as_deref(), message.as_deref(), images).await?;
             if args.client.json {
                 return print_json(out, &created);
             }
@@ -192,8 +204,9 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
             }
             writeln!(out, "watch: tollgate session watch {}{}", shell_word(session), args.client.url_flag())?;
         }
-        SessionCommand::Send { id, text, key } => {
-            let receipt = client.send_message(&id, &text, key.as_deref()).await?;
+        SessionCommand::Send { id, text, images, key } => {
+            let images = read_images(&images)?;
+            let receipt = client.send_message_with_images(&id, &text, images, key.as_deref()).await?;
             if args.client.json {
                 return print_json(out, &receipt);
             }
@@ -353,6 +366,9 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
     for message in &snapshot.messages {
         let pending = if message.pending { " (pending)" } else { "" };
         writeln!(out, "{}{pending}: {}", message.role, indent_rest(&message.text))?;
+        for image in &message.images {
+            writeln!(out, "  [image {} {}]", image.media_type, image.digest)?;
+        }
     }
     // What a running segment has streamed so far, not yet stored as a message.
     if let Some(live) = snapshot.live_text.as_ref().filter(|live| !live.text.is_empty()) {
@@ -473,6 +489,29 @@ pub fn format_ms(ms: i64) -> String {
     )
 }
 
+/// The image files of `--image`, as the API takes them: the media type by the file's extension.
+fn read_images(paths: &[PathBuf]) -> anyhow::Result<Vec<ImageBlock>> {
+    paths
+        .iter()
+        .map(|path| {
+            let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+            let media_type = match extension.as_str() {
+                "png" => "image/png",
+                "jpg" | "jpeg" => "image/jpeg",
+                "gif" => "image/gif",
+                "webp" => "image/webp",
+                _ => anyhow::bail!(
+                    "{}: an image must be a .png, .jpg, .jpeg, .gif or .webp file",
+                    path.display()
+                ),
+            };
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading the image {}", path.display()))?;
+            Ok(ImageBlock::base64(media_type, &bytes))
+        })
+        .collect()
+}
+
 fn indent_row(mut row: Vec<String>) -> Vec<String> {
     row[0] = format!("  {}", row[0]);
     row
@@ -492,7 +531,7 @@ async fn watch(
         url_flag: args.url_flag(),
         mid_line: false,
         text_of: None,
-        printed: None,
+        printed: HashMap::new(),
     };
     let mut last = after;
     let mut failures = 0u32;
@@ -591,15 +630,15 @@ struct Printer {
     url_flag: String,
     /// Text was printed without its line end.
     mid_line: bool,
-    /// The (turn, step, fence) whose text is being printed.
+    /// The stream (text or thinking) of a (turn, step, fence) being printed.
     text_of: Option<TextGroup>,
-    /// The (turn, step, fence) whose text was printed last and how many characters of it: live
-    /// text and its stored blocks overlap, by `offset`.
-    printed: Option<(TextGroup, usize)>,
+    /// How many characters of each stream were printed: live text and its stored blocks
+    /// overlap, by `offset`. Forgotten when a turn ends.
+    printed: HashMap<TextGroup, usize>,
 }
 
-/// The text of one attempt of a step: (turn, step, fence).
-type TextGroup = (Value, Option<i64>, Option<i64>);
+/// The text, or the thinking, of one attempt of a step: (kind, turn, step, fence).
+type TextGroup = (&'static str, Value, Option<i64>, Option<i64>);
 
 impl Printer {
     fn print(&mut self, event: &StreamEvent) -> anyhow::Result<()> {
@@ -611,22 +650,24 @@ impl Printer {
             return Ok(());
         }
         let p = &event.payload_value();
-        if event.kind == "text_delta" {
-            let group = (p["turn_id"].clone(), event.step_id, event.fence);
+        let stream = match event.kind.as_str() {
+            "text_delta" => Some(("text_delta", "assistant")),
+            "reasoning_delta" => Some(("reasoning_delta", "thinking")),
+            _ => None,
+        };
+        if let Some((kind, label)) = stream {
+            let group = (kind, p["turn_id"].clone(), event.step_id, event.fence);
             let whole = p["text"].as_str().unwrap_or_default();
-            let printed = match &self.printed {
-                Some((of, chars)) if *of == group => *chars,
-                _ => 0,
-            };
+            let printed = self.printed.get(&group).copied().unwrap_or(0);
             let offset = p["offset"].as_u64().and_then(|o| usize::try_from(o).ok());
             let (text, printed) = new_text(whole, offset, printed);
-            self.printed = Some((group.clone(), printed));
+            self.printed.insert(group.clone(), printed);
             if text.is_empty() {
                 return Ok(());
             }
             if self.text_of.as_ref() != Some(&group) {
                 self.end_line_on(out)?;
-                write!(out, "assistant: ")?;
+                write!(out, "{label}: ")?;
                 self.mid_line = true;
                 self.text_of = Some(group);
             }
@@ -639,7 +680,17 @@ impl Printer {
         self.text_of = None;
         let (session, url) = (shell_word(&self.session), &self.url_flag);
         match event.kind.as_str() {
-            "user_message" => writeln!(out, "user: {}", indent_rest(p["text"].as_str().unwrap_or_default()))?,
+            "user_message" => {
+                writeln!(out, "user: {}", indent_rest(p["text"].as_str().unwrap_or_default()))?;
+                for image in p["images"].as_array().into_iter().flatten() {
+                    writeln!(
+                        out,
+                        "  [image {} {}]",
+                        text_of(&image["media_type"]),
+                        text_of(&image["digest"])
+                    )?;
+                }
+            }
             "turn_started" => {}
             "tool_call_started" => {
                 let arguments = if p["arguments"].is_null() {
@@ -700,10 +751,19 @@ impl Printer {
             "attempt_failed" => {
                 writeln!(out, "(retrying…) attempt {} failed: {}", p["attempt"], text_of(&p["error"]))?
             }
-            "turn_completed" => writeln!(out, "[turn completed]")?,
-            "turn_failed" => writeln!(out, "[turn failed] {}", text_of(&p["error"]))?,
+            "turn_completed" => {
+                self.printed.clear();
+                writeln!(out, "[turn completed]")?
+            }
+            "turn_failed" => {
+                self.printed.clear();
+                writeln!(out, "[turn failed] {}", text_of(&p["error"]))?
+            }
             "cancel_requested" => writeln!(out, "[cancel asked by {}]", text_of(&p["requested_by"]))?,
-            "turn_cancelled" => writeln!(out, "[turn cancelled by {}]", text_of(&p["cancelled_by"]))?,
+            "turn_cancelled" => {
+                self.printed.clear();
+                writeln!(out, "[turn cancelled by {}]", text_of(&p["cancelled_by"]))?
+            }
             other => writeln!(out, "[{other}] {}", compact(p))?,
         }
         out.flush()?;

@@ -11,7 +11,8 @@
 //! `Last-Event-ID`.
 //!
 //! Every response carries a strict Content-Security-Policy (scripts and styles from this origin
-//! only, no inline script, no framing), `X-Content-Type-Options: nosniff` and
+//! only, no inline script, no framing; images from this origin or from `blob:` URLs, which is how
+//! the page shows a session's images: fetched with the token, then shown from memory), `X-Content-Type-Options: nosniff` and
 //! `Referrer-Policy: no-referrer`. The scripts insert data only as text (`textContent`), never
 //! as HTML.
 //!
@@ -24,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 /// The Content-Security-Policy of every page and asset.
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; \
                        connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// Each asset: its path, media type and contents.

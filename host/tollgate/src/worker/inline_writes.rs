@@ -103,7 +103,7 @@ impl SegmentTools {
             let (idempotency_key, attempt_u32) = match inline::begin(session_id, &entry, attempt) {
                 Begin::Recorded { call: done, transition } => {
                     self.commit(*transition).await?;
-                    return Ok(result_of(&done, call.cli_name));
+                    return Ok(result_of(self.worker.store.as_ref(), session_id, &done, call.cli_name).await);
                 }
                 Begin::Run { idempotency_key, attempt, mark_started } => {
                     // Durable before the side effect: a Worker that dies during the call leaves it.
@@ -131,7 +131,7 @@ impl SegmentTools {
                         // SAFETY: kill(2) on this process; no memory is touched.
                         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
                     }
-                    return Ok(result_of(&done, call.cli_name));
+                    return Ok(result_of(self.worker.store.as_ref(), session_id, &done, call.cli_name).await);
                 }
                 After::Retry { transition, delay } => {
                     self.commit(*transition).await?;
@@ -177,12 +177,22 @@ impl Recorder {
     }
 }
 
-/// What the CLI reads for a recorded write: its record's result, as a replay would show it.
-fn result_of(call: &CallEntry, cli_name: &str) -> ToolResult {
-    match call.record() {
-        Some(record) => record.outcome.tool_result(cli_name),
-        None => ToolResult { text: format!("{cli_name} has no record"), is_error: true },
+/// What the CLI reads for a recorded write: its record's result, as a replay would show it (its
+/// images read back from the store).
+async fn result_of(
+    store: &dyn tollgate_store::Store,
+    session_id: &str,
+    call: &CallEntry,
+    cli_name: &str,
+) -> ToolResult {
+    let Some(mut record) = call.record() else {
+        return ToolResult::text(format!("{cli_name} has no record"), true);
+    };
+    if let Err(err) = crate::media::load_record(store, session_id, &mut record).await {
+        // The record is committed: its result names the images not loaded.
+        warn!(session = %session_id, error = %err, "the images of a recorded write were not read back");
     }
+    record.tool_result(cli_name)
 }
 
 impl ToolRunner for SegmentTools {

@@ -24,7 +24,7 @@ use tollgate_engine::session::{
     CallEntry, NewEvent, NewItem, RunModelStep, RunState, Transition, Usage, event_kind, failure_reason,
     grants, item_kind, step_kind, subagents,
 };
-use tollgate_protocol::{TranscriptEntry, UserPrompt};
+use tollgate_protocol::TranscriptEntry;
 use tollgate_sandbox::{OptionsContext, ToolSet};
 use tollgate_store::{Claimed, NewLiveText};
 use tracing::{info, warn};
@@ -34,6 +34,7 @@ use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
 use crate::convert;
 use crate::edits;
+use crate::media;
 use crate::proxy::{ProxySummary, SpendLimit};
 use crate::sessions;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
@@ -434,24 +435,44 @@ async fn segment(
         Ok(catalog) => catalog,
         Err(err) => return failed(format!("the agent's tools cannot be offered: {err}"), false),
     };
+    // What the CLI reads back that holds images (the stored transcript, the prompts, recorded
+    // results) gets their bytes from the store first; a failed read fails the attempt.
+    let store = worker.store.as_ref();
+    let mut inline_writes = inline::unseen_writes(run, recording.calls);
+    if let Err(err) = load_replayed_images(store, session_id, run, &mut inline_writes).await {
+        return failed(err.to_string(), true);
+    }
     let mut gate = Gate::new(agent.config.policies.clone(), catalog)
         .with_turn_records(run.turn_records.iter().cloned())
-        .with_inline_writes(inline::unseen_writes(run, recording.calls));
+        .with_inline_writes(inline_writes);
     if agent.has_cli_policy() {
         gate = gate.with_cli_decider();
     }
     let fresh = matches!(run.start, PlannedStart::Fresh { .. });
     let start = match &mut run.start {
-        PlannedStart::Fresh { prompts } => Start::Fresh { prompt: prompt_of(prompts) },
-        PlannedStart::NewTurn { session_id, transcript, prompts } => Start::Resume {
-            session_id: session_id.clone(),
-            transcript: convert::resume_text(std::mem::take(transcript)),
-            prompt: Some(prompt_of(prompts)),
+        PlannedStart::Fresh { prompts } => match media::user_prompt(store, session_id, prompts).await {
+            Ok(prompt) => Start::Fresh { prompt },
+            Err(err) => return failed(err.to_string(), true),
         },
-        PlannedStart::ResumeCall { session_id, transcript, pending } => {
+        PlannedStart::NewTurn { session_id: cli_session, transcript, prompts } => {
+            let prompt = media::user_prompt(store, session_id, prompts).await;
+            let restored = media::restore_transcript(store, session_id, transcript).await;
+            match (prompt, restored) {
+                (Ok(prompt), Ok(())) => Start::Resume {
+                    session_id: cli_session.clone(),
+                    transcript: convert::resume_text(std::mem::take(transcript)),
+                    prompt: Some(prompt),
+                },
+                (Err(err), _) | (_, Err(err)) => return failed(err.to_string(), true),
+            }
+        }
+        PlannedStart::ResumeCall { session_id: cli_session, transcript, pending } => {
+            if let Err(err) = media::restore_transcript(store, session_id, transcript).await {
+                return failed(err.to_string(), true);
+            }
             gate = gate.resuming(pending.clone());
             Start::Resume {
-                session_id: session_id.clone(),
+                session_id: cli_session.clone(),
                 transcript: convert::resume_text(std::mem::take(transcript)),
                 prompt: None,
             }
@@ -528,31 +549,40 @@ async fn segment(
             model_calls,
         }
     };
-    let raw_entries =
+    let raw =
         |entries: &[TranscriptEntry]| -> Vec<_> { entries.iter().map(|e| e.as_raw().to_owned()).collect() };
     recording.subagents = report
         .outcome
         .subagents()
         .iter()
-        .map(|subagent| {
-            subagents::subagent_item(&run.turn_id, &subagent.agent_id, &raw_entries(&subagent.entries))
-        })
+        .map(|subagent| subagents::subagent_item(&run.turn_id, &subagent.agent_id, &raw(&subagent.entries)))
         .collect();
+    // Stored with their images by reference: each image once in the session's media.
     let result = match report.outcome {
-        SegmentOutcome::Completed { session_id, result, entries, usage, .. } => SegmentResult::Completed {
-            session_id,
-            result,
-            entries: raw_entries(&entries),
-            usage: usage_of(&usage),
-            cost_usd,
-        },
-        SegmentOutcome::Deferred { session_id, call, entries, usage, .. } => SegmentResult::Deferred {
-            session_id,
-            call,
-            entries: raw_entries(&entries),
-            usage: usage_of(&usage),
-            cost_usd,
-        },
+        SegmentOutcome::Completed { session_id: cli_session, result, entries, usage, .. } => {
+            match media::store_entries(store, session_id, raw(&entries)).await {
+                Ok(entries) => SegmentResult::Completed {
+                    session_id: cli_session,
+                    result,
+                    entries,
+                    usage: usage_of(&usage),
+                    cost_usd,
+                },
+                Err(err) => SegmentResult::Failed { error: err.to_string(), retryable: true },
+            }
+        }
+        SegmentOutcome::Deferred { session_id: cli_session, call, entries, usage, .. } => {
+            match media::store_entries(store, session_id, raw(&entries)).await {
+                Ok(entries) => SegmentResult::Deferred {
+                    session_id: cli_session,
+                    call,
+                    entries,
+                    usage: usage_of(&usage),
+                    cost_usd,
+                },
+                Err(err) => SegmentResult::Failed { error: err.to_string(), retryable: true },
+            }
+        }
         SegmentOutcome::Failed { error } => match error.limit_reason() {
             Some(reason) => SegmentResult::LimitReached { error: error.to_string(), reason },
             None => {
@@ -583,13 +613,24 @@ async fn segment(
     (result, report.stats.resumed_cli_call)
 }
 
-/// One prompt text as a plain string, several as one text block each (seeds, "Notes for other
-/// languages").
-fn prompt_of(prompts: &[String]) -> UserPrompt {
-    match prompts {
-        [one] => UserPrompt::text(one.clone()),
-        many => UserPrompt::blocks(many.iter().cloned()),
+/// Loads the bytes of the images the segment may replay: its turn's records (the resumed call's
+/// among them) and the inline writes an earlier attempt recorded.
+async fn load_replayed_images(
+    store: &dyn tollgate_store::Store,
+    session_id: &str,
+    run: &mut SegmentRun,
+    writes: &mut [tollgate_engine::gate::InlineWrite],
+) -> Result<(), media::MediaFailure> {
+    for record in &mut run.turn_records {
+        media::load_record(store, session_id, record).await?;
     }
+    if let PlannedStart::ResumeCall { pending, .. } = &mut run.start {
+        media::load_record(store, session_id, pending).await?;
+    }
+    for write in writes {
+        media::load_images(store, session_id, &mut write.images).await?;
+    }
+    Ok(())
 }
 
 /// The Worker's CLI settings a segment's CLI gets: tuning, never credentials. Everything else of
@@ -687,6 +728,10 @@ impl AppHook for FactoryHooks {
 ///
 /// # Why text is written this way (issue 15, "write amplification of streaming")
 ///
+/// The model's thinking is stored the same way as its text, as `reasoning_delta` blocks with
+/// their own offsets (a block of one also ends where the other stream takes over), but has no
+/// live row: a client sees it block by block.
+///
 /// Streamed text used to be a `text_delta` event per flush: a fenced transaction (session lock,
 /// step fence, event row, seq) every 200 ms and a row per 200 ms of text, kept for ever beside the
 /// transcript that holds the same text. Now:
@@ -716,7 +761,7 @@ async fn flush_events(
     mut rx: mpsc::UnboundedReceiver<SegmentEvent>,
 ) -> Result<InlineTools, StepError> {
     let mut tools = InlineTools::default();
-    let mut text = StreamedText::default();
+    let mut streams = Streams::default();
     let mut open = true;
     while open {
         let deadline = tokio::time::sleep(EVENT_FLUSH);
@@ -726,16 +771,19 @@ async fn flush_events(
                 event = rx.recv() => match event {
                     Some(event) => {
                         tools.on_event(&event);
-                        push_event(&mut pending, &mut text, &turn_id, attempt, event);
+                        push_event(&mut pending, &mut streams, &turn_id, attempt, event);
                     }
                     None => { open = false; break; }
                 },
                 () = &mut deadline => break,
             }
         }
-        if !open || text.unstored_bytes() >= LIVE_BLOCK_BYTES {
-            pending.extend(text.block_event(&turn_id, attempt));
+        for stream in [&mut streams.reasoning, &mut streams.text] {
+            if !open || stream.unstored_bytes() >= LIVE_BLOCK_BYTES {
+                pending.extend(stream.block_event(&turn_id, attempt));
+            }
         }
+        let text = &mut streams.text;
         // The live row first, from what the log has so far: it covers the blocks about to be
         // committed, so a reader never finds the log ahead of it with a gap between.
         if open && text.unwritten() {
@@ -763,10 +811,38 @@ async fn flush_events(
     Ok(tools)
 }
 
+/// What a segment streams as text-like blocks: its text (also written live) and its thinking.
+#[derive(Debug)]
+struct Streams {
+    text: StreamedText,
+    reasoning: StreamedText,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        Streams {
+            text: StreamedText::of(event_kind::TEXT_DELTA),
+            reasoning: StreamedText::of(event_kind::REASONING_DELTA),
+        }
+    }
+}
+
+impl Streams {
+    /// The `text_delta` and `reasoning_delta` events of what is not stored yet, in the order it
+    /// streamed (at most one of them has any: a change of stream stores the other's block).
+    fn block_events(&mut self, turn_id: &str, attempt: i64) -> impl Iterator<Item = NewEvent> {
+        let reasoning = self.reasoning.block_event(turn_id, attempt);
+        reasoning.into_iter().chain(self.text.block_event(turn_id, attempt))
+    }
+}
+
 /// The text a segment streamed: all of it, how much of it the event log has (and from which
-/// seq), and how much the live-text row has.
+/// seq), and how much the live-text row has. The same for its thinking, stored as
+/// `reasoning_delta` blocks (and written to no live row).
 #[derive(Debug, Default)]
 struct StreamedText {
+    /// The kind of its stored blocks: `text_delta` or `reasoning_delta`.
+    kind: &'static str,
     /// Every text delta so far, joined.
     whole: String,
     /// Characters of `whole`.
@@ -782,13 +858,17 @@ struct StreamedText {
 }
 
 impl StreamedText {
+    fn of(kind: &'static str) -> Self {
+        StreamedText { kind, ..StreamedText::default() }
+    }
+
     fn push(&mut self, delta: &str) {
         self.whole.push_str(delta);
         self.chars += delta.chars().count();
     }
 
-    /// The `text_delta` event of the text not stored yet (`None` when there is none), which is
-    /// then stored.
+    /// The block event of the text not stored yet (`None` when there is none), which is then
+    /// stored.
     fn block_event(&mut self, turn_id: &str, attempt: i64) -> Option<NewEvent> {
         let (bytes, chars) = self.stored;
         if bytes == self.whole.len() {
@@ -796,7 +876,7 @@ impl StreamedText {
         }
         let block = &self.whole[bytes..];
         let event = NewEvent {
-            kind: event_kind::TEXT_DELTA,
+            kind: self.kind,
             payload: json!({"turn_id": turn_id, "attempt": attempt, "offset": chars, "text": block}),
         };
         self.stored = (self.whole.len(), self.chars);
@@ -829,27 +909,36 @@ impl StreamedText {
 
 fn push_event(
     pending: &mut Vec<NewEvent>,
-    text: &mut StreamedText,
+    streams: &mut Streams,
     turn_id: &str,
     attempt: i64,
     event: SegmentEvent,
 ) {
     match event {
-        SegmentEvent::TextDelta { text: delta } => text.push(&delta),
-        SegmentEvent::ToolCallStarted { tool_use_id, name } => {
+        SegmentEvent::TextDelta { text: delta } => {
+            // The thinking before the text goes first, so the log keeps the order it streamed in.
+            pending.extend(streams.reasoning.block_event(turn_id, attempt));
+            streams.text.push(&delta);
+        }
+        SegmentEvent::ReasoningDelta { text: delta } => {
+            pending.extend(streams.text.block_event(turn_id, attempt));
+            streams.reasoning.push(&delta);
+        }
+        SegmentEvent::ToolCallStarted { tool_use_id, name, kind, input } => {
             // The text before the call goes first, so the log keeps the order it streamed in.
-            pending.extend(text.block_event(turn_id, attempt));
+            pending.extend(streams.block_events(turn_id, attempt));
             pending.push(NewEvent {
                 kind: event_kind::TOOL_CALL_STARTED,
-                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name, "deferred": false}),
+                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
+                    "kind": kind, "arguments": input, "deferred": false}),
             });
         }
-        SegmentEvent::ToolCallFinished { tool_use_id, name, is_error } => {
-            pending.extend(text.block_event(turn_id, attempt));
+        SegmentEvent::ToolCallFinished { tool_use_id, name, kind, is_error } => {
+            pending.extend(streams.block_events(turn_id, attempt));
             pending.push(NewEvent {
                 kind: event_kind::TOOL_CALL_FINISHED,
                 payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
-                    "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
+                    "kind": kind, "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
             });
         }
         other => warn!(event = ?other, "an unknown segment event was dropped"),
@@ -858,6 +947,8 @@ fn push_event(
 
 #[cfg(test)]
 mod tests {
+    use tollgate_engine::catalog::ToolKind;
+
     use super::*;
 
     #[test]
@@ -912,18 +1003,25 @@ mod tests {
     #[test]
     fn streamed_text_is_stored_once_per_block_with_its_offset_in_characters() {
         let mut pending = Vec::new();
-        let mut text = StreamedText::default();
+        let mut streams = Streams::default();
         let delta = |t: &str| SegmentEvent::TextDelta { text: t.into() };
-        push_event(&mut pending, &mut text, "t1", 2, delta("Héllo"));
-        push_event(&mut pending, &mut text, "t1", 2, delta(", "));
+        push_event(&mut pending, &mut streams, "t1", 2, delta("Héllo"));
+        push_event(&mut pending, &mut streams, "t1", 2, delta(", "));
         assert!(pending.is_empty(), "text alone waits for its block's end");
+        let text = &mut streams.text;
         assert!(text.unwritten());
         assert_eq!((text.live("t1", 2).offset, text.live("t1", 2).text.as_str()), (0, "Héllo, "));
         text.written();
         assert!(!text.unwritten(), "the live row has it all");
-        let started = SegmentEvent::ToolCallStarted { tool_use_id: "tu1".into(), name: "lookup".into() };
-        push_event(&mut pending, &mut text, "t1", 2, started);
-        push_event(&mut pending, &mut text, "t1", 2, delta("wörld"));
+        let started = SegmentEvent::ToolCallStarted {
+            tool_use_id: "tu1".into(),
+            name: "lookup".into(),
+            kind: ToolKind::Custom,
+            input: json!({"order_id": "7"}),
+        };
+        push_event(&mut pending, &mut streams, "t1", 2, started);
+        push_event(&mut pending, &mut streams, "t1", 2, delta("wörld"));
+        let text = &mut streams.text;
         pending.extend(text.block_event("t1", 2));
         assert_eq!(text.block_event("t1", 2).map(|e| e.payload), None, "nothing is stored twice");
         let kinds: Vec<&str> = pending.iter().map(|e| e.kind).collect();
@@ -935,7 +1033,8 @@ mod tests {
         assert_eq!(pending[2].payload, json!({"turn_id": "t1", "attempt": 2, "offset": 7, "text": "wörld"}));
         assert_eq!(text.whole, "Héllo, wörld");
         assert_eq!(text.unstored_bytes(), 0);
-        push_event(&mut pending, &mut text, "t1", 2, delta("!"));
+        push_event(&mut pending, &mut streams, "t1", 2, delta("!"));
+        let text = &mut streams.text;
         let live = text.live("t1", 2);
         assert_eq!((live.offset, live.text.as_str()), (0, "Héllo, wörld!"), "nothing is committed yet");
         text.committed = text.stored;
@@ -944,11 +1043,45 @@ mod tests {
     }
 
     #[test]
-    fn one_prompt_is_a_plain_string_and_several_are_text_blocks() {
-        assert_eq!(prompt_of(&["a".into()]).message.content, json!("a"));
+    fn thinking_is_stored_as_reasoning_blocks_in_the_order_it_streamed_between_text_and_tool_calls() {
+        let mut pending = Vec::new();
+        let mut streams = Streams::default();
+        let think = |t: &str| SegmentEvent::ReasoningDelta { text: t.into() };
+        let say = |t: &str| SegmentEvent::TextDelta { text: t.into() };
+        push_event(&mut pending, &mut streams, "t1", 1, think("Let me "));
+        push_event(&mut pending, &mut streams, "t1", 1, think("löök."));
+        assert!(pending.is_empty(), "thinking alone waits for its block's end");
+        push_event(&mut pending, &mut streams, "t1", 1, say("Reading."));
+        let read = SegmentEvent::ToolCallStarted {
+            tool_use_id: "tu1".into(),
+            name: "Read".into(),
+            kind: ToolKind::Cli,
+            input: json!({"file_path": "/etc/hostname"}),
+        };
+        push_event(&mut pending, &mut streams, "t1", 1, read);
+        push_event(&mut pending, &mut streams, "t1", 1, think("Done."));
+        let finished = SegmentEvent::ToolCallFinished {
+            tool_use_id: "tu1".into(),
+            name: "Read".into(),
+            kind: ToolKind::Cli,
+            is_error: false,
+        };
+        push_event(&mut pending, &mut streams, "t1", 1, finished);
+        let kinds: Vec<&str> = pending.iter().map(|e| e.kind).collect();
         assert_eq!(
-            prompt_of(&["a".into(), "b".into()]).message.content,
-            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+            kinds,
+            ["reasoning_delta", "text_delta", "tool_call_started", "reasoning_delta", "tool_call_finished"]
         );
+        assert_eq!(
+            pending[0].payload,
+            json!({"turn_id": "t1", "attempt": 1, "offset": 0, "text": "Let me löök."})
+        );
+        assert_eq!(pending[3].payload, json!({"turn_id": "t1", "attempt": 1, "offset": 12, "text": "Done."}));
+        assert_eq!(
+            pending[2].payload,
+            json!({"turn_id": "t1", "attempt": 1, "tool_call_id": "tu1", "tool_name": "Read", "kind": "cli",
+                "arguments": {"file_path": "/etc/hostname"}, "deferred": false})
+        );
+        assert_eq!(pending[4].payload["status"], "succeeded");
     }
 }

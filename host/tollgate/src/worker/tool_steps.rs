@@ -2,15 +2,15 @@
 //! `ResumeTurn`. The tool runs in the sandbox with its `deferred-execution` (attempt and
 //! idempotency key) set.
 
-use tollgate_engine::record::{ContentPart, text_of_content};
 use tollgate_engine::session::client::{DecisionScope, GrantStamp, parse_decision};
 use tollgate_engine::session::tools::{self as rules, Begin, ToolRun};
 use tollgate_engine::session::{CALL_TOOL_ATTEMPTS, CallEntry, CallStep, EngineError, Finish};
 use tollgate_sandbox::{CallError, Content, DeferredExecution, Reach, ToolSet};
-use tollgate_store::Claimed;
+use tollgate_store::{Claimed, NewMedia};
 use tracing::{info, warn};
 
 use super::{StepError, Worker};
+use crate::media;
 use crate::telemetry::{Scope, ToolTrace};
 
 async fn load_call(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<CallEntry, StepError> {
@@ -135,13 +135,33 @@ pub(super) async fn run_in_sandbox(
     }
     let report = tools.call_reporting(tool_name, &arguments.to_string(), Some(execution)).await;
     match report.result {
-        Ok(output) => ToolRun::Output {
-            text: text_of_content(output.content.iter().map(|c| match c {
-                Content::Text { text } => ContentPart::Text(text),
-                Content::Image { .. } => ContentPart::Other { kind: "image" },
-            })),
-            is_error: output.is_error,
-        },
+        Ok(output) => {
+            // The record keeps the text and, stored once in the session's media, the images.
+            let mut texts = Vec::new();
+            let mut images = Vec::new();
+            for content in output.content {
+                match content {
+                    Content::Text { text } => texts.push(text),
+                    Content::Image { media_type, data } => images.push(NewMedia { media_type, data }),
+                }
+            }
+            let images = match media::store_output_images(
+                worker.store.as_ref(),
+                &execution.session_id,
+                images,
+            )
+            .await
+            {
+                Ok(images) => images,
+                Err(err) => {
+                    // The tool ran: its result is recorded, and the model told of what is missing.
+                    warn!(session = %execution.session_id, tool = tool_name, error = %err, "the images of a tool result were not stored");
+                    texts.push(format!("[the images of this result could not be stored: {err}]"));
+                    Vec::new()
+                }
+            };
+            ToolRun::Output { text: texts.join("\n"), is_error: output.is_error, images }
+        }
         Err(err) => {
             if matches!(
                 err,

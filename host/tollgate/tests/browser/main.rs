@@ -7,6 +7,9 @@
 //! - `cancel`: a streaming turn cancelled with the session page's button by the client who
 //!   started the session; the button disabled, with why, for another client.
 //! - `live_text`: a reply shown on the session page as it streams, from the snapshot then live.
+//! - `activity`: the model's thinking and its inline tool calls (built-in, allowed `Bash`,
+//!   custom) on the session page, live and from the event log.
+//! - `images`: a message's image on the session page, fetched with the token.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
 //!   buttons (and refused 403 when forging the request), interrupts appearing on an open page,
@@ -16,10 +19,12 @@
 //! Without Chromium the tests skip with a message; `TOLLGATE_REQUIRE_BROWSER=1` makes that a
 //! failure (as `scripts/test.sh` does).
 
+mod activity;
 mod cancel;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
 mod driver;
+mod images;
 mod inbox;
 mod live_text;
 #[path = "../support/park.rs"]

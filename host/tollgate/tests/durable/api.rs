@@ -535,6 +535,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         requires_approval: true,
         runs_in: DeferredRun::CallSingleAttemptTool,
         state: CallState::Succeeded { output: "r_1".into() },
+        images: Vec::new(),
         tool_call_id: "toolu_1".into(),
         tool_name: "create_refund".into(),
         turn_id: "t1".into(),

@@ -63,8 +63,13 @@ async fn bodies_too_large_not_json_or_malformed_get_json_errors_naming_the_limit
     let messages = format!("{url}/v1/sessions/s/messages");
 
     let big = json!({"text": "x".repeat(600 * 1024)}).to_string();
-    let answer = call(http.post(&messages).header("content-type", "application/json").body(big)).await;
-    refused(&answer, 413, "body_too_large", "body", &["524288 bytes"], "a 600 KiB body");
+    let decide = format!("{url}/v1/sessions/s/interrupts/i1");
+    let answer = call(http.post(&decide).header("content-type", "application/json").body(big)).await;
+    refused(&answer, 413, "body_too_large", "body", &["524288 bytes"], "a 600 KiB decision");
+    // A message may carry images: its limit is larger.
+    let huge = json!({"text": "x".repeat(5 * 1024 * 1024)}).to_string();
+    let answer = call(http.post(&messages).header("content-type", "application/json").body(huge)).await;
+    refused(&answer, 413, "body_too_large", "body", &["4194304 bytes"], "a 5 MiB message");
 
     let answer = call(
         http.post(&messages).header("content-type", "application/json").body("{\n  \"text\": \"hi\",\n}"),

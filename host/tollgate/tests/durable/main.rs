@@ -25,6 +25,9 @@
 //!   webhook); on PostgreSQL two Workers fire one deadline once.
 //! - `edits`: edit before approve: a refund's amount and a `Bash` command changed by the
 //!   approver run as edited, both inputs recorded and audited, the model told; a bad edit refused.
+//! - `images`: a real PNG in a message and in a custom tool's result, through the real CLI and
+//!   the mock model: what the model receives, stored once by digest, replayed on resume, refused
+//!   when too large or not an image.
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `cli_limits`: a turn that reaches the CLI's `max_turns` or `max_budget_usd` ends at once with
 //!   that reason, after one attempt.
@@ -69,6 +72,7 @@ mod cli_limits;
 mod deadlines;
 mod edits;
 mod grants;
+mod images;
 mod inline_writes;
 mod lifecycle;
 mod logins;

@@ -72,6 +72,19 @@ impl Assembled {
     }
 }
 
+/// `POST /v1/sessions` of `session` with its first `message`; asserts it was created.
+async fn create(http: &reqwest::Client, url: &str, session: &str, message: &str) {
+    let body = serde_json::json!({"session_id": session, "message": message}).to_string();
+    let created = http
+        .post(format!("{url}/v1/sessions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("create the session");
+    assert_eq!(created.status().as_u16(), 201);
+}
+
 /// Reads `events` into `assembled` until `done` holds for what was read (or panics after `WAIT`).
 async fn read_until(
     events: &mut crate::util::ApiEvents,
@@ -101,15 +114,7 @@ async fn read_until(
 async fn stream_a_long_reply(world: &World, url: &str, session: &str, served: Option<&Served>) {
     let http = reqwest::Client::new();
     let answer = format!("said: {}", long_text());
-    let body = serde_json::json!({"session_id": session, "message": script("half")}).to_string();
-    let created = http
-        .post(format!("{url}/v1/sessions"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("create the session");
-    assert_eq!(created.status().as_u16(), 201);
+    create(&http, url, session, &script("half")).await;
     let mut events = api_events(http.get(format!("{url}/v1/sessions/{session}/events?live=true"))).await;
     let (mut assembled, mut seen) = (Assembled::default(), Vec::new());
 
@@ -211,5 +216,92 @@ async fn a_long_reply_streams_live_from_a_worker_to_an_api_process_on_postgres()
     let served = Served::start_api(&world, "api", &["--insecure-open"]).await;
     let _worker = world.worker("w");
     stream_a_long_reply(&world, &served.url, "long-pg", None).await;
+    served.stop().await;
+}
+
+/// What the model thinks and does inline is visible: under `tollgate serve`, a reply that thinks,
+/// reads a file with the built-in `Read`, runs an allowed `Bash` (the support agent's policy as
+/// code allows `cat`) and a custom read streams `reasoning_delta` blocks and a started and a
+/// finished event per inline call, CLI tools included, through the API; `tollgate session watch`
+/// prints them.
+#[tokio::test(flavor = "multi_thread")]
+async fn thinking_and_inline_cli_tool_calls_reach_the_event_stream_and_session_watch() {
+    let test = "streaming: thinking and inline CLI tools";
+    let Some(world) = World::new(test, Refund::SingleAttemptWithApproval).await else { return };
+    let served = Served::start(&world, "serve", None).await;
+    let (notes, orders) = (world.dir.path().join("notes.txt"), world.dir.path().join("orders.txt"));
+    std::fs::write(&notes, "order 7 shipped late\n").expect("notes");
+    std::fs::write(&orders, "order 7: one lamp\n").expect("orders");
+    let script = format!(
+        "think the customer asks about order 7 ;; call Read {} && call Bash {} && call lookup_order {} ;; \
+         think all three answered",
+        serde_json::json!({"file_path": notes}),
+        serde_json::json!({"command": format!("cat {}", orders.display()), "description": "Show the order"}),
+        serde_json::json!({"order_id": "7"}),
+    );
+    let http = reqwest::Client::new();
+    create(&http, &served.url, "think", &script).await;
+    let mut watch = served.client_command(&["session", "watch", "think", "--until-idle"]);
+    watch.kill_on_drop(true);
+    let watch = tokio::spawn(async move { watch.output().await.expect("run session watch") });
+
+    let mut events = api_events(http.get(format!("{}/v1/sessions/think/events", served.url))).await;
+    let mut seen: Vec<SseEvent> = Vec::new();
+    let ended = tokio::time::timeout(WAIT, async {
+        while !seen.iter().any(|e| e.event == "turn_completed" || e.event == "turn_failed") {
+            let Some(batch) = events.next().await else { return false };
+            seen.extend(batch);
+        }
+        true
+    })
+    .await;
+    assert!(matches!(ended, Ok(true)), "the turn never ended: {seen:#?}\n{}", world.diagnostics());
+    let done = world.wait_idle_after("think", 1).await;
+    assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
+    let answer = done.messages.last().map(|m| m.text.clone()).unwrap_or_default();
+    assert!(answer.contains("order 7 shipped late") && answer.contains("one lamp"), "{answer}");
+
+    let payloads = |kind: &str| -> Vec<Value> {
+        seen.iter()
+            .filter(|e| e.event == kind)
+            .map(|e| serde_json::from_str::<Value>(&e.data).expect("JSON")["payload"].clone())
+            .collect()
+    };
+    let thinking: String = payloads("reasoning_delta")
+        .iter()
+        .map(|p| p["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(thinking, "the customer asks about order 7all three answered", "{seen:#?}");
+    let thoughts = payloads("reasoning_delta");
+    assert_eq!(thoughts.len(), 2, "one stored block per thinking block, not per delta: {thoughts:?}");
+    assert_eq!(thoughts[1]["offset"], 31, "its offset counts the thinking before it: {thoughts:?}");
+    for (name, kind) in [("Read", "cli"), ("Bash", "cli"), ("lookup_order", "custom")] {
+        let of =
+            |event: &str| payloads(event).into_iter().filter(|p| p["tool_name"] == name).collect::<Vec<_>>();
+        let (started, finished) = (of("tool_call_started"), of("tool_call_finished"));
+        assert_eq!((started.len(), finished.len()), (1, 1), "{name}: {seen:#?}");
+        assert_eq!(
+            (started[0]["kind"].as_str(), started[0]["deferred"].as_bool(), finished[0]["status"].as_str()),
+            (Some(kind), Some(false), Some("succeeded")),
+            "{name}: {started:?} {finished:?}"
+        );
+    }
+    let read = payloads("tool_call_started").into_iter().find(|p| p["tool_name"] == "Read").expect("Read");
+    assert_eq!(read["arguments"]["file_path"], notes.display().to_string(), "{read}");
+
+    let output = tokio::time::timeout(WAIT, watch).await.expect("watch --until-idle exits").unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{printed}");
+    let lines: Vec<&str> = printed.lines().collect();
+    for expected in [
+        "thinking: the customer asks about order 7",
+        "thinking: all three answered",
+        "[tool] Read succeeded",
+        "[tool] Bash succeeded",
+        "[tool] lookup_order succeeded",
+    ] {
+        assert!(lines.contains(&expected), "{expected:?} not printed:\n{printed}");
+    }
+    assert!(lines.iter().any(|l| l.starts_with("[tool] Read {") && l.ends_with("started")), "{printed}");
     served.stop().await;
 }

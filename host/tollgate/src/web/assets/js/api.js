@@ -44,6 +44,18 @@ export async function call(method, path, body) {
   return json;
 }
 
+/** The image at `path` (sent with the token) as a `blob:` URL the page can show; throws
+ *  ApiError. Revoke it with `URL.revokeObjectURL` when it is no longer shown. */
+export async function image(path) {
+  const response = await fetch(path, { headers: headers(), cache: 'default' });
+  if (!response.ok) {
+    let body = null;
+    try { body = await response.json(); } catch { body = null; }
+    throw new ApiError(response.status, body);
+  }
+  return URL.createObjectURL(await response.blob());
+}
+
 /** A path segment. */
 export function seg(id) { return encodeURIComponent(id); }
 
@@ -104,6 +116,19 @@ export function stream(path, onEvent, onState = () => {}) {
   }
   run();
   return { close() { closed = true; if (controller) controller.abort(); } };
+}
+
+/** Every event stored at `path` (a `follow=false` event stream) as `[{event, id, data}]`, read
+ *  once to its end; throws ApiError. */
+export async function storedEvents(path) {
+  const response = await fetch(path, { headers: headers(), cache: 'no-store' });
+  if (!response.ok) {
+    let body = null;
+    try { body = await response.json(); } catch { body = null; }
+    throw new ApiError(response.status, body);
+  }
+  const text = (await response.text()).replace(/\r\n?/g, '\n');
+  return text.split('\n\n').map(parse).filter((event) => event && event.event !== 'error');
 }
 
 function parse(block) {

@@ -1,8 +1,9 @@
-// A session: its conversation with live text, its tool calls and their records, the audit
-// trail, usage and cost, the last turn's error or cancel, a box to send a message, and a button
-// that cancels the turn in progress.
+// A session: its conversation with live text, what the model thought and did inline (its
+// thinking and its inline tool calls, from the event log), its tool calls and their records, the
+// audit trail, usage and cost, the last turn's error or cancel, a box to send a message, and a
+// button that cancels the turn in progress.
 
-import { call, seg, stream } from './api.js';
+import { call, image, seg, stream, storedEvents } from './api.js';
 import { clear, el, notify, pretty, when } from './dom.js';
 
 const REFRESH_ON = new Set(['user_message', 'turn_started', 'turn_completed', 'turn_failed', 'tool_call_started',
@@ -17,6 +18,7 @@ export function mount(view, id, me) {
   const error = el('p', { class: 'error', id: 'last-turn-error', role: 'alert' });
   const messages = el('ol', { class: 'messages', id: 'messages', 'aria-live': 'polite' });
   const liveNode = el('li', { class: 'assistant live', hidden: true }, el('span', { class: 'role', text: 'assistant (writing\u2026)' }), el('span', { id: 'live-text' }));
+  const activity = el('ol', { class: 'activity', id: 'activity', 'aria-live': 'polite' });
   const calls = el('div', { id: 'tool-calls' });
   const audit = el('tbody', { id: 'audit' });
   const grants = el('ul', { id: 'grants' });
@@ -33,6 +35,7 @@ export function mount(view, id, me) {
   const cancelled = el('p', { class: 'notice', id: 'last-turn-cancelled' });
   view.append(title, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
     el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
+    el('section', { class: 'panel', 'aria-labelledby': 'activity-h' }, el('h3', { id: 'activity-h', text: 'Thinking and inline tool calls' }), activity),
     el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }), calls),
     el('section', { class: 'panel', 'aria-labelledby': 'audit-h' }, el('h3', { id: 'audit-h', text: 'Audit trail' }),
       el('div', { class: 'table-wrap' }, el('table', {}, el('thead', {}, el('tr', {}, ...['When', 'Who', 'Decision', 'Tool', 'Reason', 'Input'].map((h) => el('th', { scope: 'col', text: h })))), audit)),
@@ -103,7 +106,9 @@ export function mount(view, id, me) {
     error.textContent = s.last_turn_error ? `Last turn failed: ${s.last_turn_error}` : '';
     clear(messages);
     for (const m of s.messages) {
-      messages.append(el('li', { class: m.role }, el('span', { class: 'role', text: m.role + (m.pending ? ' (pending)' : '') }), m.text));
+      const item = el('li', { class: m.role }, el('span', { class: 'role', text: m.role + (m.pending ? ' (pending)' : '') }), m.text);
+      if ((m.images || []).length) item.append(images(m.images, `${m.role} message`));
+      messages.append(item);
     }
     messages.append(liveNode);
     clear(calls);
@@ -123,6 +128,7 @@ export function mount(view, id, me) {
         el('p', { class: 'hint', text: c.original_arguments ? 'Arguments, as the approver edited them' : 'Arguments' }), el('pre', {}, pretty(c.arguments)));
       if (c.original_arguments) call.append(el('p', { class: 'hint', text: 'As the model asked' }), el('pre', {}, pretty(c.original_arguments)));
       if (outcome !== null && outcome !== '') call.append(el('p', { class: 'hint', text: 'Outcome' }), el('pre', {}, String(outcome)));
+      if ((c.images || []).length) call.append(el('p', { class: 'hint', text: 'Images of the result' }), images(c.images, `${c.tool_name} result`));
       calls.append(call);
     }
     clear(audit);
@@ -139,6 +145,20 @@ export function mount(view, id, me) {
     if (!(s.grants || []).length) grants.append(el('li', { text: 'none' }));
     if (s.live_text) addText(s.live_text.turn_id, s.live_text.step_id, s.live_text.fence, 0, s.live_text.text);
     showLive(s.turn_id);
+  }
+
+  // The session's images by digest, each fetched once (with the token) and shown from a blob URL.
+  const imageUrls = new Map();
+  function images(refs, what) {
+    const box = el('div', { class: 'images' });
+    refs.forEach((ref, i) => {
+      const img = el('img', { alt: `image ${i + 1} of ${refs.length} of the ${what} (${ref.media_type}, ${ref.digest.slice(0, 19)}\u2026)`, 'data-digest': ref.digest });
+      box.append(img);
+      if (!imageUrls.has(ref.digest)) imageUrls.set(ref.digest, image(`${path}/media/${seg(ref.digest)}`));
+      imageUrls.get(ref.digest).then((url) => { img.src = url; })
+        .catch((e) => { img.replaceWith(el('span', { class: 'error', text: `image ${ref.digest}: ${e.describe ? e.describe() : e}` })); });
+    });
+    return box;
   }
 
   function showLive(turn) {
@@ -186,9 +206,54 @@ export function mount(view, id, me) {
     if (offset <= have.length && offset + add.length > have.length) prior.text = have.slice(0, offset).concat(add).join('');
   }
 
+  // What the model thought and did inline, in the order it happened: one item per thinking of a
+  // (turn, step, fence), its stored `reasoning_delta` blocks joined by `offset`, and one per
+  // inline tool call, its status updated when it finishes. Each stored event counts once.
+  const seenSeqs = new Set();
+  const thoughts = new Map(), toolItems = new Map();
+  function addActivity(data) {
+    if (typeof data.seq !== 'number' || seenSeqs.has(`${data.seq}/${data.kind}`)) return;
+    seenSeqs.add(`${data.seq}/${data.kind}`);
+    const p = data.payload || {};
+    if (data.kind === 'reasoning_delta') {
+      const key = `${p.turn_id}/${data.step_id}/${data.fence}`;
+      let thought = thoughts.get(key);
+      if (!thought) {
+        const body = el('span', { class: 'thought' });
+        thought = { text: [], body };
+        thoughts.set(key, thought);
+        activity.append(el('li', { class: 'thinking' }, el('span', { class: 'role', text: `thinking (${p.turn_id})` }), body));
+      }
+      const have = thought.text, add = Array.from(p.text || ''), at = p.offset || 0;
+      if (at <= have.length && at + add.length > have.length) thought.text = have.slice(0, at).concat(add);
+      thought.body.textContent = thought.text.join('');
+    } else if ((data.kind === 'tool_call_started' || data.kind === 'tool_call_finished') && p.deferred === false) {
+      let item = toolItems.get(p.tool_call_id);
+      if (!item) {
+        const status = el('span', { class: 'status', text: 'running' });
+        const node = el('li', { class: 'tool' }, el('span', { class: 'role', text: `tool call (${p.kind === 'cli' ? 'CLI tool' : 'custom tool'}, inline)` }),
+          el('strong', { text: p.tool_name || '?' }), ' ', status);
+        if (p.arguments !== undefined) node.append(el('pre', {}, pretty(p.arguments)));
+        item = { node, status };
+        toolItems.set(p.tool_call_id, item);
+        activity.append(node);
+      }
+      if (data.kind === 'tool_call_finished') {
+        item.status.textContent = p.status || 'finished';
+        item.node.classList.add(p.status === 'failed' ? 'failed' : 'done');
+      }
+    }
+    empty.hidden = activity.children.length > 1;
+  }
+  const empty = el('li', { class: 'empty', text: 'Nothing yet.' });
+  activity.append(empty);
+
   let current = null;
   function onEvent(event) {
     const data = event.data || {};
+    if (event.event === 'reasoning_delta' || ((event.event === 'tool_call_started' || event.event === 'tool_call_finished') && (data.payload || {}).deferred === false)) {
+      addActivity(data);
+    }
     if (event.event === 'text_delta') {
       const p = data.payload || {};
       if (!p.turn_id) return;
@@ -206,6 +271,18 @@ export function mount(view, id, me) {
     live = stream(`${path}/events?after=${after}&live=true`, onEvent, (state, detail) => {
       if (state === 'failed') error.textContent = detail.describe ? detail.describe() : String(detail);
     });
+    // What happened before the page opened: the stored thinking and inline tool calls.
+    storedEvents(`${path}/events?after=0&follow=false`).then((stored) => {
+      if (!alive) return;
+      for (const event of stored) {
+        const data = event.data || {};
+        if (data.kind === 'reasoning_delta' || data.kind === 'tool_call_started' || data.kind === 'tool_call_finished') addActivity(data);
+      }
+    }).catch((e) => { if (alive) error.textContent = e.describe ? e.describe() : String(e); });
   });
-  return () => { alive = false; if (live) live.close(); };
+  return () => {
+    alive = false;
+    if (live) live.close();
+    for (const url of imageUrls.values()) url.then((u) => URL.revokeObjectURL(u), () => {});
+  };
 }
