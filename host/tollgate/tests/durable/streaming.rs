@@ -229,9 +229,12 @@ async fn thinking_and_inline_cli_tool_calls_reach_the_event_stream_and_session_w
     let test = "streaming: thinking and inline CLI tools";
     let Some(world) = World::new(test, Refund::SingleAttemptWithApproval).await else { return };
     let served = Served::start(&world, "serve", None).await;
-    let (notes, orders) = (world.dir.path().join("notes.txt"), world.dir.path().join("orders.txt"));
-    std::fs::write(&notes, "order 7 shipped late\n").expect("notes");
-    std::fs::write(&orders, "order 7: one lamp\n").expect("orders");
+    let [notes, orders] = &world.seed_workspace(
+        "think",
+        &[("notes.txt", "order 7 shipped late\n"), ("orders.txt", "order 7: one lamp\n")],
+    )[..] else {
+        unreachable!()
+    };
     let script = format!(
         "think the customer asks about order 7 ;; call Read {} && call Bash {} && call lookup_order {} ;; \
          think all three answered",

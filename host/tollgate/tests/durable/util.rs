@@ -134,6 +134,22 @@ impl World {
         self.spawn_worker(name, &self.db, extra, env)
     }
 
+    /// Puts `files` (name, text) into the workspace of `session` before its first turn, and
+    /// returns each one's path as the agent sees it in its box (`/workspace/<name>`). The
+    /// Workers of [`Self::tollgate`] keep workspaces under the world's folder.
+    pub fn seed_workspace(&self, session: &str, files: &[(&str, &str)]) -> Vec<PathBuf> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = self.dir.path().join("workspaces").join(session);
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).expect("make the workspace");
+        files
+            .iter()
+            .map(|(name, text)| {
+                std::fs::write(dir.join(name), text).expect("write a workspace file");
+                Path::new("/workspace").join(name)
+            })
+            .collect()
+    }
+
     /// The `tollgate` binary with this world's environment: the pinned CLI, the mock model, a
     /// refused proxy for everything else, the payments service, a private component cache.
     pub fn tollgate(&self) -> tokio::process::Command {
