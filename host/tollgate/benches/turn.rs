@@ -19,6 +19,7 @@
 //! spawn to exit), the host's own CPU per turn (user + system time of `tollgate serve` or of the
 //! Node process, not of the CLIs they start; `/proc/<pid>/stat`) and its peak RSS (`VmHWM`), then
 //! the ratios; and what an idle warm CLI costs (its resident memory and the CPU its start took,
+//! added up over its process tree: `bwrap`, the box's init and the CLI,
 //! read from `/proc` just before the next warm turn).
 //!
 //! ```sh
@@ -72,15 +73,31 @@ impl Server {
             + self.warm_started.load(Ordering::Relaxed)
     }
 
-    /// Its child processes (its CLIs), from `/proc`.
+    /// Its child processes (its CLIs, or the `bwrap` of each boxed one), from `/proc`.
     fn children(&self) -> Vec<u32> {
-        let mut out = Vec::new();
-        for task in std::fs::read_dir(format!("/proc/{}/task", self.pid())).into_iter().flatten().flatten() {
-            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
-        }
-        out
+        children_of(self.pid())
     }
+}
+
+/// The child processes of `pid`, from `/proc`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out
+}
+
+/// `pid` and every process under it: a boxed CLI is `bwrap`, the box's init and the CLI.
+fn tree_of(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut at = 0;
+    while at < out.len() {
+        out.extend(children_of(out[at]));
+        at += 1;
+    }
+    out
 }
 
 /// Resident memory of process `pid` now, in MB.
@@ -357,8 +374,9 @@ async fn main() {
         for (i, server) in servers {
             if i == 4 && measured {
                 for pid in server.children() {
-                    idle_rss.push(rss_mb(pid));
-                    idle_cpu.push(cpu_ms(pid));
+                    let tree = tree_of(pid);
+                    idle_rss.push(tree.iter().map(|&p| rss_mb(p)).sum());
+                    idle_cpu.push(tree.iter().map(|&p| cpu_ms(p)).sum());
                 }
             }
             let before = cpu_ms(server.pid());
