@@ -464,6 +464,35 @@ mod tests {
         assert!(mode.contains(&"--permission-mode=dontAsk".to_owned()));
     }
 
+    /// Every flag the host writes into argv is one the options' `extra` may not set: a flag that
+    /// `extra` repeats would replace the host's (the CLI takes the last one).
+    #[test]
+    fn every_flag_the_host_writes_is_owned_so_extra_cannot_replace_it() {
+        let sources = ["project".to_owned()];
+        let everything = |parked: bool| {
+            argv(&ArgvOptions {
+                parked,
+                resume: (!parked).then_some("s-1"),
+                setting_sources: Some(&sources),
+                permission_mode: Some("dontAsk"),
+                ..ArgvOptions::default()
+            })
+        };
+        let written: Vec<String> = [everything(false), everything(true)]
+            .concat()
+            .iter()
+            .filter_map(|arg| arg.strip_prefix("--"))
+            .map(|flag| flag.split('=').next().unwrap_or(flag).to_owned())
+            .collect();
+        assert!(written.len() > 10, "{written:?}");
+        for flag in &written {
+            assert!(
+                tollgate_engine::options::OWNED_FLAGS.contains(&flag.as_str()),
+                "argv writes --{flag}, which options `extra` could set too: add it to OWNED_FLAGS"
+            );
+        }
+    }
+
     #[test]
     fn a_parked_launch_awaits_its_claim_and_leaves_the_sdk_server_to_it() {
         let normal = argv(&ArgvOptions::default());

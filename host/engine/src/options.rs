@@ -48,6 +48,7 @@ pub const OWNED_FLAGS: &[&str] = &[
     "mcp-config",
     "strict-mcp-config",
     "await-initialize",
+    "await-claim",
     "permission-prompt-tool",
     "permission-mode",
     "dangerously-skip-permissions",
@@ -56,6 +57,7 @@ pub const OWNED_FLAGS: &[&str] = &[
     "allowed-tools",
     "output-format",
     "input-format",
+    "verbose",
     "resume-session-at",
     "resume-drops-turn",
     "session-mirror",
@@ -379,7 +381,8 @@ mod tests {
                 )
             );
         }
-        let plain = json!({"extra": {"effort": "high", "verbose": true, "max-thinking-tokens": 5}});
+        let plain =
+            json!({"extra": {"effort": "high", "betas": "interleaved-thinking", "max-thinking-tokens": 5}});
         assert!(check_options(serde_json::from_value(plain).unwrap(), "tools").is_ok());
     }
 
