@@ -118,7 +118,7 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
     let firing = on_deadline(&request, interrupt.escalated_at.is_some())?;
     let outcome = match firing {
         Firing::Expire { decision } => {
-            let (resolution, events) = client::resolution(iid, &decision);
+            let (resolution, events) = client::resolution(iid, &decision, None);
             let mut events: Vec<NewEvent> = events.into_iter().map(convert::event).collect();
             events.push(NewEvent {
                 kind: DECISION_RECORDED.to_owned(),

@@ -251,7 +251,7 @@ async fn resolve_checked(
         // Checked before anything is stored, against the schema stored with the interrupt.
         edits::check_edit(request.get("input_schema"), edited)?;
     }
-    let (resolution, events) = client::resolution(interrupt_id, decision);
+    let (resolution, events) = client::resolution(interrupt_id, decision, Some(principal));
     let tool_name = request.get("tool_name").and_then(|t| t.as_str()).map(str::to_owned);
     let input = request.get("arguments").map(convert::raw);
     let edited = decision.updated_input.as_ref().filter(|e| Some(*e) != request.get("arguments"));

@@ -121,8 +121,13 @@ pub struct GrantStamp {
     pub granted_at: i64,
 }
 
-/// The stored resolution and its `interrupt_resolved` event.
-pub fn resolution(interrupt_id: &str, decision: &Decision) -> (Value, Vec<NewEvent>) {
+/// The stored resolution and its `interrupt_resolved` event, which names the principal who
+/// decided (`decided_by`: `null` when Tollgate closed it, at a deadline or at the turn's end).
+pub fn resolution(
+    interrupt_id: &str,
+    decision: &Decision,
+    decided_by: Option<&str>,
+) -> (Value, Vec<NewEvent>) {
     let value = serde_json::to_value(decision).expect("serializes");
     let event = NewEvent {
         kind: event_kind::INTERRUPT_RESOLVED,
@@ -132,6 +137,7 @@ pub fn resolution(interrupt_id: &str, decision: &Decision) -> (Value, Vec<NewEve
             "message": decision.message,
             "updated_input": decision.updated_input,
             "scope": decision.scope,
+            "decided_by": decided_by,
         }),
     };
     (value, vec![event])

@@ -750,9 +750,8 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
 /// Interrupt `interrupt_id` closed with `decision`, if still open: decided by nobody (Tollgate
 /// closed it), its `interrupt_resolved` event saying so.
 pub(super) fn closed_by_nobody(interrupt_id: &str, decision: &Decision) -> CloseInterrupt {
-    let (resolution, mut resolved) = super::client::resolution(interrupt_id, decision);
+    let (resolution, mut resolved) = super::client::resolution(interrupt_id, decision, None);
     for event in &mut resolved {
-        event.payload["decided_by"] = Value::Null;
         event.payload["closed"] = json!(true);
     }
     CloseInterrupt { interrupt_id: interrupt_id.to_owned(), resolution, events: resolved }

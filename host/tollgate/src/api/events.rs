@@ -40,6 +40,7 @@ const POLL: Duration = Duration::from_secs(1);
 #[utoipa::path(
     get,
     path = "/v1/sessions/{id}/events",
+    operation_id = "session_events",
     tag = "events",
     summary = "The session's events as Server-Sent Events",
     description = "`text/event-stream`: each event's `id` is its seq, its `event` its kind, its `data` a StreamEvent. A segment's text is stored one `text_delta` per text block; with `live=true` its text also comes as it streams, as `text_delta` events without an `id` (see the `live` parameter). When the store fails mid-stream an `error` event (data: a StreamError) ends the stream; resume with `Last-Event-ID`. Comments (`:`) keep the connection alive every 15 s.",

@@ -59,6 +59,7 @@ const MIN_GAP: Duration = Duration::from_millis(50);
 #[utoipa::path(
     get,
     path = "/v1/interrupts/events",
+    operation_id = "inbox_events",
     tag = "approvals",
     summary = "The approvals inbox across sessions, live, as Server-Sent Events",
     description = "`text/event-stream`. First a `snapshot` event (data: an InboxEvent whose `interrupts` are every pending approval tracked, oldest first), then a `changed` event (`interrupts`: opened or changed, to upsert by session and interrupt id; `gone`: closed) whenever the inbox changes. Each event's `id` is the inbox's version after it: reconnect with `Last-Event-ID` and no snapshot is sent unless the inbox changed meanwhile. Each item's `decide` says whether the caller may decide it and why not. When the store fails mid-stream an `error` event (data: a StreamError) ends the stream. Comments (`:`) keep the connection alive every 15 s.",

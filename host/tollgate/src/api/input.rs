@@ -91,6 +91,20 @@ pub(super) fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad("body", "the request needs a JSON object body"));
     }
+    // serde reads a struct from an array of its fields too (`[null,null]`); a body is an object.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
+        && let Ok(value) = serde_json::from_slice::<serde_json::Value>(body)
+    {
+        let kind = match value {
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "a boolean",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::Object(_) => "an object",
+        };
+        return Err(ApiError::bad("body", format!("the body must be a JSON object, not {kind}")));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let inner = e.inner();

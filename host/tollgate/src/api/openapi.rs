@@ -143,7 +143,7 @@ pub struct IdempotencyKey {
 #[into_params(parameter_in = Header)]
 pub struct LastEventId {
     /// Resume after this event seq (wins over `?after=`).
-    #[param(rename = "Last-Event-ID", minimum = 0)]
+    #[param(rename = "Last-Event-ID", minimum = 0, value_type = i64, required = false)]
     pub last_event_id: Option<i64>,
 }
 
@@ -171,6 +171,23 @@ mod tests {
              `UPDATE_GOLDEN=1 cargo test -p tollgate --lib openapi` and review the diff.",
             path.display()
         );
+    }
+
+    /// OpenAPI requires each `operationId` once (two handlers named `stream` made it invalid).
+    #[test]
+    fn every_operation_has_an_id_of_its_own() {
+        let doc: Value = serde_json::from_str(document()).unwrap();
+        let mut ids: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|path| path.as_object().unwrap().values())
+            .map(|operation| operation["operationId"].as_str().expect("every operation has an id"))
+            .collect();
+        let all = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), all, "an operationId is used twice: {ids:?}");
     }
 
     #[test]

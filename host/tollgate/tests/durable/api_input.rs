@@ -86,6 +86,17 @@ async fn bodies_too_large_not_json_or_malformed_get_json_errors_naming_the_limit
     // A wrong value still names its field.
     let answer = call(http.post(&messages).json(&json!({"text": 5}))).await;
     refused(&answer, 400, "invalid_request", "text", &["invalid type"], "a number as text");
+    // serde reads a struct from an array of its fields: a body is an object, or refused.
+    let sessions = format!("{url}/v1/sessions");
+    for (url, body, kind) in [
+        (&messages, "[\"hi\"]", "an array"),
+        (&sessions, "[null,null]", "an array"),
+        (&sessions, "null", "null"),
+        (&messages, " \"hi\"", "a string"),
+    ] {
+        let answer = call(http.post(url).header("content-type", "application/json").body(body)).await;
+        refused(&answer, 400, "invalid_request", "body", &[&format!("not {kind}")], body);
+    }
 
     let answer =
         call(http.post(&messages).header("content-type", "text/plain").body("{\"text\":\"hi\"}")).await;

@@ -269,6 +269,10 @@ async fn a_receiver_that_fails_twice_gets_every_event_signed_with_stable_ids_acr
         (decided["interrupt_id"].as_str(), decided["approved"].as_bool()),
         (Some(interrupt.as_str()), Some(true))
     );
+    assert_eq!(
+        decided["decided_by"], "tollgate:local",
+        "the principal, as the audit row names it: {decided}"
+    );
     let completed = &by_type["turn.completed"][0]["data"];
     assert_eq!(completed["turn_id"], created["turn_id"]);
     let turn_failed = &by_type["turn.failed"][0]["data"];
