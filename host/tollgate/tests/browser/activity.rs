@@ -19,20 +19,9 @@ async fn the_session_page_shows_the_thinking_and_the_inline_tool_calls_live_and_
     let Some(browser) = Browser::start(test, world.dir.path()).await else { return };
     let served = Served::start(&world, "serve", Some("t0ken")).await;
     let url = served.url.clone();
-    let [notes, orders] = &world.seed_workspace(
-        "think",
-        &[("notes.txt", "order 7 shipped late\n"), ("orders.txt", "order 7: one lamp\n")],
-    )[..] else {
-        unreachable!()
-    };
     // Parked before the reply that thinks and calls, so the page is open when they happen.
-    let script = format!(
-        "pause go ;; think the customer asks about order 7 ;; call Read {} && call Bash {} && call lookup_order {} ;; \
-         think all three answered",
-        json!({"file_path": notes}),
-        json!({"command": format!("cat {}", orders.display()), "description": "Show the order"}),
-        json!({"order_id": "7"}),
-    );
+    let (notes, script) = world.thinking_script("think");
+    let script = format!("pause go ;; {script}");
     let created = api(reqwest::Client::new()
         .post(format!("{url}/v1/sessions"))
         .bearer_auth("t0ken")

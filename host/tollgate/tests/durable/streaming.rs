@@ -229,19 +229,7 @@ async fn thinking_and_inline_cli_tool_calls_reach_the_event_stream_and_session_w
     let test = "streaming: thinking and inline CLI tools";
     let Some(world) = World::new(test, Refund::SingleAttemptWithApproval).await else { return };
     let served = Served::start(&world, "serve", None).await;
-    let [notes, orders] = &world.seed_workspace(
-        "think",
-        &[("notes.txt", "order 7 shipped late\n"), ("orders.txt", "order 7: one lamp\n")],
-    )[..] else {
-        unreachable!()
-    };
-    let script = format!(
-        "think the customer asks about order 7 ;; call Read {} && call Bash {} && call lookup_order {} ;; \
-         think all three answered",
-        serde_json::json!({"file_path": notes}),
-        serde_json::json!({"command": format!("cat {}", orders.display()), "description": "Show the order"}),
-        serde_json::json!({"order_id": "7"}),
-    );
+    let (notes, script) = world.thinking_script("think");
     let http = reqwest::Client::new();
     create(&http, &served.url, "think", &script).await;
     let mut watch = served.client_command(&["session", "watch", "think", "--until-idle"]);

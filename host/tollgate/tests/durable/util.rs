@@ -150,6 +150,23 @@ impl World {
             .collect()
     }
 
+    /// The script of a reply that thinks, then reads a file with the built-in `Read`, `cat`s
+    /// another with `Bash` and calls `lookup_order`, then thinks again; the two files are put in
+    /// `session`'s workspace first. Returns the read file's path (as the agent sees it) and the
+    /// script.
+    pub fn thinking_script(&self, session: &str) -> (PathBuf, String) {
+        let files = [("notes.txt", "order 7 shipped late\n"), ("orders.txt", "order 7: one lamp\n")];
+        let [notes, orders] = &self.seed_workspace(session, &files)[..] else { unreachable!("two files") };
+        let script = format!(
+            "think the customer asks about order 7 ;; call Read {} && call Bash {} && call lookup_order {} ;; \
+             think all three answered",
+            json!({"file_path": notes}),
+            json!({"command": format!("cat {}", orders.display()), "description": "Show the order"}),
+            json!({"order_id": "7"}),
+        );
+        (notes.clone(), script)
+    }
+
     /// The `tollgate` binary with this world's environment: the pinned CLI, the mock model, a
     /// refused proxy for everything else, the payments service, a private component cache.
     pub fn tollgate(&self) -> tokio::process::Command {
