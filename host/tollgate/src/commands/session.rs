@@ -458,35 +458,13 @@ pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<Strin
             let reason = d.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
             format!(
                 "{} {} {decision} {} {}{input}{edited}{reason}",
-                format_ms(d.decided_at),
+                crate::webhooks::rfc3339_ms(d.decided_at),
                 d.principal,
                 d.tool_name.as_deref().unwrap_or("-"),
                 d.interrupt_id,
             )
         })
         .collect()
-}
-
-/// A database time (ms since the epoch) as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub fn format_ms(ms: i64) -> String {
-    let (secs, millis) = (ms.div_euclid(1000), ms.rem_euclid(1000));
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 /// The image files of `--image`, as the API takes them: the media type by the file's extension.
