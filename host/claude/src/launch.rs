@@ -530,7 +530,7 @@ mod tests {
             "max_turns": 5,
             "max_budget_usd": 1.5,
             "env": {"TZ": "UTC"},
-            "extra": {"effort": "high", "verbose": true, "off": false},
+            "extra": {"effort": "high", "strict-hooks": true, "off": false},
         }));
         let mut spec = spec();
         apply_options(&mut spec, &options);
@@ -547,7 +547,7 @@ mod tests {
                 "--max-turns=5",
                 "--max-budget-usd=1.5",
                 "--effort=high",
-                "--verbose",
+                "--strict-hooks",
             ]
         );
         assert_eq!(spec.permission_mode.as_deref(), Some("dontAsk"));

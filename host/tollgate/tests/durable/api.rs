@@ -384,13 +384,14 @@ async fn the_cli_client_starts_watches_approves_and_shows_a_session() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn with_a_token_every_route_but_healthz_needs_it_from_http_and_the_cli_client() {
+async fn with_a_token_every_route_but_healthz_and_the_openapi_document_needs_it_from_http_and_the_cli_client()
+{
     let Some(world) = World::new("api: the token", Refund::SingleAttemptWithApproval).await else {
         return;
     };
     let served = Served::start(&world, "serve", Some("s3cret")).await;
     let (url, http) = (served.url.clone(), reqwest::Client::new());
-    let routes: [(&str, &str, &str); 9] = [
+    let routes: [(&str, &str, &str); 8] = [
         ("POST", "/v1/sessions", r#"{"session_id":"t"}"#),
         ("GET", "/v1/sessions", ""),
         ("GET", "/v1/sessions/t", ""),
@@ -399,7 +400,6 @@ async fn with_a_token_every_route_but_healthz_needs_it_from_http_and_the_cli_cli
         ("GET", "/v1/sessions/t/events?follow=false", ""),
         ("GET", "/v1/interrupts?status=pending", ""),
         ("GET", "/metrics", ""),
-        ("GET", "/openapi.json", ""),
     ];
     for (method, path, body) in routes {
         for auth in [None, Some("Bearer nope"), Some("s3cret"), Some("Bearer s3cret2")] {
@@ -417,6 +417,9 @@ async fn with_a_token_every_route_but_healthz_needs_it_from_http_and_the_cli_cli
     }
     let health = api(http.get(format!("{url}/healthz"))).await;
     assert_eq!(health.status, 200, "/healthz needs no token");
+    // The API's contract is public: a client reads it before it has a token.
+    let document = api(http.get(format!("{url}/openapi.json"))).await;
+    assert_eq!(document.status, 200, "/openapi.json needs no token");
     let (status, created) = json_of(
         http.post(format!("{url}/v1/sessions")).bearer_auth("s3cret").json(&json!({"session_id": "t"})),
     )
