@@ -1,8 +1,6 @@
 //! Client calls on a store: start a session, send a message, decide an interrupt, read a
 //! snapshot. The HTTP API and the tests call these; the rules are `tollgate_engine::session`'s.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
@@ -794,8 +792,14 @@ fn check_id(field: &'static str, id: &str) -> Result<(), EngineError> {
 }
 
 fn fresh_key() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-    format!("auto:{}:{nanos:x}:{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!("auto:{}", random_id())
+}
+
+/// 128 random bits as 32 hex digits: an id no other process mints, whatever its pid and clock
+/// (two API replicas in containers are both pid 1, and a key or session id is idempotent: a
+/// collision would hand one caller the other's message or session).
+pub fn random_id() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random number generator failed");
+    hex::encode(bytes)
 }

@@ -398,11 +398,7 @@ fn message_receipt(receipt: &tollgate_store::MessageReceipt) -> MessageReceipt {
 }
 
 fn new_session_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-    format!("session-{:x}{:x}{}", nanos, std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!("session-{}", crate::sessions::random_id())
 }
 
 /// `POST /v1/sessions/{id}/messages`.
@@ -1071,6 +1067,21 @@ mod tests {
     use axum::body::Bytes;
 
     use super::*;
+
+    /// A generated session id is 128 random bits, nothing of the process or the clock: two
+    /// replicas (both pid 1 in their containers) never mint the same one.
+    #[test]
+    fn a_generated_session_id_is_128_random_bits() {
+        let ids: Vec<String> = (0..100).map(|_| new_session_id()).collect();
+        for id in &ids {
+            let random = id.strip_prefix("session-").unwrap_or_else(|| panic!("{id}"));
+            assert!(random.len() == 32 && random.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len());
+    }
 
     #[test]
     fn secrets_compare_equal_only_when_every_byte_matches() {
