@@ -6,8 +6,8 @@
 //! `AgentConfig`). Both go through [`check_options`], whose only way out is [`CheckedOptions`]:
 //! `tollgate-claude` turns checked options into the CLI's arguments and cannot be handed
 //! unchecked ones. This crate owns the type because both of those crates depend on it and neither
-//! may depend on the other, and because what it checks is the gate's own safety (DESIGN.md §2
-//! step 2).
+//! may depend on the other, and because what it checks is the gate's own safety (docs/ARCHITECTURE.md,
+//! "The gate's rules").
 //!
 //! ```
 //! use tollgate_engine::options::{AgentOptions, check_options};

@@ -1,19 +1,19 @@
 //! The gate: one decision for every tool call of a segment.
 //!
-//! This module owns DESIGN.md §2 step 3. A [`Gate`] lives for one segment (one run of the CLI). The
-//! host hands it every `PreToolUse` hook callback ([`Gate::pre_tool_use`]), every `can_use_tool`
-//! request ([`Gate::can_use_tool`]), every MCP `tools/call` of the custom tool server
-//! ([`Gate::permit_mcp_call`]) and, when the segment ends deferred, the CLI's `deferred_tool_use`
-//! ([`Gate::accept_deferral`]). The gate does no I/O: it returns typed [`Decision`]s and does not
-//! speak the wire (`tollgate-claude` maps a decision to the bytes `tollgate-protocol` encodes), run
-//! tools, call the options factory, or store anything.
+//! This module owns docs/ARCHITECTURE.md, "The gate's rules". A [`Gate`] lives for one segment (one
+//! run of the CLI). The host hands it every `PreToolUse` hook callback ([`Gate::pre_tool_use`]),
+//! every `can_use_tool` request ([`Gate::can_use_tool`]), every MCP `tools/call` of the custom tool
+//! server ([`Gate::permit_mcp_call`]) and, when the segment ends deferred, the CLI's
+//! `deferred_tool_use` ([`Gate::accept_deferral`]). The gate does no I/O: it returns typed
+//! [`Decision`]s and does not speak the wire (`tollgate-claude` maps a decision to the bytes
+//! `tollgate-protocol` encodes), run tools, call the options factory, or store anything.
 //!
 //! Read [`Gate`] first, then [`Decision`]. The parts: `decide` (the rules table, the CLI decider's
 //! answers, MCP permits, the deferral check), `replay` (what a resumed segment answers for recorded
 //! calls), `inline` (recorded inline writes and their replay in a rerun), `call` (one enum per call
 //! state), [`canonical`] (when a repeated call is the same call), `tests`.
 //!
-//! # The rules (seeds, "How a turn runs" step 3 and "Limits")
+//! # The rules (the reference adapters' "How a turn runs" step 3 and "Limits")
 //!
 //! | call | decision |
 //! | --- | --- |
@@ -34,10 +34,10 @@
 //! call to the policy table.
 //!
 //! `can_use_tool` is the fallback for a call whose hook did not run, with the same rules, except
-//! that it cannot defer: a deferrable call is denied with the retry text (seeds, "Limits": "If
-//! Claude Code ever ignores a defer and asks `can_use_tool` instead, the adapter denies the call
-//! with the same … message"). A `PreToolUse` allow is the call's one authorization, so a later
-//! `can_use_tool` for that ID is denied.
+//! that it cannot defer: a deferrable call is denied with the retry text (the reference adapters,
+//! "Limits": "If Claude Code ever ignores a defer and asks `can_use_tool` instead, the adapter
+//! denies the call with the same … message"). A `PreToolUse` allow is the call's one authorization,
+//! so a later `can_use_tool` for that ID is denied.
 //!
 //! ```
 //! use serde_json::json;
@@ -77,7 +77,7 @@
 //!   whatever input the CLI sends under the permitted tool use ID (after other hooks'
 //!   `updatedInput`).
 //! - Whether a call comes from a subagent is the host's reading of the hook input (`agent_id`);
-//!   PROTOCOL.md §19 lists subagents as not probed.
+//!   the protocol probe behind docs/PROTOCOL.md did not run a subagent's deferrable call.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -117,7 +117,7 @@ impl Origin {
     ///
     /// # Caveats
     ///
-    /// The probe did not run a subagent on CLI 2.1.328 (PROTOCOL.md §19): the `agent_id` field is
+    /// No capture of CLI 2.1.328 holds a subagent's deferrable call: the `agent_id` field is
     /// Claude Code's documented hook input, not a captured frame. A `can_use_tool` request carries
     /// no such field; treating it as [`Origin::Main`] is safe there, because `can_use_tool` never
     /// defers.
@@ -408,8 +408,8 @@ pub enum GateError {
 
 impl GateError {
     /// Whether running the segment again may succeed. A mismatched deferral is a CLI hiccup: the
-    /// segment reruns (seeds: "A deferred call that the hook did not defer fails the segment,
-    /// which then retries"). A name collision needs a new tool name.
+    /// segment reruns (the reference adapters: "A deferred call that the hook did not defer fails
+    /// the segment, which then retries"). A name collision needs a new tool name.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, GateError::NameCollision { .. })
     }
