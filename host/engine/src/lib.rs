@@ -22,6 +22,8 @@
 //! [`session`] is the session state machine around it: what each step result changes and which
 //! step comes next, for the Worker to commit.
 
+#![warn(missing_docs)]
+
 pub mod catalog;
 pub mod deadline;
 pub mod gate;

@@ -39,6 +39,8 @@
 //! tools (with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` the CLI makes no tool-less requests of
 //! its own).
 
+#![warn(missing_docs)]
+
 mod error;
 mod gates;
 mod log;
