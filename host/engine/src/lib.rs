@@ -1,9 +1,9 @@
 //! Tollgate's pure core: tool policies, records, and the gate that decides every tool call of a
 //! segment.
 //!
-//! This crate owns the decisions of docs/ARCHITECTURE.md, "The gate's rules", and the texts the model reads
-//! for them. It does no I/O: no tokio, no wasmtime, no database, no process. The host feeds it what the
-//! CLI, the options factory and the store report, and carries its answers back.
+//! This crate owns the decisions of docs/ARCHITECTURE.md, "The gate's rules", and the texts the
+//! model reads for them. It does no I/O: no tokio, no wasmtime, no database, no process. The host
+//! feeds it what the CLI, the options factory and the store report, and carries its answers back.
 //!
 //! Start with [`gate::Gate`]; it uses
 //!

@@ -77,7 +77,8 @@
 //!   whatever input the CLI sends under the permitted tool use ID (after other hooks'
 //!   `updatedInput`).
 //! - Whether a call comes from a subagent is the host's reading of the hook input (`agent_id`);
-//!   the protocol probe behind docs/PROTOCOL.md did not run a subagent's deferrable call.
+//!   CLI 2.1.328 sends it on a subagent's calls and not on the main conversation's (the golden
+//!   capture `subagent_foreground__run` in `tollgate-protocol`'s test data).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -117,10 +118,10 @@ impl Origin {
     ///
     /// # Caveats
     ///
-    /// No capture of CLI 2.1.328 holds a subagent's deferrable call: the `agent_id` field is
-    /// Claude Code's documented hook input, not a captured frame. A `can_use_tool` request carries
-    /// no such field; treating it as [`Origin::Main`] is safe there, because `can_use_tool` never
-    /// defers.
+    /// CLI 2.1.328 sends `agent_id` on a subagent's calls and not on the main conversation's (the
+    /// golden capture `subagent_foreground__run` in `tollgate-protocol`'s test data). A
+    /// `can_use_tool` request carries no such field; treating it as [`Origin::Main`] is safe there,
+    /// because `can_use_tool` never defers.
     ///
     /// ```
     /// use tollgate_engine::gate::Origin;
