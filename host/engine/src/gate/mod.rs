@@ -20,13 +20,13 @@
 //! | approval-free `read` custom tool, or approval-free CLI tool | [`Decision::Allow`]; a custom tool may then run once over MCP |
 //! | approval-free `idempotent_write` custom tool ([`Handling::Recorded`]) | [`Decision::Allow`]; it may run once over MCP, recorded ([`McpPermit::RunRecorded`]); a rerun of the segment that meets the call again replays its record (see `inline`) |
 //! | the first other ("deferrable") call of the segment | [`Decision::Defer`] |
-//! | every later deferrable call of the segment | deny, [`texts::ONLY_ONE_DEFERRED_CALL`]; one that needs approval is also *held back* ([`DeferredCall::held_back`]): the session asks for its approval ahead, in a batch with the deferred call's |
-//! | a deferrable call inside a subagent | deny, [`texts::CALL_FROM_MAIN_CONVERSATION`] |
+//! | every later deferrable call of the segment | deny, [`crate::texts::ONLY_ONE_DEFERRED_CALL`]; one that needs approval is also *held back* ([`DeferredCall::held_back`]): the session asks for its approval ahead, in a batch with the deferred call's |
+//! | a deferrable call inside a subagent | deny, [`crate::texts::CALL_FROM_MAIN_CONVERSATION`] |
 //! | the pending deferred call of a resumed segment | [`Decision::Replay`] of its record (custom tool: the MCP server serves the record; approved CLI tool: the CLI runs it with the recorded input); a rejected CLI tool is denied with the rejection text |
-//! | another recorded call, or another tool under the pending call's ID | deny, [`texts::RECORDED_UNDER_THIS_ID`] |
-//! | a second decision under one tool use ID | deny, [`texts::ALREADY_DECIDED`] (a first deny is repeated as is) |
-//! | a new call of a custom tool the listing lacks | deny, [`texts::TOOL_NOT_OFFERED`] |
-//! | a bare name that a custom tool also uses | deny, [`texts::NAME_COLLISION`], and the segment fails ([`Gate::failure`]) |
+//! | another recorded call, or another tool under the pending call's ID | deny, [`crate::texts::RECORDED_UNDER_THIS_ID`] |
+//! | a second decision under one tool use ID | deny, [`crate::texts::ALREADY_DECIDED`] (a first deny is repeated as is) |
+//! | a new call of a custom tool the listing lacks | deny, [`crate::texts::TOOL_NOT_OFFERED`] |
+//! | a bare name that a custom tool also uses | deny, [`crate::texts::NAME_COLLISION`], and the segment fails ([`Gate::failure`]) |
 //!
 //! "Deferrable" is [`Handling::is_deferred`] of the call's policy ([`crate::policy`]). For a new
 //! CLI tool call the options factory's per-call decider, when the agent has one, is asked first
@@ -213,24 +213,24 @@ impl Decision {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DenyReason {
-    /// A deferrable call after the segment's deferred call ([`texts::ONLY_ONE_DEFERRED_CALL`]).
+    /// A deferrable call after the segment's deferred call ([`crate::texts::ONLY_ONE_DEFERRED_CALL`]).
     OnlyOneDeferredCall,
     /// A deferrable call that reached `can_use_tool` instead of being deferred (same text).
     DeferIgnored,
-    /// A deferrable call inside a subagent ([`texts::CALL_FROM_MAIN_CONVERSATION`]).
+    /// A deferrable call inside a subagent ([`crate::texts::CALL_FROM_MAIN_CONVERSATION`]).
     InSubagent,
-    /// The pending CLI tool call was rejected ([`texts::rejection`]).
+    /// The pending CLI tool call was rejected ([`crate::texts::rejection`]).
     Rejected,
     /// The pending CLI tool call's record is `failed` or `outcome_unknown`.
     RecordedFailure,
-    /// The tool use ID already has a decision in this segment ([`texts::ALREADY_DECIDED`]).
+    /// The tool use ID already has a decision in this segment ([`crate::texts::ALREADY_DECIDED`]).
     AlreadyDecided,
     /// A recorded call that is not the pending one, or another tool under the pending call's ID
-    /// ([`texts::RECORDED_UNDER_THIS_ID`]).
+    /// ([`crate::texts::RECORDED_UNDER_THIS_ID`]).
     RecordedUnderThisId,
-    /// A new call of a custom tool the current listing lacks ([`texts::TOOL_NOT_OFFERED`]).
+    /// A new call of a custom tool the current listing lacks ([`crate::texts::TOOL_NOT_OFFERED`]).
     ToolNotOffered,
-    /// A Claude Code tool shares its name with a custom tool ([`texts::NAME_COLLISION`]); the
+    /// A Claude Code tool shares its name with a custom tool ([`crate::texts::NAME_COLLISION`]); the
     /// segment fails.
     NameCollision,
     /// The options factory's per-call decider denied the call with its own text.
@@ -332,7 +332,7 @@ pub struct DeferredCall {
     /// Approval and where the call runs.
     pub handling: Handling,
     /// The segment's other deferrable calls that need approval and were denied with the retry
-    /// text ([`texts::ONLY_ONE_DEFERRED_CALL`]) because this call took the segment's deferral,
+    /// text ([`crate::texts::ONLY_ONE_DEFERRED_CALL`]) because this call took the segment's deferral,
     /// in the order the gate saw them. The session may ask for their approval ahead.
     pub held_back: Vec<HeldBackCall>,
 }
