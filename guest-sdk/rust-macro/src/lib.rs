@@ -15,6 +15,8 @@
 //! it keeps the function as written and adds a module of the same name (functions and modules
 //! live in different namespaces) holding `pub const TOOL: ToolDef`, which `export_tools!` lists.
 
+#![warn(missing_docs)]
+
 use proc_macro::TokenStream;
 use proc_macro2::Span;
 use quote::quote;

@@ -48,6 +48,8 @@
 //!   idempotent write is attempted again, a single-attempt write is recorded `outcome_unknown`),
 //!   with the panic message.
 
+#![warn(missing_docs)]
+
 #[cfg(feature = "http")]
 pub mod http;
 

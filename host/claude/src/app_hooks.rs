@@ -4,8 +4,8 @@
 //!
 //! Read [`AppHook`] first. The segment registers one matcher per
 //! [`tollgate_engine::hooks::HookMatcher`] of its spec (callback ids `tollgate_app_<n>`), an
-//! application `PreToolUse` matcher before the gate's own. When one fires, [`Asking::ask`] reads
-//! the hook input ([`call_of`]) and starts the hook; [`Asking::next`] hands the segment's loop the
+//! application `PreToolUse` matcher before the gate's own. When one fires, `Asking::ask` reads
+//! the hook input ([`call_of`]) and starts the hook; `Asking::next` hands the segment's loop the
 //! answer: [`AppHookOutput`] (which cannot carry a permission decision) when the check passed, an
 //! error response otherwise (the CLI reads an error as no answer). So whatever a hook says, the
 //! gate alone allows or defers a call.

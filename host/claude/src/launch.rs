@@ -1,5 +1,5 @@
 //! How a segment starts the CLI: the argv, the environment, and the per-segment scratch
-//! directories with the resume file (PROTOCOL.md §1, §12, §18 steps 1–2).
+//! directories with the resume file (docs/PROTOCOL.md, "Launch" and "Resume").
 //!
 //! Read [`argv`], [`apply_options`] and [`ScratchDirs`]. [`argv`] is pure: the host's own flags;
 //! [`apply_options`] is the one mapping of an agent's options (checked by
@@ -72,9 +72,9 @@ impl Default for ArgvOptions<'_> {
     }
 }
 
-/// The CLI's arguments (PROTOCOL.md §1.1).
+/// The CLI's arguments (docs/PROTOCOL.md, "Launch").
 pub fn argv(options: &ArgvOptions<'_>) -> Vec<String> {
-    // Written by hand to keep PROTOCOL.md §1.1's key order (`serde_json` would sort the keys).
+    // Written by hand to keep the key order the CLI was probed with (`serde_json` would sort them).
     let name = serde_json::Value::from(options.server_name).to_string();
     let server = format!(r#"{{"mcpServers":{{{name}:{{"type":"sdk","name":{name}}}}}}}"#);
     let mut args: Vec<String> = [

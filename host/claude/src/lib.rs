@@ -1,8 +1,8 @@
 //! Runs one segment of the Claude Code CLI: transport, hooks into the gate, the in-process MCP
 //! tool server, transcript mirroring and resume.
 //!
-//! `tollgate-claude` owns the `claude` process of one segment (DESIGN.md §1: one run of the CLI
-//! inside a turn, ending with an answer or one deferred tool call). Start with
+//! `tollgate-claude` owns the `claude` process of one segment (docs/ARCHITECTURE.md, "Glossary": one
+//! run of the CLI inside a turn, ending with an answer or one deferred tool call). Start with
 //! [`run_segment`]: it takes a [`SegmentSpec`] (which binary, which directory, a prompt or a
 //! stored session to resume), the segment's [`tollgate_engine::gate::Gate`] and a
 //! [`tools::ToolRunner`], and returns a [`SegmentReport`] whose [`SegmentOutcome`] is
@@ -33,6 +33,8 @@
 //! - The behaviour matches CLI 2.1.328 ([`cli::SUPPORTED_VERSIONS`]); other versions are refused.
 //! - An application hook can add context, block or stop, and rewrite a call's input, which is sent
 //!   without a permission decision: only the gate allows and defers ([`app_hooks`]).
+
+#![warn(missing_docs)]
 
 mod answer;
 pub mod app_hooks;

@@ -2,18 +2,18 @@
 //! channel.
 //!
 //! Read [`ToolServer`] first: an [`rmcp::ServerHandler`] that lists the segment's custom tools and
-//! runs a `tools/call` only under a tool use ID the gate permitted. Then [`McpBridge`]: the CLI does
-//! not talk MCP over a socket but wraps each JSON-RPC message in an `mcp_message` control request
-//! (PROTOCOL.md §6); the bridge feeds those messages into the rmcp service through an in-memory
-//! [`rmcp::transport::Transport`] and turns rmcp's answers back into `control_response` frames,
-//! matched by JSON-RPC id.
+//! runs a `tools/call` only under a tool use ID the gate permitted. Then [`McpBridge`]: the CLI
+//! does not talk MCP over a socket but wraps each JSON-RPC message in an `mcp_message` control
+//! request (docs/PROTOCOL.md, "The sdk MCP server"); the bridge feeds those messages into the rmcp
+//! service through an in-memory [`rmcp::transport::Transport`] and turns rmcp's answers back into
+//! `control_response` frames, matched by JSON-RPC id.
 //!
-//! What the CLI sees (PROTOCOL.md §6.2):
+//! What the CLI sees:
 //!
 //! - `initialize` → rmcp's answer (protocol version negotiated, `capabilities.tools`, server info);
 //! - notifications → `{"jsonrpc":"2.0","result":{},"id":0}` at once, as both Agent SDKs answer;
 //! - `tools/list` → every tool with `_meta["anthropic/alwaysLoad"]=true` (else the CLI hides MCP
-//!   tools behind tool search, §6.5) and its annotations as MCP hints;
+//!   tools behind tool search) and its annotations as MCP hints;
 //! - `tools/call` → a [`PermitRequest`] to the segment's loop, which owns the gate and answers
 //!   with [`Gate::permit_mcp_call`](tollgate_engine::gate::Gate::permit_mcp_call) for
 //!   `_meta["claudecode/toolUseId"]`: run the tool ([`ToolRunner::call`]), run a recorded inline

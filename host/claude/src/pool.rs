@@ -2,7 +2,7 @@
 //! ~0.5–0.9 s) paid before its step is claimed.
 //!
 //! A CLI started with `--await-initialize` boots and then waits for the host's `initialize` on
-//! stdin (PROTOCOL.md §3, rule 1); a resume's transcript file may be written after the spawn as
+//! stdin (docs/PROTOCOL.md, "initialize"); a resume's transcript file may be written after the spawn as
 //! long as it is there before `initialize` (`benches/segment.rs`, "pre-started, file after
 //! spawn"). So a Worker can start a CLI with exactly the launch a coming segment will use — the
 //! program, argv (options, `--resume=<session>`), cwd and environment — and hand it to that

@@ -1,5 +1,5 @@
 //! The project key: the folder under `CLAUDE_CONFIG_DIR/projects/` that holds a working
-//! directory's transcripts (PROTOCOL.md §12.1). Pure.
+//! directory's transcripts (docs/PROTOCOL.md, "Launch"). Pure.
 //!
 //! Read [`project_key`]. The rule, as the Agent SDKs implement it and the CLI 2.1.328 accepted it
 //! for plain, accented, `+`/space/`.` and 304-character paths:

@@ -1,14 +1,15 @@
 //! One segment: one run of the `claude` CLI that ends with an answer, one deferred tool call, or a
-//! failure (DESIGN.md §1, §2 steps 2–6).
+//! failure (docs/ARCHITECTURE.md, "One turn", steps 3–9).
 //!
 //! Read [`run_segment`] first, then [`SegmentSpec`] (what to run) and [`SegmentOutcome`] (what
 //! came of it). A segment:
 //!
 //! 1. makes fresh `HOME`, `CLAUDE_CONFIG_DIR` and `TMPDIR` directories and, for a resume, writes the
 //!    stored entries to the project's transcript file ([`crate::launch`]);
-//! 2. starts the CLI in its own process group ([`crate::transport`]) with the argv of PROTOCOL.md
-//!    §1.1 and the environment of §1.2, built from an allow-list (nothing else of the host's
-//!    environment is inherited: see [`crate::transport::inherited_allowed_variables`]);
+//! 2. starts the CLI in its own process group ([`crate::transport`]) with the argv and the
+//!    environment of docs/PROTOCOL.md, "Launch", the environment built from an allow-list (nothing
+//!    else of the host's environment is inherited: see
+//!    [`crate::transport::inherited_allowed_variables`]);
 //! 3. writes `initialize` first (the gate's `PreToolUse` matcher for every tool, with a timeout;
 //!    an application hook if any; the sdk server; the prompts), then the prompt of a fresh
 //!    segment, or **no prompt** for a resumed deferred call. On a parked spare
@@ -708,7 +709,8 @@ async fn run(
     } else {
         process.send(HostFrame::initialize(INITIALIZE_ID, spec.initialize()).to_line());
         if let Some(prompt) = prompt {
-            // Pipelined right after initialize, as the TypeScript SDK does (PROTOCOL.md §3, rule 2).
+            // Pipelined right after initialize, as the TypeScript SDK does (docs/PROTOCOL.md, "The
+            // prompt").
             process.send(HostFrame::User(prompt).to_line());
         }
         None

@@ -12,13 +12,13 @@
 //!
 //! # Caveats
 //!
-//! - [`ToolRunner::call`] gets no `DeferredExecution`: inline reads have none (DESIGN.md §4). A
-//!   recorded inline write (an approval-free idempotent write) goes to
-//!   [`ToolRunner::call_recorded`] instead, with its [`RecordedCall`]: the runner runs it under
-//!   the record's idempotency key and commits the record before it answers. The default runs it
-//!   like [`ToolRunner::call`] and records nothing (for runners without a store, such as tests).
+//! - [`ToolRunner::call`] gets no `DeferredExecution`: inline reads have none (the WIT's
+//!   `deferred-execution`). A recorded inline write (an approval-free idempotent write) goes to
+//!   [`ToolRunner::call_recorded`] instead, with its [`RecordedCall`]: the runner runs it under the
+//!   record's idempotency key and commits the record before it answers. The default runs it like
+//!   [`ToolRunner::call`] and records nothing (for runners without a store, such as tests).
 //! - A [`ToolRunError`] is shown to the model as an error result; an inline read cannot ask for a
-//!   segment retry (seeds, "Effects and policies").
+//!   segment retry (the reference adapters' "Effects and policies").
 
 use std::future::Future;
 use std::pin::Pin;

@@ -421,7 +421,7 @@ async fn drain_stderr(mut stderr: ChildStderr, tail: Arc<Mutex<VecDeque<u8>>>, p
 
 /// The host's variables a CLI may inherit: where programs are (`PATH`), the locale (`LANG`,
 /// `LANGUAGE`, `LC_*`), `TZ`, `TERM`, and the outbound proxy settings (`HTTPS_PROXY`, `HTTP_PROXY`,
-/// `ALL_PROXY`, `NO_PROXY`, either case; PROTOCOL.md §1.2). Nothing else: no credentials, no
+/// `ALL_PROXY`, `NO_PROXY`, either case; docs/PROTOCOL.md, "Launch"). Nothing else: no credentials, no
 /// `TOLLGATE_*`, no `ANTHROPIC_*` or `CLAUDE*` settings (the segment sets its own).
 pub fn inherited_allowed_variables() -> Vec<(OsString, OsString)> {
     std::env::vars_os().filter(|(name, _)| name.to_str().is_some_and(allowed_variable)).collect()
@@ -449,7 +449,7 @@ pub fn allowed_variable(name: &str) -> bool {
 }
 
 /// Names of inherited variables a segment must not see: the developer's or Worker's Claude and
-/// Anthropic settings (PROTOCOL.md §1.2), which the segment sets itself.
+/// Anthropic settings (docs/PROTOCOL.md, "Launch"), which the segment sets itself.
 pub fn inherited_claude_variables() -> Vec<OsString> {
     std::env::vars_os()
         .map(|(name, _)| name)

@@ -39,10 +39,10 @@ use crate::policy::{Annotations, Policies};
 pub const DEFAULT_TOOL_SERVER_NAME: &str = "tools";
 
 /// Claude Code tool names a custom tool must not use (`CLAUDE_CODE_BUILT_IN_TOOL_NAMES` in the
-/// seeds).
+/// reference adapters).
 ///
-/// The `system/init` `tools` list of CLI 2.1.328 (`claude-cli/captures/basic`), plus the built-in
-/// names of other 2.x builds that the seeds and Claude Code's documentation mention (`Agent`,
+/// The `system/init` `tools` list of CLI 2.1.328 (as captured), plus the built-in names of other
+/// 2.x builds that the reference adapters and Claude Code's documentation mention (`Agent`,
 /// `Glob`, `Grep`, `LS`, `MultiEdit`, …), so that an agent keeps working across CLI upgrades.
 pub const CLAUDE_CODE_BUILT_IN_TOOL_NAMES: &[&str] = &[
     "Agent",
@@ -163,7 +163,7 @@ impl ToolCatalog {
     ///
     /// [`CatalogError::EmptyName`], [`CatalogError::Duplicate`], [`CatalogError::McpPrefix`] and
     /// [`CatalogError::BuiltInName`]: "Custom tool names must be unique and must not be a Claude
-    /// Code tool name" (seeds, "Running an agent"), nor start with `mcp__`.
+    /// Code tool name" (the reference adapters, "Running an agent"), nor start with `mcp__`.
     pub fn with_tool(
         mut self,
         name: impl Into<String>,

@@ -1,9 +1,9 @@
 //! Tollgate's pure core: tool policies, records, and the gate that decides every tool call of a
 //! segment.
 //!
-//! This crate owns the decisions DESIGN.md §2 step 3 describes and the texts the model reads for
-//! them. It does no I/O: no tokio, no wasmtime, no database, no process. The host feeds it what
-//! the CLI, the options factory and the store report, and carries its answers back.
+//! This crate owns the decisions of docs/ARCHITECTURE.md, "The gate's rules", and the texts the
+//! model reads for them. It does no I/O: no tokio, no wasmtime, no database, no process. The host
+//! feeds it what the CLI, the options factory and the store report, and carries its answers back.
 //!
 //! Start with [`gate::Gate`]; it uses
 //!
@@ -21,6 +21,8 @@
 //!
 //! [`session`] is the session state machine around it: what each step result changes and which
 //! step comes next, for the Worker to commit.
+
+#![warn(missing_docs)]
 
 pub mod catalog;
 pub mod deadline;

@@ -4,10 +4,10 @@
 //! Options come from two places: the options factory (`tollgate-sandbox` converts its WIT
 //! `agent-options` record) and the static `[options]` table of `tollgate.toml` (the binary's
 //! `AgentConfig`). Both go through [`check_options`], whose only way out is [`CheckedOptions`]:
-//! `tollgate-claude` turns checked options into the CLI's arguments and cannot be handed
-//! unchecked ones. This crate owns the type because both of those crates depend on it and neither
-//! may depend on the other, and because what it checks is the gate's own safety (DESIGN.md §2
-//! step 2).
+//! `tollgate-claude` turns checked options into the CLI's arguments and cannot be handed unchecked
+//! ones. This crate owns the type because both of those crates depend on it and neither may depend
+//! on the other, and because what it checks is the gate's own safety (docs/ARCHITECTURE.md, "The
+//! gate's rules").
 //!
 //! ```
 //! use tollgate_engine::options::{AgentOptions, check_options};

@@ -48,8 +48,8 @@
 //!
 //! `requires_approval` is the policy's own value when it gives one, otherwise the effect's default
 //! ([`Effect::default_requires_approval`]): `read` and `idempotent_write` need none,
-//! `non_idempotent_write` and `unclassified` do (seeds, "Effects and policies", table column
-//! "Default approval").
+//! `non_idempotent_write` and `unclassified` do (the reference adapters' "Effects and policies",
+//! column "Default approval").
 //!
 //! # Inline writes
 //!
@@ -91,8 +91,8 @@ use crate::catalog::ToolKind;
 /// The key of the `[policies]` table that holds the default effect.
 pub const DEFAULT_EFFECT_KEY: &str = "default_effect";
 
-/// How a tool call touches the world (DESIGN.md §1 "effect"). Serialized in snake_case, as in
-/// `tollgate.toml`.
+/// How a tool call touches the world (docs/ARCHITECTURE.md, "The gate's rules"). Serialized in
+/// snake_case, as in `tollgate.toml`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
@@ -122,7 +122,7 @@ impl Effect {
     }
 
     /// Whether a policy of this effect without its own `requires_approval` waits for approval
-    /// (seeds, "Effects and policies", column "Default approval").
+    /// (the reference adapters' "Effects and policies", column "Default approval").
     pub fn default_requires_approval(self) -> bool {
         match self {
             Effect::Read | Effect::IdempotentWrite => false,
@@ -168,8 +168,8 @@ pub struct Annotations {
 
 impl Annotations {
     /// The effect these hints give, if any: `read_only` is `read`; otherwise `idempotent` is
-    /// `idempotent_write`, whatever `destructive` says (`typescript-adapter-README.md`, "Effects
-    /// and policies").
+    /// `idempotent_write`, whatever `destructive` says (the TypeScript reference adapter's
+    /// "Effects and policies").
     pub fn effect(&self) -> Option<Effect> {
         if self.read_only {
             Some(Effect::Read)
@@ -234,7 +234,8 @@ impl ToolPolicy {
         PolicyEntry::new(effect).policy()
     }
 
-    /// How a call of a tool of `kind` under this policy runs (seeds, "Effects and policies").
+    /// How a call of a tool of `kind` under this policy runs (the reference adapters' "Effects and
+    /// policies").
     ///
     /// | policy | custom tool | CLI tool |
     /// | --- | --- | --- |
@@ -293,7 +294,7 @@ impl Handling {
     }
 }
 
-/// Where a deferred call runs once approved (DESIGN.md §2 step 4).
+/// Where a deferred call runs once approved (docs/ARCHITECTURE.md, "One turn", step 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]

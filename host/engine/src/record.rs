@@ -1,9 +1,10 @@
 //! Records: the durable outcome of a deferred tool call, and what the model is shown for it.
 //!
-//! This module owns [`ToolCallRecord`] and [`Outcome`] (DESIGN.md §1 "record": `succeeded(output)`,
-//! `failed(text)`, `rejected(text)`, `outcome_unknown`), their stored JSON shape, and the tool
-//! result each outcome becomes when the resumed CLI asks for it ([`Outcome::tool_result`]). It
-//! does not store records (the store does) or decide when one replays (the gate does).
+//! This module owns [`ToolCallRecord`] and [`Outcome`] (docs/ARCHITECTURE.md, "Glossary":
+//! `succeeded(output)`, `failed(text)`, `rejected(text)`, `outcome_unknown`), their stored JSON
+//! shape, and the tool result each outcome becomes when the resumed CLI asks for it
+//! ([`Outcome::tool_result`]). It does not store records (the store does) or decide when one
+//! replays (the gate does).
 //!
 //! # Wire format
 //!
@@ -18,8 +19,8 @@
 //! ```
 //!
 //! - `tool_call_id` is the model's tool use ID (`toolu_…`).
-//! - `tool_name` names a custom tool by its own name and a CLI tool by its CLI name (seeds, "Notes
-//!   for other languages"); `kind` says which.
+//! - `tool_name` names a custom tool by its own name and a CLI tool by its CLI name (the reference
+//!   adapters' wire contract); `kind` says which.
 //! - `arguments` is `deferred_tool_use.input`, the CLI's input after every hook's `updatedInput`.
 //! - An approved CLI tool's record comes from its run in the resumed segment: the CLI's tool
 //!   result (`succeeded` with its text, `failed` with the CLI's error), or `outcome_unknown` when

@@ -1,26 +1,27 @@
 //! Every text the gate and the records show the model, in one place.
 //!
 //! This module owns the exact wording. [`crate::gate`] and [`crate::record`] only pick which text
-//! to show. Each constant says where its wording comes from: the seeds in `/work/shared/seeds/`
-//! quote some texts verbatim, and for the others the seeds give only the meaning, so Tollgate's
-//! wording is marked "Tollgate wording" and names the seed sentence it implements.
+//! to show. Each constant says where its wording comes from: the reference adapters (the durable
+//! Agent SDK adapters Tollgate replaces; docs/ARCHITECTURE.md, "Glossary") give some texts
+//! verbatim, and for the others only the meaning, so Tollgate's wording is marked "Tollgate
+//! wording" and quotes the rule it implements.
 //!
 //! Templates hold the placeholders `{tool}` (the tool name as the model called it, such as
 //! `mcp__tools__create_refund` or `Bash`) and `{message}`; [`render`] fills them in.
 //!
 //! # Caveats
 //!
-//! - A PreToolUse `deny` reaches the model with the CLI's prefix
-//!   `PreToolUse:<tool> hook error: ` (PROTOCOL.md §7.2); a `can_use_tool` deny and an MCP tool
-//!   result reach it verbatim. The texts here never include that prefix.
-//! - These texts are part of the behaviour other Workers must reproduce (seeds, "Notes for other
-//!   languages": "deny later deferrable calls with the same message"). Change them only together
+//! - A PreToolUse `deny` reaches the model with the CLI's prefix `PreToolUse:<tool> hook error: `
+//!   (docs/PROTOCOL.md, "PreToolUse and the gate"); a `can_use_tool` deny and an MCP tool result
+//!   reach it verbatim. The texts here never include that prefix.
+//! - These texts are part of the behaviour other Workers must reproduce (the reference adapters'
+//!   wire contract: "deny later deferrable calls with the same message"). Change them only together
 //!   with the other implementations.
 
 /// Denial of every deferrable call after the first one of a segment, and of a deferrable call that
 /// reaches `can_use_tool` instead of being deferred.
 ///
-/// Verbatim from `python-adapter-README.md`, "How a turn runs", step 3 ("Every later deferrable
+/// Verbatim from the reference adapters' wording, "How a turn runs", step 3 ("Every later deferrable
 /// call of the same segment: `deny` with …"); "Limits" reuses it for `can_use_tool` ("the adapter
 /// denies the call with the same \"call it again by itself\" message").
 pub const ONLY_ONE_DEFERRED_CALL: &str = "{tool} did not run. Only one tool call per reply can run outside \
@@ -28,29 +29,29 @@ this turn, and another call already does. Call {tool} again by itself.";
 
 /// Denial of a deferrable call made inside a subagent.
 ///
-/// Tollgate wording for `python-adapter-README.md`, "Limits": "A deferrable call inside a subagent
-/// is denied with a message that asks the model to call it from the main conversation." The seeds
-/// do not quote the text.
+/// Tollgate wording for the reference adapters' rule ("Limits"): "A deferrable call inside a
+/// subagent is denied with a message that asks the model to call it from the main conversation."
+/// They do not quote the text.
 pub const CALL_FROM_MAIN_CONVERSATION: &str = "{tool} did not run. A subagent cannot call it, because its \
 calls run outside this turn. Call {tool} from the main conversation instead.";
 
 /// What the model sees for a rejected call when the reviewer gave a reason.
 ///
-/// From `typescript-adapter-README.md`, "How a turn runs", step 5: "canUseTool denies it with
+/// From the reference adapters' wording (TypeScript), "How a turn runs", step 5: "canUseTool denies it with
 /// \"The user rejected this call: \"" followed by the reviewer's message (the rendered README lost
 /// the placeholder after the colon).
 pub const REJECTED_WITH_MESSAGE: &str = "The user rejected this call: {message}";
 
 /// What the model sees for a rejected call when the reviewer gave no reason.
 ///
-/// Tollgate wording: the seeds quote only the form with a message ([`REJECTED_WITH_MESSAGE`]).
+/// Tollgate wording: the reference adapters quote only the form with a message ([`REJECTED_WITH_MESSAGE`]).
 pub const REJECTED_WITHOUT_MESSAGE: &str = "The user rejected this call.";
 
 /// The replay form of an approved tool that runs inside the CLI (`APPROVED_CLI_TOOL_OUTPUT`,
 /// `approvedCliToolOutput`), before the resumed segment runs it.
 ///
-/// Tollgate wording: the seeds name the constant ("How a turn runs" step 4, "Notes for other
-/// languages") but do not quote its value. The model never sees it as a tool result (the CLI runs
+/// Tollgate wording: the reference adapters name the constant ("How a turn runs" step 4, and
+/// their wire contract) but do not quote its value. The model never sees it as a tool result (the CLI runs
 /// the approved tool itself), and no record keeps it: the call's record comes from that run.
 pub const APPROVED_CLI_TOOL_OUTPUT: &str = "Approved to run inside Claude Code; its output is not recorded.";
 
@@ -58,7 +59,7 @@ pub const APPROVED_CLI_TOOL_OUTPUT: &str = "Approved to run inside Claude Code; 
 /// crashed after it started, or an idempotent write whose attempts ran out).
 ///
 /// Tollgate wording for "Effects and policies": "the session records `outcome_unknown`, because
-/// the write may have taken effect." The seeds do not quote the text.
+/// the write may have taken effect." The reference adapters do not quote the text.
 pub const OUTCOME_UNKNOWN: &str = "The outcome of {tool} is unknown: the call started but did not report \
 a result, so it may have taken effect. Check before calling {tool} again.";
 
@@ -66,7 +67,7 @@ a result, so it may have taken effect. Check before calling {tool} again.";
 /// service refused the connection, the allow-list denied the request): a definite failure, not an
 /// unknown outcome. `{tool}` is the tool's own name; `{message}` what went wrong.
 ///
-/// Tollgate wording: the seeds record `outcome_unknown` for every exception of a write, "because
+/// Tollgate wording: the reference adapters record `outcome_unknown` for every exception of a write, "because
 /// the write may have taken effect"; this is the case where it provably did not.
 pub const NEVER_LEFT: &str =
     "The request of {tool} never left this machine, so it did not take effect: {message}";
@@ -77,8 +78,8 @@ pub fn never_left(tool: &str, message: &str) -> String {
 }
 
 /// Placeholder for non-text content the CLI's tool result of an approved CLI call holds (its
-/// record keeps text); `{kind}` is the content type. Tollgate wording, after the seeds'
-/// `[image content omitted]` ("Limits").
+/// record keeps text); `{kind}` is the content type. Tollgate wording, after the reference
+/// adapters' `[image content omitted]` ("Limits").
 pub const CONTENT_OMITTED: &str = "[{kind} content omitted]";
 
 /// What the model reads, after a replayed result's text, for an image of the record whose bytes
@@ -89,7 +90,7 @@ pub const IMAGE_NOT_LOADED: &str = "\n[image {digest} of this result could not b
 
 /// Denial of a second decision under a tool use ID that already has one in this segment.
 ///
-/// Tollgate wording for `typescript-adapter-README.md`, "Limits": "Each tool use ID gets one
+/// Tollgate wording for the reference adapters' rule ("Limits"): "Each tool use ID gets one
 /// PreToolUse decision per segment … A later PreToolUse for the same ID is denied and never
 /// replaces that decision", and "canUseTool denies every later request for that tool use ID".
 pub const ALREADY_DECIDED: &str = "{tool} did not run. This tool use ID already has a decision in this \
@@ -98,7 +99,7 @@ reply; call {tool} again with a new tool use.";
 /// Denial of a call under the tool use ID of a recorded call that is not the pending one, or of
 /// another tool under the pending call's ID.
 ///
-/// Tollgate wording for `typescript-adapter-README.md`, "Limits": "A recorded call replays only as
+/// Tollgate wording for the reference adapters' rule ("Limits"): "A recorded call replays only as
 /// its own tool … Another tool, or a second decision, under its tool use ID is denied and never
 /// runs. … a recorded call whose tool_result the stored transcript already holds … is denied."
 pub const RECORDED_UNDER_THIS_ID: &str = "{tool} did not run. Another call with this tool use ID \
@@ -106,14 +107,15 @@ already has a recorded result; call {tool} again with a new tool use.";
 
 /// Denial of a new call of a custom tool that the current tool listing lacks.
 ///
-/// Tollgate wording for DESIGN.md §5: "A tool that vanished still replays its recorded result for
-/// a call already made; a new call of it is denied." (The TypeScript seed's "its tool source does
-/// not offer this tool now" is the same rule for tool sources.)
+/// Tollgate wording for the rule "a tool that vanished still replays its recorded result for a call
+/// already made; a new call of it is denied" (docs/ARCHITECTURE.md, "The gate's rules"). (The
+/// TypeScript reference adapter's "its tool source does not offer this tool now" is the same rule
+/// for tool sources.)
 pub const TOOL_NOT_OFFERED: &str = "{tool} did not run. This agent does not offer {tool} now.";
 
 /// Denial of a Claude Code tool whose name a custom tool also uses; the segment then fails.
 ///
-/// Tollgate wording for `python-adapter-README.md`, "Limits": "If a newer CLI adds a tool whose
+/// Tollgate wording for the reference adapters' rule ("Limits"): "If a newer CLI adds a tool whose
 /// name a custom tool uses, the hook denies that call and the segment fails with an error naming
 /// the collision."
 pub const NAME_COLLISION: &str = "{tool} did not run. A custom tool and a Claude Code tool are both \
@@ -121,15 +123,15 @@ named {tool}, so Tollgate cannot tell which one this call means.";
 
 /// MCP `tools/call` result for a call that the gate did not permit under its tool use ID.
 ///
-/// Tollgate wording for `python-adapter-README.md`, "How a turn runs": "A call without a decision
+/// Tollgate wording for the reference adapters' rule ("How a turn runs"): "A call without a decision
 /// for that ID does not run."
 pub const MCP_CALL_NOT_PERMITTED: &str = "{tool} did not run. Tollgate has no permission decision for \
 this call.";
 
 /// The first line of a turn-failure note.
 ///
-/// From `python-adapter-README.md`, "When a turn fails", with the engine's name in the brackets
-/// (the seed's engine writes `[Dex]`; Tollgate is the engine here). The lines and the last
+/// From the reference adapters' wording, "When a turn fails", with the engine's name in the
+/// brackets (theirs writes its own engine's name; Tollgate is the engine here). The lines and the last
 /// sentence are verbatim.
 pub const TURN_FAILURE_NOTE_HEAD: &str = "[Tollgate] The previous turn failed after these tool calls ran:";
 
@@ -271,8 +273,8 @@ pub fn render(template: &str, tool: &str) -> String {
     template.replace("{tool}", tool)
 }
 
-/// What the model reads beside the result of a call whose input an approver edited (issue 13,
-/// "the model is told the approver changed the input and how"). Tollgate wording.
+/// What the model reads beside the result of a call whose input an approver edited (the model is
+/// told the approver changed the input, and how). Tollgate wording.
 pub const INPUT_EDITED: &str = "The approver changed the input from {original} to {edited}.";
 
 /// [`INPUT_EDITED`] for this edit, both inputs as compact JSON.
@@ -280,8 +282,8 @@ pub fn input_edited_note(original: &serde_json::Value, edited: &serde_json::Valu
     INPUT_EDITED.replace("{original}", &original.to_string()).replace("{edited}", &edited.to_string())
 }
 
-/// The reason an approval deadline gives when it rejects a call (issue 13, "expiry rejects with a
-/// text the model reads"): the model reads it on the rejection path, after
+/// The reason an approval deadline gives when it rejects a call (an expiry
+/// rejects with a text the model reads): the model reads it on the rejection path, after
 /// [`REJECTED_WITH_MESSAGE`]'s prefix. Tollgate wording.
 pub const APPROVAL_EXPIRED: &str = "No one decided on this call within {waited}, so its approval deadline \
 rejected it. Do not retry it unless the user asks again.";

@@ -36,8 +36,10 @@
 //!
 //! Dropping the mock stops it: parked requests get HTTP 503 and the listener closes in the background.
 //! Use [`MockModel::shutdown`] to wait for that. Every request is scripted, whether or not it offers
-//! tools (the probe's Python mock gave tool-less requests a fixed text; with
-//! `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` the CLI makes none).
+//! tools (with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` the CLI makes no tool-less requests of
+//! its own).
+
+#![warn(missing_docs)]
 
 mod error;
 mod gates;

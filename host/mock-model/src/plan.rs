@@ -662,7 +662,7 @@ mod tests {
         );
     }
 
-    /// The batch scenario (issue 13 item 5): three refunds in one reply; the gate defers the
+    /// The batch scenario (interrupts opened ahead): three refunds in one reply; the gate defers the
     /// first and refuses the others; each refused one is repeated alone, in order, as the real
     /// model does, with its own input or its `again` input.
     #[test]

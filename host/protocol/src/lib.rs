@@ -36,6 +36,8 @@
 //! # Ok::<(), tollgate_protocol::ProtocolError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod control;
 mod error;
 pub mod hook;

@@ -1,9 +1,9 @@
 //! Transcript entries, byte-exact, and the `transcript_mirror` frame that carries them.
 //!
-//! Read [`TranscriptEntry`] first. The CLI decides whether a deferred call was already answered
-//! by a raw substring search (`"tool_use_id":"<id>"`) over the compact JSON lines of its
-//! transcript file (PROTOCOL.md §12.2): an entry re-serialized with other spacing or key order
-//! made a later resume run a finished write again. So an entry is held as the exact bytes the
+//! Read [`TranscriptEntry`] first. The CLI decides whether a deferred call was already answered by
+//! a raw substring search (`"tool_use_id":"<id>"`) over the compact JSON lines of its transcript
+//! file (docs/PROTOCOL.md, "transcript_mirror"): an entry re-serialized with other spacing or key
+//! order made a later resume run a finished write again. So an entry is held as the exact bytes the
 //! CLI sent and is never re-serialized: store [`TranscriptEntry::as_str`], write it back to a
 //! resume file as one line, rebuild it with [`TranscriptEntry::from_raw`].
 //!

@@ -43,6 +43,8 @@
 //!   later loads read the cached artifact (see [`SandboxConfig::cache_dir`]).
 //! - At most [`SandboxConfig::max_concurrent_calls`] calls run at once; the rest wait their turn.
 
+#![warn(missing_docs)]
+
 mod agent;
 mod ahead;
 pub mod allow;

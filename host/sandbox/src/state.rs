@@ -128,7 +128,7 @@ impl HostState {
                         ok
                     }
                     // A connect without a bind is checked as an implicit bind to the unspecified
-                    // address, port 0 (wasm-probe REPORT §11): allow exactly that.
+                    // address, port 0 (as wasmtime's WASI sockets check it): allow exactly that.
                     SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
                     _ => false,
                 };

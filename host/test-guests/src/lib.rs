@@ -8,6 +8,8 @@
 //! an image; `not-a-tool`: a WASI command, the wrong world) are all here. Add a guest to
 //! `build.rs`'s `GUESTS` and to a test.
 
+#![warn(missing_docs)]
+
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 
 use std::path::{Path, PathBuf};

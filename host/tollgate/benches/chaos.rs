@@ -1,4 +1,4 @@
-//! The chaos soak (issue 11 item 1): `--sessions N` (default 300) sessions, each a read, an
+//! The chaos soak: `--sessions N` (default 300) sessions, each a read, an
 //! approval-free idempotent write and an approved non-idempotent write, on three Workers and one
 //! API sharing a throwaway PostgreSQL, while a driver SIGKILLs a random Worker every 3–8 s, stops
 //! one past its lease, restarts PostgreSQL and closes the API's database connections. Then a

@@ -1,4 +1,4 @@
-//! Write amplification of streamed text (issue 15 item 5): what one segment that streams a reply
+//! Write amplification of streamed text: what one segment that streams a reply
 //! writes to the store, the way the Worker's `run_model::flush_events` wrote it before and
 //! writes it now, measured in the same run on SQLite and PostgreSQL.
 //!

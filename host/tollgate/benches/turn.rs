@@ -1,4 +1,4 @@
-//! The refund flow per turn (issue 15): a read (`lookup_order`), an approval-free idempotent
+//! The refund flow per turn: a read (`lookup_order`), an approval-free idempotent
 //! write (`record_credit`, which POSTs to the stand-in payments service) and the model's final
 //! answer, through `tollgate serve` (SQLite, the real CLI, the scripted mock model), with the
 //! write **inline** (the default) and **deferred** (`inline = false`: the segment ends, a

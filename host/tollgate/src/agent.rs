@@ -7,8 +7,8 @@
 //!
 //! [`Agent::tools`]: a **locked** agent's tools are loaded once, from the bytes that were hashed
 //! and checked, and never read from disk again. An **unlocked** agent loads `tools/` anew for
-//! every segment attempt and tool step (DESIGN.md §5: a `.wasm` dropped into `tools/` takes effect
-//! at the next attempt). Either way [`Agent::digest`] is the agent digest of the files as read at
+//! every segment attempt and tool step (a `.wasm` dropped into `tools/` takes effect at the next
+//! attempt). Either way [`Agent::digest`] is the agent digest of the files as read at
 //! load: for an unlocked agent it describes the process's start, not a later hot-dropped tool.
 //!
 //! The configuration itself, `tollgate.toml`, is [`crate::config::AgentConfig`], parsed once by

@@ -70,7 +70,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 /// The file name of an agent's configuration.
 pub const CONFIG_FILE: &str = "tollgate.toml";
 
-/// The default limit of one segment (seeds, "Limits": 15 minutes).
+/// The default limit of one segment (the reference adapters' "Limits": 15 minutes).
 pub const DEFAULT_SEGMENT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// The tables `tollgate.toml` may have, as an error lists them.

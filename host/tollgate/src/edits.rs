@@ -1,4 +1,4 @@
-//! Edit before approve (issue 13, item 3): the JSON Schema an approver's edited input must fit,
+//! Edit before approve: the JSON Schema an approver's edited input must fit,
 //! stored with the interrupt when it opens (the process that decides may not load the agent),
 //! and the check of an edit against it. Pure: no I/O.
 

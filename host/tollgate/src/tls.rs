@@ -160,8 +160,8 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsEr
 }
 
 /// A TCP listener whose connections arrive TLS-established: handshakes run in their own tasks
-/// (a slow or failing client holds up no other), at most [`MAX_HANDSHAKES`] at once, each within
-/// [`HANDSHAKE_TIMEOUT`]; a failed handshake is logged and dropped.
+/// (a slow or failing client holds up no other), at most `MAX_HANDSHAKES` at once, each within
+/// `HANDSHAKE_TIMEOUT`; a failed handshake is logged and dropped.
 #[derive(Debug)]
 pub struct TlsListener {
     local: SocketAddr,

@@ -15,12 +15,12 @@
 //! 2. Copies the workspace in (fd 4 → `/workspace`); one that does not fit stops the box before
 //!    the CLI starts.
 //! 3. Listens on `127.0.0.1:<port>` for each relay and pipes every connection to its Unix socket
-//!    ([`relay`]).
+//!    (`relay`).
 //! 4. Copies `box/config-in/` (a resume's transcript) into `CLAUDE_CONFIG_DIR` and starts the
 //!    CLI on its own stdin, stdout and stderr. For a CLI started ahead of its segment, whose
 //!    transcript the host writes later, it pipes stdin through itself instead and copies the
 //!    folder in just before the first bytes reach the CLI.
-//! 5. A watchdog ([`watchdog`]) adds up the box's memory, tasks and CPU time every 100 ms and
+//! 5. A watchdog (`watchdog`) adds up the box's memory, tasks and CPU time every 100 ms and
 //!    stops the box at a limit.
 //! 6. Reaps every process (it is PID 1); when the CLI has exited it kills the rest (background
 //!    tasks die with their segment), copies `/workspace` out to `box/out` (links out of it left

@@ -1,7 +1,7 @@
 //! `fake-claude`: a scripted stand-in for the Claude Code CLI, for the corner cases the real CLI
 //! cannot be made to produce on demand. Tests only.
 //!
-//! It speaks the subset of the stream-json protocol a segment uses (PROTOCOL.md §2–§10): it
+//! It speaks the subset of the stream-json protocol a segment uses (docs/PROTOCOL.md): it
 //! insists on `initialize` as the first stdin line (as `--await-initialize` does), answers it
 //! (started with `--await-claim`, it then takes a `claim_session` and does the MCP handshake
 //! before answering it, as the real CLI's parked spare does), and then follows `FAKE_CLAUDE_MODE`:

@@ -1,4 +1,4 @@
-//! Integration tests of `tollgate-claude`, in one binary (STYLE.md rule 14).
+//! Integration tests of `tollgate-claude`, in one binary (one link instead of one per file).
 //!
 //! - `util`: temp directories, configured CLIs and segment specs, the example tools, a payments
 //!   service that counts refunds, and failure messages that carry the CLI's stderr.

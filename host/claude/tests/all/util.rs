@@ -114,7 +114,7 @@ pub fn last_tool_result(mock: &MockModel, tool_use_id: &str) -> Option<(String, 
     mock.message_requests().last()?.tool_result(tool_use_id)
 }
 
-/// The policies of the seeds' support agent: `create_refund` is a non-idempotent write,
+/// The policies of the reference adapters' support agent: `create_refund` is a non-idempotent write,
 /// `lookup_order` reads (its annotations), `Bash` has no policy (unclassified: approval); and
 /// `Agent` (the `Task` tool, as the CLI names it in its hooks) reads, so a subagent runs inline.
 pub fn policies() -> Policies {

@@ -1,32 +1,32 @@
 //! The gate: one decision for every tool call of a segment.
 //!
-//! This module owns DESIGN.md §2 step 3. A [`Gate`] lives for one segment (one run of the CLI). The
-//! host hands it every `PreToolUse` hook callback ([`Gate::pre_tool_use`]), every `can_use_tool`
-//! request ([`Gate::can_use_tool`]), every MCP `tools/call` of the custom tool server
-//! ([`Gate::permit_mcp_call`]) and, when the segment ends deferred, the CLI's `deferred_tool_use`
-//! ([`Gate::accept_deferral`]). The gate does no I/O: it returns typed [`Decision`]s and does not
-//! speak the wire (`tollgate-claude` maps a decision to the bytes `tollgate-protocol` encodes), run
-//! tools, call the options factory, or store anything.
+//! This module owns docs/ARCHITECTURE.md, "The gate's rules". A [`Gate`] lives for one segment (one
+//! run of the CLI). The host hands it every `PreToolUse` hook callback ([`Gate::pre_tool_use`]),
+//! every `can_use_tool` request ([`Gate::can_use_tool`]), every MCP `tools/call` of the custom tool
+//! server ([`Gate::permit_mcp_call`]) and, when the segment ends deferred, the CLI's
+//! `deferred_tool_use` ([`Gate::accept_deferral`]). The gate does no I/O: it returns typed
+//! [`Decision`]s and does not speak the wire (`tollgate-claude` maps a decision to the bytes
+//! `tollgate-protocol` encodes), run tools, call the options factory, or store anything.
 //!
 //! Read [`Gate`] first, then [`Decision`]. The parts: `decide` (the rules table, the CLI decider's
 //! answers, MCP permits, the deferral check), `replay` (what a resumed segment answers for recorded
 //! calls), `inline` (recorded inline writes and their replay in a rerun), `call` (one enum per call
 //! state), [`canonical`] (when a repeated call is the same call), `tests`.
 //!
-//! # The rules (seeds, "How a turn runs" step 3 and "Limits")
+//! # The rules (the reference adapters' "How a turn runs" step 3 and "Limits")
 //!
 //! | call | decision |
 //! | --- | --- |
 //! | approval-free `read` custom tool, or approval-free CLI tool | [`Decision::Allow`]; a custom tool may then run once over MCP |
 //! | approval-free `idempotent_write` custom tool ([`Handling::Recorded`]) | [`Decision::Allow`]; it may run once over MCP, recorded ([`McpPermit::RunRecorded`]); a rerun of the segment that meets the call again replays its record (see `inline`) |
 //! | the first other ("deferrable") call of the segment | [`Decision::Defer`] |
-//! | every later deferrable call of the segment | deny, [`texts::ONLY_ONE_DEFERRED_CALL`]; one that needs approval is also *held back* ([`DeferredCall::held_back`]): the session asks for its approval ahead, in a batch with the deferred call's |
-//! | a deferrable call inside a subagent | deny, [`texts::CALL_FROM_MAIN_CONVERSATION`] |
+//! | every later deferrable call of the segment | deny, [`crate::texts::ONLY_ONE_DEFERRED_CALL`]; one that needs approval is also *held back* ([`DeferredCall::held_back`]): the session asks for its approval ahead, in a batch with the deferred call's |
+//! | a deferrable call inside a subagent | deny, [`crate::texts::CALL_FROM_MAIN_CONVERSATION`] |
 //! | the pending deferred call of a resumed segment | [`Decision::Replay`] of its record (custom tool: the MCP server serves the record; approved CLI tool: the CLI runs it with the recorded input); a rejected CLI tool is denied with the rejection text |
-//! | another recorded call, or another tool under the pending call's ID | deny, [`texts::RECORDED_UNDER_THIS_ID`] |
-//! | a second decision under one tool use ID | deny, [`texts::ALREADY_DECIDED`] (a first deny is repeated as is) |
-//! | a new call of a custom tool the listing lacks | deny, [`texts::TOOL_NOT_OFFERED`] |
-//! | a bare name that a custom tool also uses | deny, [`texts::NAME_COLLISION`], and the segment fails ([`Gate::failure`]) |
+//! | another recorded call, or another tool under the pending call's ID | deny, [`crate::texts::RECORDED_UNDER_THIS_ID`] |
+//! | a second decision under one tool use ID | deny, [`crate::texts::ALREADY_DECIDED`] (a first deny is repeated as is) |
+//! | a new call of a custom tool the listing lacks | deny, [`crate::texts::TOOL_NOT_OFFERED`] |
+//! | a bare name that a custom tool also uses | deny, [`crate::texts::NAME_COLLISION`], and the segment fails ([`Gate::failure`]) |
 //!
 //! "Deferrable" is [`Handling::is_deferred`] of the call's policy ([`crate::policy`]). For a new
 //! CLI tool call the options factory's per-call decider, when the agent has one, is asked first
@@ -34,10 +34,10 @@
 //! call to the policy table.
 //!
 //! `can_use_tool` is the fallback for a call whose hook did not run, with the same rules, except
-//! that it cannot defer: a deferrable call is denied with the retry text (seeds, "Limits": "If
-//! Claude Code ever ignores a defer and asks `can_use_tool` instead, the adapter denies the call
-//! with the same … message"). A `PreToolUse` allow is the call's one authorization, so a later
-//! `can_use_tool` for that ID is denied.
+//! that it cannot defer: a deferrable call is denied with the retry text (the reference adapters,
+//! "Limits": "If Claude Code ever ignores a defer and asks `can_use_tool` instead, the adapter
+//! denies the call with the same … message"). A `PreToolUse` allow is the call's one authorization,
+//! so a later `can_use_tool` for that ID is denied.
 //!
 //! ```
 //! use serde_json::json;
@@ -77,7 +77,8 @@
 //!   whatever input the CLI sends under the permitted tool use ID (after other hooks'
 //!   `updatedInput`).
 //! - Whether a call comes from a subagent is the host's reading of the hook input (`agent_id`);
-//!   PROTOCOL.md §19 lists subagents as not probed.
+//!   CLI 2.1.328 sends it on a subagent's calls and not on the main conversation's (the golden
+//!   capture `subagent_foreground__run` in `tollgate-protocol`'s test data).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -117,10 +118,10 @@ impl Origin {
     ///
     /// # Caveats
     ///
-    /// The probe did not run a subagent on CLI 2.1.328 (PROTOCOL.md §19): the `agent_id` field is
-    /// Claude Code's documented hook input, not a captured frame. A `can_use_tool` request carries
-    /// no such field; treating it as [`Origin::Main`] is safe there, because `can_use_tool` never
-    /// defers.
+    /// CLI 2.1.328 sends `agent_id` on a subagent's calls and not on the main conversation's (the
+    /// golden capture `subagent_foreground__run` in `tollgate-protocol`'s test data). A
+    /// `can_use_tool` request carries no such field; treating it as [`Origin::Main`] is safe there,
+    /// because `can_use_tool` never defers.
     ///
     /// ```
     /// use tollgate_engine::gate::Origin;
@@ -212,24 +213,24 @@ impl Decision {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DenyReason {
-    /// A deferrable call after the segment's deferred call ([`texts::ONLY_ONE_DEFERRED_CALL`]).
+    /// A deferrable call after the segment's deferred call ([`crate::texts::ONLY_ONE_DEFERRED_CALL`]).
     OnlyOneDeferredCall,
     /// A deferrable call that reached `can_use_tool` instead of being deferred (same text).
     DeferIgnored,
-    /// A deferrable call inside a subagent ([`texts::CALL_FROM_MAIN_CONVERSATION`]).
+    /// A deferrable call inside a subagent ([`crate::texts::CALL_FROM_MAIN_CONVERSATION`]).
     InSubagent,
-    /// The pending CLI tool call was rejected ([`texts::rejection`]).
+    /// The pending CLI tool call was rejected ([`crate::texts::rejection`]).
     Rejected,
     /// The pending CLI tool call's record is `failed` or `outcome_unknown`.
     RecordedFailure,
-    /// The tool use ID already has a decision in this segment ([`texts::ALREADY_DECIDED`]).
+    /// The tool use ID already has a decision in this segment ([`crate::texts::ALREADY_DECIDED`]).
     AlreadyDecided,
     /// A recorded call that is not the pending one, or another tool under the pending call's ID
-    /// ([`texts::RECORDED_UNDER_THIS_ID`]).
+    /// ([`crate::texts::RECORDED_UNDER_THIS_ID`]).
     RecordedUnderThisId,
-    /// A new call of a custom tool the current listing lacks ([`texts::TOOL_NOT_OFFERED`]).
+    /// A new call of a custom tool the current listing lacks ([`crate::texts::TOOL_NOT_OFFERED`]).
     ToolNotOffered,
-    /// A Claude Code tool shares its name with a custom tool ([`texts::NAME_COLLISION`]); the
+    /// A Claude Code tool shares its name with a custom tool ([`crate::texts::NAME_COLLISION`]); the
     /// segment fails.
     NameCollision,
     /// The options factory's per-call decider denied the call with its own text.
@@ -331,7 +332,7 @@ pub struct DeferredCall {
     /// Approval and where the call runs.
     pub handling: Handling,
     /// The segment's other deferrable calls that need approval and were denied with the retry
-    /// text ([`texts::ONLY_ONE_DEFERRED_CALL`]) because this call took the segment's deferral,
+    /// text ([`crate::texts::ONLY_ONE_DEFERRED_CALL`]) because this call took the segment's deferral,
     /// in the order the gate saw them. The session may ask for their approval ahead.
     pub held_back: Vec<HeldBackCall>,
 }
@@ -408,8 +409,8 @@ pub enum GateError {
 
 impl GateError {
     /// Whether running the segment again may succeed. A mismatched deferral is a CLI hiccup: the
-    /// segment reruns (seeds: "A deferred call that the hook did not defer fails the segment,
-    /// which then retries"). A name collision needs a new tool name.
+    /// segment reruns (the reference adapters: "A deferred call that the hook did not defer fails
+    /// the segment, which then retries"). A name collision needs a new tool name.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, GateError::NameCollision { .. })
     }

@@ -31,7 +31,7 @@ impl Gate {
 
     /// The pending call's custom tool when this attempt's listing lacks it: the MCP server must
     /// still list it (replay-only), or the resumed CLI ends with `tool_deferred_unavailable`
-    /// (PROTOCOL.md §12.4). A new call of it is still denied.
+    /// (docs/PROTOCOL.md, "Resume"). A new call of it is still denied.
     pub fn replay_only_tool(&self) -> Option<&str> {
         self.pending
             .as_ref()

@@ -9,7 +9,7 @@ use crate::policy::{Annotations, DeferredRun, Effect, PolicyEntry};
 const RETRY_REFUND: &str = "mcp__tools__create_refund did not run. Only one tool call per reply can run \
     outside this turn, and another call already does. Call mcp__tools__create_refund again by itself.";
 
-/// The seeds' support agent: `lookup_order` (read-only hint), `create_refund`
+/// The reference adapters' support agent: `lookup_order` (read-only hint), `create_refund`
 /// (non_idempotent_write), `set_status` (idempotent hint, `inline = false`: the deferred step),
 /// `record_credit` (idempotent hint: a recorded inline write), `Read`/`Grep` read, `Bash` none.
 fn gate() -> Gate {

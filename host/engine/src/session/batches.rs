@@ -1,15 +1,16 @@
-//! Batches: a reply that asks for several calls needing approval shows all of them in the inbox
-//! at once, so a person decides them in one sitting (issue 13 item 5). Pure bookkeeping: which
-//! held-back calls get an interrupt ahead ([`to_open`]), which interrupt opened ahead a deferred
-//! call repeats ([`find_repeat`]), and what the end of a turn does with the ones never used
-//! ([`turn_end`]).
+//! Batches: a reply that asks for several calls needing approval shows all of them in the inbox at
+//! once, so a person decides them in one sitting (docs/ARCHITECTURE.md, "Glossary", ahead). Pure
+//! bookkeeping: which held-back calls get an interrupt ahead ([`to_open`]), which interrupt opened
+//! ahead a deferred call repeats ([`find_repeat`]), and what the end of a turn does with the ones
+//! never used ([`turn_end`]).
 //!
-//! The CLI defers one call per reply (PROTOCOL.md §9.3), so the gate denies every other
-//! deferrable call of the segment with the retry text and the model calls it again later in the
-//! turn. When a segment ends deferred, each such call that needs approval (the gate's
-//! [`crate::gate::HeldBackCall`]) gets its interrupt opened *ahead*, grouped with the deferred
-//! call's under a batch id (the deferred call's interrupt id; `batch_id` and `"ahead": true` in
-//! the interrupt's request). The run state's turn keeps them ([`AheadCall`]) while the turn runs.
+//! The CLI defers one call per reply (docs/PROTOCOL.md, "PreToolUse and the gate"), so the gate
+//! denies every other deferrable call of the segment with the retry text and the model calls it
+//! again later in the turn. When a segment ends deferred, each such call that needs approval (the
+//! gate's [`crate::gate::HeldBackCall`]) gets its interrupt opened *ahead*, grouped with the
+//! deferred call's under a batch id (the deferred call's interrupt id; `batch_id` and `"ahead":
+//! true` in the interrupt's request). The run state's turn keeps them ([`AheadCall`]) while the
+//! turn runs.
 //!
 //! When a later segment of the turn ends deferred on the *same* call (same tool, same canonical
 //! input, [`crate::gate::canonical`]), the decision made ahead is used, at most once

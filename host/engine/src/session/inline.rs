@@ -3,7 +3,8 @@
 //!
 //! The call is a [`CallEntry`] like a deferred one (`requires_approval: false`, `runs_in:
 //! call_tool`, the same states and record), marked `inline`. While the segment runs, the Worker
-//! commits, each under the segment's claim and fence, with the step kept ([`Finish::Keep`]):
+//! commits, each under the segment's claim and fence, with the step kept
+//! ([`Finish::Keep`](super::Finish::Keep)):
 //!
 //! 1. [`begin`]: `started` with the attempt, before the tool runs (a Worker that dies during the
 //!    call leaves this mark; the rerun counts on from it and calls again under the same key);

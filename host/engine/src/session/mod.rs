@@ -1,13 +1,13 @@
 //! The session state machine: what each step result changes and which step comes next.
 //!
-//! This module owns the rules of DESIGN.md §2 and the seeds' "How a turn runs", "Effects and
-//! policies" and "When a turn fails": `RunModel` (3 attempts per segment), `AwaitToolApproval`,
-//! `CallTool` (idempotent, 3 attempts under one key, then `outcome_unknown`),
-//! `CallSingleAttemptTool` (one attempt; a claim that finds it started records
-//! `outcome_unknown`) and `ResumeTurn`; queued user messages; turn failure with
-//! `last_turn_error` and the turn-failure note; usage and spend totals. It does no I/O: the Worker
-//! reads the session's rows, asks a function here, and commits the [`Transition`] it gets back in
-//! one transaction.
+//! This module owns the rules of docs/ARCHITECTURE.md, "One turn" (after the reference adapters'
+//! "How a turn runs", "Effects and policies" and "When a turn fails"): `RunModel` (3 attempts per
+//! segment), `AwaitToolApproval`, `CallTool` (idempotent, 3 attempts under one key, then
+//! `outcome_unknown`), `CallSingleAttemptTool` (one attempt; a claim that finds it started records
+//! `outcome_unknown`) and `ResumeTurn`; queued user messages; turn failure with `last_turn_error`
+//! and the turn-failure note; usage and spend totals. It does no I/O: the Worker reads the
+//! session's rows, asks a function here, and commits the [`Transition`] it gets back in one
+//! transaction.
 //!
 //! Read [`Transition`] first, then the step functions:
 //!
@@ -21,13 +21,14 @@
 //! | a recorded inline write inside `RunModel` | [`inline::unseen_writes`], [`inline::begin`] → run the tool → [`inline::on_result`] |
 //! | any step of a turn a client cancels | [`cancel::request_event`] → the step sees the request → [`cancel::on_cancel`] |
 //!
-//! # Stored formats (the seeds' wire contract, "Notes for other languages")
+//! # Stored formats (the reference adapters' wire contract)
 //!
 //! - A user message item: `{"kind":"user_prompt","text":…}` (item kind `user_prompt`); a
 //!   turn-failure note has the same body under item kind `turn_failure_note`.
 //! - A transcript item: `{"kind":"claude_transcript","session_id":"<uuid>","entries":[…]}` with the
 //!   CLI's entries byte for byte. Tollgate stores one entry per item, keyed by the entry's `uuid`
-//!   (the seeds group entries per API message; the concatenation in order is the same transcript).
+//!   (the reference adapters group entries per API message; the concatenation in order is the same
+//!   transcript).
 //! - A subagent's transcript of one segment: `{"kind":"subagent","agent_id":…,"tool_use_id":…,
 //!   "entries":[…]}` (item kind `subagent`, [`subagents`]); read by people, never resumed.
 //! - The run state: `{"version":1,"session_id":…,"turn_entries":[…],…}` ([`RunState`]).
@@ -245,7 +246,7 @@ pub struct Usage {
 
 /// The session's run state, stored as the session row's JSON.
 ///
-/// `session_id` and `turn_entries` are the seeds' `FrameworkRunState` of a suspended turn; the
+/// `session_id` and `turn_entries` are the reference adapters' `FrameworkRunState` of a suspended turn; the
 /// other fields are Tollgate's and default when absent, so an older writer's state still reads.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunState {

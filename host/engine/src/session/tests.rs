@@ -1102,7 +1102,7 @@ fn run_state_and_decisions_stored_before_grants_still_parse() {
     assert!(!pending_call(DeferredRun::CallTool, ToolKind::Custom).to_value().to_string().contains("grant"));
 }
 
-// ---- Batches (issue 13 item 5) ----
+// ---- Batches: interrupts opened ahead ----
 
 fn refund(id: &str, order: &str) -> DeferredCall {
     let call =

@@ -103,7 +103,7 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
         ToolKind::Custom => {
             let mut t = Transition::new(Finish::Done(json!({"approved": true})));
             let runs_in = match call.runs_in {
-                // An approved custom read runs in CallTool (seeds, "Effects and policies").
+                // An approved custom read runs in CallTool (the reference adapters' "Effects and policies").
                 DeferredRun::ResumedSegment => DeferredRun::CallTool,
                 other => other,
             };

@@ -75,9 +75,9 @@ impl CliRun {
     }
 }
 
-/// Runs `claude --output-format stream-json --verbose --input-format stream-json` in `project` with the
-/// isolated environment of PROTOCOL.md §1.2, writes one user prompt, reads frames until the `result`,
-/// closes stdin and reads stdout to EOF.
+/// Runs `claude --output-format stream-json --verbose --input-format stream-json` in `project` with
+/// the isolated environment of docs/PROTOCOL.md, "Launch", writes one user prompt, reads frames
+/// until the `result`, closes stdin and reads stdout to EOF.
 async fn run_cli(cli: &Path, mock: &MockModel, project: &Path, prompt: &str) -> CliRun {
     let scratch = tempfile::tempdir().unwrap();
     let (home, config, tmp) =
@@ -177,7 +177,7 @@ async fn the_real_cli_reads_the_mocks_sse_and_reports_the_scripted_answer() {
     assert_eq!(assistant_texts, vec!["said: hello from mock"], "{dump}");
 
     // One streamed model call and nothing else: a reply the CLI could not parse would have made it retry
-    // without streaming (PROTOCOL.md §14).
+    // without streaming (as CLI 2.1.328 does after a malformed stream).
     let requests = mock.requests();
     assert_eq!(requests.len(), 1, "{dump}");
     assert!(requests[0].is_messages_call() && requests[0].is_streaming(), "{dump}");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Copy the real-CLI captures the golden tests read, from ../shared/claude-cli/captures.
+"""Copy the real-CLI captures the golden tests read, from a protocol probe's captures directory.
 
-Run from this directory: python3 extract.py /path/to/shared/claude-cli/captures
+Run from this directory: python3 extract.py /path/to/captures
 Re-run after re-probing a new CLI version; the golden tests then say what changed.
 
 - frames/<scenario>.jsonl: the capture's frames.jsonl lines ({"t","dir","frame"}) as the probe
@@ -11,12 +11,14 @@ Re-run after re-probing a new CLI version; the golden tests then say what change
 - transcript/defer_resume_allow.jsonl: the local transcript file the CLI itself wrote (compact,
   as the CLI writes it) after the defer and the resume; transcript/defer_resume_allow.mirror.jsonl:
   the resume process's mirror frames as the probe recorded them.
-- excerpts.jsonl: small frames from _excerpts.md whose scenarios are not in the shared subset
+- excerpts.jsonl: small frames from _excerpts.md whose scenarios are not in the captures copied here
   (hook timeout cancel, heartbeat, interrupt answer, session state).
 """
 import glob, json, os, re, shutil, sys
 
-src = sys.argv[1] if len(sys.argv) > 1 else "../../../../../shared/claude-cli/captures"
+if len(sys.argv) != 2:
+    sys.exit("usage: python3 extract.py <captures directory>")
+src = sys.argv[1]
 FULL = ["defer_resume_allow/1-defer", "defer_resume_allow/2-resume"]
 TRIMMED = [
     "tool_allow/run",

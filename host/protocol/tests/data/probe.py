@@ -10,7 +10,7 @@ Each scenario starts the pinned CLI against the scripted mock model with `--awai
 registers a matcher (`"matcher":null`, 30 s timeout) for each hook event it names, answers every
 `hook_callback` from its script (a `PreToolUse` it does not script is allowed), serves two tools
 (`lookup_order`, `create_refund`) as the sdk server `tools`, allows every `can_use_tool`, and
-sends its prompts one per `result`. Frames are written as `extract.py` writes the shared
+sends its prompts one per `result`. Frames are written as `extract.py` writes the probe's
 captures, trimmed the same way (no `control_response` from the CLI, no `stream_event` but text
 and input deltas, strings over 400 characters cut to 80, temporary paths as `/srv/probe`), except
 that `transcript_mirror` frames are kept: they show which entries belong to a subagent.

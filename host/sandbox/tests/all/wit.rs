@@ -1,6 +1,6 @@
 //! The published WIT versions are frozen: `tollgate:tool@0.1.0` and `tollgate:agent@0.1.0` may not
 //! change, because components built against them are in the wild. A change belongs in a new
-//! version (kept beside the old one while the host binds both, STYLE.md rule 11).
+//! version (kept beside the old one while the host binds both).
 
 use std::path::Path;
 

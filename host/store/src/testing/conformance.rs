@@ -1194,9 +1194,10 @@ async fn a_running_session_is_not_upgraded_and_nothing_is_written(h: Harness) {
     assert!(matches!(s.upgrade_session("s", "").await, Err(StoreError::Invalid { .. })));
 }
 
-/// Batches (issue 13 item 5): interrupts opened ahead with no step waiting on them, decided in
-/// any order; a step that waits on one decided already is queued at once (nothing else would
-/// wake it); at the turn's end a commit closes the ones still open and leaves decided ones alone.
+/// Batches (docs/ARCHITECTURE.md, "Glossary", ahead): interrupts opened ahead with no step waiting
+/// on them, decided in any order; a step that waits on one decided already is queued at once
+/// (nothing else would wake it); at the turn's end a commit closes the ones still open and leaves
+/// decided ones alone.
 async fn interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_decided_one_is_queued_at_once(
     h: Harness,
 ) {

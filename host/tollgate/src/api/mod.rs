@@ -8,7 +8,7 @@
 //! ([`openapi`], served at `/openapi.json`, kept as the golden file `openapi.json` beside this file).
 //!
 //! Errors are JSON ([`types::ErrorBody`]): `{"error":{"code":"…","field":"…","message":"…"}}` with a 4xx for bad input
-//! (the field, query parameter or limit named; see [`input`]), 404 for an unknown session or
+//! (the field, query parameter or limit named; see `input`), 404 for an unknown session or
 //! interrupt, 405 for a wrong method, 409 for a conflicting repeat, 413 for a body over
 //! [`MAX_BODY`] (a message's: [`MAX_MESSAGE_BODY`]) or a message's images over their limit, 415
 //! for a body that is not `application/json`, 401 without the bearer token

@@ -202,7 +202,7 @@ pub struct Grant {
 }
 
 /// The decision made ahead in a batch that a call ran under (or waits on), like a session
-/// grant: its interrupt, its batch, and who decided it when (issue 13 item 5).
+/// grant: its interrupt, its batch, and who decided it when (docs/ARCHITECTURE.md, "Glossary").
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct DecidedAhead {
     /// The interrupt opened ahead (its audit row in `decisions` names it).

@@ -4,7 +4,7 @@
 //! Read [`ModelProxy`] first. One runs per Worker process on `127.0.0.1:<free port>`. Each segment
 //! gets a [`SegmentToken`] ([`ModelProxy::register`]): its CLI is started with
 //! `ANTHROPIC_BASE_URL=<proxy>` and `ANTHROPIC_API_KEY=<token>`, which the CLI sends as
-//! `x-api-key` (PROTOCOL.md §1.2; `Authorization: Bearer <token>` is accepted too). For every
+//! `x-api-key` (docs/PROTOCOL.md, "Launch"; `Authorization: Bearer <token>` is accepted too). For every
 //! request the proxy:
 //!
 //! 1. checks the token (its secret compared in constant time); a missing, unknown or revoked one

@@ -5,13 +5,13 @@
 //! heartbeat task extends; a wake-up from the store (LISTEN/NOTIFY on PostgreSQL; on SQLite
 //! in-process, and a watch of the file for other processes' commits) or the poll fallback starts
 //! the next claim. Each claimed step runs in
-//! [`run_model`] (a CLI segment) or [`tool_steps`] (approval, tool calls, resume), which ask
+//! `run_model` (a CLI segment) or `tool_steps` (approval, tool calls, resume), which ask
 //! `tollgate_engine::session` what the result changes. A Worker whose lease was lost (it was
 //! frozen, or the database clock moved past it) stops the step and can commit nothing: the store
 //! checks every write against the claim's fence.
 //!
 //! A step of a session whose turn a client asked to cancel ends the turn `cancelled` instead of
-//! running, and a running segment is interrupted as soon as the request arrives ([`cancel`]).
+//! running, and a running segment is interrupted as soon as the request arrives (`cancel`).
 //!
 //! Every Worker also fires approval deadlines that came due ([`crate::deadlines::run`], a task
 //! beside the claim loop that sleeps until the next deadline the store reports); it stops when

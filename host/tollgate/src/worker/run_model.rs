@@ -654,7 +654,7 @@ fn cli_settings_env() -> Vec<(OsString, OsString)> {
 
 /// How the CLI reaches the model: the proxy's URL and the segment's token as its API key. When the
 /// Worker has an outbound proxy set, loopback is added to `NO_PROXY` so the CLI reaches the model
-/// proxy directly (PROTOCOL.md §1.2). `var` reads the Worker's environment.
+/// proxy directly (docs/PROTOCOL.md, "Launch"). `var` reads the Worker's environment.
 fn model_env(
     base_url: &str,
     token: &str,
@@ -726,7 +726,7 @@ impl AppHook for FactoryHooks {
 /// this attempt's text from a retried one's by step and fence), and times the inline tool calls
 /// for their spans.
 ///
-/// # Why text is written this way (issue 15, "write amplification of streaming")
+/// # Why text is written this way (write amplification of streaming)
 ///
 /// The model's thinking is stored the same way as its text, as `reasoning_delta` blocks with
 /// their own offsets (a block of one also ends where the other stream takes over), but has no

@@ -1,4 +1,4 @@
-//! The session page shows a reply as it streams (issue 15, "write amplification of streaming"):
+//! The session page shows a reply as it streams (with no event written per flush):
 //! the snapshot's `live_text` when the page opens mid-reply, then the live `text_delta`s and the
 //! stored blocks that repeat them, each character once.
 

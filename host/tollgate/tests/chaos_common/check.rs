@@ -291,7 +291,7 @@ fn single_attempt_calls(o: &Observed, out: &mut Vec<Violation>) {
                 many.iter().map(|p| p.n).collect::<Vec<_>>()
             )),
             (_, "outcome_unknown") => None,
-            // Held back in a batch and never called again before its turn ended (issue 14): it
+            // Held back in a batch and never called again before its turn ended (closed ahead_unused): it
             // never ran, and says so.
             ([], "unused") => None,
             // Its request never left the machine (the service refused the connection), and it says so.

@@ -1,4 +1,4 @@
-//! The chaos soak (issue 11 item 1), shared by `benches/chaos.rs` (the full run) and the
+//! The chaos soak, shared by `benches/chaos.rs` (the full run) and the
 //! `durable` test `chaos` (the small form).
 //!
 //! [`run`] is the type-to-read-first's function: it starts the world, drives the faults, approves,

@@ -1,4 +1,4 @@
-//! Batches through `tollgate serve` and the real CLI (issue 13 item 5): one reply asking for
+//! Batches through `tollgate serve` and the real CLI: one reply asking for
 //! three refunds shows all three approvals in the inbox at once, in one batch; a person decides
 //! them in one sitting; the repeats the model makes (the CLI runs one deferred call per reply) use
 //! the decisions made ahead, so the session waits on a person once — not three times. A decision

@@ -1,4 +1,4 @@
-//! The chaos soak's small form (issue 11 item 1): 20 sessions on three Workers and one API
+//! The chaos soak's small form: 20 sessions on three Workers and one API
 //! sharing PostgreSQL, through three SIGKILLs, a SIGSTOP past the lease, a PostgreSQL restart and
 //! the API's database connections closed; then the checker's invariants. The harness and the
 //! checker are in `tests/chaos_common` (shared with `cargo bench -p tollgate --bench chaos`, the

@@ -1,4 +1,4 @@
-//! Recorded inline writes (issue 15 item 1) with the real CLI: an approval-free idempotent write
+//! Recorded inline writes with the real CLI: an approval-free idempotent write
 //! (`record_credit`, the `ledger` test guest, which POSTs to the stand-in payments service with
 //! its idempotency key) runs inside its segment and its record commits before the CLI reads the
 //! result; a Worker SIGKILLed before that commit, and one killed right after it.

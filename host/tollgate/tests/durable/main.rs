@@ -34,7 +34,7 @@
 //! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
 //!   with `benches/chaos.rs`).
 //! - `logins`: a Worker whose only credential is a subscription's `CLAUDE_CODE_OAUTH_TOKEN`.
-//! - `matrix`: the seeds' crash matrix.
+//! - `matrix`: the reference adapters' crash matrix (docs/ARCHITECTURE.md, "Glossary").
 //! - `inline_writes`: an approval-free idempotent write run inline in one CLI process, its record
 //!   committed before the CLI reads it; SIGKILL before and after that commit.
 //! - `outage`: PostgreSQL stopped and started again under `tollgate serve` and a Worker.

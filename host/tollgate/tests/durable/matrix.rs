@@ -1,4 +1,4 @@
-//! The seeds' crash matrix with the real CLI, the mock model and Workers as child processes.
+//! The reference adapters' crash matrix with the real CLI, the mock model and Workers as child processes.
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 //! Then a SQLite file that is read-only (`chattr +i`) when `tollgate serve` starts: `/healthz`
 //! says `degraded`, writes answer 503 `read-only`, and all heals within seconds of `chattr -i`.
 //!
-//! The outage lasts `TOLLGATE_OUTAGE_SECS` (default 8). The 20 s figure of issue 11:
+//! The outage lasts `TOLLGATE_OUTAGE_SECS` (default 8). The 20 s figure:
 //! `TOLLGATE_OUTAGE_SECS=20 TOLLGATE_REQUIRE_REAL_CLI=1 TOLLGATE_REQUIRE_POSTGRES=1 cargo test -p tollgate --test durable outage -- --nocapture`.
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! Streamed text (issue 15, "write amplification of streaming"): a long reply reaches a client
+//! Streamed text (with no event written per flush): a long reply reaches a client
 //! live (`?live=true`) and the snapshot (`live_text`) while it streams, a reconnecting client
 //! gets it again, and the event log keeps one `text_delta` per text block instead of one per
 //! flush. On SQLite under `tollgate serve`, and on PostgreSQL with the API and the Worker in two

@@ -1,4 +1,4 @@
-//! Warm CLIs (issue 15 item 2) with the real CLI and Workers as child processes: the second new
+//! Warm CLIs with the real CLI and Workers as child processes: the second new
 //! session of an agent runs on the parked spare the first one's Worker pre-started, claimed into
 //! its own workspace; a resume after an
 //! approval-free deferred step runs on a pre-started `--resume` CLI; a warm CLI killed before the
