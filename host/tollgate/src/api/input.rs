@@ -17,7 +17,8 @@ use serde_json::error::Category;
 use super::types::ErrorCode;
 use super::{ApiError, MAX_BODY, MAX_MESSAGE_BODY};
 
-/// The longest id accepted in a path (session ids are at most this long).
+/// The longest id accepted in a path or a query's filter, in characters (session ids are at most
+/// this long).
 pub(super) const MAX_ID: usize = 200;
 
 /// A request body that is JSON by its `Content-Type` (or empty), read within `LIMIT` bytes:
@@ -225,7 +226,8 @@ fn clip(text: &str) -> String {
     }
 }
 
-/// The path's ids (`names` in order), each UTF-8, non-empty and at most [`MAX_ID`] bytes.
+/// The path's ids (`names` in order), each UTF-8 of 1 to [`MAX_ID`] characters (the document's
+/// `maxLength` counts characters).
 pub(super) fn path_ids<const N: usize>(
     path: Result<Path<Vec<String>>, PathRejection>,
     names: [&str; N],
@@ -245,10 +247,11 @@ pub(super) fn path_ids<const N: usize>(
     let ids: [String; N] =
         ids.try_into().map_err(|_| ApiError::bad(names[0], "the path has the wrong number of ids"))?;
     for (id, name) in ids.iter().zip(names) {
-        if id.is_empty() || id.len() > MAX_ID {
+        let chars = id.chars().count();
+        if chars == 0 || chars > MAX_ID {
             return Err(ApiError::bad(
                 name,
-                format!("the {name} in the path must be 1 to {MAX_ID} bytes, not {}", id.len()),
+                format!("the {name} in the path must be 1 to {MAX_ID} characters, not {chars}"),
             ));
         }
     }

@@ -624,7 +624,7 @@ async fn cancel(
     path = "/v1/sessions/{id}/grants/{tool}",
     tag = "approvals",
     summary = "Revoke a session grant (allow for this session): the tool's next call waits for approval again",
-    params(openapi::SessionId, ("tool" = String, Path, description = "The tool whose grant to revoke")),
+    params(openapi::SessionId, ("tool" = String, Path, description = "The tool whose grant to revoke (1-200 characters)", min_length = 1, max_length = 200)),
     responses(
         (status = 200, description = "Revoked (the snapshot's `grants` show who and when)", body = RevokeReceipt),
         (status = 403, description = "`role_required` (not an approver or admin) or `group_required` (the tool's policy names `approvers` groups the principal is in none of)", body = ErrorBody),
@@ -704,11 +704,11 @@ async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery)
     let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
     let status = params.one_of("status", &STATUSES)?;
     let after = params.text("after").unwrap_or("");
-    if after.len() > input::MAX_ID {
+    if after.chars().count() > input::MAX_ID {
         return Err(ApiError::bad(
             "after",
             format!(
-                "after must be a session id (the `next_after` of the previous page) of at most {} bytes",
+                "after must be a session id (the `next_after` of the previous page) of at most {} characters",
                 input::MAX_ID
             ),
         ));
@@ -947,8 +947,8 @@ async fn list_audit(State(state): State<ApiState>, RawQuery(query): RawQuery) ->
         Params::parse(query.as_deref(), &["session_id", "principal", "since", "until", "after", "limit"])?;
     let text = |name: &str| -> Result<Option<String>, ApiError> {
         match params.text(name) {
-            Some(value) if value.is_empty() || value.len() > input::MAX_ID => {
-                Err(ApiError::bad(name, format!("{name} must be 1 to {} bytes", input::MAX_ID)))
+            Some(value) if value.is_empty() || value.chars().count() > input::MAX_ID => {
+                Err(ApiError::bad(name, format!("{name} must be 1 to {} characters", input::MAX_ID)))
             }
             value => Ok(value.map(str::to_owned)),
         }

@@ -15,6 +15,8 @@ use utoipa::{IntoParams, IntoResponses, Modify, OpenApi};
 
 use super::types::ErrorBody;
 
+mod limits;
+
 /// What belongs to the whole API; the routes add themselves (see `super::routes`).
 #[derive(OpenApi)]
 #[openapi(
@@ -60,6 +62,7 @@ pub fn document() -> &'static str {
         if let Some(body) = create.and_then(|operation| operation.request_body.as_mut()) {
             body.required = Some(Required::False);
         }
+        limits::declare(&mut document);
         document.to_pretty_json().expect("the OpenAPI document serializes")
     });
     &DOCUMENT
@@ -115,7 +118,9 @@ pub enum WriteErrors {
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct SessionId {
-    /// The session id (1-200 bytes).
+    /// The session id: 1-200 of letters, digits and `-_.:/@` (no session has another; any other
+    /// id of 1-200 characters is a 404 `session_not_found`, a longer one a 400).
+    #[param(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub id: String,
 }
 
@@ -123,7 +128,8 @@ pub struct SessionId {
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct InterruptId {
-    /// The interrupt's id (its tool call's; 1-200 bytes).
+    /// The interrupt's id (its tool call's; 1-200 characters).
+    #[param(min_length = 1, max_length = 200)]
     pub interrupt_id: String,
 }
 
@@ -133,8 +139,8 @@ pub struct InterruptId {
 pub struct IdempotencyKey {
     /// A client key: a repeat with the same key and request returns the first answer and writes
     /// nothing; the same key for another request is a 409 `idempotency_conflict`. It wins over the
-    /// body's `client_key`.
-    #[param(rename = "Idempotency-Key")]
+    /// body's `client_key`. 1-200 of letters, digits and `-_.:/@`.
+    #[param(rename = "Idempotency-Key", pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub idempotency_key: Option<String>,
 }
 
@@ -190,6 +196,59 @@ mod tests {
         assert_eq!(ids.len(), all, "an operationId is used twice: {ids:?}");
     }
 
+    /// The limits the server enforces are in the document, so a client (or a fuzzer) that keeps
+    /// to the document is not refused, and one that breaks it is.
+    #[test]
+    fn the_document_declares_the_limits_the_server_enforces() {
+        let doc: Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let text = &schemas["SendMessage"]["properties"]["text"];
+        assert_eq!((text["minLength"].as_u64(), text["maxLength"].as_u64()), (Some(1), Some(262_144)));
+        let matches = |pattern: &Value, given: &str| {
+            jsonschema::is_valid(
+                &serde_json::json!({"type": "string", "pattern": pattern}),
+                &Value::from(given),
+            )
+        };
+        for (given, server) in [("hi", true), (" \t\n", false), ("\u{85}\u{3000}", false), ("\u{feff}", true)]
+        {
+            let server_takes = tollgate_engine::session::client::user_message(given, &[]).is_ok();
+            assert_eq!(server_takes, server, "{given:?}");
+            assert_eq!(
+                matches(&text["pattern"], given),
+                server,
+                "the pattern and the server differ on {given:?}"
+            );
+        }
+        assert_eq!(schemas["CreateSession"]["properties"]["message"]["pattern"], text["pattern"]);
+        let id = "^[A-Za-z0-9._:/@-]{1,200}$";
+        assert_eq!(schemas["CreateSession"]["properties"]["session_id"]["pattern"], id);
+        for body in ["CreateSession", "SendMessage", "Decide"] {
+            assert_eq!(schemas[body]["properties"]["client_key"]["pattern"], id, "{body}");
+        }
+        let param = |path: &str, method: &str, name: &str| -> Value {
+            let params = doc["paths"][path][method]["parameters"].as_array().unwrap();
+            params.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{path} {name}"))["schema"]
+                .clone()
+        };
+        let decide = "/v1/sessions/{id}/interrupts/{interrupt_id}";
+        assert_eq!(param(decide, "post", "id")["pattern"], id);
+        assert_eq!(param(decide, "post", "Idempotency-Key")["pattern"], id);
+        assert_eq!(param(decide, "post", "interrupt_id")["maxLength"], 200);
+        assert_eq!(param("/v1/sessions", "get", "after")["maxLength"], 200);
+        assert_eq!(param("/v1/interrupts", "get", "after")["maxLength"], 1024);
+        assert_eq!(param("/v1/audit", "get", "principal")["minLength"], 1);
+        assert_eq!(param("/v1/sessions/{id}/events", "get", "Last-Event-ID")["minimum"], 0);
+        assert_eq!(schemas["SendMessage"]["properties"]["images"]["maxItems"], 8);
+        assert!(schemas["CreateSession"]["dependentSchemas"]["images"].is_object(), "images need a message");
+        // Each image type's first bytes, as the server checks them.
+        let starts = schemas["ImageSource"]["oneOf"].as_array().unwrap();
+        let png = &starts[0]["properties"]["data"]["pattern"];
+        assert!(matches(png, "iVBORw0KGgoAAAANSUhEUg=="));
+        assert!(!matches(png, "iVBORw0KGgoAAAANSUhEUh=="), "non-canonical final bits are refused");
+        assert!(!matches(png, "/9j/4AAQ"), "a JPEG is not a PNG");
+    }
+
     #[test]
     fn the_document_describes_every_route_its_bodies_the_event_stream_and_the_bearer_scheme() {
         let doc: Value = serde_json::from_str(document()).expect("the document is JSON");
@@ -215,16 +274,28 @@ mod tests {
                 "{method} {path} {status}"
             );
         }
-        let events = &doc["paths"]["/v1/sessions/{id}/events"]["get"];
-        assert_eq!(
-            events["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
-            "#/components/schemas/StreamEvent"
-        );
-        let inbox = &doc["paths"]["/v1/interrupts/events"]["get"];
-        assert_eq!(
-            inbox["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
-            "#/components/schemas/InboxEvent"
-        );
+        // A stream's schema is one whole event: `event`, `id`, and `data` as JSON of its schema.
+        for (path, event, data) in [
+            ("/v1/sessions/{id}/events", "SessionSseEvent", "StreamEvent"),
+            ("/v1/interrupts/events", "InboxSseEvent", "InboxEvent"),
+        ] {
+            let schema =
+                &doc["paths"][path]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"];
+            let refs: Vec<&str> =
+                schema["anyOf"].as_array().unwrap().iter().map(|r| r["$ref"].as_str().unwrap()).collect();
+            assert_eq!(
+                refs,
+                [format!("#/components/schemas/{event}"), "#/components/schemas/SseErrorEvent".to_owned()],
+                "{path}"
+            );
+            let event = &doc["components"]["schemas"][event];
+            assert_eq!(event["required"], serde_json::json!(["event", "data"]), "{path}");
+            assert_eq!(event["properties"]["data"]["contentMediaType"], "application/json", "{path}");
+            assert_eq!(
+                event["properties"]["data"]["contentSchema"]["$ref"],
+                format!("#/components/schemas/{data}")
+            );
+        }
         for path in ["/metrics", "/openapi.json"] {
             assert!(doc["paths"][path]["get"]["responses"]["200"].is_object(), "{path}");
         }

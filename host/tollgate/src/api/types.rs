@@ -38,15 +38,25 @@ fn sorted_keys<T: Serialize, S: Serializer>(value: &T, serializer: S) -> Result<
 pub struct CreateSession {
     /// 1-200 of letters, digits and `-_.:/@`; generated when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub session_id: Option<String>,
-    /// The first user message.
+    /// The first user message: as `text` of `POST …/messages` (not only white space; at most
+    /// 262144 bytes of UTF-8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 262144,
+        pattern = "[^\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+    )]
     pub message: Option<String>,
     /// The first message's images (only with `message`), as for `POST …/messages`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 8)]
     pub images: Vec<ImageBlock>,
-    /// The first message's idempotency key (the `Idempotency-Key` header wins).
+    /// The first message's idempotency key (the `Idempotency-Key` header wins): 1-200 of
+    /// letters, digits and `-_.:/@`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub client_key: Option<String>,
     /// Pin the new session to this agent digest: only Workers that loaded it run the session.
     /// Default: the digest of the agent the serving process loaded (pinned when that agent is
@@ -60,7 +70,13 @@ pub struct CreateSession {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendMessage {
-    /// The message's text.
+    /// The message's text: not only white space, at most 262144 bytes of UTF-8 (`maxLength`
+    /// counts characters, so it is the most a text of one-byte characters can have).
+    #[schema(
+        min_length = 1,
+        max_length = 262144,
+        pattern = "[^\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+    )]
     pub text: String,
     /// Images the model sees after the text, in order: at most 8, of 2 MiB together (decoded),
     /// PNG, JPEG, GIF or WebP. Each is stored once, by digest (the snapshot lists them with the
@@ -68,9 +84,12 @@ pub struct SendMessage {
     /// (`images[i].source.media_type`, `images[i].source.data`); too many bytes with 413
     /// `image_too_large`; nothing is stored then.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 8)]
     pub images: Vec<ImageBlock>,
-    /// Its idempotency key (the `Idempotency-Key` header wins).
+    /// Its idempotency key (the `Idempotency-Key` header wins): 1-200 of letters, digits and
+    /// `-_.:/@`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub client_key: Option<String>,
 }
 
@@ -107,9 +126,11 @@ pub struct ImageSource {
     #[serde(rename = "type")]
     pub source_type: ImageSourceType,
     /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
-    #[schema(examples("image/png"))]
+    #[schema(examples("image/png"), pattern = "^image/(png|jpeg|gif|webp)$")]
     pub media_type: String,
-    /// The bytes, standard base64 with padding.
+    /// The bytes, standard base64 with padding, of an image of `media_type`: its first bytes
+    /// must say so (the document's `oneOf` spells out each type's).
+    #[schema(content_encoding = "base64")]
     pub data: String,
 }
 
@@ -166,8 +187,9 @@ pub struct Decide {
     #[serde(default, skip_serializing_if = "DecideScope::is_call")]
     pub scope: DecideScope,
     /// The decision's idempotency key (the `Idempotency-Key` header wins; without either the
-    /// decision itself is the key).
+    /// decision itself is the key): 1-200 of letters, digits and `-_.:/@`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub client_key: Option<String>,
 }
 
@@ -282,7 +304,7 @@ pub struct ListSessionsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(pattern = "^(idle|running|awaiting_approval)$")]
     pub status: Option<String>,
-    /// The `next_after` of the previous page (a session id).
+    /// The `next_after` of the previous page (a session id; at most 200 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(max_length = 200)]
     pub after: Option<String>,
@@ -539,13 +561,13 @@ pub struct AuditPage {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
-    /// Only this session's decisions.
+    /// Only this session's decisions (1-200 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[param(max_length = 200)]
+    #[param(min_length = 1, max_length = 200)]
     pub session_id: Option<String>,
-    /// Only this principal's decisions.
+    /// Only this principal's decisions (1-200 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[param(max_length = 200)]
+    #[param(min_length = 1, max_length = 200)]
     pub principal: Option<String>,
     /// Only decisions at or after this time (ms since the epoch, database clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]

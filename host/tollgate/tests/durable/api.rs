@@ -626,6 +626,16 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
     let bad_error = events.replace("\"error\":\"the store failed\"", "\"message\":\"x\"");
     check_answer("GET", "/v1/sessions/s/events", 200, "text/event-stream", &bad_error)
         .expect_err("an error event without its error");
+    // The whole event is the schema's, not only its data: the `id` is a seq, the inbox's `event`
+    // one of its own.
+    let bad_id = events.replace("id: 1\n", "id: one\n");
+    let error = check_answer("GET", "/v1/sessions/s/events", 200, "text/event-stream", &bad_id).unwrap_err();
+    assert!(error.contains("one"), "{error}");
+    let inbox = "id: ab\nevent: snapshot\ndata: {\"interrupts\":[],\"gone\":[],\"total\":0}\n\n";
+    check_answer("GET", "/v1/interrupts/events", 200, "text/event-stream", inbox).expect("an inbox snapshot");
+    let renamed = inbox.replace("event: snapshot", "event: everything");
+    check_answer("GET", "/v1/interrupts/events", 200, "text/event-stream", &renamed)
+        .expect_err("an inbox event of another name");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -167,7 +167,7 @@ async fn query_parameters_are_checked_on_every_route_naming_the_parameter_and_th
         refused(&answer, 400, "invalid_request", "limit", &["from 1 to 1000"], &format!("limit={limit}"));
     }
     let answer = get(&format!("/v1/sessions?after={}", "a".repeat(300))).await;
-    refused(&answer, 400, "invalid_request", "after", &["200 bytes"], "a 300-byte after");
+    refused(&answer, 400, "invalid_request", "after", &["200 characters"], "a 300-byte after");
     let answer = get("/v1/sessions?after=zzz&limit=1000").await;
     assert_eq!(answer.status, 200, "{}", answer.body);
 
@@ -222,14 +222,35 @@ async fn ids_in_the_path_that_cannot_exist_and_wrong_methods_get_json_errors() {
     refused(&answer, 400, "invalid_request", "id", &["UTF-8"], "a non-UTF-8 id for events");
     let long = "a".repeat(300);
     let answer = call(http.get(format!("{url}/v1/sessions/{long}"))).await;
-    refused(&answer, 400, "invalid_request", "id", &["1 to 200 bytes"], "a 300-byte id");
+    refused(&answer, 400, "invalid_request", "id", &["1 to 200 characters"], "a 300-byte id");
     let answer =
         call(http.post(format!("{url}/v1/sessions/{long}/messages")).json(&json!({"text": "hi"}))).await;
-    refused(&answer, 400, "invalid_request", "id", &["1 to 200 bytes"], "a message to a 300-byte id");
+    refused(&answer, 400, "invalid_request", "id", &["1 to 200 characters"], "a message to a 300-byte id");
     let answer =
         call(http.post(format!("{url}/v1/sessions/s/interrupts/{long}")).json(&json!({"approved": true})))
             .await;
-    refused(&answer, 400, "invalid_request", "interrupt_id", &["1 to 200 bytes"], "a 300-byte interrupt id");
+    refused(
+        &answer,
+        400,
+        "invalid_request",
+        "interrupt_id",
+        &["1 to 200 characters"],
+        "a 300-byte interrupt id",
+    );
+    // The document's lengths count characters: 150 of two bytes each are within them.
+    let wide = "é".repeat(150);
+    let answer =
+        call(http.post(format!("{url}/v1/sessions/s/interrupts/{wide}")).json(&json!({"approved": true})))
+            .await;
+    refused(&answer, 404, "session_not_found", "", &[], "an interrupt id of 150 characters (300 bytes)");
+    let answer = call(http.get(format!("{url}/v1/sessions/{wide}"))).await;
+    refused(&answer, 404, "session_not_found", "", &[], "a session id of 150 characters (300 bytes)");
+    for query in
+        [format!("/v1/sessions?after={wide}"), format!("/v1/audit?principal={wide}&session_id={wide}")]
+    {
+        let answer = call(http.get(format!("{url}{query}"))).await;
+        assert_eq!(answer.status, 200, "{query}: {}", answer.body);
+    }
     let answer =
         call(http.post(format!("{url}/v1/sessions/s/interrupts/%C3%28")).json(&json!({"approved": true})))
             .await;

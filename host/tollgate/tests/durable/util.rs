@@ -559,13 +559,32 @@ pub fn check_answer(method: &str, path: &str, status: u16, media: &str, body: &s
     }
 }
 
-/// Checks one Server-Sent Event's data against the stream's schema (at `schema`), or an `error`
-/// event's against `StreamError`.
+/// Checks one Server-Sent Event against the stream's schema (at `schema`): the whole event
+/// (`event`, `id`, `data` as a string) against the one of its `anyOf` whose `event` fits, then
+/// its `data`, parsed, against that one's `contentSchema` (a keyword JSON Schema only annotates).
 fn check_event(schema: &str, event: &SseEvent) -> Result<(), String> {
+    let mut whole = json!({"event": event.event, "data": event.data});
+    if let Some(id) = &event.id {
+        whole["id"] = json!(id);
+    }
+    check_schema(schema, &whole).map_err(|e| format!("event {:?} ({}): {e}", event.id, event.event))?;
+    let doc = openapi();
+    let kinds =
+        doc.pointer(&format!("{schema}/anyOf")).and_then(Value::as_array).expect("an anyOf of events");
+    let component = |r: &Value| {
+        let name = r["$ref"].as_str().expect("a $ref").trim_start_matches("#/components/schemas/");
+        format!("/components/schemas/{name}")
+    };
+    // The error event names `error`; the stream's own events come first.
+    let fits = |r: &&Value| {
+        let values = doc.pointer(&format!("{}/properties/event/enum", component(r)));
+        values.and_then(Value::as_array).is_some_and(|v| v.contains(&json!(event.event)))
+    };
+    let kind = kinds.iter().find(fits).unwrap_or(&kinds[0]);
+    let content = format!("{}/properties/data/contentSchema", component(kind));
     let json: Value = serde_json::from_str(&event.data)
         .map_err(|e| format!("event {:?} is not JSON ({e}): {}", event.id, event.data))?;
-    let schema = if event.event == "error" { "/components/schemas/StreamError" } else { schema };
-    check_schema(schema, &json).map_err(|e| format!("event {:?} ({}): {e}", event.id, event.event))
+    check_schema(&content, &json).map_err(|e| format!("event {:?} ({}): {e}", event.id, event.event))
 }
 
 /// An answer of the HTTP API, checked against the OpenAPI document.
