@@ -776,6 +776,15 @@ pub fn history(items: &[Item]) -> Vec<HistoryItem<'_>> {
     items.iter().map(|item| HistoryItem { seq: item.seq, kind: &item.kind, body: item.body.get() }).collect()
 }
 
+/// Refuses a client (idempotency) key that is not 1–200 of letters, digits and `-_.:/@`, naming
+/// `field` (the body's `client_key` or the `Idempotency-Key` header).
+///
+/// # Errors
+/// The key's fault, by `field`.
+pub fn check_client_key(field: &'static str, key: &str) -> Result<(), EngineError> {
+    check_id(field, key)
+}
+
 /// Session ids, interrupt ids and client keys: 1–200 bytes of letters, digits and `-_.:/@`.
 fn check_id(field: &'static str, id: &str) -> Result<(), EngineError> {
     let ok = !id.is_empty()

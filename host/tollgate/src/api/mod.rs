@@ -272,15 +272,22 @@ impl From<StoreError> for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-/// The `Idempotency-Key` header, else the body's `client_key`.
+/// The `Idempotency-Key` header, else the body's `client_key`; checked whether or not the request
+/// goes on to use it, so a malformed key is refused before anything is written.
 fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<String>, ApiError> {
-    match headers.get("idempotency-key") {
-        Some(value) => value
-            .to_str()
-            .map(|v| Some(v.to_owned()))
-            .map_err(|_| ApiError::bad("Idempotency-Key", "the Idempotency-Key header must be ASCII")),
-        None => Ok(body_key),
+    let (key, field) = match headers.get("idempotency-key") {
+        Some(value) => {
+            let value = value
+                .to_str()
+                .map_err(|_| ApiError::bad("Idempotency-Key", "the Idempotency-Key header must be ASCII"))?;
+            (Some(value.to_owned()), "Idempotency-Key")
+        }
+        None => (body_key, "client_key"),
+    };
+    if let Some(key) = &key {
+        sessions::check_client_key(field, key).map_err(ClientError::from)?;
     }
+    Ok(key)
 }
 
 /// What a request does, for the role check: reads are `GET`s, `POST /v1/sessions` and
@@ -367,6 +374,7 @@ async fn create_session(
         return Err(ApiError::bad("images", "images come with a first message: give `message` too"));
     }
     let images = checked_images(&request.images)?;
+    let key = client_key(&headers, request.client_key.clone())?;
     let session_id = request.session_id.unwrap_or_else(new_session_id);
     let agent = match request.agent_digest {
         Some(digest) => Some(AgentDigest { digest, pinned: true }),
@@ -376,8 +384,7 @@ async fn create_session(
     let message = match &request.message {
         Some(text) => {
             // Idempotent on the id: the same first message under the same id is one message.
-            let key = client_key(&headers, request.client_key.clone())?
-                .unwrap_or_else(|| format!("create:{session_id}"));
+            let key = key.unwrap_or_else(|| format!("create:{session_id}"));
             let receipt =
                 sessions::send_with_images(state.store.as_ref(), &session_id, text, images, Some(&key))
                     .await?;

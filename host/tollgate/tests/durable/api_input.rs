@@ -97,6 +97,23 @@ async fn bodies_too_large_not_json_or_malformed_get_json_errors_naming_the_limit
         let answer = call(http.post(url).header("content-type", "application/json").body(body)).await;
         refused(&answer, 400, "invalid_request", "body", &[&format!("not {kind}")], body);
     }
+    // A malformed idempotency key is refused whether or not the request has a message to key,
+    // and before the session is created.
+    for (header, body, what) in [
+        (Some("a key!"), json!({"session_id": "k1"}), "a header key without a message"),
+        (Some("a key!"), json!({"session_id": "k2", "message": "hi"}), "a header key with a message"),
+        (None, json!({"session_id": "k3", "client_key": ""}), "an empty body key without a message"),
+    ] {
+        let mut request = http.post(&sessions).json(&body);
+        if let Some(key) = header {
+            request = request.header("idempotency-key", key);
+        }
+        let field = if header.is_some() { "Idempotency-Key" } else { "client_key" };
+        refused(&call(request).await, 400, "invalid_request", field, &["-_.:/@"], what);
+        let id = body["session_id"].as_str().unwrap();
+        let answer = call(http.get(format!("{sessions}/{id}"))).await;
+        assert_eq!(answer.status, 404, "{what}: nothing is created: {}", answer.body);
+    }
 
     let answer =
         call(http.post(&messages).header("content-type", "text/plain").body("{\"text\":\"hi\"}")).await;

@@ -1,5 +1,6 @@
 //! What the document says that utoipa's attributes cannot: the rules the server enforces across
-//! fields (a message's images come with its text, an image's first bytes are its type's) and the
+//! fields (a message's images come with its text, an image's first bytes are its type's, a
+//! session grant or an edit comes with an approval) and the
 //! whole Server-Sent Event of each stream (`event`, `id`, and `data` as JSON of its schema).
 //!
 //! OpenAPI 3.1 has no item schema for `text/event-stream` (3.2 adds `itemSchema`); as tools read
@@ -51,6 +52,14 @@ pub(super) fn declare(document: &mut OpenApi) {
             {"required": ["message"], "properties": {"message": {"type": "string"}}},
         ]}});
         extend(create, "dependentSchemas", rule);
+    }
+    if let Some(RefOr::T(Schema::Object(decide))) = schemas.get_mut("Decide") {
+        // `scope: session` and `updated_input` only with an approval.
+        let rule = json!([
+            {"properties": {"approved": {"const": true}}},
+            {"properties": {"scope": {"const": "call"}, "updated_input": {"type": "null"}}},
+        ]);
+        extend(decide, "anyOf", rule);
     }
     let events = [
         (
