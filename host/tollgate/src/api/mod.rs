@@ -272,22 +272,19 @@ impl From<StoreError> for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-/// The `Idempotency-Key` header, else the body's `client_key`; checked whether or not the request
-/// goes on to use it, so a malformed key is refused before anything is written.
+/// The `Idempotency-Key` header, else the body's `client_key`; both checked whether or not the
+/// request goes on to use them (the header wins; a request may have no message to key), so a
+/// malformed key is refused before anything is written.
 fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<String>, ApiError> {
-    let (key, field) = match headers.get("idempotency-key") {
-        Some(value) => {
-            let value = value
-                .to_str()
-                .map_err(|_| ApiError::bad("Idempotency-Key", "the Idempotency-Key header must be ASCII"))?;
-            (Some(value.to_owned()), "Idempotency-Key")
-        }
-        None => (body_key, "client_key"),
-    };
-    if let Some(key) = &key {
-        sessions::check_client_key(field, key).map_err(ClientError::from)?;
+    if let Some(key) = &body_key {
+        sessions::check_client_key("client_key", key).map_err(ClientError::from)?;
     }
-    Ok(key)
+    let Some(value) = headers.get("idempotency-key") else { return Ok(body_key) };
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::bad("Idempotency-Key", "the Idempotency-Key header must be ASCII"))?;
+    sessions::check_client_key("Idempotency-Key", value).map_err(ClientError::from)?;
+    Ok(Some(value.to_owned()))
 }
 
 /// What a request does, for the role check: reads are `GET`s, `POST /v1/sessions` and

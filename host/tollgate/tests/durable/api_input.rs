@@ -99,16 +99,27 @@ async fn bodies_too_large_not_json_or_malformed_get_json_errors_naming_the_limit
     }
     // A malformed idempotency key is refused whether or not the request has a message to key,
     // and before the session is created.
-    for (header, body, what) in [
-        (Some("a key!"), json!({"session_id": "k1"}), "a header key without a message"),
-        (Some("a key!"), json!({"session_id": "k2", "message": "hi"}), "a header key with a message"),
-        (None, json!({"session_id": "k3", "client_key": ""}), "an empty body key without a message"),
+    // A body key the header overrides is still checked.
+    for (header, body, field, what) in [
+        (Some("a key!"), json!({"session_id": "k1"}), "Idempotency-Key", "a header key without a message"),
+        (
+            Some("a key!"),
+            json!({"session_id": "k2", "message": "hi"}),
+            "Idempotency-Key",
+            "a header key with a message",
+        ),
+        (None, json!({"session_id": "k3", "client_key": ""}), "client_key", "an empty body key, no message"),
+        (
+            Some("good-key"),
+            json!({"session_id": "k4", "message": "hi", "client_key": "bad key"}),
+            "client_key",
+            "a bad body key beside a good header",
+        ),
     ] {
         let mut request = http.post(&sessions).json(&body);
         if let Some(key) = header {
             request = request.header("idempotency-key", key);
         }
-        let field = if header.is_some() { "Idempotency-Key" } else { "client_key" };
         refused(&call(request).await, 400, "invalid_request", field, &["-_.:/@"], what);
         let id = body["session_id"].as_str().unwrap();
         let answer = call(http.get(format!("{sessions}/{id}"))).await;
