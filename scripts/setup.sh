@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh machine, idempotently: the wasm32-wasip2 Rust
 # target, bubblewrap (Debian package; the box every agent's CLI runs in), the pinned Claude Code
-# CLI (npm lockfile), the Go/JavaScript/Python guest toolchains (PyPI, npm, crates.io), PostgreSQL (Debian package; the tests start throwaway clusters) and
+# CLI (npm lockfile), the Go/JavaScript/Python guest toolchains (PyPI, npm, crates.io), the API
+# contract checkers openapi-spec-validator and Schemathesis (PyPI), PostgreSQL (Debian package; the tests start throwaway clusters) and
 # Chromium with chromedriver (Debian packages; the web inbox's browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,5 +11,6 @@ rustup target add wasm32-wasip2
 scripts/install-bubblewrap.sh
 scripts/install-claude-cli.sh
 scripts/install-guest-toolchains.sh
+scripts/install-api-checks.sh
 scripts/install-postgres.sh
 scripts/install-chromium.sh

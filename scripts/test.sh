@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-# A missing CLI, PostgreSQL or Chromium must fail their tests, never skip them.
+# A missing CLI, PostgreSQL, Chromium or API contract checker must fail their tests, never skip them.
 export TOLLGATE_REQUIRE_REAL_CLI=1
 export TOLLGATE_REQUIRE_POSTGRES=1
 export TOLLGATE_REQUIRE_BROWSER=1
+export TOLLGATE_REQUIRE_SCHEMATHESIS=1
 cargo test --locked

@@ -322,9 +322,9 @@ pub struct InterruptsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(pattern = "^pending$")]
     pub status: Option<String>,
-    /// The `next_after` of the previous page (opaque; absent for the first page).
+    /// The `next_after` of the previous page (opaque, base64url; absent for the first page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[param(max_length = 1024)]
+    #[param(max_length = 1024, pattern = "^[A-Za-z0-9_-]+$")]
     pub after: Option<String>,
     /// The most to list (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,6 +11,9 @@
 //!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
 //! - `api_input`: bad input to every route of `tollgate api`, refused as JSON errors.
+//! - `contract`: the API's contract checked by tools we did not write: `openapi-spec-validator` on
+//!   the served document, a time-bounded Schemathesis pass (every check, a fixed seed) against a
+//!   live `tollgate api` with a token.
 //! - `auth`: principals from `tollgate auth add`: 401 and 403 (role, approver group, separation
 //!   of duties) through HTTP and the CLI client, the audit trail in the snapshot, the event stream,
 //!   `session show` and `GET /v1/audit`.
@@ -69,6 +72,7 @@ mod chaos;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
 mod cli_limits;
+mod contract;
 mod deadlines;
 mod edits;
 mod grants;
