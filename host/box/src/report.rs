@@ -23,6 +23,30 @@ impl fmt::Display for LimitHit {
     }
 }
 
+/// When the init reached each point of its run, in `CLOCK_MONOTONIC` nanoseconds (the host's
+/// clock too: a box has no time namespace), so the host can split a box's cost into its parts.
+/// `0`: not reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoxTimings {
+    /// The init started (after `bwrap` made the box).
+    pub init_started_ns: u64,
+    /// The CLI was started (after the workspace was copied in and the relays opened).
+    pub cli_spawned_ns: u64,
+    /// The CLI and every other process of the box were gone.
+    pub cli_exited_ns: u64,
+    /// The workspace was copied out and the report is about to be written.
+    pub reported_ns: u64,
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: a zeroed timespec is a valid out value.
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// The init's account of one box.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoxReport {
@@ -37,6 +61,9 @@ pub struct BoxReport {
     pub cli_exit: Option<String>,
     /// Why the box could not run the CLI at all, when it could not.
     pub setup_error: Option<String>,
+    /// When the init reached each point of its run.
+    #[serde(default)]
+    pub timings: BoxTimings,
 }
 
 impl BoxReport {

@@ -199,7 +199,13 @@ async fn host_child() {
                 let report = run_segment(boxed, gate(), runner.clone(), None).await;
                 let total = started.elapsed();
                 let ok = matches!(&report.outcome, SegmentOutcome::Completed { result, .. } if result == "said: hello");
+                // Where the box's time went, from the init's monotonic timestamps.
+                let t = report.stats.box_report.as_ref().map(|r| r.timings).unwrap_or_default();
+                let between = |from: u64, to: u64| (from > 0 && to >= from).then(|| (to - from) as f64 / 1e6);
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
+                       "bwrap_ms": report.stats.spawned_ns.and_then(|s| between(s, t.init_started_ns)),
+                       "init_ms": between(t.init_started_ns, t.cli_spawned_ns),
+                       "teardown_ms": between(t.cli_exited_ns, t.reported_ns),
                        "error": format!("{:?} {}", report.outcome, report.stats.stderr_tail).chars().take(400).collect::<String>()})
             }
             "pair" => {
@@ -523,6 +529,9 @@ async fn main() {
     let mut late_ok: Vec<bool> = Vec::new();
     let (mut boxed_text, mut boxed_text_result, mut boxed_cpu) =
         (Series::default(), Series::default(), Series::default());
+    // The box's parts (ms): `bwrap` making it, the init up to the CLI, the init after it.
+    let (mut box_bwrap, mut box_init, mut box_teardown) =
+        (Series::default(), Series::default(), Series::default());
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
         let h = host.ask("text").await;
@@ -608,6 +617,9 @@ async fn main() {
         boxed_text.push(hb["total_ms"].as_f64());
         boxed_text_result.push(hb["to_result_ms"].as_f64());
         boxed_cpu.push(hb["cpu_ms"].as_f64());
+        box_bwrap.push(hb["bwrap_ms"].as_f64());
+        box_init.push(hb["init_ms"].as_f64());
+        box_teardown.push(hb["teardown_ms"].as_f64());
         bare_text.push(Some(b.total_ms));
         bare_text_result.push(Some(b.to_result_ms));
         ts_text.push(t["to_end_ms"].as_f64());
@@ -694,6 +706,9 @@ async fn main() {
     );
     println!("| host's own CPU time (user+sys, getrusage) per segment | {} | | |", host_text_cpu.cell());
     println!("| host's own CPU time per boxed segment | {} | | |", boxed_cpu.cell());
+    println!("| the box: spawn → its init runs (`bwrap` makes the box) | {} | | |", box_bwrap.cell());
+    println!("| the box: init → CLI started (copy-in, relays, limits) | {} | | |", box_init.cell());
+    println!("| the box: CLI gone → report written (copy-out) | {} | | |", box_teardown.cell());
     println!("| host's own CPU time per defer+resume pair | {} | | |", host_pair_cpu.cell());
     println!();
     println!("| defer+resume pair | tollgate host | bare spawn |");

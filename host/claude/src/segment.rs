@@ -545,6 +545,9 @@ pub struct SegmentStats {
     pub result: Option<ResultMessage>,
     /// What the box's init reported, for a boxed CLI.
     pub box_report: Option<tollgate_box::BoxReport>,
+    /// `CLOCK_MONOTONIC` (ns) when this segment spawned its CLI (not for a pre-started one): with
+    /// the box report's [`tollgate_box::BoxTimings`], how long `bwrap` took to make the box.
+    pub spawned_ns: Option<u64>,
     /// What came of the pending call of a resumed segment when it is an approved CLI call
     /// ([`Gate::resuming`]): whether the gate let the CLI run it, and the tool result the CLI
     /// then sent for it (its record is made from this).
@@ -695,7 +698,10 @@ async fn run(
     );
     let mut process = match warm_process {
         Some(process) => process,
-        None => spawn(&launch(spec, &dirs, Started::Now))?,
+        None => {
+            stats.spawned_ns = Some(tollgate_box::monotonic_ns());
+            spawn(&launch(spec, &dirs, Started::Now))?
+        }
     };
     let pid = process.pid();
     stats.pid = Some(pid);

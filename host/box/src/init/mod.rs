@@ -95,6 +95,7 @@ fn host_dir() -> PathBuf {
 }
 
 fn run(args: &[OsString]) -> Result<i32, String> {
+    let init_started_ns = crate::report::monotonic_ns();
     let (config, program, program_args) = parse_args(args)?;
     // SAFETY: prctl with these arguments only changes this process's flags.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
@@ -110,6 +111,7 @@ fn run(args: &[OsString]) -> Result<i32, String> {
         return Err(format!("file descriptor {} is not the box's host directory", paths::HOST_DIR_FD));
     }
     let report = Arc::new(Mutex::new(BoxReport::default()));
+    lock(&report).timings.init_started_ns = init_started_ns;
     set_limits(&config.limits)?;
 
     if let (Some(workspace), true) = (&config.workspace, config.workspace_from_fd) {
@@ -153,6 +155,7 @@ fn run(args: &[OsString]) -> Result<i32, String> {
         .spawn()
         .map_err(|err| format!("starting {}: {err}", program.display()))?;
     let cli_pid = child.id() as libc::pid_t;
+    lock(&report).timings.cli_spawned_ns = crate::report::monotonic_ns();
     if let Some(stdin) = child.stdin.take() {
         let config_dir = config.config_dir.clone();
         std::thread::Builder::new()
@@ -168,6 +171,7 @@ fn run(args: &[OsString]) -> Result<i32, String> {
     {
         let mut report = lock(&report);
         report.cli_exit = Some(status.to_string());
+        report.timings.cli_exited_ns = crate::report::monotonic_ns();
         if let Some(workspace) = &config.workspace {
             if !full_before {
                 note_full(&mut report, workspace, "workspace", config.limits.workspace_mb);
@@ -184,6 +188,7 @@ fn run(args: &[OsString]) -> Result<i32, String> {
         for scratch in [paths::HOME, paths::TMP] {
             note_full(&mut report, Path::new(scratch), "scratch", config.limits.scratch_mb);
         }
+        report.timings.reported_ns = crate::report::monotonic_ns();
         write_report(&host, &report);
     }
     Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))

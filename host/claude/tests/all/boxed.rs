@@ -142,6 +142,17 @@ async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
         boxed.copied_out && boxed.left_behind.iter().any(|l| l.starts_with("escape -> /etc/passwd")),
         "{boxed:?}"
     );
+    // The init's timestamps share the host's clock and come in order after the spawn.
+    let t = boxed.timings;
+    let spawned = report.stats.spawned_ns.expect("a cold segment's spawn time");
+    assert!(
+        spawned <= t.init_started_ns
+            && t.init_started_ns <= t.cli_spawned_ns
+            && t.cli_spawned_ns <= t.cli_exited_ns
+            && t.cli_exited_ns <= t.reported_ns
+            && t.reported_ns <= tollgate_box::monotonic_ns(),
+        "spawned at {spawned}: {t:?}"
+    );
 }
 
 /// The gate's hooks are the host's, not a settings file's: under the box's managed settings (only
