@@ -398,12 +398,14 @@ pub fn write_resume_file(
     session_id: &str,
     transcript: &ResumeText,
 ) -> Result<PathBuf, SegmentError> {
-    let setup = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SegmentError::Setup { path, source }
-    };
     let real = std::fs::canonicalize(cwd).map_err(setup(cwd))?;
     write_resume_file_for(config, &real, session_id, transcript)
+}
+
+/// The [`SegmentError::Setup`] of an I/O error at `path`.
+fn setup(path: &Path) -> impl FnOnce(std::io::Error) -> SegmentError {
+    let path = path.to_path_buf();
+    move |source| SegmentError::Setup { path, source }
 }
 
 /// [`write_resume_file`] for a working directory `cli_cwd` given as the CLI sees it, not
@@ -418,10 +420,6 @@ pub fn write_resume_file_for(
     session_id: &str,
     transcript: &ResumeText,
 ) -> Result<PathBuf, SegmentError> {
-    let setup = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SegmentError::Setup { path, source }
-    };
     let dir = config.join("projects").join(project_key(&cli_cwd.to_string_lossy()));
     private_dir().recursive(true).create(&dir).map_err(setup(&dir))?;
     let file = dir.join(format!("{session_id}.jsonl"));

@@ -13,7 +13,9 @@ use tollgate_engine::record::Outcome;
 use tollgate_mock_model::MockModel;
 use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
 
-use crate::util::{Payments, against_mock, describe_with, dir, example_tools, gate, real_cli, run};
+use crate::util::{
+    Payments, against_mock, completed, describe_with, dir, example_tools, gate, real_cli, run,
+};
 
 type Answer = dyn Fn(&HookCall) -> HookAnswer + Send + Sync;
 
@@ -104,13 +106,6 @@ impl Hooked {
             .iter()
             .map(|r| r.body.clone().unwrap_or(Value::Null).to_string())
             .collect()
-    }
-}
-
-fn completed(report: &SegmentReport, text: &str) -> String {
-    match &report.outcome {
-        SegmentOutcome::Completed { result, .. } => result.clone(),
-        _ => panic!("expected Completed\n{text}"),
     }
 }
 

@@ -25,8 +25,8 @@ use tollgate_protocol::{ResumeText, TranscriptEntry, UserPrompt};
 use tollgate_mock_model::tool_result;
 
 use crate::util::{
-    ExampleTools, Payments, against_mock, describe_with, dir, example_tools, gate, last_tool_result,
-    real_cli, run,
+    ExampleTools, Payments, against_mock, completed, deferred, describe_with, dir, example_tools, gate,
+    last_tool_result, real_cli, run,
 };
 
 /// One session as the store would hold it: the CLI session id and every entry so far.
@@ -114,20 +114,6 @@ impl World {
 
     fn text(&self, report: &SegmentReport) -> String {
         describe_with(report, &self.mock)
-    }
-}
-
-fn completed(report: &SegmentReport, text: &str) -> String {
-    match &report.outcome {
-        SegmentOutcome::Completed { result, .. } => result.clone(),
-        _ => panic!("expected Completed\n{text}"),
-    }
-}
-
-fn deferred(report: &SegmentReport, text: &str) -> DeferredCall {
-    match &report.outcome {
-        SegmentOutcome::Deferred { call, .. } => call.clone(),
-        _ => panic!("expected Deferred\n{text}"),
     }
 }
 

@@ -4,13 +4,15 @@
 //! reply under `dontAsk`.
 
 use serde_json::{Value, json};
-use tollgate_claude::{SegmentOutcome, SegmentReport, SegmentSpec, Start};
+use tollgate_claude::{SegmentReport, SegmentSpec, Start};
 use tollgate_engine::gate::DeferredCall;
 use tollgate_engine::record::Outcome;
 use tollgate_mock_model::{MockModel, tool_result};
 use tollgate_protocol::{ResumeText, TranscriptEntry};
 
-use crate::util::{Payments, against_mock, describe_with, dir, example_tools, gate, real_cli, run};
+use crate::util::{
+    Payments, against_mock, completed, deferred, describe_with, dir, example_tools, gate, real_cli, run,
+};
 
 /// One session: the mock, payments, a project, and the entries stored so far.
 struct Session {
@@ -77,20 +79,6 @@ impl Session {
             example_tools(&self.payments).run_deferred(&call.tool_name, &call.arguments, &key).await.unwrap();
         assert!(!is_error, "{output}");
         call.record(Outcome::Succeeded { output })
-    }
-}
-
-fn completed(report: &SegmentReport, text: &str) -> String {
-    match &report.outcome {
-        SegmentOutcome::Completed { result, .. } => result.clone(),
-        _ => panic!("expected Completed\n{text}"),
-    }
-}
-
-fn deferred(report: &SegmentReport, text: &str) -> DeferredCall {
-    match &report.outcome {
-        SegmentOutcome::Deferred { call, .. } => call.clone(),
-        _ => panic!("expected Deferred\n{text}"),
     }
 }
 

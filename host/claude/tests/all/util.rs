@@ -12,7 +12,7 @@ use tollgate_claude::tools::{CallFuture, ToolOutput, ToolRunError, ToolRunner, T
 use tollgate_claude::{
     CliBinary, CliLocator, SegmentEvent, SegmentOutcome, SegmentReport, SegmentSpec, run_segment,
 };
-use tollgate_engine::gate::Gate;
+use tollgate_engine::gate::{DeferredCall, Gate};
 use tollgate_engine::policy::{Annotations, Effect, Policies, PolicyEntry};
 use tollgate_mock_model::MockModel;
 
@@ -267,5 +267,21 @@ impl ToolRunner for Echo {
                 None => Err(ToolRunError { message: "no text".into() }),
             }
         })
+    }
+}
+
+/// The result of a segment that completed; panics with `text` (the segment described) otherwise.
+pub fn completed(report: &SegmentReport, text: &str) -> String {
+    match &report.outcome {
+        SegmentOutcome::Completed { result, .. } => result.clone(),
+        _ => panic!("expected Completed\n{text}"),
+    }
+}
+
+/// The call of a segment that deferred; panics with `text` (the segment described) otherwise.
+pub fn deferred(report: &SegmentReport, text: &str) -> DeferredCall {
+    match &report.outcome {
+        SegmentOutcome::Deferred { call, .. } => call.clone(),
+        _ => panic!("expected Deferred\n{text}"),
     }
 }
