@@ -483,6 +483,13 @@ impl Series {
     }
 }
 
+/// A row of the overhead table: `series`' p50 and p90, and the goal.
+fn overhead_row(label: &str, series: &Series, goal: &str) {
+    let at = |p| series.pct(p).unwrap_or(f64::NAN);
+    let goal = if goal.is_empty() { String::new() } else { format!("{goal} ") };
+    println!("| {label} | {:.1} | {:.1} | {goal}|", at(50.0), at(90.0));
+}
+
 fn paired(a: &Series, b: &Series) -> Series {
     Series(a.0.iter().zip(&b.0).map(|(x, y)| x - y).collect())
 }
@@ -679,31 +686,11 @@ async fn main() {
     println!();
     println!("| host overhead (host − bare, paired per round) | p50 | p90 | goal |");
     println!("|---|---|---|---|");
-    println!(
-        "| per segment, to exit | {:.1} | {:.1} | ≤ 15 ms p50 |",
-        text_overhead.pct(50.0).unwrap_or(f64::NAN),
-        text_overhead.pct(90.0).unwrap_or(f64::NAN)
-    );
-    println!(
-        "| per segment, to `result` | {:.1} | {:.1} | |",
-        result_overhead.pct(50.0).unwrap_or(f64::NAN),
-        result_overhead.pct(90.0).unwrap_or(f64::NAN)
-    );
-    println!(
-        "| per defer+resume pair (`{PAIR_SCRIPT}`) | {:.1} | {:.1} | |",
-        pair_overhead.pct(50.0).unwrap_or(f64::NAN),
-        pair_overhead.pct(90.0).unwrap_or(f64::NAN)
-    );
-    println!(
-        "| the box, per segment to exit (boxed host − host, paired) | {:.1} | {:.1} | ≤ 15 ms p50 |",
-        box_overhead.pct(50.0).unwrap_or(f64::NAN),
-        box_overhead.pct(90.0).unwrap_or(f64::NAN)
-    );
-    println!(
-        "| the box, per segment to `result` | {:.1} | {:.1} | |",
-        box_result_overhead.pct(50.0).unwrap_or(f64::NAN),
-        box_result_overhead.pct(90.0).unwrap_or(f64::NAN)
-    );
+    overhead_row("per segment, to exit", &text_overhead, "≤ 15 ms p50");
+    overhead_row("per segment, to `result`", &result_overhead, "");
+    overhead_row(&format!("per defer+resume pair (`{PAIR_SCRIPT}`)"), &pair_overhead, "");
+    overhead_row("the box, per segment to exit (boxed host − host, paired)", &box_overhead, "≤ 15 ms p50");
+    overhead_row("the box, per segment to `result`", &box_result_overhead, "");
     println!("| host's own CPU time (user+sys, getrusage) per segment | {} | | |", host_text_cpu.cell());
     println!("| host's own CPU time per boxed segment | {} | | |", boxed_cpu.cell());
     println!("| the box: spawn → its init runs (`bwrap` makes the box) | {} | | |", box_bwrap.cell());
