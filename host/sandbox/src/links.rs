@@ -14,7 +14,7 @@
 //! | `runs/42`, `.`, `./report.txt` | yes: it points at the link's own folder or below |
 //! | `/etc/passwd` | no: an absolute target is a path on the host (wasmtime refuses it too) |
 //! | `..`, `../../../../etc/passwd`, `runs/../..` | no: it climbs |
-//! | `../shared/file` | no, though it lands inside the grant today |
+//! | `../sibling/file` | no, though it lands inside the grant today |
 //!
 //! Why every `..` and not only the ones that climb out: a link keeps its text when it moves,
 //! and a tool may rename the link, or a folder above it, to a shallower place (or hard-link it
@@ -102,7 +102,7 @@ mod tests {
             ("..", "climbs"),
             ("../../../../etc/passwd", "climbs"),
             ("runs/../..", "climbs"),
-            ("../shared/file", "climbs"),
+            ("../sibling/file", "climbs"),
             ("a/../b", "climbs"),
             ("./..", "climbs"),
             ("a/..", "climbs"),
