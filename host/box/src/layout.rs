@@ -10,6 +10,7 @@
 //!     config-in/              copied into CLAUDE_CONFIG_DIR before the CLI reads its first line
 //!     out/                    the workspace, copied out by the init after the CLI exited
 //!     report.json             the init's BoxReport
+//!     ended                   a FIFO: the init writes one byte to it once report.json is final
 //! ```
 //!
 //! Nothing of it is mounted writable into the box: the init reaches `box/` through a file
@@ -71,6 +72,9 @@ pub struct BoxDir {
     root: PathBuf,
     owner: Option<(u32, u32)>,
     egress: Option<SocketServerGuard>,
+    /// `box/ended`, open for reading and writing from the start (so the init's write always has a
+    /// reader, and the host's read never sees an end of file).
+    ended: fs::File,
 }
 
 impl BoxDir {
@@ -100,7 +104,9 @@ impl BoxDir {
         fs::DirBuilder::new().mode(0o700).create(inner.join("config-in"))?;
         give(&inner, owner)?;
         give(&inner.join("config-in"), owner)?;
-        let mut dir = BoxDir { root: root.to_path_buf(), owner, egress: None };
+        let ended = make_fifo(&inner.join(crate::paths::ENDED_FIFO))?;
+        give(&inner.join(crate::paths::ENDED_FIFO), owner)?;
+        let mut dir = BoxDir { root: root.to_path_buf(), owner, egress: None, ended };
         if let Some((_, server)) = &config.egress {
             let socket = dir.egress_socket();
             let listener = UnixListener::bind(&socket)?;
@@ -145,6 +151,17 @@ impl BoxDir {
     /// An entry cannot be given.
     pub fn give_config_in(&self) -> io::Result<()> {
         give_tree(&self.config_in(), self.owner)
+    }
+
+    /// A new handle on `box/ended`, readable (one byte) once the init has written its final report:
+    /// from then on nothing of the box runs but its own teardown, which the host need not wait
+    /// for. Open for writing too, so a read waits rather than ends while nothing has been written.
+    ///
+    /// # Errors
+    ///
+    /// The handle cannot be duplicated.
+    pub fn ended_signal(&self) -> io::Result<fs::File> {
+        self.ended.try_clone()
     }
 
     /// The init's report, once the box has ended (`None` when it wrote none: it never ran, or
@@ -200,6 +217,18 @@ impl BoxDir {
         }
         Ok(true)
     }
+}
+
+/// Makes a FIFO at `path` (0600) and opens it for reading and writing, non-blocking and
+/// close-on-exec.
+fn make_fifo(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    // SAFETY: a NUL-terminated path; mkfifo has no memory effects.
+    if unsafe { libc::mkfifo(name.as_ptr(), 0o600) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
 }
 
 /// Gives `path` to `owner` (nothing to do without one).
@@ -275,6 +304,22 @@ mod tests {
         assert!(dir.config_in().is_dir());
         assert!(!dir.egress_socket().exists(), "no egress proxy, no socket");
         assert_eq!(dir.report(), None);
+    }
+
+    #[test]
+    fn the_ended_fifo_is_readable_only_once_the_init_has_written_to_it() {
+        use std::io::{Read, Write};
+        let root = tempfile::tempdir().unwrap();
+        let dir = BoxDir::create(root.path(), &config(), "b-1").unwrap();
+        let mut signal = dir.ended_signal().unwrap();
+        let mut byte = [0u8; 1];
+        let nothing = signal.read(&mut byte).unwrap_err();
+        assert_eq!(nothing.kind(), io::ErrorKind::WouldBlock, "nothing written: no byte, and no end of file");
+        // What the init does, through its own path to the folder.
+        let fifo = dir.inner().join(crate::paths::ENDED_FIFO);
+        fs::OpenOptions::new().write(true).open(&fifo).unwrap().write_all(b"1").unwrap();
+        assert_eq!(signal.read(&mut byte).unwrap(), 1);
+        assert_eq!(fs::metadata(&fifo).unwrap().permissions().mode() & 0o777, 0o600);
     }
 
     #[test]

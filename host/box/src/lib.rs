@@ -79,4 +79,7 @@ pub mod paths {
     pub const HOST_DIR_FD: i32 = 3;
     /// The file descriptor the init reads the session's workspace from, when it has one.
     pub const WORKSPACE_FD: i32 = 4;
+    /// The FIFO in the box's host directory the init writes one byte to once its report is
+    /// final ([`crate::layout::BoxDir::ended_signal`]).
+    pub const ENDED_FIFO: &str = "ended";
 }

@@ -813,7 +813,8 @@ async fn run(
         other => other,
     };
     let grace = if stop.is_some() { Duration::ZERO } else { Duration::from_secs(5) };
-    let (status, stderr) = process.shutdown(grace).await;
+    let ended = dirs.boxed().and_then(|boxed| boxed.ended_signal().ok());
+    let (mut status, stderr) = process.shutdown_unless(grace, ended).await;
     drop(bridge);
     // Only now: a tool call whose record was not committed waits for this, so its answer can no
     // longer reach the CLI.
@@ -830,6 +831,13 @@ async fn run(
     turn.stats.subagent_model_calls = turn.stats.response_ids.len().saturating_sub(turn.message_ids.len());
     turn.stats.result = turn.result.clone();
     let limit = dirs.boxed().and_then(|boxed| finish_box(spec, boxed, turn.stats));
+    if let Some(cli_exit) = turn.stats.box_report.as_ref().and_then(|report| report.cli_exit.as_ref())
+        && status == crate::transport::BOX_REPORTED
+    {
+        // What the CLI itself exited with, as the init saw it.
+        status.clone_from(cli_exit);
+        turn.stats.exit_status = Some(status.clone());
+    }
     drop(dirs);
     if let Some(hit) = limit.filter(|hit| hit.stopped || stop.is_some() || turn.result.is_none()) {
         // The box's limit is why the CLI stopped: that, not the symptom, is the failure.

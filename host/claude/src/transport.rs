@@ -186,13 +186,46 @@ impl CliProcess {
     /// Waits up to `grace` for the process to exit by itself, then kills the group, reaps the
     /// process, and returns its exit status as text with the tail of its stderr.
     pub async fn shutdown(&mut self, grace: Duration) -> (String, String) {
+        self.shutdown_unless(grace, None).await
+    }
+
+    /// As [`CliProcess::shutdown`], but stops waiting as soon as `ended` (a boxed CLI's
+    /// [`tollgate_box::BoxDir::ended_signal`]) is readable: the box's init has written its final
+    /// report, so only the kernel's teardown of the box's namespaces is left, tens of milliseconds
+    /// that nothing waits for. The group is killed and the process reaped in the background; the
+    /// status returned is then [`BOX_REPORTED`] (the CLI's own is in the box's report).
+    pub async fn shutdown_unless(
+        &mut self,
+        grace: Duration,
+        ended: Option<std::fs::File>,
+    ) -> (String, String) {
         self.stdin = None;
-        let status = match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(Ok(status)) => {
+        let ended = async move {
+            match ended.map(tokio::net::unix::pipe::Receiver::from_file) {
+                Some(Ok(receiver)) => {
+                    let _ = receiver.readable().await;
+                }
+                Some(Err(err)) => {
+                    tracing::debug!(%err, "the box's ended signal cannot be read: waiting for the exit");
+                    std::future::pending::<()>().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let exited = tokio::select! {
+            exited = tokio::time::timeout(grace, self.child.wait()) => Some(exited),
+            () = ended => None,
+        };
+        let status = match exited {
+            None => {
+                self.kill_group();
+                BOX_REPORTED.to_owned()
+            }
+            Some(Ok(Ok(status))) => {
                 self.kill_group();
                 status.to_string()
             }
-            _ => {
+            Some(_) => {
                 self.kill_group();
                 match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
                     Ok(Ok(status)) => status.to_string(),
@@ -233,6 +266,10 @@ impl Drop for CliProcess {
         }
     }
 }
+
+/// The status [`CliProcess::shutdown_unless`] gives a boxed CLI whose box reported before it
+/// exited: the CLI's own is in the box's report.
+pub const BOX_REPORTED: &str = "ended (box reported)";
 
 /// The most paths [`inherit_paths`] passes (the pre-exec code copies them into a fixed array).
 const MAX_INHERITED: usize = 16;
@@ -463,6 +500,55 @@ pub fn inherited_claude_variables() -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sleeper(seconds: &str) -> Launch {
+        Launch {
+            program: PathBuf::from("/bin/sleep"),
+            args: vec![seconds.into()],
+            cwd: PathBuf::from("/"),
+            env_remove: Vec::new(),
+            env: Vec::new(),
+            max_line_bytes: 1024,
+            user: None,
+            inherit_paths: Vec::new(),
+        }
+    }
+
+    /// A pipe's ends: what `BoxDir::ended_signal` gives (a FIFO there; the same to a reader).
+    fn signal() -> (std::fs::File, std::fs::File) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two valid descriptors on success.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
+        use std::os::fd::FromRawFd;
+        // SAFETY: both descriptors are new and owned by nothing else.
+        unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) }
+    }
+
+    #[tokio::test]
+    async fn a_box_that_has_reported_is_not_waited_for() {
+        use std::io::Write;
+        let mut process = CliProcess::spawn(&sleeper("30")).unwrap();
+        let (read, mut write) = signal();
+        write.write_all(b"1").unwrap();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(20),
+            process.shutdown_unless(Duration::from_secs(60), Some(read)),
+        )
+        .await;
+        let (status, _) = waited.expect("the signal ends the wait, not the process's exit or the grace");
+        assert_eq!(status, BOX_REPORTED);
+    }
+
+    #[tokio::test]
+    async fn without_the_signal_the_exit_is_waited_for_and_its_status_kept() {
+        let mut process = CliProcess::spawn(&sleeper("0.2")).unwrap();
+        let (read, _write) = signal();
+        let (status, _) = process.shutdown_unless(Duration::from_secs(60), Some(read)).await;
+        assert_eq!(status, "exit status: 0");
+        let mut process = CliProcess::spawn(&sleeper("0.2")).unwrap();
+        let (status, _) = process.shutdown_unless(Duration::from_secs(60), None).await;
+        assert_eq!(status, "exit status: 0");
+    }
 
     #[test]
     fn only_the_allow_list_of_variables_is_inherited() {

@@ -294,10 +294,29 @@ fn note_full(report: &mut BoxReport, at: &Path, limit: &str, cap_mb: u64) {
     }
 }
 
+/// Writes the report, final: nothing of the box runs any more but this init, which exits next.
+/// Then tells the host so through `ended`, so it need not wait for the box's namespaces to be torn
+/// down (tens of milliseconds after the last process exits).
 fn write_report(host: &Path, report: &BoxReport) {
     let text = serde_json::to_string(report).unwrap_or_default();
     if let Err(err) = std::fs::write(host.join("report.json"), text) {
         eprintln!("tollgate-box: writing the report: {err}");
+        return;
+    }
+    signal_ended(host);
+}
+
+/// One byte into the host's `ended` FIFO (the host holds it open, so this never blocks or fails
+/// for want of a reader; a box without one is an older host's: nothing to tell).
+fn signal_ended(host: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fifo = host.join(crate::paths::ENDED_FIFO);
+    match std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&fifo) {
+        Ok(mut file) => {
+            let _ = file.write_all(b"1");
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => eprintln!("tollgate-box: telling the host the box has ended: {err}"),
     }
 }
 

@@ -153,6 +153,10 @@ async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
             && t.reported_ns <= tollgate_box::monotonic_ns(),
         "spawned at {spawned}: {t:?}"
     );
+    // The host stops waiting once the init has reported (the box's teardown is not waited for),
+    // yet the status is still the CLI's own, from the report.
+    assert_eq!(report.stats.exit_status.as_deref(), Some("exit status: 0"), "{text}");
+    assert_eq!(boxed.cli_exit.as_deref(), Some("exit status: 0"), "{boxed:?}");
 }
 
 /// The gate's hooks are the host's, not a settings file's: under the box's managed settings (only
