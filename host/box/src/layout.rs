@@ -3,8 +3,12 @@
 //!
 //! ```text
 //! <root>/                     0700, the Worker's (a root Worker's: its boxes' user's)
-//!   etc/passwd, etc/group     made-up: root, agent (1000), nobody; bound read-only
-//!   etc/managed-settings.json the CLI's managed settings (see managed_settings); bound read-only
+//!   etc/                      the box's /etc, bound read-only:
+//!     passwd, group           made-up: root, agent (1000), nobody
+//!     claude-code/managed-settings.json   the CLI's managed settings (see managed_settings)
+//!     resolv.conf, hosts, …   copies of the host's small files (ETC_FILES)
+//!     localtime               the host's link (or a copy of its file)
+//!     ssl/, alternatives/, …  empty: the host's folders (ETC_FOLDERS) are bound over them
 //!   egress.sock               this box's own egress socket, when the Worker has an egress proxy
 //!   box/                      the box user's; the init's file descriptor 3
 //!     config-in/              copied into CLAUDE_CONFIG_DIR before the CLI reads its first line
@@ -72,6 +76,8 @@ pub struct BoxDir {
     root: PathBuf,
     owner: Option<(u32, u32)>,
     egress: Option<SocketServerGuard>,
+    /// The host's folders of `/etc` bound over their mount points in the box's own.
+    etc_folders: Vec<&'static str>,
     /// `box/ended`, open for reading and writing from the start (so the init's write always has a
     /// reader, and the host's read never sees an end of file).
     ended: fs::File,
@@ -91,14 +97,8 @@ impl BoxDir {
         fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
         give(root, owner)?;
         let etc = root.join("etc");
-        fs::DirBuilder::new().mode(0o700).create(&etc)?;
-        give(&etc, owner)?;
-        for (file, text) in
-            [("passwd", PASSWD), ("group", GROUP), ("managed-settings.json", &managed_settings())]
-        {
-            fs::write(etc.join(file), text)?;
-            fs::set_permissions(etc.join(file), fs::Permissions::from_mode(0o644))?;
-        }
+        let etc_folders = prepare_etc(Path::new("/etc"), &etc)?;
+        give_tree(&etc, owner)?;
         let inner = root.join("box");
         fs::DirBuilder::new().mode(0o700).create(&inner)?;
         fs::DirBuilder::new().mode(0o700).create(inner.join("config-in"))?;
@@ -106,7 +106,7 @@ impl BoxDir {
         give(&inner.join("config-in"), owner)?;
         let ended = make_fifo(&inner.join(crate::paths::ENDED_FIFO))?;
         give(&inner.join(crate::paths::ENDED_FIFO), owner)?;
-        let mut dir = BoxDir { root: root.to_path_buf(), owner, egress: None, ended };
+        let mut dir = BoxDir { root: root.to_path_buf(), owner, egress: None, etc_folders, ended };
         if let Some((_, server)) = &config.egress {
             let socket = dir.egress_socket();
             let listener = UnixListener::bind(&socket)?;
@@ -133,9 +133,20 @@ impl BoxDir {
         self.inner().join("config-in")
     }
 
+    /// `etc/`: the box's `/etc`.
+    pub fn etc_root(&self) -> PathBuf {
+        self.root.join("etc")
+    }
+
     /// `etc/<file>`.
     pub fn etc(&self, file: &str) -> PathBuf {
-        self.root.join("etc").join(file)
+        self.etc_root().join(file)
+    }
+
+    /// The host's folders of `/etc` (of [`ETC_FOLDERS`]) the box binds over their mount points in
+    /// its own `/etc`: those the host had when the folder was made.
+    pub fn etc_folders(&self) -> &[&'static str] {
+        &self.etc_folders
     }
 
     /// This box's egress socket (bound when the Worker has an egress proxy).
@@ -219,6 +230,77 @@ impl BoxDir {
     }
 }
 
+/// The host's `/etc` files a box gets a copy of (where the host has them): the resolver's
+/// files, the dynamic linker's cache, the time zone's name, shells' defaults. Not `passwd`,
+/// `group` or `shadow`: a box gets made-up ones.
+pub const ETC_FILES: &[&str] = &[
+    "resolv.conf",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "timezone",
+    "ld.so.cache",
+    "ld.so.conf",
+    "mime.types",
+    "bash.bashrc",
+    "profile",
+    "inputrc",
+    "gitconfig",
+    "ca-certificates.conf",
+];
+
+/// The host's `/etc` folders a box sees, bound read-only: certificates, the linker's
+/// configuration, `alternatives` (Debian's links of `awk`, `editor`, …).
+pub const ETC_FOLDERS: &[&str] =
+    &["ssl", "ca-certificates", "pki", "crypto-policies", "ld.so.conf.d", "alternatives"];
+
+/// Makes a box's `/etc` at `to` from the host's `from` (see the module docs), and returns the
+/// folders of [`ETC_FOLDERS`] `from` has, for which it made empty mount points.
+///
+/// `localtime` stays a link where the host's is one: a copied file's zone has no name, and the
+/// CLI's runtime then reads every file of `/usr/share/zoneinfo` to find it (~5,000 files, 50–70
+/// ms of each segment's start).
+fn prepare_etc(from: &Path, to: &Path) -> io::Result<Vec<&'static str>> {
+    fs::DirBuilder::new().mode(0o755).create(to)?;
+    let file = |name: &str, text: &[u8]| -> io::Result<()> {
+        fs::write(to.join(name), text)?;
+        fs::set_permissions(to.join(name), fs::Permissions::from_mode(0o644))
+    };
+    file("passwd", PASSWD.as_bytes())?;
+    file("group", GROUP.as_bytes())?;
+    fs::DirBuilder::new().mode(0o755).create(to.join("claude-code"))?;
+    file("claude-code/managed-settings.json", managed_settings().as_bytes())?;
+    for name in ETC_FILES {
+        // A link (resolv.conf often is) is followed: the box gets what it points at.
+        match fs::read(from.join(name)) {
+            Ok(text) => file(name, &text)?,
+            Err(err) if matches!(err.kind(), io::ErrorKind::NotFound | io::ErrorKind::IsADirectory) => {}
+            Err(err) => {
+                return Err(io::Error::new(err.kind(), format!("{}: {err}", from.join(name).display())));
+            }
+        }
+    }
+    match fs::read_link(from.join("localtime")) {
+        Ok(zone) => std::os::unix::fs::symlink(zone, to.join("localtime"))?,
+        Err(_) => {
+            if let Ok(text) = fs::read(from.join("localtime")) {
+                file("localtime", &text)?;
+            }
+        }
+    }
+    let mut folders = Vec::new();
+    for name in ETC_FOLDERS {
+        if from.join(name).is_dir() {
+            fs::DirBuilder::new().mode(0o755).create(to.join(name))?;
+            folders.push(*name);
+        }
+    }
+    Ok(folders)
+}
+
 /// Makes a FIFO at `path` (0600) and opens it for reading and writing, non-blocking and
 /// close-on-exec.
 fn make_fifo(path: &Path) -> io::Result<fs::File> {
@@ -299,11 +381,57 @@ mod tests {
         assert!(fs::read_to_string(dir.etc("passwd")).unwrap().contains("agent:x:1000:1000"));
         assert!(!fs::read_to_string(dir.etc("passwd")).unwrap().contains(":0:0:root:/root:/bin/bash"));
         let settings: serde_json::Value =
-            serde_json::from_str(&fs::read_to_string(dir.etc("managed-settings.json")).unwrap()).unwrap();
+            serde_json::from_str(&fs::read_to_string(dir.etc("claude-code/managed-settings.json")).unwrap())
+                .unwrap();
         assert_eq!(settings["allowManagedHooksOnly"], true);
         assert!(dir.config_in().is_dir());
         assert!(!dir.egress_socket().exists(), "no egress proxy, no socket");
         assert_eq!(dir.report(), None);
+    }
+
+    #[test]
+    fn a_box_etc_has_copies_of_the_hosts_small_files_a_linked_zone_and_mount_points_only() {
+        let host = tempfile::tempdir().unwrap();
+        let h = host.path();
+        fs::write(h.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+        fs::write(h.join("real-resolv.conf"), "nameserver 10.0.0.1\n").unwrap();
+        std::os::unix::fs::symlink(h.join("real-resolv.conf"), h.join("resolv.conf")).unwrap();
+        std::os::unix::fs::symlink("/usr/share/zoneinfo/Europe/Paris", h.join("localtime")).unwrap();
+        fs::write(h.join("shadow"), "root:secret").unwrap();
+        fs::write(
+            h.join("passwd"),
+            "root:x:0:0:root:/root:/bin/bash\nalice:x:1001:1001::/home/alice:/bin/sh\n",
+        )
+        .unwrap();
+        fs::create_dir_all(h.join("ssl/certs")).unwrap();
+        fs::write(h.join("ssl/certs/ca.pem"), "cert").unwrap();
+        fs::create_dir(h.join("secrets")).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let etc = out.path().join("etc");
+        let folders = prepare_etc(h, &etc).unwrap();
+
+        assert_eq!(folders, ["ssl"]);
+        assert_eq!(fs::read_to_string(etc.join("hosts")).unwrap(), "127.0.0.1 localhost\n");
+        assert!(
+            fs::symlink_metadata(etc.join("resolv.conf")).unwrap().is_file(),
+            "the link's target, copied"
+        );
+        assert_eq!(fs::read_to_string(etc.join("resolv.conf")).unwrap(), "nameserver 10.0.0.1\n");
+        assert_eq!(
+            fs::read_link(etc.join("localtime")).unwrap(),
+            Path::new("/usr/share/zoneinfo/Europe/Paris")
+        );
+        assert!(
+            etc.join("ssl").is_dir() && fs::read_dir(etc.join("ssl")).unwrap().next().is_none(),
+            "a mount point"
+        );
+        for absent in ["shadow", "secrets", "real-resolv.conf", "pki"] {
+            assert!(!etc.join(absent).exists(), "{absent}");
+        }
+        assert!(!fs::read_to_string(etc.join("passwd")).unwrap().contains("alice"), "the users are made up");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&etc), 0o755);
+        assert_eq!(mode(&etc.join("hosts")), 0o644);
     }
 
     #[test]
