@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+# The dependency tree: sources, licences, duplicate versions (deny.toml).
+scripts/check-deps.sh
 # A missing CLI, PostgreSQL, Chromium or API contract checker must fail their tests, never skip them.
 export TOLLGATE_REQUIRE_REAL_CLI=1
 export TOLLGATE_REQUIRE_POSTGRES=1
