@@ -873,3 +873,6 @@ fn excerpt(line: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
