@@ -19,12 +19,21 @@
 //!    rmcp server ([`crate::mcp`]), forwards main-conversation text and thinking deltas as
 //!    [`SegmentEvent::TextDelta`] and [`SegmentEvent::ReasoningDelta`] and its inline CLI tool
 //!    calls as [`SegmentEvent::ToolCallStarted`] and [`SegmentEvent::ToolCallFinished`], and
-//!    collects the `transcript_mirror` entries. One loop owns the
-//!    gate: the tool server's permits reach it over a channel, and a [`CliDecider`] question runs
+//!    collects the `transcript_mirror` entries. The gate has one owner (the segment's machine,
+//!    fed by one loop): the tool server's permits reach it over a channel, and a [`CliDecider`] question runs
 //!    as its own task whose answer is one more event of the loop, so a slow decider holds up only
 //!    its own call;
 //! 5. closes stdin after the `result`, reads stdout to EOF (the last mirror entries come after the
 //!    result), reaps the process and kills what is left of its group.
+//!
+//! Steps 3 to 5 are two layers. What the frames mean, what to answer and when the loop ends is
+//! the segment's machine (`segment/machine.rs`, `SegmentMachine`): it takes the CLI's lines, the
+//! answers of the CLI decider and the application hooks, the tool server's permit questions and
+//! the deadlines, and hands back effects (a frame to write, stdin to close, an `mcp_message` for
+//! the bridge, a question to ask, an event, the shutdown) without touching a process, a task or
+//! the clock; its unit tests replay captured runs of the real CLI. `run_segment` owns the I/O:
+//! the process, the bridge, the tasks, the clock, the scratch directories, and one loop that
+//! feeds the machine and carries out its effects.
 //!
 //! A segment whose [`SegmentSpec::cancel`] turns `true` sends the CLI `interrupt`, lets it end its
 //! turn for [`SegmentSpec::cancel_grace`], then kills it, and ends [`SegmentOutcome::Cancelled`]
