@@ -20,9 +20,9 @@
 //!    [`SegmentEvent::TextDelta`] and [`SegmentEvent::ReasoningDelta`] and its inline CLI tool
 //!    calls as [`SegmentEvent::ToolCallStarted`] and [`SegmentEvent::ToolCallFinished`], and
 //!    collects the `transcript_mirror` entries. The gate has one owner (the segment's machine,
-//!    fed by one loop): the tool server's permits reach it over a channel, and a [`CliDecider`] question runs
-//!    as its own task whose answer is one more event of the loop, so a slow decider holds up only
-//!    its own call;
+//!    fed by one loop): the tool server's permits reach it over a channel, and a [`CliDecider`]
+//!    question runs as its own task whose answer is one more event of the loop, so a slow
+//!    decider holds up only its own call;
 //! 5. closes stdin after the `result`, reads stdout to EOF (the last mirror entries come after the
 //!    result), reaps the process and kills what is left of its group.
 //!
@@ -718,7 +718,9 @@ async fn run(
             Some(stop) = not_recorded.recv() => machine.notify_not_recorded(stop.message),
             (ticket, answer) = edge.deciding.next() => machine.notify_decider_answer(ticket, answer),
             (request_id, answer) = edge.asking.next() => machine.notify_app_hook_answer(request_id, answer),
-            () = cancelled(&mut cancel), if !machine.is_cancelling() => machine.notify_cancel(started.elapsed()),
+            () = cancelled(&mut cancel), if !machine.is_cancelling() => {
+                machine.notify_cancel(started.elapsed());
+            }
             () = sleep_until(at(wake)) => machine.notify_timer(timer),
         }
         edge.carry_out(&mut machine);

@@ -94,7 +94,7 @@ impl Settings {
 #[derive(Debug)]
 pub(crate) enum Opening {
     /// A CLI that waits for its `initialize`: that, then the prompt (if any) right after it, as
-    /// the TypeScript SDK pipelines them.
+    /// the TypeScript SDK pipelines them (docs/PROTOCOL.md, "The prompt").
     Initialize {
         /// The `initialize` request.
         initialize: Initialize,

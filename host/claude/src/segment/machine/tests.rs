@@ -287,7 +287,9 @@ fn an_error_result_fails_the_segment_and_a_synthetic_reply_is_no_model() {
     assert_eq!(stats.response_ids.len(), 1);
 }
 
-const INIT_OK: &str = r#"{"type":"control_response","response":{"subtype":"success","request_id":"tollgate_initialize","response":{"hooks_applied":true}}}"#;
+/// The CLI's answer to `initialize` (trimmed to what the host reads).
+const INIT_OK: &str = r#"{"type":"control_response","response":{"subtype":"success",
+"request_id":"tollgate_initialize","response":{"hooks_applied":true}}}"#;
 
 fn started(settings: Settings, gate: Gate, stats: &mut SegmentStats) -> SegmentMachine<'_> {
     let mut machine = SegmentMachine::new(settings, 7, gate, fresh("hi"), stats);
@@ -454,8 +456,10 @@ fn a_parked_spare_sends_its_prompt_once_the_claim_is_answered() {
     assert_eq!(opening[0]["write"]["request"]["subtype"], "claim_session");
     assert!(feed(&mut machine, INIT_OK, Duration::ZERO).is_empty());
     assert_eq!(machine.next_timer(), (Duration::from_secs(60), Timer::Claim));
-    let answered = r#"{"type":"control_response","response":{"subtype":"success","request_id":"tollgate_claim","response":{}}}"#;
-    let effects = feed(&mut machine, answered, Duration::from_millis(30));
+    let answered = json!({"type": "control_response",
+        "response": {"subtype": "success", "request_id": "tollgate_claim", "response": {}}});
+    let answered = answered.to_string();
+    let effects = feed(&mut machine, &answered, Duration::from_millis(30));
     assert_eq!(effects.len(), 1);
     assert_eq!(effects[0]["write"]["type"], "user");
     assert_eq!(stats_claimed(&machine), Some(Duration::from_millis(30)));
@@ -480,8 +484,12 @@ fn a_parked_spare_that_fails_its_initialize_or_claim_is_a_refused_claim() {
 
     let mut stats = SegmentStats::default();
     let mut machine = SegmentMachine::new(settings(), 7, gate(Policies::default()), claim(), &mut stats);
-    let refused = r#"{"type":"control_response","response":{"subtype":"error","request_id":"tollgate_claim","error":"busy"}}"#;
-    assert_eq!(feed(&mut machine, refused, Duration::ZERO).last(), Some(&json!({"shutdown": 0})));
+    let refused = json!({"type": "control_response",
+        "response": {"subtype": "error", "request_id": "tollgate_claim", "error": "busy"}});
+    assert_eq!(
+        feed(&mut machine, &refused.to_string(), Duration::ZERO).last(),
+        Some(&json!({"shutdown": 0}))
+    );
     let error = machine.finish(exit()).expect_err("refused");
     assert!(matches!(&error, SegmentError::ClaimRefused { message, .. } if message == "busy"), "{error:?}");
 }
