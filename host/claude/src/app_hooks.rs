@@ -4,10 +4,11 @@
 //!
 //! Read [`AppHook`] first. The segment registers one matcher per
 //! [`tollgate_engine::hooks::HookMatcher`] of its spec (callback ids `tollgate_app_<n>`), an
-//! application `PreToolUse` matcher before the gate's own. When one fires, `Asking::ask` reads
-//! the hook input ([`call_of`]) and starts the hook; `Asking::next` hands the segment's loop the
-//! answer: [`AppHookOutput`] (which cannot carry a permission decision) when the check passed, an
-//! error response otherwise (the CLI reads an error as no answer). So whatever a hook says, the
+//! application `PreToolUse` matcher before the gate's own. When one fires, the segment reads
+//! the hook input ([`call_of`]) and starts the hook (`Asking::ask`); `Asking::next` hands the
+//! segment's loop the answer, and the CLI gets [`AppHookOutput`] (which cannot carry a permission
+//! decision) when the check passed, an error response otherwise (the CLI reads an error as no
+//! answer). So whatever a hook says, the
 //! gate alone allows or defers a call.
 //!
 //! # Caveats
@@ -129,36 +130,24 @@ pub(crate) fn output(answer: &CheckedHookAnswer) -> AppHookOutput {
     AppHookOutput { event: Some(wire_event(answer.event())), context, block, stop, updated_input }
 }
 
-/// The application hooks in flight, each a task.
+/// The application hooks in flight, each a task (the segment's driver owns them; the segment's
+/// machine decides what to ask and turns each answer into the CLI's, [`answer_frame`]).
 #[derive(Default)]
 pub(crate) struct Asking {
     tasks: JoinSet<Result<HookAnswer, String>>,
-    /// Task → (the CLI's request id, the event).
-    asked: HashMap<tokio::task::Id, (String, HookEvent)>,
+    /// Task → the CLI's request id.
+    asked: HashMap<tokio::task::Id, String>,
     /// Request id → task, to abort a cancelled one.
     by_request: HashMap<String, tokio::task::AbortHandle>,
 }
 
 impl Asking {
-    /// Asks `hook` about `input` for the CLI's request `request_id`. The answer comes from
-    /// [`Asking::next`]; an event no application hook registers is answered at once (an error).
-    pub(crate) fn ask(
-        &mut self,
-        hook: &dyn AppHook,
-        request_id: String,
-        input: &tollgate_protocol::HookEvent,
-    ) -> Option<HostFrame> {
-        let Some(call) = call_of(input) else {
-            return Some(HostFrame::error_response(
-                request_id,
-                format!("tollgate registers no application hook for {:?}", input.event_name()),
-            ));
-        };
-        let event = call.event.expect("call_of names the event");
+    /// Asks `hook` about `call` for the CLI's request `request_id`. The answer comes from
+    /// [`Asking::next`].
+    pub(crate) fn ask(&mut self, hook: &dyn AppHook, request_id: String, call: HookCall) {
         let task = self.tasks.spawn(hook.call(call));
         self.by_request.insert(request_id.clone(), task.clone());
-        self.asked.insert(task.id(), (request_id, event));
-        None
+        self.asked.insert(task.id(), request_id);
     }
 
     /// The CLI withdrew `request_id` (its timeout passed): the hook is stopped, nothing is sent.
@@ -168,9 +157,9 @@ impl Asking {
         }
     }
 
-    /// The next answer to send. Waits forever when no hook is in flight (use it in a `select!`;
-    /// it is cancel-safe).
-    pub(crate) async fn next(&mut self) -> HostFrame {
+    /// The next answer, with the request id it answers. Waits forever when no hook is in flight
+    /// (use it in a `select!`; it is cancel-safe).
+    pub(crate) async fn next(&mut self) -> (String, Result<HookAnswer, String>) {
         loop {
             let (id, answer) = match self.tasks.join_next_with_id().await {
                 None => return std::future::pending().await,
@@ -181,15 +170,19 @@ impl Asking {
                 }
                 Some(Err(err)) => (err.id(), Err(format!("the application hook failed: {err}"))),
             };
-            let Some((request_id, event)) = self.asked.remove(&id) else { continue };
+            let Some(request_id) = self.asked.remove(&id) else { continue };
             self.by_request.remove(&request_id);
-            return frame(request_id, event, answer);
+            return (request_id, answer);
         }
     }
 }
 
 /// The CLI's answer to the application hook request `request_id` of `event`.
-fn frame(request_id: String, event: HookEvent, answer: Result<HookAnswer, String>) -> HostFrame {
+pub(crate) fn answer_frame(
+    request_id: String,
+    event: HookEvent,
+    answer: Result<HookAnswer, String>,
+) -> HostFrame {
     match answer.map_err(|e| format!("the application's {event} hook failed: {e}")).and_then(|answer| {
         check_answer(event, answer).map_err(|e| format!("the application's hook answer was refused: {e}"))
     }) {
@@ -237,26 +230,26 @@ mod tests {
             ..HookAnswer::default()
         };
         assert_eq!(
-            frame("r".into(), HookEvent::PreToolUse, Ok(rewrite.clone())).to_json(),
+            answer_frame("r".into(), HookEvent::PreToolUse, Ok(rewrite.clone())).to_json(),
             format!(
                 r#"{HOOK}{{"hookSpecificOutput":{{"additionalContext":"why","hookEventName":"PreToolUse","updatedInput":{{"text":"x"}}}}}}}}}}"#
             )
         );
         let block = HookAnswer { block: Some("say go on".into()), ..HookAnswer::default() };
         assert_eq!(
-            frame("r".into(), HookEvent::Stop, Ok(block)).to_json(),
+            answer_frame("r".into(), HookEvent::Stop, Ok(block)).to_json(),
             format!(r#"{HOOK}{{"decision":"block","reason":"say go on"}}}}}}"#)
         );
         assert_eq!(
-            frame("r".into(), HookEvent::Stop, Ok(HookAnswer::default())).to_json(),
+            answer_frame("r".into(), HookEvent::Stop, Ok(HookAnswer::default())).to_json(),
             format!("{HOOK}{{}}}}}}")
         );
         assert_eq!(
-            frame("r".into(), HookEvent::Stop, Ok(rewrite)).to_json(),
+            answer_frame("r".into(), HookEvent::Stop, Ok(rewrite)).to_json(),
             r#"{"type":"control_response","response":{"subtype":"error","request_id":"r","error":"the application's hook answer was refused: a Stop hook cannot answer with context (only PreToolUse, PostToolUse or UserPromptSubmit takes it)"}}"#
         );
         assert_eq!(
-            frame("r".into(), HookEvent::PostToolUse, Err("trapped".into())).to_json(),
+            answer_frame("r".into(), HookEvent::PostToolUse, Err("trapped".into())).to_json(),
             r#"{"type":"control_response","response":{"subtype":"error","request_id":"r","error":"the application's PostToolUse hook failed: trapped"}}"#
         );
     }

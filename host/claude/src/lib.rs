@@ -10,7 +10,7 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`segment`] | the run: spec, outcome, the frame loop, hook and permission answers |
+//! | [`segment`] | the run: spec, outcome, the loop that drives the segment's machine (`segment::machine`: the frames' logic, hook and permission answers, without I/O) |
 //! | [`mcp`] | the rmcp tool server and its bridge over `mcp_message` control requests |
 //! | [`transport`] | the child process: process group, pipes, line limit, stderr drain |
 //! | `answer` | the one mapping from a gate decision to the hook or permission answer the CLI receives |

@@ -19,12 +19,21 @@
 //!    rmcp server ([`crate::mcp`]), forwards main-conversation text and thinking deltas as
 //!    [`SegmentEvent::TextDelta`] and [`SegmentEvent::ReasoningDelta`] and its inline CLI tool
 //!    calls as [`SegmentEvent::ToolCallStarted`] and [`SegmentEvent::ToolCallFinished`], and
-//!    collects the `transcript_mirror` entries. One loop owns the
-//!    gate: the tool server's permits reach it over a channel, and a [`CliDecider`] question runs
-//!    as its own task whose answer is one more event of the loop, so a slow decider holds up only
-//!    its own call;
+//!    collects the `transcript_mirror` entries. The gate has one owner (the segment's machine,
+//!    fed by one loop): the tool server's permits reach it over a channel, and a [`CliDecider`]
+//!    question runs as its own task whose answer is one more event of the loop, so a slow
+//!    decider holds up only its own call;
 //! 5. closes stdin after the `result`, reads stdout to EOF (the last mirror entries come after the
 //!    result), reaps the process and kills what is left of its group.
+//!
+//! Steps 3 to 5 are two layers. What the frames mean, what to answer and when the loop ends is
+//! the segment's machine (`segment/machine.rs`, `SegmentMachine`): it takes the CLI's lines, the
+//! answers of the CLI decider and the application hooks, the tool server's permit questions and
+//! the deadlines, and hands back effects (a frame to write, stdin to close, an `mcp_message` for
+//! the bridge, a question to ask, an event, the shutdown) without touching a process, a task or
+//! the clock; its unit tests replay captured runs of the real CLI. `run_segment` owns the I/O:
+//! the process, the bridge, the tasks, the clock, the scratch directories, and one loop that
+//! feeds the machine and carries out its effects.
 //!
 //! A segment whose [`SegmentSpec::cancel`] turns `true` sends the CLI `interrupt`, lets it end its
 //! turn for [`SegmentSpec::cancel_grace`], then kills it, and ends [`SegmentOutcome::Cancelled`]
@@ -79,17 +88,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::sleep_until;
 use tollgate_engine::catalog::ToolKind;
-use tollgate_engine::gate::{
-    CliDeciderQuery, CliToolDecision, Decision, DeferredCall, Gate, Origin, Step, ToolCall,
-};
+use tollgate_engine::gate::{CliToolDecision, DeferredCall, Gate};
 use tollgate_engine::session::tools::CliRun;
 use tollgate_protocol::{
-    ApiEvent, ClaimSession, CliRequest, ContentBlock, Frame, HookEvent, HookMatcher, HostFrame, Initialize,
-    InitializeResponse, MessageContent, ProtocolError, ResultMessage, ResumeText, StreamEvent, System,
-    TranscriptEntry, TranscriptMirror, Usage, UserMessage, UserPrompt, parse_line,
+    ClaimSession, HookMatcher, Initialize, ResultMessage, ResumeText, TranscriptEntry, Usage, UserPrompt,
 };
 
-use crate::answer::{hook_frame, permission_frame};
 use crate::app_hooks::{self, AppHook, Asking};
 use crate::cli::CliBinary;
 use crate::error::SegmentError;
@@ -97,18 +101,12 @@ use crate::launch::{ArgvOptions, ScratchDirs, argv, write_resume_file, write_res
 use crate::mcp::{McpBridge, PermitRequest, ToolServer};
 use crate::pool::WarmCli;
 use crate::tools::{NotRecorded, ToolRunner};
-use crate::transport::{
-    CliProcess, Launch, LineEvent, inherited_allowed_variables, inherited_locale_variables,
-};
+use crate::transport::{CliProcess, Launch, inherited_allowed_variables, inherited_locale_variables};
 
-/// The request id of the host's `initialize`.
-pub(crate) const INITIALIZE_ID: &str = "tollgate_initialize";
-/// The request id of the host's `claim_session` (a parked spare's, [`crate::pool`]).
-const CLAIM_ID: &str = "tollgate_claim";
-/// The gate's hook callback id.
-const GATE_HOOK_ID: &str = "tollgate_gate";
-/// The request id of the host's `interrupt` (a cancelled segment's).
-const INTERRUPT_ID: &str = "tollgate_interrupt";
+mod machine;
+
+pub(crate) use machine::INITIALIZE_ID;
+use machine::{Effect, Exit, GATE_HOOK_ID, Opening, SegmentMachine, Settings};
 
 /// Something the caller may watch while the segment runs (for the SSE API).
 ///
@@ -628,24 +626,6 @@ fn is_empty_dir(dir: &std::path::Path) -> bool {
     std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none())
 }
 
-/// Why the loop stopped early, before the stderr tail is known.
-enum Stop {
-    Malformed {
-        problem: String,
-        excerpt: String,
-    },
-    TooLong,
-    Io(std::io::Error),
-    InitializeTimeout,
-    InitializeRefused(String),
-    ClaimRefused(String),
-    Timeout,
-    /// A recorded inline write's record was not committed.
-    NotRecorded(String),
-    /// Cancelled, and the CLI did not end its turn within the grace.
-    Cancelled,
-}
-
 async fn run(
     spec: &SegmentSpec,
     gate: Gate,
@@ -707,214 +687,109 @@ async fn run(
     stats.pid = Some(pid);
     stats.to_spawn = Some(started.elapsed());
 
-    let held_prompt = if parked {
-        // Its initialize went at the spawn; the prompt waits for the claim's answer, so a refused
-        // claim leaves nothing run.
-        process.send(HostFrame::claim_session(CLAIM_ID, spec.claim()).to_line());
-        prompt
+    let opening = if parked {
+        Opening::Claim { claim: spec.claim(), prompt }
     } else {
-        process.send(HostFrame::initialize(INITIALIZE_ID, spec.initialize()).to_line());
-        if let Some(prompt) = prompt {
-            // Pipelined right after initialize, as the TypeScript SDK does (docs/PROTOCOL.md, "The
-            // prompt").
-            process.send(HostFrame::User(prompt).to_line());
-        }
-        None
+        Opening::Initialize { initialize: spec.initialize(), prompt }
     };
-
-    let mut turn = Turn {
-        gate,
+    let mut machine = SegmentMachine::new(Settings::of(spec), pid, gate, opening, stats);
+    let mut edge = Edge {
+        spec,
+        process: &mut process,
+        bridge: &mut bridge,
+        events,
         deciding: Deciding::default(),
         asking: Asking::default(),
-        spec,
-        events,
-        started,
-        stats,
-        result: None,
-        entries: Vec::new(),
-        subagents: Vec::new(),
-        message_ids: BTreeSet::new(),
-        initialized: false,
-        held_prompt,
-        cli_calls: HashMap::new(),
+        grace: Duration::ZERO,
     };
-    let deadline = tokio::time::Instant::from_std(started + spec.timeout);
-    let init_deadline = tokio::time::Instant::from_std(started + spec.initialize_timeout);
-    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    edge.carry_out(&mut machine);
     let mut cancel = spec.cancel.clone();
-    // Once cancelled: when the CLI is killed if its turn has not ended.
-    let mut cancel_deadline: Option<tokio::time::Instant> = None;
+    let at = |elapsed: Duration| tokio::time::Instant::from_std(started + elapsed);
 
-    let stop: Option<Stop> = loop {
+    while !machine.is_over() {
+        let (wake, timer) = machine.next_timer();
         tokio::select! {
-            event = process.next_line() => match event {
-                LineEvent::Line(line) => {
-                    if let Err(stop) = turn.on_line(&line, &mut process, &mut bridge) {
-                        break Some(stop);
-                    }
-                    if turn.result.is_some() && drain_deadline.is_none() {
-                        // The CLI never exits by itself after a result: close stdin, read to EOF.
-                        process.close_stdin();
-                        drain_deadline = Some(tokio::time::Instant::now() + spec.drain_timeout);
-                    }
-                }
-                LineEvent::Eof => break None,
-                LineEvent::TooLong => break Some(Stop::TooLong),
-                LineEvent::Error(err) => break Some(Stop::Io(err)),
-            },
-            answer = bridge.next_answer() => process.send(answer.to_line()),
+            event = edge.process.next_line() => machine.notify_stdout(event, started.elapsed()),
+            answer = edge.bridge.next_answer() => edge.process.send(answer.to_line()),
             Some(permit) = permit_requests.recv() => {
-                let answer = turn.gate.permit_mcp_call(permit.tool_use_id.as_deref(), &permit.tool);
+                let answer = machine.permit_mcp_call(permit.tool_use_id.as_deref(), &permit.tool);
                 let _ = permit.reply.send(answer);
             }
-            Some(stop) = not_recorded.recv() => break Some(Stop::NotRecorded(stop.message)),
-            (asked, answer) = turn.deciding.next() => {
-                let (tool_use_id, tool_name, input) = (
-                    asked.query.tool_use_id().to_owned(),
-                    asked.query.tool_name().to_owned(),
-                    asked.query.input().clone(),
-                );
-                let decision = turn.gate.answer_cli_decider(asked.query, answer);
-                process.send(asked.reply.frame(&asked.request_id, &decision).to_line());
-                turn.cli_call_allowed(&tool_use_id, &tool_name, &input);
+            Some(stop) = not_recorded.recv() => machine.notify_not_recorded(stop.message),
+            (ticket, answer) = edge.deciding.next() => machine.notify_decider_answer(ticket, answer),
+            (request_id, answer) = edge.asking.next() => machine.notify_app_hook_answer(request_id, answer),
+            () = cancelled(&mut cancel), if !machine.is_cancelling() => {
+                machine.notify_cancel(started.elapsed());
             }
-            answer = turn.asking.next() => process.send(answer.to_line()),
-            () = sleep_until(init_deadline), if !turn.initialized => break Some(Stop::InitializeTimeout),
-            // A claim unanswered as long counts as refused: no prompt went, a CLI of its own runs.
-            () = sleep_until(init_deadline), if turn.initialized && turn.held_prompt.is_some() => break Some(Stop::ClaimRefused(
-                format!("no answer to claim_session within {:?}", spec.initialize_timeout),
-            )),
-            () = cancelled(&mut cancel), if cancel_deadline.is_none() => {
-                tracing::info!(pid, "the segment is cancelled: interrupting the CLI");
-                process.send(HostFrame::interrupt(INTERRUPT_ID).to_line());
-                cancel_deadline = Some(tokio::time::Instant::now() + spec.cancel_grace);
-            }
-            () = sleep_until(cancel_deadline.unwrap_or(deadline)), if cancel_deadline.is_some() && turn.result.is_none() => {
-                tracing::warn!(pid, "the cancelled CLI did not end its turn within the grace; killing it");
-                break Some(Stop::Cancelled);
-            }
-            () = sleep_until(deadline) => break Some(Stop::Timeout),
-            () = sleep_until(drain_deadline.unwrap_or(deadline)), if drain_deadline.is_some() => {
-                tracing::warn!(pid, "the CLI did not close stdout after its result; killing it");
-                break None;
-            }
+            () = sleep_until(at(wake)) => machine.notify_timer(timer),
         }
-    };
-    // A parked spare that failed its `initialize` before its prompt went is a refused claim too:
-    // nothing ran, and a CLI of its own can still serve the segment.
-    let stop = match stop {
-        Some(Stop::InitializeTimeout) if turn.held_prompt.is_some() => Some(Stop::ClaimRefused(format!(
-            "no answer to the parked CLI's initialize within {:?}",
-            spec.initialize_timeout
-        ))),
-        Some(Stop::InitializeRefused(message)) if turn.held_prompt.is_some() => {
-            Some(Stop::ClaimRefused(format!("the parked CLI refused its initialize: {message}")))
-        }
-        other => other,
-    };
-    let grace = if stop.is_some() { Duration::ZERO } else { Duration::from_secs(5) };
+        edge.carry_out(&mut machine);
+    }
+    let grace = edge.grace;
+    drop(edge);
     let ended = dirs.boxed().and_then(|boxed| boxed.ended_signal().ok());
     let (mut status, stderr) = process.shutdown_unless(grace, ended).await;
     drop(bridge);
     // Only now: a tool call whose record was not committed waits for this, so its answer can no
     // longer reach the CLI.
     drop(not_recorded);
-    turn.stats.exit_status = Some(status.clone());
-    turn.stats.stderr_tail = stderr.clone();
-    // A subagent's last reply reaches stdout only in its transcript: its message IDs count too.
-    for entry in turn.subagents.iter().flat_map(|s| &s.entries) {
-        if let Some(id) = assistant_message_id(entry) {
-            turn.stats.response_ids.insert(id);
-        }
-    }
-    turn.stats.model_calls = turn.message_ids.len();
-    turn.stats.subagent_model_calls = turn.stats.response_ids.len().saturating_sub(turn.message_ids.len());
-    turn.stats.result = turn.result.clone();
-    let limit = dirs.boxed().and_then(|boxed| finish_box(spec, boxed, turn.stats));
-    if let Some(cli_exit) = turn.stats.box_report.as_ref().and_then(|report| report.cli_exit.as_ref())
-        && status == crate::transport::BOX_REPORTED
+    let box_limit = dirs.boxed().and_then(|boxed| finish_box(spec, boxed, machine.stats_mut()));
+    if status == crate::transport::BOX_REPORTED
+        && let Some(cli_exit) =
+            machine.stats_mut().box_report.as_ref().and_then(|report| report.cli_exit.clone())
     {
-        // What the CLI itself exited with, as the init saw it.
-        status.clone_from(cli_exit);
-        turn.stats.exit_status = Some(status.clone());
+        // What the CLI itself exited with, as the box's init saw it.
+        status = cli_exit;
     }
     drop(dirs);
-    if let Some(hit) = limit.filter(|hit| hit.stopped || stop.is_some() || turn.result.is_none()) {
-        // The box's limit is why the CLI stopped: that, not the symptom, is the failure.
-        return Err(SegmentError::BoxLimit { limit: hit.limit, detail: hit.detail });
-    }
+    machine.finish(Exit { status, stderr, box_limit })
+}
 
-    if cancel_deadline.is_some() {
-        // The turn finished before the interrupt took: it ends as it finished.
-        let finished = stop.is_none()
-            && turn.gate.failure().is_none()
-            && turn.result.as_ref().is_some_and(|result| !result.is_error);
-        if !finished {
-            return Ok(SegmentOutcome::Cancelled { killed: matches!(stop, Some(Stop::Cancelled)) });
-        }
-    }
+/// What the segment's loop does for its [`SegmentMachine`]: the process, the tool server's
+/// bridge, the questions to the CLI decider and the application hooks, the caller's events.
+struct Edge<'a> {
+    spec: &'a SegmentSpec,
+    process: &'a mut CliProcess,
+    bridge: &'a mut McpBridge,
+    events: Option<mpsc::UnboundedSender<SegmentEvent>>,
+    deciding: Deciding,
+    asking: Asking,
+    /// How long the process may take to exit, once the machine's loop is over.
+    grace: Duration,
+}
 
-    if let Some(stop) = stop {
-        return Err(match stop {
-            Stop::Malformed { problem, excerpt } => {
-                SegmentError::MalformedOutput { pid, problem, excerpt, stderr }
+impl Edge<'_> {
+    /// Carries out every effect the machine has, in order.
+    fn carry_out(&mut self, machine: &mut SegmentMachine<'_>) {
+        while let Some(effect) = machine.take_effect() {
+            match effect {
+                Effect::Write(frame) => self.process.send(frame.to_line()),
+                Effect::CloseStdin => self.process.close_stdin(),
+                Effect::Mcp { request_id, server_name, message } => {
+                    if let Some(answer) = self.bridge.accept(&request_id, &server_name, &message) {
+                        self.process.send(answer.to_line());
+                    }
+                }
+                Effect::Withdraw(request_id) => {
+                    self.bridge.cancel(&request_id);
+                    self.asking.cancel(&request_id);
+                }
+                Effect::AskDecider { ticket, tool_name, input } => {
+                    let decider = self.spec.cli_decider.as_deref().expect("asked only with a CLI decider");
+                    self.deciding.ask(decider, ticket, tool_name, input);
+                }
+                Effect::AskAppHook { request_id, call } => {
+                    let hook = self.spec.app_hook.as_deref().expect("asked only with an application hook");
+                    self.asking.ask(hook, request_id, call);
+                }
+                Effect::Event(event) => {
+                    if let Some(events) = &self.events {
+                        let _ = events.send(event);
+                    }
+                }
+                Effect::Shutdown { grace } => self.grace = grace,
             }
-            Stop::TooLong => SegmentError::LineTooLong { pid, limit: spec.max_line_bytes, stderr },
-            Stop::Io(source) => SegmentError::Io { pid, source, stderr },
-            Stop::InitializeTimeout => {
-                SegmentError::InitializeTimeout { pid, waited: spec.initialize_timeout, stderr }
-            }
-            Stop::InitializeRefused(message) => SegmentError::InitializeRefused { pid, message, stderr },
-            Stop::ClaimRefused(message) => SegmentError::ClaimRefused { pid, message, stderr },
-            Stop::Timeout => SegmentError::Timeout { pid, limit: spec.timeout, stderr },
-            Stop::NotRecorded(reason) => SegmentError::NotRecorded { pid, reason },
-            Stop::Cancelled => unreachable!("a cancelled segment returned above"),
-        });
-    }
-    drop(turn.deciding);
-    drop(turn.asking);
-    let gate = &turn.gate;
-    if let Some(failure) = gate.failure() {
-        return Err(SegmentError::Gate(failure.clone()));
-    }
-    let Some(result) = turn.result.take() else {
-        return Err(SegmentError::ExitedEarly { pid, status, stderr });
-    };
-    if result.is_error {
-        let mut message = result.result.clone().unwrap_or_default();
-        for error in result.errors.iter().flatten() {
-            message.push_str(if message.is_empty() { "" } else { "; " });
-            message.push_str(error);
         }
-        let terminal_reason = match &result.terminal_reason {
-            Some(reason) => serde_json::to_value(reason)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
-            None => "none".to_owned(),
-        };
-        return Err(SegmentError::ErrorResult {
-            subtype: result.subtype.clone(),
-            terminal_reason,
-            message,
-            stderr,
-        });
-    }
-    let usage = result.usage.unwrap_or_default();
-    let entries = std::mem::take(&mut turn.entries);
-    let subagents = std::mem::take(&mut turn.subagents);
-    match result.deferred_tool_use {
-        Some(deferred) => {
-            let call = gate.accept_deferral(&deferred.id, &deferred.name, deferred.input)?;
-            Ok(SegmentOutcome::Deferred { session_id: result.session_id, call, entries, subagents, usage })
-        }
-        None => Ok(SegmentOutcome::Completed {
-            session_id: result.session_id,
-            result: result.result.unwrap_or_default(),
-            entries,
-            subagents,
-            usage,
-        }),
     }
 }
 
@@ -1068,317 +943,31 @@ fn boxed_launch(
     }
 }
 
-/// How to answer a call once the CLI decider has spoken.
-enum Reply {
-    /// A `hook_callback` of the gate's matcher.
-    Hook,
-    /// A `can_use_tool` request that asked about this input.
-    Permission { input: Value },
-}
-
-impl Reply {
-    fn frame(&self, request_id: &str, decision: &Decision) -> HostFrame {
-        match self {
-            Reply::Hook => hook_frame(request_id, decision),
-            Reply::Permission { input } => permission_frame(request_id, decision, input),
-        }
-    }
-}
-
-/// A call waiting for the CLI decider.
-struct Asked {
-    request_id: String,
-    query: CliDeciderQuery,
-    reply: Reply,
-}
-
-/// The CLI decider's questions in flight, each a task.
+/// The CLI decider's questions in flight, each a task, by the machine's ticket.
 #[derive(Default)]
 struct Deciding {
     tasks: JoinSet<DeciderAnswer>,
-    asked: HashMap<tokio::task::Id, Asked>,
+    asked: HashMap<tokio::task::Id, u64>,
 }
 
 impl Deciding {
-    fn ask(&mut self, decider: &dyn CliDecider, asked: Asked) {
-        let answer = decider.decide(asked.query.tool_name().to_owned(), asked.query.input().clone());
-        let task = self.tasks.spawn(answer);
-        self.asked.insert(task.id(), asked);
+    fn ask(&mut self, decider: &dyn CliDecider, ticket: u64, tool_name: String, input: Value) {
+        let task = self.tasks.spawn(decider.decide(tool_name, input));
+        self.asked.insert(task.id(), ticket);
     }
 
     /// The next answered question. Waits forever when none is in flight (use it in a `select!`;
     /// it is cancel-safe).
-    async fn next(&mut self) -> (Asked, DeciderAnswer) {
+    async fn next(&mut self) -> (u64, DeciderAnswer) {
         loop {
             let (id, answer) = match self.tasks.join_next_with_id().await {
                 None => return std::future::pending().await,
                 Some(Ok((id, answer))) => (id, answer),
                 Some(Err(err)) => (err.id(), Err(format!("the CLI tool decider failed: {err}"))),
             };
-            if let Some(asked) = self.asked.remove(&id) {
-                return (asked, answer);
+            if let Some(ticket) = self.asked.remove(&id) {
+                return (ticket, answer);
             }
-        }
-    }
-}
-
-/// The state of one segment's conversation with the CLI.
-struct Turn<'a> {
-    /// The segment's one gate: only this loop asks it.
-    gate: Gate,
-    deciding: Deciding,
-    /// The agent's own hooks in flight.
-    asking: Asking,
-    spec: &'a SegmentSpec,
-    events: Option<mpsc::UnboundedSender<SegmentEvent>>,
-    started: Instant,
-    stats: &'a mut SegmentStats,
-    result: Option<ResultMessage>,
-    entries: Vec<TranscriptEntry>,
-    subagents: Vec<SubagentTranscript>,
-    message_ids: BTreeSet<String>,
-    initialized: bool,
-    /// A parked spare's prompt, sent once its claim is answered.
-    held_prompt: Option<UserPrompt>,
-    /// The inline CLI tool calls started and not finished yet: tool use ID → CLI name.
-    cli_calls: HashMap<String, String>,
-}
-
-impl Turn<'_> {
-    fn on_line(&mut self, line: &str, process: &mut CliProcess, bridge: &mut McpBridge) -> Result<(), Stop> {
-        if line.trim().is_empty() {
-            return Ok(());
-        }
-        let frame = match parse_line(line) {
-            Ok(frame) => frame,
-            Err(ProtocolError::MalformedRequest { request_id, subtype, source }) => {
-                let message = format!("the host could not read this {subtype} request: {source}");
-                process.send(HostFrame::error_response(request_id, message).to_line());
-                return Ok(());
-            }
-            Err(err) => return Err(Stop::Malformed { problem: err.to_string(), excerpt: excerpt(line) }),
-        };
-        match frame {
-            Frame::ControlRequest(request) => {
-                let id = request.request_id;
-                let answer = match request.request {
-                    CliRequest::HookCallback(hook) => self.on_hook(id, &hook.callback_id, hook.input),
-                    CliRequest::CanUseTool(ask) => {
-                        let call = ToolCall::new(ask.tool_use_id, ask.tool_name, ask.input.clone());
-                        let step = self.gate.can_use_tool(&call);
-                        let answer = self.step(id, step, Reply::Permission { input: ask.input });
-                        self.cli_call_allowed(&call.tool_use_id, &call.tool_name, &call.input);
-                        answer
-                    }
-                    CliRequest::McpMessage(mcp) => bridge.accept(&id, &mcp.server_name, &mcp.message),
-                    other => Some(HostFrame::error_response(
-                        id,
-                        format!("tollgate does not handle control requests of subtype {:?}", other.subtype()),
-                    )),
-                };
-                if let Some(answer) = answer {
-                    process.send(answer.to_line());
-                }
-            }
-            Frame::ControlResponse(response) if response.request_id() == INITIALIZE_ID => {
-                match response.decode::<InitializeResponse>() {
-                    Ok(init) if init.hooks_applied == Some(true) => {
-                        self.initialized = true;
-                        self.stats.to_initialized = Some(self.started.elapsed());
-                    }
-                    Ok(init) => {
-                        return Err(Stop::InitializeRefused(format!(
-                            "hooks_applied is {:?}, so the gate would not see the tool calls",
-                            init.hooks_applied
-                        )));
-                    }
-                    Err(err) => return Err(Stop::InitializeRefused(err.to_string())),
-                }
-            }
-            Frame::ControlResponse(response) if response.request_id() == CLAIM_ID => {
-                match response.result() {
-                    Ok(_) => {
-                        self.stats.to_claimed = Some(self.started.elapsed());
-                        if let Some(prompt) = self.held_prompt.take() {
-                            process.send(HostFrame::User(prompt).to_line());
-                        }
-                    }
-                    Err(message) => return Err(Stop::ClaimRefused(message.to_owned())),
-                }
-            }
-            Frame::ControlResponse(_) => {}
-            Frame::ControlCancelRequest(cancel) => {
-                bridge.cancel(&cancel.request_id);
-                self.asking.cancel(&cancel.request_id);
-            }
-            Frame::System(System::Init(init)) if self.stats.init_model.is_none() => {
-                self.stats.init_model = init.model;
-            }
-            Frame::StreamEvent(event) if event.parent_tool_use_id.is_none() => self.on_stream_event(&event),
-            Frame::Assistant(message) => {
-                let api = message.message;
-                if message.is_api_error_message != Some(true) {
-                    self.stats.response_models.insert(api.model);
-                }
-                self.stats.response_ids.insert(api.id.clone());
-                if message.parent_tool_use_id.is_none() {
-                    self.message_ids.insert(api.id);
-                }
-            }
-            Frame::User(user) if user.parent_tool_use_id.is_none() => {
-                self.on_tool_results(&user.message.content);
-                self.cli_calls_finished(&user);
-            }
-            Frame::TranscriptMirror(mirror) if !mirror.is_subagent() => self.entries.extend(mirror.entries),
-            Frame::TranscriptMirror(mirror) => collect_subagent(&mut self.subagents, mirror),
-            Frame::Result(result) if self.result.is_none() => {
-                self.stats.to_result = Some(self.started.elapsed());
-                self.result = Some(result);
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Keeps the CLI's tool result for the approved CLI call this segment resumed.
-    fn on_tool_results(&mut self, content: &MessageContent) {
-        let Some(pending) = self.gate.pending().filter(|p| p.kind == ToolKind::Cli) else { return };
-        let MessageContent::Blocks(blocks) = content else { return };
-        for block in blocks {
-            if let ContentBlock::ToolResult { tool_use_id, content, is_error } = block
-                && *tool_use_id == pending.tool_call_id
-            {
-                let text = tool_result_text(content.as_ref());
-                self.stats.resumed_cli_call = CliRun::Result { text, is_error: is_error.unwrap_or(false) };
-            }
-        }
-    }
-
-    fn on_hook(&mut self, request_id: String, callback_id: &str, input: HookEvent) -> Option<HostFrame> {
-        if app_hooks::is_app_callback(callback_id) {
-            return self.on_app_hook(request_id, input);
-        }
-        let input = match input {
-            HookEvent::PreToolUse(input) if callback_id == GATE_HOOK_ID => input,
-            other => {
-                return Some(HostFrame::error_response(
-                    request_id,
-                    format!("unknown hook callback id {callback_id:?} for {:?}", other.event_name()),
-                ));
-            }
-        };
-        let main_conversation = input.agent_id.is_none();
-        let call = ToolCall {
-            origin: Origin::of_agent(input.agent_id.as_deref()),
-            tool_use_id: input.tool_use_id,
-            tool_name: input.tool_name,
-            input: input.tool_input,
-        };
-        let step = self.gate.pre_tool_use(&call);
-        let answer = self.step(request_id, step, Reply::Hook);
-        if main_conversation {
-            self.cli_call_allowed(&call.tool_use_id, &call.tool_name, &call.input);
-        }
-        answer
-    }
-
-    fn emit(&self, event: SegmentEvent) {
-        if let Some(events) = &self.events {
-            let _ = events.send(event);
-        }
-    }
-
-    /// A main-conversation stream event: text and thinking deltas go to the caller; a
-    /// `message_delta`'s stop reason goes to the stats.
-    fn on_stream_event(&mut self, event: &StreamEvent) {
-        if let Some(text) = event.text_delta() {
-            self.stats.to_first_delta.get_or_insert_with(|| self.started.elapsed());
-            self.emit(SegmentEvent::TextDelta { text: text.to_owned() });
-        } else if let Some(thinking) = event.thinking_delta() {
-            self.emit(SegmentEvent::ReasoningDelta { text: thinking.to_owned() });
-        } else if let ApiEvent::MessageDelta { delta, .. } = &event.event
-            && let Some(reason) = delta.get("stop_reason").and_then(Value::as_str)
-        {
-            self.stats.finish_reasons.push(reason.to_owned());
-        }
-    }
-
-    /// A main-conversation CLI tool call the gate has answered: once it is allowed (not a
-    /// replay, not a custom tool, which the tool server reports), it starts inline.
-    fn cli_call_allowed(&mut self, tool_use_id: &str, tool_name: &str, input: &Value) {
-        let Some(Decision::Allow { updated_input }) = self.gate.decision(tool_use_id) else { return };
-        let custom = tool_name
-            .strip_prefix("mcp__")
-            .and_then(|rest| rest.strip_prefix(self.spec.server_name.as_str()))
-            .is_some_and(|rest| rest.starts_with("__"));
-        if custom || self.cli_calls.contains_key(tool_use_id) {
-            return;
-        }
-        self.cli_calls.insert(tool_use_id.to_owned(), tool_name.to_owned());
-        self.emit(SegmentEvent::ToolCallStarted {
-            tool_use_id: tool_use_id.to_owned(),
-            name: tool_name.to_owned(),
-            kind: ToolKind::Cli,
-            input: updated_input.unwrap_or_else(|| input.clone()),
-        });
-    }
-
-    /// The tool results of a main-conversation `user` frame: each inline CLI call they answer
-    /// has finished.
-    fn cli_calls_finished(&mut self, user: &UserMessage) {
-        let MessageContent::Blocks(blocks) = &user.message.content else { return };
-        for block in blocks {
-            if let ContentBlock::ToolResult { tool_use_id, is_error, .. } = block
-                && let Some(name) = self.cli_calls.remove(tool_use_id)
-            {
-                self.emit(SegmentEvent::ToolCallFinished {
-                    tool_use_id: tool_use_id.clone(),
-                    name,
-                    kind: ToolKind::Cli,
-                    is_error: is_error.unwrap_or(false),
-                });
-            }
-        }
-    }
-
-    /// An application matcher fired: the agent's hook is asked, except about the pending call of a
-    /// resumed segment (answered `{}` at once: it passed the hooks when it was deferred).
-    fn on_app_hook(&mut self, request_id: String, input: HookEvent) -> Option<HostFrame> {
-        let pending = self.gate.pending().map(|p| p.tool_call_id.as_str());
-        let hook = match (&self.spec.app_hook, &input) {
-            (_, HookEvent::PreToolUse(call)) if pending == Some(call.tool_use_id.as_str()) => None,
-            (hook, _) => hook.as_deref(),
-        };
-        match hook {
-            Some(hook) => self.asking.ask(hook, request_id, &input),
-            None => Some(HostFrame::app_hook_answer(request_id, &Default::default())),
-        }
-    }
-
-    /// The answer for a step of the gate: at once for a decision; later, from
-    /// [`Deciding::next`], when the CLI decider is asked.
-    fn step(&mut self, request_id: String, step: Step, reply: Reply) -> Option<HostFrame> {
-        match step {
-            Step::Decided(decision) => {
-                if let Decision::Replay(record) = &decision
-                    && record.kind == ToolKind::Cli
-                    && self.stats.resumed_cli_call == CliRun::NotStarted
-                {
-                    // The CLI runs the approved call now; its result comes as a tool result.
-                    self.stats.resumed_cli_call = CliRun::NoResult;
-                }
-                Some(reply.frame(&request_id, &decision))
-            }
-            Step::AskCliDecider(query) => match &self.spec.cli_decider {
-                Some(decider) => {
-                    self.deciding.ask(decider.as_ref(), Asked { request_id, query, reply });
-                    None
-                }
-                None => {
-                    let decision = self.gate.answer_cli_decider(query, Ok(None));
-                    Some(reply.frame(&request_id, &decision))
-                }
-            },
         }
     }
 }
@@ -1389,47 +978,4 @@ async fn cancelled(cancel: &mut Option<tokio::sync::watch::Receiver<bool>>) {
     if signal.wait_for(|cancelled| *cancelled).await.is_err() {
         std::future::pending::<()>().await;
     }
-}
-
-/// The text of a tool result's `content`: a string, or its blocks' texts joined by newlines (other
-/// blocks become a placeholder naming their type: an approved CLI call's record keeps text).
-fn tool_result_text(content: Option<&Value>) -> String {
-    match content {
-        None => String::new(),
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(blocks)) => blocks
-            .iter()
-            .map(|block| match (block["type"].as_str(), block["text"].as_str()) {
-                (Some("text"), Some(text)) => text.to_owned(),
-                (kind, _) => tollgate_engine::texts::content_omitted(kind.unwrap_or("unknown")),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// Appends a subagent transcript's mirrored entries to its transcript (a new one for a subagent
-/// not seen yet in the segment).
-fn collect_subagent(subagents: &mut Vec<SubagentTranscript>, mirror: TranscriptMirror) {
-    let Some(agent_id) = mirror.subagent_id() else { return };
-    match subagents.iter_mut().find(|s| s.agent_id == agent_id) {
-        Some(transcript) => transcript.entries.extend(mirror.entries),
-        None => subagents.push(SubagentTranscript { agent_id: agent_id.to_owned(), entries: mirror.entries }),
-    }
-}
-
-/// The API message ID of an `assistant` transcript entry.
-fn assistant_message_id(entry: &TranscriptEntry) -> Option<String> {
-    let value: Value = serde_json::from_str(entry.as_str()).ok()?;
-    (value["type"] == "assistant").then(|| value["message"]["id"].as_str().map(str::to_owned)).flatten()
-}
-
-/// The first 200 characters of a line, for an error message.
-fn excerpt(line: &str) -> String {
-    let mut out: String = line.chars().take(200).collect();
-    if out.len() < line.len() {
-        out.push_str(&format!("… ({} bytes)", line.len()));
-    }
-    out
 }

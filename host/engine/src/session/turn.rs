@@ -9,13 +9,13 @@ use serde_json::{Value, json};
 
 use super::batches::{self, AheadCall, AheadRef, AheadState};
 use super::client::Decision;
-use super::grants::{SessionGrant, active_grant, session_grants};
+use super::grants::{GrantRef, SessionGrant, active_grant, session_grants};
 use super::{
     CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, Finish, Limits,
     NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition,
     TurnState, Usage, event_kind, failure_reason, item_kind, raw, status, step_kind,
 };
-use crate::gate::DeferredCall;
+use crate::gate::{DeferredCall, HeldBackCall};
 use crate::media::MediaRef;
 use crate::policy::{DeferredRun, Handling, Policies};
 use crate::record::ToolCallRecord;
@@ -448,227 +448,320 @@ pub fn on_segment(
 ) -> Transition {
     match result {
         SegmentResult::Completed { session_id, result, entries, usage, cost_usd } => {
-            let mut t = Transition::new(Finish::Done(json!({"outcome": "completed"})));
-            let resumed = matches!(run.start, PlannedStart::ResumeCall { .. });
-            let turn_entries = if resumed { state.turn_entries.as_slice() } else { &[] };
-            for entry in turn_entries.iter().chain(&entries) {
-                t.items.push(transcript_item(&session_id, &run.turn_id, entry));
-            }
-            let mut next = state.clone();
-            next.session_id = Some(session_id);
-            next.turn_entries.clear();
-            next.turn = None;
-            next.turns_ended += 1;
-            next.prompts_through = run.prompts_upto;
-            next.last_turn_error = None;
-            next.last_turn_cancelled = None;
-            next.cost_usd += cost_usd.unwrap_or(0.0);
-            t.run_state = Some(next);
-            t.usage = usage;
-            t.status = Some(status::IDLE);
-            t.cancel = CancelRequestChange::Drop;
-            t.steps.push(next_turn(run.prompts_upto));
-            end_batches(&mut t, state, &run.turn_id);
-            t.event(event_kind::TURN_COMPLETED, json!({"turn_id": run.turn_id, "result": result}))
+            turn_completed(run, state, Answered { session_id, result, entries, usage, cost_usd })
         }
         SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
-            let Handling::Deferred { requires_approval, runs_in } = call.handling else {
-                return fail_turn(
-                    state,
-                    &run.turn_id,
-                    run.prompts_upto,
-                    calls,
-                    failure_reason::INLINE_DEFERRED,
-                    format!("the CLI deferred {}, which runs inline", call.tool_name),
-                );
-            };
-            let mut t = Transition::new(Finish::Done(
-                json!({"outcome": "deferred", "tool_call_id": call.tool_use_id}),
-            ));
-            let mut next = state.clone();
-            next.session_id = Some(session_id);
-            if !matches!(run.start, PlannedStart::ResumeCall { .. }) {
-                next.turn_entries.clear();
-            }
-            next.turn_entries.extend(entries);
-            let mut ahead = turn_ahead(state, &run.turn_id);
-            next.cost_usd += cost_usd.unwrap_or(0.0);
-            t.usage = usage;
-            let mut entry = CallEntry {
-                tool_call_id: call.tool_use_id.clone(),
-                tool_name: call.tool_name.clone(),
-                kind: call.kind,
-                arguments: call.arguments.clone(),
-                turn_id: run.turn_id.clone(),
-                requires_approval,
-                runs_in,
-                original_arguments: None,
-                grants_session: None,
-                approved_under: None,
-                batch_id: None,
-                decided_ahead: None,
-                inline: false,
-                images: Vec::new(),
-                state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
-            };
-            let call_step = serde_json::to_value(CallStep {
-                turn_id: run.turn_id.clone(),
-                tool_call_id: entry.tool_call_id.clone(),
-            })
-            .expect("serializes");
-            let grant = if requires_approval { active_grant(&run.grants, &entry.tool_name) } else { None };
-            // The call ahead this call repeats, when no grant approves it anyway.
-            let repeat = if requires_approval && grant.is_none() {
-                batches::find_repeat(&ahead, &entry.tool_name, entry.kind, &entry.arguments)
-            } else {
-                None
-            };
-            // The batch the segment's held-back calls join: the repeated call's, or this call's.
-            let opened = batches::to_open(&ahead, repeat, &call.held_back);
-            let batch_id = match repeat {
-                Some(i) => Some(ahead[i].batch_id.clone()),
-                None if !opened.is_empty() => Some(entry.tool_call_id.clone()),
-                None => None,
-            };
-            for held in &opened {
-                let batch_id = batch_id.clone().unwrap_or_default();
-                let request = batches::ahead_request(&run.turn_id, held, &batch_id);
-                t.interrupts
-                    .push(NewInterrupt { interrupt_id: held.tool_use_id.clone(), request: request.clone() });
-                t = t.event(
-                    event_kind::INTERRUPT_OPENED,
-                    json!({"interrupt_id": held.tool_use_id, "request": request}),
-                );
-                let runs_in = match held.handling {
-                    Handling::Deferred { runs_in, .. } => runs_in,
-                    Handling::Inline | Handling::Recorded => DeferredRun::ResumedSegment,
-                };
-                ahead.push(AheadCall {
-                    interrupt_id: held.tool_use_id.clone(),
-                    batch_id,
-                    tool_name: held.tool_name.clone(),
-                    kind: held.kind,
-                    arguments: held.arguments.clone(),
-                    runs_in,
-                    used_by: None,
-                });
-            }
-            if let Some(grant) = grant {
-                // Allowed for this session: approved under the grant, no interrupt. It still runs
-                // where its policy says.
-                let entry = CallEntry { approved_under: Some(grant.clone()), ..entry };
-                let approved =
-                    super::tools::on_approval(&entry, &Decision { approved: true, ..Decision::default() });
-                t.steps.extend(approved.steps);
-                t.calls.extend(approved.calls);
-                t.events.extend(approved.events);
-                t.status = approved.status;
-                t = t.event(
-                    event_kind::APPROVED_UNDER_GRANT,
-                    json!({
-                        "turn_id": run.turn_id,
-                        "tool_call_id": entry.tool_call_id,
-                        "tool_name": entry.tool_name,
-                        "arguments": entry.arguments,
-                        "grant": grant,
-                    }),
-                );
-            } else if let Some(i) = repeat {
-                // Decided (or asked) ahead in a batch: no new interrupt.
-                let used = &mut ahead[i];
-                used.used_by = Some(entry.tool_call_id.clone());
-                entry.batch_id = Some(used.batch_id.clone());
-                entry.decided_ahead = Some(AheadRef {
-                    decision_id: used.interrupt_id.clone(),
-                    batch_id: used.batch_id.clone(),
-                    decided_by: None,
-                    decided_at: None,
-                });
-                let decided = run.ahead_states.iter().find(|(id, _)| *id == used.interrupt_id);
-                match decided {
-                    Some((_, AheadState::Decided(decision))) => {
-                        let applied = super::tools::on_approval(&entry, decision);
-                        t.steps.extend(applied.steps);
-                        t.events.extend(applied.events);
-                        t.status = applied.status;
-                        t = t.event(
-                            event_kind::DECIDED_AHEAD_USED,
-                            json!({
-                                "turn_id": run.turn_id,
-                                "tool_call_id": entry.tool_call_id,
-                                "tool_name": entry.tool_name,
-                                "decision_id": used.interrupt_id,
-                                "batch_id": used.batch_id,
-                                "approved": decision.approved,
-                            }),
-                        );
-                        t.calls.extend(applied.calls);
-                    }
-                    _ => {
-                        // Still open: wait on that interrupt instead of opening a second one.
-                        let interrupt_id = used.interrupt_id.clone();
-                        await_approval(&mut t, &run.turn_id, &entry, call_step, interrupt_id);
-                        t.calls.push(entry);
-                    }
-                }
-            } else if requires_approval {
-                let mut request = json!({
-                    "type": "tool_approval",
-                    "turn_id": run.turn_id,
-                    "tool_call_id": entry.tool_call_id,
-                    "tool_name": entry.tool_name,
-                    "kind": entry.kind,
-                    "arguments": entry.arguments,
-                    "effect": call.policy.effect.as_str(),
-                });
-                if let Some(batch_id) = &batch_id {
-                    request["batch_id"] = json!(batch_id);
-                    entry.batch_id = Some(batch_id.clone());
-                }
-                t.interrupts.insert(
-                    0,
-                    NewInterrupt { interrupt_id: entry.tool_call_id.clone(), request: request.clone() },
-                );
-                let opened_at = t.events.iter().position(|e| e.kind == event_kind::INTERRUPT_OPENED);
-                let event = NewEvent {
-                    kind: event_kind::INTERRUPT_OPENED,
-                    payload: json!({"interrupt_id": entry.tool_call_id, "request": request}),
-                };
-                t.events.insert(opened_at.unwrap_or(t.events.len()), event);
-                let interrupt_id = entry.tool_call_id.clone();
-                await_approval(&mut t, &run.turn_id, &entry, call_step, interrupt_id);
-                t.calls.push(entry);
-            } else {
-                // No approval needed: the call is approved as it is deferred.
-                let approved = super::tools::on_approval(
-                    &entry,
-                    &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
-                );
-                t.steps.extend(approved.steps);
-                t.calls.extend(approved.calls);
-                t.events.extend(approved.events);
-                t.status = approved.status;
-            }
-            next.turn =
-                Some(TurnState { turn_id: run.turn_id.clone(), prompts_upto: run.prompts_upto, ahead });
-            t.run_state = Some(next);
-            t
+            call_deferred(run, state, calls, Answered { session_id, result: call, entries, usage, cost_usd })
         }
-        SegmentResult::Failed { error, retryable } => {
-            if retryable && run.counted_attempt() < RUN_MODEL_ATTEMPTS {
-                let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
-                t.status = Some(status::RUNNING);
-                t.event(
-                    event_kind::ATTEMPT_FAILED,
-                    json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
-                )
-            } else {
-                fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
-            }
-        }
+        SegmentResult::Failed { error, retryable } => segment_failed(run, state, calls, error, retryable),
         SegmentResult::LimitReached { error, reason } => {
             fail_turn(state, &run.turn_id, run.prompts_upto, calls, reason, error)
         }
+    }
+}
+
+/// What a segment that ran to its end brought back: its answer (`result`: the text, or the
+/// deferred call) and what it added.
+struct Answered<R> {
+    session_id: String,
+    result: R,
+    entries: Vec<Box<RawValue>>,
+    usage: Usage,
+    cost_usd: Option<f64>,
+}
+
+/// The model answered: the turn is over, its entries (a resumed segment's with the turn's
+/// earlier ones) become transcript items and the next turn may start.
+fn turn_completed(run: &SegmentRun, state: &RunState, answered: Answered<String>) -> Transition {
+    let Answered { session_id, result, entries, usage, cost_usd } = answered;
+    let mut t = Transition::new(Finish::Done(json!({"outcome": "completed"})));
+    let resumed = matches!(run.start, PlannedStart::ResumeCall { .. });
+    let turn_entries = if resumed { state.turn_entries.as_slice() } else { &[] };
+    for entry in turn_entries.iter().chain(&entries) {
+        t.items.push(transcript_item(&session_id, &run.turn_id, entry));
+    }
+    let mut next = state.clone();
+    next.session_id = Some(session_id);
+    next.turn_entries.clear();
+    next.turn = None;
+    next.turns_ended += 1;
+    next.prompts_through = run.prompts_upto;
+    next.last_turn_error = None;
+    next.last_turn_cancelled = None;
+    next.cost_usd += cost_usd.unwrap_or(0.0);
+    t.run_state = Some(next);
+    t.usage = usage;
+    t.status = Some(status::IDLE);
+    t.cancel = CancelRequestChange::Drop;
+    t.steps.push(next_turn(run.prompts_upto));
+    end_batches(&mut t, state, &run.turn_id);
+    t.event(event_kind::TURN_COMPLETED, json!({"turn_id": run.turn_id, "result": result}))
+}
+
+/// The segment ended on one deferred call: its held-back calls open interrupts ahead, and the
+/// call is settled in one of five ways: approved under a session grant
+/// ([`approved_under_grant`]), by the decision on the call ahead it repeats
+/// ([`decided_ahead_used`]), waiting on that call's open interrupt ([`await_approval`]), waiting
+/// on an interrupt of its own ([`approval_requested`]), or approved as it is deferred when its
+/// policy needs no approval ([`approved_as_deferred`]).
+fn call_deferred(
+    run: &SegmentRun,
+    state: &RunState,
+    calls: &[CallEntry],
+    answered: Answered<DeferredCall>,
+) -> Transition {
+    let Answered { session_id, result: call, entries, usage, cost_usd } = answered;
+    let Handling::Deferred { requires_approval, runs_in } = call.handling else {
+        return fail_turn(
+            state,
+            &run.turn_id,
+            run.prompts_upto,
+            calls,
+            failure_reason::INLINE_DEFERRED,
+            format!("the CLI deferred {}, which runs inline", call.tool_name),
+        );
+    };
+    let mut t =
+        Transition::new(Finish::Done(json!({"outcome": "deferred", "tool_call_id": call.tool_use_id})));
+    let mut next = state.clone();
+    next.session_id = Some(session_id);
+    if !matches!(run.start, PlannedStart::ResumeCall { .. }) {
+        next.turn_entries.clear();
+    }
+    next.turn_entries.extend(entries);
+    let mut ahead = turn_ahead(state, &run.turn_id);
+    next.cost_usd += cost_usd.unwrap_or(0.0);
+    t.usage = usage;
+    let entry = CallEntry {
+        tool_call_id: call.tool_use_id.clone(),
+        tool_name: call.tool_name.clone(),
+        kind: call.kind,
+        arguments: call.arguments.clone(),
+        turn_id: run.turn_id.clone(),
+        requires_approval,
+        runs_in,
+        original_arguments: None,
+        grants_session: None,
+        approved_under: None,
+        batch_id: None,
+        decided_ahead: None,
+        inline: false,
+        images: Vec::new(),
+        state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
+    };
+    let call_step = serde_json::to_value(CallStep {
+        turn_id: run.turn_id.clone(),
+        tool_call_id: entry.tool_call_id.clone(),
+    })
+    .expect("serializes");
+    let grant = if requires_approval { active_grant(&run.grants, &entry.tool_name) } else { None };
+    // The call ahead this call repeats, when no grant approves it anyway.
+    let repeat = if requires_approval && grant.is_none() {
+        batches::find_repeat(&ahead, &entry.tool_name, entry.kind, &entry.arguments)
+    } else {
+        None
+    };
+    // The batch the segment's held-back calls join: the repeated call's, or this call's.
+    let opened = batches::to_open(&ahead, repeat, &call.held_back);
+    let batch_id = match repeat {
+        Some(i) => Some(ahead[i].batch_id.clone()),
+        None if !opened.is_empty() => Some(entry.tool_call_id.clone()),
+        None => None,
+    };
+    t = open_ahead(t, run, &opened, batch_id.as_deref(), &mut ahead);
+    if let Some(grant) = grant {
+        t = approved_under_grant(t, run, entry, grant);
+    } else if let Some(i) = repeat {
+        let entry = repeats_ahead(entry, &mut ahead[i]);
+        let used = &ahead[i];
+        match run.ahead_states.iter().find(|(id, _)| *id == used.interrupt_id) {
+            Some((_, AheadState::Decided(decision))) => {
+                t = decided_ahead_used(t, run, &entry, used, decision)
+            }
+            _ => {
+                // Still open: wait on that interrupt instead of opening a second one.
+                await_approval(&mut t, &run.turn_id, &entry, call_step, used.interrupt_id.clone());
+                t.calls.push(entry);
+            }
+        }
+    } else if requires_approval {
+        approval_requested(&mut t, run, entry, &call, batch_id, call_step);
+    } else {
+        approved_as_deferred(&mut t, &entry);
+    }
+    next.turn = Some(TurnState { turn_id: run.turn_id.clone(), prompts_upto: run.prompts_upto, ahead });
+    t.run_state = Some(next);
+    t
+}
+
+/// The segment's held-back calls (`opened`) each open an interrupt ahead in batch `batch_id`, and
+/// join the turn's calls `ahead`.
+fn open_ahead(
+    mut t: Transition,
+    run: &SegmentRun,
+    opened: &[&HeldBackCall],
+    batch_id: Option<&str>,
+    ahead: &mut Vec<AheadCall>,
+) -> Transition {
+    for held in opened {
+        let batch_id = batch_id.unwrap_or_default().to_owned();
+        let request = batches::ahead_request(&run.turn_id, held, &batch_id);
+        t.interrupts.push(NewInterrupt { interrupt_id: held.tool_use_id.clone(), request: request.clone() });
+        t = t.event(
+            event_kind::INTERRUPT_OPENED,
+            json!({"interrupt_id": held.tool_use_id, "request": request}),
+        );
+        let runs_in = match held.handling {
+            Handling::Deferred { runs_in, .. } => runs_in,
+            Handling::Inline | Handling::Recorded => DeferredRun::ResumedSegment,
+        };
+        ahead.push(AheadCall {
+            interrupt_id: held.tool_use_id.clone(),
+            batch_id,
+            tool_name: held.tool_name.clone(),
+            kind: held.kind,
+            arguments: held.arguments.clone(),
+            runs_in,
+            used_by: None,
+        });
+    }
+    t
+}
+
+/// Allowed for this session: approved under the grant, no interrupt. It still runs where its
+/// policy says.
+fn approved_under_grant(
+    mut t: Transition,
+    run: &SegmentRun,
+    entry: CallEntry,
+    grant: &GrantRef,
+) -> Transition {
+    let entry = CallEntry { approved_under: Some(grant.clone()), ..entry };
+    let approved = super::tools::on_approval(&entry, &Decision { approved: true, ..Decision::default() });
+    t.steps.extend(approved.steps);
+    t.calls.extend(approved.calls);
+    t.events.extend(approved.events);
+    t.status = approved.status;
+    t.event(
+        event_kind::APPROVED_UNDER_GRANT,
+        json!({
+            "turn_id": run.turn_id,
+            "tool_call_id": entry.tool_call_id,
+            "tool_name": entry.tool_name,
+            "arguments": entry.arguments,
+            "grant": grant,
+        }),
+    )
+}
+
+/// The call repeats `used`, a call decided (or asked) ahead in a batch: it is marked as used by
+/// the call, and the call as decided by it.
+fn repeats_ahead(mut entry: CallEntry, used: &mut AheadCall) -> CallEntry {
+    used.used_by = Some(entry.tool_call_id.clone());
+    entry.batch_id = Some(used.batch_id.clone());
+    entry.decided_ahead = Some(AheadRef {
+        decision_id: used.interrupt_id.clone(),
+        batch_id: used.batch_id.clone(),
+        decided_by: None,
+        decided_at: None,
+    });
+    entry
+}
+
+/// Decided ahead in a batch: the decision on the call ahead applies to this one, no new
+/// interrupt.
+fn decided_ahead_used(
+    mut t: Transition,
+    run: &SegmentRun,
+    entry: &CallEntry,
+    used: &AheadCall,
+    decision: &Decision,
+) -> Transition {
+    let applied = super::tools::on_approval(entry, decision);
+    t.steps.extend(applied.steps);
+    t.events.extend(applied.events);
+    t.status = applied.status;
+    t = t.event(
+        event_kind::DECIDED_AHEAD_USED,
+        json!({
+            "turn_id": run.turn_id,
+            "tool_call_id": entry.tool_call_id,
+            "tool_name": entry.tool_name,
+            "decision_id": used.interrupt_id,
+            "batch_id": used.batch_id,
+            "approved": decision.approved,
+        }),
+    );
+    t.calls.extend(applied.calls);
+    t
+}
+
+/// The call needs a person: an interrupt of its own, opened before the ones ahead (in batch
+/// `batch_id` when it has one), and the session waits on it.
+fn approval_requested(
+    t: &mut Transition,
+    run: &SegmentRun,
+    mut entry: CallEntry,
+    call: &DeferredCall,
+    batch_id: Option<String>,
+    call_step: Value,
+) {
+    let mut request = json!({
+        "type": "tool_approval",
+        "turn_id": run.turn_id,
+        "tool_call_id": entry.tool_call_id,
+        "tool_name": entry.tool_name,
+        "kind": entry.kind,
+        "arguments": entry.arguments,
+        "effect": call.policy.effect.as_str(),
+    });
+    if let Some(batch_id) = batch_id {
+        request["batch_id"] = json!(batch_id);
+        entry.batch_id = Some(batch_id);
+    }
+    t.interrupts
+        .insert(0, NewInterrupt { interrupt_id: entry.tool_call_id.clone(), request: request.clone() });
+    let opened_at = t.events.iter().position(|e| e.kind == event_kind::INTERRUPT_OPENED);
+    let event = NewEvent {
+        kind: event_kind::INTERRUPT_OPENED,
+        payload: json!({"interrupt_id": entry.tool_call_id, "request": request}),
+    };
+    t.events.insert(opened_at.unwrap_or(t.events.len()), event);
+    let interrupt_id = entry.tool_call_id.clone();
+    await_approval(t, &run.turn_id, &entry, call_step, interrupt_id);
+    t.calls.push(entry);
+}
+
+/// No approval needed: the call is approved as it is deferred.
+fn approved_as_deferred(t: &mut Transition, entry: &CallEntry) {
+    let approved = super::tools::on_approval(
+        entry,
+        &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
+    );
+    t.steps.extend(approved.steps);
+    t.calls.extend(approved.calls);
+    t.events.extend(approved.events);
+    t.status = approved.status;
+}
+
+/// The segment failed: another attempt of `RunModel` when the failure is retryable and attempts
+/// are left, else the turn fails.
+fn segment_failed(
+    run: &SegmentRun,
+    state: &RunState,
+    calls: &[CallEntry],
+    error: String,
+    retryable: bool,
+) -> Transition {
+    if retryable && run.counted_attempt() < RUN_MODEL_ATTEMPTS {
+        let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
+        t.status = Some(status::RUNNING);
+        t.event(
+            event_kind::ATTEMPT_FAILED,
+            json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
+        )
+    } else {
+        fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
     }
 }
 
