@@ -376,7 +376,7 @@ pub fn plan_run_model(
 }
 
 /// What a resumed segment replays for its deferred call: the final record, or for an approved CLI
-/// call not run yet (its record comes from that run), the approval ([`Outcome::approved_cli_tool`]:
+/// call not run yet (its record comes from that run), the approval ([`crate::record::Outcome::approved_cli_tool`]:
 /// the gate lets the CLI run it with the approved input).
 fn replayed(call: &CallEntry) -> Option<ToolCallRecord> {
     match (call.kind, &call.state) {
