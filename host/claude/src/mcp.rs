@@ -525,7 +525,7 @@ mod tests {
 
         let decided =
             gate.lock().unwrap().pre_tool_use(&ToolCall::new("toolu_1", "mcp__tools__echo", json!({})));
-        assert!(matches!(decided, tollgate_engine::gate::Step::Decided(d) if d.is_allow()));
+        assert!(matches!(decided, tollgate_engine::gate::Next::Decided(d) if d.is_allow()));
         let ran = ask(&mut bridge, "r3", call(3, "toolu_1")).await;
         let result = &ran["response"]["response"]["mcp_response"]["result"];
         assert_eq!(result["content"][0]["text"], "echo: ping", "{ran}");

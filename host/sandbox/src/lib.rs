@@ -20,8 +20,8 @@
 //! ```
 //!
 //! Every call runs in a **fresh instance** (nothing leaks between calls or sessions), created from
-//! a pre-linked `InstancePre` on the pooling allocator (for a small component, prepared ahead of
-//! the call off its path: see the `ahead` module), with:
+//! a pre-linked `InstancePre` on the pooling allocator (for a small component, prepared in advance of
+//! the call off its path: see the `prepared` module), with:
 //! - a wall-clock deadline: an epoch ticker stops a spinning guest, a tokio timeout stops one
 //!   blocked in a host call (a sleep, a slow HTTP request);
 //! - a cap on all of the component's memories together;
@@ -46,7 +46,6 @@
 #![warn(missing_docs)]
 
 mod agent;
-mod ahead;
 pub mod allow;
 mod bindings;
 mod cache;
@@ -54,6 +53,7 @@ mod error;
 mod links;
 mod manifest;
 mod names;
+mod prepared;
 mod reach;
 mod schema;
 mod state;
@@ -98,13 +98,13 @@ pub struct SandboxConfig {
     pub max_concurrent_calls: u32,
     /// The most memory any manifest may grant one component, in MiB. Default 1024.
     pub max_memory_mb: u32,
-    /// Instances prepared ahead of calls, across every tool set of this sandbox: after a call of a
+    /// Instances prepared in advance of calls, across every tool set of this sandbox: after a call of a
     /// small component, its next instance (a fresh store and instance, never called) is prepared
     /// by a task of the caller's runtime after the call returns, so the next call only runs the
     /// guest. Each holds a slot of the
     /// pooling allocator. 0 instantiates every call on its path. Default 8.
     pub prepared_instances: u32,
-    /// The largest component (`.wasm` bytes) whose next instance is prepared ahead. Default
+    /// The largest component (`.wasm` bytes) whose next instance is prepared in advance. Default
     /// 2 MiB: Rust and QuickJS tools, not Go, StarlingMonkey or Python ones.
     pub prepare_max_component_bytes: u64,
     /// How long a prepared instance is kept while its component is not called. Default 60 s.
@@ -145,7 +145,7 @@ struct SandboxInner {
     /// One per call running (and its instance until dropped): `max_concurrent_calls`.
     permits: Arc<tokio::sync::Semaphore>,
     /// Drops used instances and prepares the next, off the calls' paths.
-    preparer: Arc<ahead::Preparer>,
+    preparer: Arc<prepared::Preparer>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -207,7 +207,7 @@ impl Sandbox {
         .map_err(engine_error)?;
 
         let prepared = Arc::new(tokio::sync::Semaphore::new(config.prepared_instances as usize));
-        let preparer = ahead::Preparer::new(engine.clone(), prepared, config.prepared_idle);
+        let preparer = prepared::Preparer::new(engine.clone(), prepared, config.prepared_idle);
         Ok(Self {
             inner: Arc::new(SandboxInner {
                 engine,
@@ -247,7 +247,7 @@ impl Sandbox {
         })
     }
 
-    /// Runs `body` in `store` (fresh, or prepared ahead and never called) with `budget` left of the
+    /// Runs `body` in `store` (fresh, or prepared in advance and never called) with `budget` left of the
     /// call's timeout, counted from now: the store's deadline, the epoch deadline and the timeout
     /// of a guest blocked in a host call all start here. Turns a trap into a [`CallError`] about
     /// `tool`.

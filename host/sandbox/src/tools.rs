@@ -10,8 +10,8 @@
 //!
 //! A call validates its arguments against the schema on the host (the handler never sees
 //! arguments that fail it), within a validation budget, then runs in a fresh instance under the
-//! component's limits: one prepared ahead of the call when the component is small and was called
-//! before ([`crate::ahead`]), else one instantiated on the call's path. The used instance is
+//! component's limits: one prepared in advance of the call when the component is small and was called
+//! before ([`crate::prepared`]), else one instantiated on the call's path. The used instance is
 //! dropped off the call's path.
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use wasmtime::component::{Component, types::ComponentItem};
 
-use crate::ahead::{Ahead, Job};
 use crate::bindings::tool::ToolProviderPre;
 use crate::bindings::tool::tollgate::tool::types as wit;
 use crate::cache::CacheOutcome;
 use crate::error::{CallError, LoadError};
 use crate::manifest::{Manifest, ManifestFile};
 use crate::names::check_tool_name;
+use crate::prepared::{Job, Standby};
 use crate::reach::Reach;
 use crate::schema::{SchemaBounds, SchemaCost};
 use crate::{Annotations, Sandbox};
@@ -241,7 +241,7 @@ pub struct ToolSet {
 
 struct ToolSetInner {
     sandbox: Sandbox,
-    components: Vec<Arc<Ahead>>,
+    components: Vec<Arc<Standby>>,
     component_infos: Vec<ComponentInfo>,
     tools: Vec<LoadedTool>,
     infos: Vec<ToolInfo>,
@@ -486,7 +486,7 @@ impl Sandbox {
                 tools.push(LoadedTool { component: index, ..tool });
             }
             let eligible = size <= self.inner.config.prepare_max_component_bytes;
-            components.push(Arc::new(Ahead::new(pre, grants, eligible)));
+            components.push(Arc::new(Standby::new(pre, grants, eligible)));
             component_infos.push(ComponentInfo {
                 name,
                 path,
@@ -512,13 +512,13 @@ impl Sandbox {
     }
 
     /// Drops `used` (a store whose call is over) and gives back the call's `permit` after it, off
-    /// the call's path, and prepares `ahead`'s next instance if it should (see [`crate::ahead`]).
+    /// the call's path, and prepares `standby`'s next instance if it should (see [`crate::prepared`]).
     /// Without prepared instances (`prepared_instances = 0`), drops it here.
     fn retire(
         &self,
         used: wasmtime::Store<crate::state::HostState>,
         permit: tokio::sync::OwnedSemaphorePermit,
-        ahead: &Arc<Ahead>,
+        standby: &Arc<Standby>,
         pending: &Arc<tokio::sync::watch::Sender<usize>>,
     ) {
         if self.inner.config.prepared_instances == 0 {
@@ -526,7 +526,7 @@ impl Sandbox {
             drop(permit);
             return;
         }
-        self.inner.preparer.submit(Job::new(used, permit, ahead, pending));
+        self.inner.preparer.submit(Job::new(used, permit, standby, pending));
     }
 }
 
@@ -673,7 +673,7 @@ impl ToolSet {
     }
 
     /// Calls tool `name` with `arguments` (a JSON object): validates them against its schema,
-    /// then runs it in a fresh instance (never called before; prepared ahead of the call for a
+    /// then runs it in a fresh instance (never called before; prepared in advance of the call for a
     /// small component) under its component's limits, the timeout counting from the call's start
     /// (less what instantiating a prepared instance took). `execution` is the durable step of a
     /// deferred call, `None` for an inline one.

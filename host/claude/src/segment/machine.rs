@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tollgate_engine::catalog::ToolKind;
-use tollgate_engine::gate::{CliDeciderQuery, Decision, Gate, McpPermit, Origin, Step, ToolCall};
+use tollgate_engine::gate::{CliDeciderQuery, Decision, Gate, McpPermit, Next, Origin, ToolCall};
 use tollgate_engine::hooks::{HookAnswer, HookCall};
 use tollgate_engine::session::tools::CliRun;
 use tollgate_protocol::{
@@ -764,9 +764,9 @@ impl<'a> SegmentMachine<'a> {
 
     /// The answer for a step of the gate: at once for a decision; later, from
     /// [`Self::notify_decider_answer`], when the CLI decider is asked.
-    fn step(&mut self, request_id: String, step: Step, reply: Reply) -> Option<HostFrame> {
+    fn step(&mut self, request_id: String, step: Next, reply: Reply) -> Option<HostFrame> {
         match step {
-            Step::Decided(decision) => {
+            Next::Decided(decision) => {
                 if let Decision::Replay(record) = &decision
                     && record.kind == ToolKind::Cli
                     && self.stats.resumed_cli_call == CliRun::NotStarted
@@ -776,7 +776,7 @@ impl<'a> SegmentMachine<'a> {
                 }
                 Some(reply.frame(&request_id, &decision))
             }
-            Step::AskCliDecider(query) if self.settings.cli_decider => {
+            Next::AskCliDecider(query) if self.settings.cli_decider => {
                 let ticket = self.next_ticket;
                 self.next_ticket += 1;
                 self.effects.push_back(Effect::AskDecider {
@@ -787,7 +787,7 @@ impl<'a> SegmentMachine<'a> {
                 self.deciding.insert(ticket, Asked { request_id, query, reply });
                 None
             }
-            Step::AskCliDecider(query) => {
+            Next::AskCliDecider(query) => {
                 let decision = self.gate.answer_cli_decider(query, Ok(None));
                 Some(reply.frame(&request_id, &decision))
             }

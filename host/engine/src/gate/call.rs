@@ -41,7 +41,7 @@ pub(super) struct CallState {
 /// Where a call's decision stands.
 #[derive(Clone, Debug)]
 pub(super) enum Phase {
-    /// The options factory's per-call decider is being asked ([`super::Step::AskCliDecider`]).
+    /// The options factory's per-call decider is being asked ([`super::Next::AskCliDecider`]).
     AskingDecider,
     /// Decided.
     Decided(Decided),

@@ -4,7 +4,7 @@
 use super::call::{CallState, Decided, Phase, Target};
 use super::{
     Channel, CliDeciderQuery, CliToolDecision, Decision, DeferredCall, DenyReason, Gate, GateError,
-    HeldBackCall, McpPermit, Origin, Step, ToolCall,
+    HeldBackCall, McpPermit, Next, Origin, ToolCall,
 };
 use crate::catalog::{ToolKind, ToolRef};
 use crate::policy::{Handling, ToolPolicy};
@@ -13,17 +13,17 @@ use crate::texts;
 
 impl Gate {
     /// Decides a `PreToolUse` hook callback.
-    pub fn pre_tool_use(&mut self, call: &ToolCall) -> Step {
+    pub fn pre_tool_use(&mut self, call: &ToolCall) -> Next {
         self.decide(call, Channel::PreToolUse)
     }
 
     /// Decides a `can_use_tool` request: the fallback for a call whose hook did not run. Never
     /// yields [`Decision::Defer`].
-    pub fn can_use_tool(&mut self, call: &ToolCall) -> Step {
+    pub fn can_use_tool(&mut self, call: &ToolCall) -> Next {
         self.decide(call, Channel::CanUseTool)
     }
 
-    /// Finishes a call that [`Step::AskCliDecider`] held, with the decider's answer: `Ok(None)`
+    /// Finishes a call that [`Next::AskCliDecider`] held, with the decider's answer: `Ok(None)`
     /// leaves the call to the policy table, `Err(text)` (the factory failed) denies it with the
     /// text.
     pub fn answer_cli_decider(
@@ -152,9 +152,9 @@ impl Gate {
         })
     }
 
-    fn decide(&mut self, call: &ToolCall, channel: Channel) -> Step {
+    fn decide(&mut self, call: &ToolCall, channel: Channel) -> Next {
         if self.calls.contains_key(&call.tool_use_id) {
-            return Step::Decided(self.decide_again(call, channel));
+            return Next::Decided(self.decide_again(call, channel));
         }
         let tool = self.catalog.classify(&call.tool_name);
         let target = Target::of(tool);
@@ -190,7 +190,7 @@ impl Gate {
                     phase: Phase::AskingDecider,
                 };
                 self.calls.insert(call.tool_use_id.clone(), state);
-                return Step::AskCliDecider(CliDeciderQuery {
+                return Next::AskCliDecider(CliDeciderQuery {
                     tool_use_id: call.tool_use_id.clone(),
                     tool_name: cli.to_owned(),
                     input: call.input.clone(),
@@ -270,12 +270,12 @@ impl Gate {
         }
     }
 
-    fn settle(&mut self, call: &ToolCall, channel: Channel, target: Target, decided: Decided) -> Step {
+    fn settle(&mut self, call: &ToolCall, channel: Channel, target: Target, decided: Decided) -> Next {
         let decision = decided.decision();
         let state =
             CallState { target, tool_name: call.tool_name.clone(), channel, phase: Phase::Decided(decided) };
         self.calls.insert(call.tool_use_id.clone(), state);
-        Step::Decided(decision)
+        Next::Decided(decision)
     }
 }
 

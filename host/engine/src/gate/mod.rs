@@ -30,7 +30,7 @@
 //!
 //! "Deferrable" is [`Handling::is_deferred`] of the call's policy ([`crate::policy`]). For a new
 //! CLI tool call the options factory's per-call decider, when the agent has one, is asked first
-//! ([`Step::AskCliDecider`]): it may allow (with new input), deny, require approval, or leave the
+//! ([`Next::AskCliDecider`]): it may allow (with new input), deny, require approval, or leave the
 //! call to the policy table.
 //!
 //! `can_use_tool` is the fallback for a call whose hook did not run, with the same rules, except
@@ -42,7 +42,7 @@
 //! ```
 //! use serde_json::json;
 //! use tollgate_engine::catalog::ToolCatalog;
-//! use tollgate_engine::gate::{Decision, Gate, Step, ToolCall};
+//! use tollgate_engine::gate::{Decision, Gate, Next, ToolCall};
 //! use tollgate_engine::policy::{Annotations, Effect, Policies, PolicyEntry};
 //!
 //! let policies = Policies::default().with("create_refund", PolicyEntry::new(Effect::NonIdempotentWrite))?;
@@ -52,13 +52,13 @@
 //! let mut gate = Gate::new(policies, catalog);
 //!
 //! let lookup = ToolCall::new("toolu_1", "mcp__tools__lookup_order", json!({"order_id": "7"}));
-//! assert!(matches!(gate.pre_tool_use(&lookup), Step::Decided(Decision::Allow { updated_input: None })));
+//! assert!(matches!(gate.pre_tool_use(&lookup), Next::Decided(Decision::Allow { updated_input: None })));
 //!
 //! let refund = ToolCall::new("toolu_2", "mcp__tools__create_refund", json!({"order_id": "7"}));
-//! assert!(matches!(gate.pre_tool_use(&refund), Step::Decided(Decision::Defer)));
+//! assert!(matches!(gate.pre_tool_use(&refund), Next::Decided(Decision::Defer)));
 //!
 //! let again = ToolCall::new("toolu_3", "mcp__tools__create_refund", json!({"order_id": "8"}));
-//! let Step::Decided(Decision::Deny { message, .. }) = gate.pre_tool_use(&again) else { panic!() };
+//! let Next::Decided(Decision::Deny { message, .. }) = gate.pre_tool_use(&again) else { panic!() };
 //! assert!(message.ends_with("Call mcp__tools__create_refund again by itself."));
 //!
 //! // The CLI's result names the deferred call; the session records it from here.
@@ -70,7 +70,7 @@
 //! # Caveats
 //!
 //! - The gate is `&mut`: one owner (the segment's event loop) asks it everything; the custom tool
-//!   server's permits reach that owner over a channel. Between [`Step::AskCliDecider`] and [`Gate::answer_cli_decider`] other calls
+//!   server's permits reach that owner over a channel. Between [`Next::AskCliDecider`] and [`Gate::answer_cli_decider`] other calls
 //!   may be decided; "the first deferrable call" is the first one *decided*, so a call whose
 //!   decider answers late may find the segment's deferral taken and be denied with the retry text.
 //! - An inline custom tool is decided by its name and policy, not its input: the MCP call runs with
@@ -246,10 +246,10 @@ impl DenyReason {
     }
 }
 
-/// What one step of the gate needs next.
+/// What the gate needs next for a call: nothing (its decision), or the per-call decider's answer.
 #[derive(Debug)]
 #[must_use]
-pub enum Step {
+pub enum Next {
     /// The decision; answer the CLI with it.
     Decided(Decision),
     /// A new CLI tool call and the agent has a per-call decider: call the options factory's

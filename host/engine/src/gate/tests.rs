@@ -38,10 +38,10 @@ fn call(id: &str, tool: &str) -> ToolCall {
     ToolCall::new(id, tool, json!({ "id": id }))
 }
 
-fn decided(step: Step) -> Decision {
+fn decided(step: Next) -> Decision {
     match step {
-        Step::Decided(decision) => decision,
-        Step::AskCliDecider(query) => panic!("unexpected decider query for {}", query.tool_name()),
+        Next::Decided(decision) => decision,
+        Next::AskCliDecider(query) => panic!("unexpected decider query for {}", query.tool_name()),
     }
 }
 
@@ -650,10 +650,10 @@ fn an_mcp_call_under_a_permitted_id_but_another_tool_is_refused_and_keeps_the_pe
 
 // --- the per-call CLI decider ---
 
-fn with_decider(step: Step, answer: Result<Option<CliToolDecision>, String>, gate: &mut Gate) -> Decision {
+fn with_decider(step: Next, answer: Result<Option<CliToolDecision>, String>, gate: &mut Gate) -> Decision {
     match step {
-        Step::AskCliDecider(query) => gate.answer_cli_decider(query, answer),
-        Step::Decided(decision) => panic!("expected a decider query, got {decision:?}"),
+        Next::AskCliDecider(query) => gate.answer_cli_decider(query, answer),
+        Next::Decided(decision) => panic!("expected a decider query, got {decision:?}"),
     }
 }
 
@@ -661,7 +661,7 @@ fn decide_bash(answer: Result<Option<CliToolDecision>, String>) -> (Gate, Decisi
     let mut gate = gate().with_cli_decider();
     let bash = ToolCall::new("toolu_1", "Bash", json!({ "command": "ls" }));
     let step = gate.pre_tool_use(&bash);
-    if let Step::AskCliDecider(query) = &step {
+    if let Next::AskCliDecider(query) = &step {
         assert_eq!((query.tool_use_id(), query.tool_name(), query.input()), ("toolu_1", "Bash", &bash.input));
     }
     let decision = with_decider(step, answer, &mut gate);
@@ -740,9 +740,9 @@ fn a_decider_approval_requirement_after_the_deferral_is_denied_with_the_retry_te
 #[test]
 fn the_cli_decider_is_not_asked_about_custom_tools_or_replays() {
     let mut gate = gate().with_cli_decider().resuming(bash_record(Outcome::approved_cli_tool()));
-    assert!(matches!(gate.pre_tool_use(&call("toolu_bash", "Bash")), Step::Decided(Decision::Replay(_))));
-    assert!(matches!(gate.pre_tool_use(&call("toolu_1", "mcp__tools__lookup_order")), Step::Decided(_)));
-    assert!(matches!(gate.pre_tool_use(&call("toolu_2", "mcp__tools__create_refund")), Step::Decided(_)));
+    assert!(matches!(gate.pre_tool_use(&call("toolu_bash", "Bash")), Next::Decided(Decision::Replay(_))));
+    assert!(matches!(gate.pre_tool_use(&call("toolu_1", "mcp__tools__lookup_order")), Next::Decided(_)));
+    assert!(matches!(gate.pre_tool_use(&call("toolu_2", "mcp__tools__create_refund")), Next::Decided(_)));
 }
 
 #[test]

@@ -6,16 +6,16 @@
 //! - `hostile`: guests that attack or break their host, each followed by a call that must work;
 //! - `escapes`: guests that look for a way around their grants (address spellings, symbolic links);
 //! - `factory`: the options-factory component;
-//! - `ahead`: instances prepared ahead of calls, fresh and limited per call;
+//! - `prepared`: instances prepared in advance of calls, fresh and limited per call;
 //! - `reach`: whether a call may have taken effect outside the machine.
 
-mod ahead;
 mod calls;
 mod escapes;
 mod factory;
 mod hostile;
 mod languages;
 mod load;
+mod prepared;
 mod reach;
 mod util;
 mod wit;

@@ -1,4 +1,4 @@
-//! Instances prepared ahead of calls: each call still gets a never-used instance, and every limit
+//! Instances prepared in advance of calls: each call still gets a never-used instance, and every limit
 //! and grant holds per call on a prepared one. Each test first makes sure the call it checks runs
 //! on a prepared instance (`settled`, then `prepared_instances`).
 

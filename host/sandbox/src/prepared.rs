@@ -1,5 +1,5 @@
-//! Instances prepared ahead of calls, and used ones dropped after them, off the call's path.
-//! Read [`Ahead`] first, then [`Preparer`].
+//! Instances prepared in advance of calls, and used ones dropped after them, off the call's path.
+//! Read [`Standby`] first, then [`Preparer`].
 //!
 //! Every tool call needs a fresh instance: a store (WASI context, limiter, epoch callback) and an
 //! instance of the component in a slot of the pooling allocator. Making it (store setup,
@@ -7,7 +7,7 @@
 //! own work, and far more when the CPU caches and TLB are cold, as they are after a call of a big
 //! guest (Go, StarlingMonkey, Python: `benches/RESULTS.md`). So after a call has returned, a task
 //! of the caller's runtime ([`Preparer`]) drops the used store and, for a small component,
-//! instantiates the next one, which the next call takes ([`Ahead::take`]) and only runs.
+//! instantiates the next one, which the next call takes ([`Standby::take`]) and only runs.
 //!
 //! What stays per call:
 //! - a prepared instance was never called, and is taken out of its slot by exactly one call;
@@ -55,10 +55,10 @@ pub(crate) struct Prepared {
 }
 
 /// One component's pre-linked instance, its grants, and the instance prepared for its next call.
-pub(crate) struct Ahead {
+pub(crate) struct Standby {
     pub(crate) pre: ToolProviderPre<HostState>,
     pub(crate) grants: Grants,
-    /// Whether it is small enough to be prepared ahead.
+    /// Whether it is small enough to be prepared in advance.
     eligible: bool,
     slot: Mutex<Slot>,
 }
@@ -75,7 +75,7 @@ struct Slot {
     failed: bool,
 }
 
-impl Ahead {
+impl Standby {
     pub(crate) fn new(pre: ToolProviderPre<HostState>, grants: Grants, eligible: bool) -> Self {
         let slot = Slot {
             prepared: None,
@@ -121,20 +121,20 @@ impl Ahead {
 pub(crate) struct Job {
     pub(crate) used: Store<HostState>,
     pub(crate) permit: OwnedSemaphorePermit,
-    pub(crate) next: Option<Arc<Ahead>>,
+    pub(crate) next: Option<Arc<Standby>>,
     /// The tool set's count of unfinished jobs, decremented when this one is done.
     pub(crate) pending: Arc<watch::Sender<usize>>,
 }
 
 impl Job {
-    /// The job for `ahead`'s used store: prepares its next instance if it should.
+    /// The job for `standby`'s used store: prepares its next instance if it should.
     pub(crate) fn new(
         used: Store<HostState>,
         permit: OwnedSemaphorePermit,
-        ahead: &Arc<Ahead>,
+        standby: &Arc<Standby>,
         pending: &Arc<watch::Sender<usize>>,
     ) -> Self {
-        let next = ahead.claim().then(|| ahead.clone());
+        let next = standby.claim().then(|| standby.clone());
         pending.send_modify(|n| *n += 1);
         Self { used, permit, next, pending: pending.clone() }
     }
@@ -145,8 +145,8 @@ impl Job {
         let mut done = Done { pending, unfinished: next.clone() };
         drop(used);
         drop(permit);
-        if let Some(ahead) = next {
-            preparer.prepare(&ahead).await;
+        if let Some(standby) = next {
+            preparer.prepare(&standby).await;
             done.unfinished = None;
         }
     }
@@ -164,13 +164,13 @@ impl Job {
 /// down), and then lets its component be prepared again.
 struct Done {
     pending: Arc<watch::Sender<usize>>,
-    unfinished: Option<Arc<Ahead>>,
+    unfinished: Option<Arc<Standby>>,
 }
 
 impl Drop for Done {
     fn drop(&mut self) {
-        if let Some(ahead) = self.unfinished.take() {
-            ahead.slot().preparing = false;
+        if let Some(standby) = self.unfinished.take() {
+            standby.slot().preparing = false;
         }
         self.pending.send_modify(|n| *n -= 1);
     }
@@ -202,36 +202,39 @@ impl Preparer {
         runtime.spawn(async move { job.run(&preparer).await });
     }
 
-    /// Instantiates `ahead`'s next instance, under its manifest's timeout, and keeps it in its
+    /// Instantiates `standby`'s next instance, under its manifest's timeout, and keeps it in its
     /// slot; gives up when `prepared_instances` are out already.
-    async fn prepare(&self, ahead: &Arc<Ahead>) {
+    async fn prepare(&self, standby: &Arc<Standby>) {
         let Ok(held) = self.prepared.clone().try_acquire_owned() else {
-            ahead.slot().preparing = false;
+            standby.slot().preparing = false;
             return;
         };
-        let timeout = ahead.grants.manifest.limits.timeout;
+        let timeout = standby.grants.manifest.limits.timeout;
         let started = Instant::now();
         let made = tokio::time::timeout(timeout, async {
-            let mut store = crate::new_store(&self.engine, &ahead.grants, timeout)?;
-            let instance = ahead.pre.instantiate_async(&mut store).await?;
+            let mut store = crate::new_store(&self.engine, &standby.grants, timeout)?;
+            let instance = standby.pre.instantiate_async(&mut store).await?;
             Ok::<_, wasmtime::Error>((store, instance))
         })
         .await;
         let spent = started.elapsed();
-        let mut slot = ahead.slot();
+        let mut slot = standby.slot();
         slot.preparing = false;
         let (store, instance) = match made {
             Ok(Ok(made)) => made,
             Ok(Err(error)) => {
                 slot.failed = true;
                 drop(slot);
-                tracing::debug!(component = &*ahead.grants.name, "not prepared ahead: {error:#}");
+                tracing::debug!(component = &*standby.grants.name, "not prepared in advance: {error:#}");
                 return;
             }
             Err(_) => {
                 slot.failed = true;
                 drop(slot);
-                tracing::debug!(component = &*ahead.grants.name, "not prepared ahead: past its deadline");
+                tracing::debug!(
+                    component = &*standby.grants.name,
+                    "not prepared in advance: past its deadline"
+                );
                 return;
             }
         };
@@ -241,22 +244,22 @@ impl Preparer {
         slot.prepared = Some(Prepared { store, instance, spent, _held: held });
         if !slot.expiring {
             slot.expiring = true;
-            tokio::spawn(expire(Arc::downgrade(ahead), self.idle));
+            tokio::spawn(expire(Arc::downgrade(standby), self.idle));
         }
     }
 }
 
-/// Drops `ahead`'s prepared instance once its component has not been called for `idle`.
-async fn expire(ahead: Weak<Ahead>, idle: Duration) {
+/// Drops `standby`'s prepared instance once its component has not been called for `idle`.
+async fn expire(standby: Weak<Standby>, idle: Duration) {
     loop {
         let due = {
-            let Some(ahead) = ahead.upgrade() else { return };
-            ahead.slot().last_call + idle
+            let Some(standby) = standby.upgrade() else { return };
+            standby.slot().last_call + idle
         };
         tokio::time::sleep_until(due.into()).await;
-        let Some(ahead) = ahead.upgrade() else { return };
+        let Some(standby) = standby.upgrade() else { return };
         let stale = {
-            let mut slot = ahead.slot();
+            let mut slot = standby.slot();
             if slot.last_call + idle > Instant::now() {
                 continue;
             }
