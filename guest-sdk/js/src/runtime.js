@@ -75,6 +75,10 @@ function toCallError(err) {
   const k = callErrorKind(err);
   if (k) return { tag: k, val: err.message };
   const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  // The stack goes to stderr, which the host logs and records; the model reads only the message.
+  if (err instanceof Error && err.stack && typeof console !== 'undefined' && console.error) {
+    console.error(`${message}\n${err.stack}`);
+  }
   return { tag: 'retryable', val: message };
 }
 

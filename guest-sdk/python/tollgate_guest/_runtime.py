@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import traceback
 from typing import List, Optional
 
 from componentize_py_types import Err
@@ -68,4 +70,7 @@ class Tools(exports.Tools):
             # The handler may have sent its write before it raised (a refund, then a parse error
             # on the answer): `retryable`, so an idempotent write is attempted again under the
             # same key and a single-attempt write is recorded `outcome_unknown`, never `failed`.
+            # The traceback goes to stderr, which the host logs and records; the model reads only
+            # the exception's name and message.
+            traceback.print_exception(e, file=sys.stderr)
             raise Err(t.CallError_Retryable(f"{type(e).__name__}: {e}"))

@@ -144,6 +144,10 @@ pub enum CallError {
         tool: String,
         /// Its message.
         message: String,
+        /// What the guest wrote to stderr during the call (a Python or JavaScript SDK's traceback
+        /// of an uncaught exception), lines kept, each escaped: for logs and records, never in
+        /// what the model reads.
+        stderr: Option<String>,
     },
     /// The tool reported a transient failure (`call-error::retryable`).
     #[error("`{tool}` failed and may succeed if called again: {message}")]
@@ -152,6 +156,10 @@ pub enum CallError {
         tool: String,
         /// Its message.
         message: String,
+        /// What the guest wrote to stderr during the call (a Python or JavaScript SDK's traceback
+        /// of an uncaught exception), lines kept, each escaped: for logs and records, never in
+        /// what the model reads.
+        stderr: Option<String>,
     },
     /// The call ran past its deadline and was stopped.
     #[error("`{tool}` did not finish within its {} ms deadline and was stopped", limit.as_millis())]
@@ -212,6 +220,15 @@ impl CallError {
         match self {
             CallError::Failed { message, .. } | CallError::Retryable { message, .. } => message.clone(),
             other => other.to_string(),
+        }
+    }
+
+    /// What the guest wrote to stderr during a call that failed by its own report (see
+    /// [`CallError::Failed`]), if anything.
+    pub fn guest_stderr(&self) -> Option<&str> {
+        match self {
+            CallError::Failed { stderr, .. } | CallError::Retryable { stderr, .. } => stderr.as_deref(),
+            _ => None,
         }
     }
 

@@ -307,15 +307,10 @@ fn classify_trap(
     if store.data().limiter.refused.is_some() {
         return CallError::MemoryLimit { tool, limit_bytes: limits.memory_bytes };
     }
-    let stderr = store.data().stderr.text();
-    let stderr = state::escape_controls(stderr.trim());
-    let with_stderr = |reason: String| {
-        if stderr.is_empty() {
-            reason
-        } else {
-            let tail = state::truncate(&stderr, 2000);
-            format!("{reason}; its stderr: {tail}")
-        }
+    let stderr = state::stderr_lines(&store.data().stderr.text());
+    let with_stderr = |reason: String| match &stderr {
+        None => reason,
+        Some(stderr) => format!("{reason}; its stderr: {}", state::truncate(stderr, 2000)),
     };
     if let Some(reason) = host_budget_exceeded(error, limits) {
         return CallError::Trapped { tool, reason };

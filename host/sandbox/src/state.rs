@@ -89,6 +89,8 @@ pub(crate) struct HostState {
     pub(crate) deadline: Instant,
     /// What of the call may have left the machine.
     pub(crate) reach: ReachLog,
+    /// Outbound requests and connections the allow-list refused during the call.
+    pub(crate) denied: DeniedLog,
 }
 
 impl HostState {
@@ -100,6 +102,7 @@ impl HostState {
     ) -> Result<Self, wasmtime::Error> {
         let stderr = TruncatingPipe::new(STDERR_KEPT);
         let reach = ReachLog::default();
+        let denied = DeniedLog::new(component.clone(), manifest.allowed_hosts.to_string());
         let mut b = WasiCtx::builder();
         b.stderr(stderr.clone());
         b.allow_ip_name_lookup(false);
@@ -115,6 +118,7 @@ impl HostState {
         if manifest.allowed_hosts.any_tcp() {
             let allowed = manifest.allowed_hosts.clone();
             let connects = reach.clone();
+            let refused = denied.clone();
             b.allow_tcp(true);
             b.socket_addr_check(move |addr, usage| {
                 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -124,6 +128,8 @@ impl HostState {
                         if ok {
                             // Whether the connect succeeds is not seen here: count the attempt.
                             connects.mark_left();
+                        } else {
+                            refused.note(format!("tcp://{addr}"));
                         }
                         ok
                     }
@@ -149,6 +155,7 @@ impl HostState {
                 allowed: manifest.allowed_hosts.clone(),
                 body_chunk: budget.body_chunk,
                 reach: reach.clone(),
+                denied: denied.clone(),
             },
             table,
             limiter: MemoryLimiter::new(manifest.limits.memory_bytes),
@@ -158,6 +165,7 @@ impl HostState {
             stderr,
             deadline,
             reach,
+            denied,
         })
     }
 }
@@ -254,6 +262,18 @@ pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A guest's stderr for a log or record: its lines kept, each escaped ([`escape_controls`]) and
+/// every line after the first indented with `  | `, so no line of it can pass for a log line of
+/// the host's. `None` when it wrote nothing but blanks.
+pub(crate) fn stderr_lines(text: &str) -> Option<String> {
+    let text = text.trim_end();
+    if text.trim().is_empty() {
+        return None;
+    }
+    let lines: Vec<std::borrow::Cow<'_, str>> = text.lines().map(escape_controls).collect();
+    Some(lines.join("\n  | "))
+}
+
 /// Caps the memory of all of a component's memories together (wasmtime's `StoreLimits` caps each
 /// memory on its own) and remembers when the cap was hit, so the call can say so.
 pub(crate) struct MemoryLimiter {
@@ -315,6 +335,54 @@ struct HttpPolicy {
     allowed: AllowedHosts,
     body_chunk: usize,
     reach: ReachLog,
+    denied: DeniedLog,
+}
+
+/// The destinations a call's allow-list refused, so the call's error can name them (a guest sees
+/// only WASI's bare `HTTP-request-denied` or a refused connect). Logged at `warn` as they happen:
+/// a tool author sees them in `serve`'s default log.
+#[derive(Clone)]
+pub(crate) struct DeniedLog {
+    inner: Arc<std::sync::Mutex<Vec<String>>>,
+    component: Arc<str>,
+    allowed: Arc<str>,
+}
+
+impl DeniedLog {
+    /// The most destinations one call's error names.
+    const KEPT: usize = 4;
+
+    fn new(component: Arc<str>, allowed: String) -> DeniedLog {
+        DeniedLog { inner: Arc::default(), component, allowed: allowed.into() }
+    }
+
+    /// Notes a refused destination (escaped; the query left out by the caller).
+    fn note(&self, destination: String) {
+        let destination = escape_controls(&destination).into_owned();
+        tracing::warn!(
+            component = &*self.component,
+            %destination,
+            allowed = &*self.allowed,
+            "outbound request denied: not on the component's allow-list"
+        );
+        let mut list = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() < Self::KEPT && !list.contains(&destination) {
+            list.push(destination);
+        }
+    }
+
+    /// What a failed call's error adds, when anything was refused: the destinations and the
+    /// allow-list.
+    pub(crate) fn explanation(&self) -> Option<String> {
+        let list = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (!list.is_empty()).then(|| {
+            format!(
+                "the sandbox denied outbound access to {}: not on this tool's allow-list, which is {}",
+                list.join(", "),
+                self.allowed
+            )
+        })
+    }
 }
 
 type IoFuture = Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>;
@@ -347,10 +415,7 @@ impl WasiHttpHooks for HttpPolicy {
                 uri.authority().map_or("?", |a| a.as_str()),
                 uri.path()
             );
-            tracing::info!(
-                destination = %escape_controls(&destination),
-                "outbound request denied: not on the component's allow-list"
-            );
+            self.denied.note(destination);
             // Drain the body the guest is writing before refusing (StarlingMonkey's fetch traps
             // when the body stream of a refused request is dropped under it), one frame at a
             // time and discarding each: memory stays at one chunk whatever the body's size. The
@@ -467,6 +532,17 @@ mod tests {
 
     #[test]
     fn guest_log_text_cannot_break_lines_or_send_escapes() {
+        assert_eq!(
+            stderr_lines("Traceback (most recent call last):\n  File \"app.py\"\nKeyError: 'refund'\n\n")
+                .as_deref(),
+            Some("Traceback (most recent call last):\n  |   File \"app.py\"\n  | KeyError: 'refund'")
+        );
+        assert_eq!(
+            stderr_lines("oops\n2026-01-01T00:00:00Z  INFO tollgate: forged\r\u{1b}[2K").as_deref(),
+            Some("oops\n  | 2026-01-01T00:00:00Z  INFO tollgate: forged\\r\\u{1b}[2K"),
+            "no line of it starts a host log line, and other controls stay escaped"
+        );
+        assert_eq!(stderr_lines(" \n\n"), None);
         assert_eq!(escape_controls("plain text é"), "plain text é");
         assert_eq!(
             escape_controls("ok\n2026-01-01T00:00:00Z  INFO tollgate: forged\r\u{1b}[2K\u{7}"),

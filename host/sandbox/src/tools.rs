@@ -742,18 +742,36 @@ impl ToolSet {
             })
             .await;
         *reach = store.data().reach.reach();
+        let denied = store.data().denied.explanation();
+        let stderr = crate::state::stderr_lines(&store.data().stderr.text());
         sandbox.retire(store, permit, component, &self.inner.pending);
-        let result = result?;
+        // A refused destination explains a failure the guest can only report as a bare code.
+        let explained = |message: String| match &denied {
+            Some(denied) => format!("{message} ({denied})"),
+            None => message,
+        };
+        let result = result.map_err(|error| match error {
+            CallError::Trapped { tool, reason } => CallError::Trapped { tool, reason: explained(reason) },
+            other => other,
+        })?;
+        if let (Err(_), Some(stderr)) = (&result, &stderr) {
+            // A traceback, say: in the log, not in what the model reads.
+            tracing::warn!(
+                component = &*component.grants.name,
+                tool = name,
+                "the call failed; the guest's stderr:\n  | {stderr}"
+            );
+        }
         let output = match result {
             Ok(output) => output,
             Err(wit::CallError::Failed(message)) => {
-                return Err(CallError::Failed { tool: name.into(), message });
+                return Err(CallError::Failed { tool: name.into(), message: explained(message), stderr });
             }
             Err(wit::CallError::Retryable(message)) => {
-                return Err(CallError::Retryable { tool: name.into(), message });
+                return Err(CallError::Retryable { tool: name.into(), message: explained(message), stderr });
             }
         };
-        let output = ToolOutput {
+        let mut output = ToolOutput {
             content: output
                 .content
                 .into_iter()
@@ -764,6 +782,9 @@ impl ToolSet {
                 .collect(),
             is_error: output.is_error,
         };
+        if let (true, Some(denied)) = (output.is_error, denied) {
+            output.content.push(Content::Text { text: format!("({denied})") });
+        }
         let limit = component.grants.manifest.limits.max_output_bytes;
         let bytes = output.size();
         if bytes > limit {

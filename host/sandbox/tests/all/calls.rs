@@ -118,7 +118,11 @@ async fn create_refund_without_its_config_or_outside_a_deferred_step_fails_clean
         .unwrap_err();
     assert_eq!(
         error,
-        CallError::Failed { tool: "create_refund".into(), message: "PAYMENTS_URL is not configured".into() }
+        CallError::Failed {
+            tool: "create_refund".into(),
+            message: "PAYMENTS_URL is not configured".into(),
+            stderr: None
+        }
     );
 
     let tools = ToolsDir::new()
@@ -151,7 +155,11 @@ async fn a_retryable_tool_sees_its_attempt_and_the_same_key_each_time() {
         let error = tools.call("flaky", "{}", Some(&execution(attempt))).await.unwrap_err();
         assert_eq!(
             error,
-            CallError::Retryable { tool: "flaky".into(), message: format!("try again (attempt {attempt})") }
+            CallError::Retryable {
+                tool: "flaky".into(),
+                message: format!("try again (attempt {attempt})"),
+                stderr: None
+            }
         );
     }
     let output = tools.call("flaky", "{}", Some(&execution(3))).await.unwrap();

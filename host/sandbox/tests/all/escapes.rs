@@ -35,6 +35,24 @@ async fn an_address_in_a_resolver_only_spelling_is_refused_even_under_a_wildcard
 }
 
 #[tokio::test]
+async fn a_denied_request_names_its_destination_and_the_allow_list_in_the_tools_error() {
+    let server = TestServer::start(200, "reached").await;
+    let port = server.addr.port();
+    let (_dir, tools) = hostile(&format!("allowed_outbound_hosts = [\"http://127.0.0.1:{port}\"]\n")).await;
+    let error = get(&tools, "http://example.invalid:8080/pay?token=s3cret").await.unwrap_err();
+    let text = error.message_for_model();
+    // The guest's own message, then the sandbox's: the destination without its query (a
+    // credential, maybe), and the allow-list.
+    let explained = format!(
+        "(the sandbox denied outbound access to http://example.invalid:8080/pay: not on this tool's \
+         allow-list, which is http://127.0.0.1:{port})"
+    );
+    assert!(text.ends_with(&explained), "{text}");
+    // A call that was not refused says nothing of it.
+    assert_eq!(get(&tools, &format!("http://127.0.0.1:{port}/plain")).await.unwrap(), "200 reached");
+}
+
+#[tokio::test]
 async fn a_grant_with_a_leading_zero_is_refused_at_load_not_read_as_octal() {
     // `127.0.0.010` reads as 127.0.0.10 to a person and as 127.0.0.8 to the resolver.
     let octal = TestServer::start_on("127.0.0.8:0".parse().unwrap(), "reached 127.0.0.8").await;

@@ -167,12 +167,21 @@ async fn scenarios(lang: &str, payments: &TestServer) -> Vec<(&'static str, Stri
 
     // Refused by the host: PAYMENTS_URL names a port the manifest does not allow.
     let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let denied_url = format!("PAYMENTS_URL = \"http://{}\"\n", elsewhere.local_addr().unwrap());
+    let elsewhere_addr = elsewhere.local_addr().unwrap().to_string();
+    let denied_url = format!("PAYMENTS_URL = \"http://{elsewhere_addr}\"\n");
     let denied = examples(lang, &allowed, &denied_url).load().await;
     let started = Instant::now();
+    // The sandbox names the refused address (each language's own port) and the allow-list.
+    let result =
+        denied.call("create_refund", r#"{"order_id":"7","amount_cents":100}"#, Some(&execution(1))).await;
     record(
         "refund to a host not on the allow-list",
-        denied.call("create_refund", r#"{"order_id":"7","amount_cents":100}"#, Some(&execution(1))).await,
+        result.map_err(|error| match error {
+            CallError::Failed { tool, message, stderr } => {
+                CallError::Failed { tool, message: message.replace(&elsewhere_addr, "<elsewhere>"), stderr }
+            }
+            other => other,
+        }),
     );
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -304,9 +313,13 @@ async fn every_language_gives_the_same_results_for_the_same_calls() {
     assert_eq!(go["refund, service busy (503), attempt 1"], "retryable: payments service returned 503");
     assert_eq!(go["refund, service busy (503), attempt 2"], "retryable: payments service returned 503");
     assert_eq!(go["refund inline (no execution)"], "failed: create_refund must run as a deferred call");
-    assert_eq!(
-        go["refund to a host not on the allow-list"],
-        "failed: outbound request denied: HTTP-request-denied"
+    assert!(
+        go["refund to a host not on the allow-list"].starts_with(
+            "failed: outbound request denied: HTTP-request-denied (the sandbox denied outbound access to \
+             http://<elsewhere>/refunds: not on this tool's allow-list, which is http://127.0.0.1:"
+        ),
+        "{}",
+        go["refund to a host not on the allow-list"]
     );
     assert_eq!(
         go["refund, service unreachable"],
@@ -373,5 +386,33 @@ fn the_guest_build_writes_every_component_and_its_manifest() {
     }
     for lang in ["go", "js"] {
         assert!(dir.join(lang).join("hostile.wasm").is_file(), "{lang}/hostile.wasm");
+    }
+}
+
+/// An uncaught exception in a Python or JavaScript tool (the `throwing` guests: a write that
+/// posts, then fails reading the answer) keeps its traceback for the log and the record; the
+/// model reads only the exception's name and message.
+#[tokio::test]
+async fn an_uncaught_exception_keeps_its_traceback_out_of_what_the_model_reads() {
+    let service = payments_service().await;
+    for (lang, marker) in [("python", "Traceback (most recent call last)"), ("js", "@bundle.js:")] {
+        let dir = ToolsDir::new()
+            .component("throwing", &guests::built(lang, "throwing").display().to_string())
+            .manifest(
+                "throwing",
+                &format!(
+                    "allowed_outbound_hosts = [\"http://127.0.0.1:{}\"]\n[config]\nPAYMENTS_URL = \"{}\"\n",
+                    service.addr.port(),
+                    service.url()
+                ),
+            );
+        let tools = dir.load().await;
+        let arguments = r#"{"order_id":"7","amount_cents":100}"#;
+        let error = tools.call("charge_then_throw", arguments, Some(&execution(1))).await.unwrap_err();
+        let stderr = error.guest_stderr().unwrap_or_else(|| panic!("{lang}: no stderr with {error:?}"));
+        assert!(stderr.contains(marker) && stderr.contains("refund"), "{lang}: {stderr}");
+        assert!(stderr.contains("\n  | "), "{lang}: its lines are kept, indented: {stderr}");
+        let for_model = error.message_for_model();
+        assert!(!for_model.contains(marker) && !for_model.contains('\n'), "{lang}: {for_model}");
     }
 }
