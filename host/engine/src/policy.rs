@@ -606,6 +606,18 @@ impl Policies {
         self.entries.get(tool)
     }
 
+    /// Every tool name the table names (an entry, `approvers` or a deadline), sorted, once each:
+    /// what [`crate::names::unknown_tools`] checks against the tools an agent has.
+    pub fn tool_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> =
+            (self.entries.keys().chain(self.approvers.keys()).chain(self.deadlines.keys()))
+                .map(String::as_str)
+                .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
     /// How a call of `tool` of `kind` runs: [`ToolPolicy::handling`] of its policy, except that an
     /// approval-free `idempotent_write` custom tool runs [`Handling::Recorded`] unless its entry
     /// says `inline = false` (see "Inline writes" in the module docs).
