@@ -649,12 +649,7 @@ mod tests {
             requests: 3,
             failed: 1,
             refused: 1,
-            tokens: crate::proxy::prices::TokenCounts {
-                input: 10,
-                output: 4,
-                cache_creation: 2,
-                cache_read: 5,
-            },
+            tokens: crate::metrics::TokenCounts { input: 10, output: 4, cache_creation: 2, cache_read: 5 },
             cost_usd: 0.25,
             errors: vec!["HTTP 529: overloaded_error: busy".into()],
             ..ProxySummary::default()
