@@ -30,7 +30,6 @@ pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod bundle;
-pub mod client;
 pub mod commands;
 pub mod config;
 pub mod convert;
@@ -42,11 +41,12 @@ pub mod metrics;
 pub mod proxy;
 pub mod sessions;
 pub mod telemetry;
-pub mod tls;
 pub mod tool_runner;
 pub mod web;
 pub mod webhooks;
 pub mod worker;
+
+pub use tollgate_api_types::{client, tls};
 
 use std::process::ExitCode;
 
