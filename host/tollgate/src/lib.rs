@@ -27,25 +27,17 @@
 //! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed.
 
 pub mod agent;
-pub mod api;
-pub mod auth;
 pub mod bundle;
 pub mod commands;
 pub mod config;
-pub mod convert;
 pub mod deadlines;
-pub mod edits;
 pub mod egress;
-pub mod media;
-pub mod metrics;
 pub mod proxy;
-pub mod sessions;
 pub mod telemetry;
 pub mod tool_runner;
-pub mod web;
-pub mod webhooks;
 pub mod worker;
 
+pub use tollgate_api::{api, auth, convert, edits, media, metrics, sessions, web, webhooks};
 pub use tollgate_api_types::{client, tls};
 
 use std::process::ExitCode;

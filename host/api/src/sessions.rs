@@ -50,7 +50,7 @@ pub async fn start(store: &dyn Store, session_id: &str) -> Result<bool, ClientEr
 }
 
 /// Creates the session unless it exists, recording the agent it runs under (see
-/// [`crate::agent::Agent::session_agent`]) and [`auth::LOCAL`] as who started it; `true` when it
+/// the Worker's `Agent::session_agent`) and [`auth::LOCAL`] as who started it; `true` when it
 /// was created. An existing session keeps its agent.
 ///
 /// # Errors
@@ -98,7 +98,7 @@ pub async fn upgrade(store: &dyn Store, session_id: &str, to: &str) -> Result<Up
 
 /// Refuses anything but `sha256:<64 lowercase hex digits>`.
 pub fn check_digest(field: &'static str, digest: &str) -> Result<(), EngineError> {
-    if crate::bundle::is_digest(digest) {
+    if tollgate_protocol::media::is_digest(digest) {
         Ok(())
     } else {
         Err(EngineError::BadInput {

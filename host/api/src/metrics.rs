@@ -138,7 +138,7 @@ impl Metrics {
         }
     }
 
-    /// Pre-started CLIs (`crate::worker`'s pool): `n` of them had `outcome` — `started`, `hit`
+    /// Pre-started CLIs (the Worker's pool): `n` of them had `outcome` — `started`, `hit`
     /// (a segment ran on one), `miss` (a segment started its own), `expired` (killed unused after
     /// the time to live), `discarded` (exited or wrote before it was taken), `refused` (a parked
     /// one refused its claim; the segment then started its own).
