@@ -16,6 +16,7 @@
 //! | [`media`] | images: a message's checked and stored, a transcript's by reference and back, a record's for its replay |
 //! | [`edits`] | an approver's edited input, checked against the tool's input schema |
 //! | [`metrics`] | the Prometheus counters the Worker updates and `/metrics` renders |
+//! | [`process`] | what every process sets up alike: logging on stderr |
 //! | [`web`] | the web inbox at `/`: HTML, CSS and JavaScript modules embedded in the binary |
 //! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
 //!
@@ -29,6 +30,7 @@ pub mod convert;
 pub mod edits;
 pub mod media;
 pub mod metrics;
+pub mod process;
 pub mod sessions;
 pub mod web;
 pub mod webhooks;

@@ -26,19 +26,11 @@
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
 //! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed.
 
-pub mod agent;
-pub mod bundle;
 pub mod commands;
-pub mod config;
-pub mod deadlines;
-pub mod egress;
-pub mod proxy;
-pub mod telemetry;
-pub mod tool_runner;
-pub mod worker;
 
 pub use tollgate_api::{api, auth, convert, edits, media, metrics, sessions, web, webhooks};
 pub use tollgate_api_types::{client, tls};
+pub use tollgate_worker::{agent, bundle, config, deadlines, egress, proxy, telemetry, tool_runner, worker};
 
 use std::process::ExitCode;
 
@@ -134,17 +126,4 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Auth(args) => commands::auth::run(args),
         }
     })
-}
-
-/// Logs to stderr; `RUST_LOG` wins over `-v`.
-pub fn init_logging(verbose: u8) {
-    let default = match verbose {
-        // The platform verifier logs the failures the client reports itself (`CallError::Tls`).
-        0 => "warn,tollgate::guest=warn,rustls_platform_verifier=off",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
