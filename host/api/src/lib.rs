@@ -16,7 +16,9 @@
 //! | [`media`] | images: a message's checked and stored, a transcript's by reference and back, a record's for its replay |
 //! | [`edits`] | an approver's edited input, checked against the tool's input schema |
 //! | [`metrics`] | the Prometheus counters the Worker updates and `/metrics` renders |
-//! | [`process`] | what every process sets up alike: logging on stderr |
+//! | [`process`] | what every process sets up alike: logging, stop signals, private files, the error report |
+//! | [`serve`] | the API as a process: where and how it listens (plain or TLS), `tollgate api` |
+//! | [`token`] | the API's bearer token as the server and the client commands take it |
 //! | [`web`] | the web inbox at `/`: HTML, CSS and JavaScript modules embedded in the binary |
 //! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
 //!
@@ -31,7 +33,9 @@ pub mod edits;
 pub mod media;
 pub mod metrics;
 pub mod process;
+pub mod serve;
 pub mod sessions;
+pub mod token;
 pub mod web;
 pub mod webhooks;
 
