@@ -22,7 +22,8 @@
 //! | [`web`] | the web inbox at `/`: HTML, CSS and JavaScript modules embedded in the binary |
 //! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
 //!
-//! The wire types, the client and TLS are `tollgate-api-types`'.
+//! The wire types, the client and TLS are `tollgate-api-types`'. The package's binary,
+//! `tollgate-api` (`main.rs`), is `tollgate api` without the Worker: the API alone, no wasmtime.
 
 #![warn(missing_docs)]
 

@@ -11,8 +11,8 @@
 //!
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
 //! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed. The
-//! package's other binaries: `tollgate-box` (the box's init) and `tollgate-api` (`tollgate api`
-//! without the Worker: it uses `tollgate-api` alone, so no wasmtime is linked into it).
+//! package's other binary is `tollgate-box` (the box's init). `tollgate api` without the Worker is
+//! the `tollgate-api` package's binary: built there, it compiles and links no wasmtime.
 
 pub mod commands;
 

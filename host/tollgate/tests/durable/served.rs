@@ -66,23 +66,6 @@ impl Served {
         Self::listening(world, name, command, "tollgate API on ").await
     }
 
-    /// `tollgate-api --db DB --listen 127.0.0.1:0 EXTRA`: the same API from the binary that links no
-    /// Worker, with the client's variables removed as for `tollgate`.
-    pub async fn start_api_binary(world: &World, name: &str, extra: &[&str]) -> Served {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate-api"));
-        for name in [
-            "TOLLGATE_TOKEN",
-            "TOLLGATE_TOKEN_FILE",
-            "TOLLGATE_LISTEN",
-            "TOLLGATE_TLS_CERT",
-            "TOLLGATE_TLS_KEY",
-        ] {
-            command.env_remove(name);
-        }
-        command.args(["--db", &world.db, "--listen", "127.0.0.1:0"]).args(extra);
-        Self::listening(world, name, command, "tollgate API on ").await
-    }
-
     /// Spawns `command` and waits until its stderr says where it listens (after `prefix`).
     async fn listening(
         world: &World,

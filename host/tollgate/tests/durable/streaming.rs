@@ -219,27 +219,6 @@ async fn a_long_reply_streams_live_from_a_worker_to_an_api_process_on_postgres()
     served.stop().await;
 }
 
-/// The `tollgate-api` binary is `tollgate api` without the Worker: a session it starts runs on a
-/// Worker elsewhere on the same PostgreSQL database and streams live through it, and not one byte
-/// of wasmtime is linked into it (the `tollgate` binary, which has the Worker, is full of it).
-#[tokio::test(flavor = "multi_thread")]
-async fn the_api_only_binary_serves_what_a_worker_elsewhere_runs_and_links_no_wasmtime() {
-    let links_wasmtime = |binary: &str| {
-        std::fs::read(binary).expect("a built binary").windows(b"wasmtime".len()).any(|w| w == b"wasmtime")
-    };
-    assert!(links_wasmtime(env!("CARGO_BIN_EXE_tollgate")), "the check finds wasmtime where it is linked");
-    assert!(!links_wasmtime(env!("CARGO_BIN_EXE_tollgate-api")), "tollgate-api links wasmtime");
-    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
-    let test = "streaming: the api binary and a worker on PostgreSQL";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
-        return;
-    };
-    let served = Served::start_api_binary(&world, "api", &["--insecure-open"]).await;
-    let _worker = world.worker("w");
-    stream_a_long_reply(&world, &served.url, "long-api-binary", None).await;
-    served.stop().await;
-}
-
 /// What the model thinks and does inline is visible: under `tollgate serve`, a reply that thinks,
 /// reads a file with the built-in `Read`, runs an allowed `Bash` (the support agent's policy as
 /// code allows `cat`) and a custom read streams `reasoning_delta` blocks and a started and a

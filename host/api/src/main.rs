@@ -3,8 +3,9 @@
 //! sandbox (wasmtime) nor the CLI runner. For the hosts that only serve the API in front of
 //! Workers elsewhere on the same PostgreSQL database.
 //!
-//! It uses `tollgate-api` and `tollgate-api-types` alone, never this package's library (which
-//! holds the Worker's commands): keep it so, or the Worker comes back into this binary.
+//! It lives in this package, not beside `tollgate` in `host/tollgate`, so cargo itself keeps the
+//! Worker out: this package cannot depend on `tollgate-worker` (which depends on it), and building this binary compiles
+//! no wasmtime at all.
 
 use std::process::ExitCode;
 
