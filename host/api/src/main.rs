@@ -4,8 +4,8 @@
 //! Workers elsewhere on the same PostgreSQL database.
 //!
 //! It lives in this package, not beside `tollgate` in `host/tollgate`, so cargo itself keeps the
-//! Worker out: this package cannot depend on `tollgate-worker` (which depends on it), and building this binary compiles
-//! no wasmtime at all.
+//! Worker out: this package cannot depend on `tollgate-worker` (which depends on it), and building
+//! this binary compiles no wasmtime at all.
 
 use std::process::ExitCode;
 
