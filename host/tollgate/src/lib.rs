@@ -1,52 +1,25 @@
-//! The `tollgate` binary's library: the Worker, client calls on the store, and the command line.
+//! The `tollgate` binary's library: the command line over the workspace's crates. One module
+//! of its own, [`commands`] (one per subcommand); everything else it runs is another crate's:
 //!
-//! | module | owns |
-//! | --- | --- |
-//! | [`agent`] | an agent directory: `tollgate.toml`, the options factory, `tools/` |
-//! | [`config`] | `tollgate.toml` itself: its schema, defaults and errors, parsed once |
-//! | [`bundle`] | an agent's files, their digests, the agent digest and `tollgate.lock` |
-//! | [`worker`] | claiming, running and committing steps |
-//! | [`deadlines`] | firing approval deadlines that came due: expire or escalate (every Worker) |
-//! | [`sessions`] | client calls: start, send, resolve, snapshot |
-//! | [`convert`] | the state machine's values as the store's |
-//! | [`media`] | images: a message's checked and stored, a transcript's by reference and back, a record's for its replay |
-//! | [`tool_runner`] | the sandbox's tool set as the segment's tool runner |
-//! | [`metrics`] | the Prometheus counters the Worker updates |
-//! | [`proxy`] | the loopback model proxy: the CLI gets a per-segment token, never the API key |
-//! | [`egress`] | the egress proxy of the agents' boxes: each connection checked against `[sandbox] allowed_outbound_hosts` and logged |
-//! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
-//! | [`auth`] | principals and roles: the auth file, tokens by hash, who may decide what (401 vs 403) |
-//! | [`client`] | typed calls to the HTTP API and its event stream (SSE) |
-//! | [`telemetry`] | logs on stderr and the OpenTelemetry spans of segments and tool calls |
-//! | [`tls`] | TLS of the API: certificate and key files, the handshaking listener, trusted CAs |
-//! | [`web`] | the web inbox at `/`: HTML, CSS and JavaScript modules embedded in the binary |
-//! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
-//! | [`commands`] | one module per subcommand |
+//! | crate | what it brings | re-exported here as |
+//! | --- | --- | --- |
+//! | `tollgate-api-types` | the API's wire types, its typed client, TLS | [`client`], [`tls`] (`api::types` too) |
+//! | `tollgate-api` | the HTTP API server, auth, the session calls, webhooks, the web inbox, metrics, the process set-up | [`api`], [`auth`], [`sessions`], [`convert`], [`media`], [`edits`], [`metrics`], [`web`], [`webhooks`] |
+//! | `tollgate-worker` | the Worker, the model and egress proxies, deadlines, telemetry, agent directories (links wasmtime) | [`worker`], [`proxy`], [`egress`], [`deadlines`], [`telemetry`], [`tool_runner`], [`agent`], [`config`], [`bundle`] |
+//!
+//! The re-exports keep the paths the tests and benches use (`tollgate::sessions`, …).
 //!
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
-//! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed.
+//! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed. The
+//! package's other binary is `tollgate-box` (the box's init). `tollgate api` without the Worker is
+//! the `tollgate-api` package's binary: built there, it compiles and links no wasmtime.
 
-pub mod agent;
-pub mod api;
-pub mod auth;
-pub mod bundle;
-pub mod client;
 pub mod commands;
-pub mod config;
-pub mod convert;
-pub mod deadlines;
-pub mod edits;
-pub mod egress;
-pub mod media;
-pub mod metrics;
-pub mod proxy;
-pub mod sessions;
-pub mod telemetry;
-pub mod tls;
-pub mod tool_runner;
-pub mod web;
-pub mod webhooks;
-pub mod worker;
+
+pub use tollgate_api::process::hide_process;
+pub use tollgate_api::{api, auth, convert, edits, media, metrics, sessions, web, webhooks};
+pub use tollgate_api_types::{client, tls};
+pub use tollgate_worker::{agent, bundle, config, deadlines, egress, proxy, telemetry, tool_runner, worker};
 
 use std::process::ExitCode;
 
@@ -102,8 +75,7 @@ pub struct Prepared {
 pub fn prepare(cli: &Cli) -> anyhow::Result<Prepared> {
     hide_process();
     if matches!(cli.command, Command::Worker(_) | Command::Serve(_) | Command::Api(_) | Command::Demo(_)) {
-        // SAFETY: umask(2) cannot fail and has no memory effects.
-        unsafe { libc::umask(0o077) };
+        tollgate_api::process::private_files();
     }
     Ok(Prepared {
         demo: match &cli.command {
@@ -111,18 +83,6 @@ pub fn prepare(cli: &Cli) -> anyhow::Result<Prepared> {
             _ => None,
         },
     })
-}
-
-/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0): its `/proc/<pid>/environ`, `cmdline`'s
-/// neighbours `fd`, `mem` and `maps` become root's, so another process of the same user (an
-/// unboxed agent's command, any local program) cannot read the API key, the tokens or the
-/// database URL out of it, nor attach to it. Children are dumpable again after `exec`.
-pub fn hide_process() {
-    // SAFETY: prctl with these arguments only changes this process's flags.
-    let hidden = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == 0;
-    if !hidden {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "this process could not be made non-dumpable");
-    }
 }
 
 /// Runs a parsed command line.
@@ -142,17 +102,4 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Auth(args) => commands::auth::run(args),
         }
     })
-}
-
-/// Logs to stderr; `RUST_LOG` wins over `-v`.
-pub fn init_logging(verbose: u8) {
-    let default = match verbose {
-        // The platform verifier logs the failures the client reports itself (`CallError::Tls`).
-        0 => "warn,tollgate::guest=warn,rustls_platform_verifier=off",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

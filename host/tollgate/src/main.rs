@@ -20,12 +20,6 @@ fn main() -> ExitCode {
     let _telemetry = tollgate::telemetry::init(cli.verbose);
     match tollgate::run(cli, prepared) {
         Ok(code) => code,
-        Err(error) => {
-            eprintln!("error: {error}");
-            for cause in error.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            ExitCode::from(2)
-        }
+        Err(error) => tollgate_api::process::report(&error),
     }
 }

@@ -1,5 +1,5 @@
 //! One module per `tollgate` subcommand; each has an `Args` struct and an async `run`. `token`
-//! reads the API's bearer token for the server and the client commands alike.
+//! (`tollgate_api::token`) reads the API's bearer token for the server and the client commands alike.
 
 pub mod agent;
 pub mod approvals;
@@ -7,6 +7,7 @@ pub mod auth;
 pub mod demo;
 pub mod serve;
 pub mod session;
-pub mod token;
 pub mod tools;
 pub mod worker;
+
+pub use tollgate_api::token;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use tollgate_api::process::StopSignals;
 use tollgate_claude::{CliBinary, CliLocator};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 
@@ -220,49 +221,6 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let signals = StopSignals::listen();
     worker.run_until(signals.nth(1), signals.nth(2)).await;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Counts SIGINT and SIGTERM from the moment it listens: the first stops a process gracefully
-/// (the Worker drains), the second cuts the drain short.
-#[derive(Clone)]
-pub struct StopSignals(tokio::sync::watch::Receiver<u32>);
-
-impl StopSignals {
-    /// Installs the handlers (once, so no signal falls between two waits) and starts counting.
-    pub fn listen() -> StopSignals {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (tx, rx) = tokio::sync::watch::channel(0u32);
-        let mut term = signal(SignalKind::terminate()).ok();
-        let mut int = signal(SignalKind::interrupt()).ok();
-        tokio::spawn(async move {
-            async fn next(stream: &mut Option<tokio::signal::unix::Signal>) {
-                match stream {
-                    Some(stream) => {
-                        if stream.recv().await.is_none() {
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-            loop {
-                tokio::select! {
-                    () = next(&mut term) => {}
-                    () = next(&mut int) => {}
-                }
-                tx.send_modify(|n| *n += 1);
-            }
-        });
-        StopSignals(rx)
-    }
-
-    /// Resolves once `n` signals arrived.
-    pub fn nth(&self, n: u32) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut rx = self.0.clone();
-        async move {
-            let _ = rx.wait_for(|count| *count >= n).await;
-        }
-    }
 }
 
 #[cfg(test)]

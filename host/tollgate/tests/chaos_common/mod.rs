@@ -264,7 +264,7 @@ impl World {
         command
             .env_remove("TOLLGATE_DB")
             .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info,tollgate::worker=debug")
+            .env("RUST_LOG", "info,tollgate_worker::worker=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .kill_on_drop(true);

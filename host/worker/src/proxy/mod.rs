@@ -54,9 +54,8 @@ use futures_util::{Stream, StreamExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use self::prices::TokenCounts;
 use self::usage::{BodyKind, UsageScanner};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TokenCounts};
 
 /// How the folder of the proxy's Unix socket starts; the process's pid follows.
 pub const RUN_PREFIX: &str = "tollgate-run-";

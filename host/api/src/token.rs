@@ -4,7 +4,7 @@
 //! (`/proc/PID/cmdline`, `ps`).
 //!
 //! It owns reading and checking the token; who compares it is [`crate::api`]'s business and who
-//! sends it [`crate::client`]'s.
+//! sends it the client's (`tollgate_api_types::client`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

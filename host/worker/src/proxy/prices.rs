@@ -17,33 +17,7 @@
 //! | `opus` | 5 | 25 |
 //! | anything else | 15 | 75 |
 
-/// Token counts of one response (the Messages API's `usage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TokenCounts {
-    /// `input_tokens`: uncached input.
-    pub input: u64,
-    /// `output_tokens`.
-    pub output: u64,
-    /// `cache_creation_input_tokens`.
-    pub cache_creation: u64,
-    /// `cache_read_input_tokens`.
-    pub cache_read: u64,
-}
-
-impl TokenCounts {
-    /// Every input token, cached or not.
-    pub fn all_input(&self) -> u64 {
-        self.input + self.cache_creation + self.cache_read
-    }
-
-    /// Adds `other`.
-    pub fn add(&mut self, other: &TokenCounts) {
-        self.input += other.input;
-        self.output += other.output;
-        self.cache_creation += other.cache_creation;
-        self.cache_read += other.cache_read;
-    }
-}
+use crate::metrics::TokenCounts;
 
 /// USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -12,13 +12,14 @@ use tollgate_store::{
     Store, StoreError, UpgradeReceipt, UserMessage,
 };
 
-use crate::api::types::{
-    AuditDecision, AuditRecord, DecidedAhead, Grant, GrantRevocation, Message, PendingApproval,
-    RevokeReceipt, SessionGrant, Snapshot, ToolCall, Usage,
-};
 use crate::auth;
 use crate::convert;
 use crate::edits;
+use tollgate_api_types::types::{
+    AuditDecision, AuditRecord, CancelReceipt, CancelRequested, DecidedAhead, Grant, GrantRevocation,
+    LiveText, Message, PendingApproval, RevokeReceipt, SessionGrant, Snapshot, ToolCall, TurnCancelled,
+    Usage,
+};
 
 /// A client call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +50,7 @@ pub async fn start(store: &dyn Store, session_id: &str) -> Result<bool, ClientEr
 }
 
 /// Creates the session unless it exists, recording the agent it runs under (see
-/// [`crate::agent::Agent::session_agent`]) and [`auth::LOCAL`] as who started it; `true` when it
+/// the Worker's `Agent::session_agent`) and [`auth::LOCAL`] as who started it; `true` when it
 /// was created. An existing session keeps its agent.
 ///
 /// # Errors
@@ -97,7 +98,7 @@ pub async fn upgrade(store: &dyn Store, session_id: &str, to: &str) -> Result<Up
 
 /// Refuses anything but `sha256:<64 lowercase hex digits>`.
 pub fn check_digest(field: &'static str, digest: &str) -> Result<(), EngineError> {
-    if crate::bundle::is_digest(digest) {
+    if tollgate_protocol::media::is_digest(digest) {
         Ok(())
     } else {
         Err(EngineError::BadInput {
@@ -305,25 +306,22 @@ pub async fn cancel(
     store: &dyn Store,
     session_id: &str,
     principal: &str,
-) -> Result<crate::api::types::CancelReceipt, ClientError> {
+) -> Result<CancelReceipt, ClientError> {
     let request = tollgate_store::CancelRequest {
         session_id: session_id.to_owned(),
         requested_by: principal.to_owned(),
         events: vec![convert::event(tollgate_engine::session::cancel::request_event(principal))],
     };
     let receipt = store.request_cancel(request).await?;
-    Ok(crate::api::types::CancelReceipt {
+    Ok(CancelReceipt {
         session_id: session_id.to_owned(),
         cancel_requested: cancel_requested(receipt.pending),
         replayed: receipt.replayed,
     })
 }
 
-fn cancel_requested(pending: tollgate_store::PendingCancel) -> crate::api::types::CancelRequested {
-    crate::api::types::CancelRequested {
-        requested_by: pending.requested_by,
-        requested_at: pending.requested_at,
-    }
+fn cancel_requested(pending: tollgate_store::PendingCancel) -> CancelRequested {
+    CancelRequested { requested_by: pending.requested_by, requested_at: pending.requested_at }
 }
 
 /// The prompts (user messages and notes) of the session after item seq `after`, in order: what a
@@ -489,7 +487,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         last_turn_error: state.last_turn_error,
         last_turn_cancelled: state
             .last_turn_cancelled
-            .map(|c| crate::api::types::TurnCancelled { turn_id: c.turn_id, cancelled_by: c.cancelled_by }),
+            .map(|c| TurnCancelled { turn_id: c.turn_id, cancelled_by: c.cancelled_by }),
         cancel_requested: store.pending_cancel(session_id).await?.map(cancel_requested),
         turn_id: state.turn.map(|t| t.turn_id),
         next_event_seq: session.next_event_seq,
@@ -503,10 +501,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
 /// The running segment's text so far: its `text_delta` blocks stored from the live row's
 /// `from_seq` on (one per 512-byte block or tool call of this segment), then the
 /// row's unstored tail. `None` while no segment streams.
-async fn live_text(
-    store: &dyn Store,
-    session_id: &str,
-) -> Result<Option<crate::api::types::LiveText>, StoreError> {
+async fn live_text(store: &dyn Store, session_id: &str) -> Result<Option<LiveText>, StoreError> {
     let Some(live) = store.live_text(session_id).await? else { return Ok(None) };
     let mut text = String::new();
     let mut chars = 0i64;
@@ -534,7 +529,7 @@ async fn live_text(
         }
     }
     text.push_str(&live.text);
-    Ok(Some(crate::api::types::LiveText {
+    Ok(Some(LiveText {
         turn_id: live.turn_id,
         attempt: live.attempt,
         step_id: live.step_id,

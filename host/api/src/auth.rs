@@ -4,7 +4,7 @@
 //!
 //! Read [`Rules`] first, then [`Principals::authenticate`]. The HTTP layer ([`crate::api`]) asks
 //! these and turns a refusal into a 401 or a 403; the command that writes the file is
-//! [`crate::commands::auth`].
+//! `tollgate auth` (the binary's `commands::auth`).
 //!
 //! # The file
 //!

@@ -22,7 +22,7 @@ mod events;
 mod inbox;
 mod input;
 pub mod openapi;
-pub mod types;
+pub use tollgate_api_types::types;
 
 use std::sync::Arc;
 

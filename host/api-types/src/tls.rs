@@ -4,7 +4,7 @@
 //!
 //! It owns reading and checking the PEM files (every failure names the file and the reason, and
 //! nothing is served until both files load and the key matches the certificate) and the
-//! handshakes; it does not own what is served over them ([`crate::api`]) or the client's calls
+//! handshakes; it does not own what is served over them (`tollgate-api`) or the client's calls
 //! ([`crate::client`]).
 //!
 //! # Caveats

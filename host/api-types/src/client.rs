@@ -1,5 +1,5 @@
-//! A typed client of the HTTP API (see `api/openapi.json`): one method per route, its bodies the
-//! API's own types ([`crate::api::types`]), the API's JSON errors as [`CallError`]s, and the live
+//! A typed client of the HTTP API (see its OpenAPI document, `/openapi.json`): one method per route, its bodies the
+//! API's own types ([`crate::types`]), the API's JSON errors as [`CallError`]s, and the live
 //! event stream parsed from Server-Sent Events.
 //!
 //! It owns the wire: URLs, the bearer token, status codes, bodies and the SSE framing
@@ -7,8 +7,8 @@
 //! prints; `commands::session` and `commands::approvals` do. Read [`ApiClient`] first.
 //!
 //! ```no_run
-//! # async fn example() -> Result<(), tollgate::client::CallError> {
-//! let client = tollgate::client::ApiClient::new("http://127.0.0.1:8080", None)?;
+//! # async fn example() -> Result<(), tollgate_api_types::client::CallError> {
+//! let client = tollgate_api_types::client::ApiClient::new("http://127.0.0.1:8080", None)?;
 //! let created = client.create_session(None, Some("say hello")).await?;
 //! let snapshot = client.snapshot(&created.session_id).await?;
 //! println!("{}", snapshot.status);
@@ -33,7 +33,7 @@ use futures_util::{Stream, StreamExt};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
-use crate::api::types::{
+use crate::types::{
     AuditPage, AuditQuery, CreateSession, Created, Decide, DecisionReceipt, ErrorBody, EventsQuery,
     ImageBlock, InterruptList, InterruptsQuery, ListSessionsQuery, MessageReceipt, PendingInterrupt,
     SendMessage, SessionPage, Snapshot, StreamError, StreamEvent, UpgradeAll, UpgradeSession, Upgraded,
@@ -240,9 +240,9 @@ impl ApiClient {
     /// # Errors
     /// See [`CallError`]; an idle session is [`CallError::Api`] with status 409 `no_turn_running`,
     /// a client's cancel of a session it did not start 403 `not_own_session`.
-    pub async fn cancel(&self, id: &str) -> Result<crate::api::types::CancelReceipt, CallError> {
+    pub async fn cancel(&self, id: &str) -> Result<crate::types::CancelReceipt, CallError> {
         let path = format!("/v1/sessions/{}/cancel", segment(id));
-        self.call(Method::POST, &path, |r| r.json(&crate::api::types::CancelTurn::default())).await
+        self.call(Method::POST, &path, |r| r.json(&crate::types::CancelTurn::default())).await
     }
 
     /// `GET /v1/sessions/{id}`: the snapshot.
@@ -342,7 +342,7 @@ impl ApiClient {
         message: Option<&str>,
         updated_input: Option<&serde_json::Value>,
     ) -> Result<DecisionReceipt, CallError> {
-        let scope = crate::api::types::DecideScope::Call;
+        let scope = crate::types::DecideScope::Call;
         self.decide_in_scope(id, interrupt_id, approved, message, updated_input, scope).await
     }
 
@@ -358,7 +358,7 @@ impl ApiClient {
         approved: bool,
         message: Option<&str>,
         updated_input: Option<&serde_json::Value>,
-        scope: crate::api::types::DecideScope,
+        scope: crate::types::DecideScope,
     ) -> Result<DecisionReceipt, CallError> {
         let body = Decide {
             approved,
@@ -375,11 +375,7 @@ impl ApiClient {
     ///
     /// # Errors
     /// See [`CallError`]; no grant in force is status 404 `grant_not_found`.
-    pub async fn revoke_grant(
-        &self,
-        id: &str,
-        tool: &str,
-    ) -> Result<crate::api::types::RevokeReceipt, CallError> {
+    pub async fn revoke_grant(&self, id: &str, tool: &str) -> Result<crate::types::RevokeReceipt, CallError> {
         let path = format!("/v1/sessions/{}/grants/{}", segment(id), segment(tool));
         self.call(Method::DELETE, &path, |r| r).await
     }

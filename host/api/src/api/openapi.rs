@@ -4,7 +4,7 @@
 //! routes share.
 //!
 //! The document is served at `/openapi.json` and kept as the golden file `openapi.json` beside
-//! this module: a test compares the two, and `UPDATE_GOLDEN=1 cargo test -p tollgate --lib
+//! this module: a test compares the two, and `UPDATE_GOLDEN=1 cargo test -p tollgate-api --lib
 //! openapi` rewrites the file (review its diff: it is the API's contract).
 
 use std::sync::LazyLock;
@@ -174,7 +174,7 @@ mod tests {
         assert!(
             golden == generated,
             "{} is not the generated document: the API's types or routes changed. Run \
-             `UPDATE_GOLDEN=1 cargo test -p tollgate --lib openapi` and review the diff.",
+             `UPDATE_GOLDEN=1 cargo test -p tollgate-api --lib openapi` and review the diff.",
             path.display()
         );
     }

@@ -1,5 +1,6 @@
 //! Process metrics in the Prometheus text format: counters and fixed-bucket histograms the
-//! Worker updates, rendered by the API's `/metrics`.
+//! Worker updates, rendered by the API's `/metrics`; and [`TokenCounts`], one model response's
+//! token counts, which the model proxy reads and prices and the metrics add up.
 //!
 //! Hand-rolled on purpose: a handful of series, no registry crate. Label values come from a
 //! closed set (step kinds, results), so the series count stays bounded.
@@ -9,7 +10,6 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::proxy::prices::TokenCounts;
 use tollgate_engine::session::{failure_reason, step_kind};
 
 /// Bucket bounds of the duration histograms, in seconds.
@@ -50,6 +50,34 @@ struct Inner {
     model_tokens: TokenCounts,
     model_cost_usd: f64,
     warm_clis: BTreeMap<&'static str, u64>,
+}
+
+/// Token counts of one response (the Messages API's `usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCounts {
+    /// `input_tokens`: uncached input.
+    pub input: u64,
+    /// `output_tokens`.
+    pub output: u64,
+    /// `cache_creation_input_tokens`.
+    pub cache_creation: u64,
+    /// `cache_read_input_tokens`.
+    pub cache_read: u64,
+}
+
+impl TokenCounts {
+    /// Every input token, cached or not.
+    pub fn all_input(&self) -> u64 {
+        self.input + self.cache_creation + self.cache_read
+    }
+
+    /// Adds `other`.
+    pub fn add(&mut self, other: &TokenCounts) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_creation += other.cache_creation;
+        self.cache_read += other.cache_read;
+    }
 }
 
 /// The process's metrics. Share it behind an `Arc`.
@@ -110,7 +138,7 @@ impl Metrics {
         }
     }
 
-    /// Pre-started CLIs (`crate::worker`'s pool): `n` of them had `outcome` — `started`, `hit`
+    /// Pre-started CLIs (the Worker's pool): `n` of them had `outcome` — `started`, `hit`
     /// (a segment ran on one), `miss` (a segment started its own), `expired` (killed unused after
     /// the time to live), `discarded` (exited or wrote before it was taken), `refused` (a parked
     /// one refused its claim; the segment then started its own).

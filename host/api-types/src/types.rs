@@ -1,7 +1,7 @@
 //! Every body of the HTTP API, once: the requests, the responses, the SSE event data and the
 //! JSON error, as typed structs and enums.
 //!
-//! The handlers ([`crate::api`]) build their answers from these, the client ([`crate::client`])
+//! The handlers (`tollgate-api`) build their answers from these, the client ([`crate::client`])
 //! reads them back into the same types, and the OpenAPI document is generated from them
 //! (`utoipa`), so the three cannot drift apart.
 //!

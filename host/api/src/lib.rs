@@ -1,0 +1,43 @@
+//! The HTTP API server: its routes over the store (sessions, messages, decisions, snapshots, the
+//! approvals inbox, live events, health, metrics, the OpenAPI document), the web inbox, who may
+//! call it, the signed webhooks it sends, and the session calls every write goes through.
+//!
+//! It runs no step and links no sandbox: a process that only serves the API (`tollgate api`)
+//! needs nothing from the Worker. The Worker (`tollgate-worker`) builds on this crate's session
+//! calls and store conversions ([`sessions`], [`convert`], [`media`], [`edits`]) and updates its
+//! [`metrics`].
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
+//! | [`auth`] | principals and roles: the auth file, tokens by hash, who may decide what (401 vs 403) |
+//! | [`sessions`] | client calls: start, send, resolve, snapshot |
+//! | [`convert`] | the state machine's values as the store's |
+//! | [`media`] | images: a message's checked and stored, a transcript's by reference and back, a record's for its replay |
+//! | [`edits`] | an approver's edited input, checked against the tool's input schema |
+//! | [`metrics`] | the Prometheus counters the Worker updates and `/metrics` renders |
+//! | [`process`] | what every process sets up alike: logging, stop signals, private files, the error report |
+//! | [`serve`] | the API as a process: where and how it listens (plain or TLS), `tollgate api` |
+//! | [`token`] | the API's bearer token as the server and the client commands take it |
+//! | [`web`] | the web inbox at `/`: HTML, CSS and JavaScript modules embedded in the binary |
+//! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
+//!
+//! The wire types, the client and TLS are `tollgate-api-types`'. The package's binary,
+//! `tollgate-api` (`main.rs`), is `tollgate api` without the Worker: the API alone, no wasmtime.
+
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod auth;
+pub mod convert;
+pub mod edits;
+pub mod media;
+pub mod metrics;
+pub mod process;
+pub mod serve;
+pub mod sessions;
+pub mod token;
+pub mod web;
+pub mod webhooks;
+
+use tollgate_api_types::tls;
