@@ -18,6 +18,38 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use tollgate_engine::options::CheckedOptions;
+use tollgate_engine::policy::{Policies, PolicySource};
+/// Refuses a `[policies]` table (of the configuration at `path`) that names a tool the agent does
+/// not have: not one of `tools`, not a built-in, not an `mcp__` name. A misspelled policy would
+/// otherwise never apply, and its tool would fall back to `default_effect` (see
+/// [`tollgate_engine::names`]). Each unknown name is listed with a did-you-mean.
+///
+/// # Errors
+/// A name that names no tool.
+pub fn check_policy_names(path: &Path, policies: &Policies, tools: &ToolSet) -> anyhow::Result<()> {
+    let custom: Vec<&str> = tools.tools().iter().map(|tool| tool.name.as_str()).collect();
+    let unknown = tollgate_engine::names::unknown_tools(policies.tool_names(), &custom);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let each: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+    bail!("{}: [policies]: {}", path.display(), each.join("; "))
+}
+
+/// The custom tools of `tools` that neither a policy nor their annotations classify: their calls
+/// get `default_effect`.
+pub fn default_effect_tools<'a>(policies: &Policies, tools: &'a ToolSet) -> Vec<&'a str> {
+    tools
+        .tools()
+        .iter()
+        .filter(|tool| {
+            let (_, source) = policies.resolve_with_source(&tool.name, Some(&tool.annotations));
+            source == PolicySource::Default
+        })
+        .map(|tool| tool.name.as_str())
+        .collect()
+}
+
 #[cfg(test)]
 use tollgate_sandbox::SandboxConfig;
 use tollgate_sandbox::{FactoryError, OptionsContext, OptionsFactory, Sandbox, ToolSet};
@@ -119,6 +151,7 @@ impl Agent {
                 .await
                 .context("loading the agent's tools")?
         };
+        check_policy_names(&config.path, &config.policies, &tools)?;
         Ok(Agent {
             dir,
             config,
@@ -212,6 +245,26 @@ mod tests {
 
     async fn error_of(config: &str) -> String {
         format!("{:#}", load(config).await.expect_err("the configuration is refused"))
+    }
+
+    #[tokio::test]
+    async fn a_policy_for_a_tool_the_agent_does_not_have_is_refused_with_a_did_you_mean() {
+        // With no custom tools: a built-in misspelled, a made-up custom name; MCP names pass.
+        let text = error_of(
+            "[policies]\nbash = { effect = \"read\" }\nmcp__github__create_issue = { effect = \"non_idempotent_write\" }\n\
+             wether = { effect = \"read\" }\nWrite = { effect = \"non_idempotent_write\" }\n",
+        )
+        .await;
+        assert!(text.contains("tollgate.toml: [policies]"), "{text}");
+        assert!(text.contains("`bash` names no tool of this agent (did you mean `Bash`?)"), "{text}");
+        assert!(text.contains("`wether` names no tool"), "{text}");
+        assert!(!text.contains("mcp__github") && !text.contains("`Write`"), "{text}");
+        // The approvers and deadline fields name tools too.
+        let text = error_of(
+            "[policies]\nWrite = { effect = \"non_idempotent_write\" }\nWritee = { effect = \"non_idempotent_write\", approvers = [\"ops\"] }\n",
+        )
+        .await;
+        assert!(text.contains("`Writee` names no tool of this agent (did you mean `Write`?)"), "{text}");
     }
 
     #[tokio::test]

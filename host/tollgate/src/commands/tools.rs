@@ -17,7 +17,9 @@ use tollgate_sandbox::{
     CacheOutcome, DeferredExecution, Manifests, OptionsContext, Sandbox, SandboxConfig, ToolInfo, ToolSet,
 };
 
+use crate::agent::{check_policy_names, default_effect_tools};
 use crate::config::AgentConfig;
+use tollgate_engine::policy::Policies;
 
 /// `tollgate tools …`
 #[derive(Debug, Args)]
@@ -162,6 +164,18 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
                     writeln!(out, "  {line}")?;
                 }
             }
+            if let Some((path, policies)) = &layout.policies {
+                check_policy_names(path, policies, &tools)?;
+                let unclassified = default_effect_tools(policies, &tools);
+                if !unclassified.is_empty() {
+                    writeln!(
+                        out,
+                        "no policy or annotation classifies {}: they get default_effect ({})",
+                        unclassified.join(", "),
+                        policies.default_effect().as_str()
+                    )?;
+                }
+            }
             writeln!(out, "ok: {} components, {} tools", tools.components().len(), tools.tools().len())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -173,6 +187,8 @@ struct Layout {
     tools: PathBuf,
     manifests: Manifests,
     factory: Option<PathBuf>,
+    /// The agent's `tollgate.toml` and its `[policies]`, when there is one.
+    policies: Option<(PathBuf, Policies)>,
     /// What was found, in a sentence, for `check`.
     described: String,
 }
@@ -209,7 +225,13 @@ impl Layout {
                 dir.display(),
                 tools.display()
             );
-            return Ok(Self { tools, manifests: Manifests::default(), factory: None, described });
+            return Ok(Self {
+                tools,
+                manifests: Manifests::default(),
+                factory: None,
+                policies: None,
+                described,
+            });
         };
         let factory = config.options_factory.as_ref().map(|path| dir.join(path));
         let described = format!(
@@ -218,7 +240,13 @@ impl Layout {
             config.path.display(),
             dir.join("tools").display()
         );
-        Ok(Self { tools: dir.join("tools"), manifests: config.manifests, factory, described })
+        Ok(Self {
+            tools: dir.join("tools"),
+            manifests: config.manifests,
+            factory,
+            policies: Some((config.path, config.policies)),
+            described,
+        })
     }
 
     async fn load(&self, sandbox: &Sandbox) -> anyhow::Result<ToolSet> {

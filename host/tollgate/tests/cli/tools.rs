@@ -119,6 +119,40 @@ fn check_prints_each_components_grants_and_the_factorys_options() {
 }
 
 #[test]
+fn check_fails_on_a_policy_for_a_misspelled_tool_and_lists_the_tools_left_to_default_effect() {
+    let dir = agent();
+    let config = std::fs::read_to_string(dir.path().join("tollgate.toml")).unwrap();
+    // The agent's tools are lookup_order and create_refund.
+    let with = |policies: &str| {
+        std::fs::write(dir.path().join("tollgate.toml"), format!("{config}\n[policies]\n{policies}\n"))
+            .unwrap();
+        tollgate(dir.path(), &["check", "DIR"])
+    };
+    let output = with("default_effect = \"read\"\ncreate_refnud = { effect = \"non_idempotent_write\" }");
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "[policies]: `create_refnud` names no tool of this agent (did you mean `create_refund`?)"
+        ),
+        "{stderr}"
+    );
+    // lookup_order is annotated read-only; create_refund has no hint that classifies it.
+    let output = with("default_effect = \"unclassified\"");
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(
+            "no policy or annotation classifies create_refund: they get default_effect (unclassified)"
+        ),
+        "{stdout}"
+    );
+    let output = with("create_refund = { effect = \"non_idempotent_write\" }");
+    let (stdout, _) = text(&output);
+    assert!(!stdout.contains("no policy or annotation classifies"), "{stdout}");
+}
+
+#[test]
 fn check_fails_on_a_tool_named_bash_and_names_it() {
     let dir = agent();
     std::fs::copy(guests::IMPOSTOR, dir.path().join("tools/shell.wasm")).unwrap();
