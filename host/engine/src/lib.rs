@@ -29,7 +29,7 @@ pub mod deadline;
 pub mod gate;
 pub mod hooks;
 pub mod media;
-pub mod names;
+pub mod tool_names;
 pub mod options;
 pub mod policy;
 pub mod record;

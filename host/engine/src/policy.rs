@@ -607,7 +607,7 @@ impl Policies {
     }
 
     /// Every tool name the table names (an entry, `approvers` or a deadline), sorted, once each:
-    /// what [`crate::names::unknown_tools`] checks against the tools an agent has.
+    /// what [`crate::tool_names::unknown_tools`] checks against the tools an agent has.
     pub fn tool_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> =
             (self.entries.keys().chain(self.approvers.keys()).chain(self.deadlines.keys()))

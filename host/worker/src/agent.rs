@@ -22,13 +22,13 @@ use tollgate_engine::policy::{Policies, PolicySource};
 /// Refuses a `[policies]` table (of the configuration at `path`) that names a tool the agent does
 /// not have: not one of `tools`, not a built-in, not an `mcp__` name. A misspelled policy would
 /// otherwise never apply, and its tool would fall back to `default_effect` (see
-/// [`tollgate_engine::names`]). Each unknown name is listed with a did-you-mean.
+/// [`tollgate_engine::tool_names`]). Each unknown name is listed with a did-you-mean.
 ///
 /// # Errors
 /// A name that names no tool.
 pub fn check_policy_names(path: &Path, policies: &Policies, tools: &ToolSet) -> anyhow::Result<()> {
     let custom: Vec<&str> = tools.tools().iter().map(|tool| tool.name.as_str()).collect();
-    let unknown = tollgate_engine::names::unknown_tools(policies.tool_names(), &custom);
+    let unknown = tollgate_engine::tool_names::unknown_tools(policies.tool_names(), &custom);
     if unknown.is_empty() {
         return Ok(());
     }

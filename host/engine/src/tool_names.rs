@@ -9,7 +9,7 @@
 //! (`mcp__<server>__<tool>`, which only the CLI's configuration knows).
 //!
 //! ```
-//! use tollgate_engine::names::unknown_tools;
+//! use tollgate_engine::tool_names::unknown_tools;
 //!
 //! let unknown = unknown_tools(["wether", "Bash", "mcp__github__create_issue", "weather"], &["weather"]);
 //! assert_eq!(unknown.len(), 1);
