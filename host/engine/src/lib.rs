@@ -24,8 +24,10 @@
 
 #![warn(missing_docs)]
 
+pub mod approval;
 pub mod catalog;
 pub mod deadline;
+pub mod events;
 pub mod gate;
 pub mod hooks;
 pub mod media;

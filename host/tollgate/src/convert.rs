@@ -32,7 +32,7 @@ pub fn step(step: engine::NextStep) -> store::NewStep {
 
 /// An event.
 pub fn event(event: engine::NewEvent) -> store::NewEvent {
-    store::NewEvent { kind: event.kind.to_owned(), payload: raw(&event.payload) }
+    store::NewEvent { kind: event.kind.as_str().to_owned(), payload: raw(&event.payload) }
 }
 
 /// A tool call.
@@ -122,7 +122,7 @@ pub fn commit(t: engine::Transition) -> store::Commit {
                 // The deadline the policy stamped into the request (`turn::with_deadlines`); an
                 // unreadable one was never stamped by this build, and waits for ever.
                 deadline: tollgate_engine::deadline::first_deadline(&i.request).ok().flatten(),
-                request: raw(&i.request),
+                request: raw(&i.request.to_value()),
             })
             .collect(),
         close_interrupts: t
@@ -138,12 +138,7 @@ pub fn commit(t: engine::Transition) -> store::Commit {
         session: store::SessionUpdate {
             status: t.status.map(str::to_owned),
             run_state: t.run_state.map(|state| state.to_raw()),
-            add_usage: store::Usage {
-                input_tokens: t.usage.input_tokens,
-                cached_input_tokens: t.usage.cached_input_tokens,
-                output_tokens: t.usage.output_tokens,
-                model_calls: t.usage.model_calls,
-            },
+            add_usage: t.usage,
         },
         events: t.events.into_iter().map(event).collect(),
         cancel: cancel(t.cancel),

@@ -1,12 +1,11 @@
 //! Client calls on a store: start a session, send a message, decide an interrupt, read a
 //! snapshot. The HTTP API and the tests call these; the rules are `tollgate_engine::session`'s.
 
+use tollgate_engine::events::EventKind;
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
-use tollgate_engine::session::{
-    CallEntry, CallState, EngineError, RunState, event_kind, grants, item_kind, status,
-};
+use tollgate_engine::session::{CallEntry, CallState, EngineError, RunState, grants, item_kind, status};
 use tollgate_store::{
     AgentDigest, AuditQuery, Item, MessageReceipt, NewAuditEntry, NewSession, Resolution, ResolveReceipt,
     Store, StoreError, UpgradeReceipt, UserMessage,
@@ -14,7 +13,7 @@ use tollgate_store::{
 
 use crate::api::types::{
     AuditDecision, AuditRecord, DecidedAhead, Grant, GrantRevocation, Message, PendingApproval,
-    RevokeReceipt, SessionGrant, Snapshot, ToolCall, Usage,
+    RevokeReceipt, SessionGrant, Snapshot, ToolCall,
 };
 use crate::auth;
 use crate::convert;
@@ -268,7 +267,7 @@ async fn resolve_checked(
     };
     let mut events: Vec<tollgate_store::NewEvent> = events.into_iter().map(convert::event).collect();
     events.push(tollgate_store::NewEvent {
-        kind: DECISION_RECORDED.to_owned(),
+        kind: EventKind::DecisionRecorded.as_str().to_owned(),
         payload: convert::raw(&serde_json::json!({
             "interrupt_id": interrupt_id,
             "principal": principal,
@@ -337,10 +336,6 @@ pub async fn prompts_after(store: &dyn Store, session_id: &str, after: i64) -> R
     items.sort_by_key(|item| item.seq);
     Ok(items)
 }
-
-/// The event kind of a decision's audit row on the session's stream: `{interrupt_id, principal,
-/// decision, reason, tool_name, input, edited_input}`.
-pub const DECISION_RECORDED: &str = "decision_recorded";
 
 /// Every audit row of the session, oldest first.
 ///
@@ -479,12 +474,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         messages,
         pending_interrupts,
         tool_calls,
-        usage: Usage {
-            input_tokens: session.usage.input_tokens,
-            cached_input_tokens: session.usage.cached_input_tokens,
-            output_tokens: session.usage.output_tokens,
-            model_calls: session.usage.model_calls,
-        },
+        usage: session.usage,
         cost_usd: state.cost_usd,
         last_turn_error: state.last_turn_error,
         last_turn_cancelled: state
@@ -517,7 +507,9 @@ async fn live_text(
             let Some(last) = page.last() else { break };
             after = last.seq;
             for event in &page {
-                if event.kind != event_kind::TEXT_DELTA || event.step != Some((live.step_id, live.fence)) {
+                if event.kind != EventKind::TextDelta.as_str()
+                    || event.step != Some((live.step_id, live.fence))
+                {
                     continue;
                 }
                 let payload: serde_json::Value =
@@ -576,7 +568,7 @@ pub async fn revoke_grant(
         .map(|g| g.grant.decision_id.clone())
         .collect();
     let event = tollgate_store::NewEvent {
-        kind: event_kind::GRANT_REVOKED.to_owned(),
+        kind: EventKind::GrantRevoked.as_str().to_owned(),
         payload: convert::raw(&serde_json::json!({
             "tool_name": tool,
             "decision_ids": decision_ids,

@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, event_kind, item_kind, raw, status,
-    step_kind,
+    EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, item_kind, raw, status, step_kind,
 };
+use crate::events::EventKind;
 use crate::media::MediaRef;
 
 /// The longest user message accepted, in bytes.
@@ -56,7 +56,7 @@ pub fn user_message(text: &str, images: &[MediaRef]) -> Result<ClientMessage, En
             session_status: Some(status::RUNNING),
         },
         events: vec![NewEvent {
-            kind: event_kind::USER_MESSAGE,
+            kind: EventKind::UserMessage,
             payload: with_images(json!({"text": text}), images),
         }],
     })
@@ -130,7 +130,7 @@ pub fn resolution(
 ) -> (Value, Vec<NewEvent>) {
     let value = serde_json::to_value(decision).expect("serializes");
     let event = NewEvent {
-        kind: event_kind::INTERRUPT_RESOLVED,
+        kind: EventKind::InterruptResolved,
         payload: json!({
             "interrupt_id": interrupt_id,
             "approved": decision.approved,

@@ -52,7 +52,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::approval::ApprovalRequest;
 use crate::catalog::ToolKind;
+use crate::events::{EventKind, InterruptOpened};
 use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::{Outcome, ToolCallRecord};
@@ -95,60 +97,6 @@ pub mod status {
     pub const RUNNING: &str = "running";
     /// A turn waits for a human decision.
     pub const AWAITING_APPROVAL: &str = "awaiting_approval";
-}
-
-/// Event kinds, as stored; a client groups live text by `(turn_id, step, attempt)`.
-pub mod event_kind {
-    /// A user message arrived.
-    pub const USER_MESSAGE: &str = "user_message";
-    /// A turn's first segment started.
-    pub const TURN_STARTED: &str = "turn_started";
-    /// Text of the main conversation, one block at a time:
-    /// `{"turn_id","attempt","offset","text"}` (`offset`: where it starts in the segment's text,
-    /// in characters).
-    pub const TEXT_DELTA: &str = "text_delta";
-    /// Thinking of the main conversation (the model's visible reasoning), stored as text is:
-    /// `{"turn_id","attempt","offset","text"}`, `offset` counted in the segment's thinking.
-    pub const REASONING_DELTA: &str = "reasoning_delta";
-    /// A tool call started (inline, or a deferred call's step). An inline call's:
-    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","arguments","deferred":false}`,
-    /// `kind` `custom` (a custom tool, by its own name) or `cli` (a built-in or an external MCP
-    /// server's tool, by its CLI name).
-    pub const TOOL_CALL_STARTED: &str = "tool_call_started";
-    /// A tool call finished or got its record. An inline call's:
-    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","status","deferred":false}`,
-    /// `status` `succeeded` or `failed` (the model got an error result).
-    pub const TOOL_CALL_FINISHED: &str = "tool_call_finished";
-    /// A deferred call waits for a decision.
-    pub const INTERRUPT_OPENED: &str = "interrupt_opened";
-    /// A decision arrived.
-    pub const INTERRUPT_RESOLVED: &str = "interrupt_resolved";
-    /// A deferred call was approved under a session grant, with no interrupt:
-    /// `{"turn_id","tool_call_id","tool_name","grant":{tool_name,granted_by,granted_at,decision_id}}`.
-    pub const APPROVED_UNDER_GRANT: &str = "approved_under_grant";
-    /// A session grant was revoked: `{"tool_name","decision_ids","revoked_by","revoked_at"}`.
-    pub const GRANT_REVOKED: &str = "grant_revoked";
-    /// The session waits on a person (status `awaiting_approval`): one approval round.
-    /// `{"turn_id","tool_call_id","interrupt_id"}`; the interrupt is the call's own, or one
-    /// opened ahead in a batch ([`super::batches`]).
-    pub const APPROVAL_AWAITED: &str = "approval_awaited";
-    /// A deferred call used a decision made ahead in a batch, with no new interrupt:
-    /// `{"turn_id","tool_call_id","tool_name","decision_id","batch_id","approved"}`.
-    pub const DECIDED_AHEAD_USED: &str = "decided_ahead_used";
-    /// A turn ended with an interrupt opened ahead that no call used (closed if still open):
-    /// `{"turn_id","interrupt_id","batch_id","tool_name","arguments"}`.
-    pub const AHEAD_UNUSED: &str = "ahead_unused";
-    /// A step attempt failed and will run again.
-    pub const ATTEMPT_FAILED: &str = "attempt_failed";
-    /// A client asked to cancel the turn in progress: `{"requested_by"}` ([`super::cancel`]).
-    pub const CANCEL_REQUESTED: &str = "cancel_requested";
-    /// The turn answered.
-    pub const TURN_COMPLETED: &str = "turn_completed";
-    /// The turn failed; see `last_turn_error`. Its payload: `{"turn_id","error","reason"}`
-    /// with a [`super::failure_reason`].
-    pub const TURN_FAILED: &str = "turn_failed";
-    /// The turn was cancelled: `{"turn_id","cancelled_by","requested_at"}` ([`super::cancel`]).
-    pub const TURN_CANCELLED: &str = "turn_cancelled";
 }
 
 /// Why a turn failed: the `reason` of a `turn_failed` event, a closed set (a metrics label).
@@ -231,16 +179,19 @@ impl Default for Limits {
     }
 }
 
-/// Token and call counters, added to the session's totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+// What a segment adds to a session's totals, what the store adds up, and what the HTTP API
+// shows: one type (its doc is the API document's description).
+/// Token totals of a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
-    /// Input tokens, cache reads and writes included.
+    /// Input tokens, cache included.
     pub input_tokens: i64,
     /// Cache reads.
     pub cached_input_tokens: i64,
     /// Output tokens.
     pub output_tokens: i64,
-    /// Distinct model calls.
+    /// Model calls.
     pub model_calls: i64,
 }
 
@@ -648,8 +599,20 @@ pub struct NewItem {
 pub struct NewInterrupt {
     /// Its id (the deferred call's tool use ID).
     pub interrupt_id: String,
-    /// What is asked: `{"type":"tool_approval","turn_id",…,"tool_name","arguments",…}`.
-    pub request: Value,
+    /// What is asked.
+    pub request: ApprovalRequest,
+}
+
+impl NewInterrupt {
+    /// Its `interrupt_opened` event, showing its request.
+    pub fn opened_event(&self) -> NewEvent {
+        let opened =
+            InterruptOpened { interrupt_id: self.interrupt_id.clone(), request: self.request.clone() };
+        NewEvent {
+            kind: EventKind::InterruptOpened,
+            payload: serde_json::to_value(opened).expect("serializes"),
+        }
+    }
 }
 
 /// An interrupt to close if it is still open (nobody decided it): its resolution is written, no
@@ -667,8 +630,8 @@ pub struct CloseInterrupt {
 /// An event to append.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewEvent {
-    /// Its kind (see [`event_kind`]).
-    pub kind: &'static str,
+    /// Its kind.
+    pub kind: EventKind,
     /// Its JSON.
     pub payload: Value,
 }
@@ -736,9 +699,27 @@ impl Transition {
         Transition::new(Finish::Keep)
     }
 
-    fn event(mut self, kind: &'static str, payload: Value) -> Self {
+    fn event(mut self, kind: EventKind, payload: Value) -> Self {
         self.events.push(NewEvent { kind, payload });
         self
+    }
+
+    /// Changes the approval request of each interrupt the transition opens with `stamp`, which
+    /// says whether it changed it; the `interrupt_opened` event of a changed one shows it changed.
+    pub fn stamp_requests(&mut self, mut stamp: impl FnMut(&mut ApprovalRequest) -> bool) {
+        for interrupt in &mut self.interrupts {
+            if !stamp(&mut interrupt.request) {
+                continue;
+            }
+            for event in &mut self.events {
+                let opened = event.kind == EventKind::InterruptOpened
+                    && event.payload.get("interrupt_id").and_then(Value::as_str)
+                        == Some(&interrupt.interrupt_id);
+                if opened {
+                    *event = interrupt.opened_event();
+                }
+            }
+        }
     }
 }
 

@@ -7,9 +7,10 @@ use super::client::{Decision, DecisionScope};
 use super::grants::GrantRef;
 use super::{
     CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, Start, Transition,
-    event_kind, status, step_kind,
+    status, step_kind,
 };
 use crate::catalog::ToolKind;
+use crate::events::EventKind;
 use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
@@ -43,7 +44,7 @@ fn record(call: &CallEntry, outcome: Outcome) -> Transition {
     });
     t.status = Some(status::RUNNING);
     t = t.event(
-        event_kind::TOOL_CALL_FINISHED,
+        EventKind::ToolCallFinished,
         json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,
@@ -146,7 +147,7 @@ pub fn begin_tool_step(session_id: &str, single_attempt: bool, attempt: i64, cal
     let mut mark = Transition::new(Finish::Keep);
     mark.calls.push(call.with_state(CallState::Started { attempt }));
     mark = mark.event(
-        event_kind::TOOL_CALL_STARTED,
+        EventKind::ToolCallStarted,
         json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,
@@ -279,7 +280,7 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));
             t.calls.push(call.with_state(CallState::Started { attempt }));
             t.event(
-                event_kind::ATTEMPT_FAILED,
+                EventKind::AttemptFailed,
                 json!({
                     "turn_id": call.turn_id,
                     "step": step_kind::CALL_TOOL,
@@ -329,7 +330,7 @@ pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::Ne
     };
     let finished = call.with_state(outcome.into());
     let event = super::NewEvent {
-        kind: event_kind::TOOL_CALL_FINISHED,
+        kind: EventKind::ToolCallFinished,
         payload: json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,

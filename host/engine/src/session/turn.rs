@@ -13,8 +13,10 @@ use super::grants::{GrantRef, SessionGrant, active_grant, session_grants};
 use super::{
     CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, Finish, Limits,
     NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition,
-    TurnState, Usage, event_kind, failure_reason, item_kind, raw, status, step_kind,
+    TurnState, Usage, failure_reason, item_kind, raw, status, step_kind,
 };
+use crate::approval::ApprovalRequest;
+use crate::events::EventKind;
 use crate::gate::{DeferredCall, HeldBackCall};
 use crate::media::MediaRef;
 use crate::policy::{DeferredRun, Handling, Policies};
@@ -396,23 +398,14 @@ pub(super) fn is_prompt(kind: &str) -> bool {
 /// that decides without loading the agent (`tollgate api`) reads them from the stored request.
 /// A tool whose policy names no approvers is left as it is.
 pub fn with_approvers(t: &mut Transition, policies: &Policies) {
-    for interrupt in &mut t.interrupts {
-        let tool = interrupt.request.get("tool_name").and_then(Value::as_str).unwrap_or_default();
-        let approvers = policies.approvers(tool);
-        if approvers.is_empty()
-            || interrupt.request.get("type").and_then(Value::as_str) != Some("tool_approval")
-        {
-            continue;
+    t.stamp_requests(|request| {
+        let approvers = policies.approvers(&request.tool_name);
+        if approvers.is_empty() {
+            return false;
         }
-        interrupt.request["approvers"] = json!(approvers);
-        for event in &mut t.events {
-            let opened = event.kind == event_kind::INTERRUPT_OPENED
-                && event.payload.get("interrupt_id").and_then(Value::as_str) == Some(&interrupt.interrupt_id);
-            if opened {
-                event.payload["request"] = interrupt.request.clone();
-            }
-        }
-    }
+        request.approvers = approvers.to_vec();
+        true
+    });
 }
 
 /// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
@@ -421,21 +414,11 @@ pub fn with_approvers(t: &mut Transition, policies: &Policies) {
 /// [`crate::policy::ApprovalDeadline`]), so a Worker fires it from the stored request alone and
 /// the store sets the deadline at insert. A tool without one is left as it is.
 pub fn with_deadlines(t: &mut Transition, policies: &Policies) {
-    for interrupt in &mut t.interrupts {
-        let tool = interrupt.request.get("tool_name").and_then(Value::as_str).unwrap_or_default();
-        let Some(deadline) = policies.deadline(tool) else { continue };
-        if interrupt.request.get("type").and_then(Value::as_str) != Some("tool_approval") {
-            continue;
-        }
-        interrupt.request["deadline"] = serde_json::to_value(deadline.resolved()).expect("serializes");
-        for event in &mut t.events {
-            let opened = event.kind == event_kind::INTERRUPT_OPENED
-                && event.payload.get("interrupt_id").and_then(Value::as_str) == Some(&interrupt.interrupt_id);
-            if opened {
-                event.payload["request"] = interrupt.request.clone();
-            }
-        }
-    }
+    t.stamp_requests(|request| {
+        let Some(deadline) = policies.deadline(&request.tool_name) else { return false };
+        request.deadline = Some(serde_json::to_value(deadline.resolved()).expect("serializes"));
+        true
+    });
 }
 
 /// What the end of a segment changes. `calls` are the session's deferred calls (for a failing
@@ -495,7 +478,7 @@ fn turn_completed(run: &SegmentRun, state: &RunState, answered: Answered<String>
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(run.prompts_upto));
     end_batches(&mut t, state, &run.turn_id);
-    t.event(event_kind::TURN_COMPLETED, json!({"turn_id": run.turn_id, "result": result}))
+    t.event(EventKind::TurnCompleted, json!({"turn_id": run.turn_id, "result": result}))
 }
 
 /// The segment ended on one deferred call: its held-back calls open interrupts ahead, and the
@@ -606,11 +589,9 @@ fn open_ahead(
     for held in opened {
         let batch_id = batch_id.unwrap_or_default().to_owned();
         let request = batches::ahead_request(&run.turn_id, held, &batch_id);
-        t.interrupts.push(NewInterrupt { interrupt_id: held.tool_use_id.clone(), request: request.clone() });
-        t = t.event(
-            event_kind::INTERRUPT_OPENED,
-            json!({"interrupt_id": held.tool_use_id, "request": request}),
-        );
+        let interrupt = NewInterrupt { interrupt_id: held.tool_use_id.clone(), request };
+        t.events.push(interrupt.opened_event());
+        t.interrupts.push(interrupt);
         let runs_in = match held.handling {
             Handling::Deferred { runs_in, .. } => runs_in,
             Handling::Inline | Handling::Recorded => DeferredRun::ResumedSegment,
@@ -643,7 +624,7 @@ fn approved_under_grant(
     t.events.extend(approved.events);
     t.status = approved.status;
     t.event(
-        event_kind::APPROVED_UNDER_GRANT,
+        EventKind::ApprovedUnderGrant,
         json!({
             "turn_id": run.turn_id,
             "tool_call_id": entry.tool_call_id,
@@ -682,7 +663,7 @@ fn decided_ahead_used(
     t.events.extend(applied.events);
     t.status = applied.status;
     t = t.event(
-        event_kind::DECIDED_AHEAD_USED,
+        EventKind::DecidedAheadUsed,
         json!({
             "turn_id": run.turn_id,
             "tool_call_id": entry.tool_call_id,
@@ -706,27 +687,20 @@ fn approval_requested(
     batch_id: Option<String>,
     call_step: Value,
 ) {
-    let mut request = json!({
-        "type": "tool_approval",
-        "turn_id": run.turn_id,
-        "tool_call_id": entry.tool_call_id,
-        "tool_name": entry.tool_name,
-        "kind": entry.kind,
-        "arguments": entry.arguments,
-        "effect": call.policy.effect.as_str(),
-    });
-    if let Some(batch_id) = batch_id {
-        request["batch_id"] = json!(batch_id);
-        entry.batch_id = Some(batch_id);
-    }
-    t.interrupts
-        .insert(0, NewInterrupt { interrupt_id: entry.tool_call_id.clone(), request: request.clone() });
-    let opened_at = t.events.iter().position(|e| e.kind == event_kind::INTERRUPT_OPENED);
-    let event = NewEvent {
-        kind: event_kind::INTERRUPT_OPENED,
-        payload: json!({"interrupt_id": entry.tool_call_id, "request": request}),
-    };
-    t.events.insert(opened_at.unwrap_or(t.events.len()), event);
+    let mut request = ApprovalRequest::new(
+        &run.turn_id,
+        &entry.tool_call_id,
+        &entry.tool_name,
+        entry.kind,
+        entry.arguments.clone(),
+        call.policy.effect,
+    );
+    request.batch_id.clone_from(&batch_id);
+    entry.batch_id = batch_id;
+    let interrupt = NewInterrupt { interrupt_id: entry.tool_call_id.clone(), request };
+    let opened_at = t.events.iter().position(|e| e.kind == EventKind::InterruptOpened);
+    t.events.insert(opened_at.unwrap_or(t.events.len()), interrupt.opened_event());
+    t.interrupts.insert(0, interrupt);
     let interrupt_id = entry.tool_call_id.clone();
     await_approval(t, &run.turn_id, &entry, call_step, interrupt_id);
     t.calls.push(entry);
@@ -757,7 +731,7 @@ fn segment_failed(
         let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
         t.status = Some(status::RUNNING);
         t.event(
-            event_kind::ATTEMPT_FAILED,
+            EventKind::AttemptFailed,
             json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
         )
     } else {
@@ -783,7 +757,7 @@ fn await_approval(
     });
     t.status = Some(status::AWAITING_APPROVAL);
     t.events.push(NewEvent {
-        kind: event_kind::APPROVAL_AWAITED,
+        kind: EventKind::ApprovalAwaited,
         payload: json!({"turn_id": turn_id, "tool_call_id": entry.tool_call_id, "interrupt_id": interrupt_id}),
     });
 }
@@ -828,7 +802,7 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
         let closing = batches::closing_decision(turn_id);
         t.close_interrupts.push(closed_by_nobody(&unused.interrupt_id, &closing));
         t.events.push(NewEvent {
-            kind: event_kind::AHEAD_UNUSED,
+            kind: EventKind::AheadUnused,
             payload: json!({
                 "turn_id": turn_id,
                 "interrupt_id": unused.interrupt_id,
@@ -896,7 +870,7 @@ pub(super) fn fail_turn(
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, turn_id);
-    t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+    t.event(EventKind::TurnFailed, json!({"turn_id": turn_id, "error": error, "reason": reason}))
 }
 
 /// A claimed step whose stored rows cannot be used (a run state, record or payload that does not
@@ -938,7 +912,7 @@ pub fn on_unusable_rows(
             t.status = Some(status::IDLE);
             t.cancel = CancelRequestChange::Drop;
             t.steps.extend(prompts_seen.map(next_turn));
-            t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+            t.event(EventKind::TurnFailed, json!({"turn_id": turn_id, "error": error, "reason": reason}))
         }
     }
 }

@@ -59,8 +59,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, watch};
 use tollgate_claude::CliBinary;
+use tollgate_engine::events::EventKind;
 use tollgate_engine::session::{
-    CallEntry, EngineError, RunState, StepInput, Transition, event_kind, failure_reason, item_kind,
+    CallEntry, EngineError, RunState, StepInput, Transition, failure_reason, item_kind,
 };
 use tollgate_store::{Claimed, CommitReceipt, Store, StoreError};
 use tracing::{debug, error, info, warn};
@@ -620,7 +621,7 @@ impl Worker {
         let failed_turns: Vec<&'static str> = transition
             .events
             .iter()
-            .filter(|e| e.kind == event_kind::TURN_FAILED)
+            .filter(|e| e.kind == EventKind::TurnFailed)
             .map(|e| {
                 let reason = e.payload["reason"].as_str().unwrap_or_default();
                 failure_reason::ALL.iter().copied().find(|known| *known == reason).unwrap_or("other")
