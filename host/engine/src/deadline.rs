@@ -48,7 +48,7 @@ pub enum Firing {
     /// Hand the call to other approvers.
     Escalate {
         /// The interrupt's request from now on: `approvers` = `to`, `escalated_from` = `from`.
-        request: ApprovalRequest,
+        request: Box<ApprovalRequest>,
         /// The groups who may decide now.
         to: Vec<String>,
         /// The groups who could decide before (empty: any approver).
@@ -96,11 +96,11 @@ pub fn on_deadline(request: &ApprovalRequest, escalated: bool) -> Result<Firing,
     };
     if deadline.on_timeout == OnTimeout::Escalate && !escalated {
         let from = request.approvers.clone();
-        let next = ApprovalRequest {
+        let next = Box::new(ApprovalRequest {
             approvers: deadline.escalate_to.clone(),
             escalated_from: Some(from.clone()),
             ..request.clone()
-        };
+        });
         return Ok(Firing::Escalate {
             request: next,
             to: deadline.escalate_to.clone(),

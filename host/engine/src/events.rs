@@ -105,6 +105,12 @@ impl EventKind {
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|kind| kind.as_str() == name)
     }
+
+    /// Whether it ends a turn (answered, failed or cancelled): a follower that waits for the
+    /// session to be idle checks after these.
+    pub fn ends_turn(self) -> bool {
+        matches!(self, EventKind::TurnCompleted | EventKind::TurnFailed | EventKind::TurnCancelled)
+    }
 }
 
 impl std::fmt::Display for EventKind {

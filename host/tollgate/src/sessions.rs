@@ -1,6 +1,7 @@
 //! Client calls on a store: start a session, send a message, decide an interrupt, read a
 //! snapshot. The HTTP API and the tests call these; the rules are `tollgate_engine::session`'s.
 
+use tollgate_engine::approval::ApprovalRequest;
 use tollgate_engine::events::EventKind;
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
@@ -227,8 +228,7 @@ async fn resolve_checked(
         None => format!("decision:{}", serde_json::to_string(decision).expect("serializes")),
     };
     let request = store.interrupt(session_id, interrupt_id).await?.map(|i| i.request);
-    let request: serde_json::Value =
-        request.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
+    let request = request.and_then(|r| ApprovalRequest::parse(r.get()).ok());
     if decision.scope == client::DecisionScope::Session && !decision.approved {
         return Err(EngineError::BadInput {
             field: "scope",
@@ -246,12 +246,13 @@ async fn resolve_checked(
             .into());
         }
         // Checked before anything is stored, against the schema stored with the interrupt.
-        edits::check_edit(request.get("input_schema"), edited)?;
+        edits::check_edit(request.as_ref().and_then(|r| r.input_schema.as_ref()), edited)?;
     }
     let (resolution, events) = client::resolution(interrupt_id, decision, Some(principal));
-    let tool_name = request.get("tool_name").and_then(|t| t.as_str()).map(str::to_owned);
-    let input = request.get("arguments").map(convert::raw);
-    let edited = decision.updated_input.as_ref().filter(|e| Some(*e) != request.get("arguments"));
+    let asked_input = request.as_ref().map(|r| &r.arguments);
+    let tool_name = request.as_ref().map(|r| r.tool_name.clone());
+    let input = asked_input.map(convert::raw);
+    let edited = decision.updated_input.as_ref().filter(|e| Some(*e) != asked_input);
     let entry = NewAuditEntry {
         principal: principal.to_owned(),
         decision: if decision.approved {
@@ -274,7 +275,7 @@ async fn resolve_checked(
             "decision": entry.decision.as_str(),
             "reason": entry.reason,
             "tool_name": entry.tool_name,
-            "input": request.get("arguments"),
+            "input": asked_input,
             "edited_input": edited,
         })),
     });
@@ -396,15 +397,11 @@ struct InterruptFacts {
 
 impl InterruptFacts {
     fn of(open: Option<&tollgate_store::Interrupt>) -> Self {
-        let asked: Option<serde_json::Value> = open.and_then(|i| serde_json::from_str(i.request.get()).ok());
+        let asked = open.and_then(|i| ApprovalRequest::parse(i.request.get()).ok());
         InterruptFacts {
             deadline_at: open.and_then(|i| i.deadline_at),
             escalated_at: open.and_then(|i| i.escalated_at),
-            approvers: asked
-                .as_ref()
-                .and_then(|a| a.get("approvers"))
-                .and_then(|a| serde_json::from_value(a.clone()).ok())
-                .unwrap_or_default(),
+            approvers: asked.map(|a| a.approvers).unwrap_or_default(),
         }
     }
 }

@@ -549,12 +549,9 @@ async fn decide(
     let receipt = loop {
         let mut escalated_at = None;
         if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
-            let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
-            let tool = asked.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default();
-            let approvers: Vec<String> = asked
-                .get("approvers")
-                .and_then(|a| serde_json::from_value(a.clone()).ok())
-                .unwrap_or_default();
+            let asked = types::ApprovalRequest::parse(open.request.get()).ok();
+            let tool = asked.as_ref().map_or("", |a| a.tool_name.as_str());
+            let approvers = asked.as_ref().map(|a| a.approvers.clone()).unwrap_or_default();
             let starter = state.store.audit().started_by(&id).await?;
             state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
             escalated_at = open.escalated_at;
@@ -651,12 +648,8 @@ async fn revoke_grant(
     let mut approvers: Vec<String> = Vec::new();
     for listed in snapshot.grants.iter().filter(|g| g.revoked.is_none() && g.grant.tool_name == tool) {
         if let Some(open) = state.store.interrupt(&id, &listed.grant.decision_id).await? {
-            let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
-            let groups: Vec<String> = asked
-                .get("approvers")
-                .and_then(|a| serde_json::from_value(a.clone()).ok())
-                .unwrap_or_default();
-            approvers.extend(groups);
+            let asked = types::ApprovalRequest::parse(open.request.get()).ok();
+            approvers.extend(asked.map(|a| a.approvers).unwrap_or_default());
         }
     }
     approvers.sort();
@@ -883,7 +876,7 @@ mod interrupt_cursor {
 
 /// An open interrupt as the inbox lists it (`GET /v1/interrupts` and the live inbox).
 fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt, ApiError> {
-    let request: types::ApprovalRequest = serde_json::from_str(open.request.get()).map_err(|e| {
+    let request = types::ApprovalRequest::parse(open.request.get()).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::StoredRowRefused,

@@ -21,6 +21,7 @@ use utoipa::{IntoParams, ToSchema};
 /// interrupt asks, and a session's token totals.
 pub use tollgate_engine::approval::ApprovalRequest;
 pub use tollgate_engine::catalog::ToolKind;
+use tollgate_engine::events::EventKind;
 pub use tollgate_engine::media::MediaRef;
 pub use tollgate_engine::policy::DeferredRun;
 pub use tollgate_engine::session::{CallState, Usage};
@@ -898,27 +899,7 @@ pub struct StreamEvent {
     /// Its seq (also the SSE `id`).
     pub seq: i64,
     /// Its kind, e.g. `text_delta`.
-    #[schema(examples(
-        "user_message",
-        "turn_started",
-        "text_delta",
-        "reasoning_delta",
-        "tool_call_started",
-        "tool_call_finished",
-        "interrupt_opened",
-        "interrupt_resolved",
-        "approval_awaited",
-        "decided_ahead_used",
-        "ahead_unused",
-        "attempt_failed",
-        "turn_completed",
-        "turn_failed",
-        "cancel_requested",
-        "turn_cancelled",
-        "agent_upgraded",
-        "decision_recorded",
-        "interrupt_escalated"
-    ))]
+    #[schema(schema_with = event_kind_schema)]
     pub kind: String,
     /// The step that wrote it, if one did.
     #[schema(required = true)]
@@ -931,6 +912,16 @@ pub struct StreamEvent {
     /// The kind's payload, byte for byte as stored.
     #[schema(value_type = Object)]
     pub payload: Box<RawValue>,
+}
+
+/// The schema of [`StreamEvent::kind`]: a string, each [`EventKind`] an example (a kind the
+/// engine adds is listed without an edit here).
+fn event_kind_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .description(Some("Its kind, e.g. `text_delta`."))
+        .examples(EventKind::ALL.iter().map(|kind| kind.as_str()))
+        .build()
 }
 
 impl StreamEvent {
