@@ -11,111 +11,81 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::ApprovalRequest;
 
-/// Declares [`EventKind`], its stored names and [`EventKind::ALL`] from one list.
-macro_rules! event_kinds {
-    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal,)*) => {
-        /// What an event says happened, stored as its name ([`EventKind::as_str`]).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum EventKind {
-            $($(#[doc = $doc])* #[serde(rename = $name)] $variant,)*
-        }
-
-        impl EventKind {
-            /// Every kind, in the order the HTTP API's document lists them.
-            pub const ALL: &[EventKind] = &[$(EventKind::$variant,)*];
-
-            /// The stored name.
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(EventKind::$variant => $name,)*
-                }
-            }
-        }
-    };
-}
-
-event_kinds! {
-    /// A user message arrived.
-    UserMessage = "user_message",
-    /// A turn's first segment started.
-    TurnStarted = "turn_started",
-    /// Text of the main conversation, one block at a time:
-    /// `{"turn_id","attempt","offset","text"}` (`offset`: where it starts in the segment's text,
-    /// in characters).
-    TextDelta = "text_delta",
-    /// Thinking of the main conversation (the model's visible reasoning), stored as text is:
-    /// `{"turn_id","attempt","offset","text"}`, `offset` counted in the segment's thinking.
-    ReasoningDelta = "reasoning_delta",
-    /// A tool call started (inline, or a deferred call's step). An inline call's:
-    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","arguments","deferred":false}`,
-    /// `kind` `custom` (a custom tool, by its own name) or `cli` (a built-in or an external MCP
-    /// server's tool, by its CLI name).
-    ToolCallStarted = "tool_call_started",
-    /// A tool call finished or got its record. An inline call's:
-    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","status","deferred":false}`,
-    /// `status` `succeeded` or `failed` (the model got an error result).
-    ToolCallFinished = "tool_call_finished",
-    /// A deferred call waits for a decision: [`InterruptOpened`].
-    InterruptOpened = "interrupt_opened",
-    /// A decision arrived.
-    InterruptResolved = "interrupt_resolved",
-    /// A deferred call was approved under a session grant, with no interrupt:
-    /// `{"turn_id","tool_call_id","tool_name","grant":{tool_name,granted_by,granted_at,decision_id}}`.
-    ApprovedUnderGrant = "approved_under_grant",
-    /// A session grant was revoked: `{"tool_name","decision_ids","revoked_by","revoked_at"}`.
-    GrantRevoked = "grant_revoked",
-    /// The session waits on a person (status `awaiting_approval`): one approval round.
-    /// `{"turn_id","tool_call_id","interrupt_id"}`; the interrupt is the call's own, or one
-    /// opened ahead in a batch ([`crate::session::batches`]).
-    ApprovalAwaited = "approval_awaited",
-    /// A deferred call used a decision made ahead in a batch, with no new interrupt:
-    /// `{"turn_id","tool_call_id","tool_name","decision_id","batch_id","approved"}`.
-    DecidedAheadUsed = "decided_ahead_used",
-    /// A turn ended with an interrupt opened ahead that no call used (closed if still open):
-    /// `{"turn_id","interrupt_id","batch_id","tool_name","arguments"}`.
-    AheadUnused = "ahead_unused",
-    /// A step attempt failed and will run again.
-    AttemptFailed = "attempt_failed",
-    /// The turn answered.
-    TurnCompleted = "turn_completed",
-    /// The turn failed; see `last_turn_error`. Its payload: `{"turn_id","error","reason"}`
-    /// with a [`crate::session::failure_reason`].
-    TurnFailed = "turn_failed",
-    /// A client asked to cancel the turn in progress: `{"requested_by"}`
-    /// ([`crate::session::cancel`]).
-    CancelRequested = "cancel_requested",
-    /// The turn was cancelled: `{"turn_id","cancelled_by","requested_at"}`
-    /// ([`crate::session::cancel`]).
-    TurnCancelled = "turn_cancelled",
-    /// The session was pinned to another agent digest: `{"from","from_pinned","to"}` (written
-    /// by the store).
-    AgentUpgraded = "agent_upgraded",
-    /// A decision, for the audit trail: `{"interrupt_id","principal","decision","reason",
-    /// "tool_name","input","edited_input"}` (written by the API; a deadline that rejects adds
-    /// `deadline_at`).
-    DecisionRecorded = "decision_recorded",
-    /// An approval deadline handed a waiting call to other approvers:
-    /// `{"interrupt_id","tool_name","escalate_to","escalated_from","deadline_passed",
-    /// "next_deadline_secs","escalated_by"}` (written by the Worker that fired it).
-    InterruptEscalated = "interrupt_escalated",
+stored_names! {
+    /// What an event says happened, stored as its name ([`EventKind::as_str`]); [`EventKind::ALL`]
+    /// in the order the HTTP API's document lists them.
+    pub enum EventKind {
+        /// A user message arrived.
+        UserMessage = "user_message",
+        /// A turn's first segment started.
+        TurnStarted = "turn_started",
+        /// Text of the main conversation, one block at a time:
+        /// `{"turn_id","attempt","offset","text"}` (`offset`: where it starts in the segment's text,
+        /// in characters).
+        TextDelta = "text_delta",
+        /// Thinking of the main conversation (the model's visible reasoning), stored as text is:
+        /// `{"turn_id","attempt","offset","text"}`, `offset` counted in the segment's thinking.
+        ReasoningDelta = "reasoning_delta",
+        /// A tool call started (inline, or a deferred call's step). An inline call's:
+        /// `{"turn_id","attempt","tool_call_id","tool_name","kind","arguments","deferred":false}`,
+        /// `kind` `custom` (a custom tool, by its own name) or `cli` (a built-in or an external MCP
+        /// server's tool, by its CLI name).
+        ToolCallStarted = "tool_call_started",
+        /// A tool call finished or got its record. An inline call's:
+        /// `{"turn_id","attempt","tool_call_id","tool_name","kind","status","deferred":false}`,
+        /// `status` `succeeded` or `failed` (the model got an error result).
+        ToolCallFinished = "tool_call_finished",
+        /// A deferred call waits for a decision: [`InterruptOpened`].
+        InterruptOpened = "interrupt_opened",
+        /// A decision arrived.
+        InterruptResolved = "interrupt_resolved",
+        /// A deferred call was approved under a session grant, with no interrupt:
+        /// `{"turn_id","tool_call_id","tool_name","grant":{tool_name,granted_by,granted_at,decision_id}}`.
+        ApprovedUnderGrant = "approved_under_grant",
+        /// A session grant was revoked: `{"tool_name","decision_ids","revoked_by","revoked_at"}`.
+        GrantRevoked = "grant_revoked",
+        /// The session waits on a person (status `awaiting_approval`): one approval round.
+        /// `{"turn_id","tool_call_id","interrupt_id"}`; the interrupt is the call's own, or one
+        /// opened ahead in a batch ([`crate::session::batches`]).
+        ApprovalAwaited = "approval_awaited",
+        /// A deferred call used a decision made ahead in a batch, with no new interrupt:
+        /// `{"turn_id","tool_call_id","tool_name","decision_id","batch_id","approved"}`.
+        DecidedAheadUsed = "decided_ahead_used",
+        /// A turn ended with an interrupt opened ahead that no call used (closed if still open):
+        /// `{"turn_id","interrupt_id","batch_id","tool_name","arguments"}`.
+        AheadUnused = "ahead_unused",
+        /// A step attempt failed and will run again.
+        AttemptFailed = "attempt_failed",
+        /// The turn answered.
+        TurnCompleted = "turn_completed",
+        /// The turn failed; see `last_turn_error`. Its payload: `{"turn_id","error","reason"}`
+        /// with a [`crate::session::FailureReason`].
+        TurnFailed = "turn_failed",
+        /// A client asked to cancel the turn in progress: `{"requested_by"}`
+        /// ([`crate::session::cancel`]).
+        CancelRequested = "cancel_requested",
+        /// The turn was cancelled: `{"turn_id","cancelled_by","requested_at"}`
+        /// ([`crate::session::cancel`]).
+        TurnCancelled = "turn_cancelled",
+        /// The session was pinned to another agent digest: `{"from","from_pinned","to"}` (written
+        /// by the store).
+        AgentUpgraded = "agent_upgraded",
+        /// A decision, for the audit trail: `{"interrupt_id","principal","decision","reason",
+        /// "tool_name","input","edited_input"}` (written by the API; a deadline that rejects adds
+        /// `deadline_at`).
+        DecisionRecorded = "decision_recorded",
+        /// An approval deadline handed a waiting call to other approvers:
+        /// `{"interrupt_id","tool_name","escalate_to","escalated_from","deadline_passed",
+        /// "next_deadline_secs","escalated_by"}` (written by the Worker that fired it).
+        InterruptEscalated = "interrupt_escalated",
+    }
 }
 
 impl EventKind {
-    /// The kind stored as `name`, if there is one.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|kind| kind.as_str() == name)
-    }
-
     /// Whether it ends a turn (answered, failed or cancelled): a follower that waits for the
     /// session to be idle checks after these.
     pub fn ends_turn(self) -> bool {
         matches!(self, EventKind::TurnCompleted | EventKind::TurnFailed | EventKind::TurnCancelled)
-    }
-}
-
-impl std::fmt::Display for EventKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

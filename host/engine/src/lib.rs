@@ -24,6 +24,9 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
+mod names;
+
 pub mod approval;
 pub mod catalog;
 pub mod deadline;

@@ -19,14 +19,14 @@ pub fn item(item: engine::NewItem) -> store::NewItem {
 /// A step.
 pub fn step(step: engine::NextStep) -> store::NewStep {
     store::NewStep {
-        kind: step.kind.to_owned(),
+        kind: step.kind.as_str().to_owned(),
         payload: raw(&step.payload),
         start: match step.start {
             engine::Start::Now => store::StepStart::Now,
             engine::Start::OnInterrupt(id) => store::StepStart::OnInterrupt(id),
         },
         only_if_items_after: step.only_if_prompts_after.map(|seq| (seq, item_kind::USER_PROMPT.to_owned())),
-        session_status: step.session_status.map(str::to_owned),
+        session_status: step.session_status.map(|status| status.as_str().to_owned()),
     }
 }
 
@@ -136,7 +136,7 @@ pub fn commit(t: engine::Transition) -> store::Commit {
             .collect(),
         steps: t.steps.into_iter().map(step).collect(),
         session: store::SessionUpdate {
-            status: t.status.map(str::to_owned),
+            status: t.status.map(|status| status.as_str().to_owned()),
             run_state: t.run_state.map(|state| state.to_raw()),
             add_usage: t.usage,
         },

@@ -6,7 +6,9 @@ use tollgate_engine::events::EventKind;
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
-use tollgate_engine::session::{CallEntry, CallState, EngineError, RunState, grants, item_kind, status};
+use tollgate_engine::session::{
+    CallEntry, CallState, EngineError, RunState, SessionStatus, grants, item_kind,
+};
 use tollgate_store::{
     AgentDigest, AuditQuery, Item, MessageReceipt, NewAuditEntry, NewSession, Resolution, ResolveReceipt,
     Store, StoreError, UpgradeReceipt, UserMessage,
@@ -79,7 +81,7 @@ pub async fn start_by(
     }
     let session = NewSession {
         session_id: session_id.to_owned(),
-        status: status::IDLE.to_owned(),
+        status: SessionStatus::Idle.as_str().to_owned(),
         run_state: RunState::default().to_raw(),
         agent,
     };

@@ -37,7 +37,7 @@ use super::client::Decision;
 use super::turn::{HistoryItem, closed_by_nobody, end_batches, is_prompt, next_turn};
 use super::{
     CallEntry, CallState, CancelRequestChange, EngineError, Finish, NewEvent, NewItem, RunModelStep,
-    RunState, StepInput, Transition, item_kind, raw, status,
+    RunState, SessionStatus, StepInput, Transition, item_kind, raw,
 };
 use crate::events::EventKind;
 use crate::record::{Outcome, ToolCallRecord};
@@ -118,7 +118,7 @@ pub fn on_cancel(
     let Some((turn_id, prompts_upto)) = turn_of(step, state, items)? else {
         // No turn to cancel: the request is moot.
         let mut t = Transition::new(Finish::Done(json!({"outcome": "nothing_to_do"})));
-        t.status = Some(status::IDLE);
+        t.status = Some(SessionStatus::Idle);
         t.cancel = CancelRequestChange::Drop;
         return Ok(t);
     };
@@ -190,7 +190,7 @@ pub fn on_cancel(
     next.last_turn_error = None;
     next.last_turn_cancelled = Some(cancelled.clone());
     t.run_state = Some(next);
-    t.status = Some(status::IDLE);
+    t.status = Some(SessionStatus::Idle);
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, &turn_id);
     t.cancel = CancelRequestChange::Applied(cancelled);
@@ -270,7 +270,7 @@ mod tests {
         let t = on_cancel(&step, &state, &history(&rows), &[], &alice()).unwrap();
 
         assert_eq!(t.finish, Finish::Done(json!({"outcome": "turn_cancelled", "cancelled_by": "alice"})));
-        assert_eq!(t.status, Some(status::IDLE));
+        assert_eq!(t.status, Some(SessionStatus::Idle));
         let cancelled = TurnCancelled { turn_id: "turn-2".into(), cancelled_by: "alice".into() };
         assert_eq!(t.cancel, CancelRequestChange::Applied(cancelled.clone()));
         let next = t.run_state.as_ref().expect("a run state");
@@ -444,7 +444,7 @@ mod tests {
             "turn-2",
             3,
             &[],
-            crate::session::failure_reason::SEGMENT_FAILED,
+            crate::session::FailureReason::SegmentFailed,
             "boom".into(),
         );
         assert_eq!(failed.cancel, CancelRequestChange::Drop);
@@ -457,7 +457,7 @@ mod tests {
             "turn-2",
             3,
             &[],
-            crate::session::failure_reason::SEGMENT_FAILED,
+            crate::session::FailureReason::SegmentFailed,
             "boom".into(),
         );
         assert_eq!(failed.run_state.unwrap().last_turn_cancelled, None, "the last turn failed");

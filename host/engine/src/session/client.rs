@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, item_kind, raw, status, step_kind,
+    EngineError, NewEvent, NewItem, NextStep, RunModelStep, SessionStatus, Start, StepKind, item_kind, raw,
 };
 use crate::events::EventKind;
 use crate::media::MediaRef;
@@ -49,11 +49,11 @@ pub fn user_message(text: &str, images: &[MediaRef]) -> Result<ClientMessage, En
             body: raw(&with_images(json!({"kind": "user_prompt", "text": text}), images)),
         },
         wake: NextStep {
-            kind: step_kind::RUN_MODEL,
+            kind: StepKind::RunModel,
             payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
             start: Start::Now,
             only_if_prompts_after: None,
-            session_status: Some(status::RUNNING),
+            session_status: Some(SessionStatus::Running),
         },
         events: vec![NewEvent {
             kind: EventKind::UserMessage,

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 use super::tools::{Settled, ToolRun};
 use super::turn::{PlannedStart, SegmentRun};
-use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, Transition, step_kind};
+use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, StepKind, Transition};
 use crate::catalog::ToolKind;
 use crate::events::EventKind;
 use crate::gate::InlineWrite;
@@ -173,7 +173,7 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
                 EventKind::AttemptFailed,
                 json!({
                     "turn_id": call.turn_id,
-                    "step": step_kind::CALL_TOOL,
+                    "step": StepKind::CallTool,
                     "tool_call_id": call.tool_call_id,
                     "attempt": attempt,
                     "error": message,
@@ -360,7 +360,7 @@ mod tests {
             "turn-1",
             1,
             &[started],
-            crate::session::failure_reason::WORKER_STOPPED,
+            crate::session::FailureReason::WorkerStopped,
             "stopped".into(),
         );
         let note = t.items.iter().find(|i| i.kind == crate::session::item_kind::TURN_FAILURE_NOTE);

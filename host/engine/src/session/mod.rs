@@ -59,18 +59,20 @@ use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::{Outcome, ToolCallRecord};
 
-/// Step kinds, as stored.
-pub mod step_kind {
-    /// Runs one CLI segment.
-    pub const RUN_MODEL: &str = "RunModel";
-    /// Waits, as a row, for a human decision on a deferred call.
-    pub const AWAIT_TOOL_APPROVAL: &str = "AwaitToolApproval";
-    /// Runs an idempotent custom tool call (up to 3 attempts under one key).
-    pub const CALL_TOOL: &str = "CallTool";
-    /// Runs a non-idempotent custom tool call once.
-    pub const CALL_SINGLE_ATTEMPT_TOOL: &str = "CallSingleAttemptTool";
-    /// Starts the resumed segment of a turn whose deferred call has its record.
-    pub const RESUME_TURN: &str = "ResumeTurn";
+stored_names! {
+    /// Step kinds, as stored.
+    pub enum StepKind {
+        /// Runs one CLI segment.
+        RunModel = "RunModel",
+        /// Waits, as a row, for a human decision on a deferred call.
+        AwaitToolApproval = "AwaitToolApproval",
+        /// Runs an idempotent custom tool call (up to 3 attempts under one key).
+        CallTool = "CallTool",
+        /// Runs a non-idempotent custom tool call once.
+        CallSingleAttemptTool = "CallSingleAttemptTool",
+        /// Starts the resumed segment of a turn whose deferred call has its record.
+        ResumeTurn = "ResumeTurn",
+    }
 }
 
 /// Item kinds, as stored.
@@ -89,61 +91,57 @@ pub mod item_kind {
     pub const GRANT_REVOKED: &str = "grant_revoked";
 }
 
-/// Session statuses, as stored.
-pub mod status {
-    /// No turn runs; the session waits for a user message.
-    pub const IDLE: &str = "idle";
-    /// A turn runs (a segment, a tool call, or one queued).
-    pub const RUNNING: &str = "running";
-    /// A turn waits for a human decision.
-    pub const AWAITING_APPROVAL: &str = "awaiting_approval";
+stored_names! {
+    /// Session statuses, as stored.
+    pub enum SessionStatus {
+        /// No turn runs; the session waits for a user message.
+        Idle = "idle",
+        /// A turn runs (a segment, a tool call, or one queued).
+        Running = "running",
+        /// A turn waits for a human decision.
+        AwaitingApproval = "awaiting_approval",
+    }
 }
 
-/// Why a turn failed: the `reason` of a `turn_failed` event, a closed set (a metrics label).
-pub mod failure_reason {
-    /// The segment failed on its last attempt, or in a way another attempt cannot fix.
-    pub const SEGMENT_FAILED: &str = "segment_failed";
-    /// The segment lost its Worker (crashed, was killed, stalled past its lease) more times
-    /// than [`super::Limits::max_lost_workers`] allows.
-    pub const WORKER_STOPPED: &str = "worker_stopped";
-    /// The session's spend limit is reached.
-    pub const SPEND_LIMIT: &str = "spend_limit";
-    /// The CLI stopped the turn at its `max_turns` option (a result of subtype
-    /// `error_max_turns`).
-    pub const MAX_TURNS: &str = "max_turns";
-    /// The CLI stopped the turn at its `max_budget_usd` option (a result of subtype
-    /// `error_max_budget_usd`).
-    pub const MAX_BUDGET_USD: &str = "max_budget_usd";
-    /// The CLI deferred a call that runs inline.
-    pub const INLINE_DEFERRED: &str = "inline_deferred";
-    /// The step's stored rows cannot be read or do not fit together (corrupt, inconsistent).
-    pub const UNUSABLE_ROWS: &str = "unusable_rows";
-    /// Every reason, for metrics.
-    pub const ALL: &[&str] = &[
-        SEGMENT_FAILED,
-        WORKER_STOPPED,
-        SPEND_LIMIT,
-        MAX_TURNS,
-        MAX_BUDGET_USD,
-        INLINE_DEFERRED,
-        UNUSABLE_ROWS,
-    ];
+stored_names! {
+    /// Why a turn failed: the `reason` of a `turn_failed` event, a closed set (a metrics label).
+    pub enum FailureReason {
+        /// The segment failed on its last attempt, or in a way another attempt cannot fix.
+        SegmentFailed = "segment_failed",
+        /// The segment lost its Worker (crashed, was killed, stalled past its lease) more times
+        /// than [`Limits::max_lost_workers`] allows.
+        WorkerStopped = "worker_stopped",
+        /// The session's spend limit is reached.
+        SpendLimit = "spend_limit",
+        /// The CLI stopped the turn at its `max_turns` option (a result of subtype
+        /// `error_max_turns`).
+        MaxTurns = "max_turns",
+        /// The CLI stopped the turn at its `max_budget_usd` option (a result of subtype
+        /// `error_max_budget_usd`).
+        MaxBudgetUsd = "max_budget_usd",
+        /// The CLI deferred a call that runs inline.
+        InlineDeferred = "inline_deferred",
+        /// The step's stored rows cannot be read or do not fit together (corrupt, inconsistent).
+        UnusableRows = "unusable_rows",
+    }
+}
 
+impl FailureReason {
     /// The reason a CLI result of `subtype` ends its turn with, when the subtype says the CLI
     /// reached one of its own limits: the same limit stops another attempt after it paid for its
     /// model calls again (and ran its inline tools again), so the turn fails at once.
     ///
     /// ```
-    /// use tollgate_engine::session::failure_reason::{self, cli_limit};
+    /// use tollgate_engine::session::FailureReason;
     ///
-    /// assert_eq!(cli_limit("error_max_turns"), Some(failure_reason::MAX_TURNS));
-    /// assert_eq!(cli_limit("error_max_budget_usd"), Some(failure_reason::MAX_BUDGET_USD));
-    /// assert_eq!(cli_limit("error_during_execution"), None);
+    /// assert_eq!(FailureReason::cli_limit("error_max_turns"), Some(FailureReason::MaxTurns));
+    /// assert_eq!(FailureReason::cli_limit("error_max_budget_usd"), Some(FailureReason::MaxBudgetUsd));
+    /// assert_eq!(FailureReason::cli_limit("error_during_execution"), None);
     /// ```
-    pub fn cli_limit(subtype: &str) -> Option<&'static str> {
+    pub fn cli_limit(subtype: &str) -> Option<Self> {
         match subtype {
-            "error_max_turns" => Some(MAX_TURNS),
-            "error_max_budget_usd" => Some(MAX_BUDGET_USD),
+            "error_max_turns" => Some(FailureReason::MaxTurns),
+            "error_max_budget_usd" => Some(FailureReason::MaxBudgetUsd),
             _ => None,
         }
     }
@@ -168,7 +166,7 @@ pub struct Limits {
     pub spend_limit_usd: Option<f64>,
     /// A segment whose claim was lost this many times (its Worker SIGKILLed, stalled past the
     /// lease, cut off from the store) and is claimed once more fails its turn with
-    /// [`failure_reason::WORKER_STOPPED`] instead of running: a segment that kills every Worker it
+    /// [`FailureReason::WorkerStopped`] instead of running: a segment that kills every Worker it
     /// lands on must stop somewhere. Lost claims never count toward [`RUN_MODEL_ATTEMPTS`].
     pub max_lost_workers: i64,
 }
@@ -507,15 +505,15 @@ pub struct RunModelStep {
 /// A stored step, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepInput {
-    /// See [`step_kind::RUN_MODEL`].
+    /// See [`StepKind::RunModel`].
     RunModel(RunModelStep),
-    /// See [`step_kind::AWAIT_TOOL_APPROVAL`].
+    /// See [`StepKind::AwaitToolApproval`].
     AwaitToolApproval(CallStep),
-    /// See [`step_kind::CALL_TOOL`].
+    /// See [`StepKind::CallTool`].
     CallTool(CallStep),
-    /// See [`step_kind::CALL_SINGLE_ATTEMPT_TOOL`].
+    /// See [`StepKind::CallSingleAttemptTool`].
     CallSingleAttemptTool(CallStep),
-    /// See [`step_kind::RESUME_TURN`].
+    /// See [`StepKind::ResumeTurn`].
     ResumeTurn(CallStep),
 }
 
@@ -529,17 +527,19 @@ impl StepInput {
             what: format!("{kind} step payload"),
             reason: e.to_string(),
         };
-        Ok(match kind {
-            step_kind::RUN_MODEL => StepInput::RunModel(serde_json::from_str(payload).map_err(corrupt)?),
-            step_kind::AWAIT_TOOL_APPROVAL => {
+        let Some(known) = StepKind::parse(kind) else {
+            return Err(EngineError::UnknownStep { kind: kind.to_owned() });
+        };
+        Ok(match known {
+            StepKind::RunModel => StepInput::RunModel(serde_json::from_str(payload).map_err(corrupt)?),
+            StepKind::AwaitToolApproval => {
                 StepInput::AwaitToolApproval(serde_json::from_str(payload).map_err(corrupt)?)
             }
-            step_kind::CALL_TOOL => StepInput::CallTool(serde_json::from_str(payload).map_err(corrupt)?),
-            step_kind::CALL_SINGLE_ATTEMPT_TOOL => {
+            StepKind::CallTool => StepInput::CallTool(serde_json::from_str(payload).map_err(corrupt)?),
+            StepKind::CallSingleAttemptTool => {
                 StepInput::CallSingleAttemptTool(serde_json::from_str(payload).map_err(corrupt)?)
             }
-            step_kind::RESUME_TURN => StepInput::ResumeTurn(serde_json::from_str(payload).map_err(corrupt)?),
-            other => return Err(EngineError::UnknownStep { kind: other.to_owned() }),
+            StepKind::ResumeTurn => StepInput::ResumeTurn(serde_json::from_str(payload).map_err(corrupt)?),
         })
     }
 }
@@ -567,8 +567,8 @@ pub enum Start {
 /// A step to enqueue.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NextStep {
-    /// Its kind (see [`step_kind`]).
-    pub kind: &'static str,
+    /// Its kind.
+    pub kind: StepKind,
     /// Its payload.
     pub payload: Value,
     /// When it becomes claimable.
@@ -578,7 +578,7 @@ pub struct NextStep {
     pub only_if_prompts_after: Option<i64>,
     /// The session's status once the step is enqueued (only if it is): a new turn's `RunModel`
     /// makes the session `running` from the moment it is queued.
-    pub session_status: Option<&'static str>,
+    pub session_status: Option<SessionStatus>,
 }
 
 /// An item to append to the session's log.
@@ -652,7 +652,7 @@ pub struct Transition {
     /// Steps to enqueue.
     pub steps: Vec<NextStep>,
     /// The session's new status.
-    pub status: Option<&'static str>,
+    pub status: Option<SessionStatus>,
     /// The session's new run state.
     pub run_state: Option<RunState>,
     /// Added to the session's usage totals.

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use super::client::{Decision, DecisionScope};
 use super::grants::GrantRef;
 use super::{
-    CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, Start, Transition,
-    status, step_kind,
+    CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, SessionStatus, Start,
+    StepKind, Transition,
 };
 use crate::catalog::ToolKind;
 use crate::events::EventKind;
@@ -19,9 +19,9 @@ use crate::texts;
 /// The step that runs an approved (or approval-free) deferred call.
 pub(super) fn tool_step(call: &CallEntry, payload: Value) -> NextStep {
     let kind = match (call.kind, call.runs_in) {
-        (ToolKind::Cli, _) | (_, DeferredRun::ResumedSegment) => step_kind::RESUME_TURN,
-        (ToolKind::Custom, DeferredRun::CallSingleAttemptTool) => step_kind::CALL_SINGLE_ATTEMPT_TOOL,
-        (ToolKind::Custom, DeferredRun::CallTool) => step_kind::CALL_TOOL,
+        (ToolKind::Cli, _) | (_, DeferredRun::ResumedSegment) => StepKind::ResumeTurn,
+        (ToolKind::Custom, DeferredRun::CallSingleAttemptTool) => StepKind::CallSingleAttemptTool,
+        (ToolKind::Custom, DeferredRun::CallTool) => StepKind::CallTool,
     };
     NextStep { kind, payload, start: Start::Now, only_if_prompts_after: None, session_status: None }
 }
@@ -36,13 +36,13 @@ fn record(call: &CallEntry, outcome: Outcome) -> Transition {
     let mut t = Transition::new(Finish::Done(json!({"status": outcome.status()})));
     let finished = call.with_state(outcome.into());
     t.steps.push(NextStep {
-        kind: step_kind::RESUME_TURN,
+        kind: StepKind::ResumeTurn,
         payload: call_step(call),
         start: Start::Now,
         only_if_prompts_after: None,
         session_status: None,
     });
-    t.status = Some(status::RUNNING);
+    t.status = Some(SessionStatus::Running);
     t = t.event(
         EventKind::ToolCallFinished,
         json!({
@@ -98,7 +98,7 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
             let queued = call.with_state(CallState::Queued);
             t.steps.push(tool_step(&queued, call_step(call)));
             t.calls.push(queued);
-            t.status = Some(status::RUNNING);
+            t.status = Some(SessionStatus::Running);
             t
         }
         ToolKind::Custom => {
@@ -111,7 +111,7 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
             let queued = CallEntry { runs_in, ..call.with_state(CallState::Queued) };
             t.steps.push(tool_step(&queued, call_step(call)));
             t.calls.push(queued);
-            t.status = Some(status::RUNNING);
+            t.status = Some(SessionStatus::Running);
             t
         }
     }
@@ -283,7 +283,7 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
                 EventKind::AttemptFailed,
                 json!({
                     "turn_id": call.turn_id,
-                    "step": step_kind::CALL_TOOL,
+                    "step": StepKind::CallTool,
                     "tool_call_id": call.tool_call_id,
                     "attempt": attempt,
                     "error": message,
@@ -346,7 +346,7 @@ pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::Ne
 pub fn on_resume_turn(step: &CallStep) -> Transition {
     let mut t = Transition::new(Finish::Done(Value::Null));
     t.steps.push(NextStep {
-        kind: step_kind::RUN_MODEL,
+        kind: StepKind::RunModel,
         payload: serde_json::to_value(RunModelStep {
             turn_id: Some(step.turn_id.clone()),
             resume: Some(step.tool_call_id.clone()),
@@ -356,6 +356,6 @@ pub fn on_resume_turn(step: &CallStep) -> Transition {
         only_if_prompts_after: None,
         session_status: None,
     });
-    t.status = Some(status::RUNNING);
+    t.status = Some(SessionStatus::Running);
     t
 }

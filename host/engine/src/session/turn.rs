@@ -11,9 +11,9 @@ use super::batches::{self, AheadCall, AheadRef, AheadState};
 use super::client::Decision;
 use super::grants::{GrantRef, SessionGrant, active_grant, session_grants};
 use super::{
-    CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, Finish, Limits,
-    NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition,
-    TurnState, Usage, failure_reason, item_kind, raw, status, step_kind,
+    CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, FailureReason, Finish,
+    Limits, NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState,
+    SessionStatus, Start, StepKind, Transition, TurnState, Usage, item_kind, raw,
 };
 use crate::approval::ApprovalRequest;
 use crate::events::EventKind;
@@ -197,8 +197,8 @@ pub enum SegmentResult {
     LimitReached {
         /// Why, for `last_turn_error`.
         error: String,
-        /// The [`failure_reason`] of the limit.
-        reason: &'static str,
+        /// The reason of the limit.
+        reason: FailureReason,
     },
 }
 
@@ -272,7 +272,7 @@ pub fn plan_run_model(
                 // A wake whose messages an earlier turn already answered.
                 None => {
                     let mut t = Transition::new(Finish::Done(json!({"outcome": "nothing_to_do"})));
-                    t.status = Some(status::IDLE);
+                    t.status = Some(SessionStatus::Idle);
                     t.cancel = CancelRequestChange::Drop;
                     return Ok(Plan::Finish(Box::new(t)));
                 }
@@ -292,12 +292,12 @@ pub fn plan_run_model(
              lease), more than the {} allowed",
             limits.max_lost_workers
         );
-        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::WORKER_STOPPED, error);
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, FailureReason::WorkerStopped, error);
         return Ok(Plan::Finish(Box::new(t)));
     }
     if attempt - lost_workers > RUN_MODEL_ATTEMPTS {
         let error = format!("the segment did not finish in {RUN_MODEL_ATTEMPTS} attempts");
-        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::SEGMENT_FAILED, error);
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, FailureReason::SegmentFailed, error);
         return Ok(Plan::Finish(Box::new(t)));
     }
     if let Some(limit) = limits.spend_limit_usd
@@ -305,7 +305,7 @@ pub fn plan_run_model(
     {
         let error =
             format!("the session's spend limit of ${limit:.2} is reached (${:.4} spent)", state.cost_usd);
-        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::SPEND_LIMIT, error);
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, FailureReason::SpendLimit, error);
         return Ok(Plan::Finish(Box::new(t)));
     }
 
@@ -474,7 +474,7 @@ fn turn_completed(run: &SegmentRun, state: &RunState, answered: Answered<String>
     next.cost_usd += cost_usd.unwrap_or(0.0);
     t.run_state = Some(next);
     t.usage = usage;
-    t.status = Some(status::IDLE);
+    t.status = Some(SessionStatus::Idle);
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(run.prompts_upto));
     end_batches(&mut t, state, &run.turn_id);
@@ -500,7 +500,7 @@ fn call_deferred(
             &run.turn_id,
             run.prompts_upto,
             calls,
-            failure_reason::INLINE_DEFERRED,
+            FailureReason::InlineDeferred,
             format!("the CLI deferred {}, which runs inline", call.tool_name),
         );
     };
@@ -729,13 +729,13 @@ fn segment_failed(
 ) -> Transition {
     if retryable && run.counted_attempt() < RUN_MODEL_ATTEMPTS {
         let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
-        t.status = Some(status::RUNNING);
+        t.status = Some(SessionStatus::Running);
         t.event(
             EventKind::AttemptFailed,
             json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
         )
     } else {
-        fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
+        fail_turn(state, &run.turn_id, run.prompts_upto, calls, FailureReason::SegmentFailed, error)
     }
 }
 
@@ -749,13 +749,13 @@ fn await_approval(
     interrupt_id: String,
 ) {
     t.steps.push(NextStep {
-        kind: step_kind::AWAIT_TOOL_APPROVAL,
+        kind: StepKind::AwaitToolApproval,
         payload: call_step,
         start: Start::OnInterrupt(interrupt_id.clone()),
         only_if_prompts_after: None,
         session_status: None,
     });
-    t.status = Some(status::AWAITING_APPROVAL);
+    t.status = Some(SessionStatus::AwaitingApproval);
     t.events.push(NewEvent {
         kind: EventKind::ApprovalAwaited,
         payload: json!({"turn_id": turn_id, "tool_call_id": entry.tool_call_id, "interrupt_id": interrupt_id}),
@@ -837,7 +837,7 @@ pub(super) fn fail_turn(
     turn_id: &str,
     prompts_upto: i64,
     calls: &[CallEntry],
-    reason: &'static str,
+    reason: FailureReason,
     error: String,
 ) -> Transition {
     let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
@@ -866,7 +866,7 @@ pub(super) fn fail_turn(
     next.last_turn_error = Some(error.clone());
     next.last_turn_cancelled = None;
     t.run_state = Some(next);
-    t.status = Some(status::IDLE);
+    t.status = Some(SessionStatus::Idle);
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, turn_id);
@@ -894,7 +894,7 @@ pub fn on_unusable_rows(
     prompts_seen: Option<i64>,
     error: String,
 ) -> Transition {
-    let reason = failure_reason::UNUSABLE_ROWS;
+    let reason = FailureReason::UnusableRows;
     match state {
         Some(state) => {
             let (turn_id, prompts_upto) = match &state.turn {
@@ -909,7 +909,7 @@ pub fn on_unusable_rows(
         }
         None => {
             let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
-            t.status = Some(status::IDLE);
+            t.status = Some(SessionStatus::Idle);
             t.cancel = CancelRequestChange::Drop;
             t.steps.extend(prompts_seen.map(next_turn));
             t.event(EventKind::TurnFailed, json!({"turn_id": turn_id, "error": error, "reason": reason}))
@@ -920,11 +920,11 @@ pub fn on_unusable_rows(
 /// `RunModel` for the next turn, if a message arrived after the prompts this turn answered.
 pub(super) fn next_turn(prompts_upto: i64) -> NextStep {
     NextStep {
-        kind: step_kind::RUN_MODEL,
+        kind: StepKind::RunModel,
         payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
         start: Start::Now,
         only_if_prompts_after: Some(prompts_upto),
-        session_status: Some(status::RUNNING),
+        session_status: Some(SessionStatus::Running),
     }
 }
 

@@ -34,7 +34,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tollgate_engine::session::client::{Decision, DecisionScope};
-use tollgate_engine::session::{EngineError, status};
+use tollgate_engine::session::{EngineError, SessionStatus};
 use tollgate_store::{AgentDigest, Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -58,7 +58,8 @@ pub const MAX_BODY: usize = 512 * 1024;
 pub const MAX_MESSAGE_BODY: usize = 4 * 1024 * 1024;
 
 /// The session statuses `GET /v1/sessions?status=` filters by: the state machine's.
-const STATUSES: [&str; 3] = [status::IDLE, status::RUNNING, status::AWAITING_APPROVAL];
+const STATUSES: [&str; 3] =
+    [SessionStatus::Idle.as_str(), SessionStatus::Running.as_str(), SessionStatus::AwaitingApproval.as_str()];
 
 /// The largest page of a list.
 const MAX_LIMIT: i64 = 1000;

@@ -22,8 +22,8 @@ use tollgate_engine::session::inline;
 use tollgate_engine::session::tools::{CliRun, on_cli_run};
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, NewEvent, NewItem, RunModelStep, RunState, Transition, Usage, failure_reason, grants,
-    item_kind, step_kind, subagents,
+    CallEntry, FailureReason, NewEvent, NewItem, RunModelStep, RunState, StepKind, Transition, Usage, grants,
+    item_kind, subagents,
 };
 use tollgate_protocol::TranscriptEntry;
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -198,7 +198,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
             warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
         }
         SegmentResult::LimitReached { error, reason } => {
-            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, reason, error = %error, "segment stopped at a limit");
+            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, reason = reason.as_str(), error = %error, "segment stopped at a limit");
         }
         _ => {}
     }
@@ -254,7 +254,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let runs_unattended = transition
         .steps
         .iter()
-        .any(|step| [step_kind::CALL_TOOL, step_kind::CALL_SINGLE_ATTEMPT_TOOL].contains(&step.kind));
+        .any(|step| [StepKind::CallTool, StepKind::CallSingleAttemptTool].contains(&step.kind));
     worker.commit(claimed, transition).await?;
     if let Some(prestart) = prestart {
         prestart.start(worker, runs_unattended).await;
@@ -378,7 +378,7 @@ impl Prestart {
 /// proxy's (every request priced, [`crate::proxy::prices`]) when its requests went through it.
 fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> SegmentResult {
     if let Some(reason) = &summary.stopped {
-        return SegmentResult::LimitReached { error: reason.clone(), reason: failure_reason::SPEND_LIMIT };
+        return SegmentResult::LimitReached { error: reason.clone(), reason: FailureReason::SpendLimit };
     }
     let measured = |cli: Option<f64>| if summary.requests > 0 { Some(summary.cost_usd) } else { cli };
     match result {
@@ -996,7 +996,7 @@ mod tests {
         match with_proxy_accounting(completed(), &summary) {
             SegmentResult::LimitReached { error, reason } => {
                 assert!(error.contains("spend limit of $1 was reached"));
-                assert_eq!(reason, failure_reason::SPEND_LIMIT);
+                assert_eq!(reason, FailureReason::SpendLimit);
             }
             other => panic!("{other:?}"),
         }
