@@ -109,6 +109,56 @@ impl InterruptOpened {
     }
 }
 
+/// The payload of `decision_recorded`: a decision on an interrupt for the audit trail, as the
+/// session's stream shows it (written by the API, or by a deadline that rejects). Every field is
+/// present; an absent value is `null`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecorded {
+    /// The interrupt decided.
+    pub interrupt_id: String,
+    /// Who decided (`tollgate:deadline` for a deadline).
+    pub principal: String,
+    /// `approved`, `rejected`, `expired`, … (the audit row's decision).
+    pub decision: String,
+    /// The reviewer's message, or why a deadline decided.
+    pub reason: Option<String>,
+    /// The tool.
+    pub tool_name: Option<String>,
+    /// The input the tool was asked with.
+    pub input: Option<serde_json::Value>,
+    /// The approver's edited input, when it differs from `input`.
+    pub edited_input: Option<serde_json::Value>,
+    /// The deadline that decided (ms since the epoch, database clock); absent for a person's
+    /// decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<i64>,
+}
+
+/// The payload of `interrupt_escalated`: an approval deadline handed a waiting call to other
+/// approvers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InterruptEscalated {
+    /// The interrupt.
+    pub interrupt_id: String,
+    /// The tool.
+    pub tool_name: Option<String>,
+    /// The groups who may decide now.
+    pub escalate_to: Vec<String>,
+    /// The groups who could decide before (empty: any approver).
+    pub escalated_from: Vec<String>,
+    /// The deadline that passed (ms since the epoch, database clock).
+    pub deadline_passed: i64,
+    /// How long the escalated call waits before it is rejected.
+    pub next_deadline_secs: u64,
+    /// Who escalated it (`tollgate:deadline`).
+    pub escalated_by: String,
+}
+
+/// A payload as the JSON value an event stores (its keys sorted, as every Tollgate wrote them).
+pub fn payload(value: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).expect("event payloads always serialize")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +175,20 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), EventKind::ALL.len(), "a name is used twice");
         assert_eq!(EventKind::parse("no_such_kind"), None);
+    }
+
+    #[test]
+    fn recorded_decisions_and_escalations_keep_their_stored_form() {
+        // As the API and the deadline Worker wrote them before these types, byte for byte.
+        let by_a_person = r#"{"decision":"approved","edited_input":null,"input":{"order_id":"7"},"interrupt_id":"toolu_1","principal":"alice","reason":null,"tool_name":"create_refund"}"#;
+        let by_a_deadline = r#"{"deadline_at":1700000000000,"decision":"expired","edited_input":null,"input":{},"interrupt_id":"toolu_1","principal":"tollgate:deadline","reason":"too late","tool_name":"create_refund"}"#;
+        let escalated = r#"{"deadline_passed":1700000000000,"escalate_to":["oncall"],"escalated_by":"tollgate:deadline","escalated_from":[],"interrupt_id":"toolu_1","next_deadline_secs":30,"tool_name":"create_refund"}"#;
+        for stored in [by_a_person, by_a_deadline] {
+            let read: DecisionRecorded = serde_json::from_str(stored).unwrap();
+            assert_eq!(payload(&read).to_string(), stored);
+        }
+        let read: InterruptEscalated = serde_json::from_str(escalated).unwrap();
+        assert_eq!(payload(&read).to_string(), escalated);
     }
 
     #[test]

@@ -25,10 +25,9 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use tollgate_engine::approval::ApprovalRequest;
 use tollgate_engine::deadline::{Firing, on_deadline};
-use tollgate_engine::events::EventKind;
+use tollgate_engine::events::{self, DecisionRecorded, EventKind, InterruptEscalated};
 use tollgate_engine::session::client;
 use tollgate_store::{
     AuditDecision, DEADLINE_PRINCIPAL, Escalation, Expiry, Interrupt, NewAuditEntry, NewEvent, Resolution,
@@ -120,15 +119,15 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
             let mut events: Vec<NewEvent> = events.into_iter().map(convert::event).collect();
             events.push(NewEvent {
                 kind: EventKind::DecisionRecorded.as_str().to_owned(),
-                payload: convert::raw(&json!({
-                    "interrupt_id": iid,
-                    "principal": DEADLINE_PRINCIPAL,
-                    "decision": AuditDecision::Expired.as_str(),
-                    "reason": decision.message,
-                    "tool_name": tool_name,
-                    "input": request.arguments,
-                    "edited_input": null,
-                    "deadline_at": deadline_at,
+                payload: convert::raw(&events::payload(&DecisionRecorded {
+                    interrupt_id: iid.to_owned(),
+                    principal: DEADLINE_PRINCIPAL.to_owned(),
+                    decision: AuditDecision::Expired.as_str().to_owned(),
+                    reason: decision.message.clone(),
+                    tool_name: tool_name.clone(),
+                    input: Some(request.arguments.clone()),
+                    edited_input: None,
+                    deadline_at: Some(deadline_at),
                 })),
             });
             let expiry = Expiry {
@@ -161,14 +160,14 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                 next_deadline: second,
                 events: vec![NewEvent {
                     kind: EventKind::InterruptEscalated.as_str().to_owned(),
-                    payload: convert::raw(&json!({
-                        "interrupt_id": iid,
-                        "tool_name": tool_name,
-                        "escalate_to": to,
-                        "escalated_from": from,
-                        "deadline_passed": deadline_at,
-                        "next_deadline_secs": second.as_secs(),
-                        "escalated_by": DEADLINE_PRINCIPAL,
+                    payload: convert::raw(&events::payload(&InterruptEscalated {
+                        interrupt_id: iid.to_owned(),
+                        tool_name: tool_name.clone(),
+                        escalate_to: to.clone(),
+                        escalated_from: from,
+                        deadline_passed: deadline_at,
+                        next_deadline_secs: second.as_secs(),
+                        escalated_by: DEADLINE_PRINCIPAL.to_owned(),
                     })),
                 }],
                 entry: NewAuditEntry {

@@ -2,7 +2,7 @@
 //! snapshot. The HTTP API and the tests call these; the rules are `tollgate_engine::session`'s.
 
 use tollgate_engine::approval::ApprovalRequest;
-use tollgate_engine::events::EventKind;
+use tollgate_engine::events::{self, DecisionRecorded, EventKind};
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
@@ -271,14 +271,15 @@ async fn resolve_checked(
     let mut events: Vec<tollgate_store::NewEvent> = events.into_iter().map(convert::event).collect();
     events.push(tollgate_store::NewEvent {
         kind: EventKind::DecisionRecorded.as_str().to_owned(),
-        payload: convert::raw(&serde_json::json!({
-            "interrupt_id": interrupt_id,
-            "principal": principal,
-            "decision": entry.decision.as_str(),
-            "reason": entry.reason,
-            "tool_name": entry.tool_name,
-            "input": asked_input,
-            "edited_input": edited,
+        payload: convert::raw(&events::payload(&DecisionRecorded {
+            interrupt_id: interrupt_id.to_owned(),
+            principal: principal.to_owned(),
+            decision: entry.decision.as_str().to_owned(),
+            reason: entry.reason.clone(),
+            tool_name: entry.tool_name.clone(),
+            input: asked_input.cloned(),
+            edited_input: edited.cloned(),
+            deadline_at: None,
         })),
     });
     let resolution = Resolution {

@@ -16,7 +16,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
-use tollgate_engine::events::{EventKind, InterruptOpened};
+use tollgate_engine::events::{DecisionRecorded, EventKind, InterruptOpened};
 
 use crate::api::types::{ImageBlock, Snapshot, StreamEvent};
 use crate::client::{ApiClient, CallError};
@@ -719,14 +719,18 @@ impl Printer {
                 writeln!(out, "[approval] {} {verdict}{message}", text_of(&p["interrupt_id"]))?;
             }
             Some(EventKind::DecisionRecorded) => {
-                let reason = p["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default();
-                writeln!(
-                    out,
-                    "[audit] {} {} by {}{reason}",
-                    text_of(&p["interrupt_id"]),
-                    text_of(&p["decision"]),
-                    text_of(&p["principal"])
-                )?;
+                match serde_json::from_str::<DecisionRecorded>(event.payload.get()) {
+                    Ok(d) => {
+                        let reason = d.reason.map(|r| format!(": {r}")).unwrap_or_default();
+                        writeln!(
+                            out,
+                            "[audit] {} {} by {}{reason}",
+                            d.interrupt_id, d.decision, d.principal
+                        )?;
+                    }
+                    // Not what Tollgate writes: shown as it is.
+                    Err(_) => writeln!(out, "[{}] {}", event.kind, compact(p))?,
+                }
             }
             Some(EventKind::AttemptFailed) => {
                 writeln!(out, "(retrying…) attempt {} failed: {}", p["attempt"], text_of(&p["error"]))?

@@ -35,7 +35,7 @@ pub mod sign;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tollgate_engine::events::{EventKind, InterruptOpened};
+use tollgate_engine::events::{self, EventKind, InterruptOpened};
 
 pub use config::Webhook;
 
@@ -291,12 +291,16 @@ fn body_of(
                 event_seq: seq,
             })
         }
-        EventType::InterruptEscalated => serde_json::to_value(InterruptEscalated {
-            interrupt_id: interrupt_id()?,
-            escalate_to: present(&v["escalate_to"]),
-            session_id,
-            event_seq: seq,
-        }),
+        EventType::InterruptEscalated => {
+            let escalated: events::InterruptEscalated = serde_json::from_str(payload)
+                .map_err(|e| format!("the `{}` event is not an escalation: {e}", t.event_kind()))?;
+            serde_json::to_value(InterruptEscalated {
+                interrupt_id: escalated.interrupt_id,
+                escalate_to: Some(Value::from(escalated.escalate_to)),
+                session_id,
+                event_seq: seq,
+            })
+        }
         EventType::InterruptDecided => serde_json::to_value(InterruptDecided {
             interrupt_id: interrupt_id()?,
             approved: v["approved"].as_bool().ok_or("the `interrupt_resolved` event has no `approved`")?,
@@ -440,5 +444,16 @@ mod tests {
         .unwrap()
         .unwrap_err();
         assert!(err.contains("`interrupt_opened`") && err.contains("missing field"), "{err}");
+        let escalated = r#"{"deadline_passed":5,"escalate_to":["oncall"],"escalated_by":"tollgate:deadline","escalated_from":[],"interrupt_id":"toolu_1","next_deadline_secs":30,"tool_name":"refund"}"#;
+        let got: Message<InterruptEscalated> =
+            serde_json::from_slice(&body("s", 10, "interrupt_escalated", escalated, 0).unwrap().unwrap())
+                .unwrap();
+        assert_eq!(
+            (got.data.interrupt_id.as_str(), got.data.escalate_to),
+            ("toolu_1", Some(json!(["oncall"])))
+        );
+        let err =
+            body("s", 11, "interrupt_escalated", r#"{"interrupt_id":"toolu_1"}"#, 0).unwrap().unwrap_err();
+        assert!(err.contains("`interrupt_escalated`") && err.contains("missing field"), "{err}");
     }
 }
