@@ -608,10 +608,7 @@ impl NewInterrupt {
     pub fn opened_event(&self) -> NewEvent {
         let opened =
             InterruptOpened { interrupt_id: self.interrupt_id.clone(), request: self.request.clone() };
-        NewEvent {
-            kind: EventKind::InterruptOpened,
-            payload: serde_json::to_value(opened).expect("serializes"),
-        }
+        NewEvent { kind: EventKind::InterruptOpened, payload: crate::events::payload(&opened) }
     }
 }
 
