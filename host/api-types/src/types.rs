@@ -17,11 +17,14 @@ use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
 /// The engine's own types, sent as they are (their schemas come from the engine's `openapi`
-/// feature): a call's state, which side runs a tool, and where an approved call runs.
+/// feature): a call's state, which side runs a tool, where an approved call runs, what an
+/// interrupt asks, and a session's token totals.
+pub use tollgate_engine::approval::ApprovalRequest;
 pub use tollgate_engine::catalog::ToolKind;
+use tollgate_engine::events::EventKind;
 pub use tollgate_engine::media::MediaRef;
 pub use tollgate_engine::policy::DeferredRun;
-pub use tollgate_engine::session::CallState;
+pub use tollgate_engine::session::{CallState, Usage};
 
 /// Serializes `value` with its object keys sorted (through a JSON value, whose maps are sorted):
 /// the order of the objects the API sent nested in a JSON value before it had types.
@@ -605,19 +608,6 @@ pub struct Message {
     pub images: Vec<MediaRef>,
 }
 
-/// Token totals of a session.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
-pub struct Usage {
-    /// Input tokens, cache included.
-    pub input_tokens: i64,
-    /// Cache reads.
-    pub cached_input_tokens: i64,
-    /// Output tokens.
-    pub output_tokens: i64,
-    /// Model calls.
-    pub model_calls: i64,
-}
-
 /// A tool call that waits for a decision (`Snapshot::pending_interrupts`).
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct PendingApproval {
@@ -891,57 +881,6 @@ pub struct Me {
     pub separation_of_duties: bool,
 }
 
-/// What an interrupt asks: the approval of one tool call (also the `request` of an
-/// `interrupt_opened` event).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
-pub struct ApprovalRequest {
-    /// The input the tool would run with.
-    pub arguments: Value,
-    /// The tool's effect, e.g. `non_idempotent_write`.
-    pub effect: String,
-    /// Which side runs the tool.
-    pub kind: ToolKind,
-    /// The tool call's id.
-    pub tool_call_id: String,
-    /// The tool.
-    pub tool_name: String,
-    /// The turn that made the call.
-    pub turn_id: String,
-    /// Always `tool_approval`.
-    #[serde(rename = "type")]
-    #[schema(examples("tool_approval"))]
-    pub request_type: String,
-    /// The groups whose principals alone may decide it (the tool policy's `approvers`); omitted
-    /// when any approver may.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub approvers: Vec<String>,
-    /// The JSON Schema an edited input (`updated_input`) must fit: a custom tool's input schema,
-    /// or Tollgate's for a built-in CLI tool it knows (`Bash`); omitted when there is none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub input_schema: Option<Value>,
-    /// The batch it belongs to: the calls of one reply that need approval, shown at once so a
-    /// person decides them in one sitting. Omitted outside a batch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_id: Option<String>,
-    /// `true` for a call the model was told to repeat (the CLI runs one deferred call per
-    /// reply), asked ahead of time: its decision is used when the model repeats the identical
-    /// call in the same turn (same tool, same input up to key order and whitespace), at most
-    /// once, and is recorded `unused` if the turn ends first; still open then, it is closed
-    /// (rejected, decided by nobody). Omitted when `false`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub ahead: bool,
-    /// The tool policy's approval deadline: `approval_timeout_secs`, `on_timeout` (`reject` or
-    /// `escalate`), `escalate_to`, `escalation_timeout_secs`; omitted when it waits for ever.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub deadline: Option<Value>,
-    /// After an escalation, the groups who could decide before it (`approvers` names who may
-    /// now; empty: any approver could).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub escalated_from: Option<Vec<String>>,
-}
-
 // ---- Events ----
 
 /// The data of one Server-Sent Event of `GET /v1/sessions/{id}/events` (its SSE `id` is `seq`,
@@ -960,27 +899,7 @@ pub struct StreamEvent {
     /// Its seq (also the SSE `id`).
     pub seq: i64,
     /// Its kind, e.g. `text_delta`.
-    #[schema(examples(
-        "user_message",
-        "turn_started",
-        "text_delta",
-        "reasoning_delta",
-        "tool_call_started",
-        "tool_call_finished",
-        "interrupt_opened",
-        "interrupt_resolved",
-        "approval_awaited",
-        "decided_ahead_used",
-        "ahead_unused",
-        "attempt_failed",
-        "turn_completed",
-        "turn_failed",
-        "cancel_requested",
-        "turn_cancelled",
-        "agent_upgraded",
-        "decision_recorded",
-        "interrupt_escalated"
-    ))]
+    #[schema(schema_with = event_kind_schema)]
     pub kind: String,
     /// The step that wrote it, if one did.
     #[schema(required = true)]
@@ -993,6 +912,16 @@ pub struct StreamEvent {
     /// The kind's payload, byte for byte as stored.
     #[schema(value_type = Object)]
     pub payload: Box<RawValue>,
+}
+
+/// The schema of [`StreamEvent::kind`]: a string, each [`EventKind`] an example (a kind the
+/// engine adds is listed without an edit here).
+fn event_kind_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .description(Some("Its kind, e.g. `text_delta`."))
+        .examples(EventKind::ALL.iter().map(|kind| kind.as_str()))
+        .build()
 }
 
 impl StreamEvent {

@@ -19,20 +19,20 @@ pub fn item(item: engine::NewItem) -> store::NewItem {
 /// A step.
 pub fn step(step: engine::NextStep) -> store::NewStep {
     store::NewStep {
-        kind: step.kind.to_owned(),
+        kind: step.kind.as_str().to_owned(),
         payload: raw(&step.payload),
         start: match step.start {
             engine::Start::Now => store::StepStart::Now,
             engine::Start::OnInterrupt(id) => store::StepStart::OnInterrupt(id),
         },
         only_if_items_after: step.only_if_prompts_after.map(|seq| (seq, item_kind::USER_PROMPT.to_owned())),
-        session_status: step.session_status.map(str::to_owned),
+        session_status: step.session_status.map(|status| status.as_str().to_owned()),
     }
 }
 
 /// An event.
 pub fn event(event: engine::NewEvent) -> store::NewEvent {
-    store::NewEvent { kind: event.kind.to_owned(), payload: raw(&event.payload) }
+    store::NewEvent { kind: event.kind.as_str().to_owned(), payload: raw(&event.payload) }
 }
 
 /// A tool call.
@@ -122,7 +122,7 @@ pub fn commit(t: engine::Transition) -> store::Commit {
                 // The deadline the policy stamped into the request (`turn::with_deadlines`); an
                 // unreadable one was never stamped by this build, and waits for ever.
                 deadline: tollgate_engine::deadline::first_deadline(&i.request).ok().flatten(),
-                request: raw(&i.request),
+                request: raw(&i.request.to_value()),
             })
             .collect(),
         close_interrupts: t
@@ -136,14 +136,9 @@ pub fn commit(t: engine::Transition) -> store::Commit {
             .collect(),
         steps: t.steps.into_iter().map(step).collect(),
         session: store::SessionUpdate {
-            status: t.status.map(str::to_owned),
+            status: t.status.map(|status| status.as_str().to_owned()),
             run_state: t.run_state.map(|state| state.to_raw()),
-            add_usage: store::Usage {
-                input_tokens: t.usage.input_tokens,
-                cached_input_tokens: t.usage.cached_input_tokens,
-                output_tokens: t.usage.output_tokens,
-                model_calls: t.usage.model_calls,
-            },
+            add_usage: t.usage,
         },
         events: t.events.into_iter().map(event).collect(),
         cancel: cancel(t.cancel),

@@ -3,6 +3,7 @@
 //! and the check of an edit against it. Pure: no I/O.
 
 use serde_json::{Value, json};
+use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::session::{EngineError, Transition};
 
 /// The field of a decision that carries the edited input.
@@ -29,24 +30,12 @@ pub fn cli_tool_schema(tool: &str) -> Option<Value> {
 /// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
 /// with `input_schema`, the schema `schema_of(tool name, kind)` gives; a tool without one is
 /// left as it is.
-pub fn with_input_schemas(t: &mut Transition, schema_of: impl Fn(&str, &str) -> Option<Value>) {
-    for interrupt in &mut t.interrupts {
-        let request = &interrupt.request;
-        if request.get("type").and_then(Value::as_str) != Some("tool_approval") {
-            continue;
-        }
-        let tool = request.get("tool_name").and_then(Value::as_str).unwrap_or_default();
-        let kind = request.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let Some(schema) = schema_of(tool, kind) else { continue };
-        interrupt.request["input_schema"] = schema;
-        for event in &mut t.events {
-            let opened = event.kind == "interrupt_opened"
-                && event.payload.get("interrupt_id").and_then(Value::as_str) == Some(&interrupt.interrupt_id);
-            if opened {
-                event.payload["request"] = interrupt.request.clone();
-            }
-        }
-    }
+pub fn with_input_schemas(t: &mut Transition, schema_of: impl Fn(&str, ToolKind) -> Option<Value>) {
+    t.stamp_requests(|request| {
+        let Some(schema) = schema_of(&request.tool_name, request.kind) else { return false };
+        request.input_schema = Some(schema);
+        true
+    });
 }
 
 /// Checks an edited input: a JSON object that fits `schema` when there is one.

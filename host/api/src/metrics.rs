@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tollgate_engine::session::{failure_reason, step_kind};
+use tollgate_engine::session::{FailureReason, StepKind};
 
 /// Bucket bounds of the duration histograms, in seconds.
 const BUCKETS: &[f64] =
@@ -187,7 +187,8 @@ impl Metrics {
         let _ = writeln!(out, "tollgate_sandbox_traps_total {}", inner.sandbox_traps);
         out.push_str("# HELP tollgate_turn_failures_total Turns that ended failed, by reason.\n");
         out.push_str("# TYPE tollgate_turn_failures_total counter\n");
-        let reasons = failure_reason::ALL.iter().copied().chain(inner.turn_failures.keys().copied());
+        let reasons =
+            FailureReason::ALL.iter().map(|r| r.as_str()).chain(inner.turn_failures.keys().copied());
         for reason in reasons.collect::<std::collections::BTreeSet<_>>() {
             let n = inner.turn_failures.get(reason).copied().unwrap_or(0);
             let _ = writeln!(out, "tollgate_turn_failures_total{{reason=\"{reason}\"}} {n}");
@@ -196,9 +197,9 @@ impl Metrics {
             "# HELP tollgate_poison_steps_total Steps that failed on every attempt and gave up, by kind.\n",
         );
         out.push_str("# TYPE tollgate_poison_steps_total counter\n");
-        let kinds = [step_kind::RUN_MODEL, step_kind::CALL_TOOL, step_kind::CALL_SINGLE_ATTEMPT_TOOL]
+        let kinds = [StepKind::RunModel, StepKind::CallTool, StepKind::CallSingleAttemptTool]
             .into_iter()
-            .map(str::to_owned)
+            .map(|kind| kind.as_str().to_owned())
             .chain(inner.poison_steps.keys().cloned());
         for kind in kinds.collect::<std::collections::BTreeSet<_>>() {
             let n = inner.poison_steps.get(&kind).copied().unwrap_or(0);
@@ -284,8 +285,8 @@ mod tests {
         let text = metrics.render(None);
         assert!(text.contains("tollgate_turn_failures_total{reason=\"unusable_rows\"} 0"), "{text}");
         assert!(text.contains("tollgate_poison_steps_total{kind=\"RunModel\"} 0"), "{text}");
-        metrics.turn_failed(failure_reason::SEGMENT_FAILED);
-        metrics.turn_failed(failure_reason::SEGMENT_FAILED);
+        metrics.turn_failed(FailureReason::SegmentFailed.as_str());
+        metrics.turn_failed(FailureReason::SegmentFailed.as_str());
         metrics.poison_step("CallTool");
         let text = metrics.render(None);
         assert!(text.contains("tollgate_turn_failures_total{reason=\"segment_failed\"} 2"), "{text}");

@@ -1,11 +1,13 @@
 //! Client calls on a store: start a session, send a message, decide an interrupt, read a
 //! snapshot. The HTTP API and the tests call these; the rules are `tollgate_engine::session`'s.
 
+use tollgate_engine::approval::ApprovalRequest;
+use tollgate_engine::events::{self, DecisionRecorded, EventKind};
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
 use tollgate_engine::session::{
-    CallEntry, CallState, EngineError, RunState, event_kind, grants, item_kind, status,
+    CallEntry, CallState, EngineError, RunState, SessionStatus, grants, item_kind,
 };
 use tollgate_store::{
     AgentDigest, AuditQuery, Item, MessageReceipt, NewAuditEntry, NewSession, Resolution, ResolveReceipt,
@@ -18,7 +20,6 @@ use crate::edits;
 use tollgate_api_types::types::{
     AuditDecision, AuditRecord, CancelReceipt, CancelRequested, DecidedAhead, Grant, GrantRevocation,
     LiveText, Message, PendingApproval, RevokeReceipt, SessionGrant, Snapshot, ToolCall, TurnCancelled,
-    Usage,
 };
 
 /// A client call that failed.
@@ -80,7 +81,7 @@ pub async fn start_by(
     }
     let session = NewSession {
         session_id: session_id.to_owned(),
-        status: status::IDLE.to_owned(),
+        status: SessionStatus::Idle.as_str().to_owned(),
         run_state: RunState::default().to_raw(),
         agent,
     };
@@ -229,8 +230,7 @@ async fn resolve_checked(
         None => format!("decision:{}", serde_json::to_string(decision).expect("serializes")),
     };
     let request = store.interrupt(session_id, interrupt_id).await?.map(|i| i.request);
-    let request: serde_json::Value =
-        request.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
+    let request = request.and_then(|r| ApprovalRequest::parse(r.get()).ok());
     if decision.scope == client::DecisionScope::Session && !decision.approved {
         return Err(EngineError::BadInput {
             field: "scope",
@@ -248,12 +248,13 @@ async fn resolve_checked(
             .into());
         }
         // Checked before anything is stored, against the schema stored with the interrupt.
-        edits::check_edit(request.get("input_schema"), edited)?;
+        edits::check_edit(request.as_ref().and_then(|r| r.input_schema.as_ref()), edited)?;
     }
     let (resolution, events) = client::resolution(interrupt_id, decision, Some(principal));
-    let tool_name = request.get("tool_name").and_then(|t| t.as_str()).map(str::to_owned);
-    let input = request.get("arguments").map(convert::raw);
-    let edited = decision.updated_input.as_ref().filter(|e| Some(*e) != request.get("arguments"));
+    let asked_input = request.as_ref().map(|r| &r.arguments);
+    let tool_name = request.as_ref().map(|r| r.tool_name.clone());
+    let input = asked_input.map(convert::raw);
+    let edited = decision.updated_input.as_ref().filter(|e| Some(*e) != asked_input);
     let entry = NewAuditEntry {
         principal: principal.to_owned(),
         decision: if decision.approved {
@@ -269,15 +270,16 @@ async fn resolve_checked(
     };
     let mut events: Vec<tollgate_store::NewEvent> = events.into_iter().map(convert::event).collect();
     events.push(tollgate_store::NewEvent {
-        kind: DECISION_RECORDED.to_owned(),
-        payload: convert::raw(&serde_json::json!({
-            "interrupt_id": interrupt_id,
-            "principal": principal,
-            "decision": entry.decision.as_str(),
-            "reason": entry.reason,
-            "tool_name": entry.tool_name,
-            "input": request.get("arguments"),
-            "edited_input": edited,
+        kind: EventKind::DecisionRecorded.as_str().to_owned(),
+        payload: convert::raw(&events::payload(&DecisionRecorded {
+            interrupt_id: interrupt_id.to_owned(),
+            principal: principal.to_owned(),
+            decision: entry.decision.as_str().to_owned(),
+            reason: entry.reason.clone(),
+            tool_name: entry.tool_name.clone(),
+            input: asked_input.cloned(),
+            edited_input: edited.cloned(),
+            deadline_at: None,
         })),
     });
     let resolution = Resolution {
@@ -335,10 +337,6 @@ pub async fn prompts_after(store: &dyn Store, session_id: &str, after: i64) -> R
     items.sort_by_key(|item| item.seq);
     Ok(items)
 }
-
-/// The event kind of a decision's audit row on the session's stream: `{interrupt_id, principal,
-/// decision, reason, tool_name, input, edited_input}`.
-pub const DECISION_RECORDED: &str = "decision_recorded";
 
 /// Every audit row of the session, oldest first.
 ///
@@ -399,15 +397,11 @@ struct InterruptFacts {
 
 impl InterruptFacts {
     fn of(open: Option<&tollgate_store::Interrupt>) -> Self {
-        let asked: Option<serde_json::Value> = open.and_then(|i| serde_json::from_str(i.request.get()).ok());
+        let asked = open.and_then(|i| ApprovalRequest::parse(i.request.get()).ok());
         InterruptFacts {
             deadline_at: open.and_then(|i| i.deadline_at),
             escalated_at: open.and_then(|i| i.escalated_at),
-            approvers: asked
-                .as_ref()
-                .and_then(|a| a.get("approvers"))
-                .and_then(|a| serde_json::from_value(a.clone()).ok())
-                .unwrap_or_default(),
+            approvers: asked.map(|a| a.approvers).unwrap_or_default(),
         }
     }
 }
@@ -477,12 +471,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         messages,
         pending_interrupts,
         tool_calls,
-        usage: Usage {
-            input_tokens: session.usage.input_tokens,
-            cached_input_tokens: session.usage.cached_input_tokens,
-            output_tokens: session.usage.output_tokens,
-            model_calls: session.usage.model_calls,
-        },
+        usage: session.usage,
         cost_usd: state.cost_usd,
         last_turn_error: state.last_turn_error,
         last_turn_cancelled: state
@@ -512,7 +501,9 @@ async fn live_text(store: &dyn Store, session_id: &str) -> Result<Option<LiveTex
             let Some(last) = page.last() else { break };
             after = last.seq;
             for event in &page {
-                if event.kind != event_kind::TEXT_DELTA || event.step != Some((live.step_id, live.fence)) {
+                if event.kind != EventKind::TextDelta.as_str()
+                    || event.step != Some((live.step_id, live.fence))
+                {
                     continue;
                 }
                 let payload: serde_json::Value =
@@ -571,7 +562,7 @@ pub async fn revoke_grant(
         .map(|g| g.grant.decision_id.clone())
         .collect();
     let event = tollgate_store::NewEvent {
-        kind: event_kind::GRANT_REVOKED.to_owned(),
+        kind: EventKind::GrantRevoked.as_str().to_owned(),
         payload: convert::raw(&serde_json::json!({
             "tool_name": tool,
             "decision_ids": decision_ids,

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate_engine::gate::GateError;
-use tollgate_engine::session::failure_reason;
+use tollgate_engine::session::FailureReason;
 
 /// Why a segment ended without an answer or a deferred call.
 #[derive(Debug, thiserror::Error)]
@@ -217,10 +217,10 @@ impl SegmentError {
 
     /// The turn's failure reason when the CLI stopped at one of its own limits (`max_turns`,
     /// `max_budget_usd`): a rerun would pay again and stop there again
-    /// ([`failure_reason::cli_limit`]).
-    pub fn limit_reason(&self) -> Option<&'static str> {
+    /// ([`FailureReason::cli_limit`]).
+    pub fn limit_reason(&self) -> Option<FailureReason> {
         match self {
-            SegmentError::ErrorResult { subtype, .. } => failure_reason::cli_limit(subtype),
+            SegmentError::ErrorResult { subtype, .. } => FailureReason::cli_limit(subtype),
             _ => None,
         }
     }
@@ -320,8 +320,8 @@ mod tests {
         assert!(result("error_during_execution").is_retryable());
         assert_eq!(result("error_during_execution").limit_reason(), None);
         for (subtype, reason) in [
-            ("error_max_turns", failure_reason::MAX_TURNS),
-            ("error_max_budget_usd", failure_reason::MAX_BUDGET_USD),
+            ("error_max_turns", FailureReason::MaxTurns),
+            ("error_max_budget_usd", FailureReason::MaxBudgetUsd),
         ] {
             assert!(!result(subtype).is_retryable(), "{subtype}");
             assert_eq!(result(subtype).limit_reason(), Some(reason));

@@ -9,26 +9,30 @@
 //!
 //! ```
 //! use serde_json::json;
+//! use tollgate_engine::approval::ApprovalRequest;
+//! use tollgate_engine::catalog::ToolKind;
 //! use tollgate_engine::deadline::{Firing, on_deadline};
+//! use tollgate_engine::policy::Effect;
 //!
-//! let request = json!({
-//!     "type": "tool_approval", "tool_name": "create_refund", "approvers": ["finance"],
-//!     "deadline": {"approval_timeout_secs": 60, "on_timeout": "escalate",
-//!                  "escalate_to": ["oncall"], "escalation_timeout_secs": 30},
-//! });
+//! let asked = ApprovalRequest::new("turn-1", "toolu_1", "create_refund", ToolKind::Custom, json!({}), Effect::NonIdempotentWrite);
+//! let request = ApprovalRequest {
+//!     approvers: vec!["finance".into()],
+//!     deadline: Some(json!({"approval_timeout_secs": 60, "on_timeout": "escalate",
+//!                           "escalate_to": ["oncall"], "escalation_timeout_secs": 30})),
+//!     ..asked
+//! };
 //! let Firing::Escalate { request, to, from, second } = on_deadline(&request, false).unwrap() else {
 //!     panic!("escalates first")
 //! };
 //! assert_eq!((to, from), (vec!["oncall".to_owned()], vec!["finance".to_owned()]));
-//! assert_eq!(request["approvers"], json!(["oncall"]));
+//! assert_eq!(request.approvers, ["oncall"]);
 //! assert_eq!(second.as_secs(), 30);
 //! assert!(matches!(on_deadline(&request, true).unwrap(), Firing::Expire { .. }), "then rejects");
 //! ```
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
+use crate::approval::ApprovalRequest;
 use crate::policy::{ApprovalDeadline, OnTimeout};
 use crate::session::EngineError;
 use crate::session::client::Decision;
@@ -44,7 +48,7 @@ pub enum Firing {
     /// Hand the call to other approvers.
     Escalate {
         /// The interrupt's request from now on: `approvers` = `to`, `escalated_from` = `from`.
-        request: Value,
+        request: Box<ApprovalRequest>,
         /// The groups who may decide now.
         to: Vec<String>,
         /// The groups who could decide before (empty: any approver).
@@ -58,9 +62,9 @@ pub enum Firing {
 ///
 /// # Errors
 /// A `deadline` that is not one ([`EngineError::Corrupt`]).
-pub fn stamped(request: &Value) -> Result<Option<ApprovalDeadline>, EngineError> {
-    match request.get("deadline") {
-        None | Some(Value::Null) => Ok(None),
+pub fn stamped(request: &ApprovalRequest) -> Result<Option<ApprovalDeadline>, EngineError> {
+    match &request.deadline {
+        None | Some(serde_json::Value::Null) => Ok(None),
         Some(deadline) => {
             serde_json::from_value(deadline.clone()).map(Some).map_err(|e| EngineError::Corrupt {
                 what: "the approval deadline of an interrupt request".into(),
@@ -74,7 +78,7 @@ pub fn stamped(request: &Value) -> Result<Option<ApprovalDeadline>, EngineError>
 ///
 /// # Errors
 /// As [`stamped`].
-pub fn first_deadline(request: &Value) -> Result<Option<Duration>, EngineError> {
+pub fn first_deadline(request: &ApprovalRequest) -> Result<Option<Duration>, EngineError> {
     Ok(stamped(request)?.map(|d| Duration::from_secs(d.approval_timeout_secs)))
 }
 
@@ -83,7 +87,7 @@ pub fn first_deadline(request: &Value) -> Result<Option<Duration>, EngineError> 
 ///
 /// # Errors
 /// A request without a deadline, or with one that is not one ([`EngineError::Corrupt`]).
-pub fn on_deadline(request: &Value, escalated: bool) -> Result<Firing, EngineError> {
+pub fn on_deadline(request: &ApprovalRequest, escalated: bool) -> Result<Firing, EngineError> {
     let Some(deadline) = stamped(request)? else {
         return Err(EngineError::Corrupt {
             what: "an interrupt with a deadline".into(),
@@ -91,11 +95,12 @@ pub fn on_deadline(request: &Value, escalated: bool) -> Result<Firing, EngineErr
         });
     };
     if deadline.on_timeout == OnTimeout::Escalate && !escalated {
-        let from: Vec<String> =
-            request.get("approvers").and_then(|a| serde_json::from_value(a.clone()).ok()).unwrap_or_default();
-        let mut next = request.clone();
-        next["approvers"] = json!(deadline.escalate_to);
-        next["escalated_from"] = json!(from);
+        let from = request.approvers.clone();
+        let next = Box::new(ApprovalRequest {
+            approvers: deadline.escalate_to.clone(),
+            escalated_from: Some(from.clone()),
+            ..request.clone()
+        });
         return Ok(Firing::Escalate {
             request: next,
             to: deadline.escalate_to.clone(),
@@ -117,14 +122,25 @@ pub fn on_deadline(request: &Value, escalated: bool) -> Result<Firing, EngineErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::ToolKind;
+    use crate::policy::Effect;
+    use serde_json::{Value, json};
 
-    fn request(deadline: Value) -> Value {
-        json!({"type": "tool_approval", "tool_name": "create_refund", "arguments": {}, "deadline": deadline})
+    fn request(deadline: Option<Value>) -> ApprovalRequest {
+        let asked = ApprovalRequest::new(
+            "turn-1",
+            "toolu_1",
+            "create_refund",
+            ToolKind::Custom,
+            json!({}),
+            Effect::Read,
+        );
+        ApprovalRequest { deadline, ..asked }
     }
 
     #[test]
     fn a_rejecting_deadline_expires_the_call_with_the_text_the_model_reads() {
-        let asked = request(serde_json::to_value(ApprovalDeadline::reject_after(2)).unwrap());
+        let asked = request(Some(serde_json::to_value(ApprovalDeadline::reject_after(2)).unwrap()));
         let Firing::Expire { decision } = on_deadline(&asked, false).unwrap() else { panic!("expires") };
         assert!(!decision.approved);
         assert_eq!(decision.message.as_deref(), Some(crate::texts::approval_expired(2, &[]).as_str()));
@@ -134,13 +150,13 @@ mod tests {
     #[test]
     fn an_escalating_deadline_hands_the_call_over_once_then_expires_after_the_second() {
         let deadline = ApprovalDeadline::escalate_after(60, vec!["oncall".into()], None).resolved();
-        let asked = request(serde_json::to_value(deadline).unwrap());
+        let asked = request(Some(serde_json::to_value(deadline).unwrap()));
         let Firing::Escalate { request, to, from, second } = on_deadline(&asked, false).unwrap() else {
             panic!("escalates")
         };
         assert_eq!((to.as_slice(), from.len()), (["oncall".to_owned()].as_slice(), 0));
-        assert_eq!(request["approvers"], json!(["oncall"]));
-        assert_eq!(request["escalated_from"], json!([]));
+        assert_eq!(request.approvers, ["oncall"]);
+        assert_eq!(request.to_value()["escalated_from"], json!([]), "stored even when empty");
         assert_eq!(second, Duration::from_secs(60), "the default second deadline is as long as the first");
         let Firing::Expire { decision } = on_deadline(&request, true).unwrap() else { panic!("expires") };
         assert!(decision.message.unwrap().contains("60 seconds (after it was escalated to `oncall`)"));
@@ -148,8 +164,8 @@ mod tests {
 
     #[test]
     fn a_request_without_a_good_deadline_is_refused() {
-        assert_eq!(first_deadline(&json!({"type": "tool_approval"})).unwrap(), None);
-        assert!(on_deadline(&json!({"type": "tool_approval"}), false).is_err());
-        assert!(on_deadline(&request(json!({"approval_timeout_secs": "soon"})), false).is_err());
+        assert_eq!(first_deadline(&request(None)).unwrap(), None);
+        assert!(on_deadline(&request(None), false).is_err());
+        assert!(on_deadline(&request(Some(json!({"approval_timeout_secs": "soon"}))), false).is_err());
     }
 }

@@ -24,14 +24,19 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
+mod names;
+
+pub mod approval;
 pub mod catalog;
 pub mod deadline;
+pub mod events;
 pub mod gate;
 pub mod hooks;
 pub mod media;
-pub mod tool_names;
 pub mod options;
 pub mod policy;
 pub mod record;
 pub mod session;
 pub mod texts;
+pub mod tool_names;

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Row, Transaction, Type};
+use tollgate_engine::events::EventKind;
 
 use crate::dialect::Dialect;
 use crate::error::{check_row_version, stored_json};
@@ -500,7 +501,7 @@ where
             "to": to,
         });
         let event = NewEvent {
-            kind: "agent_upgraded".to_owned(),
+            kind: EventKind::AgentUpgraded.as_str().to_owned(),
             payload: RawValue::from_string(payload.to_string()).expect("JSON"),
         };
         let seq = Sql::append_event(&mut tx, sid, &mut event_seq, &event, None).await?;

@@ -20,18 +20,9 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 
-/// Token and call counters of a session, added up by [`SessionUpdate::add_usage`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// Input tokens, cache reads and cache writes included.
-    pub input_tokens: i64,
-    /// Cache reads.
-    pub cached_input_tokens: i64,
-    /// Output tokens.
-    pub output_tokens: i64,
-    /// Distinct model calls (assistant message IDs).
-    pub model_calls: i64,
-}
+/// Token and call counters of a session, added up by [`SessionUpdate::add_usage`]: the state
+/// machine's.
+pub use tollgate_engine::session::Usage;
 
 /// A session as stored.
 #[derive(Clone, Debug)]
@@ -296,7 +287,7 @@ pub enum Finish {
 /// An event to append to a session's stream.
 #[derive(Clone, Debug)]
 pub struct NewEvent {
-    /// E.g. `text_delta`, `tool_call_started`, `interrupt_opened`.
+    /// The name of a [`tollgate_engine::events::EventKind`], e.g. `text_delta`.
     pub kind: String,
     /// The event's JSON, exactly as given.
     pub payload: Box<RawValue>,

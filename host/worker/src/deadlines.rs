@@ -25,8 +25,9 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use tollgate_engine::approval::ApprovalRequest;
 use tollgate_engine::deadline::{Firing, on_deadline};
+use tollgate_engine::events::{self, DecisionRecorded, EventKind, InterruptEscalated};
 use tollgate_engine::session::client;
 use tollgate_store::{
     AuditDecision, DEADLINE_PRINCIPAL, Escalation, Expiry, Interrupt, NewAuditEntry, NewEvent, Resolution,
@@ -35,10 +36,6 @@ use tollgate_store::{
 use tracing::{info, warn};
 
 use crate::convert;
-use crate::sessions::DECISION_RECORDED;
-
-/// The event kind of an escalation.
-pub const INTERRUPT_ESCALATED: &str = "interrupt_escalated";
 
 /// The longest sleep between two looks at the store: a new interrupt's deadline is seen within
 /// it, and a due one fires within it after its time.
@@ -112,25 +109,25 @@ pub async fn run(store: &dyn Store, stop: impl std::future::Future<Output = ()>)
 /// decided or fired it first.
 async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, anyhow::Error> {
     let Some(deadline_at) = interrupt.deadline_at else { return Ok(None) };
-    let request: Value = serde_json::from_str(interrupt.request.get())?;
+    let request = ApprovalRequest::parse(interrupt.request.get())?;
     let (sid, iid) = (interrupt.session_id.as_str(), interrupt.interrupt_id.as_str());
-    let tool_name = request.get("tool_name").and_then(Value::as_str).map(str::to_owned);
+    let tool_name = Some(request.tool_name.clone());
     let firing = on_deadline(&request, interrupt.escalated_at.is_some())?;
     let outcome = match firing {
         Firing::Expire { decision } => {
             let (resolution, events) = client::resolution(iid, &decision, None);
             let mut events: Vec<NewEvent> = events.into_iter().map(convert::event).collect();
             events.push(NewEvent {
-                kind: DECISION_RECORDED.to_owned(),
-                payload: convert::raw(&json!({
-                    "interrupt_id": iid,
-                    "principal": DEADLINE_PRINCIPAL,
-                    "decision": AuditDecision::Expired.as_str(),
-                    "reason": decision.message,
-                    "tool_name": tool_name,
-                    "input": request.get("arguments"),
-                    "edited_input": null,
-                    "deadline_at": deadline_at,
+                kind: EventKind::DecisionRecorded.as_str().to_owned(),
+                payload: convert::raw(&events::payload(&DecisionRecorded {
+                    interrupt_id: iid.to_owned(),
+                    principal: DEADLINE_PRINCIPAL.to_owned(),
+                    decision: AuditDecision::Expired.as_str().to_owned(),
+                    reason: decision.message.clone(),
+                    tool_name: tool_name.clone(),
+                    input: Some(request.arguments.clone()),
+                    edited_input: None,
+                    deadline_at: Some(deadline_at),
                 })),
             });
             let expiry = Expiry {
@@ -147,7 +144,7 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                     decision: AuditDecision::Expired,
                     reason: decision.message.clone(),
                     tool_name,
-                    input: request.get("arguments").map(convert::raw),
+                    input: Some(convert::raw(&request.arguments)),
                     edited_input: None,
                 },
             };
@@ -159,18 +156,18 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                 session_id: sid.to_owned(),
                 interrupt_id: iid.to_owned(),
                 deadline_at,
-                request: convert::raw(&next),
+                request: convert::raw(&next.to_value()),
                 next_deadline: second,
                 events: vec![NewEvent {
-                    kind: INTERRUPT_ESCALATED.to_owned(),
-                    payload: convert::raw(&json!({
-                        "interrupt_id": iid,
-                        "tool_name": tool_name,
-                        "escalate_to": to,
-                        "escalated_from": from,
-                        "deadline_passed": deadline_at,
-                        "next_deadline_secs": second.as_secs(),
-                        "escalated_by": DEADLINE_PRINCIPAL,
+                    kind: EventKind::InterruptEscalated.as_str().to_owned(),
+                    payload: convert::raw(&events::payload(&InterruptEscalated {
+                        interrupt_id: iid.to_owned(),
+                        tool_name: tool_name.clone(),
+                        escalate_to: to.clone(),
+                        escalated_from: from,
+                        deadline_passed: deadline_at,
+                        next_deadline_secs: second.as_secs(),
+                        escalated_by: DEADLINE_PRINCIPAL.to_owned(),
                     })),
                 }],
                 entry: NewAuditEntry {
@@ -182,7 +179,7 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                         second.as_secs()
                     )),
                     tool_name,
-                    input: request.get("arguments").map(convert::raw),
+                    input: Some(convert::raw(&request.arguments)),
                     edited_input: None,
                 },
             };

@@ -261,7 +261,7 @@ pub fn segment_span(scope: &Scope, meta: &ModelCallMetadata, result: &SegmentRes
         SegmentResult::Completed { .. } => ("completed", None),
         SegmentResult::Deferred { .. } => ("deferred", None),
         SegmentResult::Failed { error, .. } => ("failed", Some(error.clone())),
-        SegmentResult::LimitReached { error, reason } => (*reason, Some(error.clone())),
+        SegmentResult::LimitReached { error, reason } => (reason.as_str(), Some(error.clone())),
     };
     attributes.push(KeyValue::new("tollgate.segment.outcome", outcome));
     SpanPlan {

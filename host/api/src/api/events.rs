@@ -30,6 +30,7 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
+use tollgate_engine::events::EventKind;
 
 /// Events read per store call.
 const PAGE: i64 = 200;
@@ -258,7 +259,7 @@ async fn live_text(cursor: &mut Cursor) -> bool {
 }
 
 /// The kind of streamed text, stored or live.
-const TEXT_DELTA: &str = "text_delta";
+const TEXT_DELTA: &str = EventKind::TextDelta.as_str();
 
 fn sse_event(event: &tollgate_store::Event) -> Event {
     let data = StreamEvent {

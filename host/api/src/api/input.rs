@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, Path, Request};
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
@@ -28,17 +28,14 @@ pub(super) struct JsonBody<const LIMIT: usize = MAX_BODY>(pub Bytes);
 impl<S: Send + Sync, const LIMIT: usize> FromRequest<S> for JsonBody<LIMIT> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(request: Request, _state: &S) -> Result<Self, ApiError> {
         let content_type = request.headers().get(header::CONTENT_TYPE).cloned();
         if let Some(value) = &content_type
             && !is_json(value.to_str().unwrap_or(""))
         {
             return Err(unsupported(&String::from_utf8_lossy(value.as_bytes())));
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(|e| too_large_or_bad(e, LIMIT))?;
-        if bytes.len() > LIMIT {
-            return Err(too_large(LIMIT));
-        }
+        let bytes = read_within(request.into_body(), LIMIT).await?;
         if content_type.is_none() && !bytes.is_empty() {
             return Err(unsupported("(none)"));
         }
@@ -67,12 +64,39 @@ fn unsupported(given: &str) -> ApiError {
     }
 }
 
-fn too_large_or_bad(rejection: BytesRejection, limit: usize) -> ApiError {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        too_large(limit)
-    } else {
-        ApiError::bad("body", format!("the request body could not be read: {}", rejection.body_text()))
+/// How much of a body over its limit is read and thrown away before the refusal goes out, and
+/// for how long at most. Answering at once and closing makes the kernel reset a connection the
+/// client is still writing, and the reset can overtake the answer: the client sees a broken pipe,
+/// not the 413 that names the limit (HTTP's "lingering close"). Past either bound the refusal
+/// goes out anyway.
+const DRAIN_MAX: usize = 16 * 1024 * 1024;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The whole body, or [`too_large`] once it passes `limit` (after draining it, see
+/// [`DRAIN_MAX`]).
+async fn read_within(body: axum::body::Body, limit: usize) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut read = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::bad("body", format!("the request body could not be read: {e}")))?;
+        if read.len() + chunk.len() > limit {
+            let mut seen = read.len() + chunk.len();
+            let _ = tokio::time::timeout(DRAIN_TIME, async {
+                while seen <= DRAIN_MAX {
+                    match stream.next().await {
+                        Some(Ok(chunk)) => seen += chunk.len(),
+                        _ => break,
+                    }
+                }
+            })
+            .await;
+            return Err(too_large(limit));
+        }
+        read.extend_from_slice(&chunk);
     }
+    Ok(Bytes::from(read))
 }
 
 fn too_large(limit: usize) -> ApiError {

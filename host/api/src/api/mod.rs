@@ -34,7 +34,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tollgate_engine::session::client::{Decision, DecisionScope};
-use tollgate_engine::session::{EngineError, status};
+use tollgate_engine::session::{EngineError, SessionStatus};
 use tollgate_store::{AgentDigest, Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -58,7 +58,8 @@ pub const MAX_BODY: usize = 512 * 1024;
 pub const MAX_MESSAGE_BODY: usize = 4 * 1024 * 1024;
 
 /// The session statuses `GET /v1/sessions?status=` filters by: the state machine's.
-const STATUSES: [&str; 3] = [status::IDLE, status::RUNNING, status::AWAITING_APPROVAL];
+const STATUSES: [&str; 3] =
+    [SessionStatus::Idle.as_str(), SessionStatus::Running.as_str(), SessionStatus::AwaitingApproval.as_str()];
 
 /// The largest page of a list.
 const MAX_LIMIT: i64 = 1000;
@@ -549,12 +550,9 @@ async fn decide(
     let receipt = loop {
         let mut escalated_at = None;
         if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
-            let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
-            let tool = asked.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default();
-            let approvers: Vec<String> = asked
-                .get("approvers")
-                .and_then(|a| serde_json::from_value(a.clone()).ok())
-                .unwrap_or_default();
+            let asked = types::ApprovalRequest::parse(open.request.get()).ok();
+            let tool = asked.as_ref().map_or("", |a| a.tool_name.as_str());
+            let approvers = asked.as_ref().map(|a| a.approvers.clone()).unwrap_or_default();
             let starter = state.store.audit().started_by(&id).await?;
             state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
             escalated_at = open.escalated_at;
@@ -651,12 +649,8 @@ async fn revoke_grant(
     let mut approvers: Vec<String> = Vec::new();
     for listed in snapshot.grants.iter().filter(|g| g.revoked.is_none() && g.grant.tool_name == tool) {
         if let Some(open) = state.store.interrupt(&id, &listed.grant.decision_id).await? {
-            let asked: serde_json::Value = serde_json::from_str(open.request.get()).unwrap_or_default();
-            let groups: Vec<String> = asked
-                .get("approvers")
-                .and_then(|a| serde_json::from_value(a.clone()).ok())
-                .unwrap_or_default();
-            approvers.extend(groups);
+            let asked = types::ApprovalRequest::parse(open.request.get()).ok();
+            approvers.extend(asked.map(|a| a.approvers).unwrap_or_default());
         }
     }
     approvers.sort();
@@ -883,7 +877,7 @@ mod interrupt_cursor {
 
 /// An open interrupt as the inbox lists it (`GET /v1/interrupts` and the live inbox).
 fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt, ApiError> {
-    let request: types::ApprovalRequest = serde_json::from_str(open.request.get()).map_err(|e| {
+    let request = types::ApprovalRequest::parse(open.request.get()).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::StoredRowRefused,

@@ -65,7 +65,10 @@ fn asset(media: &'static str, body: &'static str) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use tollgate_engine::events::EventKind;
+
     use super::*;
+    use crate::webhooks;
 
     #[test]
     fn no_asset_carries_inline_script_or_html_insertion_of_data() {
@@ -104,6 +107,87 @@ mod tests {
                     .trim_matches(|c| c == '\'' || c == ';' || c == '"');
                 let absolute = format!("/js/{}", module.trim_start_matches("./"));
                 assert!(served.contains(&absolute.as_str()), "{path} imports {module}, which is not served");
+            }
+        }
+    }
+
+    /// Whether the session page reloads its snapshot on an event of `kind` (`REFRESH_ON` in
+    /// `session.js`). Every kind is named, so a kind the engine adds must be sorted in here and
+    /// there.
+    fn refreshes_the_session_page(kind: EventKind) -> bool {
+        match kind {
+            EventKind::UserMessage
+            | EventKind::TurnStarted
+            | EventKind::TurnCompleted
+            | EventKind::TurnFailed
+            | EventKind::ToolCallStarted
+            | EventKind::ToolCallFinished
+            | EventKind::InterruptOpened
+            | EventKind::InterruptResolved
+            | EventKind::DecisionRecorded
+            | EventKind::AttemptFailed
+            | EventKind::AgentUpgraded
+            | EventKind::CancelRequested
+            | EventKind::TurnCancelled => true,
+            // Text and thinking are drawn as they come; the others change nothing the page shows
+            // before one of the kinds above arrives.
+            EventKind::TextDelta
+            | EventKind::ReasoningDelta
+            | EventKind::ApprovedUnderGrant
+            | EventKind::GrantRevoked
+            | EventKind::ApprovalAwaited
+            | EventKind::DecidedAheadUsed
+            | EventKind::AheadUnused
+            | EventKind::InterruptEscalated => false,
+        }
+    }
+
+    /// The names in `const <name> = new Set([...]);` of `js`.
+    fn js_set<'a>(js: &'a str, name: &str) -> Vec<&'a str> {
+        let start = js.find(&format!("const {name} = new Set([")).unwrap_or_else(|| panic!("no {name}"));
+        let list = &js[start..];
+        let list = &list[list.find('[').unwrap() + 1..list.find("])").unwrap()];
+        list.split(',').map(|n| n.trim().trim_matches('\'')).filter(|n| !n.is_empty()).collect()
+    }
+
+    /// Every event kind the engine lists reaches every consumer, and no consumer names a kind the
+    /// engine does not list: the HTTP API's document, the webhooks, the CLI's follower and the
+    /// session page.
+    #[test]
+    fn every_event_kind_reaches_every_consumer() {
+        let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        // The API's document lists every kind as an example of `StreamEvent.kind`.
+        let doc: serde_json::Value = serde_json::from_str(crate::api::openapi::document()).unwrap();
+        let listed = &doc["components"]["schemas"]["StreamEvent"]["properties"]["kind"]["examples"];
+        assert_eq!(listed, &serde_json::json!(names), "the document's event kinds");
+        // Each webhook type is made from one kind, and that kind makes it.
+        for t in webhooks::EventType::ALL {
+            assert_eq!(webhooks::EventType::from_event_kind(t.event_kind()), Some(t), "{}", t.as_str());
+        }
+        for &kind in EventKind::ALL {
+            if let Some(t) = webhooks::EventType::from_event_kind(kind) {
+                assert_eq!(t.event_kind(), kind);
+            }
+        }
+        // The session page: what reloads it, what ends a turn, and every kind it compares with.
+        let js = ASSETS.iter().find(|(path, ..)| *path == "/js/session.js").unwrap().2;
+        let mut refresh = js_set(js, "REFRESH_ON");
+        refresh.sort_unstable();
+        let mut want: Vec<&str> =
+            EventKind::ALL.iter().filter(|k| refreshes_the_session_page(**k)).map(|k| k.as_str()).collect();
+        want.sort_unstable();
+        assert_eq!(refresh, want, "session.js REFRESH_ON");
+        let mut ends = js_set(js, "TURN_ENDS");
+        ends.sort_unstable();
+        let mut want: Vec<&str> =
+            EventKind::ALL.iter().filter(|k| k.ends_turn()).map(|k| k.as_str()).collect();
+        want.sort_unstable();
+        assert_eq!(ends, want, "session.js TURN_ENDS");
+        for compared in ["data.kind === '", "event.event === '"] {
+            for (at, _) in js.match_indices(compared) {
+                let rest = &js[at + compared.len()..];
+                let name = &rest[..rest.find('\'').unwrap()];
+                assert!(EventKind::parse(name).is_some(), "session.js compares with `{name}`, no event kind");
             }
         }
     }

@@ -67,7 +67,7 @@ impl Deliverer {
             .iter()
             .map(|h| Subscription {
                 webhook: h.name.clone(),
-                kinds: h.events.iter().map(|e| e.event_kind().to_owned()).collect(),
+                kinds: h.events.iter().map(|e| e.event_kind().as_str().to_owned()).collect(),
             })
             .collect();
         outbox.subscribe_webhooks(&subscriptions).await?;

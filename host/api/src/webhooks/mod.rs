@@ -35,6 +35,7 @@ pub mod sign;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tollgate_engine::events::{self, EventKind, InterruptOpened};
 
 pub use config::Webhook;
 
@@ -79,14 +80,14 @@ impl EventType {
     }
 
     /// The stored event kind it is made from.
-    pub fn event_kind(self) -> &'static str {
+    pub fn event_kind(self) -> EventKind {
         match self {
-            Self::InterruptCreated => "interrupt_opened",
-            Self::InterruptEscalated => "interrupt_escalated",
-            Self::InterruptDecided => "interrupt_resolved",
-            Self::TurnCompleted => "turn_completed",
-            Self::TurnFailed => "turn_failed",
-            Self::TurnCancelled => "turn_cancelled",
+            Self::InterruptCreated => EventKind::InterruptOpened,
+            Self::InterruptEscalated => EventKind::InterruptEscalated,
+            Self::InterruptDecided => EventKind::InterruptResolved,
+            Self::TurnCompleted => EventKind::TurnCompleted,
+            Self::TurnFailed => EventKind::TurnFailed,
+            Self::TurnCancelled => EventKind::TurnCancelled,
         }
     }
 
@@ -95,9 +96,32 @@ impl EventType {
         Self::ALL.into_iter().find(|t| t.as_str() == name)
     }
 
-    /// The type made from stored event kind `kind`.
-    pub fn from_event_kind(kind: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.event_kind() == kind)
+    /// The type made from stored event kind `kind`; `None` for the kinds no receiver gets (each
+    /// kind is named here, so a new one must be sorted in).
+    pub fn from_event_kind(kind: EventKind) -> Option<Self> {
+        match kind {
+            EventKind::InterruptOpened => Some(Self::InterruptCreated),
+            EventKind::InterruptEscalated => Some(Self::InterruptEscalated),
+            EventKind::InterruptResolved => Some(Self::InterruptDecided),
+            EventKind::TurnCompleted => Some(Self::TurnCompleted),
+            EventKind::TurnFailed => Some(Self::TurnFailed),
+            EventKind::TurnCancelled => Some(Self::TurnCancelled),
+            EventKind::UserMessage
+            | EventKind::TurnStarted
+            | EventKind::TextDelta
+            | EventKind::ReasoningDelta
+            | EventKind::ToolCallStarted
+            | EventKind::ToolCallFinished
+            | EventKind::ApprovedUnderGrant
+            | EventKind::GrantRevoked
+            | EventKind::ApprovalAwaited
+            | EventKind::DecidedAheadUsed
+            | EventKind::AheadUnused
+            | EventKind::AttemptFailed
+            | EventKind::CancelRequested
+            | EventKind::AgentUpgraded
+            | EventKind::DecisionRecorded => None,
+        }
     }
 }
 
@@ -231,7 +255,7 @@ pub fn body(
     payload: &str,
     event_at: i64,
 ) -> Option<Result<Vec<u8>, String>> {
-    let t = EventType::from_event_kind(kind)?;
+    let t = EventKind::parse(kind).and_then(EventType::from_event_kind)?;
     Some(body_of(t, session_id, seq, payload, event_at))
 }
 
@@ -252,25 +276,31 @@ fn body_of(
     let present = |v: &Value| (!v.is_null()).then(|| v.clone());
     let data = match t {
         EventType::InterruptCreated => {
-            let r = &v["request"];
+            let opened = InterruptOpened::parse(payload)
+                .map_err(|e| format!("the `{}` event is not an opened interrupt: {e}", t.event_kind()))?;
+            let r = opened.request;
             serde_json::to_value(InterruptCreated {
-                interrupt_id: interrupt_id()?,
-                turn_id: s(&r["turn_id"]),
-                tool_name: s(&r["tool_name"]),
-                arguments: present(&r["arguments"]),
-                effect: s(&r["effect"]),
-                batch_id: s(&r["batch_id"]),
-                ahead: r["ahead"].as_bool().unwrap_or(false),
+                interrupt_id: opened.interrupt_id,
+                turn_id: Some(r.turn_id),
+                tool_name: Some(r.tool_name),
+                arguments: present(&r.arguments),
+                effect: Some(r.effect),
+                batch_id: r.batch_id,
+                ahead: r.ahead,
                 session_id,
                 event_seq: seq,
             })
         }
-        EventType::InterruptEscalated => serde_json::to_value(InterruptEscalated {
-            interrupt_id: interrupt_id()?,
-            escalate_to: present(&v["escalate_to"]),
-            session_id,
-            event_seq: seq,
-        }),
+        EventType::InterruptEscalated => {
+            let escalated: events::InterruptEscalated = serde_json::from_str(payload)
+                .map_err(|e| format!("the `{}` event is not an escalation: {e}", t.event_kind()))?;
+            serde_json::to_value(InterruptEscalated {
+                interrupt_id: escalated.interrupt_id,
+                escalate_to: Some(Value::from(escalated.escalate_to)),
+                session_id,
+                event_seq: seq,
+            })
+        }
         EventType::InterruptDecided => serde_json::to_value(InterruptDecided {
             interrupt_id: interrupt_id()?,
             approved: v["approved"].as_bool().ok_or("the `interrupt_resolved` event has no `approved`")?,
@@ -404,5 +434,26 @@ mod tests {
         assert!(body("s", 8, "text_delta", "{}", 0).is_none());
         let err = body("s", 9, "interrupt_resolved", r#"{"approved":true}"#, 0).unwrap().unwrap_err();
         assert!(err.contains("no `interrupt_id`"), "{err}");
+        let err = body(
+            "s",
+            9,
+            "interrupt_opened",
+            r#"{"interrupt_id":"toolu_1","request":{"type":"tool_approval"}}"#,
+            0,
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(err.contains("`interrupt_opened`") && err.contains("missing field"), "{err}");
+        let escalated = r#"{"deadline_passed":5,"escalate_to":["oncall"],"escalated_by":"tollgate:deadline","escalated_from":[],"interrupt_id":"toolu_1","next_deadline_secs":30,"tool_name":"refund"}"#;
+        let got: Message<InterruptEscalated> =
+            serde_json::from_slice(&body("s", 10, "interrupt_escalated", escalated, 0).unwrap().unwrap())
+                .unwrap();
+        assert_eq!(
+            (got.data.interrupt_id.as_str(), got.data.escalate_to),
+            ("toolu_1", Some(json!(["oncall"])))
+        );
+        let err =
+            body("s", 11, "interrupt_escalated", r#"{"interrupt_id":"toolu_1"}"#, 0).unwrap().unwrap_err();
+        assert!(err.contains("`interrupt_escalated`") && err.contains("missing field"), "{err}");
     }
 }

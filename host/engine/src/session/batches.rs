@@ -26,9 +26,10 @@
 //! in the inbox. A decision made ahead never carries into a later turn.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::client::Decision;
+use crate::approval::ApprovalRequest;
 use crate::catalog::ToolKind;
 use crate::gate::HeldBackCall;
 use crate::gate::canonical::same_input;
@@ -81,18 +82,16 @@ pub enum AheadState {
 
 /// The interrupt request of a held-back call opened ahead: today's `tool_approval` request, with
 /// its batch and `"ahead": true`.
-pub fn ahead_request(turn_id: &str, call: &HeldBackCall, batch_id: &str) -> Value {
-    json!({
-        "type": "tool_approval",
-        "turn_id": turn_id,
-        "tool_call_id": call.tool_use_id,
-        "tool_name": call.tool_name,
-        "kind": call.kind,
-        "arguments": call.arguments,
-        "effect": call.policy.effect.as_str(),
-        "batch_id": batch_id,
-        "ahead": true,
-    })
+pub fn ahead_request(turn_id: &str, call: &HeldBackCall, batch_id: &str) -> ApprovalRequest {
+    let request = ApprovalRequest::new(
+        turn_id,
+        &call.tool_use_id,
+        &call.tool_name,
+        call.kind,
+        call.arguments.clone(),
+        call.policy.effect,
+    );
+    ApprovalRequest { batch_id: Some(batch_id.to_owned()), ahead: true, ..request }
 }
 
 /// The first unused call ahead that a call of `tool` (`kind`) with `arguments` repeats.
@@ -229,7 +228,7 @@ mod tests {
 
     #[test]
     fn an_ahead_request_is_a_tool_approval_with_its_batch() {
-        let request = ahead_request("turn-1", &held("toolu_2", "8"), "toolu_1");
+        let request = ahead_request("turn-1", &held("toolu_2", "8"), "toolu_1").to_value();
         assert_eq!(request["type"], "tool_approval");
         assert_eq!(request["tool_call_id"], "toolu_2");
         assert_eq!(request["tool_name"], "create_refund");

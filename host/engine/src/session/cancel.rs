@@ -37,8 +37,9 @@ use super::client::Decision;
 use super::turn::{HistoryItem, closed_by_nobody, end_batches, is_prompt, next_turn};
 use super::{
     CallEntry, CallState, CancelRequestChange, EngineError, Finish, NewEvent, NewItem, RunModelStep,
-    RunState, StepInput, Transition, event_kind, item_kind, raw, status,
+    RunState, SessionStatus, StepInput, Transition, item_kind, raw,
 };
+use crate::events::EventKind;
 use crate::record::{Outcome, ToolCallRecord};
 use crate::texts;
 
@@ -62,7 +63,7 @@ pub struct TurnCancelled {
 
 /// The `cancel_requested` event of a request by `requested_by`.
 pub fn request_event(requested_by: &str) -> NewEvent {
-    NewEvent { kind: event_kind::CANCEL_REQUESTED, payload: json!({"requested_by": requested_by}) }
+    NewEvent { kind: EventKind::CancelRequested, payload: json!({"requested_by": requested_by}) }
 }
 
 /// The turn a claimed step belongs to, and the highest seq of the prompts it answers; `None` when
@@ -117,7 +118,7 @@ pub fn on_cancel(
     let Some((turn_id, prompts_upto)) = turn_of(step, state, items)? else {
         // No turn to cancel: the request is moot.
         let mut t = Transition::new(Finish::Done(json!({"outcome": "nothing_to_do"})));
-        t.status = Some(status::IDLE);
+        t.status = Some(SessionStatus::Idle);
         t.cancel = CancelRequestChange::Drop;
         return Ok(t);
     };
@@ -146,7 +147,7 @@ pub fn on_cancel(
         };
         let finished = call.with_state(state);
         t.events.push(NewEvent {
-            kind: event_kind::TOOL_CALL_FINISHED,
+            kind: EventKind::ToolCallFinished,
             payload: json!({
                 "turn_id": turn_id,
                 "tool_call_id": call.tool_call_id,
@@ -189,12 +190,12 @@ pub fn on_cancel(
     next.last_turn_error = None;
     next.last_turn_cancelled = Some(cancelled.clone());
     t.run_state = Some(next);
-    t.status = Some(status::IDLE);
+    t.status = Some(SessionStatus::Idle);
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, &turn_id);
     t.cancel = CancelRequestChange::Applied(cancelled);
     Ok(t.event(
-        event_kind::TURN_CANCELLED,
+        EventKind::TurnCancelled,
         json!({"turn_id": turn_id, "cancelled_by": by, "requested_at": request.requested_at}),
     ))
 }
@@ -269,7 +270,7 @@ mod tests {
         let t = on_cancel(&step, &state, &history(&rows), &[], &alice()).unwrap();
 
         assert_eq!(t.finish, Finish::Done(json!({"outcome": "turn_cancelled", "cancelled_by": "alice"})));
-        assert_eq!(t.status, Some(status::IDLE));
+        assert_eq!(t.status, Some(SessionStatus::Idle));
         let cancelled = TurnCancelled { turn_id: "turn-2".into(), cancelled_by: "alice".into() };
         assert_eq!(t.cancel, CancelRequestChange::Applied(cancelled.clone()));
         let next = t.run_state.as_ref().expect("a run state");
@@ -277,7 +278,7 @@ mod tests {
         assert_eq!(next.last_turn_cancelled, Some(cancelled));
         assert!(next.turn.is_none() && next.turn_entries.is_empty() && next.last_turn_error.is_none());
         let ended = t.events.last().expect("an event");
-        assert_eq!(ended.kind, event_kind::TURN_CANCELLED);
+        assert_eq!(ended.kind, EventKind::TurnCancelled);
         assert_eq!(
             ended.payload,
             json!({"turn_id": "turn-2", "cancelled_by": "alice", "requested_at": 1_700_000_000_000_i64})
@@ -338,7 +339,7 @@ mod tests {
         assert!(closed.resolution["message"].as_str().unwrap().contains("alice cancelled the turn"));
         assert_eq!(closed.events[0].payload["decided_by"], Value::Null);
         assert_eq!(closed.events[0].payload["closed"], true);
-        assert!(t.events.iter().any(|e| e.kind == event_kind::TOOL_CALL_FINISHED
+        assert!(t.events.iter().any(|e| e.kind == EventKind::ToolCallFinished
             && e.payload["status"] == "cancelled"
             && e.payload["deferred"] == true));
         let note = note(&t);
@@ -443,7 +444,7 @@ mod tests {
             "turn-2",
             3,
             &[],
-            crate::session::failure_reason::SEGMENT_FAILED,
+            crate::session::FailureReason::SegmentFailed,
             "boom".into(),
         );
         assert_eq!(failed.cancel, CancelRequestChange::Drop);
@@ -456,7 +457,7 @@ mod tests {
             "turn-2",
             3,
             &[],
-            crate::session::failure_reason::SEGMENT_FAILED,
+            crate::session::FailureReason::SegmentFailed,
             "boom".into(),
         );
         assert_eq!(failed.run_state.unwrap().last_turn_cancelled, None, "the last turn failed");

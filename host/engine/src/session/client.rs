@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    EngineError, NewEvent, NewItem, NextStep, RunModelStep, Start, event_kind, item_kind, raw, status,
-    step_kind,
+    EngineError, NewEvent, NewItem, NextStep, RunModelStep, SessionStatus, Start, StepKind, item_kind, raw,
 };
+use crate::events::EventKind;
 use crate::media::MediaRef;
 
 /// The longest user message accepted, in bytes.
@@ -49,14 +49,14 @@ pub fn user_message(text: &str, images: &[MediaRef]) -> Result<ClientMessage, En
             body: raw(&with_images(json!({"kind": "user_prompt", "text": text}), images)),
         },
         wake: NextStep {
-            kind: step_kind::RUN_MODEL,
+            kind: StepKind::RunModel,
             payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
             start: Start::Now,
             only_if_prompts_after: None,
-            session_status: Some(status::RUNNING),
+            session_status: Some(SessionStatus::Running),
         },
         events: vec![NewEvent {
-            kind: event_kind::USER_MESSAGE,
+            kind: EventKind::UserMessage,
             payload: with_images(json!({"text": text}), images),
         }],
     })
@@ -130,7 +130,7 @@ pub fn resolution(
 ) -> (Value, Vec<NewEvent>) {
     let value = serde_json::to_value(decision).expect("serializes");
     let event = NewEvent {
-        kind: event_kind::INTERRUPT_RESOLVED,
+        kind: EventKind::InterruptResolved,
         payload: json!({
             "interrupt_id": interrupt_id,
             "approved": decision.approved,

@@ -28,8 +28,9 @@ use serde_json::{Value, json};
 
 use super::tools::{Settled, ToolRun};
 use super::turn::{PlannedStart, SegmentRun};
-use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, Transition, event_kind, step_kind};
+use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, StepKind, Transition};
 use crate::catalog::ToolKind;
+use crate::events::EventKind;
 use crate::gate::InlineWrite;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
@@ -118,7 +119,7 @@ pub fn begin(session_id: &str, call: &CallEntry, attempt: i64) -> Begin {
     let mut mark = Transition::keep();
     mark.calls.push(call.with_state(CallState::Started { attempt }));
     let mark = mark.event(
-        event_kind::TOOL_CALL_STARTED,
+        EventKind::ToolCallStarted,
         json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,
@@ -169,10 +170,10 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
             let mut t = Transition::keep();
             t.calls.push(call.with_state(CallState::Started { attempt }));
             let t = t.event(
-                event_kind::ATTEMPT_FAILED,
+                EventKind::AttemptFailed,
                 json!({
                     "turn_id": call.turn_id,
-                    "step": step_kind::CALL_TOOL,
+                    "step": StepKind::CallTool,
                     "tool_call_id": call.tool_call_id,
                     "attempt": attempt,
                     "error": message,
@@ -192,7 +193,7 @@ pub fn settle_on_turn_failure(t: &mut Transition, calls: &[CallEntry]) {
     let failed: Vec<String> = t
         .events
         .iter()
-        .filter(|e| e.kind == event_kind::TURN_FAILED)
+        .filter(|e| e.kind == EventKind::TurnFailed)
         .filter_map(|e| e.payload.get("turn_id").and_then(Value::as_str).map(str::to_owned))
         .collect();
     for call in calls.iter().filter(|call| is_left_unknown(call) && failed.contains(&call.turn_id)) {
@@ -214,7 +215,7 @@ pub fn is_left_unknown(call: &CallEntry) -> bool {
 fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
     let finished = call.with_state(outcome.into());
     let mut t = Transition::keep().event(
-        event_kind::TOOL_CALL_FINISHED,
+        EventKind::ToolCallFinished,
         json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,
@@ -262,7 +263,7 @@ mod tests {
         assert_eq!(mark_started.finish, Finish::Keep, "the segment keeps its claim");
         assert_eq!(mark_started.calls[0].state, CallState::Started { attempt: 1 });
         assert!(mark_started.calls[0].inline);
-        assert_eq!(mark_started.events[0].kind, event_kind::TOOL_CALL_STARTED);
+        assert_eq!(mark_started.events[0].kind, EventKind::ToolCallStarted);
         assert_eq!(mark_started.events[0].payload["arguments"]["order_id"], "7");
         assert!(mark_started.steps.is_empty() && mark_started.run_state.is_none());
     }
@@ -296,7 +297,7 @@ mod tests {
             let After::Retry { transition, delay } = on_result(&credit(), attempt, error()) else {
                 panic!("attempt {attempt} retries")
             };
-            assert_eq!(transition.events[0].kind, event_kind::ATTEMPT_FAILED);
+            assert_eq!(transition.events[0].kind, EventKind::AttemptFailed);
             assert!(delay.as_secs() >= 1);
         }
         let last = on_result(&credit(), CALL_TOOL_ATTEMPTS, error());
@@ -340,12 +341,12 @@ mod tests {
         let other_turn =
             CallEntry { turn_id: "turn-2".into(), tool_call_id: "toolu_3".into(), ..started.clone() };
         let calls = [started, done, other_turn];
-        let mut failing = Transition::keep().event(event_kind::TURN_FAILED, json!({"turn_id": "turn-1"}));
+        let mut failing = Transition::keep().event(EventKind::TurnFailed, json!({"turn_id": "turn-1"}));
         settle_on_turn_failure(&mut failing, &calls);
         assert_eq!(failing.calls.len(), 1, "{:?}", failing.calls);
         assert_eq!(failing.calls[0].tool_call_id, "toolu_1");
         assert_eq!(failing.calls[0].state, CallState::OutcomeUnknown);
-        assert_eq!(failing.events.last().map(|e| e.kind), Some(event_kind::TOOL_CALL_FINISHED));
+        assert_eq!(failing.events.last().map(|e| e.kind), Some(EventKind::ToolCallFinished));
         let mut completing = Transition::keep();
         settle_on_turn_failure(&mut completing, &calls);
         assert!(completing.calls.is_empty(), "only a failing turn settles them");
@@ -359,7 +360,7 @@ mod tests {
             "turn-1",
             1,
             &[started],
-            crate::session::failure_reason::WORKER_STOPPED,
+            crate::session::FailureReason::WorkerStopped,
             "stopped".into(),
         );
         let note = t.items.iter().find(|i| i.kind == crate::session::item_kind::TURN_FAILURE_NOTE);

@@ -52,23 +52,27 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::approval::ApprovalRequest;
 use crate::catalog::ToolKind;
+use crate::events::{EventKind, InterruptOpened};
 use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::{Outcome, ToolCallRecord};
 
-/// Step kinds, as stored.
-pub mod step_kind {
-    /// Runs one CLI segment.
-    pub const RUN_MODEL: &str = "RunModel";
-    /// Waits, as a row, for a human decision on a deferred call.
-    pub const AWAIT_TOOL_APPROVAL: &str = "AwaitToolApproval";
-    /// Runs an idempotent custom tool call (up to 3 attempts under one key).
-    pub const CALL_TOOL: &str = "CallTool";
-    /// Runs a non-idempotent custom tool call once.
-    pub const CALL_SINGLE_ATTEMPT_TOOL: &str = "CallSingleAttemptTool";
-    /// Starts the resumed segment of a turn whose deferred call has its record.
-    pub const RESUME_TURN: &str = "ResumeTurn";
+stored_names! {
+    /// Step kinds, as stored.
+    pub enum StepKind {
+        /// Runs one CLI segment.
+        RunModel = "RunModel",
+        /// Waits, as a row, for a human decision on a deferred call.
+        AwaitToolApproval = "AwaitToolApproval",
+        /// Runs an idempotent custom tool call (up to 3 attempts under one key).
+        CallTool = "CallTool",
+        /// Runs a non-idempotent custom tool call once.
+        CallSingleAttemptTool = "CallSingleAttemptTool",
+        /// Starts the resumed segment of a turn whose deferred call has its record.
+        ResumeTurn = "ResumeTurn",
+    }
 }
 
 /// Item kinds, as stored.
@@ -87,115 +91,57 @@ pub mod item_kind {
     pub const GRANT_REVOKED: &str = "grant_revoked";
 }
 
-/// Session statuses, as stored.
-pub mod status {
-    /// No turn runs; the session waits for a user message.
-    pub const IDLE: &str = "idle";
-    /// A turn runs (a segment, a tool call, or one queued).
-    pub const RUNNING: &str = "running";
-    /// A turn waits for a human decision.
-    pub const AWAITING_APPROVAL: &str = "awaiting_approval";
+stored_names! {
+    /// Session statuses, as stored.
+    pub enum SessionStatus {
+        /// No turn runs; the session waits for a user message.
+        Idle = "idle",
+        /// A turn runs (a segment, a tool call, or one queued).
+        Running = "running",
+        /// A turn waits for a human decision.
+        AwaitingApproval = "awaiting_approval",
+    }
 }
 
-/// Event kinds, as stored; a client groups live text by `(turn_id, step, attempt)`.
-pub mod event_kind {
-    /// A user message arrived.
-    pub const USER_MESSAGE: &str = "user_message";
-    /// A turn's first segment started.
-    pub const TURN_STARTED: &str = "turn_started";
-    /// Text of the main conversation, one block at a time:
-    /// `{"turn_id","attempt","offset","text"}` (`offset`: where it starts in the segment's text,
-    /// in characters).
-    pub const TEXT_DELTA: &str = "text_delta";
-    /// Thinking of the main conversation (the model's visible reasoning), stored as text is:
-    /// `{"turn_id","attempt","offset","text"}`, `offset` counted in the segment's thinking.
-    pub const REASONING_DELTA: &str = "reasoning_delta";
-    /// A tool call started (inline, or a deferred call's step). An inline call's:
-    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","arguments","deferred":false}`,
-    /// `kind` `custom` (a custom tool, by its own name) or `cli` (a built-in or an external MCP
-    /// server's tool, by its CLI name).
-    pub const TOOL_CALL_STARTED: &str = "tool_call_started";
-    /// A tool call finished or got its record. An inline call's:
-    /// `{"turn_id","attempt","tool_call_id","tool_name","kind","status","deferred":false}`,
-    /// `status` `succeeded` or `failed` (the model got an error result).
-    pub const TOOL_CALL_FINISHED: &str = "tool_call_finished";
-    /// A deferred call waits for a decision.
-    pub const INTERRUPT_OPENED: &str = "interrupt_opened";
-    /// A decision arrived.
-    pub const INTERRUPT_RESOLVED: &str = "interrupt_resolved";
-    /// A deferred call was approved under a session grant, with no interrupt:
-    /// `{"turn_id","tool_call_id","tool_name","grant":{tool_name,granted_by,granted_at,decision_id}}`.
-    pub const APPROVED_UNDER_GRANT: &str = "approved_under_grant";
-    /// A session grant was revoked: `{"tool_name","decision_ids","revoked_by","revoked_at"}`.
-    pub const GRANT_REVOKED: &str = "grant_revoked";
-    /// The session waits on a person (status `awaiting_approval`): one approval round.
-    /// `{"turn_id","tool_call_id","interrupt_id"}`; the interrupt is the call's own, or one
-    /// opened ahead in a batch ([`super::batches`]).
-    pub const APPROVAL_AWAITED: &str = "approval_awaited";
-    /// A deferred call used a decision made ahead in a batch, with no new interrupt:
-    /// `{"turn_id","tool_call_id","tool_name","decision_id","batch_id","approved"}`.
-    pub const DECIDED_AHEAD_USED: &str = "decided_ahead_used";
-    /// A turn ended with an interrupt opened ahead that no call used (closed if still open):
-    /// `{"turn_id","interrupt_id","batch_id","tool_name","arguments"}`.
-    pub const AHEAD_UNUSED: &str = "ahead_unused";
-    /// A step attempt failed and will run again.
-    pub const ATTEMPT_FAILED: &str = "attempt_failed";
-    /// A client asked to cancel the turn in progress: `{"requested_by"}` ([`super::cancel`]).
-    pub const CANCEL_REQUESTED: &str = "cancel_requested";
-    /// The turn answered.
-    pub const TURN_COMPLETED: &str = "turn_completed";
-    /// The turn failed; see `last_turn_error`. Its payload: `{"turn_id","error","reason"}`
-    /// with a [`super::failure_reason`].
-    pub const TURN_FAILED: &str = "turn_failed";
-    /// The turn was cancelled: `{"turn_id","cancelled_by","requested_at"}` ([`super::cancel`]).
-    pub const TURN_CANCELLED: &str = "turn_cancelled";
+stored_names! {
+    /// Why a turn failed: the `reason` of a `turn_failed` event, a closed set (a metrics label).
+    pub enum FailureReason {
+        /// The segment failed on its last attempt, or in a way another attempt cannot fix.
+        SegmentFailed = "segment_failed",
+        /// The segment lost its Worker (crashed, was killed, stalled past its lease) more times
+        /// than [`Limits::max_lost_workers`] allows.
+        WorkerStopped = "worker_stopped",
+        /// The session's spend limit is reached.
+        SpendLimit = "spend_limit",
+        /// The CLI stopped the turn at its `max_turns` option (a result of subtype
+        /// `error_max_turns`).
+        MaxTurns = "max_turns",
+        /// The CLI stopped the turn at its `max_budget_usd` option (a result of subtype
+        /// `error_max_budget_usd`).
+        MaxBudgetUsd = "max_budget_usd",
+        /// The CLI deferred a call that runs inline.
+        InlineDeferred = "inline_deferred",
+        /// The step's stored rows cannot be read or do not fit together (corrupt, inconsistent).
+        UnusableRows = "unusable_rows",
+    }
 }
 
-/// Why a turn failed: the `reason` of a `turn_failed` event, a closed set (a metrics label).
-pub mod failure_reason {
-    /// The segment failed on its last attempt, or in a way another attempt cannot fix.
-    pub const SEGMENT_FAILED: &str = "segment_failed";
-    /// The segment lost its Worker (crashed, was killed, stalled past its lease) more times
-    /// than [`super::Limits::max_lost_workers`] allows.
-    pub const WORKER_STOPPED: &str = "worker_stopped";
-    /// The session's spend limit is reached.
-    pub const SPEND_LIMIT: &str = "spend_limit";
-    /// The CLI stopped the turn at its `max_turns` option (a result of subtype
-    /// `error_max_turns`).
-    pub const MAX_TURNS: &str = "max_turns";
-    /// The CLI stopped the turn at its `max_budget_usd` option (a result of subtype
-    /// `error_max_budget_usd`).
-    pub const MAX_BUDGET_USD: &str = "max_budget_usd";
-    /// The CLI deferred a call that runs inline.
-    pub const INLINE_DEFERRED: &str = "inline_deferred";
-    /// The step's stored rows cannot be read or do not fit together (corrupt, inconsistent).
-    pub const UNUSABLE_ROWS: &str = "unusable_rows";
-    /// Every reason, for metrics.
-    pub const ALL: &[&str] = &[
-        SEGMENT_FAILED,
-        WORKER_STOPPED,
-        SPEND_LIMIT,
-        MAX_TURNS,
-        MAX_BUDGET_USD,
-        INLINE_DEFERRED,
-        UNUSABLE_ROWS,
-    ];
-
+impl FailureReason {
     /// The reason a CLI result of `subtype` ends its turn with, when the subtype says the CLI
     /// reached one of its own limits: the same limit stops another attempt after it paid for its
     /// model calls again (and ran its inline tools again), so the turn fails at once.
     ///
     /// ```
-    /// use tollgate_engine::session::failure_reason::{self, cli_limit};
+    /// use tollgate_engine::session::FailureReason;
     ///
-    /// assert_eq!(cli_limit("error_max_turns"), Some(failure_reason::MAX_TURNS));
-    /// assert_eq!(cli_limit("error_max_budget_usd"), Some(failure_reason::MAX_BUDGET_USD));
-    /// assert_eq!(cli_limit("error_during_execution"), None);
+    /// assert_eq!(FailureReason::cli_limit("error_max_turns"), Some(FailureReason::MaxTurns));
+    /// assert_eq!(FailureReason::cli_limit("error_max_budget_usd"), Some(FailureReason::MaxBudgetUsd));
+    /// assert_eq!(FailureReason::cli_limit("error_during_execution"), None);
     /// ```
-    pub fn cli_limit(subtype: &str) -> Option<&'static str> {
+    pub fn cli_limit(subtype: &str) -> Option<Self> {
         match subtype {
-            "error_max_turns" => Some(MAX_TURNS),
-            "error_max_budget_usd" => Some(MAX_BUDGET_USD),
+            "error_max_turns" => Some(FailureReason::MaxTurns),
+            "error_max_budget_usd" => Some(FailureReason::MaxBudgetUsd),
             _ => None,
         }
     }
@@ -220,7 +166,7 @@ pub struct Limits {
     pub spend_limit_usd: Option<f64>,
     /// A segment whose claim was lost this many times (its Worker SIGKILLed, stalled past the
     /// lease, cut off from the store) and is claimed once more fails its turn with
-    /// [`failure_reason::WORKER_STOPPED`] instead of running: a segment that kills every Worker it
+    /// [`FailureReason::WorkerStopped`] instead of running: a segment that kills every Worker it
     /// lands on must stop somewhere. Lost claims never count toward [`RUN_MODEL_ATTEMPTS`].
     pub max_lost_workers: i64,
 }
@@ -231,16 +177,19 @@ impl Default for Limits {
     }
 }
 
-/// Token and call counters, added to the session's totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+// What a segment adds to a session's totals, what the store adds up, and what the HTTP API
+// shows: one type (its doc is the API document's description).
+/// Token totals of a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
-    /// Input tokens, cache reads and writes included.
+    /// Input tokens, cache included.
     pub input_tokens: i64,
     /// Cache reads.
     pub cached_input_tokens: i64,
     /// Output tokens.
     pub output_tokens: i64,
-    /// Distinct model calls.
+    /// Model calls.
     pub model_calls: i64,
 }
 
@@ -556,15 +505,15 @@ pub struct RunModelStep {
 /// A stored step, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepInput {
-    /// See [`step_kind::RUN_MODEL`].
+    /// See [`StepKind::RunModel`].
     RunModel(RunModelStep),
-    /// See [`step_kind::AWAIT_TOOL_APPROVAL`].
+    /// See [`StepKind::AwaitToolApproval`].
     AwaitToolApproval(CallStep),
-    /// See [`step_kind::CALL_TOOL`].
+    /// See [`StepKind::CallTool`].
     CallTool(CallStep),
-    /// See [`step_kind::CALL_SINGLE_ATTEMPT_TOOL`].
+    /// See [`StepKind::CallSingleAttemptTool`].
     CallSingleAttemptTool(CallStep),
-    /// See [`step_kind::RESUME_TURN`].
+    /// See [`StepKind::ResumeTurn`].
     ResumeTurn(CallStep),
 }
 
@@ -578,17 +527,19 @@ impl StepInput {
             what: format!("{kind} step payload"),
             reason: e.to_string(),
         };
-        Ok(match kind {
-            step_kind::RUN_MODEL => StepInput::RunModel(serde_json::from_str(payload).map_err(corrupt)?),
-            step_kind::AWAIT_TOOL_APPROVAL => {
+        let Some(known) = StepKind::parse(kind) else {
+            return Err(EngineError::UnknownStep { kind: kind.to_owned() });
+        };
+        Ok(match known {
+            StepKind::RunModel => StepInput::RunModel(serde_json::from_str(payload).map_err(corrupt)?),
+            StepKind::AwaitToolApproval => {
                 StepInput::AwaitToolApproval(serde_json::from_str(payload).map_err(corrupt)?)
             }
-            step_kind::CALL_TOOL => StepInput::CallTool(serde_json::from_str(payload).map_err(corrupt)?),
-            step_kind::CALL_SINGLE_ATTEMPT_TOOL => {
+            StepKind::CallTool => StepInput::CallTool(serde_json::from_str(payload).map_err(corrupt)?),
+            StepKind::CallSingleAttemptTool => {
                 StepInput::CallSingleAttemptTool(serde_json::from_str(payload).map_err(corrupt)?)
             }
-            step_kind::RESUME_TURN => StepInput::ResumeTurn(serde_json::from_str(payload).map_err(corrupt)?),
-            other => return Err(EngineError::UnknownStep { kind: other.to_owned() }),
+            StepKind::ResumeTurn => StepInput::ResumeTurn(serde_json::from_str(payload).map_err(corrupt)?),
         })
     }
 }
@@ -616,8 +567,8 @@ pub enum Start {
 /// A step to enqueue.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NextStep {
-    /// Its kind (see [`step_kind`]).
-    pub kind: &'static str,
+    /// Its kind.
+    pub kind: StepKind,
     /// Its payload.
     pub payload: Value,
     /// When it becomes claimable.
@@ -627,7 +578,7 @@ pub struct NextStep {
     pub only_if_prompts_after: Option<i64>,
     /// The session's status once the step is enqueued (only if it is): a new turn's `RunModel`
     /// makes the session `running` from the moment it is queued.
-    pub session_status: Option<&'static str>,
+    pub session_status: Option<SessionStatus>,
 }
 
 /// An item to append to the session's log.
@@ -648,8 +599,17 @@ pub struct NewItem {
 pub struct NewInterrupt {
     /// Its id (the deferred call's tool use ID).
     pub interrupt_id: String,
-    /// What is asked: `{"type":"tool_approval","turn_id",…,"tool_name","arguments",…}`.
-    pub request: Value,
+    /// What is asked.
+    pub request: ApprovalRequest,
+}
+
+impl NewInterrupt {
+    /// Its `interrupt_opened` event, showing its request.
+    pub fn opened_event(&self) -> NewEvent {
+        let opened =
+            InterruptOpened { interrupt_id: self.interrupt_id.clone(), request: self.request.clone() };
+        NewEvent { kind: EventKind::InterruptOpened, payload: crate::events::payload(&opened) }
+    }
 }
 
 /// An interrupt to close if it is still open (nobody decided it): its resolution is written, no
@@ -667,8 +627,8 @@ pub struct CloseInterrupt {
 /// An event to append.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewEvent {
-    /// Its kind (see [`event_kind`]).
-    pub kind: &'static str,
+    /// Its kind.
+    pub kind: EventKind,
     /// Its JSON.
     pub payload: Value,
 }
@@ -689,7 +649,7 @@ pub struct Transition {
     /// Steps to enqueue.
     pub steps: Vec<NextStep>,
     /// The session's new status.
-    pub status: Option<&'static str>,
+    pub status: Option<SessionStatus>,
     /// The session's new run state.
     pub run_state: Option<RunState>,
     /// Added to the session's usage totals.
@@ -736,9 +696,27 @@ impl Transition {
         Transition::new(Finish::Keep)
     }
 
-    fn event(mut self, kind: &'static str, payload: Value) -> Self {
+    fn event(mut self, kind: EventKind, payload: Value) -> Self {
         self.events.push(NewEvent { kind, payload });
         self
+    }
+
+    /// Changes the approval request of each interrupt the transition opens with `stamp`, which
+    /// says whether it changed it; the `interrupt_opened` event of a changed one shows it changed.
+    pub fn stamp_requests(&mut self, mut stamp: impl FnMut(&mut ApprovalRequest) -> bool) {
+        for interrupt in &mut self.interrupts {
+            if !stamp(&mut interrupt.request) {
+                continue;
+            }
+            for event in &mut self.events {
+                let opened = event.kind == EventKind::InterruptOpened
+                    && event.payload.get("interrupt_id").and_then(Value::as_str)
+                        == Some(&interrupt.interrupt_id);
+                if opened {
+                    *event = interrupt.opened_event();
+                }
+            }
+        }
     }
 }
 

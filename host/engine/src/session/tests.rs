@@ -9,6 +9,7 @@ use super::turn::{
 };
 use super::view::messages;
 use super::*;
+use crate::events::EventKind;
 use crate::gate::DeferredCall;
 use crate::policy::{Effect, Handling, ToolPolicy};
 
@@ -102,7 +103,11 @@ fn a_wake_with_no_new_prompt_finishes_without_a_segment() {
     match plan(&RunModelStep::default(), 1, &state, &[prompt(1, "answered")], &[]) {
         Plan::Finish(t) => {
             assert!(t.steps.is_empty() && t.run_state.is_none());
-            assert_eq!(t.status, Some(status::IDLE), "a wake that finds nothing leaves the session idle");
+            assert_eq!(
+                t.status,
+                Some(SessionStatus::Idle),
+                "a wake that finds nothing leaves the session idle"
+            );
         }
         Plan::Run(run) => panic!("ran {run:?}"),
     }
@@ -136,8 +141,8 @@ fn a_completed_segment_stores_each_entry_byte_for_byte_and_queues_the_next_turn_
     let next = t.run_state.unwrap();
     assert_eq!((next.prompts_through, next.turns_ended, next.cost_usd), (1, 1, 0.5));
     assert!(next.turn.is_none() && next.turn_entries.is_empty());
-    assert_eq!(t.status, Some(status::IDLE));
-    assert_eq!(t.steps[0].kind, step_kind::RUN_MODEL);
+    assert_eq!(t.status, Some(SessionStatus::Idle));
+    assert_eq!(t.steps[0].kind, StepKind::RunModel);
     assert_eq!(t.steps[0].only_if_prompts_after, Some(1));
     assert_eq!(t.usage.model_calls, 1);
 }
@@ -205,18 +210,18 @@ fn a_write_that_needs_approval_waits_as_a_row_on_its_interrupt() {
         &RunState::default(),
         deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
     );
-    assert_eq!(t.status, Some(status::AWAITING_APPROVAL));
+    assert_eq!(t.status, Some(SessionStatus::AwaitingApproval));
     assert_eq!(t.interrupts[0].interrupt_id, "toolu_1");
-    assert_eq!(t.interrupts[0].request["tool_name"], "create_refund");
-    assert_eq!(t.interrupts[0].request["arguments"], json!({"order_id": "7"}));
-    assert_eq!(t.steps[0].kind, step_kind::AWAIT_TOOL_APPROVAL);
+    assert_eq!(t.interrupts[0].request.to_value()["tool_name"], "create_refund");
+    assert_eq!(t.interrupts[0].request.to_value()["arguments"], json!({"order_id": "7"}));
+    assert_eq!(t.steps[0].kind, StepKind::AwaitToolApproval);
     assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_1".into()));
     assert_eq!(t.calls[0].state, CallState::PendingApproval);
     let next = t.run_state.unwrap();
     assert_eq!(next.turn, Some(TurnState { turn_id: "turn-1".into(), prompts_upto: 1, ahead: Vec::new() }));
     assert_eq!(next.session_id.as_deref(), Some("cli-1"));
     assert_eq!(next.turn_entries.len(), 2);
-    assert!(t.events.iter().any(|e| e.kind == event_kind::INTERRUPT_OPENED));
+    assert!(t.events.iter().any(|e| e.kind == EventKind::InterruptOpened));
 }
 
 #[test]
@@ -226,9 +231,9 @@ fn an_approval_free_idempotent_write_goes_straight_to_call_tool() {
         deferred("create_refund", Effect::IdempotentWrite, DeferredRun::CallTool, false),
     );
     assert!(t.interrupts.is_empty());
-    assert_eq!(t.steps[0].kind, step_kind::CALL_TOOL);
+    assert_eq!(t.steps[0].kind, StepKind::CallTool);
     assert_eq!(t.calls[0].state, CallState::Queued);
-    assert_eq!(t.status, Some(status::RUNNING));
+    assert_eq!(t.status, Some(SessionStatus::Running));
 }
 
 fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
@@ -344,9 +349,9 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
         },
     );
     assert_eq!(t.calls[0].state, CallState::Rejected { message: Some("not this order".into()) });
-    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
+    assert_eq!(t.steps[0].kind, StepKind::ResumeTurn);
     let resumed = on_resume_turn(&CallStep { turn_id: "turn-1".into(), tool_call_id: "toolu_1".into() });
-    assert_eq!(resumed.steps[0].kind, step_kind::RUN_MODEL);
+    assert_eq!(resumed.steps[0].kind, StepKind::RunModel);
     assert_eq!(resumed.steps[0].payload, json!({"turn_id": "turn-1", "resume": "toolu_1"}));
 }
 
@@ -357,8 +362,8 @@ fn an_approved_cli_tool_is_recorded_from_what_its_run_in_the_resumed_segment_ret
     let t = on_approval(&call, &Decision { approved: true, ..Default::default() });
     assert_eq!(t.calls[0].state, CallState::Queued, "approved, not run: no record yet");
     assert!(t.calls[0].record().is_none());
-    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
-    assert!(t.events.iter().all(|e| e.kind != event_kind::TOOL_CALL_FINISHED), "{:?}", t.events);
+    assert_eq!(t.steps[0].kind, StepKind::ResumeTurn);
+    assert!(t.events.iter().all(|e| e.kind != EventKind::ToolCallFinished), "{:?}", t.events);
     let approved = t.calls[0].clone();
     // The resumed segment replays the approval: the CLI runs it.
     let (state, calls) = approved_cli_call(t);
@@ -368,7 +373,7 @@ fn an_approved_cli_tool_is_recorded_from_what_its_run_in_the_resumed_segment_ret
 
     let (ran, event) = on_cli_run(&approved, CliRun::Result { text: "2".into(), is_error: false }).unwrap();
     assert_eq!(ran.state, CallState::Succeeded { output: "2".into() });
-    assert_eq!((event.kind, &event.payload["status"]), (event_kind::TOOL_CALL_FINISHED, &json!("succeeded")));
+    assert_eq!((event.kind, &event.payload["status"]), (EventKind::ToolCallFinished, &json!("succeeded")));
     let failed = CliRun::Result { text: "Exit code 1".into(), is_error: true };
     assert_eq!(
         on_cli_run(&approved, failed).unwrap().0.state,
@@ -407,7 +412,7 @@ fn an_approved_single_attempt_write_is_marked_started_before_it_runs_and_never_r
         &call,
         &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
     );
-    assert_eq!(approved.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
+    assert_eq!(approved.steps[0].kind, StepKind::CallSingleAttemptTool);
     let queued = approved.calls[0].clone();
     let Begin::Run { idempotency_key, attempt, mark_started } = begin_tool_step("s-1", true, 1, &queued)
     else {
@@ -420,7 +425,7 @@ fn an_approved_single_attempt_write_is_marked_started_before_it_runs_and_never_r
     // The Worker died after the mark: the next claim records outcome_unknown and resumes.
     let Begin::Finish(t) = begin_tool_step("s-1", true, 2, &started) else { panic!("must not run again") };
     assert_eq!(t.calls[0].state, CallState::OutcomeUnknown);
-    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN);
+    assert_eq!(t.steps[0].kind, StepKind::ResumeTurn);
     // A Worker that died before the mark may run it: nothing started.
     assert!(matches!(begin_tool_step("s-1", true, 2, &queued), Begin::Run { .. }));
 }
@@ -592,7 +597,7 @@ fn a_failing_segment_retries_then_fails_the_turn_and_leaves_a_note_for_the_next_
             Do not repeat these tool calls unless the user asks again."})
         .to_string()
     );
-    assert!(t.events.iter().any(|e| e.kind == event_kind::TURN_FAILED));
+    assert!(t.events.iter().any(|e| e.kind == EventKind::TurnFailed));
     // The next turn sends the failed prompt, the note and its own prompt.
     let rows = [
         prompt(1, "refund order 7"),
@@ -718,8 +723,12 @@ fn user_messages_must_have_text() {
     assert!(user_message("  ", &[]).is_err());
     let message = user_message("Refund order 7", &[]).unwrap();
     assert_eq!(message.item.body.get(), r#"{"kind":"user_prompt","text":"Refund order 7"}"#);
-    assert_eq!(message.wake.kind, step_kind::RUN_MODEL);
-    assert_eq!(message.wake.session_status, Some(status::RUNNING), "running from the moment it is queued");
+    assert_eq!(message.wake.kind, StepKind::RunModel);
+    assert_eq!(
+        message.wake.session_status,
+        Some(SessionStatus::Running),
+        "running from the moment it is queued"
+    );
 }
 
 #[test]
@@ -738,9 +747,9 @@ fn a_turn_that_ends_while_a_message_waits_queues_the_next_turn_as_running() {
             cost_usd: None,
         },
     );
-    assert_eq!(t.status, Some(status::IDLE));
+    assert_eq!(t.status, Some(SessionStatus::Idle));
     assert_eq!(t.steps[0].only_if_prompts_after, Some(1));
-    assert_eq!(t.steps[0].session_status, Some(status::RUNNING), "running only if it is enqueued");
+    assert_eq!(t.steps[0].session_status, Some(SessionStatus::Running), "running only if it is enqueued");
 }
 
 #[test]
@@ -748,13 +757,13 @@ fn every_failed_turn_names_its_reason_in_the_event() {
     let state = RunState::default();
     let run = run_of(plan(&RunModelStep::default(), 1, &state, &[prompt(1, "hi")], &[]));
     let t = on_segment(&run, &state, &[], SegmentResult::Failed { error: "bad".into(), retryable: false });
-    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
+    let event = t.events.iter().find(|e| e.kind == EventKind::TurnFailed).unwrap();
     assert_eq!(event.payload, json!({"turn_id": "turn-1", "error": "bad", "reason": "segment_failed"}));
-    for reason in [failure_reason::SPEND_LIMIT, failure_reason::MAX_TURNS, failure_reason::MAX_BUDGET_USD] {
+    for reason in [FailureReason::SpendLimit, FailureReason::MaxTurns, FailureReason::MaxBudgetUsd] {
         let over = SegmentResult::LimitReached { error: "limit".into(), reason };
         let t = on_segment(&run, &state, &[], over);
-        let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
-        assert_eq!(event.payload["reason"], reason);
+        let event = t.events.iter().find(|e| e.kind == EventKind::TurnFailed).unwrap();
+        assert_eq!(event.payload["reason"], reason.as_str());
         assert!(matches!(t.finish, Finish::Done(_)), "{reason}: not retried: {:?}", t.finish);
     }
     let Plan::Finish(t) =
@@ -762,7 +771,7 @@ fn every_failed_turn_names_its_reason_in_the_event() {
     else {
         panic!("must not run")
     };
-    assert_eq!(t.events[0].payload["reason"], failure_reason::SEGMENT_FAILED);
+    assert_eq!(t.events[0].payload["reason"], FailureReason::SegmentFailed.as_str());
     let lost = DEFAULT_MAX_LOST_WORKERS + 1;
     let claims = Claims { attempt: lost + 1, lost };
     let Plan::Finish(t) = plan_run_model(
@@ -777,7 +786,7 @@ fn every_failed_turn_names_its_reason_in_the_event() {
     .unwrap() else {
         panic!("must not run")
     };
-    assert_eq!(t.events[0].payload["reason"], failure_reason::WORKER_STOPPED);
+    assert_eq!(t.events[0].payload["reason"], FailureReason::WorkerStopped.as_str());
 }
 
 /// Plans a new turn's segment on a claim with `lost` lost claims before it, under `limits`.
@@ -806,8 +815,8 @@ fn claims_whose_worker_was_lost_do_not_count_toward_the_three_attempts() {
     let run = run_of(plan_after_lost(6, 3, &limits));
     let t = on_segment(&run, &state, &[], failed());
     assert!(matches!(t.finish, Finish::Done(_)), "its own third failure ends the turn: {:?}", t.finish);
-    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
-    assert_eq!(event.payload["reason"], failure_reason::SEGMENT_FAILED);
+    let event = t.events.iter().find(|e| e.kind == EventKind::TurnFailed).unwrap();
+    assert_eq!(event.payload["reason"], FailureReason::SegmentFailed.as_str());
 }
 
 #[test]
@@ -815,8 +824,8 @@ fn a_segment_that_loses_more_workers_than_allowed_fails_its_turn_with_its_own_re
     let limits = Limits { max_lost_workers: 2, ..Limits::default() };
     assert!(matches!(plan_after_lost(3, 2, &limits), Plan::Run(_)), "two lost Workers are allowed");
     let Plan::Finish(t) = plan_after_lost(4, 3, &limits) else { panic!("a third lost Worker stops it") };
-    let event = t.events.iter().find(|e| e.kind == event_kind::TURN_FAILED).unwrap();
-    assert_eq!(event.payload["reason"], failure_reason::WORKER_STOPPED);
+    let event = t.events.iter().find(|e| e.kind == EventKind::TurnFailed).unwrap();
+    assert_eq!(event.payload["reason"], FailureReason::WorkerStopped.as_str());
     let error = t.run_state.unwrap().last_turn_error.unwrap();
     assert!(error.contains("lost its Worker 3 times") && error.contains("the 2 allowed"), "{error}");
     assert_eq!(Limits::default().max_lost_workers, 10);
@@ -843,10 +852,10 @@ fn unusable_rows_with_a_readable_run_state_fail_the_turn_like_any_other() {
     let next = t.run_state.unwrap();
     assert_eq!(next.last_turn_error.as_deref(), Some("the tool call record is corrupt"));
     assert!(next.turn.is_none() && next.turn_entries.is_empty(), "the suspended turn is over");
-    assert_eq!(t.status, Some(status::IDLE));
+    assert_eq!(t.status, Some(SessionStatus::Idle));
     assert_eq!(t.steps[0].only_if_prompts_after, Some(1), "the turn's own prompts do not rerun at once");
     let event = &t.events[0];
-    assert_eq!((event.kind, &event.payload["reason"]), (event_kind::TURN_FAILED, &json!("unusable_rows")));
+    assert_eq!((event.kind, &event.payload["reason"]), (EventKind::TurnFailed, &json!("unusable_rows")));
     assert_eq!(event.payload["turn_id"], "turn-1");
 
     let fresh = on_unusable_rows(None, Some(&RunState::default()), &[], None, "x".into());
@@ -859,7 +868,7 @@ fn unusable_rows_without_a_run_state_leave_it_alone_and_say_why() {
     let t = on_unusable_rows(None, None, &[], Some(4), "corrupt row in `sessions` (s): not JSON".into());
     assert!(t.run_state.is_none(), "an unreadable run state is never overwritten");
     assert!(t.items.is_empty() && t.calls.is_empty());
-    assert_eq!(t.status, Some(status::IDLE));
+    assert_eq!(t.status, Some(SessionStatus::Idle));
     assert!(matches!(t.finish, Finish::Done(_)));
     assert_eq!(
         t.events[0].payload,
@@ -921,8 +930,8 @@ fn an_approval_carries_the_groups_its_policy_names_as_approvers() {
     let policies =
         crate::policy::Policies::default().with_approvers("create_refund", vec!["finance".into()]).unwrap();
     super::turn::with_approvers(&mut t, &policies);
-    assert_eq!(t.interrupts[0].request["approvers"], json!(["finance"]));
-    let opened = t.events.iter().find(|e| e.kind == event_kind::INTERRUPT_OPENED).expect("opened");
+    assert_eq!(t.interrupts[0].request.to_value()["approvers"], json!(["finance"]));
+    let opened = t.events.iter().find(|e| e.kind == EventKind::InterruptOpened).expect("opened");
     assert_eq!(
         opened.payload["request"]["approvers"],
         json!(["finance"]),
@@ -952,8 +961,12 @@ fn an_approval_carries_its_policys_deadline_resolved_for_whoever_fires_it() {
         "approval_timeout_secs": 2, "on_timeout": "escalate", "escalate_to": ["oncall"],
         "escalation_timeout_secs": 2,
     });
-    assert_eq!(t.interrupts[0].request["deadline"], stamped, "the default second deadline filled in");
-    let opened = t.events.iter().find(|e| e.kind == event_kind::INTERRUPT_OPENED).expect("opened");
+    assert_eq!(
+        t.interrupts[0].request.to_value()["deadline"],
+        stamped,
+        "the default second deadline filled in"
+    );
+    let opened = t.events.iter().find(|e| e.kind == EventKind::InterruptOpened).expect("opened");
     assert_eq!(opened.payload["request"]["deadline"], stamped, "the event shows the same request");
     assert_eq!(
         crate::deadline::first_deadline(&t.interrupts[0].request).unwrap(),
@@ -999,7 +1012,7 @@ fn granted_refund() -> CallEntry {
 fn an_approval_with_session_scope_records_a_grant_on_the_call_and_still_runs_it_in_its_step() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
     let t = on_approval(&call, &session_approval("ann"));
-    assert_eq!(t.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
+    assert_eq!(t.steps[0].kind, StepKind::CallSingleAttemptTool);
     let grant = t.calls[0].grants_session.clone().expect("a grant");
     assert_eq!(
         grant,
@@ -1026,14 +1039,14 @@ fn a_granted_tools_next_call_gets_no_interrupt_and_is_recorded_approved_under_th
     assert!(t.interrupts.is_empty(), "{:?}", t.interrupts);
     // It still runs where its policy says: the durable single-attempt step.
     assert_eq!(t.steps.len(), 1);
-    assert_eq!(t.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
-    assert_eq!(t.status, Some(status::RUNNING));
+    assert_eq!(t.steps[0].kind, StepKind::CallSingleAttemptTool);
+    assert_eq!(t.status, Some(SessionStatus::Running));
     let call = &t.calls[0];
     assert_eq!(call.tool_call_id, "toolu_2");
     assert_eq!(call.state, CallState::Queued);
     assert_eq!(call.approved_under, first.grants_session);
     assert_eq!(call.grants_session, None);
-    let event = t.events.iter().find(|e| e.kind == event_kind::APPROVED_UNDER_GRANT).expect("an event");
+    let event = t.events.iter().find(|e| e.kind == EventKind::ApprovedUnderGrant).expect("an event");
     assert_eq!(event.payload["grant"]["granted_by"], "ann");
     assert_eq!(event.payload["grant"]["decision_id"], "toolu_1");
     assert_eq!(event.payload["tool_call_id"], "toolu_2");
@@ -1048,7 +1061,7 @@ fn another_tool_still_waits_for_approval_under_a_grant() {
         deferred("close_account", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true),
     );
     assert_eq!(t.interrupts.len(), 1);
-    assert_eq!(t.status, Some(status::AWAITING_APPROVAL));
+    assert_eq!(t.status, Some(SessionStatus::AwaitingApproval));
     assert_eq!(t.calls[0].approved_under, None);
 }
 
@@ -1170,18 +1183,21 @@ fn held_back_calls_get_interrupts_ahead_in_one_batch_with_the_deferred_call_and_
     let ids: Vec<&str> = t.interrupts.iter().map(|i| i.interrupt_id.as_str()).collect();
     assert_eq!(ids, ["toolu_1", "toolu_2", "toolu_3"]);
     for interrupt in &t.interrupts {
-        assert_eq!(interrupt.request["type"], "tool_approval");
-        assert_eq!(interrupt.request["batch_id"], "toolu_1", "{}", interrupt.request);
-        assert_eq!(interrupt.request["tool_name"], "create_refund");
+        assert_eq!(interrupt.request.to_value()["type"], "tool_approval");
+        assert_eq!(interrupt.request.to_value()["batch_id"], "toolu_1", "{:?}", interrupt.request);
+        assert_eq!(interrupt.request.to_value()["tool_name"], "create_refund");
     }
-    assert_eq!(t.interrupts[0].request.get("ahead"), None);
-    assert_eq!(t.interrupts[2].request["ahead"], true);
-    assert_eq!(t.interrupts[2].request["arguments"], json!({"order_id": "9", "amount_cents": 500}));
+    assert_eq!(t.interrupts[0].request.to_value().get("ahead"), None);
+    assert_eq!(t.interrupts[2].request.to_value()["ahead"], true);
+    assert_eq!(
+        t.interrupts[2].request.to_value()["arguments"],
+        json!({"order_id": "9", "amount_cents": 500})
+    );
     // One waiting step, on the deferred call's own interrupt: one approval round.
     assert_eq!(t.steps.len(), 1);
     assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_1".into()));
-    assert_eq!(t.events.iter().filter(|e| e.kind == event_kind::INTERRUPT_OPENED).count(), 3);
-    assert_eq!(t.events.iter().filter(|e| e.kind == event_kind::APPROVAL_AWAITED).count(), 1);
+    assert_eq!(t.events.iter().filter(|e| e.kind == EventKind::InterruptOpened).count(), 3);
+    assert_eq!(t.events.iter().filter(|e| e.kind == EventKind::ApprovalAwaited).count(), 1);
     assert_eq!(t.calls.len(), 1, "held-back calls are not tool calls while their turn runs");
     assert_eq!(t.calls[0].batch_id.as_deref(), Some("toolu_1"));
     let turn = t.run_state.as_ref().and_then(|s| s.turn.clone()).expect("the turn");
@@ -1197,7 +1213,7 @@ fn held_back_calls_get_interrupts_ahead_in_one_batch_with_the_deferred_call_and_
 fn a_single_deferred_call_opens_no_batch() {
     let t = batch_segment(&RunState::default(), refund("toolu_1", "7"), Vec::new());
     assert_eq!(t.interrupts.len(), 1);
-    assert_eq!(t.interrupts[0].request.get("batch_id"), None);
+    assert_eq!(t.interrupts[0].request.to_value().get("batch_id"), None);
     assert_eq!(t.calls[0].batch_id, None);
     assert!(t.run_state.unwrap().turn.unwrap().ahead.is_empty());
 }
@@ -1224,9 +1240,9 @@ fn a_repeat_of_a_call_approved_ahead_runs_in_its_step_with_no_interrupt_and_name
     let t = batch_segment(&state, repeat, vec![("toolu_3".into(), decided_by(true, None))]);
     assert!(t.interrupts.is_empty(), "{:?}", t.interrupts);
     assert_eq!(t.steps.len(), 1);
-    assert_eq!(t.steps[0].kind, step_kind::CALL_SINGLE_ATTEMPT_TOOL);
-    assert_eq!(t.status, Some(status::RUNNING));
-    assert!(!t.events.iter().any(|e| e.kind == event_kind::APPROVAL_AWAITED), "nobody is waited on");
+    assert_eq!(t.steps[0].kind, StepKind::CallSingleAttemptTool);
+    assert_eq!(t.status, Some(SessionStatus::Running));
+    assert!(!t.events.iter().any(|e| e.kind == EventKind::ApprovalAwaited), "nobody is waited on");
     let call = &t.calls[0];
     assert_eq!((call.tool_call_id.as_str(), &call.state), ("toolu_9", &CallState::Queued));
     assert_eq!(
@@ -1238,7 +1254,7 @@ fn a_repeat_of_a_call_approved_ahead_runs_in_its_step_with_no_interrupt_and_name
             decided_at: Some(1_700_000),
         })
     );
-    let used = t.events.iter().find(|e| e.kind == event_kind::DECIDED_AHEAD_USED).expect("the event");
+    let used = t.events.iter().find(|e| e.kind == EventKind::DecidedAheadUsed).expect("the event");
     assert_eq!((&used.payload["decision_id"], &used.payload["approved"]), (&json!("toolu_3"), &json!(true)));
     let turn = t.run_state.unwrap().turn.unwrap();
     assert_eq!(turn.ahead[1].used_by.as_deref(), Some("toolu_9"));
@@ -1254,7 +1270,7 @@ fn a_repeat_of_a_call_rejected_ahead_records_the_rejection_at_once() {
         vec![("toolu_2".into(), decided_by(false, Some("not 8")))],
     );
     assert!(t.interrupts.is_empty());
-    assert_eq!(t.steps[0].kind, step_kind::RESUME_TURN, "the model reads the rejection on resume");
+    assert_eq!(t.steps[0].kind, StepKind::ResumeTurn, "the model reads the rejection on resume");
     assert_eq!(t.calls[0].state, CallState::Rejected { message: Some("not 8".into()) });
     assert_eq!(t.calls[0].decided_ahead.as_ref().map(|a| a.decision_id.as_str()), Some("toolu_2"));
 }
@@ -1265,9 +1281,9 @@ fn a_repeat_of_a_call_still_open_ahead_waits_on_that_interrupt() {
     let t =
         batch_segment(&state, refund("toolu_8", "8"), vec![("toolu_2".into(), batches::AheadState::Open)]);
     assert!(t.interrupts.is_empty(), "no second interrupt");
-    assert_eq!(t.steps[0].kind, step_kind::AWAIT_TOOL_APPROVAL);
+    assert_eq!(t.steps[0].kind, StepKind::AwaitToolApproval);
     assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_2".into()));
-    assert_eq!(t.status, Some(status::AWAITING_APPROVAL));
+    assert_eq!(t.status, Some(SessionStatus::AwaitingApproval));
     assert_eq!(t.calls[0].state, CallState::PendingApproval);
     assert_eq!(t.calls[0].decided_ahead.as_ref().map(|a| a.decision_id.as_str()), Some("toolu_2"));
     // Applying the decision later names who made it.
@@ -1324,13 +1340,13 @@ fn the_turns_end_records_unused_decisions_and_closes_open_interrupts_ahead() {
     let closing: Decision = serde_json::from_value(t.close_interrupts[0].resolution.clone()).unwrap();
     assert!(!closing.approved);
     let [resolved] = t.close_interrupts[0].events.as_slice() else { panic!("one event") };
-    assert_eq!(resolved.kind, event_kind::INTERRUPT_RESOLVED);
+    assert_eq!(resolved.kind, EventKind::InterruptResolved);
     assert_eq!(
         (&resolved.payload["interrupt_id"], &resolved.payload["closed"], &resolved.payload["decided_by"]),
         (&json!("toolu_3"), &json!(true), &Value::Null)
     );
     assert!(
-        t.events.iter().any(|e| e.kind == event_kind::AHEAD_UNUSED && e.payload["interrupt_id"] == "toolu_3")
+        t.events.iter().any(|e| e.kind == EventKind::AheadUnused && e.payload["interrupt_id"] == "toolu_3")
     );
     assert_eq!(t.run_state.unwrap().turn, None, "a decision ahead does not carry into the next turn");
 

@@ -6,10 +6,11 @@ use serde_json::{Value, json};
 use super::client::{Decision, DecisionScope};
 use super::grants::GrantRef;
 use super::{
-    CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, Start, Transition,
-    event_kind, status, step_kind,
+    CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, SessionStatus, Start,
+    StepKind, Transition,
 };
 use crate::catalog::ToolKind;
+use crate::events::EventKind;
 use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
@@ -18,9 +19,9 @@ use crate::texts;
 /// The step that runs an approved (or approval-free) deferred call.
 pub(super) fn tool_step(call: &CallEntry, payload: Value) -> NextStep {
     let kind = match (call.kind, call.runs_in) {
-        (ToolKind::Cli, _) | (_, DeferredRun::ResumedSegment) => step_kind::RESUME_TURN,
-        (ToolKind::Custom, DeferredRun::CallSingleAttemptTool) => step_kind::CALL_SINGLE_ATTEMPT_TOOL,
-        (ToolKind::Custom, DeferredRun::CallTool) => step_kind::CALL_TOOL,
+        (ToolKind::Cli, _) | (_, DeferredRun::ResumedSegment) => StepKind::ResumeTurn,
+        (ToolKind::Custom, DeferredRun::CallSingleAttemptTool) => StepKind::CallSingleAttemptTool,
+        (ToolKind::Custom, DeferredRun::CallTool) => StepKind::CallTool,
     };
     NextStep { kind, payload, start: Start::Now, only_if_prompts_after: None, session_status: None }
 }
@@ -35,15 +36,15 @@ fn record(call: &CallEntry, outcome: Outcome) -> Transition {
     let mut t = Transition::new(Finish::Done(json!({"status": outcome.status()})));
     let finished = call.with_state(outcome.into());
     t.steps.push(NextStep {
-        kind: step_kind::RESUME_TURN,
+        kind: StepKind::ResumeTurn,
         payload: call_step(call),
         start: Start::Now,
         only_if_prompts_after: None,
         session_status: None,
     });
-    t.status = Some(status::RUNNING);
+    t.status = Some(SessionStatus::Running);
     t = t.event(
-        event_kind::TOOL_CALL_FINISHED,
+        EventKind::ToolCallFinished,
         json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,
@@ -97,7 +98,7 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
             let queued = call.with_state(CallState::Queued);
             t.steps.push(tool_step(&queued, call_step(call)));
             t.calls.push(queued);
-            t.status = Some(status::RUNNING);
+            t.status = Some(SessionStatus::Running);
             t
         }
         ToolKind::Custom => {
@@ -110,7 +111,7 @@ pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
             let queued = CallEntry { runs_in, ..call.with_state(CallState::Queued) };
             t.steps.push(tool_step(&queued, call_step(call)));
             t.calls.push(queued);
-            t.status = Some(status::RUNNING);
+            t.status = Some(SessionStatus::Running);
             t
         }
     }
@@ -146,7 +147,7 @@ pub fn begin_tool_step(session_id: &str, single_attempt: bool, attempt: i64, cal
     let mut mark = Transition::new(Finish::Keep);
     mark.calls.push(call.with_state(CallState::Started { attempt }));
     mark = mark.event(
-        event_kind::TOOL_CALL_STARTED,
+        EventKind::ToolCallStarted,
         json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,
@@ -279,10 +280,10 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));
             t.calls.push(call.with_state(CallState::Started { attempt }));
             t.event(
-                event_kind::ATTEMPT_FAILED,
+                EventKind::AttemptFailed,
                 json!({
                     "turn_id": call.turn_id,
-                    "step": step_kind::CALL_TOOL,
+                    "step": StepKind::CallTool,
                     "tool_call_id": call.tool_call_id,
                     "attempt": attempt,
                     "error": message,
@@ -329,7 +330,7 @@ pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::Ne
     };
     let finished = call.with_state(outcome.into());
     let event = super::NewEvent {
-        kind: event_kind::TOOL_CALL_FINISHED,
+        kind: EventKind::ToolCallFinished,
         payload: json!({
             "turn_id": call.turn_id,
             "tool_call_id": call.tool_call_id,
@@ -345,7 +346,7 @@ pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::Ne
 pub fn on_resume_turn(step: &CallStep) -> Transition {
     let mut t = Transition::new(Finish::Done(Value::Null));
     t.steps.push(NextStep {
-        kind: step_kind::RUN_MODEL,
+        kind: StepKind::RunModel,
         payload: serde_json::to_value(RunModelStep {
             turn_id: Some(step.turn_id.clone()),
             resume: Some(step.tool_call_id.clone()),
@@ -355,6 +356,6 @@ pub fn on_resume_turn(step: &CallStep) -> Transition {
         only_if_prompts_after: None,
         session_status: None,
     });
-    t.status = Some(status::RUNNING);
+    t.status = Some(SessionStatus::Running);
     t
 }

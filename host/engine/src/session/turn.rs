@@ -11,10 +11,12 @@ use super::batches::{self, AheadCall, AheadRef, AheadState};
 use super::client::Decision;
 use super::grants::{GrantRef, SessionGrant, active_grant, session_grants};
 use super::{
-    CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, Finish, Limits,
-    NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, Start, Transition,
-    TurnState, Usage, event_kind, failure_reason, item_kind, raw, status, step_kind,
+    CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, FailureReason, Finish,
+    Limits, NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState,
+    SessionStatus, Start, StepKind, Transition, TurnState, Usage, item_kind, raw,
 };
+use crate::approval::ApprovalRequest;
+use crate::events::EventKind;
 use crate::gate::{DeferredCall, HeldBackCall};
 use crate::media::MediaRef;
 use crate::policy::{DeferredRun, Handling, Policies};
@@ -195,8 +197,8 @@ pub enum SegmentResult {
     LimitReached {
         /// Why, for `last_turn_error`.
         error: String,
-        /// The [`failure_reason`] of the limit.
-        reason: &'static str,
+        /// The reason of the limit.
+        reason: FailureReason,
     },
 }
 
@@ -270,7 +272,7 @@ pub fn plan_run_model(
                 // A wake whose messages an earlier turn already answered.
                 None => {
                     let mut t = Transition::new(Finish::Done(json!({"outcome": "nothing_to_do"})));
-                    t.status = Some(status::IDLE);
+                    t.status = Some(SessionStatus::Idle);
                     t.cancel = CancelRequestChange::Drop;
                     return Ok(Plan::Finish(Box::new(t)));
                 }
@@ -290,12 +292,12 @@ pub fn plan_run_model(
              lease), more than the {} allowed",
             limits.max_lost_workers
         );
-        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::WORKER_STOPPED, error);
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, FailureReason::WorkerStopped, error);
         return Ok(Plan::Finish(Box::new(t)));
     }
     if attempt - lost_workers > RUN_MODEL_ATTEMPTS {
         let error = format!("the segment did not finish in {RUN_MODEL_ATTEMPTS} attempts");
-        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::SEGMENT_FAILED, error);
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, FailureReason::SegmentFailed, error);
         return Ok(Plan::Finish(Box::new(t)));
     }
     if let Some(limit) = limits.spend_limit_usd
@@ -303,7 +305,7 @@ pub fn plan_run_model(
     {
         let error =
             format!("the session's spend limit of ${limit:.2} is reached (${:.4} spent)", state.cost_usd);
-        let t = fail_turn(state, &turn_id, prompts_upto, calls, failure_reason::SPEND_LIMIT, error);
+        let t = fail_turn(state, &turn_id, prompts_upto, calls, FailureReason::SpendLimit, error);
         return Ok(Plan::Finish(Box::new(t)));
     }
 
@@ -396,23 +398,14 @@ pub(super) fn is_prompt(kind: &str) -> bool {
 /// that decides without loading the agent (`tollgate api`) reads them from the stored request.
 /// A tool whose policy names no approvers is left as it is.
 pub fn with_approvers(t: &mut Transition, policies: &Policies) {
-    for interrupt in &mut t.interrupts {
-        let tool = interrupt.request.get("tool_name").and_then(Value::as_str).unwrap_or_default();
-        let approvers = policies.approvers(tool);
-        if approvers.is_empty()
-            || interrupt.request.get("type").and_then(Value::as_str) != Some("tool_approval")
-        {
-            continue;
+    t.stamp_requests(|request| {
+        let approvers = policies.approvers(&request.tool_name);
+        if approvers.is_empty() {
+            return false;
         }
-        interrupt.request["approvers"] = json!(approvers);
-        for event in &mut t.events {
-            let opened = event.kind == event_kind::INTERRUPT_OPENED
-                && event.payload.get("interrupt_id").and_then(Value::as_str) == Some(&interrupt.interrupt_id);
-            if opened {
-                event.payload["request"] = interrupt.request.clone();
-            }
-        }
-    }
+        request.approvers = approvers.to_vec();
+        true
+    });
 }
 
 /// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
@@ -421,21 +414,11 @@ pub fn with_approvers(t: &mut Transition, policies: &Policies) {
 /// [`crate::policy::ApprovalDeadline`]), so a Worker fires it from the stored request alone and
 /// the store sets the deadline at insert. A tool without one is left as it is.
 pub fn with_deadlines(t: &mut Transition, policies: &Policies) {
-    for interrupt in &mut t.interrupts {
-        let tool = interrupt.request.get("tool_name").and_then(Value::as_str).unwrap_or_default();
-        let Some(deadline) = policies.deadline(tool) else { continue };
-        if interrupt.request.get("type").and_then(Value::as_str) != Some("tool_approval") {
-            continue;
-        }
-        interrupt.request["deadline"] = serde_json::to_value(deadline.resolved()).expect("serializes");
-        for event in &mut t.events {
-            let opened = event.kind == event_kind::INTERRUPT_OPENED
-                && event.payload.get("interrupt_id").and_then(Value::as_str) == Some(&interrupt.interrupt_id);
-            if opened {
-                event.payload["request"] = interrupt.request.clone();
-            }
-        }
-    }
+    t.stamp_requests(|request| {
+        let Some(deadline) = policies.deadline(&request.tool_name) else { return false };
+        request.deadline = Some(serde_json::to_value(deadline.resolved()).expect("serializes"));
+        true
+    });
 }
 
 /// What the end of a segment changes. `calls` are the session's deferred calls (for a failing
@@ -491,11 +474,11 @@ fn turn_completed(run: &SegmentRun, state: &RunState, answered: Answered<String>
     next.cost_usd += cost_usd.unwrap_or(0.0);
     t.run_state = Some(next);
     t.usage = usage;
-    t.status = Some(status::IDLE);
+    t.status = Some(SessionStatus::Idle);
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(run.prompts_upto));
     end_batches(&mut t, state, &run.turn_id);
-    t.event(event_kind::TURN_COMPLETED, json!({"turn_id": run.turn_id, "result": result}))
+    t.event(EventKind::TurnCompleted, json!({"turn_id": run.turn_id, "result": result}))
 }
 
 /// The segment ended on one deferred call: its held-back calls open interrupts ahead, and the
@@ -517,7 +500,7 @@ fn call_deferred(
             &run.turn_id,
             run.prompts_upto,
             calls,
-            failure_reason::INLINE_DEFERRED,
+            FailureReason::InlineDeferred,
             format!("the CLI deferred {}, which runs inline", call.tool_name),
         );
     };
@@ -606,11 +589,9 @@ fn open_ahead(
     for held in opened {
         let batch_id = batch_id.unwrap_or_default().to_owned();
         let request = batches::ahead_request(&run.turn_id, held, &batch_id);
-        t.interrupts.push(NewInterrupt { interrupt_id: held.tool_use_id.clone(), request: request.clone() });
-        t = t.event(
-            event_kind::INTERRUPT_OPENED,
-            json!({"interrupt_id": held.tool_use_id, "request": request}),
-        );
+        let interrupt = NewInterrupt { interrupt_id: held.tool_use_id.clone(), request };
+        t.events.push(interrupt.opened_event());
+        t.interrupts.push(interrupt);
         let runs_in = match held.handling {
             Handling::Deferred { runs_in, .. } => runs_in,
             Handling::Inline | Handling::Recorded => DeferredRun::ResumedSegment,
@@ -643,7 +624,7 @@ fn approved_under_grant(
     t.events.extend(approved.events);
     t.status = approved.status;
     t.event(
-        event_kind::APPROVED_UNDER_GRANT,
+        EventKind::ApprovedUnderGrant,
         json!({
             "turn_id": run.turn_id,
             "tool_call_id": entry.tool_call_id,
@@ -682,7 +663,7 @@ fn decided_ahead_used(
     t.events.extend(applied.events);
     t.status = applied.status;
     t = t.event(
-        event_kind::DECIDED_AHEAD_USED,
+        EventKind::DecidedAheadUsed,
         json!({
             "turn_id": run.turn_id,
             "tool_call_id": entry.tool_call_id,
@@ -706,27 +687,20 @@ fn approval_requested(
     batch_id: Option<String>,
     call_step: Value,
 ) {
-    let mut request = json!({
-        "type": "tool_approval",
-        "turn_id": run.turn_id,
-        "tool_call_id": entry.tool_call_id,
-        "tool_name": entry.tool_name,
-        "kind": entry.kind,
-        "arguments": entry.arguments,
-        "effect": call.policy.effect.as_str(),
-    });
-    if let Some(batch_id) = batch_id {
-        request["batch_id"] = json!(batch_id);
-        entry.batch_id = Some(batch_id);
-    }
-    t.interrupts
-        .insert(0, NewInterrupt { interrupt_id: entry.tool_call_id.clone(), request: request.clone() });
-    let opened_at = t.events.iter().position(|e| e.kind == event_kind::INTERRUPT_OPENED);
-    let event = NewEvent {
-        kind: event_kind::INTERRUPT_OPENED,
-        payload: json!({"interrupt_id": entry.tool_call_id, "request": request}),
-    };
-    t.events.insert(opened_at.unwrap_or(t.events.len()), event);
+    let mut request = ApprovalRequest::new(
+        &run.turn_id,
+        &entry.tool_call_id,
+        &entry.tool_name,
+        entry.kind,
+        entry.arguments.clone(),
+        call.policy.effect,
+    );
+    request.batch_id.clone_from(&batch_id);
+    entry.batch_id = batch_id;
+    let interrupt = NewInterrupt { interrupt_id: entry.tool_call_id.clone(), request };
+    let opened_at = t.events.iter().position(|e| e.kind == EventKind::InterruptOpened);
+    t.events.insert(opened_at.unwrap_or(t.events.len()), interrupt.opened_event());
+    t.interrupts.insert(0, interrupt);
     let interrupt_id = entry.tool_call_id.clone();
     await_approval(t, &run.turn_id, &entry, call_step, interrupt_id);
     t.calls.push(entry);
@@ -755,13 +729,13 @@ fn segment_failed(
 ) -> Transition {
     if retryable && run.counted_attempt() < RUN_MODEL_ATTEMPTS {
         let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
-        t.status = Some(status::RUNNING);
+        t.status = Some(SessionStatus::Running);
         t.event(
-            event_kind::ATTEMPT_FAILED,
+            EventKind::AttemptFailed,
             json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
         )
     } else {
-        fail_turn(state, &run.turn_id, run.prompts_upto, calls, failure_reason::SEGMENT_FAILED, error)
+        fail_turn(state, &run.turn_id, run.prompts_upto, calls, FailureReason::SegmentFailed, error)
     }
 }
 
@@ -775,15 +749,15 @@ fn await_approval(
     interrupt_id: String,
 ) {
     t.steps.push(NextStep {
-        kind: step_kind::AWAIT_TOOL_APPROVAL,
+        kind: StepKind::AwaitToolApproval,
         payload: call_step,
         start: Start::OnInterrupt(interrupt_id.clone()),
         only_if_prompts_after: None,
         session_status: None,
     });
-    t.status = Some(status::AWAITING_APPROVAL);
+    t.status = Some(SessionStatus::AwaitingApproval);
     t.events.push(NewEvent {
-        kind: event_kind::APPROVAL_AWAITED,
+        kind: EventKind::ApprovalAwaited,
         payload: json!({"turn_id": turn_id, "tool_call_id": entry.tool_call_id, "interrupt_id": interrupt_id}),
     });
 }
@@ -828,7 +802,7 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
         let closing = batches::closing_decision(turn_id);
         t.close_interrupts.push(closed_by_nobody(&unused.interrupt_id, &closing));
         t.events.push(NewEvent {
-            kind: event_kind::AHEAD_UNUSED,
+            kind: EventKind::AheadUnused,
             payload: json!({
                 "turn_id": turn_id,
                 "interrupt_id": unused.interrupt_id,
@@ -863,7 +837,7 @@ pub(super) fn fail_turn(
     turn_id: &str,
     prompts_upto: i64,
     calls: &[CallEntry],
-    reason: &'static str,
+    reason: FailureReason,
     error: String,
 ) -> Transition {
     let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
@@ -892,11 +866,11 @@ pub(super) fn fail_turn(
     next.last_turn_error = Some(error.clone());
     next.last_turn_cancelled = None;
     t.run_state = Some(next);
-    t.status = Some(status::IDLE);
+    t.status = Some(SessionStatus::Idle);
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, turn_id);
-    t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+    t.event(EventKind::TurnFailed, json!({"turn_id": turn_id, "error": error, "reason": reason}))
 }
 
 /// A claimed step whose stored rows cannot be used (a run state, record or payload that does not
@@ -920,7 +894,7 @@ pub fn on_unusable_rows(
     prompts_seen: Option<i64>,
     error: String,
 ) -> Transition {
-    let reason = failure_reason::UNUSABLE_ROWS;
+    let reason = FailureReason::UnusableRows;
     match state {
         Some(state) => {
             let (turn_id, prompts_upto) = match &state.turn {
@@ -935,10 +909,10 @@ pub fn on_unusable_rows(
         }
         None => {
             let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_failed", "error": error})));
-            t.status = Some(status::IDLE);
+            t.status = Some(SessionStatus::Idle);
             t.cancel = CancelRequestChange::Drop;
             t.steps.extend(prompts_seen.map(next_turn));
-            t.event(event_kind::TURN_FAILED, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+            t.event(EventKind::TurnFailed, json!({"turn_id": turn_id, "error": error, "reason": reason}))
         }
     }
 }
@@ -946,11 +920,11 @@ pub fn on_unusable_rows(
 /// `RunModel` for the next turn, if a message arrived after the prompts this turn answered.
 pub(super) fn next_turn(prompts_upto: i64) -> NextStep {
     NextStep {
-        kind: step_kind::RUN_MODEL,
+        kind: StepKind::RunModel,
         payload: serde_json::to_value(RunModelStep::default()).expect("serializes"),
         start: Start::Now,
         only_if_prompts_after: Some(prompts_upto),
-        session_status: Some(status::RUNNING),
+        session_status: Some(SessionStatus::Running),
     }
 }
 

@@ -21,6 +21,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 use tollgate_claude::{CliBinary, CliLocator};
+use tollgate_engine::events::{EventKind, InterruptOpened};
 use tollgate_engine::session::client::Decision;
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::{Payments, Received};
@@ -181,12 +182,13 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
         for event in events {
             after = event.seq;
             let payload: Value = serde_json::from_str(event.payload.get()).unwrap_or_default();
-            if event.kind != "text_delta" && in_text {
+            let kind = EventKind::parse(&event.kind);
+            if kind != Some(EventKind::TextDelta) && in_text {
                 println!();
                 in_text = false;
             }
-            match event.kind.as_str() {
-                "text_delta" => {
+            match kind {
+                Some(EventKind::TextDelta) => {
                     if !in_text {
                         print!("assistant> ");
                         in_text = true;
@@ -194,26 +196,26 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                     print!("{}", payload["text"].as_str().unwrap_or_default());
                     out.flush()?;
                 }
-                "tool_call_started" if payload["deferred"] == false => {
+                Some(EventKind::ToolCallStarted) if payload["deferred"] == false => {
                     println!(
                         "  -> {} runs inline (read-only, no approval)",
                         payload["tool_name"].as_str().unwrap_or("?")
                     );
                 }
-                "tool_call_finished" if payload["deferred"] == false => {
+                Some(EventKind::ToolCallFinished) if payload["deferred"] == false => {
                     println!(
                         "  <- {} {}",
                         payload["tool_name"].as_str().unwrap_or("?"),
                         payload["status"].as_str().unwrap_or("")
                     );
                 }
-                "interrupt_opened" => {
-                    let request = &payload["request"];
-                    let id = payload["interrupt_id"].as_str().unwrap_or_default().to_owned();
+                Some(EventKind::InterruptOpened) => {
+                    let opened = InterruptOpened::parse(event.payload.get())
+                        .with_context(|| format!("event {} of the demo session", event.seq))?;
+                    let (id, request) = (opened.interrupt_id, opened.request);
                     println!(
                         "  || {} {} waits for approval: the segment ended, no process is held, the session is a row.",
-                        request["tool_name"].as_str().unwrap_or("?"),
-                        request["arguments"]
+                        request.tool_name, request.arguments
                     );
                     if args.no_approve {
                         println!("\nDecide it with the API, or: tollgate approvals approve {session} {id}");
@@ -227,21 +229,21 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                     sessions::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval"))
                         .await?;
                 }
-                "tool_call_started" => println!(
+                Some(EventKind::ToolCallStarted) => println!(
                     "  -> {} runs once, in its own durable step (attempt {})",
                     payload["tool_name"].as_str().unwrap_or("?"),
                     payload["attempt"]
                 ),
-                "tool_call_finished" => println!(
+                Some(EventKind::ToolCallFinished) => println!(
                     "  <- {} recorded {}; the CLI resumes with the recorded result",
                     payload["tool_name"].as_str().unwrap_or("?"),
                     payload["status"].as_str().unwrap_or("")
                 ),
-                "attempt_failed" => {
+                Some(EventKind::AttemptFailed) => {
                     println!("  (attempt failed, retrying: {})", payload["error"].as_str().unwrap_or(""))
                 }
-                "turn_completed" => break 'events Ok(true),
-                "turn_failed" => {
+                Some(EventKind::TurnCompleted) => break 'events Ok(true),
+                Some(EventKind::TurnFailed) => {
                     break 'events Err(anyhow::anyhow!(
                         "the turn failed: {}",
                         payload["error"].as_str().unwrap_or("")

@@ -16,6 +16,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
+use tollgate_engine::events::{DecisionRecorded, EventKind, InterruptOpened};
+
 use crate::api::types::{ImageBlock, Snapshot, StreamEvent};
 use crate::client::{ApiClient, CallError};
 
@@ -522,10 +524,7 @@ async fn watch(
                         last = event.seq;
                         printer.print(&event)?;
                         if until_idle
-                            && matches!(
-                                event.kind.as_str(),
-                                "turn_completed" | "turn_failed" | "turn_cancelled"
-                            )
+                            && EventKind::parse(&event.kind).is_some_and(EventKind::ends_turn)
                             && idle_after(client, id, event.seq).await?
                         {
                             printer.end_line()?;
@@ -628,9 +627,10 @@ impl Printer {
             return Ok(());
         }
         let p = &event.payload_value();
-        let stream = match event.kind.as_str() {
-            "text_delta" => Some(("text_delta", "assistant")),
-            "reasoning_delta" => Some(("reasoning_delta", "thinking")),
+        let kind = EventKind::parse(&event.kind);
+        let stream = match kind {
+            Some(EventKind::TextDelta) => Some(("text_delta", "assistant")),
+            Some(EventKind::ReasoningDelta) => Some(("reasoning_delta", "thinking")),
             _ => None,
         };
         if let Some((kind, label)) = stream {
@@ -657,8 +657,8 @@ impl Printer {
         self.end_line_on(out)?;
         self.text_of = None;
         let (session, url) = (shell_word(&self.session), &self.url_flag);
-        match event.kind.as_str() {
-            "user_message" => {
+        match kind {
+            Some(EventKind::UserMessage) => {
                 writeln!(out, "user: {}", indent_rest(p["text"].as_str().unwrap_or_default()))?;
                 for image in p["images"].as_array().into_iter().flatten() {
                     writeln!(
@@ -669,8 +669,8 @@ impl Printer {
                     )?;
                 }
             }
-            "turn_started" => {}
-            "tool_call_started" => {
+            Some(EventKind::TurnStarted) => {}
+            Some(EventKind::ToolCallStarted) => {
                 let arguments = if p["arguments"].is_null() {
                     String::new()
                 } else {
@@ -678,24 +678,26 @@ impl Printer {
                 };
                 writeln!(out, "[tool] {}{arguments} started", text_of(&p["tool_name"]))?;
             }
-            "tool_call_finished" => {
+            Some(EventKind::ToolCallFinished) => {
                 writeln!(out, "[tool] {} {}", text_of(&p["tool_name"]), text_of(&p["status"]))?
             }
-            "interrupt_opened" => {
-                let request = &p["request"];
-                let id = shell_word(p["interrupt_id"].as_str().unwrap_or("?"));
-                writeln!(
-                    out,
-                    "[approval needed] {} {}",
-                    text_of(&request["tool_name"]),
-                    compact(&request["arguments"])
-                )?;
-                writeln!(out, "  approve: tollgate approvals approve {session} {id}{url}")?;
-                writeln!(out, "  reject:  tollgate approvals reject {session} {id} --message \"why\"{url}")?;
-            }
+            Some(EventKind::InterruptOpened) => match InterruptOpened::parse(event.payload.get()) {
+                Ok(opened) => {
+                    let id = shell_word(&opened.interrupt_id);
+                    let request = &opened.request;
+                    writeln!(out, "[approval needed] {} {}", request.tool_name, compact(&request.arguments))?;
+                    writeln!(out, "  approve: tollgate approvals approve {session} {id}{url}")?;
+                    writeln!(
+                        out,
+                        "  reject:  tollgate approvals reject {session} {id} --message \"why\"{url}"
+                    )?;
+                }
+                // Not what Tollgate writes: shown as it is.
+                Err(_) => writeln!(out, "[{}] {}", event.kind, compact(p))?,
+            },
             // One approval round: the `interrupt_opened` lines said what to decide.
-            "approval_awaited" => {}
-            "decided_ahead_used" => {
+            Some(EventKind::ApprovalAwaited) => {}
+            Some(EventKind::DecidedAheadUsed) => {
                 let verdict = if p["approved"].as_bool() == Some(true) { "approved" } else { "rejected" };
                 writeln!(
                     out,
@@ -705,44 +707,59 @@ impl Printer {
                     text_of(&p["decision_id"])
                 )?;
             }
-            "ahead_unused" => writeln!(
+            Some(EventKind::AheadUnused) => writeln!(
                 out,
                 "[approval] {} {} asked ahead, never called again: unused",
                 text_of(&p["tool_name"]),
                 compact(&p["arguments"])
             )?,
-            "interrupt_resolved" => {
+            Some(EventKind::InterruptResolved) => {
                 let verdict = if p["approved"].as_bool() == Some(true) { "approved" } else { "rejected" };
                 let message = p["message"].as_str().map(|m| format!(": {m}")).unwrap_or_default();
                 writeln!(out, "[approval] {} {verdict}{message}", text_of(&p["interrupt_id"]))?;
             }
-            "decision_recorded" => {
-                let reason = p["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default();
-                writeln!(
-                    out,
-                    "[audit] {} {} by {}{reason}",
-                    text_of(&p["interrupt_id"]),
-                    text_of(&p["decision"]),
-                    text_of(&p["principal"])
-                )?;
+            Some(EventKind::DecisionRecorded) => {
+                match serde_json::from_str::<DecisionRecorded>(event.payload.get()) {
+                    Ok(d) => {
+                        let reason = d.reason.map(|r| format!(": {r}")).unwrap_or_default();
+                        writeln!(
+                            out,
+                            "[audit] {} {} by {}{reason}",
+                            d.interrupt_id, d.decision, d.principal
+                        )?;
+                    }
+                    // Not what Tollgate writes: shown as it is.
+                    Err(_) => writeln!(out, "[{}] {}", event.kind, compact(p))?,
+                }
             }
-            "attempt_failed" => {
+            Some(EventKind::AttemptFailed) => {
                 writeln!(out, "(retrying…) attempt {} failed: {}", p["attempt"], text_of(&p["error"]))?
             }
-            "turn_completed" => {
+            Some(EventKind::TurnCompleted) => {
                 self.printed.clear();
                 writeln!(out, "[turn completed]")?
             }
-            "turn_failed" => {
+            Some(EventKind::TurnFailed) => {
                 self.printed.clear();
                 writeln!(out, "[turn failed] {}", text_of(&p["error"]))?
             }
-            "cancel_requested" => writeln!(out, "[cancel asked by {}]", text_of(&p["requested_by"]))?,
-            "turn_cancelled" => {
+            Some(EventKind::CancelRequested) => {
+                writeln!(out, "[cancel asked by {}]", text_of(&p["requested_by"]))?
+            }
+            Some(EventKind::TurnCancelled) => {
                 self.printed.clear();
                 writeln!(out, "[turn cancelled by {}]", text_of(&p["cancelled_by"]))?
             }
-            other => writeln!(out, "[{other}] {}", compact(p))?,
+            // Printed as they are (text and thinking went out above).
+            Some(
+                EventKind::TextDelta
+                | EventKind::ReasoningDelta
+                | EventKind::ApprovedUnderGrant
+                | EventKind::GrantRevoked
+                | EventKind::AgentUpgraded
+                | EventKind::InterruptEscalated,
+            )
+            | None => writeln!(out, "[{}] {}", event.kind, compact(p))?,
         }
         out.flush()?;
         Ok(())

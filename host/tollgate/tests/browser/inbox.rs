@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tollgate_engine::session::{RunState, status};
+use tollgate_engine::session::{RunState, SessionStatus};
 use tollgate_store::NewSession;
 
 use crate::driver::Browser;
@@ -399,7 +399,7 @@ async fn park(world: &World, session: &str, arguments: Value) {
     let store = world.store.as_ref();
     let new = NewSession {
         session_id: session.to_owned(),
-        status: status::IDLE.to_owned(),
+        status: SessionStatus::Idle.as_str().to_owned(),
         run_state: RunState::default().to_raw(),
         agent: None,
     };

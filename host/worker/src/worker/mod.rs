@@ -59,8 +59,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, watch};
 use tollgate_claude::CliBinary;
+use tollgate_engine::events::EventKind;
 use tollgate_engine::session::{
-    CallEntry, EngineError, RunState, StepInput, Transition, event_kind, failure_reason, item_kind,
+    CallEntry, EngineError, FailureReason, RunState, StepInput, Transition, item_kind,
 };
 use tollgate_store::{Claimed, CommitReceipt, Store, StoreError};
 use tracing::{debug, error, info, warn};
@@ -620,10 +621,10 @@ impl Worker {
         let failed_turns: Vec<&'static str> = transition
             .events
             .iter()
-            .filter(|e| e.kind == event_kind::TURN_FAILED)
+            .filter(|e| e.kind == EventKind::TurnFailed)
             .map(|e| {
                 let reason = e.payload["reason"].as_str().unwrap_or_default();
-                failure_reason::ALL.iter().copied().find(|known| *known == reason).unwrap_or("other")
+                FailureReason::parse(reason).map_or("other", FailureReason::as_str)
             })
             .collect();
         let commit = convert::commit(transition);
@@ -660,7 +661,8 @@ fn is_newer(error: &EngineError) -> bool {
 
 /// A turn failure that means its step failed every time it ran (not a limit it reached).
 fn is_poison(reason: &str) -> bool {
-    [failure_reason::SEGMENT_FAILED, failure_reason::WORKER_STOPPED, failure_reason::UNUSABLE_ROWS]
+    [FailureReason::SegmentFailed, FailureReason::WorkerStopped, FailureReason::UnusableRows]
+        .map(FailureReason::as_str)
         .contains(&reason)
 }
 

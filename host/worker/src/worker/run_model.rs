@@ -12,7 +12,8 @@ use tollgate_claude::{
     AppHook, AppHookFuture, CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start,
     run_segment, run_segment_on,
 };
-use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
+use tollgate_engine::catalog::{DEFAULT_TOOL_SERVER_NAME, ToolKind};
+use tollgate_engine::events::EventKind;
 use tollgate_engine::gate::Gate;
 use tollgate_engine::hooks::HookCall;
 use tollgate_engine::session::batches::AheadState;
@@ -21,8 +22,8 @@ use tollgate_engine::session::inline;
 use tollgate_engine::session::tools::{CliRun, on_cli_run};
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, NewEvent, NewItem, RunModelStep, RunState, Transition, Usage, event_kind, failure_reason,
-    grants, item_kind, step_kind, subagents,
+    CallEntry, FailureReason, NewEvent, NewItem, RunModelStep, RunState, StepKind, Transition, Usage, grants,
+    item_kind, subagents,
 };
 use tollgate_protocol::TranscriptEntry;
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -92,7 +93,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let mut first = Vec::new();
     if step.resume.is_none() {
         first.push(NewEvent {
-            kind: event_kind::TURN_STARTED,
+            kind: EventKind::TurnStarted,
             payload: json!({"turn_id": run.turn_id, "attempt": run.attempt}),
         });
     }
@@ -197,7 +198,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
             warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
         }
         SegmentResult::LimitReached { error, reason } => {
-            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, reason, error = %error, "segment stopped at a limit");
+            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, reason = reason.as_str(), error = %error, "segment stopped at a limit");
         }
         _ => {}
     }
@@ -241,8 +242,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     if !transition.interrupts.is_empty() {
         let custom = tool_set.as_ref().map(|tools| tools.tools()).unwrap_or_default();
         edits::with_input_schemas(&mut transition, |tool, kind| match kind {
-            "custom" => custom.iter().find(|t| t.name == tool).map(|t| t.input_schema.clone()),
-            _ => edits::cli_tool_schema(tool),
+            ToolKind::Custom => custom.iter().find(|t| t.name == tool).map(|t| t.input_schema.clone()),
+            ToolKind::Cli => edits::cli_tool_schema(tool),
         });
     }
     if failed_cost > 0.0 {
@@ -253,7 +254,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let runs_unattended = transition
         .steps
         .iter()
-        .any(|step| [step_kind::CALL_TOOL, step_kind::CALL_SINGLE_ATTEMPT_TOOL].contains(&step.kind));
+        .any(|step| [StepKind::CallTool, StepKind::CallSingleAttemptTool].contains(&step.kind));
     worker.commit(claimed, transition).await?;
     if let Some(prestart) = prestart {
         prestart.start(worker, runs_unattended).await;
@@ -377,7 +378,7 @@ impl Prestart {
 /// proxy's (every request priced, [`crate::proxy::prices`]) when its requests went through it.
 fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> SegmentResult {
     if let Some(reason) = &summary.stopped {
-        return SegmentResult::LimitReached { error: reason.clone(), reason: failure_reason::SPEND_LIMIT };
+        return SegmentResult::LimitReached { error: reason.clone(), reason: FailureReason::SpendLimit };
     }
     let measured = |cli: Option<f64>| if summary.requests > 0 { Some(summary.cost_usd) } else { cli };
     match result {
@@ -797,13 +798,13 @@ async fn flush_events(
         if !pending.is_empty() {
             let mut keep = Transition::keep();
             keep.events = std::mem::take(&mut pending);
-            let kinds: Vec<&str> = keep.events.iter().map(|e| e.kind).collect();
+            let kinds: Vec<EventKind> = keep.events.iter().map(|e| e.kind).collect();
             let receipt = worker.commit(&claimed, keep).await?;
             if text.from_seq.is_none() {
                 text.from_seq = kinds
                     .iter()
                     .zip(&receipt.event_seqs)
-                    .find_map(|(kind, seq)| (*kind == event_kind::TEXT_DELTA).then_some(*seq));
+                    .find_map(|(kind, seq)| (*kind == EventKind::TextDelta).then_some(*seq));
             }
             text.committed = text.stored;
         }
@@ -821,8 +822,8 @@ struct Streams {
 impl Default for Streams {
     fn default() -> Self {
         Streams {
-            text: StreamedText::of(event_kind::TEXT_DELTA),
-            reasoning: StreamedText::of(event_kind::REASONING_DELTA),
+            text: StreamedText::of(EventKind::TextDelta),
+            reasoning: StreamedText::of(EventKind::ReasoningDelta),
         }
     }
 }
@@ -839,10 +840,10 @@ impl Streams {
 /// The text a segment streamed: all of it, how much of it the event log has (and from which
 /// seq), and how much the live-text row has. The same for its thinking, stored as
 /// `reasoning_delta` blocks (and written to no live row).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct StreamedText {
     /// The kind of its stored blocks: `text_delta` or `reasoning_delta`.
-    kind: &'static str,
+    kind: EventKind,
     /// Every text delta so far, joined.
     whole: String,
     /// Characters of `whole`.
@@ -858,8 +859,16 @@ struct StreamedText {
 }
 
 impl StreamedText {
-    fn of(kind: &'static str) -> Self {
-        StreamedText { kind, ..StreamedText::default() }
+    fn of(kind: EventKind) -> Self {
+        StreamedText {
+            kind,
+            whole: String::new(),
+            chars: 0,
+            stored: (0, 0),
+            committed: (0, 0),
+            from_seq: None,
+            live: 0,
+        }
     }
 
     fn push(&mut self, delta: &str) {
@@ -928,7 +937,7 @@ fn push_event(
             // The text before the call goes first, so the log keeps the order it streamed in.
             pending.extend(streams.block_events(turn_id, attempt));
             pending.push(NewEvent {
-                kind: event_kind::TOOL_CALL_STARTED,
+                kind: EventKind::ToolCallStarted,
                 payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
                     "kind": kind, "arguments": input, "deferred": false}),
             });
@@ -936,7 +945,7 @@ fn push_event(
         SegmentEvent::ToolCallFinished { tool_use_id, name, kind, is_error } => {
             pending.extend(streams.block_events(turn_id, attempt));
             pending.push(NewEvent {
-                kind: event_kind::TOOL_CALL_FINISHED,
+                kind: EventKind::ToolCallFinished,
                 payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
                     "kind": kind, "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
             });
@@ -947,8 +956,6 @@ fn push_event(
 
 #[cfg(test)]
 mod tests {
-    use tollgate_engine::catalog::ToolKind;
-
     use super::*;
 
     #[test]
@@ -989,7 +996,7 @@ mod tests {
         match with_proxy_accounting(completed(), &summary) {
             SegmentResult::LimitReached { error, reason } => {
                 assert!(error.contains("spend limit of $1 was reached"));
-                assert_eq!(reason, failure_reason::SPEND_LIMIT);
+                assert_eq!(reason, FailureReason::SpendLimit);
             }
             other => panic!("{other:?}"),
         }
@@ -1024,7 +1031,7 @@ mod tests {
         let text = &mut streams.text;
         pending.extend(text.block_event("t1", 2));
         assert_eq!(text.block_event("t1", 2).map(|e| e.payload), None, "nothing is stored twice");
-        let kinds: Vec<&str> = pending.iter().map(|e| e.kind).collect();
+        let kinds: Vec<&str> = pending.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(kinds, ["text_delta", "tool_call_started", "text_delta"]);
         assert_eq!(
             pending[0].payload,
@@ -1067,7 +1074,7 @@ mod tests {
             is_error: false,
         };
         push_event(&mut pending, &mut streams, "t1", 1, finished);
-        let kinds: Vec<&str> = pending.iter().map(|e| e.kind).collect();
+        let kinds: Vec<&str> = pending.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(
             kinds,
             ["reasoning_delta", "text_delta", "tool_call_started", "reasoning_delta", "tool_call_finished"]
