@@ -37,8 +37,10 @@ use syn::{Expr, ExprLit, FnArg, Ident, ItemFn, Lit, LitStr, Meta, Token, Type};
 /// - `description = "…"`: for the model (default: the function's doc comment);
 /// - `read_only`, `idempotent`, `destructive`, `open_world`: the annotations (default: all off).
 ///
-/// Errors at compile time: a missing description, an unknown option, more than two parameters,
-/// a `self` parameter, or an `async` function.
+/// Errors at compile time (each one a case of `tests/fail`): an item that is not a function, a
+/// missing description, an unknown option or one not a string where a string belongs, more than
+/// two parameters, a second parameter other than `&Context`, a `self` parameter, or an `async`
+/// function.
 #[proc_macro_attribute]
 pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     let options = syn::parse_macro_input!(attr as ToolOptions);

@@ -63,9 +63,6 @@ mod tests {
 
     use super::*;
 
-    const HOOK: &str =
-        r#"{"type":"control_response","response":{"subtype":"success","request_id":"r","response":"#;
-
     fn deny() -> Decision {
         Decision::Deny { message: "no".into(), reason: DenyReason::CliDecider }
     }
@@ -93,58 +90,36 @@ mod tests {
         Decision::Replay(record)
     }
 
-    /// Every line the segment sends for a decision, byte for byte.
-    #[test]
-    fn every_hook_answer_shape_the_segment_sends() {
-        let cases = [
-            (Decision::Allow { updated_input: None }, r#"{"permissionDecision":"allow"}"#),
-            (
-                Decision::Allow { updated_input: Some(json!({"command": "ls -la"})) },
-                r#"{"permissionDecision":"allow","updatedInput":{"command":"ls -la"}}"#,
-            ),
-            (replay(), r#"{"permissionDecision":"allow","updatedInput":{"order_id":"7"}}"#),
-            (Decision::Defer, r#"{"permissionDecision":"defer"}"#),
-            (deny(), r#"{"permissionDecision":"deny","permissionDecisionReason":"no"}"#),
-        ];
-        for (decision, fields) in cases {
-            let fields = fields.trim_start_matches('{');
-            let expected =
-                format!(r#"{HOOK}{{"hookSpecificOutput":{{"hookEventName":"PreToolUse",{fields}}}}}}}"#);
-            assert_eq!(hook_frame("r", &decision).to_json(), expected, "{decision:?}");
-        }
+    /// Every decision the segment answers, with a label for the snapshots.
+    fn decisions() -> [(&'static str, Decision); 6] {
+        [
+            ("allow", Decision::Allow { updated_input: None }),
+            ("allow with new input", Decision::Allow { updated_input: Some(json!({"command": "ls -la"})) }),
+            ("replay", replay()),
+            ("replay of an edited call", edited_replay()),
+            ("defer", Decision::Defer),
+            ("deny", deny()),
+        ]
     }
 
-    #[test]
-    fn a_replay_of_an_edited_call_tells_the_model_in_additional_context() {
-        assert_eq!(
-            hook_frame("r", &edited_replay()).to_json(),
-            format!(
-                r#"{HOOK}{{"hookSpecificOutput":{{"additionalContext":"edited","hookEventName":"PreToolUse","permissionDecision":"allow","updatedInput":{{"command":"echo b"}}}}}}}}}}"#
-            )
-        );
+    /// Each labelled line, as the snapshots hold them.
+    fn lines(frames: impl IntoIterator<Item = (&'static str, HostFrame)>) -> String {
+        frames.into_iter().map(|(label, frame)| format!("{label}:\n{}\n", frame.to_json())).collect()
     }
 
+    /// Every `hook_callback` answer the segment sends, byte for byte.
     #[test]
-    fn every_permission_answer_shape_the_segment_sends() {
+    fn every_hook_answer_the_segment_sends() {
+        insta::assert_snapshot!(lines(decisions().map(|(label, d)| (label, hook_frame("r", &d)))));
+    }
+
+    /// Every `can_use_tool` answer the segment sends for a request that asked about `ls`, byte for
+    /// byte.
+    #[test]
+    fn every_permission_answer_the_segment_sends() {
         let asked = json!({"command": "ls"});
-        let cases = [
-            (
-                Decision::Allow { updated_input: None },
-                r#"{"behavior":"allow","updatedInput":{"command":"ls"}}"#,
-            ),
-            (
-                Decision::Allow { updated_input: Some(json!({"command": "ls -la"})) },
-                r#"{"behavior":"allow","updatedInput":{"command":"ls -la"}}"#,
-            ),
-            (replay(), r#"{"behavior":"allow","updatedInput":{"order_id":"7"}}"#),
-            (deny(), r#"{"behavior":"deny","message":"no"}"#),
-        ];
-        for (decision, payload) in cases {
-            assert_eq!(permission_frame("r", &decision, &asked).to_json(), format!("{HOOK}{payload}}}}}"));
-        }
-        assert_eq!(
-            permission_frame("r", &Decision::Defer, &asked).to_json(),
-            r#"{"type":"control_response","response":{"subtype":"error","request_id":"r","error":"the gate has no answer for this permission request"}}"#
-        );
+        insta::assert_snapshot!(lines(
+            decisions().map(|(label, d)| (label, permission_frame("r", &d, &asked)))
+        ));
     }
 }

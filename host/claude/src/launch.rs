@@ -446,20 +446,33 @@ pub fn write_resume_file_for(
 mod tests {
     use super::*;
 
+    /// The argv, one argument a line, as the snapshots hold it.
+    fn lines(args: &[String]) -> String {
+        args.join("\n")
+    }
+
     #[test]
-    fn a_fresh_segment_has_the_sdk_flags_and_no_resume() {
-        let args = argv(&ArgvOptions::default());
-        for flag in [
-            "--permission-prompt-tool=stdio",
-            "--session-mirror",
-            "--include-partial-messages",
-            "--setting-sources=",
-        ] {
-            assert!(args.contains(&flag.to_owned()), "{flag} missing from {args:?}");
-        }
-        assert!(!args.iter().any(|a| a.starts_with("--resume")));
-        let mode = argv(&ArgvOptions { permission_mode: Some("dontAsk"), ..ArgvOptions::default() });
-        assert!(mode.contains(&"--permission-mode=dontAsk".to_owned()));
+    fn the_argv_of_a_fresh_segment() {
+        insta::assert_snapshot!(lines(&argv(&ArgvOptions::default())));
+    }
+
+    #[test]
+    fn the_argv_of_a_resume_with_a_permission_mode_settings_and_extra_flags() {
+        let sources = ["project".to_owned(), "local".to_owned()];
+        let extra = ["--model=claude-sonnet-4-5".to_owned()];
+        insta::assert_snapshot!(lines(&argv(&ArgvOptions {
+            server_name: "tools \"one\"",
+            permission_mode: Some("dontAsk"),
+            resume: Some("s-1"),
+            setting_sources: Some(&sources),
+            extra: &extra,
+            parked: false,
+        })));
+    }
+
+    #[test]
+    fn the_argv_of_a_parked_spare() {
+        insta::assert_snapshot!(lines(&argv(&ArgvOptions { parked: true, ..ArgvOptions::default() })));
     }
 
     /// Every flag the host writes into argv is one the options' `extra` may not set: a flag that

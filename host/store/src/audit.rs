@@ -24,7 +24,8 @@
 use std::sync::LazyLock;
 
 use serde_json::value::RawValue;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Transaction, Type};
+use sqlx::{Row, Transaction};
+use tollgate_store_macros::sqlx_bounds;
 
 use crate::backend::Backend;
 use crate::dialect::Dialect;
@@ -260,6 +261,7 @@ pub(crate) fn check_entry(entry: &NewAuditEntry) -> Result<(), StoreError> {
 }
 
 /// Inserts `entry` for interrupt `interrupt_id` of `session_id` inside the decision's transaction.
+#[sqlx_bounds(DB)]
 pub(crate) async fn insert<DB>(
     tx: &mut Transaction<'static, DB>,
     session_id: &str,
@@ -268,11 +270,6 @@ pub(crate) async fn insert<DB>(
 ) -> Result<(), StoreError>
 where
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Type<DB>,
 {
     sqlx::query(statements::<DB>().insert)
         .bind(ROW_VERSION)
@@ -289,20 +286,12 @@ where
     Ok(())
 }
 
+#[sqlx_bounds(DB)]
 #[async_trait::async_trait]
 impl<B, DB> AuditLog for B
 where
     B: Backend<Db = DB>,
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     async fn create_session_by(&self, session: NewSession, principal: &str) -> Result<bool, StoreError> {
         crate::backend::check_new_session(&session)?;

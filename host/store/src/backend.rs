@@ -11,17 +11,18 @@
 //! - Lock order in every writing transaction: the session row first ([`Sql::lock_session`]),
 //!   then steps. A commit and a concurrent `send_user_message` on PostgreSQL therefore queue on
 //!   the session row instead of deadlocking on the in-flight index.
-//! - The sqlx bounds ([`Sql`]'s and the `Store` impl's `where` clauses) are the same list twice:
-//!   Rust does not carry a trait's `where` clauses to its users, so they are spelled out where
-//!   the code uses them.
+//! - The sqlx bounds (what `DB` must encode and decode) are not in the `where` clauses: Rust does
+//!   not carry a trait's `where` clauses to its users, so `#[sqlx_bounds(DB)]`
+//!   (`tollgate-store-macros`) adds the one list to each generic item that needs it.
 
 use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Row, Transaction, Type};
+use sqlx::{Pool, Row, Transaction};
 use tollgate_engine::events::EventKind;
+use tollgate_store_macros::sqlx_bounds;
 
 use crate::dialect::Dialect;
 use crate::error::{check_row_version, stored_json};
@@ -68,7 +69,7 @@ pub(crate) async fn wake<B: Backend>(backend: &B, session_id: &str, work: bool, 
 }
 
 /// The helpers of the `Store` implementation, generic over the database: a namespace (never
-/// constructed), so that the sqlx bounds are written once for all of them.
+/// constructed), so that their bounds are stated once for all of them.
 pub(crate) struct Sql<DB>(PhantomData<DB>);
 
 /// An interrupt read under its session's lock ([`Sql::lock_interrupt`]).
@@ -85,17 +86,10 @@ pub(crate) struct LockedInterrupt {
     pub(crate) db_now: i64,
 }
 
+#[sqlx_bounds(DB)]
 impl<DB> Sql<DB>
 where
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     /// Locks the session row (PostgreSQL: row lock; SQLite: the write lock is held) and
     /// returns its next item and event seqs.
@@ -362,21 +356,12 @@ where
     }
 }
 
+#[sqlx_bounds(DB)]
 #[async_trait::async_trait]
 impl<B, DB> Store for B
 where
     B: Backend<Db = DB>,
     DB: Dialect + crate::outbox::OutboxDialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
-    for<'a> Vec<u8>: Decode<'a, DB> + Type<DB>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     async fn create_session(&self, session: NewSession) -> Result<bool, StoreError> {
         check_new_session(&session)?;
@@ -1046,6 +1031,7 @@ where
 /// [`Store::send_user_message`], and with `audit` an audit row about interrupt `audit.0` in the
 /// same transaction (the [`crate::audit::AuditLog::send_user_message_as`] path): written only when
 /// the message is (never on a replay).
+#[sqlx_bounds(DB)]
 pub(crate) async fn send<B, DB>(
     backend: &B,
     message: UserMessage,
@@ -1055,15 +1041,6 @@ pub(crate) async fn send<B, DB>(
 where
     B: Backend<Db = DB>,
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     const OP: &str = "send_user_message";
     let sql = DB::statements();
@@ -1146,6 +1123,7 @@ pub(crate) enum Decider {
 
 /// [`Store::resolve_interrupt`], and with `audit` its audit row in the same transaction (the
 /// [`crate::audit::AuditLog`] path): written only when the decision is (never on a replay).
+#[sqlx_bounds(DB)]
 pub(crate) async fn resolve<B, DB>(
     backend: &B,
     r: Resolution,
@@ -1154,19 +1132,12 @@ pub(crate) async fn resolve<B, DB>(
 where
     B: Backend<Db = DB>,
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     resolve_by(backend, r, audit, Decider::Client).await
 }
 
 /// [`resolve`] by `decider`.
+#[sqlx_bounds(DB)]
 pub(crate) async fn resolve_by<B, DB>(
     backend: &B,
     r: Resolution,
@@ -1176,14 +1147,6 @@ pub(crate) async fn resolve_by<B, DB>(
 where
     B: Backend<Db = DB>,
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     let sql = DB::statements();
     let sid = r.session_id.as_str();

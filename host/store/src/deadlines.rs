@@ -29,7 +29,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
+use sqlx::Row;
+use tollgate_store_macros::sqlx_bounds;
 
 use crate::audit::NewAuditEntry;
 use crate::backend::{Backend, Decider, LockedInterrupt, Sql, ms, wake};
@@ -179,19 +180,12 @@ fn statements<DB: Dialect>() -> &'static DeadlineStatements {
     DB::pick(&SQLITE, &POSTGRES)
 }
 
+#[sqlx_bounds(DB)]
 #[async_trait::async_trait]
 impl<B, DB> Deadlines for B
 where
     B: Backend<Db = DB>,
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     async fn due_deadlines(&self, limit: i64) -> Result<Vec<Interrupt>, StoreError> {
         let rows = sqlx::query(statements::<DB>().due)

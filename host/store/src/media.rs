@@ -22,7 +22,8 @@
 use std::sync::LazyLock;
 
 use sha2::{Digest, Sha256};
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Transaction, Type};
+use sqlx::{Row, Transaction};
+use tollgate_store_macros::sqlx_bounds;
 
 use crate::backend::{Backend, Sql};
 use crate::dialect::Dialect;
@@ -144,6 +145,7 @@ fn check(media: &NewMedia) -> Result<(), StoreError> {
 
 /// Inserts `media` for `session_id` inside a transaction that holds the session's lock, and
 /// returns their digests.
+#[sqlx_bounds(DB)]
 pub(crate) async fn insert<DB>(
     tx: &mut Transaction<'static, DB>,
     session_id: &str,
@@ -151,11 +153,6 @@ pub(crate) async fn insert<DB>(
 ) -> Result<Vec<String>, StoreError>
 where
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
-    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
-    for<'a> i64: Encode<'a, DB> + Type<DB>,
 {
     let mut digests = Vec::with_capacity(media.len());
     for image in media {
@@ -174,21 +171,12 @@ where
     Ok(digests)
 }
 
+#[sqlx_bounds(DB)]
 #[async_trait::async_trait]
 impl<B, DB> MediaStore for B
 where
     B: Backend<Db = DB>,
     DB: Dialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
-    for<'a> Vec<u8>: Decode<'a, DB> + Type<DB>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> bool: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     async fn put_media(&self, session_id: &str, media: &[NewMedia]) -> Result<Vec<String>, StoreError> {
         media.iter().try_for_each(check)?;

@@ -30,7 +30,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
+use sqlx::Row;
+use tollgate_store_macros::sqlx_bounds;
 
 use crate::backend::{Backend, ms};
 use crate::dialect::Dialect;
@@ -231,12 +232,10 @@ impl OutboxDialect for sqlx::Postgres {
     }
 }
 
+#[sqlx_bounds(DB)]
 fn decode<DB>(row: &DB::Row) -> Result<Delivery, StoreError>
 where
     DB: sqlx::Database,
-    for<'a> &'a str: ColumnIndex<DB::Row>,
-    for<'a> i64: Decode<'a, DB> + Type<DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     let delivery_id: i64 = row.try_get("delivery_id")?;
     let key = delivery_id.to_string();
@@ -262,18 +261,12 @@ where
     })
 }
 
+#[sqlx_bounds(DB)]
 #[async_trait::async_trait]
 impl<B, DB> Outbox for B
 where
     B: Backend<Db = DB>,
     DB: OutboxDialect,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB> + ColumnIndex<DB::Row>,
-    for<'a> Option<&'a str>: Encode<'a, DB>,
-    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
-    for<'a> Option<i64>: Encode<'a, DB>,
-    for<'a> String: Decode<'a, DB> + Type<DB>,
 {
     async fn subscribe_webhooks(&self, subscriptions: &[Subscription]) -> Result<(), StoreError> {
         let sql = DB::outbox();

@@ -1,0 +1,9 @@
+use tollgate_guest::tool;
+
+/// Looks an order up.
+#[tool(readonly)]
+fn lookup_order() -> String {
+    String::new()
+}
+
+fn main() {}
