@@ -50,10 +50,12 @@ async fn guest_log_lines_and_stderr_cannot_forge_host_log_lines() {
     assert!(!text.lines().any(|line| line.starts_with("2026-12-02T22:00:00")), "a forged line:\n{text}");
     assert!(!text.contains('\u{1b}') && !text.contains('\r'), "a raw escape reached the log:\n{text}");
 
-    // Its stderr, quoted in the error, is escaped the same way.
+    // Its stderr, quoted in the error, keeps its lines, but every line after the first is indented
+    // (none can pass for a host log line) and the other controls stay escaped.
     let message = error.to_string();
     assert!(matches!(error, CallError::Trapped { .. }), "{message}");
-    assert!(message.contains(r"ok\n2026-12-02T22:00:00") && message.contains(r"\u{1b}[2K"), "{message}");
-    assert!(!message.contains('\n') && !message.contains('\u{1b}'), "{message:?}");
+    assert!(message.contains("ok\n  | 2026-12-02T22:00:00") && message.contains(r"\u{1b}[2K"), "{message}");
+    assert!(message.lines().skip(1).all(|line| line.starts_with("  | ")), "{message}");
+    assert!(!message.contains('\r') && !message.contains('\u{1b}'), "{message:?}");
     assert_a_working_call_follows().await;
 }
