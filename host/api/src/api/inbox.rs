@@ -63,7 +63,7 @@ const MIN_GAP: Duration = Duration::from_millis(50);
     tag = "approvals",
     summary = "The approvals inbox across sessions, live, as Server-Sent Events",
     description = "`text/event-stream`. First a `snapshot` event (data: an InboxEvent whose `interrupts` are every pending approval tracked, oldest first), then a `changed` event (`interrupts`: opened or changed, to upsert by session and interrupt id; `gone`: closed) whenever the inbox changes. Each event's `id` is the inbox's version after it: reconnect with `Last-Event-ID` and no snapshot is sent unless the inbox changed meanwhile. Each item's `decide` says whether the caller may decide it and why not. When the store fails mid-stream an `error` event (data: a StreamError) ends the stream. Comments (`:`) keep the connection alive every 15 s.",
-    params(InboxQuery, ("Last-Event-ID" = Option<String>, Header, description = "The `id` of the last event received: the inbox's version the client has")),
+    params(InboxQuery, ("Last-Event-ID" = Option<String>, Header, pattern = "^[0-9a-fA-F]{1,16}$", description = "The `id` of the last event received: the inbox's version the client has (hexadecimal)")),
     responses(
         (status = 200, description = "The inbox, live", body = InboxEvent, content_type = "text/event-stream"),
         ReadErrors,
@@ -79,9 +79,17 @@ pub(super) async fn stream(
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(MAX_LIMIT);
     let had = match headers.get("last-event-id") {
         Some(value) => {
-            Some(value.to_str().ok().and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).ok_or_else(
-                || ApiError::bad("Last-Event-ID", "Last-Event-ID must be an inbox version (hex)"),
-            )?)
+            // As the document declares it: 1 to 16 hex digits, nothing around them.
+            Some(
+                value
+                    .to_str()
+                    .ok()
+                    .filter(|v| (1..=16).contains(&v.len()))
+                    .and_then(|v| u64::from_str_radix(v, 16).ok())
+                    .ok_or_else(|| {
+                        ApiError::bad("Last-Event-ID", "Last-Event-ID must be an inbox version (hex)")
+                    })?,
+            )
         }
         None => None,
     };
