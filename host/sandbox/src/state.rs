@@ -102,7 +102,10 @@ impl HostState {
     ) -> Result<Self, wasmtime::Error> {
         let stderr = TruncatingPipe::new(STDERR_KEPT);
         let reach = ReachLog::default();
-        let denied = DeniedLog::new(component.clone(), manifest.allowed_hosts.to_string());
+        // One copy of the allow-list per store, shared by the checks and the denial log (which
+        // writes it out only when something is refused, off the path of a call that is not).
+        let allowed = Arc::new(manifest.allowed_hosts.clone());
+        let denied = DeniedLog::new(component.clone(), allowed.clone());
         let mut b = WasiCtx::builder();
         b.stderr(stderr.clone());
         b.allow_ip_name_lookup(false);
@@ -116,7 +119,7 @@ impl HostState {
             }
         }
         if manifest.allowed_hosts.any_tcp() {
-            let allowed = manifest.allowed_hosts.clone();
+            let allowed = allowed.clone();
             let connects = reach.clone();
             let refused = denied.clone();
             b.allow_tcp(true);
@@ -152,7 +155,7 @@ impl HostState {
             wasi: b.build(),
             http,
             hooks: HttpPolicy {
-                allowed: manifest.allowed_hosts.clone(),
+                allowed,
                 body_chunk: budget.body_chunk,
                 reach: reach.clone(),
                 denied: denied.clone(),
@@ -332,7 +335,7 @@ impl ResourceLimiter for MemoryLimiter {
 /// The `wasi:http` hook: a request leaves only when the allow-list admits its destination, and
 /// the call's [`ReachLog`] learns whether it did.
 struct HttpPolicy {
-    allowed: AllowedHosts,
+    allowed: Arc<AllowedHosts>,
     body_chunk: usize,
     reach: ReachLog,
     denied: DeniedLog,
@@ -345,15 +348,15 @@ struct HttpPolicy {
 pub(crate) struct DeniedLog {
     inner: Arc<std::sync::Mutex<Vec<String>>>,
     component: Arc<str>,
-    allowed: Arc<str>,
+    allowed: Arc<AllowedHosts>,
 }
 
 impl DeniedLog {
     /// The most destinations one call's error names.
     const KEPT: usize = 4;
 
-    fn new(component: Arc<str>, allowed: String) -> DeniedLog {
-        DeniedLog { inner: Arc::default(), component, allowed: allowed.into() }
+    fn new(component: Arc<str>, allowed: Arc<AllowedHosts>) -> DeniedLog {
+        DeniedLog { inner: Arc::default(), component, allowed }
     }
 
     /// Notes a refused destination (escaped; the query left out by the caller).
@@ -362,7 +365,7 @@ impl DeniedLog {
         tracing::warn!(
             component = &*self.component,
             %destination,
-            allowed = &*self.allowed,
+            allowed = %self.allowed,
             "outbound request denied: not on the component's allow-list"
         );
         let mut list = self.inner.lock().unwrap_or_else(|e| e.into_inner());
