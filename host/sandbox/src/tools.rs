@@ -743,7 +743,10 @@ impl ToolSet {
             .await;
         *reach = store.data().reach.reach();
         let denied = store.data().denied.explanation();
-        let stderr = crate::state::stderr_lines(&store.data().stderr.text());
+        // Only a call that failed by its own report carries its stderr (a trap quotes it already).
+        let stderr = matches!(result, Ok(Err(_)))
+            .then(|| crate::state::stderr_lines(&store.data().stderr.text()))
+            .flatten();
         sandbox.retire(store, permit, component, &self.inner.pending);
         // A refused destination explains a failure the guest can only report as a bare code.
         let explained = |message: String| match &denied {
