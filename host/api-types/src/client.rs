@@ -204,7 +204,15 @@ impl ApiClient {
             images,
             ..CreateSession::default()
         };
-        self.call(Method::POST, "/v1/sessions", |r| r.json(&body)).await
+        self.create(&body).await
+    }
+
+    /// `POST /v1/sessions` with every field of `body` (the agent, a first message, …).
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    pub async fn create(&self, body: &CreateSession) -> Result<Created, CallError> {
+        self.call(Method::POST, "/v1/sessions", |r| r.json(body)).await
     }
 
     /// `POST /v1/sessions/{id}/messages`: sends `text`, under the idempotency `key` when given.

@@ -61,9 +61,18 @@ pub struct CreateSession {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub client_key: Option<String>,
-    /// Pin the new session to this agent digest: only Workers that loaded it run the session.
-    /// Default: the digest of the agent the serving process loaded (pinned when that agent is
-    /// locked); none under `tollgate api` (any Worker).
+    /// The agent the session belongs to: only Workers serving it run the session. A name
+    /// (`support`) a Worker or server registered, or a digest (`sha256:…`) of a locked bundle a
+    /// Worker loaded, which also pins the session to it. Default: the agent of the serving process
+    /// (`tollgate serve`), else the only agent the store knows, else none yet (the first agent
+    /// to start on the store adopts it); refused with 409 `agent_unavailable` when it knows
+    /// several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([A-Za-z0-9][A-Za-z0-9_-]{0,63}|sha256:[0-9a-f]{64})$")]
+    pub agent: Option<String>,
+    /// Pin the new session to this agent digest: only Workers of its agent that loaded it run the
+    /// session. It must be a locked bundle a Worker registered (of `agent`, when named). Default:
+    /// the digest of the agent the serving process loaded (pinned when that agent is locked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
     pub agent_digest: Option<String>,
@@ -438,6 +447,10 @@ pub struct Snapshot {
     #[serde(default)]
     #[schema(required = true)]
     pub started_by: Option<String>,
+    /// The agent it belongs to (`null`: none yet; no Worker runs it until an agent adopts it).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub agent: Option<String>,
     /// Every decision on the session's interrupts, oldest first: its audit trail.
     #[serde(default)]
     #[schema(required = true)]
@@ -695,7 +708,12 @@ pub struct SessionPage {
 /// One session of a list.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct SessionRow {
-    /// The agent digest it runs under; `null`: none recorded (any Worker).
+    /// The agent it belongs to; `null`: none yet (from before agents had names; no Worker runs
+    /// it until an agent adopts it).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub agent: Option<String>,
+    /// The agent digest it runs under; `null`: none recorded.
     #[serde(default)] // A client reads a server older than the field.
     #[schema(required = true)]
     pub agent_digest: Option<String>,
@@ -1051,6 +1069,9 @@ pub enum ErrorCode {
     SessionBusy,
     /// 409: the session has no turn in progress to cancel.
     NoTurnRunning,
+    /// 409: no agent fits what the request names (none or several known, an unknown name, a
+    /// digest no Worker loaded or loaded unlocked), so no Worker would run the session.
+    AgentUnavailable,
     /// 409: the interrupt's turn is being cancelled, so it is decided by nobody.
     TurnCancelling,
     /// 503: the store cannot take the request now (a `Retry-After` header says when to retry).
@@ -1086,6 +1107,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::SessionBusy => "session_busy",
             ErrorCode::NoTurnRunning => "no_turn_running",
+            ErrorCode::AgentUnavailable => "agent_unavailable",
             ErrorCode::TurnCancelling => "turn_cancelling",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::StoredRowRefused => "stored_row_refused",
@@ -1197,6 +1219,7 @@ mod tests {
             turn_id: None,
             next_event_seq: 7,
             started_by: Some("carl".into()),
+            agent: Some("support".into()),
             decisions: Vec::new(),
             grants: Vec::new(),
         };
@@ -1209,7 +1232,7 @@ mod tests {
                 r#"{"arguments":{"order_id":"7"},"attempt":2,"kind":"custom","requires_approval":true,"runs_in":"call_single_attempt_tool","status":"started","tool_call_id":"toolu_1","tool_name":"create_refund","turn_id":"t1"}],"#,
                 r#""usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2,"model_calls":1},"#,
                 r#""cost_usd":0.25,"last_turn_error":null,"turn_id":null,"next_event_seq":7,"#,
-                r#""started_by":"carl","decisions":[],"grants":[]}"#
+                r#""started_by":"carl","agent":"support","decisions":[],"grants":[]}"#
             )
         );
         let back: Snapshot = serde_json::from_str(&text).unwrap();
@@ -1240,6 +1263,7 @@ mod tests {
             ErrorCode::IdempotencyConflict,
             ErrorCode::SessionBusy,
             ErrorCode::NoTurnRunning,
+            ErrorCode::AgentUnavailable,
             ErrorCode::TurnCancelling,
             ErrorCode::StoreUnavailable,
             ErrorCode::StoredRowRefused,

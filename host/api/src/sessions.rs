@@ -39,10 +39,146 @@ pub enum ClientError {
         /// The tool.
         tool: String,
     },
+    /// No agent the store knows fits what a new session asked for (named none of several, an
+    /// unknown name, a digest no Worker loaded or loaded unlocked); nothing was written.
+    #[error("{0}")]
+    AgentUnavailable(String),
 }
 
-/// Creates the session unless it exists, under no known agent (any Worker runs it); `true` when
-/// it was created.
+/// The agent a process serves (`tollgate serve`): what its new sessions get by default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServingAgent {
+    /// The agent's name.
+    pub name: String,
+    /// Its digest, pinned when the bundle is locked.
+    pub digest: AgentDigest,
+}
+
+/// What a new session records: the agent it belongs to and the digest it runs under.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionAgent {
+    /// The agent (`None`: none yet; the store's registry adopts it when an agent registers).
+    pub name: Option<String>,
+    /// The digest (`None`: not known).
+    pub digest: Option<AgentDigest>,
+}
+
+impl From<&ServingAgent> for SessionAgent {
+    fn from(serving: &ServingAgent) -> Self {
+        SessionAgent { name: Some(serving.name.clone()), digest: Some(serving.digest.clone()) }
+    }
+}
+
+/// The agent a new session asked for by `agent` (a name, or a digest) and `agent_digest` (a digest
+/// to pin), with `serving` the agent of this process, if any. Without either, the serving agent, else
+/// the only agent the store knows, else (no agent has started on the store yet) none: the first
+/// agent to register adopts the session. A name is one a Worker or server registered (or the serving
+/// agent's); a digest pins the session, so it must be of a locked bundle a Worker registered: the
+/// session's steps go only to Workers of its agent that loaded it.
+///
+/// # Errors
+/// [`ClientError::AgentUnavailable`] naming why and what the store knows; a malformed name or
+/// digest as bad input.
+pub async fn resolve_agent(
+    store: &dyn Store,
+    agent: Option<&str>,
+    agent_digest: Option<&str>,
+    serving: Option<&ServingAgent>,
+) -> Result<SessionAgent, ClientError> {
+    let (name, digest) = match (agent, agent_digest) {
+        (Some(asked), _) if asked.contains('@') => {
+            return Err(EngineError::BadInput {
+                field: "agent",
+                reason: format!(
+                    "{asked:?}: agent versions are not kept in the store; name the agent or give a digest"
+                ),
+            }
+            .into());
+        }
+        (Some(asked), None) if asked.starts_with("sha256:") => (None, Some(asked)),
+        (Some(asked), Some(_)) if asked.starts_with("sha256:") => {
+            return Err(EngineError::BadInput {
+                field: "agent",
+                reason: "give the digest once: `agent` as a digest, or `agent` as a name with `agent_digest`"
+                    .into(),
+            }
+            .into());
+        }
+        (asked, digest) => (asked, digest),
+    };
+    if let Some(name) = name {
+        tollgate_store::check_agent_name(name)
+            .map_err(|reason| EngineError::BadInput { field: "agent", reason })?;
+    }
+    if let Some(digest) = digest {
+        check_digest(if agent_digest.is_some() { "agent_digest" } else { "agent" }, digest)?;
+    }
+    if let Some(serving) = serving
+        && name.is_none_or(|name| name == serving.name)
+        && digest.is_none_or(|digest| serving.digest.pinned && digest == serving.digest.digest)
+    {
+        return Ok(serving.into());
+    }
+    let known = store.agents().known_agents().await?;
+    let mut names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+    if let Some(serving) = serving {
+        names.push(&serving.name);
+    }
+    names.sort_unstable();
+    names.dedup();
+    let listed = || if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+    let unavailable = |why: String| Err(ClientError::AgentUnavailable(why));
+    if let Some(digest) = digest {
+        let owners: Vec<_> =
+            known.iter().filter(|k| k.digest == digest && name.is_none_or(|name| k.name == name)).collect();
+        return match owners.as_slice() {
+            [] => unavailable(match name {
+                Some(name) => format!(
+                    "no Worker of agent `{name}` has loaded {digest}; start one on that bundle first (agents: {})",
+                    listed()
+                ),
+                None => format!("no Worker has loaded {digest}; start one on that bundle first"),
+            }),
+            [one] if !one.locked => unavailable(format!(
+                "agent `{}` was loaded from {digest} unlocked: its Workers run only unpinned sessions, so \
+                 none would run one pinned to it; lock the bundle (`tollgate agent lock`) or name the agent",
+                one.name
+            )),
+            [one] => Ok(SessionAgent {
+                name: Some(one.name.clone()),
+                digest: Some(AgentDigest { digest: digest.to_owned(), pinned: true }),
+            }),
+            _ => unavailable(format!("several agents loaded {digest}; name the agent too")),
+        };
+    }
+    let chosen = match name {
+        Some(name) if names.contains(&name) => name,
+        Some(name) => {
+            return unavailable(format!(
+                "no Worker or server of agent `{name}` has started on this store (agents: {})",
+                listed()
+            ));
+        }
+        None => match names.as_slice() {
+            [one] => *one,
+            // No agent has started on this store yet: the first to register adopts the session.
+            [] => return Ok(SessionAgent::default()),
+            _ => return unavailable(format!("this store serves several agents ({}): name one", listed())),
+        },
+    };
+    if let Some(serving) = serving.filter(|serving| serving.name == chosen) {
+        return Ok(serving.into());
+    }
+    // The newest digest it was loaded from, as a record: any Worker of the agent runs it.
+    let newest = known.iter().filter(|k| k.name == chosen).max_by_key(|k| k.last_seen_at);
+    Ok(SessionAgent {
+        name: Some(chosen.to_owned()),
+        digest: newest.map(|k| AgentDigest { digest: k.digest.clone(), pinned: false }),
+    })
+}
+
+/// Creates the session unless it exists, for the only agent the store knows (none yet: the first
+/// agent to register adopts it); `true` when it was created.
 ///
 /// # Errors
 /// A bad id, or the store failed.
@@ -50,9 +186,10 @@ pub async fn start(store: &dyn Store, session_id: &str) -> Result<bool, ClientEr
     start_under(store, session_id, None).await
 }
 
-/// Creates the session unless it exists, recording the agent it runs under (see
-/// the Worker's `Agent::session_agent`) and [`auth::LOCAL`] as who started it; `true` when it
-/// was created. An existing session keeps its agent.
+/// Creates the session unless it exists, recording the digest it runs under (see the Worker's
+/// `Agent::session_agent`) and [`auth::LOCAL`] as who started it; `true` when it was created. It
+/// belongs to the one agent that registered the digest, else to the only agent the store knows,
+/// else to none yet (the first agent to register adopts it). An existing session keeps its agent.
 ///
 /// # Errors
 /// A bad id, a digest that is not `sha256:<64 hex digits>`, or the store failed.
@@ -61,29 +198,45 @@ pub async fn start_under(
     session_id: &str,
     agent: Option<AgentDigest>,
 ) -> Result<bool, ClientError> {
-    start_by(store, session_id, agent, auth::LOCAL).await
+    let known = store.agents().known_agents().await?;
+    let mut owners: Vec<&str> = known
+        .iter()
+        .filter(|k| agent.as_ref().is_none_or(|a| a.digest == k.digest))
+        .map(|k| k.name.as_str())
+        .collect();
+    if owners.is_empty() {
+        owners = known.iter().map(|k| k.name.as_str()).collect();
+    }
+    owners.dedup();
+    let name = match owners.as_slice() {
+        [one] => Some((*one).to_owned()),
+        _ => None,
+    };
+    start_by(store, session_id, SessionAgent { name, digest: agent }, auth::LOCAL).await
 }
 
-/// [`start_under`], recording `principal` as who started the session (an existing session keeps
-/// its starter): separation of duties keeps them from deciding its interrupts.
+/// Creates the session unless it exists, for `agent` (see [`resolve_agent`]), recording
+/// `principal` as who started it (an existing session keeps its agent and its starter): separation
+/// of duties keeps them from deciding its interrupts.
 ///
 /// # Errors
-/// As [`start_under`].
+/// A bad id, a digest that is not `sha256:<64 hex digits>`, or the store failed.
 pub async fn start_by(
     store: &dyn Store,
     session_id: &str,
-    agent: Option<AgentDigest>,
+    agent: SessionAgent,
     principal: &str,
 ) -> Result<bool, ClientError> {
     check_id("session_id", session_id)?;
-    if let Some(agent) = &agent {
-        check_digest("agent_digest", &agent.digest)?;
+    if let Some(digest) = &agent.digest {
+        check_digest("agent_digest", &digest.digest)?;
     }
     let session = NewSession {
         session_id: session_id.to_owned(),
         status: SessionStatus::Idle.as_str().to_owned(),
         run_state: RunState::default().to_raw(),
-        agent,
+        agent: agent.digest,
+        agent_name: agent.name,
     };
     Ok(store.audit().create_session_by(session, principal).await?)
 }
@@ -481,6 +634,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         turn_id: state.turn.map(|t| t.turn_id),
         next_event_seq: session.next_event_seq,
         started_by: store.audit().started_by(session_id).await?,
+        agent: session.agent_name,
         decisions: decisions(store, session_id).await?,
         grants,
         live_text: live_text(store, session_id).await?,

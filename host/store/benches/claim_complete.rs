@@ -51,6 +51,7 @@ async fn seed(store: &dyn Store, sessions: usize, prefix: &str) {
                 status: "idle".into(),
                 run_state: j(r#"{"version":1}"#),
                 agent: None,
+                agent_name: None,
             })
             .await
             .unwrap();
@@ -162,6 +163,7 @@ async fn reclaim(store: &dyn Store, url: &str, lease: Duration, n: usize) -> Vec
             status: "idle".into(),
             run_state,
             agent: None,
+            agent_name: None,
         })
         .await
         .unwrap();

@@ -194,7 +194,7 @@ pub trait AuditLog: Send + Sync {
 
 /// The audit statements of one dialect, rendered once.
 pub(crate) struct AuditStatements {
-    /// [`crate::dialect::Statements::create_session`] plus `$7` the creator.
+    /// [`crate::dialect::Statements::create_session`] plus `$8` the creator.
     create_session_by: &'static str,
     /// Session `$1`'s creator.
     started_by: &'static str,
@@ -212,8 +212,8 @@ impl AuditStatements {
         AuditStatements {
             create_session_by: keep(format!(
                 "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
-                     agent_digest, agent_pinned, started_by)
-                 VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6, $7) ON CONFLICT DO NOTHING"
+                     agent_digest, agent_pinned, agent_name, started_by)
+                 VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
             )),
             started_by: "SELECT started_by FROM sessions WHERE session_id = $1",
             insert: keep(format!(
@@ -307,6 +307,7 @@ where
             .bind(session.run_state.get())
             .bind(session.agent.as_ref().map(|a| a.digest.as_str()))
             .bind(session.agent.as_ref().is_some_and(|a| a.pinned))
+            .bind(session.agent_name.as_deref())
             .bind(principal)
             .execute(self.write_pool())
             .await?;

@@ -372,6 +372,7 @@ where
             .bind(session.run_state.get())
             .bind(session.agent.as_ref().map(|a| a.digest.as_str()))
             .bind(session.agent.as_ref().is_some_and(|a| a.pinned))
+            .bind(session.agent_name.as_deref())
             .execute(self.write_pool())
             .await?;
         Ok(DB::rows_affected(&done) == 1)
@@ -403,6 +404,7 @@ where
             created_at: row.try_get("created_at")?,
             updated_at: row.try_get("updated_at")?,
             agent: Sql::<DB>::decode_agent(&row)?,
+            agent_name: row.try_get("agent_name")?,
         }))
     }
 
@@ -428,17 +430,22 @@ where
         &self,
         worker_id: &str,
         lease: Duration,
-        digests: &[String],
+        scope: &ClaimScope,
     ) -> Result<Option<Claimed>, StoreError> {
-        for digest in digests {
+        for digest in &scope.digests {
             check_digest(digest)?;
         }
-        let pins: Vec<&str> = std::iter::once("").chain(digests.iter().map(String::as_str)).collect();
+        for name in &scope.agents {
+            check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
+        }
+        let pins: Vec<&str> = std::iter::once("").chain(scope.digests.iter().map(String::as_str)).collect();
         let pins = serde_json::to_string(&pins).expect("strings serialize");
+        let agents = serde_json::to_string(&scope.agents).expect("strings serialize");
         let row = sqlx::query(DB::statements().claim_for)
             .bind(worker_id)
             .bind(ms(lease))
             .bind(ROW_VERSION)
+            .bind(agents.as_str())
             .bind(pins.as_str())
             .fetch_optional(self.write_pool())
             .await?;
@@ -453,6 +460,7 @@ where
         let (item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
         let row = sqlx::query(sql.agent_of_session).bind(sid).fetch_one(&mut *tx).await?;
         let from = Sql::<DB>::decode_agent(&row)?;
+        let name: Option<String> = row.try_get("agent_name")?;
         let target = AgentDigest { digest: to.to_owned(), pinned: true };
         let step = sqlx::query(sql.busy_step).bind(sid).fetch_optional(&mut *tx).await?;
         let mut queued = false;
@@ -475,11 +483,18 @@ where
                 _ => {}
             }
         }
-        if from.as_ref() == Some(&target) {
+        let owner = crate::agents::pin_owner(&mut tx, sid, name.as_deref(), to).await?;
+        if from.as_ref() == Some(&target) && name.as_deref() == Some(owner.as_str()) {
             return Ok(UpgradeReceipt { from, to: target, event_seq: None });
         }
-        sqlx::query(sql.pin_session).bind(sid).bind(to).bind(true).execute(&mut *tx).await?;
-        sqlx::query(sql.pin_steps).bind(sid).bind(to).execute(&mut *tx).await?;
+        sqlx::query(sql.pin_session)
+            .bind(sid)
+            .bind(to)
+            .bind(true)
+            .bind(owner.as_str())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(sql.pin_steps).bind(sid).bind(to).bind(owner.as_str()).execute(&mut *tx).await?;
         let payload = serde_json::json!({
             "from": from.as_ref().map(|a| a.digest.as_str()),
             "from_pinned": from.as_ref().is_some_and(|a| a.pinned),
@@ -878,6 +893,7 @@ where
                     created_at: row.try_get("created_at")?,
                     updated_at: row.try_get("updated_at")?,
                     agent: Sql::<DB>::decode_agent(row)?,
+                    agent_name: row.try_get("agent_name")?,
                 })
             })
             .collect()
@@ -1016,6 +1032,10 @@ where
     }
 
     fn media(&self) -> &dyn crate::media::MediaStore {
+        self
+    }
+
+    fn agents(&self) -> &dyn crate::agents::AgentRegistry {
         self
     }
 
@@ -1263,6 +1283,9 @@ pub(crate) fn check_new_session(session: &NewSession) -> Result<(), StoreError> 
     if let Some(agent) = &session.agent {
         check_digest(&agent.digest)?;
     }
+    if let Some(name) = &session.agent_name {
+        check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
+    }
     Ok(())
 }
 
@@ -1281,7 +1304,7 @@ fn check_run_state(run_state: &RawValue) -> Result<(), StoreError> {
 }
 
 /// Checks an agent digest given to the store: 1 to 200 bytes.
-fn check_digest(digest: &str) -> Result<(), StoreError> {
+pub(crate) fn check_digest(digest: &str) -> Result<(), StoreError> {
     if digest.is_empty() || digest.len() > 200 {
         return Err(StoreError::Invalid {
             what: format!("an agent digest must be 1 to 200 bytes, not {} bytes", digest.len()),

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | the database clock in ms (`{now}` in the text) | `unixepoch('subsec')` | `clock_timestamp()` |
 //! | claiming a step | one `UPDATE … WHERE step_id = (SELECT …)`: SQLite holds the write lock | `WITH … FOR UPDATE SKIP LOCKED` then `UPDATE … FROM` |
-//! | a claim limited to pins | `pin IN (SELECT value FROM json_each($4))` | `pin = ANY(ARRAY(SELECT jsonb_array_elements_text($4::jsonb)))` |
+//! | a claim limited to agents and pins | `agent IN (SELECT value FROM json_each($4))` | `agent = ANY(ARRAY(SELECT jsonb_array_elements_text($4::jsonb)))` |
 //! | rows a statement changed | `SqliteQueryResult::rows_affected` | `PgQueryResult::rows_affected` |
 //!
 //! Placeholders are `$1`, `$2`, … in both: sqlx binds SQLite's `$N` parameters by their number
@@ -65,7 +65,14 @@ impl Dialect for sqlx::Sqlite {
                          due_at, attempt, fence, lost, output"
                 )
             };
-            Statements::render(now, claim(""), claim("AND pin IN (SELECT value FROM json_each($4))"))
+            Statements::render(
+                now,
+                claim(""),
+                claim(
+                    "AND agent IN (SELECT value FROM json_each($4))
+                     AND pin IN (SELECT value FROM json_each($5))",
+                ),
+            )
         });
         &SQLITE
     }
@@ -85,9 +92,10 @@ impl Dialect for sqlx::Postgres {
     fn statements() -> &'static Statements {
         static POSTGRES: LazyLock<Statements> = LazyLock::new(|| {
             let now = <sqlx::Postgres as Dialect>::NOW;
-            // Workers never wait on each other's candidate rows (`SKIP LOCKED`). Limited to pins,
-            // the JSON array `$4` becomes an init-plan constant, so `pin = ANY(…)` is an index
-            // condition of `steps_due_pin (pin, due_at)` and only claimable rows are read.
+            // Workers never wait on each other's candidate rows (`SKIP LOCKED`). Limited to agents
+            // and pins, the JSON arrays `$4` and `$5` become init-plan constants, so `agent = ANY(…)`
+            // and `pin = ANY(…)` are index conditions of `steps_due_agent (agent, pin, due_at)` and
+            // only claimable rows are read.
             let claim = |only_pins: &str| {
                 format!(
                     "WITH c AS (
@@ -106,7 +114,10 @@ impl Dialect for sqlx::Postgres {
             Statements::render(
                 now,
                 claim(""),
-                claim("AND pin = ANY(ARRAY(SELECT jsonb_array_elements_text($4::jsonb)))"),
+                claim(
+                    "AND agent = ANY(ARRAY(SELECT jsonb_array_elements_text($4::jsonb)))
+                     AND pin = ANY(ARRAY(SELECT jsonb_array_elements_text($5::jsonb)))",
+                ),
             )
         });
         &POSTGRES
@@ -166,13 +177,13 @@ pub(crate) struct Statements {
     pub resolve_interrupt: &'static str,
     /// Queues the step of session `$1` waiting on interrupt `$2`; returns its `step_id`.
     pub queue_waiting_step: &'static str,
-    /// Session `$1`'s agent digest and pin.
+    /// Session `$1`'s agent digest, pin and agent name.
     pub agent_of_session: &'static str,
     /// Session `$1`'s step in flight: `step_id`, `kind`, `state`, `attempt`.
     pub busy_step: &'static str,
-    /// Pins session `$1` to digest `$2` (`$3`: pinned).
+    /// Pins session `$1` to digest `$2` (`$3`: pinned) of agent `$4`.
     pub pin_session: &'static str,
-    /// Moves session `$1`'s queued and waiting steps to pin `$2`.
+    /// Moves session `$1`'s queued and waiting steps to pin `$2` of agent `$3`.
     pub pin_steps: &'static str,
     /// Finishes step `$1` under fence `$2` with output `$3`.
     pub finish_done: &'static str,
@@ -202,14 +213,15 @@ pub(crate) struct Statements {
     /// session, `$5` lines).
     pub insert_transcript_chunk: &'static str,
     /// Creates session `$1` (`$2` row version, `$3` status, `$4` run state, `$5` agent digest,
-    /// `$6` pinned) unless it exists.
+    /// `$6` pinned, `$7` agent name) unless it exists.
     pub create_session: &'static str,
 
     // Claims, one statement each.
     /// Claims the oldest due step for worker `$1` with a lease of `$2` ms, rows up to version
     /// `$3`; returns the step's columns.
     pub claim: &'static str,
-    /// [`Statements::claim`] limited to steps whose `pin` is one of the JSON array `$4`.
+    /// [`Statements::claim`] limited to steps whose `agent` is one of the JSON array `$4` and
+    /// whose `pin` is one of the JSON array `$5`.
     pub claim_for: &'static str,
     /// Extends the lease of step `$1` under fence `$2` by `$3` ms; returns `due_at`.
     pub heartbeat: &'static str,
@@ -271,13 +283,15 @@ impl Statements {
     /// The statements with the clock expression `now` and the dialect's two claims. Runs once
     /// per dialect; the text is kept for the process's life.
     fn render(now: &str, claim: String, claim_for: String) -> Self {
-        // A new step's pin: the digest of session `$1` when it is pinned, else `''` (any Worker).
+        // A new step's pin: the digest of session `$1` when it is pinned, else `''` (any Worker
+        // of its agent); its agent: the session's (`''`: none yet, no Worker claims it).
         let pin = "COALESCE((SELECT CASE WHEN agent_pinned THEN agent_digest END
             FROM sessions WHERE session_id = $1), '')";
+        let agent = "COALESCE((SELECT agent_name FROM sessions WHERE session_id = $1), '')";
         let insert_step = format!(
             "INSERT INTO steps (session_id, row_version, kind, payload, state, interrupt_id, due_at,
-                 created_at, updated_at, pin)
-             VALUES ($1, $2, $3, $4, $5, $6, {now} + $7, {now}, {now}, {pin})"
+                 created_at, updated_at, pin, agent)
+             VALUES ($1, $2, $3, $4, $5, $6, {now} + $7, {now}, {now}, {pin}, {agent})"
         );
         let keep = |s: String| -> &'static str { s.leak() };
         Statements {
@@ -329,12 +343,13 @@ impl Statements {
                  WHERE session_id = $1 AND interrupt_id = $2 AND state = 'waiting'
                  RETURNING step_id"
             )),
-            agent_of_session: "SELECT agent_digest, agent_pinned FROM sessions WHERE session_id = $1",
+            agent_of_session: "SELECT agent_digest, agent_pinned, agent_name FROM sessions WHERE session_id = $1",
             busy_step: "SELECT step_id, kind, state, attempt FROM steps
                  WHERE session_id = $1 AND state IN ('queued', 'claimed', 'waiting')",
-            pin_session: "UPDATE sessions SET agent_digest = $2, agent_pinned = $3 WHERE session_id = $1",
+            pin_session: "UPDATE sessions SET agent_digest = $2, agent_pinned = $3, agent_name = $4
+                 WHERE session_id = $1",
             pin_steps: keep(format!(
-                "UPDATE steps SET pin = $2, updated_at = {now}
+                "UPDATE steps SET pin = $2, agent = $3, updated_at = {now}
                  WHERE session_id = $1 AND state IN ('queued', 'waiting')"
             )),
             finish_done: keep(format!(
@@ -392,8 +407,8 @@ impl Statements {
             )),
             create_session: keep(format!(
                 "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
-                     agent_digest, agent_pinned)
-                 VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6) ON CONFLICT DO NOTHING"
+                     agent_digest, agent_pinned, agent_name)
+                 VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6, $7) ON CONFLICT DO NOTHING"
             )),
             claim: keep(claim),
             claim_for: keep(claim_for),
@@ -408,7 +423,8 @@ impl Statements {
             )),
             session: "SELECT session_id, row_version, status, run_state, usage_input_tokens,
                      usage_cached_input_tokens, usage_output_tokens, usage_model_calls,
-                     next_item_seq, next_event_seq, created_at, updated_at, agent_digest, agent_pinned
+                     next_item_seq, next_event_seq, created_at, updated_at, agent_digest, agent_pinned,
+                     agent_name
                  FROM sessions WHERE session_id = $1",
             step: keep(format!("SELECT {STEP_COLUMNS} FROM steps WHERE step_id = $1")),
             items: "SELECT seq, row_version, kind, uuid, turn_id, body, created_at FROM items
@@ -426,7 +442,8 @@ impl Statements {
                  WHERE session_id = $1 ORDER BY item_seq",
             messages: "SELECT seq, row_version, role, text, images, item_seq, created_at FROM messages
                  WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
-            sessions: "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned
+            sessions: "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned,
+                     agent_name
                  FROM sessions
                  WHERE session_id > $1 AND ($2 IS NULL OR status = $2)
                  ORDER BY session_id LIMIT $3",

@@ -128,6 +128,17 @@ pub enum StoreError {
         /// What it is doing, e.g. `step 7 (RunModel) is claimed`.
         detail: String,
     },
+    /// The session cannot be pinned to that digest: no Worker could run it there (the digest
+    /// is unknown, of another agent, or of an unlocked bundle). Nothing was written.
+    #[error("session `{session_id}` cannot move to {to}: {detail}")]
+    UpgradeRefused {
+        /// The session.
+        session_id: String,
+        /// The digest asked for.
+        to: String,
+        /// Why, naming what would make it possible.
+        detail: String,
+    },
     /// A cancel was asked of a session with no step in flight: no turn runs. Nothing was written.
     #[error("session `{session_id}` has no turn in progress to cancel")]
     NothingToCancel {

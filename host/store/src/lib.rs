@@ -25,7 +25,7 @@
 //!
 //! let store = tollgate_store::open("sqlite://agent/tollgate.db").await?;
 //! store.create_session(NewSession { session_id: "s-1".into(), status: "idle".into(),
-//!     run_state: raw(r#"{"version":1}"#).unwrap(), agent: None }).await?;
+//!     run_state: raw(r#"{"version":1}"#).unwrap(), agent: None, agent_name: None }).await?;
 //! let mut work = store.work_signal();
 //! loop {
 //!     while let Some(claimed) = store.claim("worker-1", Duration::from_secs(60)).await? {
@@ -48,7 +48,7 @@
 //! `idempotency_keys`. Migration 0002 adds the agent a session runs under
 //! (`sessions.agent_digest`, `sessions.agent_pinned`) and `steps.pin` (`''`: any Worker, else the
 //! pinned digest, copied from the session when a step is inserted) with the partial index
-//! `steps_due_pin(pin, due_at) WHERE state IN ('queued','claimed')` that [`Store::claim_for`]
+//! `steps_due_pin(pin, due_at) WHERE state IN ('queued','claimed')` (dropped by 0013) that [`Store::claim_for`]
 //! scans. Migration 0004 adds the webhook outbox (`webhook_subscriptions`, `webhook_deliveries` and a
 //! trigger on `events`; see [`outbox`]). Migration 0005 adds approval deadlines (`interrupts.deadline_at`,
 //! `interrupts.escalated_at`, the partial index `interrupts_deadline(deadline_at) WHERE state = 'open'
@@ -65,7 +65,10 @@
 //! of an event per flush; `text_offset` and `from_seq` say where its text continues what the
 //! event log has. Migration 0012 adds `media` (PK `(session_id, digest)`): images stored once
 //! per session by digest, the bytes in a `blob`/`bytea` column ([`media::MediaStore`]), and
-//! `messages.images`, a message's images by reference. JSON columns are `text` on both backends
+//! `messages.images`, a message's images by reference. Migration 0013 names each session's agent
+//! (`sessions.agent_name`, copied onto `steps.agent` as the pin is), replaces `steps_due_pin` with
+//! `steps_due_agent(agent, pin, due_at) WHERE state IN ('queued','claimed')`, and adds the agents
+//! registry `agent_digests` (PK `(name, digest)`; see [`agents`]). JSON columns are `text` on both backends
 //! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -85,6 +88,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agents;
 pub mod audit;
 pub mod deadlines;
 pub mod error;
@@ -103,6 +107,7 @@ mod dialect;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use agents::{AgentRegistry, KnownAgent, Registration};
 pub use audit::{AuditDecision, AuditEntry, AuditLog, AuditQuery, NewAuditEntry};
 pub use deadlines::{DEADLINE_PRINCIPAL, Deadlines, Escalation, EscalationReceipt, Expiry};
 pub use error::{StoreError, UnavailableReason};
@@ -176,22 +181,26 @@ pub trait Store: Send + Sync {
     /// is due. Rows with a future `row_version` are never claimed.
     async fn claim(&self, worker_id: &str, lease: Duration) -> Result<Option<Claimed>, StoreError>;
 
-    /// As [`Store::claim`], but only steps of sessions this Worker may run: unpinned sessions
-    /// (no agent digest, or one recorded with `pinned: false`) and sessions pinned to one of
-    /// `digests` (the agent digests the Worker loaded). A step of a session pinned to another
-    /// digest stays for a Worker that loaded it. One index range per digest (`steps_due_pin`).
+    /// As [`Store::claim`], but only steps of sessions this Worker may run: sessions of one of
+    /// `scope.agents`, unpinned (no agent digest, or one recorded with `pinned: false`) or pinned
+    /// to one of `scope.digests` (the locked bundles the Worker loaded). A step of another agent's
+    /// session, of a session pinned to another digest, or of a session that names no agent stays.
+    /// One index range per agent and pin (`steps_due_agent`).
     async fn claim_for(
         &self,
         worker_id: &str,
         lease: Duration,
-        digests: &[String],
+        scope: &ClaimScope,
     ) -> Result<Option<Claimed>, StoreError>;
 
     /// Pins the session to the agent digest `to` and records an `agent_upgraded` event
     /// (`{"from": <digest or null>, "from_pinned": bool, "to": <digest>}`, its `created_at` the
     /// time) in the same transaction. Only a session that is idle, waiting on an interrupt, or
     /// queued but never claimed moves: a running one is [`StoreError::SessionBusy`] and nothing
-    /// is written. Already pinned to `to`: `Ok` with no event.
+    /// is written. Already pinned to `to`: `Ok` with no event. `to` must be a locked bundle of the
+    /// session's agent that a Worker registered ([`agents::AgentRegistry`]), else
+    /// [`StoreError::UpgradeRefused`] and nothing is written: no Worker would run the session. A
+    /// session that names no agent takes the name of the one agent that registered `to`.
     async fn upgrade_session(&self, session_id: &str, to: &str) -> Result<UpgradeReceipt, StoreError>;
 
     /// Extends the claim's lease to DB-now + `lease` and returns the new end; `LeaseLost` when the
@@ -338,6 +347,9 @@ pub trait Store: Send + Sync {
 
     /// This store's images ([`media::MediaStore`]): the same database, the same transactions.
     fn media(&self) -> &dyn media::MediaStore;
+
+    /// The agents this store knows ([`agents::AgentRegistry`]).
+    fn agents(&self) -> &dyn agents::AgentRegistry;
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

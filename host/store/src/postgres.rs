@@ -268,5 +268,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0012_media.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            13,
+            "agent_names".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0013_agent_names.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

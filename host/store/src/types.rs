@@ -44,8 +44,11 @@ pub struct Session {
     pub created_at: i64,
     /// Last change (DB clock, ms).
     pub updated_at: i64,
-    /// The agent it runs under (`None`: not known; any Worker runs it).
+    /// The digest it runs under (`None`: not known).
     pub agent: Option<AgentDigest>,
+    /// The agent it belongs to: only a Worker serving this agent claims its steps (`None`: a
+    /// session from before agents had names, not adopted yet; no Worker claims it).
+    pub agent_name: Option<String>,
 }
 
 /// The agent a session runs under: the digest of the agent bundle it started with (or was
@@ -82,8 +85,10 @@ pub struct SessionSummary {
     pub created_at: i64,
     /// Last change (DB clock, ms).
     pub updated_at: i64,
-    /// The agent it runs under.
+    /// The digest it runs under.
     pub agent: Option<AgentDigest>,
+    /// The agent it belongs to (`None`: not adopted yet).
+    pub agent_name: Option<String>,
 }
 
 /// A session to create with [`crate::Store::create_session`].
@@ -95,8 +100,45 @@ pub struct NewSession {
     pub status: String,
     /// Initial run state: a JSON object with an integer `version`.
     pub run_state: Box<RawValue>,
-    /// The agent it runs under (`None`: not known, any Worker runs it).
+    /// The digest it runs under (`None`: not known).
     pub agent: Option<AgentDigest>,
+    /// The agent it belongs to (see [`check_agent_name`]): only Workers serving it claim the
+    /// session's steps. `None` leaves the session to be adopted ([`crate::agents`]).
+    pub agent_name: Option<String>,
+}
+
+/// What a Worker serves, for [`crate::Store::claim_for`]: steps of sessions of one of `agents`,
+/// unpinned or pinned to one of `digests`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimScope {
+    /// The agent names it serves.
+    pub agents: Vec<String>,
+    /// The digests whose pinned sessions it may run (the locked bundles it loaded).
+    pub digests: Vec<String>,
+}
+
+/// The longest agent name, in bytes.
+pub const MAX_AGENT_NAME: usize = 64;
+
+/// Refuses an agent name that is not 1 to [`MAX_AGENT_NAME`] ASCII letters, digits, `-` and `_`,
+/// starting with a letter or digit. `@` (a version) and `:` (a digest) never appear in one, so
+/// `support`, `support@3` and `sha256:…` cannot be confused.
+///
+/// # Errors
+/// What is wrong with `name`, quoting it.
+pub fn check_agent_name(name: &str) -> Result<(), String> {
+    let well_formed = !name.is_empty()
+        && name.len() <= MAX_AGENT_NAME
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!(
+            "the agent name {name:?} must be 1 to {MAX_AGENT_NAME} ASCII letters, digits, `-` and `_`, \
+             starting with a letter or a digit"
+        ))
+    }
 }
 
 /// A change of the session row inside a commit. `None` fields stay as they are.

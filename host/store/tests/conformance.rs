@@ -32,8 +32,13 @@ async fn reopening_a_sqlite_file_keeps_its_sessions_and_migrates_once() {
     let path = dir.path().join("agent.db");
     let store = SqliteStore::open(&path).await.unwrap();
     let run_state = tollgate_store::raw(r#"{"version":1}"#).unwrap();
-    let session =
-        tollgate_store::NewSession { session_id: "s".into(), status: "idle".into(), run_state, agent: None };
+    let session = tollgate_store::NewSession {
+        session_id: "s".into(),
+        status: "idle".into(),
+        run_state,
+        agent: None,
+        agent_name: None,
+    };
     assert!(store.create_session(session).await.unwrap());
     drop(store);
     let again = SqliteStore::open(&path).await.unwrap();
@@ -71,6 +76,7 @@ fn idle_session(id: &str) -> tollgate_store::NewSession {
         status: "idle".into(),
         run_state: tollgate_store::raw(r#"{"version":1}"#).unwrap(),
         agent: None,
+        agent_name: None,
     }
 }
 

@@ -98,6 +98,7 @@ async fn new_session(store: &dyn Store, id: &str) {
         status: "idle".into(),
         run_state: raw(r#"{"version":1}"#).unwrap(),
         agent: None,
+        agent_name: None,
     };
     store.create_session(session).await.unwrap();
 }

@@ -36,6 +36,30 @@ pub fn check_policy_names(path: &Path, policies: &Policies, tools: &ToolSet) -> 
     bail!("{}: [policies]: {}", path.display(), each.join("; "))
 }
 
+/// The name of the agent in folder `dir` (canonical) configured by `config`: `[agent] name`, checked
+/// when parsed, else the folder's name made into one: each character other than an ASCII letter,
+/// digit, `-` or `_` becomes `-`, leading `-` and `_` go, and it is cut to
+/// [`tollgate_store::MAX_AGENT_NAME`] bytes (`.tmp x` names `tmp-x`).
+fn name_of(dir: &Path, config: &AgentConfig) -> anyhow::Result<String> {
+    if let Some(name) = &config.name {
+        return Ok(name.clone());
+    }
+    let folder = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let mapped: String =
+        folder.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
+    let mut name = mapped.trim_start_matches(['-', '_']).to_owned();
+    name.truncate(tollgate_store::MAX_AGENT_NAME);
+    tollgate_store::check_agent_name(&name).map_err(|why| {
+        anyhow::anyhow!(
+            "{}: the agent has no [agent] name and its folder's name makes none ({why}); set [agent] name \
+             in {}",
+            dir.display(),
+            config.path.display()
+        )
+    })?;
+    Ok(name)
+}
+
 /// The custom tools of `tools` that neither a policy nor their annotations classify: their calls
 /// get `default_effect`.
 pub fn default_effect_tools<'a>(policies: &Policies, tools: &'a ToolSet) -> Vec<&'a str> {
@@ -53,7 +77,7 @@ pub fn default_effect_tools<'a>(policies: &Policies, tools: &'a ToolSet) -> Vec<
 #[cfg(test)]
 use tollgate_sandbox::SandboxConfig;
 use tollgate_sandbox::{FactoryError, OptionsContext, OptionsFactory, Sandbox, ToolSet};
-use tollgate_store::AgentDigest;
+use tollgate_store::{AgentDigest, ClaimScope};
 
 use crate::bundle::{Bundle, LOCK_FILE, Lock};
 use crate::config::{AgentConfig, CONFIG_FILE};
@@ -61,6 +85,8 @@ use crate::config::{AgentConfig, CONFIG_FILE};
 /// A loaded agent directory. Share it behind an `Arc`.
 pub struct Agent {
     dir: PathBuf,
+    /// What sessions name it by: `[agent] name`, else the folder's name.
+    name: String,
     /// Its `tollgate.toml` (the defaults when there is none).
     pub config: AgentConfig,
     sandbox: Sandbox,
@@ -118,6 +144,7 @@ impl Agent {
             Some(parsed) => parsed?,
             None => AgentConfig::defaults(dir.join(CONFIG_FILE)),
         };
+        let name = name_of(&dir, &config)?;
         let locked = match lock {
             LockUse::Verify => match Lock::read(&dir)? {
                 Some(lock) => {
@@ -154,6 +181,7 @@ impl Agent {
         check_policy_names(&config.path, &config.policies, &tools)?;
         Ok(Agent {
             dir,
+            name,
             config,
             sandbox,
             factory,
@@ -165,6 +193,11 @@ impl Agent {
     /// The agent directory (canonical).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// What sessions name this agent by: `[agent] name`, else the folder's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The agent digest of the bundle as read at load (`sha256:…`, see [`crate::bundle`]).
@@ -183,10 +216,13 @@ impl Agent {
         AgentDigest { digest: self.digest.clone(), pinned: self.is_locked() }
     }
 
-    /// The digests whose pinned sessions this agent's Worker may run: its own when locked, none
-    /// when unlocked (an unlocked Worker runs unpinned sessions only).
-    pub fn claim_digests(&self) -> Vec<String> {
-        if self.is_locked() { vec![self.digest.clone()] } else { Vec::new() }
+    /// The sessions this agent's Worker may run: those of this agent, unpinned, or pinned to its
+    /// digest when it is locked (an unlocked Worker runs unpinned sessions only).
+    pub fn claim_scope(&self) -> ClaimScope {
+        ClaimScope {
+            agents: vec![self.name.clone()],
+            digests: if self.is_locked() { vec![self.digest.clone()] } else { Vec::new() },
+        }
     }
 
     /// The lock file's path.
@@ -247,6 +283,37 @@ mod tests {
         format!("{:#}", load(config).await.expect_err("the configuration is refused"))
     }
 
+    /// The name the loader gives a folder without `[agent] name`.
+    fn canonical_name(dir: &Path) -> String {
+        let folder = dir.canonicalize().unwrap();
+        name_of(&folder, &AgentConfig::defaults(folder.join(CONFIG_FILE))).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_agent_is_named_by_its_configuration_else_by_its_folder_made_into_a_name() {
+        let named = load("[agent]\nname = \"billing\"\n").await.unwrap();
+        assert_eq!(named.name(), "billing");
+        let parent = tempfile::tempdir().unwrap();
+        for (folder, expected) in [("support", "support"), (".tmp x.y", "tmp-x-y"), ("_Ops_2", "Ops_2")] {
+            let dir = parent.path().join(folder);
+            std::fs::create_dir(&dir).unwrap();
+            let sandbox =
+                Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
+            assert_eq!(Agent::load(&dir, sandbox).await.unwrap().name(), expected, "{folder:?}");
+        }
+        let long = parent.path().join("a".repeat(100));
+        std::fs::create_dir(&long).unwrap();
+        assert_eq!(canonical_name(&long), "a".repeat(tollgate_store::MAX_AGENT_NAME));
+        let nameless = parent.path().join("...");
+        std::fs::create_dir(&nameless).unwrap();
+        let sandbox = Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
+        let error = format!("{:#}", Agent::load(&nameless, sandbox).await.unwrap_err());
+        assert!(
+            error.contains("its folder's name makes none") && error.contains("set [agent] name"),
+            "{error}"
+        );
+    }
+
     #[tokio::test]
     async fn a_policy_for_a_tool_the_agent_does_not_have_is_refused_with_a_did_you_mean() {
         // With no custom tools: a built-in misspelled, a made-up custom name; MCP names pass.
@@ -291,14 +358,22 @@ mod tests {
         let sandbox = || Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
         let unlocked = Agent::load(dir.path(), sandbox()).await.unwrap();
         assert!(!unlocked.is_locked());
-        assert!(unlocked.claim_digests().is_empty(), "an unlocked Worker runs unpinned sessions only");
+        let folder = canonical_name(dir.path());
+        assert_eq!(
+            unlocked.claim_scope(),
+            ClaimScope { agents: vec![folder.clone()], digests: vec![] },
+            "an unlocked Worker runs its agent's unpinned sessions only"
+        );
         assert!(!unlocked.session_agent().pinned);
         let canonical = dir.path().canonicalize().unwrap();
         Lock::of(&Bundle::read(&canonical).unwrap()).write(&canonical).unwrap();
         let locked = Agent::load(dir.path(), sandbox()).await.unwrap();
         assert!(locked.is_locked());
         assert_eq!(locked.digest(), unlocked.digest(), "the same files, the same digest");
-        assert_eq!(locked.claim_digests(), [locked.digest().to_owned()]);
+        assert_eq!(
+            locked.claim_scope(),
+            ClaimScope { agents: vec![folder], digests: vec![locked.digest().to_owned()] }
+        );
         assert!(locked.session_agent().pinned);
 
         let expected = crate::bundle::file_digest(&std::fs::read(&config).unwrap());

@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! [agent]
+//! name = "support"                  # what sessions name; default: the folder's name
 //! flow_type = "SupportAgent"        # a label
 //! options_factory = "agent.wasm"    # or a static [options] table
 //! spend_limit_usd = 5.0             # no new segment once a session spent this much
@@ -27,6 +28,7 @@
 //!
 //! | key | default |
 //! | --- | --- |
+//! | `[agent] name` | the agent folder's name (see [`tollgate_store::check_agent_name`]) |
 //! | `[agent] flow_type` | none |
 //! | `[agent] options_factory` | none: the `[options]` table gives the options |
 //! | `[agent] spend_limit_usd` | no limit |
@@ -81,6 +83,8 @@ const TABLES: &str = "[agent], [options], [policies], [tools.<name>], [sandbox]"
 pub struct AgentConfig {
     /// The file (it need not exist).
     pub path: PathBuf,
+    /// What sessions name this agent by (`[agent] name`; `None`: the folder's name).
+    pub name: Option<String>,
     /// A label (`[agent] flow_type`).
     pub flow_type: Option<String>,
     /// The options factory's path as written, relative to the agent directory.
@@ -155,6 +159,7 @@ pub enum ConfigError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AgentTable {
+    name: Option<Spanned<String>>,
     flow_type: Option<String>,
     options_factory: Option<PathBuf>,
     spend_limit_usd: Option<Spanned<f64>>,
@@ -167,6 +172,7 @@ impl AgentConfig {
     pub fn defaults(path: PathBuf) -> AgentConfig {
         AgentConfig {
             path,
+            name: None,
             flow_type: None,
             options_factory: None,
             limits: Limits::default(),
@@ -304,6 +310,13 @@ impl AgentConfig {
             }
             if let Some(lost) = agent.max_lost_workers {
                 config.limits.max_lost_workers = i64::from(lost);
+            }
+            if let Some(name) = agent.name {
+                let span = name.span();
+                let name = name.into_inner();
+                tollgate_store::check_agent_name(&name)
+                    .map_err(|why| invalid(Some(span), "agent.name", format!("[agent] name: {why}")))?;
+                config.name = Some(name);
             }
             config.flow_type = agent.flow_type;
             config.options_factory = agent.options_factory;
@@ -466,6 +479,20 @@ mod tests {
         assert!(!config.manifests.is_empty());
         let factory = parse("[agent]\noptions_factory = \"agent.wasm\"\n").unwrap();
         assert_eq!(factory.options_factory, Some(PathBuf::from("agent.wasm")));
+    }
+
+    #[test]
+    fn the_agent_name_is_read_and_a_bad_one_refused_naming_the_key_and_line() {
+        assert_eq!(parse("[agent]\nname = \"billing-2\"\n").unwrap().name.as_deref(), Some("billing-2"));
+        assert_eq!(parse("").unwrap().name, None, "the folder's name, decided by the loader");
+        for bad in ["support@3", "sha256:ab", "", "a b"] {
+            let (error, line, key) = error_of(&format!("[agent]\nflow_type = \"x\"\nname = {bad:?}\n"));
+            assert!(
+                error.contains("[agent] name: the agent name") && error.contains(&format!("{bad:?}")),
+                "{error}"
+            );
+            assert_eq!((line, key.as_str()), (Some(3), "agent.name"), "{error}");
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tollgate_engine::session::client::{Decision, DecisionScope};
 use tollgate_engine::session::{EngineError, SessionStatus};
-use tollgate_store::{AgentDigest, Store, StoreError, UnavailableReason};
+use tollgate_store::{Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -77,9 +77,9 @@ pub struct ApiState {
     /// Turns `true` when the server stops: open event streams end, so a graceful shutdown does
     /// not wait for their clients.
     pub stopping: tokio::sync::watch::Receiver<bool>,
-    /// The agent a new session records when the request names none: the agent this process
-    /// loaded (`tollgate serve`), or `None` (`tollgate api`: any Worker runs it).
-    pub agent: Option<AgentDigest>,
+    /// The agent a new session belongs to when the request names none: the agent this process
+    /// serves (`tollgate serve`), or `None` (`tollgate api`: the only agent the store knows).
+    pub agent: Option<sessions::ServingAgent>,
     /// How this process's Worker runs the agent's CLIs (`bwrap`, `none`), shown by `/healthz`;
     /// `None` without a Worker (`tollgate api`).
     pub sandbox: Option<&'static str>,
@@ -218,6 +218,9 @@ impl From<ClientError> for ApiError {
             error @ ClientError::GrantNotFound { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, ErrorCode::GrantNotFound, error.to_string())
             }
+            error @ ClientError::AgentUnavailable(_) => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::AgentUnavailable, error.to_string())
+            }
         }
     }
 }
@@ -248,6 +251,9 @@ impl From<StoreError> for ApiError {
             }
             StoreError::SessionBusy { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::SessionBusy, text)
+            }
+            StoreError::UpgradeRefused { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::AgentUnavailable, text)
             }
             StoreError::NothingToCancel { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::NoTurnRunning, text)
@@ -355,7 +361,7 @@ async fn authorize(State(state): State<ApiState>, mut request: Request, next: Ne
     responses(
         (status = 201, description = "Created", body = Created),
         (status = 200, description = "It existed; unchanged (its first message, when given, stored once)", body = Created),
-        (status = 409, description = "`idempotency_conflict`: the key was used for another message", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the key was used for another message; `agent_unavailable`: no agent fits `agent`/`agent_digest` (or none was named and the store knows none or several); nothing was written", body = ErrorBody),
         openapi::WriteErrors,
     )
 )]
@@ -374,10 +380,13 @@ async fn create_session(
     let images = checked_images(&request.images)?;
     let key = client_key(&headers, request.client_key.clone())?;
     let session_id = request.session_id.unwrap_or_else(new_session_id);
-    let agent = match request.agent_digest {
-        Some(digest) => Some(AgentDigest { digest, pinned: true }),
-        None => state.agent.clone(),
-    };
+    let agent = sessions::resolve_agent(
+        state.store.as_ref(),
+        request.agent.as_deref(),
+        request.agent_digest.as_deref(),
+        state.agent.as_ref(),
+    )
+    .await?;
     let created = sessions::start_by(state.store.as_ref(), &session_id, agent, &caller.name).await?;
     let message = match &request.message {
         Some(text) => {
@@ -718,6 +727,7 @@ async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery)
     let sessions = list
         .into_iter()
         .map(|s| SessionRow {
+            agent: s.agent_name,
             agent_digest: s.agent.as_ref().map(|a| a.digest.clone()),
             agent_pinned: s.agent.as_ref().is_some_and(|a| a.pinned),
             created_at: s.created_at,
@@ -740,7 +750,7 @@ async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery)
     responses(
         (status = 200, description = "Upgraded (or already there)", body = Upgraded),
         (status = 404, description = "`session_not_found`", body = ErrorBody),
-        (status = 409, description = "`session_busy`: the session is running a step; nothing changed", body = ErrorBody),
+        (status = 409, description = "`session_busy`: the session is running a step; `agent_unavailable`: no Worker would run it there (a digest no Worker of its agent loaded, of another agent, or unlocked); nothing changed", body = ErrorBody),
         openapi::WriteErrors,
     )
 )]
@@ -770,10 +780,11 @@ async fn upgrade_session(
     post,
     path = "/v1/agent-upgrades",
     tag = "agents",
-    summary = "Pin every waiting or idle session (under `from` only, when given) to the agent digest `to`; running ones are listed as busy and left",
+    summary = "Pin every waiting or idle session of the agent that loaded `to` (under `from` only, when given) to the agent digest `to`; running ones, and ones it cannot take, are listed as busy and left",
     request_body = UpgradeAll,
     responses(
         (status = 200, description = "What moved", body = UpgradedAll),
+        (status = 409, description = "`agent_unavailable`: no Worker has loaded `to`; nothing changed", body = ErrorBody),
         openapi::WriteErrors,
     )
 )]
@@ -788,6 +799,17 @@ async fn upgrade_all(
     if let Some(from) = &request.from {
         sessions::check_digest("from", from).map_err(ClientError::from)?;
     }
+    // Only the sessions of the agents that loaded `to` can move there.
+    let known = state.store.agents().known_agents().await?;
+    let owners: Vec<&str> =
+        known.iter().filter(|k| k.digest == request.to).map(|k| k.name.as_str()).collect();
+    if owners.is_empty() {
+        return Err(ClientError::AgentUnavailable(format!(
+            "no Worker has loaded {}; start one on that bundle first",
+            request.to
+        ))
+        .into());
+    }
     let (mut upgraded, mut busy, mut unchanged) = (Vec::new(), Vec::new(), 0u64);
     let mut after = String::new();
     loop {
@@ -796,7 +818,8 @@ async fn upgrade_all(
         after.clone_from(&last.session_id);
         for session in page {
             let digest = session.agent.as_ref().map(|a| a.digest.clone());
-            if request.from.is_some() && digest != request.from {
+            let other_agent = session.agent_name.as_deref().is_some_and(|name| !owners.contains(&name));
+            if other_agent || (request.from.is_some() && digest != request.from) {
                 continue;
             }
             if session.agent.as_ref().is_some_and(|a| a.pinned && a.digest == request.to) {
@@ -808,7 +831,7 @@ async fn upgrade_all(
                     upgraded.push(MovedSession { from: digest, session_id: session.session_id });
                 }
                 Ok(_) => unchanged += 1,
-                Err(error @ StoreError::SessionBusy { .. }) => {
+                Err(error @ (StoreError::SessionBusy { .. } | StoreError::UpgradeRefused { .. })) => {
                     busy.push(BusySession { message: error.to_string(), session_id: session.session_id });
                 }
                 Err(StoreError::SessionNotFound { .. }) => {}

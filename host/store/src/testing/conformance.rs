@@ -82,6 +82,7 @@ impl Harness {
     }
 }
 
+mod agents;
 mod audit;
 mod cancel;
 mod deadlines;
@@ -130,10 +131,6 @@ cases![
     a_released_claim_wakes_a_waiting_worker,
     releasing_a_stale_claim_changes_nothing,
     a_step_sets_the_session_status_only_when_it_is_enqueued,
-    a_session_keeps_the_agent_it_was_created_with_and_lists_it,
-    claim_for_takes_only_steps_of_unpinned_sessions_and_of_its_own_digests,
-    upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event,
-    a_running_session_is_not_upgraded_and_nothing_is_written,
     interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_decided_one_is_queued_at_once,
     live_text_is_one_overwritten_row_read_only_while_its_claim_holds_the_step,
     a_stale_fence_cannot_write_live_text_over_the_attempt_that_replaced_it,
@@ -149,8 +146,13 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Harness>,
 {
-    let cases =
-        CASES.iter().chain(audit::CASES).chain(deadlines::CASES).chain(cancel::CASES).chain(media::CASES);
+    let cases = CASES
+        .iter()
+        .chain(agents::CASES)
+        .chain(audit::CASES)
+        .chain(deadlines::CASES)
+        .chain(cancel::CASES)
+        .chain(media::CASES);
     run_cases("conformance", cases, fresh).await;
 }
 
@@ -238,6 +240,7 @@ async fn new_session(store: &dyn Store, id: &str) {
             status: "idle".into(),
             run_state: j(r#"{"version":1}"#),
             agent: None,
+            agent_name: None,
         })
         .await
         .expect("create_session");
@@ -293,8 +296,13 @@ fn parked_on_i1() -> Commit {
 async fn a_new_session_reads_back_with_its_run_state_byte_exact(h: Harness) {
     let s = &*h.store;
     let run_state = r#"{"version":1,  "turn_entries" : [ {"a":"é\u00e9"} ]}"#;
-    let new =
-        NewSession { session_id: "s".into(), status: "idle".into(), run_state: j(run_state), agent: None };
+    let new = NewSession {
+        session_id: "s".into(),
+        status: "idle".into(),
+        run_state: j(run_state),
+        agent: None,
+        agent_name: None,
+    };
     assert!(s.create_session(new.clone()).await.unwrap());
     let again = NewSession { status: "other".into(), ..new };
     assert!(!s.create_session(again).await.unwrap(), "a second create is a no-op");
@@ -308,6 +316,7 @@ async fn a_new_session_reads_back_with_its_run_state_byte_exact(h: Harness) {
         status: "idle".into(),
         run_state: j(r#"{"turn":1}"#),
         agent: None,
+        agent_name: None,
     };
     assert!(matches!(s.create_session(bad).await, Err(StoreError::Invalid { .. })));
 }
@@ -1047,151 +1056,6 @@ async fn a_step_sets_the_session_status_only_when_it_is_enqueued(h: Harness) {
     end.steps.push(next_turn(2));
     assert_eq!(s.commit(&c2, end).await.unwrap().step_ids, vec![None]);
     assert_eq!(s.session("s").await.unwrap().unwrap().status, "idle", "nothing queued: the commit's status");
-}
-
-fn pinned(digest: &str) -> Option<AgentDigest> {
-    Some(AgentDigest { digest: digest.into(), pinned: true })
-}
-
-/// A session under `agent` with one prompt and its queued `RunModel` step.
-async fn session_under(store: &dyn Store, id: &str, agent: Option<AgentDigest>) {
-    let new =
-        NewSession { session_id: id.into(), status: "idle".into(), run_state: j(r#"{"version":1}"#), agent };
-    assert!(store.create_session(new).await.expect("create_session"));
-    store.send_user_message(message(id, "k1", "hello")).await.expect("send_user_message");
-}
-
-/// Claims with `claim_for(digests)` until nothing is due; the sessions of the claimed steps, sorted.
-async fn drain_for(store: &dyn Store, digests: &[&str]) -> Vec<String> {
-    let digests: Vec<String> = digests.iter().map(|d| (*d).to_owned()).collect();
-    let mut sessions = Vec::new();
-    while let Some(c) = store.claim_for("w", LONG, &digests).await.expect("claim_for") {
-        sessions.push(c.step.session_id.clone());
-    }
-    sessions.sort();
-    sessions
-}
-
-async fn a_session_keeps_the_agent_it_was_created_with_and_lists_it(h: Harness) {
-    let s = &*h.store;
-    let unpinned = Some(AgentDigest { digest: "sha256:u".into(), pinned: false });
-    for (id, agent) in [("a", pinned("sha256:a")), ("b", unpinned.clone()), ("c", None)] {
-        let new = NewSession {
-            session_id: id.into(),
-            status: "idle".into(),
-            run_state: j(r#"{"version":1}"#),
-            agent,
-        };
-        assert!(s.create_session(new).await.unwrap());
-    }
-    assert_eq!(s.session("a").await.unwrap().unwrap().agent, pinned("sha256:a"));
-    assert_eq!(s.session("b").await.unwrap().unwrap().agent, unpinned);
-    assert_eq!(s.session("c").await.unwrap().unwrap().agent, None);
-    let listed: Vec<Option<AgentDigest>> =
-        s.list_sessions(None, "", 10).await.unwrap().into_iter().map(|x| x.agent).collect();
-    assert_eq!(listed, [pinned("sha256:a"), unpinned, None]);
-    let empty = NewSession {
-        session_id: "d".into(),
-        status: "idle".into(),
-        run_state: j(r#"{"version":1}"#),
-        agent: pinned(""),
-    };
-    assert!(matches!(s.create_session(empty).await, Err(StoreError::Invalid { .. })), "an empty digest");
-    assert!(s.session("d").await.unwrap().is_none(), "nothing was written");
-}
-
-async fn claim_for_takes_only_steps_of_unpinned_sessions_and_of_its_own_digests(h: Harness) {
-    let s = &*h.store;
-    session_under(s, "pa", pinned("sha256:a")).await;
-    session_under(s, "pb", pinned("sha256:b")).await;
-    session_under(s, "u", Some(AgentDigest { digest: "sha256:u".into(), pinned: false })).await;
-    session_under(s, "n", None).await;
-    assert_eq!(drain_for(s, &["sha256:a"]).await, ["n", "pa", "u"], "its own digest and the unpinned ones");
-    assert_eq!(drain_for(s, &["sha256:c"]).await, Vec::<String>::new(), "nothing pinned to another digest");
-    assert_eq!(drain_for(s, &["sha256:c", "sha256:b"]).await, ["pb"]);
-    // A step a commit enqueues keeps the session's pin.
-    session_under(s, "pa2", pinned("sha256:a")).await;
-    let c = s.claim_for("w", LONG, &["sha256:a".into()]).await.unwrap().expect("pa2's step");
-    let mut next = done();
-    next.steps.push(NewStep::now("ResumeTurn", j("{}")));
-    s.commit(&c, next).await.unwrap();
-    assert!(s.claim_for("w", LONG, &["sha256:b".into()]).await.unwrap().is_none(), "not for b");
-    let resumed = s.claim_for("w", LONG, &["sha256:a".into()]).await.unwrap().expect("for a");
-    assert_eq!((resumed.step.session_id.as_str(), resumed.step.kind.as_str()), ("pa2", "ResumeTurn"));
-    assert!(matches!(s.claim_for("w", LONG, &[String::new()]).await, Err(StoreError::Invalid { .. })));
-}
-
-/// A session pinned to `digest` whose step waits on interrupt `i1`.
-async fn waiting_under(store: &dyn Store, id: &str, digest: &str) -> i64 {
-    session_under(store, id, pinned(digest)).await;
-    let c = store.claim_for("w", LONG, &[digest.to_owned()]).await.unwrap().expect("its step");
-    let park = parked_on_i1();
-    store.commit(&c, park).await.unwrap().step_ids[0].unwrap()
-}
-
-async fn upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event(h: Harness) {
-    let s = &*h.store;
-    let waiting = waiting_under(s, "s", "sha256:a").await;
-    let receipt = s.upgrade_session("s", "sha256:b").await.unwrap();
-    assert_eq!(receipt.from, pinned("sha256:a"));
-    assert_eq!(Some(receipt.to.clone()), pinned("sha256:b"));
-    let seq = receipt.event_seq.expect("an event");
-    let events = s.read_events("s", seq - 1, 10).await.unwrap();
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].kind, "agent_upgraded");
-    let payload: serde_json::Value = serde_json::from_str(events[0].payload.get()).unwrap();
-    assert_eq!(payload, serde_json::json!({"from": "sha256:a", "from_pinned": true, "to": "sha256:b"}));
-    assert!(events[0].created_at > 0, "the time it happened");
-    assert_eq!(s.session("s").await.unwrap().unwrap().agent, pinned("sha256:b"));
-    let again = s.upgrade_session("s", "sha256:b").await.unwrap();
-    assert_eq!(again.event_seq, None, "already there: nothing written");
-    assert_eq!(s.read_events("s", seq, 10).await.unwrap().len(), 0);
-    s.resolve_interrupt(Resolution {
-        session_id: "s".into(),
-        interrupt_id: "i1".into(),
-        client_key: "k".into(),
-        resolution: j("true"),
-        events: vec![],
-    })
-    .await
-    .unwrap();
-    assert!(
-        s.claim_for("w", LONG, &["sha256:a".into()]).await.unwrap().is_none(),
-        "the old bundle no longer runs it"
-    );
-    let resumed = s.claim_for("w", LONG, &["sha256:b".into()]).await.unwrap().expect("the new one does");
-    assert_eq!(resumed.step.step_id, waiting);
-    // An idle session (no step in flight) and an unpinned one move too.
-    let new = NewSession {
-        session_id: "idle".into(),
-        status: "idle".into(),
-        run_state: j(r#"{"version":1}"#),
-        agent: None,
-    };
-    s.create_session(new).await.unwrap();
-    let receipt = s.upgrade_session("idle", "sha256:b").await.unwrap();
-    assert_eq!((receipt.from, receipt.event_seq.is_some()), (None, true));
-    s.send_user_message(message("idle", "k1", "hi")).await.unwrap();
-    assert!(s.claim_for("w", LONG, &["sha256:a".into()]).await.unwrap().is_none(), "its new step is pinned");
-    assert!(s.claim_for("w", LONG, &["sha256:b".into()]).await.unwrap().is_some());
-}
-
-async fn a_running_session_is_not_upgraded_and_nothing_is_written(h: Harness) {
-    let s = &*h.store;
-    session_under(s, "s", pinned("sha256:a")).await;
-    let c = s.claim_for("w", LONG, &["sha256:a".into()]).await.unwrap().expect("claimed");
-    let busy = s.upgrade_session("s", "sha256:b").await;
-    assert!(matches!(busy, Err(StoreError::SessionBusy { .. })), "{busy:?}");
-    // Queued again after an attempt ran: also busy (the attempt may have started a side effect).
-    s.commit(&c, Commit::finish(Finish::Retry(Duration::ZERO))).await.unwrap();
-    let busy = s.upgrade_session("s", "sha256:b").await;
-    assert!(matches!(busy, Err(StoreError::SessionBusy { .. })), "{busy:?}");
-    assert_eq!(s.session("s").await.unwrap().unwrap().agent, pinned("sha256:a"));
-    assert!(s.read_events("s", 0, 10).await.unwrap().is_empty(), "no event");
-    assert!(s.claim_for("w", LONG, &["sha256:a".into()]).await.unwrap().is_some(), "still a's");
-    let missing = s.upgrade_session("nope", "sha256:b").await;
-    assert!(matches!(missing, Err(StoreError::SessionNotFound { .. })), "{missing:?}");
-    assert!(matches!(s.upgrade_session("s", "").await, Err(StoreError::Invalid { .. })));
 }
 
 /// Batches (docs/ARCHITECTURE.md, "Glossary", ahead): interrupts opened ahead with no step waiting

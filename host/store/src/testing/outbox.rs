@@ -60,6 +60,7 @@ async fn new_session(store: &dyn Store, id: &str) {
         status: "idle".into(),
         run_state: j(r#"{"version":1}"#),
         agent: None,
+        agent_name: None,
     };
     assert!(store.create_session(session).await.expect("create_session"));
 }

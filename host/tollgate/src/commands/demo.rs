@@ -28,7 +28,7 @@ use tollgate_mock_model::payments::{Payments, Received};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 
 use crate::agent::Agent;
-use crate::sessions;
+use crate::sessions::{self, ServingAgent};
 use crate::worker::{Worker, WorkerConfig};
 
 /// What the demo says.
@@ -151,6 +151,7 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
         sandbox: args.sandbox.mode()?,
         ..WorkerConfig::default()
     };
+    let serving = ServingAgent { name: agent.name().to_owned(), digest: agent.session_agent() };
     let worker = Worker::new(store.clone(), agent, cli, config);
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let worker_task = tokio::spawn(async move {
@@ -163,7 +164,7 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
     println!("Store: {db}\n");
 
     let session = format!("demo-{}", std::process::id());
-    sessions::start(store.as_ref(), &session).await?;
+    sessions::start_by(store.as_ref(), &session, (&serving).into(), tollgate_api::auth::LOCAL).await?;
     sessions::send(store.as_ref(), &session, PROMPT, Some("demo-prompt")).await?;
     println!("user> {PROMPT}");
 

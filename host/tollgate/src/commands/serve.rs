@@ -13,6 +13,7 @@ use super::worker::{WorkerArgs, build};
 use crate::api::{ApiState, router};
 use crate::metrics::Metrics;
 use tollgate_api::process::StopSignals;
+use tollgate_api::sessions::ServingAgent;
 
 /// Options of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -37,7 +38,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         auth: http.auth.clone(),
         metrics,
         stopping: stop_rx.clone(),
-        agent: Some(worker.agent().session_agent()),
+        agent: Some(ServingAgent {
+            name: worker.agent().name().to_owned(),
+            digest: worker.agent().session_agent(),
+        }),
         sandbox: Some(worker.sandbox().name()),
     };
     eprintln!(

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use tollgate_engine::events::{DecisionRecorded, EventKind, InterruptOpened};
 
-use crate::api::types::{ImageBlock, Snapshot, StreamEvent};
+use crate::api::types::{CreateSession, ImageBlock, Snapshot, StreamEvent};
 use crate::client::{ApiClient, CallError};
 
 /// The API's address when neither `--url` nor `TOLLGATE_URL` is given.
@@ -110,6 +110,10 @@ pub enum SessionCommand {
         /// for more.
         #[arg(long = "image", value_name = "FILE", requires = "message")]
         images: Vec<PathBuf>,
+        /// The agent it belongs to: a name, or a locked bundle's digest (default: the server's
+        /// agent, else the only agent the store knows).
+        #[arg(long)]
+        agent: Option<String>,
     },
     /// Send a message; it starts a turn, or waits for the running one.
     Send {
@@ -186,10 +190,10 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
     let client = args.client.client()?;
     let out = &mut std::io::stdout().lock();
     match args.command {
-        SessionCommand::Start { id, message, images } => {
+        SessionCommand::Start { id, message, images, agent } => {
             let images = read_images(&images)?;
-            let created =
-                client.create_session_with_images(id.as_deref(), message.as_deref(), images).await?;
+            let body = CreateSession { session_id: id, message, images, agent, ..CreateSession::default() };
+            let created = client.create(&body).await?;
             if args.client.json {
                 return print_json(out, &created);
             }
@@ -267,15 +271,17 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
                     .sessions
                     .iter()
                     .map(|s| {
-                        let agent = match (&s.agent_digest, s.agent_pinned) {
+                        let digest = match (&s.agent_digest, s.agent_pinned) {
                             (Some(digest), true) => digest.clone(),
                             (Some(digest), false) => format!("{digest} (unpinned)"),
-                            (None, _) => "- (any Worker)".to_owned(),
+                            (None, _) => "-".to_owned(),
                         };
-                        vec![s.session_id.clone(), s.status.clone(), age(now, s.updated_at), agent]
+                        let agent =
+                            s.agent.clone().unwrap_or_else(|| "- (none: no Worker runs it)".to_owned());
+                        vec![s.session_id.clone(), s.status.clone(), age(now, s.updated_at), agent, digest]
                     })
                     .collect();
-                table(out, &["SESSION", "STATUS", "UPDATED", "AGENT DIGEST"], &rows)?;
+                table(out, &["SESSION", "STATUS", "UPDATED", "AGENT", "AGENT DIGEST"], &rows)?;
             }
             if let Some(next) = &page.next_after {
                 writeln!(out, "more: tollgate session list --after {}", shell_word(next))?;
@@ -342,6 +348,10 @@ pub(crate) fn print_json(out: &mut impl Write, value: &impl Serialize) -> anyhow
 fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow::Result<()> {
     let session = &snapshot.session_id;
     writeln!(out, "session {session}: {}", snapshot.status)?;
+    match &snapshot.agent {
+        Some(agent) => writeln!(out, "agent: {agent}")?,
+        None => writeln!(out, "agent: none (no Worker runs it until an agent adopts it)")?,
+    }
     let usage = &snapshot.usage;
     writeln!(
         out,

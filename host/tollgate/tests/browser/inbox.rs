@@ -402,6 +402,7 @@ async fn park(world: &World, session: &str, arguments: Value) {
         status: SessionStatus::Idle.as_str().to_owned(),
         run_state: RunState::default().to_raw(),
         agent: None,
+        agent_name: None,
     };
     store.audit().create_session_by(new, "carl").await.expect("create the session");
     crate::park::park_started(store, session, arguments).await;

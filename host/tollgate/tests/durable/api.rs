@@ -558,6 +558,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         turn_id: None,
         next_event_seq: 9,
         started_by: Some("tollgate:token".into()),
+        agent: Some("agent".into()),
         decisions: Vec::new(),
         grants: Vec::new(),
     };

@@ -37,13 +37,15 @@ async fn lock(world: &World, dir: &Path) -> String {
 }
 
 /// A copy of the agent `from` at `to` whose `tollgate.toml` differs by a comment: another bundle
-/// with the same behaviour.
+/// of the same agent (named as `from`'s folder is), with the same behaviour.
 fn copy_agent(from: &Path, to: &Path, label: &str) {
     std::fs::create_dir_all(to.join("tools")).expect("mkdir");
     for file in ["agent.wasm", "tools/orders.wasm", "tools/payments.wasm"] {
         std::fs::copy(from.join(file), to.join(file)).expect("copy");
     }
     let config = std::fs::read_to_string(from.join("tollgate.toml")).expect("config");
+    let name = from.file_name().expect("a folder").to_string_lossy();
+    let config = config.replacen("[agent]\n", &format!("[agent]\nname = \"{name}\"\n"), 1);
     std::fs::write(to.join("tollgate.toml"), format!("{config}\n# bundle {label}\n")).expect("write config");
 }
 

@@ -9,6 +9,8 @@
 //!   resumed segment (`succeeded`, `failed`), or `outcome_unknown` when the segment ended without one.
 //! - `bundles`: pinned agent bundles: a swapped component refused, Workers of two bundles on one
 //!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
+//! - `fleet`: agents on one store: a session names its agent, and a Worker of another agent on
+//!   the same SQLite or PostgreSQL store runs none of its sessions.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
 //! - `api_input`: bad input to every route of `tollgate api`, refused as JSON errors.
 //! - `contract`: the API's contract checked by tools we did not write: `openapi-spec-validator` on
@@ -75,6 +77,7 @@ mod cli_limits;
 mod contract;
 mod deadlines;
 mod edits;
+mod fleet;
 mod grants;
 mod images;
 mod inline_writes;

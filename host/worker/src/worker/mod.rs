@@ -349,10 +349,11 @@ impl Worker {
         if stale > 0 {
             info!(removed = stale, "removed segment directories that stopped Workers left behind");
         }
-        // Only sessions this agent may run: unpinned ones, and those pinned to its digest.
-        let digests = self.agent.claim_digests();
-        info!(worker = %self.config.worker_id, concurrency = self.config.concurrency,
+        // Only sessions of this agent: unpinned ones, and those pinned to its digest.
+        let scope = self.agent.claim_scope();
+        info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, agent = %self.agent.name(),
             agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
+        let registration = tokio::spawn(register(self.store.clone(), self.agent.clone()));
         // Approval deadlines fire beside the claims, on the database clock (`crate::deadlines`).
         let deadlines = {
             let store = self.store.clone();
@@ -367,7 +368,7 @@ impl Worker {
                 () = &mut shutdown => break,
             };
             while tasks.try_join_next().is_some() {}
-            let claim = self.store.claim_for(&self.config.worker_id, self.config.lease, &digests);
+            let claim = self.store.claim_for(&self.config.worker_id, self.config.lease, &scope);
             tokio::pin!(claim);
             let claimed = tokio::select! {
                 claimed = &mut claim => claimed,
@@ -413,6 +414,7 @@ impl Worker {
             }
         }
         deadlines.abort();
+        registration.abort();
         if !tasks.is_empty() {
             info!(
                 steps = tasks.len(),
@@ -664,6 +666,38 @@ fn is_poison(reason: &str) -> bool {
     [FailureReason::SegmentFailed, FailureReason::WorkerStopped, FailureReason::UnusableRows]
         .map(FailureReason::as_str)
         .contains(&reason)
+}
+
+/// Registers the agent this Worker serves in the store's registry (which adopts the sessions from
+/// before agents had names; see `tollgate_store::agents`), retrying with backoff while the store
+/// is unavailable. Claims do not wait for it: they go by the agent's name either way.
+async fn register(store: Arc<dyn Store>, agent: Arc<Agent>) {
+    let mut failures = 0u32;
+    loop {
+        match store.agents().register_agent(agent.name(), agent.digest(), agent.is_locked()).await {
+            Ok(registration) => {
+                if registration.adopted > 0 {
+                    info!(agent = %agent.name(), adopted = registration.adopted,
+                        "sessions from before agents had names now belong to this agent");
+                }
+                if registration.unnamed > 0 {
+                    warn!(
+                        unnamed = registration.unnamed,
+                        "sessions name no agent and no Worker runs them: they recorded a digest no agent \
+                         registered while several agents share this store; start a Worker of their agent"
+                    );
+                }
+                return;
+            }
+            Err(err) => {
+                failures += 1;
+                let wait = backoff(failures, MAX_BACKOFF);
+                warn!(error = %err, failures, retry_in_ms = wait.as_millis() as u64,
+                    "registering the agent in the store failed; trying again");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
 }
 
 /// The longest wait between retries of a failed claim or heartbeat (and never more than the

@@ -20,7 +20,13 @@ pub const CASES: &[(&str, Case)] = &[
 ];
 
 fn session(id: &str) -> NewSession {
-    NewSession { session_id: id.into(), status: "idle".into(), run_state: j(r#"{"version":1}"#), agent: None }
+    NewSession {
+        session_id: id.into(),
+        status: "idle".into(),
+        run_state: j(r#"{"version":1}"#),
+        agent: None,
+        agent_name: None,
+    }
 }
 
 fn entry(principal: &str, decision: AuditDecision) -> NewAuditEntry {

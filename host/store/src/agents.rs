@@ -1,0 +1,239 @@
+//! The agents a store knows: the [`AgentRegistry`] trait, implemented once for both backends
+//! beside the shared [`crate::Store`] implementation, and reached from any store through
+//! [`crate::Store::agents`].
+//!
+//! Read [`AgentRegistry::register_agent`] first. Every Worker and server registers the agent it
+//! serves when it starts: its name, the digest of the bundle it loaded, and whether that bundle is
+//! locked. One row per (name, digest), kept forever. The rows answer three questions: which agent
+//! a new session gets when the request names none or names a digest, whether a session may be
+//! pinned to a digest (only a locked bundle's Workers claim pinned sessions), and which agent a
+//! session from before agents had names belongs to.
+//!
+//! It does not decide what a request means (the API does) nor run anything: a session's agent name
+//! is copied onto its steps, and [`crate::Store::claim_for`] claims by it.
+//!
+//! # Caveats
+//!
+//! - Adoption, at each registration: sessions that name no agent are adopted by the agent whose
+//!   digest they recorded when exactly one agent registered that digest, else by the only agent the
+//!   store knows when it knows one. A store shared by several agents before names existed keeps
+//!   the sessions neither rule places unnamed (no Worker claims them), and says how many.
+
+use std::sync::LazyLock;
+
+use sqlx::Row;
+use tollgate_store_macros::sqlx_bounds;
+
+use crate::backend::Backend;
+use crate::dialect::Dialect;
+use crate::error::check_row_version;
+use crate::*;
+
+/// One (agent, digest) the store knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnownAgent {
+    /// The agent's name.
+    pub name: String,
+    /// A digest of its bundle that a Worker or server loaded.
+    pub digest: String,
+    /// Whether that bundle was locked when last registered: only then do its Workers claim
+    /// sessions pinned to the digest.
+    pub locked: bool,
+    /// When it was first registered (DB clock, ms).
+    pub first_seen_at: i64,
+    /// When it was last registered.
+    pub last_seen_at: i64,
+}
+
+/// What [`AgentRegistry::register_agent`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Registration {
+    /// Sessions that named no agent and now name this one.
+    pub adopted: u64,
+    /// Sessions that still name no agent: no rule placed them, and no Worker claims them.
+    pub unnamed: u64,
+}
+
+/// The store's registry of agents.
+///
+/// # Contract (checked by `testing::conformance` on both backends)
+///
+/// - Registering twice is one row; `locked` and `last_seen_at` are the last registration's.
+/// - Registration, adoption and the adopted sessions' steps change in one transaction.
+/// - Names are checked with [`check_agent_name`], digests as everywhere in the store.
+#[async_trait::async_trait]
+pub trait AgentRegistry: Send + Sync {
+    /// Records that a Worker or server serves agent `name` from a bundle with `digest` (`locked`:
+    /// checked against its lock file), and adopts the sessions that name no agent (see the module's
+    /// caveats).
+    async fn register_agent(
+        &self,
+        name: &str,
+        digest: &str,
+        locked: bool,
+    ) -> Result<Registration, StoreError>;
+
+    /// Every (agent, digest) registered, by name, then first registration.
+    async fn known_agents(&self) -> Result<Vec<KnownAgent>, StoreError>;
+}
+
+/// The registry's statements (the same text on both backends but for the clock), rendered once.
+struct AgentStatements {
+    /// Registers `$1` name, `$2` digest, `$3` row version, `$4` locked.
+    upsert: &'static str,
+    /// Names sessions without a name `$1` when they recorded digest `$2` and only `$1` registered it.
+    adopt_by_digest: &'static str,
+    /// Names every session without a name `$1` when `$1` is the only agent known.
+    adopt_by_only_agent: &'static str,
+    /// Copies the sessions' names onto their unnamed steps in flight.
+    name_steps: &'static str,
+    /// How many sessions name no agent.
+    unnamed: &'static str,
+    /// Every row.
+    list: &'static str,
+}
+
+fn statements<DB: Dialect>() -> &'static AgentStatements {
+    fn render(now: &str) -> AgentStatements {
+        AgentStatements {
+            upsert: format!(
+                "INSERT INTO agent_digests (name, digest, row_version, locked, first_seen_at, last_seen_at)
+                 VALUES ($1, $2, $3, $4, {now}, {now})
+                 ON CONFLICT (name, digest) DO UPDATE SET locked = excluded.locked,
+                     last_seen_at = excluded.last_seen_at"
+            )
+            .leak(),
+            adopt_by_digest: "UPDATE sessions SET agent_name = $1
+                 WHERE agent_name IS NULL AND agent_digest = $2
+                     AND (SELECT count(*) FROM agent_digests WHERE digest = $2) = 1",
+            adopt_by_only_agent: "UPDATE sessions SET agent_name = $1
+                 WHERE agent_name IS NULL
+                     AND NOT EXISTS (SELECT 1 FROM agent_digests WHERE name <> $1)",
+            name_steps: "UPDATE steps SET agent = (SELECT s.agent_name FROM sessions s
+                     WHERE s.session_id = steps.session_id)
+                 WHERE agent = '' AND state IN ('queued', 'claimed', 'waiting')
+                     AND EXISTS (SELECT 1 FROM sessions s
+                         WHERE s.session_id = steps.session_id AND s.agent_name IS NOT NULL)",
+            unnamed: "SELECT count(*) AS n FROM sessions WHERE agent_name IS NULL",
+            list: "SELECT name, digest, row_version, locked, first_seen_at, last_seen_at FROM agent_digests
+                 ORDER BY name, first_seen_at, digest",
+        }
+    }
+    static SQLITE: LazyLock<AgentStatements> = LazyLock::new(|| render(<sqlx::Sqlite as Dialect>::NOW));
+    static POSTGRES: LazyLock<AgentStatements> = LazyLock::new(|| render(<sqlx::Postgres as Dialect>::NOW));
+    DB::pick(&SQLITE, &POSTGRES)
+}
+
+/// The agent a session of agent `name` (`None`: not adopted) may be pinned to `digest` under, read
+/// in the transaction `tx` of the upgrade; else why not.
+#[sqlx_bounds(DB)]
+pub(crate) async fn pin_owner<DB>(
+    tx: &mut sqlx::Transaction<'static, DB>,
+    session_id: &str,
+    name: Option<&str>,
+    digest: &str,
+) -> Result<String, StoreError>
+where
+    DB: Dialect,
+{
+    let rows = sqlx::query(statements::<DB>().list).fetch_all(&mut **tx).await?;
+    let mut owners = Vec::new();
+    for row in &rows {
+        let (owner, of, locked): (String, String, bool) =
+            (row.try_get("name")?, row.try_get("digest")?, row.try_get("locked")?);
+        if of == digest {
+            owners.push((owner, locked));
+        }
+    }
+    let refuse = |detail: String| StoreError::UpgradeRefused {
+        session_id: session_id.to_owned(),
+        to: digest.to_owned(),
+        detail,
+    };
+    let owner = match name {
+        Some(name) => owners.iter().find(|(owner, _)| owner == name).ok_or_else(|| {
+            if owners.is_empty() {
+                refuse(format!(
+                    "no Worker of agent `{name}` has loaded that digest; start one on the bundle first"
+                ))
+            } else {
+                let of: Vec<&str> = owners.iter().map(|(owner, _)| owner.as_str()).collect();
+                refuse(format!(
+                    "it is a digest of agent {}, and the session belongs to `{name}`",
+                    of.join(", ")
+                ))
+            }
+        })?,
+        None => match owners.as_slice() {
+            [one] => one,
+            [] => return Err(refuse("no Worker of any agent has loaded that digest".into())),
+            _ => return Err(refuse("several agents loaded that digest; the session names none".into())),
+        },
+    };
+    if !owner.1 {
+        return Err(refuse(format!(
+            "agent `{}` was last loaded from that digest unlocked: its Workers run only unpinned \
+             sessions, so none would run this one; lock the bundle (`tollgate agent lock`) first",
+            owner.0
+        )));
+    }
+    Ok(owner.0.clone())
+}
+
+#[sqlx_bounds(DB)]
+#[async_trait::async_trait]
+impl<B, DB> AgentRegistry for B
+where
+    B: Backend<Db = DB>,
+    DB: Dialect,
+{
+    async fn register_agent(
+        &self,
+        name: &str,
+        digest: &str,
+        locked: bool,
+    ) -> Result<Registration, StoreError> {
+        check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
+        crate::backend::check_digest(digest)?;
+        let sql = statements::<DB>();
+        let mut tx = self.begin_write().await?;
+        sqlx::query(sql.upsert)
+            .bind(name)
+            .bind(digest)
+            .bind(ROW_VERSION)
+            .bind(locked)
+            .execute(&mut *tx)
+            .await?;
+        let by_digest = sqlx::query(sql.adopt_by_digest).bind(name).bind(digest).execute(&mut *tx).await?;
+        let by_only = sqlx::query(sql.adopt_by_only_agent).bind(name).execute(&mut *tx).await?;
+        let adopted = DB::rows_affected(&by_digest) + DB::rows_affected(&by_only);
+        if adopted > 0 {
+            sqlx::query(sql.name_steps).execute(&mut *tx).await?;
+        }
+        let unnamed: i64 = sqlx::query(sql.unnamed).fetch_one(&mut *tx).await?.try_get("n")?;
+        tx.commit().await?;
+        if adopted > 0 {
+            // Their steps are claimable now.
+            self.signals().work_ready();
+        }
+        Ok(Registration { adopted, unnamed: u64::try_from(unnamed).unwrap_or(0) })
+    }
+
+    async fn known_agents(&self) -> Result<Vec<KnownAgent>, StoreError> {
+        let rows = sqlx::query(statements::<DB>().list).fetch_all(self.read_pool()).await?;
+        rows.iter()
+            .map(|row| {
+                let name: String = row.try_get("name")?;
+                let digest: String = row.try_get("digest")?;
+                check_row_version("agent_digests", &format!("{name}/{digest}"), row.try_get("row_version")?)?;
+                Ok(KnownAgent {
+                    name,
+                    digest,
+                    locked: row.try_get("locked")?,
+                    first_seen_at: row.try_get("first_seen_at")?,
+                    last_seen_at: row.try_get("last_seen_at")?,
+                })
+            })
+            .collect()
+    }
+}

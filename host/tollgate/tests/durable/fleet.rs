@@ -1,0 +1,152 @@
+//! Agents as a fleet on one store: a session names its agent, and only a Worker serving that agent
+//! runs it. Two agents (`agent`, the example support agent, and `billing`, a copy of it under
+//! another name) share one store, neither locked: every session created through the first's
+//! server runs there, none on the second's Worker, on SQLite and on PostgreSQL.
+
+use std::path::Path;
+
+use tollgate_store::testing::PgCluster;
+
+use crate::served::{Served, stdout_of};
+use crate::util::{Refund, World, plain};
+
+/// Sessions created through the first agent's server, each its own turn.
+const SESSIONS: usize = 8;
+
+/// A copy of the agent `from` at `to`: another agent (its name is its folder's) with the same
+/// tools, prompt and policies, and a bundle of its own (its `tollgate.toml` differs by a comment).
+fn copy_agent(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.join("tools")).expect("mkdir");
+    for file in ["agent.wasm", "tools/orders.wasm", "tools/payments.wasm"] {
+        std::fs::copy(from.join(file), to.join(file)).expect("copy");
+    }
+    let config = std::fs::read_to_string(from.join("tollgate.toml")).expect("config");
+    std::fs::write(to.join("tollgate.toml"), format!("{config}\n# another agent\n")).expect("write config");
+}
+
+/// How many times the log says a segment of `session` started.
+fn segments_of(log: &str, session: &str) -> usize {
+    let needle = format!("session={session} ");
+    plain(log).lines().filter(|l| l.contains("segment starting") && l.contains(&needle)).count()
+}
+
+/// `tollgate serve` of the first agent and `tollgate worker` of `billing` on `world`'s store;
+/// [`SESSIONS`] sessions started through the server each run once, all by the server.
+async fn only_the_named_agent_runs_its_sessions(world: World) {
+    let billing = world.dir.path().join("billing");
+    copy_agent(&world.agent, &billing);
+    let served = Served::start(&world, "serve-agent", None).await;
+    // The billing Worker polls often, so it would win its share of claims if it could.
+    let worker = world.worker_of("worker-billing", &billing);
+    let ids: Vec<String> = (0..SESSIONS).map(|i| format!("s{i}")).collect();
+    for id in &ids {
+        let start = served.tollgate(&["session", "start", id, "--message", &format!("say hello {id}")]).await;
+        stdout_of(&start, "session start");
+    }
+    for id in &ids {
+        let done = world.wait_idle_after(id, 1).await;
+        assert_eq!(done.messages.last().map(|m| m.text.clone()), Some(format!("said: hello {id}")), "{id}");
+    }
+    let serve_log = std::fs::read_to_string(world.dir.path().join("serve-agent.log")).expect("serve log");
+    let billing_log = worker.log_text();
+    let stolen: Vec<&String> = ids.iter().filter(|id| segments_of(&billing_log, id) > 0).collect();
+    let finding = format!(
+        "{} of {SESSIONS} sessions of agent `agent` were run by the Worker of `billing`: {stolen:?}",
+        stolen.len()
+    );
+    println!("finding: {finding}");
+    assert!(stolen.is_empty(), "{finding}");
+    for id in &ids {
+        assert_eq!(segments_of(&serve_log, id), 1, "{id} ran once, on its agent's server");
+    }
+    let listed = stdout_of(&served.tollgate(&["session", "list"]).await, "session list");
+    assert!(
+        ids.iter()
+            .all(|id| listed.lines().any(|l| l.starts_with(&format!("{id} ")) && l.contains(" agent "))),
+        "every session names its agent in the list:\n{listed}"
+    );
+
+    // A session that names `billing` runs on billing's Worker, through the same server.
+    let start = served.tollgate(&[
+        "session",
+        "start",
+        "for-billing",
+        "--agent",
+        "billing",
+        "--message",
+        "say hello b",
+    ]);
+    stdout_of(&start.await, "session start --agent billing");
+    let done = world.wait_idle_after("for-billing", 1).await;
+    assert_eq!(done.agent.as_deref(), Some("billing"));
+    assert_eq!(segments_of(&worker.log_text(), "for-billing"), 1, "billing's Worker ran it");
+
+    // What would strand a session is refused, naming why, and writes nothing.
+    let known = world.store.agents().known_agents().await.expect("known agents");
+    let digest_of = |name: &str| known.iter().find(|k| k.name == name).expect("registered").digest.clone();
+    let (agent_digest, billing_digest) = (digest_of("agent"), digest_of("billing"));
+    for (extra, why) in [
+        (
+            vec!["--agent", "nope"],
+            "no Worker or server of agent `nope` has started on this store (agents: agent, billing)",
+        ),
+        (vec!["--agent", "billing@2"], "agent versions are not kept in the store"),
+        (vec!["--agent", &billing_digest], "agent `billing` was loaded from"),
+    ] {
+        let refused = served.tollgate(&[&["session", "start", "refused"], extra.as_slice()].concat()).await;
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success() && stderr.contains(why), "{extra:?}: {stderr}");
+    }
+    assert!(world.store.session("refused").await.unwrap().is_none(), "nothing was written");
+    // The serving agent's own digest is unlocked: pinned to it, no Worker would run the session.
+    let upgrade = served.tollgate(&["session", "upgrade", "s0", "--to", &agent_digest]).await;
+    let stderr = String::from_utf8_lossy(&upgrade.stderr);
+    assert!(!upgrade.status.success() && stderr.contains("unlocked"), "{stderr}");
+    let all = served.tollgate(&["session", "upgrade", "--all", "--to", &agent_digest]).await;
+    let all = stdout_of(&all, "session upgrade --all");
+    assert!(all.contains("0 upgraded"), "{all}");
+    let s0 = world.store.session("s0").await.unwrap().unwrap();
+    assert!(!s0.agent.is_some_and(|a| a.pinned), "s0 stays unpinned");
+    let next = served.tollgate(&["session", "send", "s0", "say hello again"]).await;
+    stdout_of(&next, "session send s0");
+    let again = world.wait_idle_after("s0", 2).await;
+    assert_eq!(again.messages.last().map(|m| m.text.as_str()), Some("said: hello again"), "s0 still runs");
+
+    // `tollgate api` serves no agent of its own: with two in the store, a session must name one.
+    let api = Served::start_api(&world, "api", &["--insecure-open"]).await;
+    let plain = api.tollgate(&["session", "start", "plain"]).await;
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        !plain.status.success()
+            && stderr.contains("this store serves several agents (agent, billing): name one"),
+        "{stderr}"
+    );
+    stdout_of(
+        &api.tollgate(&["session", "start", "plain", "--agent", "agent"]).await,
+        "session start --agent agent",
+    );
+    api.stop().await;
+    worker.terminate().await;
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_of_another_agent_on_the_same_sqlite_store_runs_none_of_its_sessions() {
+    let Some(world) = World::new("fleet: two agents on SQLite", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    only_the_named_agent_runs_its_sessions(world).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_of_another_agent_on_the_same_postgres_database_runs_none_of_its_sessions() {
+    let Some(cluster) = PgCluster::start_or_skip() else { return };
+    let Some(world) =
+        World::on_db("fleet: two agents on PostgreSQL", Refund::SingleAttemptWithApproval, &cluster.url())
+            .await
+    else {
+        return;
+    };
+    only_the_named_agent_runs_its_sessions(world).await;
+}
