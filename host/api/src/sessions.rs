@@ -96,13 +96,13 @@ pub async fn resolve_agent(
             .into());
         }
         (Some(asked), None) if asked.starts_with("sha256:") => (None, Some(asked)),
-        (Some(asked), Some(_)) if asked.starts_with("sha256:") => {
-            return Err(EngineError::BadInput {
-                field: "agent",
-                reason: "give the digest once: `agent` as a digest, or `agent` as a name with `agent_digest`"
-                    .into(),
+        (Some(asked), Some(digest)) if asked.starts_with("sha256:") => {
+            if asked != digest {
+                return Err(ClientError::AgentUnavailable(format!(
+                    "`agent` {asked} and `agent_digest` {digest} are two digests; a session runs under one"
+                )));
             }
-            .into());
+            (None, Some(digest))
         }
         (asked, digest) => (asked, digest),
     };
@@ -951,4 +951,97 @@ pub fn random_id() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS random number generator failed");
     hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const DEV: &str = "sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
+
+    fn pinned(digest: &str) -> Option<AgentDigest> {
+        Some(AgentDigest { digest: digest.into(), pinned: true })
+    }
+
+    fn of(name: &str, digest: Option<AgentDigest>) -> SessionAgent {
+        SessionAgent { name: Some(name.into()), digest }
+    }
+
+    /// What [`resolve_agent`] answers, or its error's text.
+    async fn resolve(
+        store: &dyn Store,
+        agent: Option<&str>,
+        digest: Option<&str>,
+        serving: Option<&ServingAgent>,
+    ) -> Result<SessionAgent, String> {
+        resolve_agent(store, agent, digest, serving).await.map_err(|e| e.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_new_session_gets_the_agent_it_names_the_servers_or_the_only_one_and_never_one_no_worker_runs()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let store = tollgate_store::SqliteStore::open(&dir.path().join("t.db")).await.unwrap();
+        let store: &dyn Store = &store;
+        assert_eq!(resolve(store, None, None, None).await, Ok(SessionAgent::default()), "no agent yet");
+        store.agents().register_agent("support", A, true).await.unwrap();
+        assert_eq!(
+            resolve(store, None, None, None).await,
+            Ok(of("support", Some(AgentDigest { digest: A.into(), pinned: false }))),
+            "the only agent, its newest digest recorded"
+        );
+        store.agents().register_agent("billing", B, true).await.unwrap();
+        store.agents().register_agent("billing", DEV, false).await.unwrap();
+        let serving =
+            ServingAgent { name: "support".into(), digest: AgentDigest { digest: A.into(), pinned: true } };
+        assert_eq!(resolve(store, None, None, Some(&serving)).await, Ok(of("support", pinned(A))));
+        assert_eq!(resolve(store, Some("support"), None, Some(&serving)).await, Ok(of("support", pinned(A))));
+        assert_eq!(
+            resolve(store, Some(A), None, None).await,
+            Ok(of("support", pinned(A))),
+            "a digest names its agent"
+        );
+        assert_eq!(resolve(store, Some("billing"), Some(B), None).await, Ok(of("billing", pinned(B))));
+        assert_eq!(
+            resolve(store, Some(B), Some(B), None).await,
+            Ok(of("billing", pinned(B))),
+            "the same digest twice"
+        );
+        let newest = resolve(store, Some("billing"), None, Some(&serving)).await.unwrap();
+        assert_eq!(newest.name.as_deref(), Some("billing"));
+        assert!(newest.digest.is_some_and(|d| !d.pinned), "a name alone pins nothing");
+        let refused = [
+            (None, None, "this store serves several agents (billing, support): name one"),
+            (
+                Some("nope"),
+                None,
+                "no Worker or server of agent `nope` has started on this store (agents: billing, support)",
+            ),
+            (Some(DEV), None, "agent `billing` was loaded from"),
+            (Some("support"), Some(B), "no Worker of agent `support` has loaded"),
+            (Some(A), Some(B), "are two digests"),
+            (
+                None,
+                Some("sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"),
+                "no Worker has loaded",
+            ),
+        ];
+        for (agent, digest, why) in refused {
+            let got = resolve(store, agent, digest, None).await;
+            assert!(got.as_ref().is_err_and(|e| e.contains(why)), "{agent:?} {digest:?}: {got:?}");
+        }
+        for (agent, digest, field) in [
+            (Some("support@3"), None, "agent"),
+            (Some("a b"), None, "agent"),
+            (None, Some("sha256:x"), "agent_digest"),
+        ] {
+            let got = resolve_agent(store, agent, digest, None).await;
+            assert!(
+                matches!(&got, Err(ClientError::BadInput(EngineError::BadInput { field: f, .. })) if *f == field),
+                "{agent:?} {digest:?}: {got:?}"
+            );
+        }
+    }
 }

@@ -73,6 +73,12 @@ pub trait AgentRegistry: Send + Sync {
         locked: bool,
     ) -> Result<Registration, StoreError>;
 
+    /// Adopts, as [`AgentRegistry::register_agent`] does, the sessions that name no agent, for an
+    /// agent that registered before: a session created without a name while the agent's
+    /// registration was in flight is adopted by the next call. Reads only (one index probe) when
+    /// every session names an agent; `Ok(0)` then.
+    async fn adopt_unnamed(&self, name: &str, digest: &str) -> Result<u64, StoreError>;
+
     /// Every (agent, digest) registered, by name, then first registration.
     async fn known_agents(&self) -> Result<Vec<KnownAgent>, StoreError>;
 }
@@ -89,6 +95,8 @@ struct AgentStatements {
     name_steps: &'static str,
     /// How many sessions name no agent.
     unnamed: &'static str,
+    /// Whether any session names no agent (the partial index `sessions_unnamed`).
+    any_unnamed: &'static str,
     /// Every row.
     list: &'static str,
 }
@@ -115,6 +123,7 @@ fn statements<DB: Dialect>() -> &'static AgentStatements {
                      AND EXISTS (SELECT 1 FROM sessions s
                          WHERE s.session_id = steps.session_id AND s.agent_name IS NOT NULL)",
             unnamed: "SELECT count(*) AS n FROM sessions WHERE agent_name IS NULL",
+            any_unnamed: "SELECT 1 FROM sessions WHERE agent_name IS NULL LIMIT 1",
             list: "SELECT name, digest, row_version, locked, first_seen_at, last_seen_at FROM agent_digests
                  ORDER BY name, first_seen_at, digest",
         }
@@ -122,6 +131,27 @@ fn statements<DB: Dialect>() -> &'static AgentStatements {
     static SQLITE: LazyLock<AgentStatements> = LazyLock::new(|| render(<sqlx::Sqlite as Dialect>::NOW));
     static POSTGRES: LazyLock<AgentStatements> = LazyLock::new(|| render(<sqlx::Postgres as Dialect>::NOW));
     DB::pick(&SQLITE, &POSTGRES)
+}
+
+/// Names the sessions without a name that agent `name` (registered with `digest`) adopts, and
+/// their steps in flight, inside `tx`; how many sessions.
+#[sqlx_bounds(DB)]
+async fn adopt<DB>(
+    tx: &mut sqlx::Transaction<'static, DB>,
+    name: &str,
+    digest: &str,
+) -> Result<u64, StoreError>
+where
+    DB: Dialect,
+{
+    let sql = statements::<DB>();
+    let by_digest = sqlx::query(sql.adopt_by_digest).bind(name).bind(digest).execute(&mut **tx).await?;
+    let by_only = sqlx::query(sql.adopt_by_only_agent).bind(name).execute(&mut **tx).await?;
+    let adopted = DB::rows_affected(&by_digest) + DB::rows_affected(&by_only);
+    if adopted > 0 {
+        sqlx::query(sql.name_steps).execute(&mut **tx).await?;
+    }
+    Ok(adopted)
 }
 
 /// The agent a session of agent `name` (`None`: not adopted) may be pinned to `digest` under, read
@@ -204,12 +234,7 @@ where
             .bind(locked)
             .execute(&mut *tx)
             .await?;
-        let by_digest = sqlx::query(sql.adopt_by_digest).bind(name).bind(digest).execute(&mut *tx).await?;
-        let by_only = sqlx::query(sql.adopt_by_only_agent).bind(name).execute(&mut *tx).await?;
-        let adopted = DB::rows_affected(&by_digest) + DB::rows_affected(&by_only);
-        if adopted > 0 {
-            sqlx::query(sql.name_steps).execute(&mut *tx).await?;
-        }
+        let adopted = adopt::<DB>(&mut tx, name, digest).await?;
         let unnamed: i64 = sqlx::query(sql.unnamed).fetch_one(&mut *tx).await?.try_get("n")?;
         tx.commit().await?;
         if adopted > 0 {
@@ -217,6 +242,22 @@ where
             self.signals().work_ready();
         }
         Ok(Registration { adopted, unnamed: u64::try_from(unnamed).unwrap_or(0) })
+    }
+
+    async fn adopt_unnamed(&self, name: &str, digest: &str) -> Result<u64, StoreError> {
+        check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
+        crate::backend::check_digest(digest)?;
+        let sql = statements::<DB>();
+        if sqlx::query(sql.any_unnamed).fetch_optional(self.read_pool()).await?.is_none() {
+            return Ok(0);
+        }
+        let mut tx = self.begin_write().await?;
+        let adopted = adopt::<DB>(&mut tx, name, digest).await?;
+        tx.commit().await?;
+        if adopted > 0 {
+            self.signals().work_ready();
+        }
+        Ok(adopted)
     }
 
     async fn known_agents(&self) -> Result<Vec<KnownAgent>, StoreError> {

@@ -1015,6 +1015,27 @@ where
         row.map(|r| Sql::<DB>::decode_step(&r)).transpose()
     }
 
+    async fn unclaimed_steps(
+        &self,
+        older_than: Duration,
+        session_id: Option<&str>,
+    ) -> Result<Vec<UnclaimedSteps>, StoreError> {
+        let rows = sqlx::query(DB::statements().unclaimed_steps)
+            .bind(ms(older_than))
+            .bind(session_id)
+            .fetch_all(self.read_pool())
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(UnclaimedSteps {
+                    agent: row.try_get("agent")?,
+                    steps: row.try_get("n")?,
+                    oldest_due_at: row.try_get("oldest")?,
+                })
+            })
+            .collect()
+    }
+
     async fn probe_write(&self) -> Result<(), StoreError> {
         self.check_writable().await
     }

@@ -263,6 +263,9 @@ pub(crate) struct Statements {
     pub tool_calls: &'static str,
     /// Session `$1`'s step in flight.
     pub step_in_flight: &'static str,
+    /// Steps due for `$1` ms or more and not claimed (of session `$2` only, unless null): `agent`,
+    /// `n`, `oldest` (the earliest `due_at`), by agent.
+    pub unclaimed_steps: &'static str,
     /// Session `$1`'s live text while the claim that wrote it holds its step.
     pub live_text: &'static str,
 
@@ -461,6 +464,12 @@ impl Statements {
                 "SELECT {STEP_COLUMNS} FROM steps
                  WHERE session_id = $1 AND state IN ('queued', 'claimed', 'waiting')"
             )),
+            unclaimed_steps: keep(format!(
+                "SELECT agent, count(*) AS n, min(due_at) AS oldest FROM steps
+                 WHERE state IN ('queued', 'claimed') AND due_at <= {now} - $1
+                     AND ($2 IS NULL OR session_id = $2)
+                 GROUP BY agent ORDER BY agent"
+            )),
             live_text: "SELECT l.row_version, l.step_id, l.fence, l.turn_id, l.attempt, l.text_offset,
                      l.from_seq, l.text, l.updated_at
                  FROM live_text l JOIN steps s ON s.step_id = l.step_id AND s.fence = l.fence
@@ -537,6 +546,7 @@ mod tests {
             tool_call,
             tool_calls,
             step_in_flight,
+            unclaimed_steps,
             live_text,
             pending_cancel,
             request_cancel,
@@ -592,6 +602,7 @@ mod tests {
             ("tool_call", *tool_call),
             ("tool_calls", *tool_calls),
             ("step_in_flight", *step_in_flight),
+            ("unclaimed_steps", *unclaimed_steps),
             ("live_text", *live_text),
             ("pending_cancel", *pending_cancel),
             ("request_cancel", *request_cancel),

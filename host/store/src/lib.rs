@@ -324,6 +324,17 @@ pub trait Store: Send + Sync {
     /// The session's step in flight (queued, claimed or waiting), or `Ok(None)` when it is idle.
     async fn step_in_flight(&self, session_id: &str) -> Result<Option<Step>, StoreError>;
 
+    /// Steps due for `older_than` or more that no Worker claimed (queued, or claimed under a lease
+    /// that ended), by agent (`""`: of sessions that name none), of `session_id` only when given.
+    /// Such a step waits for a Worker that serves its agent (and pin) to start, or for a busy one
+    /// to free up: no Worker of the agent runs, the pinned bundle's Workers are gone, or all are
+    /// saturated.
+    async fn unclaimed_steps(
+        &self,
+        older_than: Duration,
+        session_id: Option<&str>,
+    ) -> Result<Vec<UnclaimedSteps>, StoreError>;
+
     /// Checks that the store can take a write now, and writes nothing: a write transaction
     /// whose one statement changes no row, rolled back. `Ok(())` when writable, else the error
     /// a write would meet now (e.g. [`StoreError::Unavailable`] with

@@ -107,6 +107,17 @@ pub struct NewSession {
     pub agent_name: Option<String>,
 }
 
+/// Steps of one agent due and unclaimed for longer than a bound ([`crate::Store::unclaimed_steps`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnclaimedSteps {
+    /// The agent (`""`: sessions that name none, which no Worker claims).
+    pub agent: String,
+    /// How many.
+    pub steps: i64,
+    /// The earliest `due_at` among them (DB clock, ms).
+    pub oldest_due_at: i64,
+}
+
 /// What a Worker serves, for [`crate::Store::claim_for`]: steps of sessions of one of `agents`,
 /// unpinned or pinned to one of `digests`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

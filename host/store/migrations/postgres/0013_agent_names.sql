@@ -5,11 +5,13 @@
 -- `steps.pin` copies the pinned digest, so a Worker's claim is one index range per agent and pin.
 -- `agent_digests` holds every (agent name, digest) a Worker or server registered when it started:
 -- what `POST /v1/sessions {agent}` resolves, and what an upgrade may pin a session to.
+-- `sessions_unnamed` finds the sessions waiting to be adopted (none, once every session names one).
 
 ALTER TABLE sessions ADD COLUMN agent_name text;
 ALTER TABLE steps ADD COLUMN agent text NOT NULL DEFAULT '';
 DROP INDEX steps_due_pin;
 CREATE INDEX steps_due_agent ON steps (agent, pin, due_at) WHERE state IN ('queued', 'claimed');
+CREATE INDEX sessions_unnamed ON sessions (session_id) WHERE agent_name IS NULL;
 
 CREATE TABLE agent_digests (
     name          text    NOT NULL,

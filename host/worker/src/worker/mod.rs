@@ -395,6 +395,14 @@ impl Worker {
                 }
                 Ok(None) => {
                     drop(permit);
+                    // Sessions created without a name while this agent's registration was in flight.
+                    match self.store.agents().adopt_unnamed(self.agent.name(), self.agent.digest()).await {
+                        Ok(0) => {}
+                        Ok(adopted) => {
+                            info!(agent = %self.agent.name(), adopted, "adopted sessions that named no agent")
+                        }
+                        Err(err) => warn!(error = %err, "adopting sessions that name no agent failed"),
+                    }
                     tokio::select! {
                         _ = work.wait(self.config.poll) => {}
                         () = &mut shutdown => break,
