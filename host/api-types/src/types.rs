@@ -451,6 +451,11 @@ pub struct Snapshot {
     #[serde(default)]
     #[schema(required = true)]
     pub agent: Option<String>,
+    /// Since when its step in flight has been due without any Worker claiming it, once that is
+    /// longer than the server's bound (ms since the epoch, database clock); absent otherwise. No
+    /// Worker serves its agent (or the bundle it is pinned to), or all are busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unclaimable_since: Option<i64>,
     /// Every decision on the session's interrupts, oldest first: its audit trail.
     #[serde(default)]
     #[schema(required = true)]
@@ -962,14 +967,31 @@ pub struct StreamError {
 /// The answer of `/healthz`.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct Health {
-    /// `ok`, `degraded` (reads work, writes do not) or `down` (503).
+    /// `ok`, `degraded` (reads work, but writes do not, or steps wait that no Worker claims) or
+    /// `down` (503).
     pub status: HealthStatus,
     /// The store's probes.
     pub store: StoreHealth,
+    /// Steps due for longer than the server's bound (`--unclaimable-after-secs`) that no Worker
+    /// claimed, by agent: no Worker serves the agent or its pinned bundle, or all are busy.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub unclaimable: Vec<Unclaimable>,
     /// How this process's Worker runs the agent's CLIs: `bwrap` (each in a box) or `none` (on the
     /// host, unboxed); absent without a Worker (`tollgate api`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+}
+
+/// Steps of one agent that no Worker claimed for longer than the bound.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct Unclaimable {
+    /// The agent (`""`: sessions that name none, which no Worker runs until an agent adopts them).
+    pub agent: String,
+    /// How many steps.
+    pub steps: i64,
+    /// Since when the oldest has been due (ms since the epoch, database clock).
+    pub oldest_due_at: i64,
 }
 
 /// How healthy the server is.
@@ -978,7 +1000,7 @@ pub struct Health {
 pub enum HealthStatus {
     /// The store reads and can take a write.
     Ok,
-    /// The store reads but cannot take a write (200).
+    /// The store reads but cannot take a write, or steps wait that no Worker claims (200).
     Degraded,
     /// The store cannot be read (503).
     Down,
@@ -1163,11 +1185,12 @@ mod tests {
                 reason: Some("read_only".into()),
                 writable: false,
             },
+            unclaimable: vec![Unclaimable { agent: "billing".into(), steps: 2, oldest_due_at: 7 }],
             sandbox: None,
         };
         assert_eq!(
             wire(&health),
-            r#"{"status":"degraded","store":{"error":"e","readable":true,"reason":"read_only","writable":false}}"#
+            r#"{"status":"degraded","store":{"error":"e","readable":true,"reason":"read_only","writable":false},"unclaimable":[{"agent":"billing","steps":2,"oldest_due_at":7}]}"#
         );
         let boxed = Health { sandbox: Some("bwrap".into()), ..health };
         assert!(wire(&boxed).ends_with(r#""sandbox":"bwrap"}"#), "{}", wire(&boxed));
@@ -1220,6 +1243,7 @@ mod tests {
             next_event_seq: 7,
             started_by: Some("carl".into()),
             agent: Some("support".into()),
+            unclaimable_since: None,
             decisions: Vec::new(),
             grants: Vec::new(),
         };

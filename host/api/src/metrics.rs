@@ -151,8 +151,8 @@ impl Metrics {
         self.inner.lock().expect("metrics lock").warm_clis.get(outcome).copied().unwrap_or(0)
     }
 
-    /// The Prometheus text, with `open_interrupts` (read from the store by the caller).
-    pub fn render(&self, open_interrupts: Option<i64>) -> String {
+    /// The Prometheus text, with the figures the caller read from the store.
+    pub fn render(&self, store: &StoreFigures) -> String {
         let inner = self.inner.lock().expect("metrics lock");
         let mut out = String::new();
         out.push_str("# HELP tollgate_steps_total Steps this process ran, by kind and result.\n");
@@ -250,13 +250,34 @@ impl Metrics {
             let n = inner.warm_clis.get(outcome).copied().unwrap_or(0);
             let _ = writeln!(out, "tollgate_warm_clis_total{{outcome=\"{outcome}\"}} {n}");
         }
-        if let Some(open) = open_interrupts {
+        if let Some(open) = store.open_interrupts {
             out.push_str("# HELP tollgate_open_interrupts Decisions waiting for a human, in the store.\n");
             out.push_str("# TYPE tollgate_open_interrupts gauge\n");
             let _ = writeln!(out, "tollgate_open_interrupts {open}");
         }
+        if let Some(unclaimable) = &store.unclaimable {
+            out.push_str(
+                "# HELP tollgate_unclaimable_steps Steps due for longer than the bound that no Worker claimed, by \
+                 agent (\"\": sessions that name none): no Worker serves the agent or its pinned bundle, or all \
+                 are busy.\n",
+            );
+            out.push_str("# TYPE tollgate_unclaimable_steps gauge\n");
+            for steps in unclaimable {
+                let agent = steps.agent.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "tollgate_unclaimable_steps{{agent=\"{agent}\"}} {}", steps.steps);
+            }
+        }
         out
     }
+}
+
+/// What `/metrics` reads from the store for each scrape (`None`: the read failed, left out).
+#[derive(Clone, Debug, Default)]
+pub struct StoreFigures {
+    /// Open interrupts.
+    pub open_interrupts: Option<i64>,
+    /// Steps due and unclaimed for longer than the bound, by agent.
+    pub unclaimable: Option<Vec<tollgate_store::UnclaimedSteps>>,
 }
 
 #[cfg(test)]
@@ -269,7 +290,16 @@ mod tests {
         metrics.step("RunModel", "committed", Duration::from_millis(700));
         metrics.step("RunModel", "lease_lost", Duration::from_millis(20));
         metrics.sandbox_trap();
-        let text = metrics.render(Some(3));
+        let figures = StoreFigures {
+            open_interrupts: Some(3),
+            unclaimable: Some(vec![tollgate_store::UnclaimedSteps {
+                agent: "bil\"ling".into(),
+                steps: 2,
+                oldest_due_at: 1,
+            }]),
+        };
+        let text = metrics.render(&figures);
+        assert!(text.contains("tollgate_unclaimable_steps{agent=\"bil\\\"ling\"} 2"), "{text}");
         assert!(text.contains("tollgate_steps_total{kind=\"RunModel\",result=\"committed\"} 1"));
         assert!(text.contains("tollgate_step_duration_seconds_bucket{kind=\"RunModel\",le=\"0.5\"} 1"));
         assert!(text.contains("tollgate_step_duration_seconds_bucket{kind=\"RunModel\",le=\"1\"} 2"));
@@ -282,13 +312,13 @@ mod tests {
     #[test]
     fn turn_failures_count_by_reason_and_poison_steps_by_kind_from_zero() {
         let metrics = Metrics::default();
-        let text = metrics.render(None);
+        let text = metrics.render(&StoreFigures::default());
         assert!(text.contains("tollgate_turn_failures_total{reason=\"unusable_rows\"} 0"), "{text}");
         assert!(text.contains("tollgate_poison_steps_total{kind=\"RunModel\"} 0"), "{text}");
         metrics.turn_failed(FailureReason::SegmentFailed.as_str());
         metrics.turn_failed(FailureReason::SegmentFailed.as_str());
         metrics.poison_step("CallTool");
-        let text = metrics.render(None);
+        let text = metrics.render(&StoreFigures::default());
         assert!(text.contains("tollgate_turn_failures_total{reason=\"segment_failed\"} 2"), "{text}");
         assert!(text.contains("tollgate_turn_failures_total{reason=\"spend_limit\"} 0"), "{text}");
         assert!(text.contains("tollgate_poison_steps_total{kind=\"CallTool\"} 1"), "{text}");
@@ -301,7 +331,7 @@ mod tests {
         metrics.model_request("ok", Some(Duration::from_millis(30)), Some((tokens, 0.5)));
         metrics.model_request("ok", Some(Duration::from_millis(300)), Some((tokens, 0.25)));
         metrics.model_request("spend_limit", None, None);
-        let text = metrics.render(None);
+        let text = metrics.render(&StoreFigures::default());
         assert!(text.contains("tollgate_model_requests_total{result=\"ok\"} 2"), "{text}");
         assert!(text.contains("tollgate_model_requests_total{result=\"spend_limit\"} 1"));
         assert!(text.contains("tollgate_model_request_duration_seconds_bucket{le=\"0.05\"} 1"));
@@ -314,10 +344,12 @@ mod tests {
     #[test]
     fn warm_clis_count_by_outcome_from_zero() {
         let metrics = Metrics::default();
-        assert!(metrics.render(None).contains("tollgate_warm_clis_total{outcome=\"hit\"} 0"));
+        assert!(
+            metrics.render(&StoreFigures::default()).contains("tollgate_warm_clis_total{outcome=\"hit\"} 0")
+        );
         metrics.warm_cli("hit", 1);
         metrics.warm_cli("expired", 2);
-        let text = metrics.render(None);
+        let text = metrics.render(&StoreFigures::default());
         assert!(text.contains("tollgate_warm_clis_total{outcome=\"hit\"} 1"), "{text}");
         assert!(text.contains("tollgate_warm_clis_total{outcome=\"expired\"} 2"), "{text}");
         assert_eq!(metrics.warm_cli_count("expired"), 2);

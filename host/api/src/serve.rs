@@ -64,6 +64,10 @@ pub struct HttpArgs {
     /// `0600` file the client commands find (`~/.local/state/tollgate/api-<address>-<port>.token`).
     #[arg(long, conflicts_with_all = ["token", "token_file", "auth"])]
     pub insecure_open: bool,
+    /// A step due this long that no Worker claimed counts as unclaimable: in `/metrics`, in
+    /// `/healthz` (degraded) and in its session's snapshot.
+    #[arg(long, default_value_t = 60, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub unclaimable_after_secs: u64,
 }
 
 /// What [`HttpArgs`] name, read and checked.
@@ -75,6 +79,8 @@ pub struct Http {
     generate_token: bool,
     tls: Option<Arc<rustls::ServerConfig>>,
     webhooks: Option<Vec<crate::webhooks::Webhook>>,
+    /// See [`HttpArgs::unclaimable_after_secs`].
+    pub unclaimable_after: std::time::Duration,
 }
 
 impl HttpArgs {
@@ -109,6 +115,7 @@ impl HttpArgs {
             auth: Arc::new(crate::auth::Auth { token, principals }),
             tls,
             webhooks,
+            unclaimable_after: std::time::Duration::from_secs(self.unclaimable_after_secs),
         })
     }
 }
@@ -221,6 +228,7 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
             stopping: stop_rx.clone(),
             agent: None,
             sandbox: None,
+            unclaimable_after: http.unclaimable_after,
         };
     eprintln!("tollgate API on {} (no Worker in this process)", listener.url());
     let stopped = StopSignals::listen().nth(1);

@@ -635,6 +635,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         next_event_seq: session.next_event_seq,
         started_by: store.audit().started_by(session_id).await?,
         agent: session.agent_name,
+        unclaimable_since: None,
         decisions: decisions(store, session_id).await?,
         grants,
         live_text: live_text(store, session_id).await?,

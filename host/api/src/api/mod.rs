@@ -83,6 +83,9 @@ pub struct ApiState {
     /// How this process's Worker runs the agent's CLIs (`bwrap`, `none`), shown by `/healthz`;
     /// `None` without a Worker (`tollgate api`).
     pub sandbox: Option<&'static str>,
+    /// How long a due step may go unclaimed before `/metrics`, `/healthz` and its session's
+    /// snapshot call it unclaimable.
+    pub unclaimable_after: std::time::Duration,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -690,7 +693,11 @@ async fn get_session(
     let [id] = path_ids(path, ["id"])?;
     Params::parse(query.as_deref(), &[])?;
     match sessions::snapshot(state.store.as_ref(), &id).await? {
-        Some(snapshot) => Ok(Json::<Snapshot>(snapshot).into_response()),
+        Some(mut snapshot) => {
+            let unclaimed = state.store.unclaimed_steps(state.unclaimable_after, Some(&id)).await?;
+            snapshot.unclaimable_since = unclaimed.iter().map(|u| u.oldest_due_at).min();
+            Ok(Json::<Snapshot>(snapshot).into_response())
+        }
         None => Err(ApiError::no_session(&id)),
     }
 }
@@ -1025,9 +1032,24 @@ async fn healthz(State(state): State<ApiState>) -> Response {
     let read = read.unwrap_or_else(|_| Err(timed("read"))).map(|_| ());
     let write = write.unwrap_or_else(|_| Err(timed("write")));
     let reason = |e: &StoreError| e.unavailable().map_or("error", UnavailableReason::code).to_owned();
+    let unclaimable: Vec<types::Unclaimable> =
+        match &read {
+            Ok(()) => tokio::time::timeout(
+                HEALTH_TIMEOUT,
+                state.store.unclaimed_steps(state.unclaimable_after, None),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|u| types::Unclaimable { agent: u.agent, steps: u.steps, oldest_due_at: u.oldest_due_at })
+            .collect(),
+            Err(_) => Vec::new(),
+        };
     let (status, http) = match (&read, &write) {
-        (Ok(()), Ok(())) => (HealthStatus::Ok, StatusCode::OK),
-        (Ok(()), Err(_)) => (HealthStatus::Degraded, StatusCode::OK),
+        (Ok(()), Ok(())) if unclaimable.is_empty() => (HealthStatus::Ok, StatusCode::OK),
+        (Ok(()), _) => (HealthStatus::Degraded, StatusCode::OK),
         (Err(_), _) => (HealthStatus::Down, StatusCode::SERVICE_UNAVAILABLE),
     };
     let failed = read.as_ref().err().or(write.as_ref().err());
@@ -1037,7 +1059,8 @@ async fn healthz(State(state): State<ApiState>) -> Response {
         reason: failed.map(reason),
         writable: write.is_ok(),
     };
-    (http, Json(Health { status, store, sandbox: state.sandbox.map(str::to_owned) })).into_response()
+    (http, Json(Health { status, store, unclaimable, sandbox: state.sandbox.map(str::to_owned) }))
+        .into_response()
 }
 
 /// `GET /metrics`.
@@ -1052,8 +1075,11 @@ async fn healthz(State(state): State<ApiState>) -> Response {
     )
 )]
 async fn metrics(State(state): State<ApiState>) -> Response {
-    let open = state.store.count_open_interrupts().await.ok();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(open)).into_response()
+    let figures = crate::metrics::StoreFigures {
+        open_interrupts: state.store.count_open_interrupts().await.ok(),
+        unclaimable: state.store.unclaimed_steps(state.unclaimable_after, None).await.ok(),
+    };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&figures)).into_response()
 }
 
 /// `GET /openapi.json`.

@@ -43,6 +43,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             digest: worker.agent().session_agent(),
         }),
         sandbox: Some(worker.sandbox().name()),
+        unclaimable_after: http.unclaimable_after,
     };
     eprintln!(
         "tollgate serving on {} (agent {}, {}, sandbox {})",

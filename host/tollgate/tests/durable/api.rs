@@ -559,6 +559,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         next_event_seq: 9,
         started_by: Some("tollgate:token".into()),
         agent: Some("agent".into()),
+        unclaimable_since: None,
         decisions: Vec::new(),
         grants: Vec::new(),
     };

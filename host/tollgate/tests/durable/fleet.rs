@@ -1,9 +1,13 @@
 //! Agents as a fleet on one store: a session names its agent, and only a Worker serving that agent
 //! runs it. Two agents (`agent`, the example support agent, and `billing`, a copy of it under
 //! another name) share one store, neither locked: every session created through the first's
-//! server runs there, none on the second's Worker, on SQLite and on PostgreSQL.
+//! server runs there, none on the second's Worker, on SQLite and on PostgreSQL. A step no Worker
+//! of its agent claims shows as unclaimable in `/healthz`, `/metrics` and its snapshot.
 
 use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
 
 use tollgate_store::testing::PgCluster;
 
@@ -149,4 +153,79 @@ async fn a_worker_of_another_agent_on_the_same_postgres_database_runs_none_of_it
         return;
     };
     only_the_named_agent_runs_its_sessions(world).await;
+}
+
+/// `GET url` as JSON, or the text of `/metrics`.
+async fn fetch(url: &str) -> (u16, String) {
+    let answer = reqwest::get(url).await.expect("GET");
+    (answer.status().as_u16(), answer.text().await.expect("body"))
+}
+
+/// A session of an agent whose Worker is gone waits for one: after the bound, `/healthz` says
+/// `degraded` naming the agent, `/metrics` counts its step, and its snapshot says since when;
+/// a Worker of that agent starting again runs it and clears all three.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_no_worker_of_its_agent_claims_shows_as_unclaimable_until_one_runs_it() {
+    let Some(world) = World::new("fleet: unclaimable", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let billing = world.dir.path().join("billing");
+    copy_agent(&world.agent, &billing);
+    let served = Served::start_with(
+        &world,
+        "serve-agent",
+        "127.0.0.1:0",
+        &["--insecure-open", "--unclaimable-after-secs", "1"],
+    )
+    .await;
+    // Billing's Worker registers its agent, then stops: its sessions wait.
+    let gone = world.worker_of("worker-billing-1", &billing);
+    let started = std::time::Instant::now();
+    while !world.store.agents().known_agents().await.unwrap().iter().any(|k| k.name == "billing") {
+        assert!(started.elapsed() < Duration::from_secs(30), "billing's Worker never registered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gone.terminate().await;
+    let (status, health) = fetch(&format!("{}/healthz", served.url)).await;
+    assert_eq!(status, 200);
+    let health: Value = serde_json::from_str(&health).unwrap();
+    assert_eq!((health["status"].as_str(), &health["unclaimable"]), (Some("ok"), &Value::Array(vec![])));
+    let start = served.tollgate(&["session", "start", "b", "--agent", "billing", "--message", "say hello b"]);
+    stdout_of(&start.await, "session start --agent billing");
+
+    let started = std::time::Instant::now();
+    let health = loop {
+        let (_, health) = fetch(&format!("{}/healthz", served.url)).await;
+        let health: Value = serde_json::from_str(&health).unwrap();
+        if health["status"] == "degraded" {
+            break health;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "never degraded: {health}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!("finding: /healthz with billing's Worker gone: {health}");
+    assert_eq!(health["unclaimable"][0]["agent"], "billing", "{health}");
+    assert_eq!(health["unclaimable"][0]["steps"], 1, "{health}");
+    assert_eq!(health["store"]["writable"], true, "the store is fine: {health}");
+    let (_, metrics) = fetch(&format!("{}/metrics", served.url)).await;
+    assert!(metrics.contains("tollgate_unclaimable_steps{agent=\"billing\"} 1"), "{metrics}");
+    let snapshot = world.snapshot("b").await;
+    assert_eq!(snapshot.unclaimable_since, None, "the store-side snapshot leaves it to the API");
+    let (_, shown) = fetch(&format!("{}/v1/sessions/b", served.url)).await;
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let since = shown["unclaimable_since"].as_i64().expect("since when");
+    assert_eq!(since, health["unclaimable"][0]["oldest_due_at"].as_i64().unwrap(), "{shown}");
+
+    let worker = world.worker_of("worker-billing-2", &billing);
+    let done = world.wait_idle_after("b", 1).await;
+    assert_eq!(done.messages.last().map(|m| m.text.as_str()), Some("said: hello b"));
+    let (_, health) = fetch(&format!("{}/healthz", served.url)).await;
+    let health: Value = serde_json::from_str(&health).unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    let (_, metrics) = fetch(&format!("{}/metrics", served.url)).await;
+    assert!(!metrics.contains("tollgate_unclaimable_steps{"), "{metrics}");
+    let (_, shown) = fetch(&format!("{}/v1/sessions/b", served.url)).await;
+    assert!(!shown.contains("unclaimable_since"), "{shown}");
+    worker.terminate().await;
+    served.stop().await;
 }
