@@ -1098,6 +1098,12 @@ pub enum ErrorCode {
     TurnCancelling,
     /// 503: the store cannot take the request now (a `Retry-After` header says when to retry).
     StoreUnavailable,
+    /// 503: the server runs as many requests at once as it takes; retry (here or on another
+    /// replica) after `Retry-After`.
+    Overloaded,
+    /// 503: the request ran past the server's time bound and was stopped; a write may have landed,
+    /// so repeat it with the same idempotency key.
+    RequestTimeout,
     /// 500: a stored row cannot be read (named in `message`).
     StoredRowRefused,
     /// 500: the store failed.
@@ -1132,6 +1138,8 @@ impl ErrorCode {
             ErrorCode::AgentUnavailable => "agent_unavailable",
             ErrorCode::TurnCancelling => "turn_cancelling",
             ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::StoredRowRefused => "stored_row_refused",
             ErrorCode::StoreError => "store_error",
         }
@@ -1290,6 +1298,8 @@ mod tests {
             ErrorCode::AgentUnavailable,
             ErrorCode::TurnCancelling,
             ErrorCode::StoreUnavailable,
+            ErrorCode::Overloaded,
+            ErrorCode::RequestTimeout,
             ErrorCode::StoredRowRefused,
             ErrorCode::StoreError,
         ] {

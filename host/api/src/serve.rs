@@ -68,6 +68,14 @@ pub struct HttpArgs {
     /// `/healthz` (degraded) and in its session's snapshot.
     #[arg(long, default_value_t = 60, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub unclaimable_after_secs: u64,
+    /// The longest a request may run before it is stopped and answered 503 `request_timeout`
+    /// (event streams count until their first byte).
+    #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_secs: u64,
+    /// Requests run at once; one more is answered 503 `overloaded` with `Retry-After: 1` at once
+    /// (`/healthz` and `/metrics` are never turned away).
+    #[arg(long, default_value_t = 512, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_concurrent_requests: u64,
 }
 
 /// What [`HttpArgs`] name, read and checked.
@@ -81,6 +89,8 @@ pub struct Http {
     webhooks: Option<Vec<crate::webhooks::Webhook>>,
     /// See [`HttpArgs::unclaimable_after_secs`].
     pub unclaimable_after: std::time::Duration,
+    /// See [`HttpArgs::request_timeout_secs`] and [`HttpArgs::max_concurrent_requests`].
+    pub limits: crate::api::edge::EdgeLimits,
 }
 
 impl HttpArgs {
@@ -116,6 +126,10 @@ impl HttpArgs {
             tls,
             webhooks,
             unclaimable_after: std::time::Duration::from_secs(self.unclaimable_after_secs),
+            limits: crate::api::edge::EdgeLimits {
+                request_timeout: std::time::Duration::from_secs(self.request_timeout_secs),
+                max_in_flight: usize::try_from(self.max_concurrent_requests).unwrap_or(usize::MAX),
+            },
         })
     }
 }
@@ -229,6 +243,7 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
             agent: None,
             sandbox: None,
             unclaimable_after: http.unclaimable_after,
+            limits: http.limits,
         };
     eprintln!("tollgate API on {} (no Worker in this process)", listener.url());
     let stopped = StopSignals::listen().nth(1);

@@ -47,7 +47,7 @@ pub enum Command {
     /// Run a Worker: claim and run the steps of sessions in a store.
     Worker(commands::worker::WorkerArgs),
     /// Serve the HTTP API with a Worker in the same process (SQLite beside the agent by default).
-    Serve(commands::serve::ServeArgs),
+    Serve(Box<commands::serve::ServeArgs>),
     /// Serve the HTTP API only (Workers run elsewhere, on the same PostgreSQL database).
     Api(commands::serve::ApiArgs),
     /// Start, message, show and watch sessions through the HTTP API.
@@ -95,7 +95,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Tools(args) => commands::tools::run(args).await,
             Command::Agent(args) => commands::agent::run(args).await,
             Command::Worker(args) => commands::worker::run(args).await,
-            Command::Serve(args) => commands::serve::serve(args).await,
+            Command::Serve(args) => commands::serve::serve(*args).await,
             Command::Api(args) => commands::serve::api(args).await,
             Command::Session(args) => commands::session::run(args).await,
             Command::Approvals(args) => commands::approvals::run(args).await,

@@ -18,6 +18,7 @@
 //! `ok` (200), `degraded` (200: reads work, writes do not) or `down` (503), with the store's
 //! reason.
 
+pub mod edge;
 mod events;
 mod inbox;
 mod input;
@@ -86,6 +87,8 @@ pub struct ApiState {
     /// How long a due step may go unclaimed before `/metrics`, `/healthz` and its session's
     /// snapshot call it unclaimable.
     pub unclaimable_after: std::time::Duration,
+    /// Each request's time bound and how many run at once ([`edge`]).
+    pub limits: edge::EdgeLimits,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -106,9 +109,11 @@ pub fn router(state: ApiState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         // Each route's own limit is its body extractor's (`input::JsonBody`).
         .layer(axum::extract::DefaultBodyLimit::max(MAX_MESSAGE_BODY))
-        .with_state(state);
+        .with_state(state.clone());
     // The web inbox's files (no token: the data comes from the API, which checks it).
-    crate::web::router().merge(api)
+    crate::web::router()
+        .merge(api)
+        .layer(middleware::from_fn_with_state(edge::Edge::new(state.limits), edge::edge))
 }
 
 /// Every route with its handler and its documentation: the router and the OpenAPI document
@@ -349,6 +354,7 @@ async fn authorize(State(state): State<ApiState>, mut request: Request, next: Ne
     if let Err(denied) = state.auth.rules().allows(&caller, action) {
         return ApiError::from(denied).into_response();
     }
+    tracing::Span::current().record("principal", caller.name.as_str());
     request.extensions_mut().insert(caller);
     next.run(request).await
 }

@@ -80,7 +80,10 @@ pub enum ReadErrors {
     /// `stored_row_refused` (a stored row cannot be read; named) or `store_error`.
     #[response(status = 500)]
     Internal(ErrorBody),
-    /// `store_unavailable`: the store cannot take the request now; retry after `Retry-After` seconds.
+    /// `store_unavailable` (the store cannot take the request now), `overloaded` (this server runs
+    /// as many requests as it takes at once) or `request_timeout` (the request ran past the
+    /// server's bound and was stopped; a write may have landed: repeat it with the same key); retry
+    /// after `Retry-After` seconds.
     #[response(status = 503)]
     Unavailable(ErrorBody),
 }
@@ -109,7 +112,10 @@ pub enum WriteErrors {
     /// `stored_row_refused` (a stored row cannot be read; named) or `store_error`.
     #[response(status = 500)]
     Internal(ErrorBody),
-    /// `store_unavailable`: the store cannot take the request now; retry after `Retry-After` seconds.
+    /// `store_unavailable` (the store cannot take the request now), `overloaded` (this server runs
+    /// as many requests as it takes at once) or `request_timeout` (the request ran past the
+    /// server's bound and was stopped; a write may have landed: repeat it with the same key); retry
+    /// after `Retry-After` seconds.
     #[response(status = 503)]
     Unavailable(ErrorBody),
 }

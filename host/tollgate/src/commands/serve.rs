@@ -44,6 +44,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }),
         sandbox: Some(worker.sandbox().name()),
         unclaimable_after: http.unclaimable_after,
+        limits: http.limits,
     };
     eprintln!(
         "tollgate serving on {} (agent {}, {}, sandbox {})",

@@ -684,3 +684,92 @@ async fn the_inbox_is_read_page_by_page_oldest_first_and_a_forged_cursor_is_refu
         assert_eq!((status, &error["error"]["field"]), (400, &json!("after")), "{forged}: {error}");
     }
 }
+
+/// Opens a connection to `url` and sends a `POST /v1/sessions` whose body never comes: its
+/// handler waits for the body, holding one of the server's request slots.
+async fn stalled_post(url: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let address = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+    let head = format!(
+        "POST /v1/sessions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).await.expect("send the head");
+    stream
+}
+
+/// What a raw connection reads until the server closes it or 10 s pass.
+async fn answer_of(mut stream: tokio::net::TcpStream) -> String {
+    let mut read = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut read)).await;
+    String::from_utf8_lossy(&read).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_joins_the_callers_trace_logs_each_request_sheds_past_its_limit_and_stops_a_request_at_its_bound()
+ {
+    let Some(world) = World::new("api: behind a load balancer", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let served = Served::start_api(
+        &world,
+        "api",
+        &["--insecure-open", "--max-concurrent-requests", "2", "--request-timeout-secs", "2"],
+    )
+    .await;
+    let (url, http) = (served.url.clone(), reqwest::Client::new());
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traced = http
+        .get(format!("{url}/v1/sessions"))
+        .header("traceparent", format!("00-{TRACE}-00f067aa0ba902b7-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(traced.status(), 200);
+    let ours = traced.headers()["traceparent"].to_str().unwrap().to_owned();
+    assert!(ours.starts_with(&format!("00-{TRACE}-")) && !ours.contains("00f067aa0ba902b7"), "{ours}");
+    let fresh = http.get(format!("{url}/v1/sessions")).header("traceparent", "garbage").send().await.unwrap();
+    let fresh = fresh.headers()["traceparent"].to_str().unwrap().to_owned();
+    assert!(
+        fresh.starts_with("00-") && !fresh.contains(TRACE) && fresh.len() == 55,
+        "a trace of its own: {fresh}"
+    );
+
+    // Two requests whose bodies never come hold both slots: a third is shed at once.
+    let (first, second) = (stalled_post(&url).await, stalled_post(&url).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let shed = http.get(format!("{url}/v1/sessions")).send().await.unwrap();
+    assert_eq!(shed.status(), 503);
+    assert_eq!(shed.headers()["retry-after"], "1");
+    let body: Value = shed.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+    assert!(started.elapsed() < Duration::from_secs(1), "shed at once, not queued: {:?}", started.elapsed());
+    assert_eq!(
+        http.get(format!("{url}/healthz")).send().await.unwrap().status(),
+        200,
+        "health is never shed"
+    );
+    // At their bound the stalled requests are stopped and answered.
+    for stalled in [first, second] {
+        let answer = answer_of(stalled).await;
+        assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("request_timeout"), "{answer}");
+    }
+    assert_eq!(
+        http.get(format!("{url}/v1/sessions")).send().await.unwrap().status(),
+        200,
+        "the slots came back"
+    );
+    let log = crate::util::plain(&std::fs::read_to_string(world.dir.path().join("api.log")).unwrap());
+    let access: Vec<&str> = log.lines().filter(|l| l.contains("tollgate_api::access")).collect();
+    println!("finding: access log lines:\n{}", access.join("\n"));
+    assert!(
+        access
+            .iter()
+            .any(|l| l.contains(TRACE) && l.contains("path=/v1/sessions") && l.contains("status=200")),
+        "the traced request's line carries its trace id"
+    );
+    assert!(access.iter().filter(|l| l.contains("status=503")).count() >= 3, "the shed and stopped ones too");
+    served.stop().await;
+}
