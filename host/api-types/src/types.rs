@@ -62,7 +62,8 @@ pub struct CreateSession {
     #[schema(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
     pub client_key: Option<String>,
     /// The agent the session belongs to: only Workers serving it run the session. A name
-    /// (`support`) a Worker or server registered, or a digest (`sha256:…`) of a locked bundle a
+    /// (`support`) a Worker or server registered or `tollgate agent push` stored (the session then
+    /// runs pinned to the agent's current version), or a digest (`sha256:…`) of a locked bundle a
     /// Worker loaded, which also pins the session to it. Default: the agent of the serving process
     /// (`tollgate serve`), else the only agent the store knows, else none yet (the first agent
     /// to start on the store adopts it); refused with 409 `agent_unavailable` when it knows

@@ -120,7 +120,9 @@ pub async fn resolve_agent(
         return Ok(serving.into());
     }
     let known = store.agents().known_agents().await?;
-    let mut names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+    let pushed = store.versions().pushed_agents().await?;
+    let mut names: Vec<&str> =
+        known.iter().map(|k| k.name.as_str()).chain(pushed.iter().map(String::as_str)).collect();
     if let Some(serving) = serving {
         names.push(&serving.name);
     }
@@ -168,6 +170,13 @@ pub async fn resolve_agent(
     };
     if let Some(serving) = serving.filter(|serving| serving.name == chosen) {
         return Ok(serving.into());
+    }
+    // An agent with versions in the store: its current one, pinned (a Worker pulls it locked).
+    if let Some(current) = store.versions().agent_version(chosen, None).await? {
+        return Ok(SessionAgent {
+            name: Some(chosen.to_owned()),
+            digest: Some(AgentDigest { digest: current.digest, pinned: true }),
+        });
     }
     // The newest digest it was loaded from, as a record: any Worker of the agent runs it.
     let newest = known.iter().filter(|k| k.name == chosen).max_by_key(|k| k.last_seen_at);
@@ -1033,6 +1042,18 @@ mod tests {
             let got = resolve(store, agent, digest, None).await;
             assert!(got.as_ref().is_err_and(|e| e.contains(why)), "{agent:?} {digest:?}: {got:?}");
         }
+        // An agent pushed into the store but never run: its current version, pinned.
+        let files = [("tollgate.toml".to_owned(), b"[agent]\n".to_vec())].into_iter().collect();
+        let new = tollgate_store::NewVersion {
+            name: "ops".into(),
+            digest: DEV.into(),
+            files,
+            pushed_by: "carl".into(),
+        };
+        store.versions().push_version(new).await.unwrap();
+        assert_eq!(resolve(store, Some("ops"), None, None).await, Ok(of("ops", pinned(DEV))));
+        let several = resolve(store, None, None, None).await.unwrap_err();
+        assert!(several.contains("(billing, ops, support)"), "{several}");
         for (agent, digest, field) in [
             (Some("support@3"), None, "agent"),
             (Some("a b"), None, "agent"),

@@ -1060,6 +1060,10 @@ where
         self
     }
 
+    fn versions(&self) -> &dyn crate::versions::AgentVersions {
+        self
+    }
+
     fn work_signal(&self) -> WorkSignal {
         self.signals().work_signal()
     }

@@ -68,7 +68,9 @@
 //! `messages.images`, a message's images by reference. Migration 0013 names each session's agent
 //! (`sessions.agent_name`, copied onto `steps.agent` as the pin is), replaces `steps_due_pin` with
 //! `steps_due_agent(agent, pin, due_at) WHERE state IN ('queued','claimed')`, and adds the agents
-//! registry `agent_digests` (PK `(name, digest)`; see [`agents`]). JSON columns are `text` on both backends
+//! registry `agent_digests` (PK `(name, digest)`; see [`agents`]); migration 0014 agents' versions
+//! (`bundle_files` by digest, `agent_versions` PK `(name, version)` unique `(name, digest)`,
+//! `agent_current`; see [`versions`]). JSON columns are `text` on both backends
 //! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -100,6 +102,7 @@ pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod types;
+pub mod versions;
 
 mod backend;
 mod dialect;
@@ -117,6 +120,7 @@ pub use postgres::PgStore;
 pub use signal::{EventSignal, WorkSignal};
 pub use sqlite::SqliteStore;
 pub use types::*;
+pub use versions::{AgentVersion, AgentVersions, NewVersion, Promoted, Pushed};
 
 /// The newest row format this build reads and the one it writes.
 pub const ROW_VERSION: i64 = 1;
@@ -361,6 +365,9 @@ pub trait Store: Send + Sync {
 
     /// The agents this store knows ([`agents::AgentRegistry`]).
     fn agents(&self) -> &dyn agents::AgentRegistry;
+
+    /// The agents' versions pushed into this store ([`versions::AgentVersions`]).
+    fn versions(&self) -> &dyn versions::AgentVersions;
 
     /// A signal that wakes Workers when a step may be claimable.
     fn work_signal(&self) -> WorkSignal;

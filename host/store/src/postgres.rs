@@ -275,5 +275,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0013_agent_names.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            14,
+            "agent_versions".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0014_agent_versions.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -401,5 +401,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0013_agent_names.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            14,
+            "agent_versions".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0014_agent_versions.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

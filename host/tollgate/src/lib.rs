@@ -5,7 +5,7 @@
 //! | --- | --- | --- |
 //! | `tollgate-api-types` | the API's wire types, its typed client, TLS | [`client`], [`tls`] (`api::types` too) |
 //! | `tollgate-api` | the HTTP API server, auth, the session calls, webhooks, the web inbox, metrics, the process set-up | [`api`], [`auth`], [`sessions`], [`convert`], [`media`], [`edits`], [`metrics`], [`web`], [`webhooks`] |
-//! | `tollgate-worker` | the Worker, the model and egress proxies, deadlines, telemetry, agent directories (links wasmtime) | [`worker`], [`proxy`], [`egress`], [`deadlines`], [`telemetry`], [`tool_runner`], [`agent`], [`config`], [`bundle`] |
+//! | `tollgate-worker` | the Worker, the model and egress proxies, deadlines, telemetry, agent directories (links wasmtime) | [`worker`], [`proxy`], [`egress`], [`deadlines`], [`telemetry`], [`tool_runner`], [`agent`], [`config`], [`bundle`], [`pull`] |
 //!
 //! The re-exports keep the paths the tests and benches use (`tollgate::sessions`, …).
 //!
@@ -19,7 +19,9 @@ pub mod commands;
 pub use tollgate_api::process::hide_process;
 pub use tollgate_api::{api, auth, convert, edits, media, metrics, sessions, web, webhooks};
 pub use tollgate_api_types::{client, tls};
-pub use tollgate_worker::{agent, bundle, config, deadlines, egress, proxy, telemetry, tool_runner, worker};
+pub use tollgate_worker::{
+    agent, bundle, config, deadlines, egress, proxy, pull, telemetry, tool_runner, worker,
+};
 
 use std::process::ExitCode;
 

@@ -17,6 +17,7 @@
 //! | [`agent`] | an agent directory: `tollgate.toml`, the options factory, `tools/` |
 //! | [`config`] | `tollgate.toml` itself: its schema, defaults and errors, parsed once |
 //! | [`bundle`] | an agent's files, their digests, the agent digest and `tollgate.lock` |
+//! | [`pull`] | agents' versions in the store: pushed from a folder, pulled into a cached folder |
 //!
 //! The session calls, the store conversions, images, edits and metrics it shares with the API are
 //! `tollgate-api`'s, imported at this crate's root under the names the modules use.
@@ -29,6 +30,7 @@ pub mod config;
 pub mod deadlines;
 pub mod egress;
 pub mod proxy;
+pub mod pull;
 pub mod telemetry;
 pub mod tool_runner;
 pub mod worker;

@@ -87,6 +87,7 @@ mod audit;
 mod cancel;
 mod deadlines;
 mod media;
+mod versions;
 
 /// One case of a suite: an async function of a fresh harness.
 pub(crate) type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -152,7 +153,8 @@ where
         .chain(audit::CASES)
         .chain(deadlines::CASES)
         .chain(cancel::CASES)
-        .chain(media::CASES);
+        .chain(media::CASES)
+        .chain(versions::CASES);
     run_cases("conformance", cases, fresh).await;
 }
 

@@ -1,5 +1,9 @@
 //! `tollgate agent lock DIR [--check]`: pins an agent's files in `DIR/tollgate.lock`, or checks
 //! that they still match it. See [`crate::bundle`] for what the bundle is and the lock's format.
+//!
+//! `tollgate agent push|list|show|promote|rollback`: agents' versions in the store (see
+//! [`tollgate_store::versions`]): a folder pushed as the next version (locked first when it has no
+//! lock), the agents and their versions listed, the version new sessions get changed.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,12 +39,185 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Store the agent folder DIR as the agent's next version (each file once, by digest), after
+    /// it loads; DIR is locked first when it has no lock. Pushing an unchanged folder is a no-op.
+    Push {
+        /// The agent directory.
+        dir: PathBuf,
+        /// The agent's name (default: its `[agent] name`, else the folder's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Who pushes it (default: `$USER`).
+        #[arg(long, env = "USER", default_value = "tollgate:local")]
+        by: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// The agents with versions in the store: their current version, how many, sessions.
+    List {
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// An agent's versions: digest, which is current, sessions on each, who pushed it and when.
+    Show {
+        /// The agent.
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// Make NAME@K the version new sessions of NAME get.
+    Promote {
+        /// `NAME@K`.
+        spec: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// Make the version current before the last promotion current again.
+    Rollback {
+        /// The agent.
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+}
+
+/// The store of the `agent` subcommands that keep versions.
+#[derive(Debug, Args)]
+pub struct StoreArg {
+    /// The store: `sqlite://PATH` or `postgres://…`.
+    #[arg(long, env = "TOLLGATE_DB")]
+    pub db: String,
+}
+
+impl StoreArg {
+    async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn tollgate_store::Store>> {
+        tollgate_store::open(&self.db).await.with_context(|| format!("opening the store {}", self.db))
+    }
 }
 
 /// Runs `tollgate agent …`.
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
-    let AgentCommand::Lock { dir, check, json } = args.command;
     let out = &mut std::io::stdout().lock();
+    match args.command {
+        AgentCommand::Lock { dir, check, json } => lock(out, &dir, check, json).await,
+        AgentCommand::Push { dir, name, by, store } => push(out, &dir, name, &by, &store).await,
+        AgentCommand::List { store } => list(out, &store).await,
+        AgentCommand::Show { name, store } => show(out, &name, &store).await,
+        AgentCommand::Promote { spec, store } => {
+            let (name, version) = crate::pull::parse_spec(&spec)?;
+            let version =
+                version.with_context(|| format!("{spec:?}: promote names a version, `{name}@K`"))?;
+            let done = store.open().await?.versions().promote(name, version).await?;
+            let from = done.from.map_or_else(|| "none".to_owned(), |v| format!("{name}@{v}"));
+            writeln!(out, "new sessions of {name} get {name}@{} (was {from})", done.to)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        AgentCommand::Rollback { name, store } => {
+            let done = store.open().await?.versions().rollback(&name).await?;
+            let from = done.from.map_or_else(|| "none".to_owned(), |v| format!("{name}@{v}"));
+            writeln!(out, "new sessions of {name} get {name}@{} again (was {from})", done.to)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn push(
+    out: &mut impl Write,
+    dir: &std::path::Path,
+    name: Option<String>,
+    by: &str,
+    store: &StoreArg,
+) -> anyhow::Result<ExitCode> {
+    if !dir.is_dir() {
+        anyhow::bail!("the agent directory {} does not exist", dir.display());
+    }
+    let canonical = dir.canonicalize().with_context(|| dir.display().to_string())?;
+    if crate::bundle::Lock::read(&canonical)?.is_none() {
+        let mut sink = Vec::new();
+        lock(&mut sink, &canonical, false, false).await.context("nothing was pushed")?;
+        writeln!(out, "locked {} first", canonical.display())?;
+    }
+    let sandbox = Sandbox::new(SandboxConfig::default())?;
+    let agent = Agent::load(&canonical, sandbox)
+        .await
+        .with_context(|| format!("{} does not load; nothing was pushed", canonical.display()))?;
+    let name = match name {
+        Some(name) if name != agent.name() && agent.config.name.is_some() => anyhow::bail!(
+            "{} names the agent `{}`: push it under that name, or change [agent] name; nothing was pushed",
+            agent.config.path.display(),
+            agent.name()
+        ),
+        Some(name) => {
+            tollgate_store::check_agent_name(&name).map_err(anyhow::Error::msg)?;
+            name
+        }
+        None => agent.name().to_owned(),
+    };
+    let store = store.open().await?;
+    let pushed = crate::pull::push(store.as_ref(), &canonical, &name, agent.digest(), by).await?;
+    let current = if pushed.current { ", current" } else { "" };
+    if pushed.created {
+        writeln!(out, "pushed {name}@{} ({}){current}", pushed.version, agent.digest())?;
+        if !pushed.current {
+            writeln!(out, "new sessions get it after: tollgate agent promote {name}@{}", pushed.version)?;
+        }
+    } else {
+        writeln!(
+            out,
+            "{name}@{} is this bundle already ({}){current}; nothing was pushed",
+            pushed.version,
+            agent.digest()
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn list(out: &mut impl Write, store: &StoreArg) -> anyhow::Result<ExitCode> {
+    let store = store.open().await?;
+    let names = store.versions().pushed_agents().await?;
+    writeln!(out, "{:<24} {:<10} {:>8} {:>9}", "AGENT", "CURRENT", "VERSIONS", "SESSIONS")?;
+    for name in names {
+        let versions = store.versions().agent_versions(&name).await?;
+        let current =
+            versions.iter().find(|v| v.current).map_or_else(|| "-".to_owned(), |v| format!("@{}", v.version));
+        let sessions: i64 = versions.iter().map(|v| v.sessions).sum();
+        writeln!(out, "{name:<24} {current:<10} {:>8} {sessions:>9}", versions.len())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn show(out: &mut impl Write, name: &str, store: &StoreArg) -> anyhow::Result<ExitCode> {
+    let store = store.open().await?;
+    let versions = store.versions().agent_versions(name).await?;
+    if versions.is_empty() {
+        anyhow::bail!("agent `{name}` has no version in the store: push one (`tollgate agent push DIR`)");
+    }
+    writeln!(
+        out,
+        "{:<8} {:<8} {:>8}  {:<20} {:<24} DIGEST",
+        "VERSION", "CURRENT", "SESSIONS", "PUSHED BY", "PUSHED AT"
+    )?;
+    for v in &versions {
+        let at = crate::webhooks::rfc3339_ms(v.pushed_at);
+        let current = if v.current { "yes" } else { "" };
+        writeln!(
+            out,
+            "{:<8} {current:<8} {:>8}  {:<20} {at:<24} {}",
+            format!("@{}", v.version),
+            v.sessions,
+            v.pushed_by,
+            v.digest
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn lock(
+    out: &mut impl Write,
+    dir: &std::path::Path,
+    check: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     if !dir.is_dir() {
         anyhow::bail!("the agent directory {} does not exist", dir.display());
     }

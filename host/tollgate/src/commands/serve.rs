@@ -49,7 +49,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     eprintln!(
         "tollgate serving on {} (agent {}, {}, sandbox {})",
         listener.url(),
-        args.worker.agent.display(),
+        worker.agent().dir().display(),
         agent_note(worker.agent()),
         worker.sandbox().name()
     );

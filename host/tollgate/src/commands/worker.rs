@@ -19,8 +19,21 @@ use crate::worker::{Worker, WorkerConfig};
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
     /// The agent directory (`tollgate.toml`, `agent.wasm`, `tools/`).
-    #[arg(long, env = "TOLLGATE_AGENT")]
-    pub agent: PathBuf,
+    #[arg(
+        long,
+        env = "TOLLGATE_AGENT",
+        required_unless_present = "agent_name",
+        conflicts_with = "agent_name"
+    )]
+    pub agent: Option<PathBuf>,
+    /// Serve an agent pushed into the store (`tollgate agent push`): `NAME` (its current version)
+    /// or `NAME@K`, fetched by digest, checked and cached under `--bundle-cache`; needs `--db`.
+    #[arg(long, env = "TOLLGATE_AGENT_NAME", value_name = "NAME[@K]", requires = "db")]
+    pub agent_name: Option<String>,
+    /// Where agents pulled from the store are kept, one folder per digest (default:
+    /// `$XDG_CACHE_HOME/tollgate/bundles`, else `~/.cache/tollgate/bundles`).
+    #[arg(long, env = "TOLLGATE_BUNDLE_CACHE", value_name = "DIR")]
+    pub bundle_cache: Option<PathBuf>,
     /// The store: `sqlite://PATH` (default: `tollgate.db` in the agent directory) or
     /// `postgres://…`.
     #[arg(long, env = "TOLLGATE_DB")]
@@ -178,14 +191,33 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
     })?;
     let sandbox_mode = args.sandbox.mode()?;
     let sandbox = Sandbox::new(SandboxConfig::default())?;
-    let agent = Arc::new(Agent::load(&args.agent, sandbox).await?);
-    let url = db_url(args.db.as_deref(), agent.dir());
+    let (agent, url, store) = match (&args.agent, &args.agent_name) {
+        (Some(dir), _) => {
+            let agent = Agent::load(dir, sandbox).await?;
+            let url = db_url(args.db.as_deref(), agent.dir());
+            let store =
+                tollgate_store::open(&url).await.with_context(|| format!("opening the store {url}"))?;
+            (agent, url, store)
+        }
+        (None, Some(spec)) => {
+            let url = args.db.clone().context("--agent-name needs --db")?;
+            let store =
+                tollgate_store::open(&url).await.with_context(|| format!("opening the store {url}"))?;
+            let cache = args.bundle_cache.clone().unwrap_or_else(default_bundle_cache);
+            let pulled = crate::pull::pull(store.as_ref(), spec, &cache).await?;
+            tracing::info!(agent = %pulled.version.name, version = pulled.version.version,
+                digest = %pulled.version.digest, folder = %pulled.dir.display(), fetched = pulled.fetched,
+                "pulled the agent from the store");
+            (Agent::load(&pulled.dir, sandbox).await?, url, store)
+        }
+        (None, None) => anyhow::bail!("name the agent: --agent DIR or --agent-name NAME"),
+    };
+    let agent = Arc::new(agent);
     let workspace_root = args.workspace_root.clone().unwrap_or_else(crate::worker::default_workspace_root);
     let sqlite_file =
         url.strip_prefix("sqlite://").map(|rest| PathBuf::from(rest.split('?').next().unwrap_or(rest)));
     crate::worker::workspace::check_root(&workspace_root, agent.dir(), sqlite_file.as_deref())
         .map_err(anyhow::Error::msg)?;
-    let store = tollgate_store::open(&url).await.with_context(|| format!("opening the store {url}"))?;
     let locator = CliLocator { configured: args.claude.clone(), ..CliLocator::default() };
     let cli = CliBinary::locate(&locator)
         .await
@@ -208,14 +240,34 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
     Ok((Worker::new(store.clone(), agent, cli, config), store))
 }
 
+/// `$XDG_CACHE_HOME/tollgate/bundles`, else `~/.cache/tollgate/bundles`, else a folder in the
+/// temp dir of this user.
+fn default_bundle_cache() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|home| PathBuf::from(home).join(".cache"))
+        })
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("tollgate-cache-{}", current_uid())));
+    base.join("tollgate").join("bundles")
+}
+
+/// This process's uid.
+fn current_uid() -> u32 {
+    // SAFETY: getuid(2) cannot fail and has no memory effects.
+    unsafe { libc::getuid() }
+}
+
 /// Runs `tollgate worker`.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let (worker, _store) = build(&args).await?;
     eprintln!(
-        "tollgate worker ready (agent {}, {}, store {}, sandbox {})",
-        args.agent.display(),
+        "tollgate worker ready (agent {} from {}, {}, store {}, sandbox {})",
+        worker.agent().name(),
+        worker.agent().dir().display(),
         super::serve::agent_note(worker.agent()),
-        db_url(args.db.as_deref(), &args.agent),
+        db_url(args.db.as_deref(), worker.agent().dir()),
         worker.sandbox().name()
     );
     let signals = StopSignals::listen();

@@ -229,3 +229,119 @@ async fn a_step_no_worker_of_its_agent_claims_shows_as_unclaimable_until_one_run
     worker.terminate().await;
     served.stop().await;
 }
+
+/// `tollgate ARGS` of `world`, which must succeed; its stdout.
+async fn tollgate_ok(world: &World, args: &[&str]) -> String {
+    let output = world.tollgate().args(args).output().await.expect("run tollgate");
+    stdout_of(&output, &args.join(" "))
+}
+
+/// Agents pushed into the store and run by a Worker with no agent folder: `agent push` (a no-op
+/// when unchanged, a broken bundle refused naming its file with nothing stored), versions listed,
+/// promoted and rolled back; a Worker pulling the current version by name, from its cache after a
+/// restart, and fetching again when the cached copy was tampered with.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pushed_agent_runs_on_a_worker_without_its_folder_and_versions_are_promoted_and_rolled_back() {
+    let Some(world) = World::new("fleet: pushed agents", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let db = world.db.clone();
+    let agent = world.agent.to_str().unwrap().to_owned();
+    let pushed = tollgate_ok(&world, &["agent", "push", &agent, "--db", &db, "--by", "carl"]).await;
+    assert!(
+        pushed.contains("locked") && pushed.contains("pushed agent@1 (sha256:") && pushed.contains("current"),
+        "{pushed}"
+    );
+    let again = tollgate_ok(&world, &["agent", "push", &agent, "--db", &db]).await;
+    assert!(
+        again.contains("agent@1 is this bundle already") && again.contains("nothing was pushed"),
+        "{again}"
+    );
+
+    // A second version of the same agent (same folder name, another comment), and a broken one.
+    let second = world.dir.path().join("v2").join("agent");
+    copy_agent(&world.agent, &second);
+    let second = second.to_str().unwrap().to_owned();
+    let pushed = tollgate_ok(&world, &["agent", "push", &second, "--db", &db]).await;
+    assert!(
+        pushed.contains("pushed agent@2") && pushed.contains("tollgate agent promote agent@2"),
+        "{pushed}"
+    );
+    let broken = world.dir.path().join("broken").join("agent");
+    copy_agent(&world.agent, &broken);
+    std::fs::write(broken.join("tools/payments.wasm"), b"not a component").unwrap();
+    let refused =
+        world.tollgate().args(["agent", "push"]).arg(&broken).args(["--db", &db]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("payments.wasm") && stderr.contains("nothing was"),
+        "{stderr}"
+    );
+    let shown = tollgate_ok(&world, &["agent", "show", "agent", "--db", &db]).await;
+    println!("finding: agent show after two pushes and a refused one:\n{shown}");
+    let rows: Vec<&str> = shown.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "the broken bundle stored nothing:\n{shown}");
+    assert!(rows[0].starts_with("@1") && rows[0].contains("yes") && rows[0].contains("carl"), "{shown}");
+    let listed = tollgate_ok(&world, &["agent", "list", "--db", &db]).await;
+    assert!(
+        listed.lines().any(|l| l.starts_with("agent ") && l.contains("@1") && l.contains(" 2 ")),
+        "{listed}"
+    );
+
+    // A Worker with no folder runs the current version; sessions created through `tollgate api`.
+    let cache = world.dir.path().join("bundle-cache");
+    let api = Served::start_api(&world, "api", &["--insecure-open"]).await;
+    let worker = world.worker_pulling("pulling-1", "agent", &cache);
+    let start =
+        api.tollgate(&["session", "start", "p1", "--agent", "agent", "--message", "say hello p1"]).await;
+    stdout_of(&start, "session start p1");
+    let done = world.wait_idle_after("p1", 1).await;
+    assert_eq!(
+        done.messages.last().map(|m| m.text.as_str()),
+        Some("said: hello p1"),
+        "{}",
+        world.diagnostics()
+    );
+    let log = plain(&worker.log_text());
+    assert!(log.contains("pulled the agent from the store") && log.contains("fetched=true"), "{log}");
+    worker.terminate().await;
+    // Restarted, it loads from its cache; tampered with, the cache is fetched again.
+    let worker = world.worker_pulling("pulling-2", "agent", &cache);
+    let start =
+        api.tollgate(&["session", "start", "p2", "--agent", "agent", "--message", "say hello p2"]).await;
+    stdout_of(&start, "session start p2");
+    world.wait_idle_after("p2", 1).await;
+    assert!(plain(&worker.log_text()).contains("fetched=false"), "{}", worker.log_text());
+    worker.terminate().await;
+    let payments = std::fs::read_dir(&cache)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("agent/tools/payments.wasm"))
+        .find(|p| p.is_file())
+        .expect("the cached payments.wasm");
+    std::fs::write(&payments, b"tampered").unwrap();
+    let worker = world.worker_pulling("pulling-3", "agent", &cache);
+    let start =
+        api.tollgate(&["session", "start", "p3", "--agent", "agent", "--message", "say hello p3"]).await;
+    stdout_of(&start, "session start p3");
+    world.wait_idle_after("p3", 1).await;
+    let log = plain(&worker.log_text());
+    assert!(log.contains("does not match its version") && log.contains("fetched=true"), "{log}");
+    assert_ne!(std::fs::read(&payments).unwrap(), b"tampered", "the cached file was replaced");
+    worker.terminate().await;
+
+    // Promote and roll back what new sessions get.
+    let promoted = tollgate_ok(&world, &["agent", "promote", "agent@2", "--db", &db]).await;
+    assert!(promoted.contains("new sessions of agent get agent@2 (was agent@1)"), "{promoted}");
+    let shown = tollgate_ok(&world, &["agent", "show", "agent", "--db", &db]).await;
+    assert!(shown.lines().any(|l| l.starts_with("@2") && l.contains("yes")), "{shown}");
+    assert!(
+        shown.lines().any(|l| l.starts_with("@1") && l.contains(" 3 ")),
+        "three sessions on @1:\n{shown}"
+    );
+    let back = tollgate_ok(&world, &["agent", "rollback", "agent", "--db", &db]).await;
+    assert!(back.contains("agent@1 again (was agent@2)"), "{back}");
+    let missing = world.tollgate().args(["agent", "promote", "agent@9", "--db", &db]).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("has no version 9"), "{missing:?}");
+    api.stop().await;
+}

@@ -204,12 +204,31 @@ impl World {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> WorkerProcess {
+        self.spawn(name, &[std::ffi::OsStr::new("--agent"), agent.as_os_str()], db, extra, env)
+    }
+
+    /// Starts a Worker process like [`World::worker`] that serves the agent `spec` (`NAME[@K]`)
+    /// pulled from the store into `cache`, with no agent folder of its own.
+    pub fn worker_pulling(&self, name: &str, spec: &str, cache: &Path) -> WorkerProcess {
+        let agent = ["--agent-name", spec, "--bundle-cache"].map(std::ffi::OsStr::new);
+        let agent = [&agent[..], &[cache.as_os_str()]].concat();
+        self.spawn(name, &agent, &self.db, &["--lease-secs", "3", "--heartbeat-secs", "1"], &[])
+    }
+
+    fn spawn(
+        &self,
+        name: &str,
+        agent: &[&std::ffi::OsStr],
+        db: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> WorkerProcess {
         let log = self.dir.path().join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
         let child = self
             .tollgate()
-            .args(["worker", "--agent"])
-            .arg(agent)
+            .arg("worker")
+            .args(agent)
             .args(["--db", db, "--worker-id", name, "--poll-secs", "0.2"])
             .args(extra)
             .envs(env.iter().copied())
