@@ -903,6 +903,9 @@ pub struct Me {
     pub sole: bool,
     /// Whether nobody decides an interrupt of a session they started.
     pub separation_of_duties: bool,
+    /// The agents whose sessions it sees and acts on (absent: every agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<String>>,
 }
 
 // ---- Events ----
@@ -1070,6 +1073,8 @@ pub enum ErrorCode {
     OwnSession,
     /// 403: a `client` cancels only the turns of sessions it started.
     NotOwnSession,
+    /// 403: the principal is limited to other agents than the one asked for.
+    AgentNotAllowed,
     /// 404: no such route.
     NotFound,
     /// 405: the route does not take this method.
@@ -1125,6 +1130,7 @@ impl ErrorCode {
             ErrorCode::GroupRequired => "group_required",
             ErrorCode::OwnSession => "own_session",
             ErrorCode::NotOwnSession => "not_own_session",
+            ErrorCode::AgentNotAllowed => "agent_not_allowed",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::SessionNotFound => "session_not_found",
@@ -1285,6 +1291,7 @@ mod tests {
             ErrorCode::GroupRequired,
             ErrorCode::OwnSession,
             ErrorCode::NotOwnSession,
+            ErrorCode::AgentNotAllowed,
             ErrorCode::NotFound,
             ErrorCode::MethodNotAllowed,
             ErrorCode::SessionNotFound,

@@ -17,6 +17,7 @@
 //! token_sha256 = "3f…"               # sha256 of the token, 64 lowercase hex digits; never the token
 //! roles = ["approver"]               # viewer | client | approver | admin, at least one
 //! groups = ["finance"]               # optional
+//! agents = ["billing"]               # optional: only these agents' sessions (default: every agent)
 //! ```
 //!
 //! Roles: `viewer` reads; `client` reads, starts sessions, sends messages and cancels the turns of
@@ -28,6 +29,14 @@
 //! Besides the role: with separation of duties (the default) nobody decides an interrupt of a
 //! session they started; a tool whose policy names `approvers = ["finance"]` is decided only by a
 //! principal in one of those groups (admins included).
+//!
+//! # Agents
+//!
+//! A principal with `agents` sees and acts on the sessions of those agents only: another agent's
+//! session is not found (404) on every route, is left out of every list (sessions, the approvals
+//! inbox and its stream, the audit trail), and a session for it is not created (403
+//! `agent_not_allowed`). A session that names no agent belongs to none of them. Roles, groups and
+//! separation of duties apply within the agents as everywhere.
 //!
 //! # Principals that are not in a file
 //!
@@ -159,12 +168,29 @@ pub struct Caller {
     /// The only principal there is ([`SHORTCUT`] without an auth file, or [`OPEN`]): separation
     /// of duties and approver groups do not apply.
     pub sole: bool,
+    /// The agents whose sessions it may see and act on (`None`: every agent).
+    pub agents: Option<BTreeSet<String>>,
 }
 
 impl Caller {
     /// The one admin of a server without an auth file.
     pub fn sole_admin(name: &str) -> Self {
-        Caller { name: name.to_owned(), roles: [Role::Admin].into(), groups: BTreeSet::new(), sole: true }
+        Caller {
+            name: name.to_owned(),
+            roles: [Role::Admin].into(),
+            groups: BTreeSet::new(),
+            sole: true,
+            agents: None,
+        }
+    }
+
+    /// Whether it may see and act on a session of `agent` (`None`: a session that names no
+    /// agent, which only an unlimited principal sees).
+    pub fn sees_agent(&self, agent: Option<&str>) -> bool {
+        match &self.agents {
+            None => true,
+            Some(agents) => agent.is_some_and(|agent| agents.contains(agent)),
+        }
     }
 }
 
@@ -210,6 +236,16 @@ pub enum Denied {
         name: String,
         /// The session.
         session_id: String,
+    },
+    /// The principal is limited to other agents than the session's.
+    #[error("principal `{name}` may not use agent `{agent}`: it is limited to {allowed}")]
+    Agent {
+        /// The caller.
+        name: String,
+        /// The agent asked for (`none` for a session that names none).
+        agent: String,
+        /// Its agents, as `` `billing`, `ops` ``.
+        allowed: String,
     },
     /// A `client` (neither approver nor admin) cancels only the turns of sessions it started.
     #[error(
@@ -294,6 +330,21 @@ impl Rules {
 }
 
 impl Rules {
+    /// Whether `caller` may use agent `agent` (`None`: none), e.g. start a session for it.
+    ///
+    /// # Errors
+    /// [`Denied::Agent`] naming the caller's agents.
+    pub fn may_use_agent(&self, caller: &Caller, agent: Option<&str>) -> Result<(), Denied> {
+        if caller.sees_agent(agent) {
+            return Ok(());
+        }
+        Err(Denied::Agent {
+            name: caller.name.clone(),
+            agent: agent.unwrap_or("none").to_owned(),
+            allowed: join(caller.agents.iter().flatten().map(|a| format!("`{a}`")), "no agent"),
+        })
+    }
+
     /// Whether `caller` may cancel the turn of session `session_id`, started by `starter`
     /// (`None`: unknown): an approver or admin any; a client only one it started.
     ///
@@ -348,6 +399,9 @@ pub struct PrincipalEntry {
     /// Its groups.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// The agents it is limited to (absent: every agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<String>>,
 }
 
 /// What is wrong with an auth file; each names the file and the principal or field.
@@ -434,6 +488,16 @@ impl Principals {
             if entry.groups.iter().any(|g| g.is_empty() || g.len() > MAX_NAME) {
                 return Err(bad(format!("every group must be 1 to {MAX_NAME} bytes")));
             }
+            if let Some(agents) = &entry.agents {
+                if agents.is_empty() {
+                    return Err(bad(
+                        "`agents` is empty: name at least one agent, or leave it out for every agent".into(),
+                    ));
+                }
+                for agent in agents {
+                    tollgate_store::check_agent_name(agent).map_err(|why| bad(format!("`agents`: {why}")))?;
+                }
+            }
             if entries.iter().any(|(_, c)| c.name == entry.name) {
                 return Err(bad("the name is given twice".into()));
             }
@@ -445,6 +509,7 @@ impl Principals {
                 roles: entry.roles.iter().copied().collect(),
                 groups: entry.groups.iter().cloned().collect(),
                 sole: false,
+                agents: entry.agents.as_ref().map(|agents| agents.iter().cloned().collect()),
             };
             entries.push((hash, caller));
         }
@@ -563,8 +628,8 @@ pub fn new_token() -> Result<String, getrandom::Error> {
     Ok(format!("tg_{}", hex::encode(bytes)))
 }
 
-/// The `[[principals]]` block `tollgate auth add` appends.
-pub fn entry_text(name: &str, token: &str, roles: &[Role], groups: &[String]) -> String {
+/// The `[[principals]]` block `tollgate auth add` appends (`agents` empty: every agent).
+pub fn entry_text(name: &str, token: &str, roles: &[Role], groups: &[String], agents: &[String]) -> String {
     let list = |items: Vec<String>| items.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
     let mut text = format!(
         "\n[[principals]]\nname = {name:?}\ntoken_sha256 = \"{}\"\nroles = [{}]\n",
@@ -573,6 +638,9 @@ pub fn entry_text(name: &str, token: &str, roles: &[Role], groups: &[String]) ->
     );
     if !groups.is_empty() {
         text.push_str(&format!("groups = [{}]\n", list(groups.to_vec())));
+    }
+    if !agents.is_empty() {
+        text.push_str(&format!("agents = [{}]\n", list(agents.to_vec())));
     }
     text
 }
@@ -587,6 +655,7 @@ mod tests {
             roles: roles.iter().copied().collect(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
             sole: false,
+            agents: None,
         }
     }
 
@@ -753,13 +822,51 @@ groups = ["finance"]
     }
 
     #[test]
+    fn a_principal_limited_to_agents_sees_only_their_sessions_and_a_bad_list_is_refused() {
+        let hash = "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3";
+        let file = |agents: &str| {
+            format!(
+                "[[principals]]\nname = \"bill\"\ntoken_sha256 = \"{hash}\"\nroles = [\"approver\"]\n{agents}"
+            )
+        };
+        let limited = Principals::parse(&file("agents = [\"billing\", \"ops\"]\n"), "auth.toml").unwrap();
+        let bill = limited.authenticate("123").expect("bill");
+        assert!(bill.sees_agent(Some("billing")) && bill.sees_agent(Some("ops")));
+        assert!(!bill.sees_agent(Some("support")) && !bill.sees_agent(None), "nor a session that names none");
+        let refused = Rules::default().may_use_agent(bill, Some("support")).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "principal `bill` may not use agent `support`: it is limited to `billing`, `ops`"
+        );
+        let every = Principals::parse(&file(""), "auth.toml").unwrap();
+        let all = every.authenticate("123").unwrap();
+        assert!(all.sees_agent(Some("support")) && all.sees_agent(None), "no list: every agent");
+        for (agents, why) in
+            [("agents = []\n", "`agents` is empty"), ("agents = [\"a b\"]\n", "`agents`: the agent name")]
+        {
+            let error = Principals::parse(&file(agents), "auth.toml").unwrap_err().to_string();
+            assert!(error.contains("principal #1 (\"bill\")") && error.contains(why), "{error}");
+        }
+    }
+
+    #[test]
     fn an_added_entry_parses_back_and_authenticates_its_token() {
         let token = new_token().unwrap();
         assert!(token.starts_with("tg_") && token.len() == 67);
-        let text = format!("{FILE}{}", entry_text("carl", &token, &[Role::Client], &["support".into()]));
+        let text = format!(
+            "{FILE}{}",
+            entry_text(
+                "carl",
+                &token,
+                &[Role::Client],
+                &["support".into()],
+                &["support".into(), "ops".into()]
+            )
+        );
         let principals = Principals::parse(&text, "auth.toml").unwrap();
         let carl = principals.authenticate(&token).expect("carl");
         assert_eq!(carl.groups.iter().collect::<Vec<_>>(), ["support"]);
+        assert_eq!(carl.agents.iter().flatten().collect::<Vec<_>>(), ["ops", "support"]);
         assert!(!text.contains(&token), "only the hash is stored");
     }
 }

@@ -104,6 +104,7 @@ pub(super) async fn stream(
         total: None,
         had,
         starters: HashMap::new(),
+        agents: HashMap::new(),
         done: false,
     };
     Ok(Sse::new(events(inbox)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
@@ -123,6 +124,8 @@ struct Inbox {
     total: Option<i64>,
     /// Who started each session seen.
     starters: HashMap<String, Option<String>>,
+    /// Each session's agent, for a caller limited to agents.
+    agents: HashMap<String, Option<String>>,
     done: bool,
 }
 
@@ -163,10 +166,23 @@ impl Inbox {
     /// Reads the open interrupts; the event that brings the client up to date, if any.
     async fn read(&mut self) -> Result<Option<Event>, ApiError> {
         let store = &self.state.store;
-        let total = store.count_open_interrupts().await?;
+        let mut total = store.count_open_interrupts().await?;
         let mut now = BTreeMap::new();
         let mut items = Vec::new();
-        let open = store.open_interrupts(None, self.limit).await?;
+        let mut open = store.open_interrupts(None, self.limit).await?;
+        if self.caller.agents.is_some() {
+            // Only its agents' approvals, and their count: nothing of the others, not even how many.
+            for o in &open {
+                if !self.agents.contains_key(&o.session_id) {
+                    let agent = store.session(&o.session_id).await?.and_then(|s| s.agent_name);
+                    self.agents.insert(o.session_id.clone(), agent);
+                }
+            }
+            open.retain(|o| {
+                self.caller.sees_agent(self.agents.get(&o.session_id).cloned().flatten().as_deref())
+            });
+            total = open.len() as i64;
+        }
         // Who started the sessions not seen yet, a few lookups at a time.
         let unknown: BTreeSet<String> = open
             .iter()

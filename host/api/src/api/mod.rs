@@ -195,6 +195,7 @@ pub(crate) fn denied_code(denied: &crate::auth::Denied) -> ErrorCode {
         Denied::Group { .. } => ErrorCode::GroupRequired,
         Denied::OwnSession { .. } => ErrorCode::OwnSession,
         Denied::NotOwnSession { .. } => ErrorCode::NotOwnSession,
+        Denied::Agent { .. } => ErrorCode::AgentNotAllowed,
     }
 }
 
@@ -205,7 +206,7 @@ impl From<crate::auth::Denied> for ApiError {
         let needed = match denied {
             Denied::Role { roles, .. } => Some(roles.iter().map(|r| r.as_str().to_owned()).collect()),
             Denied::Group { groups, .. } => Some(groups),
-            Denied::OwnSession { .. } | Denied::NotOwnSession { .. } => None,
+            Denied::OwnSession { .. } | Denied::NotOwnSession { .. } | Denied::Agent { .. } => None,
         };
         ApiError { needed, ..ApiError::new(StatusCode::FORBIDDEN, code, message) }
     }
@@ -355,8 +356,63 @@ async fn authorize(State(state): State<ApiState>, mut request: Request, next: Ne
         return ApiError::from(denied).into_response();
     }
     tracing::Span::current().record("principal", caller.name.as_str());
+    // A principal limited to agents finds no session of another agent, on every session route.
+    if caller.agents.is_some()
+        && let ["", "v1", "sessions", id, ..] = request.uri().path().split('/').collect::<Vec<_>>()[..]
+    {
+        let id = percent_decoded(id);
+        match state.store.session(&id).await {
+            Ok(Some(session)) if !caller.sees_agent(session.agent_name.as_deref()) => {
+                return ApiError::no_session(&id).into_response();
+            }
+            Ok(_) => {}
+            Err(error) => return ApiError::from(error).into_response(),
+        }
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// A path segment with its `%XX` escapes decoded (as the router decodes it for the handler).
+fn percent_decoded(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) =
+                (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex))
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Which of `sessions` `caller` sees (a principal limited to agents: those of its agents), each
+/// session's agent read once.
+async fn visible_sessions(
+    state: &ApiState,
+    caller: &Caller,
+    sessions: impl IntoIterator<Item = String>,
+) -> Result<std::collections::BTreeSet<String>, ApiError> {
+    let mut visible = std::collections::BTreeSet::new();
+    for id in sessions.into_iter().collect::<std::collections::BTreeSet<_>>() {
+        if caller.agents.is_none() {
+            visible.insert(id);
+            continue;
+        }
+        let agent = state.store.session(&id).await?.and_then(|s| s.agent_name);
+        if caller.sees_agent(agent.as_deref()) {
+            visible.insert(id);
+        }
+    }
+    Ok(visible)
 }
 
 /// `POST /v1/sessions`.
@@ -396,6 +452,13 @@ async fn create_session(
         state.agent.as_ref(),
     )
     .await?;
+    state.auth.rules().may_use_agent(&caller, agent.name.as_deref())?;
+    if caller.agents.is_some()
+        && let Some(existing) = state.store.session(&session_id).await?
+    {
+        // Idempotent on the id, but not across agents the caller may not use.
+        state.auth.rules().may_use_agent(&caller, existing.agent_name.as_deref())?;
+    }
     let created = sessions::start_by(state.store.as_ref(), &session_id, agent, &caller.name).await?;
     let message = match &request.message {
         Some(text) => {
@@ -720,7 +783,11 @@ async fn get_session(
         openapi::ReadErrors,
     )
 )]
-async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
+async fn list_sessions(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
     let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
     let status = params.one_of("status", &STATUSES)?;
     let after = params.text("after").unwrap_or("");
@@ -739,6 +806,7 @@ async fn list_sessions(State(state): State<ApiState>, RawQuery(query): RawQuery)
         (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
     let sessions = list
         .into_iter()
+        .filter(|s| caller.sees_agent(s.agent_name.as_deref()))
         .map(|s| SessionRow {
             agent: s.agent_name,
             agent_digest: s.agent.as_ref().map(|a| a.digest.clone()),
@@ -803,6 +871,7 @@ async fn upgrade_session(
 )]
 async fn upgrade_all(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
     JsonBody(body): JsonBody,
 ) -> ApiResult {
@@ -831,7 +900,8 @@ async fn upgrade_all(
         after.clone_from(&last.session_id);
         for session in page {
             let digest = session.agent.as_ref().map(|a| a.digest.clone());
-            let other_agent = session.agent_name.as_deref().is_some_and(|name| !owners.contains(&name));
+            let other_agent = session.agent_name.as_deref().is_some_and(|name| !owners.contains(&name))
+                || !caller.sees_agent(session.agent_name.as_deref());
             if other_agent || (request.from.is_some() && digest != request.from) {
                 continue;
             }
@@ -867,7 +937,11 @@ async fn upgrade_all(
         openapi::ReadErrors,
     )
 )]
-async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
+async fn list_interrupts(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
     let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
     params.one_of("status", &["pending"])?;
     let after = params.text("after").map(interrupt_cursor::decode).transpose()?;
@@ -875,8 +949,9 @@ async fn list_interrupts(State(state): State<ApiState>, RawQuery(query): RawQuer
     let page = state.store.open_interrupts(after.as_ref(), limit).await?;
     let next_after =
         (page.len() as i64 == limit).then(|| page.last().map(interrupt_cursor::encode)).flatten();
+    let visible = visible_sessions(&state, &caller, page.iter().map(|o| o.session_id.clone())).await?;
     let mut interrupts = Vec::with_capacity(page.len());
-    for open in page {
+    for open in page.into_iter().filter(|o| visible.contains(&o.session_id)) {
         interrupts.push(pending_interrupt(open)?);
     }
     Ok(Json(InterruptList { interrupts, next_after }).into_response())
@@ -960,6 +1035,7 @@ async fn me(
         groups: caller.groups.iter().cloned().collect(),
         sole: caller.sole,
         separation_of_duties: state.auth.rules().separation_of_duties,
+        agents: caller.agents.as_ref().map(|agents| agents.iter().cloned().collect()),
     })
     .into_response())
 }
@@ -976,7 +1052,11 @@ async fn me(
         openapi::ReadErrors,
     )
 )]
-async fn list_audit(State(state): State<ApiState>, RawQuery(query): RawQuery) -> ApiResult {
+async fn list_audit(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
     let params =
         Params::parse(query.as_deref(), &["session_id", "principal", "since", "until", "after", "limit"])?;
     let text = |name: &str| -> Result<Option<String>, ApiError> {
@@ -998,7 +1078,9 @@ async fn list_audit(State(state): State<ApiState>, RawQuery(query): RawQuery) ->
     let entries = state.store.audit().audit_entries(&query).await?;
     let next_after =
         (entries.len() as i64 == query.limit).then(|| entries.last().map(|e| e.audit_id)).flatten();
-    let entries = entries.into_iter().map(sessions::audit_record).collect();
+    let visible = visible_sessions(&state, &caller, entries.iter().map(|e| e.session_id.clone())).await?;
+    let entries =
+        entries.into_iter().filter(|e| visible.contains(&e.session_id)).map(sessions::audit_record).collect();
     Ok(Json(AuditPage { entries, next_after }).into_response())
 }
 

@@ -35,6 +35,9 @@ pub enum AuthCommand {
         /// A group it belongs to (repeat for several), e.g. for `approvers = ["finance"]`.
         #[arg(long = "group")]
         groups: Vec<String>,
+        /// The agents whose sessions it may see and act on, comma-separated (default: every agent).
+        #[arg(long, value_delimiter = ',')]
+        agents: Vec<String>,
         /// The auth file (created `0600` when missing).
         #[arg(long = "auth", env = "TOLLGATE_AUTH_FILE", value_name = "FILE")]
         file: PathBuf,
@@ -48,8 +51,8 @@ fn parse_role(text: &str) -> Result<Role, String> {
 /// Runs `tollgate auth …`.
 pub fn run(args: AuthArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        AuthCommand::Add { name, roles, groups, file } => {
-            let token = add(&file, &name, &roles, &groups)?;
+        AuthCommand::Add { name, roles, groups, agents, file } => {
+            let token = add(&file, &name, &roles, &groups, &agents)?;
             let mut out = std::io::stdout().lock();
             writeln!(out, "{token}")?;
             eprintln!(
@@ -66,7 +69,13 @@ pub fn run(args: AuthArgs) -> anyhow::Result<ExitCode> {
 /// # Errors
 /// A bad name or group, a name the file already has, a file that is not a valid auth file, or
 /// the file cannot be created or written.
-pub fn add(path: &std::path::Path, name: &str, roles: &[Role], groups: &[String]) -> anyhow::Result<String> {
+pub fn add(
+    path: &std::path::Path,
+    name: &str,
+    roles: &[Role],
+    groups: &[String],
+    agents: &[String],
+) -> anyhow::Result<String> {
     auth::check_name(name).map_err(|reason| anyhow::anyhow!("principal {name:?}: {reason}"))?;
     let shown = path.display().to_string();
     let existing = match std::fs::read_to_string(path) {
@@ -81,7 +90,7 @@ pub fn add(path: &std::path::Path, name: &str, roles: &[Role], groups: &[String]
         }
     }
     let token = auth::new_token().context("the OS random source failed")?;
-    let mut entry = auth::entry_text(name, &token, roles, groups);
+    let mut entry = auth::entry_text(name, &token, roles, groups, agents);
     let before = existing.as_deref().unwrap_or_default();
     if before.is_empty() {
         entry =
@@ -112,21 +121,21 @@ mod tests {
     fn adding_principals_creates_the_file_0600_appends_and_keeps_every_other_byte() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("auth.toml");
-        let first = add(&path, "fin", &[Role::Approver], &["finance".into()]).unwrap();
+        let first = add(&path, "fin", &[Role::Approver], &["finance".into()], &[]).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("# a comment the operator wrote\n");
         std::fs::write(&path, &text).unwrap();
-        let second = add(&path, "carl", &[Role::Client], &[]).unwrap();
+        let second = add(&path, "carl", &[Role::Client], &[], &[]).unwrap();
         let after = std::fs::read_to_string(&path).unwrap();
         assert!(after.starts_with(&text), "the bytes before stay");
         assert!(!after.contains(&first) && !after.contains(&second), "tokens are never stored");
         let principals = Principals::load(&path).unwrap();
         assert_eq!(principals.authenticate(&first).unwrap().name, "fin");
         assert_eq!(principals.authenticate(&second).unwrap().name, "carl");
-        let again = add(&path, "fin", &[Role::Viewer], &[]).unwrap_err().to_string();
+        let again = add(&path, "fin", &[Role::Viewer], &[], &[]).unwrap_err().to_string();
         assert!(again.contains("already has a principal `fin`"), "{again}");
-        let bad = add(&path, "a b", &[Role::Viewer], &[]).unwrap_err().to_string();
+        let bad = add(&path, "a b", &[Role::Viewer], &[], &[]).unwrap_err().to_string();
         assert!(bad.contains("letters, digits"), "{bad}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), after, "refusals write nothing");
     }

@@ -155,6 +155,15 @@ async fn a_worker_of_another_agent_on_the_same_postgres_database_runs_none_of_it
     only_the_named_agent_runs_its_sessions(world).await;
 }
 
+/// Waits until a Worker or server of `agent` has registered it in `world`'s store.
+async fn registered(world: &World, agent: &str) {
+    let started = std::time::Instant::now();
+    while !world.store.agents().known_agents().await.unwrap().iter().any(|k| k.name == agent) {
+        assert!(started.elapsed() < Duration::from_secs(30), "{agent}'s Worker never registered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `GET url` as JSON, or the text of `/metrics`.
 async fn fetch(url: &str) -> (u16, String) {
     let answer = reqwest::get(url).await.expect("GET");
@@ -180,11 +189,7 @@ async fn a_step_no_worker_of_its_agent_claims_shows_as_unclaimable_until_one_run
     .await;
     // Billing's Worker registers its agent, then stops: its sessions wait.
     let gone = world.worker_of("worker-billing-1", &billing);
-    let started = std::time::Instant::now();
-    while !world.store.agents().known_agents().await.unwrap().iter().any(|k| k.name == "billing") {
-        assert!(started.elapsed() < Duration::from_secs(30), "billing's Worker never registered");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    registered(&world, "billing").await;
     gone.terminate().await;
     let (status, health) = fetch(&format!("{}/healthz", served.url)).await;
     assert_eq!(status, 200);
@@ -344,4 +349,126 @@ async fn a_pushed_agent_runs_on_a_worker_without_its_folder_and_versions_are_pro
     let missing = world.tollgate().args(["agent", "promote", "agent@9", "--db", &db]).output().await.unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("has no version 9"), "{missing:?}");
     api.stop().await;
+}
+
+/// `tollgate auth add NAME --role ROLE [--agents AGENTS] --auth FILE`: the token it prints.
+async fn principal(world: &World, file: &Path, name: &str, role: &str, agents: Option<&str>) -> String {
+    let mut command = world.tollgate();
+    command.args(["auth", "add", name, "--role", role, "--auth"]).arg(file);
+    if let Some(agents) = agents {
+        command.args(["--agents", agents]);
+    }
+    stdout_of(&command.output().await.expect("run tollgate auth add"), "tollgate auth add").trim().to_owned()
+}
+
+/// An approver limited to `billing` neither sees nor decides the approvals of the other agent: its
+/// sessions are not found, left out of the inbox (and its count), the sessions list, the event
+/// stream and the audit trail, and a session for it is refused; an approver of that agent decides
+/// them, and an unlimited one sees both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_principal_limited_to_one_agent_neither_sees_nor_decides_another_agents_approvals() {
+    let Some(world) = World::new("fleet: agent scopes", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let billing = world.dir.path().join("billing");
+    copy_agent(&world.agent, &billing);
+    let file = world.dir.path().join("auth.toml");
+    let starter = principal(&world, &file, "starter", "client", None).await;
+    let bill = principal(&world, &file, "bill", "approver", Some("billing")).await;
+    let sue = principal(&world, &file, "sue", "approver", Some("agent")).await;
+    let ann = principal(&world, &file, "ann", "approver", None).await;
+    let billing_client = principal(&world, &file, "bc", "client", Some("billing")).await;
+    let served =
+        Served::start_with(&world, "serve-agent", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    let worker = world.worker_of("worker-billing", &billing);
+    registered(&world, "billing").await;
+    let http = reqwest::Client::new();
+    let url = served.url.clone();
+    let call = |method: reqwest::Method, path: String, token: &str, body: Option<Value>| {
+        let mut request = http.request(method, format!("{url}{path}")).bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move {
+            let answer = request.send().await.expect("call");
+            let status = answer.status().as_u16();
+            let text = answer.text().await.expect("body");
+            (status, serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)))
+        }
+    };
+    let refund = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
+    for (id, agent) in [("s", "agent"), ("b", "billing")] {
+        let body = serde_json::json!({"session_id": id, "agent": agent, "message": refund});
+        let (status, created) =
+            call(reqwest::Method::POST, "/v1/sessions".into(), &starter, Some(body)).await;
+        assert_eq!(status, 201, "{created}");
+    }
+    let s = world.wait_for("s", "the refund to wait", |s| !s.pending_interrupts.is_empty()).await;
+    let b = world.wait_for("b", "billing's refund to wait", |s| !s.pending_interrupts.is_empty()).await;
+    let (s_interrupt, b_interrupt) =
+        (&s.pending_interrupts[0].interrupt_id, &b.pending_interrupts[0].interrupt_id);
+
+    let sessions_of = |page: &Value, key: &str| -> Vec<String> {
+        page[key].as_array().unwrap().iter().map(|x| x["session_id"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, inbox) = call(reqwest::Method::GET, "/v1/interrupts".into(), &bill, None).await;
+    println!("finding: bill's inbox: {inbox}");
+    assert_eq!(sessions_of(&inbox, "interrupts"), ["b"], "{inbox}");
+    let (_, listed) = call(reqwest::Method::GET, "/v1/sessions".into(), &bill, None).await;
+    assert_eq!(sessions_of(&listed, "sessions"), ["b"], "{listed}");
+    for path in ["/v1/sessions/s", "/v1/sessions/s/events"] {
+        let (status, error) = call(reqwest::Method::GET, path.into(), &bill, None).await;
+        assert_eq!(
+            (status, error["error"]["code"].as_str()),
+            (404, Some("session_not_found")),
+            "{path}: {error}"
+        );
+    }
+    let decision = serde_json::json!({"approved": true});
+    let path = format!("/v1/sessions/s/interrupts/{s_interrupt}");
+    let (status, error) = call(reqwest::Method::POST, path.clone(), &bill, Some(decision.clone())).await;
+    assert_eq!(status, 404, "bill cannot decide s: {error}");
+    let (_, me) = call(reqwest::Method::GET, "/v1/me".into(), &bill, None).await;
+    assert_eq!(me["agents"], serde_json::json!(["billing"]), "{me}");
+    let body = serde_json::json!({"session_id": "x", "agent": "agent"});
+    let (status, error) =
+        call(reqwest::Method::POST, "/v1/sessions".into(), &billing_client, Some(body)).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (403, Some("agent_not_allowed")), "{error}");
+    assert!(world.store.session("x").await.unwrap().is_none(), "nothing was written");
+    // The inbox stream's first event: billing's approval only, and a count of one.
+    let mut stream = http.get(format!("{url}/v1/interrupts/events")).bearer_auth(&bill).send().await.unwrap();
+    let first =
+        tokio::time::timeout(Duration::from_secs(10), stream.chunk()).await.unwrap().unwrap().unwrap();
+    let first = String::from_utf8_lossy(&first).into_owned();
+    assert!(
+        first.contains("\"total\":1")
+            && first.contains("\"session_id\":\"b\"")
+            && !first.contains("\"session_id\":\"s\""),
+        "{first}"
+    );
+    drop(stream);
+
+    // Each approver decides its own agent's approval; the audit trail shows each only its own.
+    let (status, _) = call(reqwest::Method::POST, path, &sue, Some(decision.clone())).await;
+    assert_eq!(status, 200, "sue decides s");
+    let (status, _) = call(
+        reqwest::Method::POST,
+        format!("/v1/sessions/b/interrupts/{b_interrupt}"),
+        &bill,
+        Some(decision),
+    )
+    .await;
+    assert_eq!(status, 200, "bill decides b");
+    let (_, audit) = call(reqwest::Method::GET, "/v1/audit".into(), &bill, None).await;
+    assert_eq!(sessions_of(&audit, "entries"), ["b"], "{audit}");
+    let (_, audit) = call(reqwest::Method::GET, "/v1/audit".into(), &ann, None).await;
+    let mut all = sessions_of(&audit, "entries");
+    all.sort();
+    assert_eq!(all, ["b", "s"], "ann sees both: {audit}");
+    for id in ["s", "b"] {
+        let done = world.wait_idle_after(id, 1).await;
+        assert_eq!(done.tool_calls[0].state.name(), "succeeded", "{id}: {}", world.diagnostics());
+    }
+    worker.terminate().await;
+    served.stop().await;
 }
