@@ -9,6 +9,7 @@
 //! timeout_secs = 10                              # optional: one attempt's limit
 //! retry_initial_secs = 5                         # optional: the first retry's delay, doubled each time
 //! max_attempts = 18                              # optional: then the delivery is `failed`
+//! agents = ["billing"]                           # optional: only these agents' sessions (default: all)
 //! ```
 //!
 //! Every error names the file, the line and the key. A secret is a Standard Webhooks secret:
@@ -41,6 +42,9 @@ pub struct Webhook {
     pub retry_initial: Duration,
     /// Attempts before the delivery is marked `failed`.
     pub max_attempts: i64,
+    /// The agents whose sessions' events it receives (`None`: every agent's); the others' are
+    /// marked delivered without being sent.
+    pub agents: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for Webhook {
@@ -89,6 +93,7 @@ struct Entry {
     timeout_secs: Option<Spanned<f64>>,
     retry_initial_secs: Option<Spanned<f64>>,
     max_attempts: Option<Spanned<i64>>,
+    agents: Option<Spanned<Vec<String>>>,
 }
 
 /// Reads and checks the webhooks file at `path`; secrets from the environment through `env`.
@@ -214,7 +219,24 @@ pub fn parse(
                 return Err(err(v.span().start, format!("webhook {n}: `max_attempts` must be 1 to 100")));
             }
         };
+        let agents = match &entry.agents {
+            None => None,
+            Some(list) if list.get_ref().is_empty() => {
+                return Err(err(
+                    list.span().start,
+                    format!("webhook {n}: `agents` is empty; leave it out for every agent"),
+                ));
+            }
+            Some(list) => {
+                for agent in list.get_ref() {
+                    tollgate_store::check_agent_name(agent)
+                        .map_err(|why| err(list.span().start, format!("webhook {n}: `agents`: {why}")))?;
+                }
+                Some(list.get_ref().clone())
+            }
+        };
         hooks.push(Webhook {
+            agents,
             name,
             url,
             key,

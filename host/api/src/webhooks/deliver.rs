@@ -127,6 +127,24 @@ impl Deliverer {
     /// Sends one claimed delivery and records the outcome.
     async fn deliver(&self, d: Delivery) {
         let Some(hook) = self.hooks.get(&d.webhook) else { return };
+        if let Some(agents) = &hook.agents {
+            let agent = match self.store.session(&d.session_id).await {
+                Ok(session) => session.and_then(|s| s.agent_name),
+                // The lease runs out and the delivery is claimed again.
+                Err(e) => {
+                    return tracing::warn!(delivery = d.delivery_id, error = %e, "reading a delivery's session failed");
+                }
+            };
+            if !agent.as_ref().is_some_and(|agent| agents.contains(agent)) {
+                // Not this endpoint's agents: done, unsent.
+                tracing::debug!(webhook = %hook.name, delivery = d.delivery_id, agent = ?agent, "not for this webhook's agents");
+                let outbox = self.store.outbox().expect("checked at start");
+                if let Err(e) = outbox.delivered(&d).await {
+                    tracing::warn!(delivery = d.delivery_id, error = %e, "recording a skipped webhook delivery failed");
+                }
+                return;
+            }
+        }
         let outcome = if d.attempt > hook.max_attempts {
             // Claimed again after a crash mid-send of the last attempt.
             Outcome::Failed(d.last_error.clone().unwrap_or_else(|| "no attempt finished".into()))

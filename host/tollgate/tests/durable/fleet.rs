@@ -378,8 +378,18 @@ async fn a_principal_limited_to_one_agent_neither_sees_nor_decides_another_agent
     let sue = principal(&world, &file, "sue", "approver", Some("agent")).await;
     let ann = principal(&world, &file, "ann", "approver", None).await;
     let billing_client = principal(&world, &file, "bc", "client", Some("billing")).await;
-    let served =
-        Served::start_with(&world, "serve-agent", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    // A webhook endpoint for billing's events only.
+    let receiver = crate::webhooks::Receiver::start(Vec::new()).await;
+    let hooks = crate::webhooks::write_hooks(&world, &receiver.url);
+    let text = std::fs::read_to_string(&hooks).unwrap();
+    std::fs::write(&hooks, format!("{text}agents = [\"billing\"]\n")).unwrap();
+    let served = Served::start_with(
+        &world,
+        "serve-agent",
+        "127.0.0.1:0",
+        &["--auth", file.to_str().unwrap(), "--webhooks", &hooks],
+    )
+    .await;
     let worker = world.worker_of("worker-billing", &billing);
     registered(&world, "billing").await;
     let http = reqwest::Client::new();
@@ -469,6 +479,31 @@ async fn a_principal_limited_to_one_agent_neither_sees_nor_decides_another_agent
         let done = world.wait_idle_after(id, 1).await;
         assert_eq!(done.tool_calls[0].state.name(), "succeeded", "{id}: {}", world.diagnostics());
     }
+    let session_of =
+        |r: &crate::webhooks::Received| r.json()["data"]["session_id"].as_str().unwrap_or("").to_owned();
+    let done = |r: &[crate::webhooks::Received]| {
+        r.iter().any(|r| r.json()["type"] == "turn.completed" && session_of(r) == "b")
+    };
+    receiver.wait_until("b's turn.completed", done, &world).await;
+    // Every delivery settled, sent or (another agent's) marked done unsent.
+    let outbox = world.store.outbox().expect("an outbox");
+    let started = std::time::Instant::now();
+    loop {
+        let all = outbox.deliveries(0, 1000).await.unwrap();
+        if all.iter().all(|d| d.state == tollgate_store::DeliveryState::Delivered) {
+            assert!(all.iter().any(|d| d.session_id == "s"), "s's events had deliveries: {all:?}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "deliveries still pending: {all:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sessions: std::collections::BTreeSet<String> = receiver.requests().iter().map(session_of).collect();
+    println!("finding: billing's webhook received events of {sessions:?}");
+    assert_eq!(
+        sessions.into_iter().collect::<Vec<_>>(),
+        ["b"],
+        "billing's endpoint got billing's events only"
+    );
     worker.terminate().await;
     served.stop().await;
 }
