@@ -355,6 +355,19 @@ mod tests {
     }
 
     #[test]
+    fn an_endpoint_may_be_limited_to_agents_and_a_bad_list_is_refused_with_its_line() {
+        let one =
+            format!("[[webhooks]]\nurl = \"http://a/\"\nsecret = \"{SECRET}\"\nevents = [\"turn.failed\"]\n");
+        let hooks = parse_with(&format!("{one}agents = [\"billing\", \"ops\"]\n"), &[]).unwrap();
+        assert_eq!(hooks[0].agents.as_deref(), Some(&["billing".to_owned(), "ops".to_owned()][..]));
+        assert_eq!(parse_with(&one, &[]).unwrap()[0].agents, None, "every agent by default");
+        for (agents, why) in [("[]", "`agents` is empty"), ("[\"support@2\"]", "`agents`: the agent name")] {
+            let err = parse_with(&format!("{one}agents = {agents}\n"), &[]).unwrap_err().to_string();
+            assert!(err.starts_with("hooks.toml:5: webhook 1: ") && err.contains(why), "{err}");
+        }
+    }
+
+    #[test]
     fn two_webhooks_with_one_name_are_refused() {
         let one =
             format!("[[webhooks]]\nurl = \"http://a/\"\nsecret = \"{SECRET}\"\nevents = [\"turn.failed\"]\n");
