@@ -171,11 +171,16 @@ pub async fn resolve_agent(
     if let Some(serving) = serving.filter(|serving| serving.name == chosen) {
         return Ok(serving.into());
     }
-    // An agent with versions in the store: its current one, pinned (a Worker pulls it locked).
-    if let Some(current) = store.versions().agent_version(chosen, None).await? {
+    // An agent with versions in the store: its current one, or its canary for that share of new
+    // sessions, pinned (a Worker pulls it locked).
+    if let Some(rollout) = store.versions().rollout(chosen).await? {
+        let digest = match rollout.canary {
+            Some((_, canary, share)) if percent() < share => canary,
+            _ => rollout.current.1,
+        };
         return Ok(SessionAgent {
             name: Some(chosen.to_owned()),
-            digest: Some(AgentDigest { digest: current.digest, pinned: true }),
+            digest: Some(AgentDigest { digest, pinned: true }),
         });
     }
     // The newest digest it was loaded from, as a record: any Worker of the agent runs it.
@@ -184,6 +189,13 @@ pub async fn resolve_agent(
         name: Some(chosen.to_owned()),
         digest: newest.map(|k| AgentDigest { digest: k.digest.clone(), pinned: false }),
     })
+}
+
+/// A random whole percent, 0 to 99.
+fn percent() -> i64 {
+    let mut byte = [0u8; 2];
+    getrandom::fill(&mut byte).expect("the OS random number generator failed");
+    i64::from(u16::from_le_bytes(byte) % 100)
 }
 
 /// Creates the session unless it exists, for the only agent the store knows (none yet: the first

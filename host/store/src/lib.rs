@@ -120,7 +120,7 @@ pub use postgres::PgStore;
 pub use signal::{EventSignal, WorkSignal};
 pub use sqlite::SqliteStore;
 pub use types::*;
-pub use versions::{AgentVersion, AgentVersions, NewVersion, Promoted, Pushed};
+pub use versions::{AgentVersion, AgentVersions, NewVersion, Promoted, Pushed, Rollout};
 
 /// The newest row format this build reads and the one it writes.
 pub const ROW_VERSION: i64 = 1;

@@ -67,6 +67,8 @@ pub struct AgentVersion {
     pub pushed_at: i64,
     /// Whether new sessions get it.
     pub current: bool,
+    /// The percent of new sessions it gets as the agent's canary (`None`: not the canary).
+    pub canary_share: Option<i64>,
     /// Sessions of the agent that recorded its digest.
     pub sessions: i64,
 }
@@ -80,6 +82,15 @@ pub struct Pushed {
     pub created: bool,
     /// Whether it is the current version.
     pub current: bool,
+}
+
+/// What new sessions of an agent get ([`AgentVersions::rollout`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rollout {
+    /// The current version and its digest.
+    pub current: (i64, String),
+    /// The canary: its version, digest and percent of new sessions.
+    pub canary: Option<(i64, String, i64)>,
 }
 
 /// What [`AgentVersions::promote`] and [`AgentVersions::rollback`] did.
@@ -115,10 +126,15 @@ pub trait AgentVersions: Send + Sync {
         version: Option<i64>,
     ) -> Result<Option<AgentVersion>, StoreError>;
 
-    /// Makes `version` the one new sessions get.
-    async fn promote(&self, name: &str, version: i64) -> Result<Promoted, StoreError>;
+    /// Makes `version` the one new sessions get (and ends any canary), or with `share` (1 to 99)
+    /// its canary: that percent of new sessions get it, the rest the current one.
+    async fn promote(&self, name: &str, version: i64, share: Option<i64>) -> Result<Promoted, StoreError>;
 
-    /// Makes the version current before the last promotion current again.
+    /// What new sessions of the agent get: its current version and its canary, if any (`None`:
+    /// no version pushed). Reads no session.
+    async fn rollout(&self, name: &str) -> Result<Option<Rollout>, StoreError>;
+
+    /// Makes the version current before the last promotion current again, and ends any canary.
     async fn rollback(&self, name: &str) -> Result<Promoted, StoreError>;
 
     /// A bundle file's bytes by digest.
@@ -139,7 +155,8 @@ struct VersionStatements {
     insert_version: &'static str,
     /// `$1`'s current row.
     current: &'static str,
-    /// Makes `$2` current for `$1` (`$3` row version) with `$4` the one before; inserts the row.
+    /// Makes `$2` current for `$1` (`$3` row version) with `$4` the one before, `$5` the canary
+    /// and `$6` its share; inserts the row.
     set_current: &'static str,
     /// Every version of `$1`.
     versions: &'static str,
@@ -167,11 +184,12 @@ fn statements<DB: Dialect>() -> &'static VersionStatements {
                 "INSERT INTO agent_versions (name, version, row_version, digest, files, pushed_by, pushed_at)
                  VALUES ($1, $2, $3, $4, $5, $6, {now})"
             )),
-            current: "SELECT version, previous FROM agent_current WHERE name = $1",
+            current: "SELECT version, previous, canary, canary_share FROM agent_current WHERE name = $1",
             set_current: keep(format!(
-                "INSERT INTO agent_current (name, row_version, version, previous, updated_at)
-                 VALUES ($1, $3, $2, $4, {now})
+                "INSERT INTO agent_current (name, row_version, version, previous, canary, canary_share, updated_at)
+                 VALUES ($1, $3, $2, $4, $5, $6, {now})
                  ON CONFLICT (name) DO UPDATE SET version = excluded.version, previous = excluded.previous,
+                     canary = excluded.canary, canary_share = excluded.canary_share,
                      updated_at = excluded.updated_at"
             )),
             versions:
@@ -224,25 +242,60 @@ fn check(new: &NewVersion) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// An agent's `agent_current` row.
+#[derive(Clone, Copy, Debug, Default)]
+struct Current {
+    version: i64,
+    previous: Option<i64>,
+    /// The canary version and the percent of new sessions it gets.
+    canary: Option<(i64, i64)>,
+}
+
 #[sqlx_bounds(DB)]
 async fn current_of<DB>(
     conn: impl sqlx::Executor<'_, Database = DB>,
     name: &str,
-) -> Result<Option<(i64, Option<i64>)>, StoreError>
+) -> Result<Option<Current>, StoreError>
 where
     DB: Dialect,
 {
     let row = sqlx::query(statements::<DB>().current).bind(name).fetch_optional(conn).await?;
-    Ok(match row {
-        Some(row) => Some((row.try_get("version")?, row.try_get("previous")?)),
-        None => None,
-    })
+    let Some(row) = row else { return Ok(None) };
+    let canary: Option<i64> = row.try_get("canary")?;
+    let share: Option<i64> = row.try_get("canary_share")?;
+    Ok(Some(Current {
+        version: row.try_get("version")?,
+        previous: row.try_get("previous")?,
+        canary: canary.zip(share),
+    }))
+}
+
+/// Writes `name`'s current row.
+#[sqlx_bounds(DB)]
+async fn set_current<DB>(
+    tx: &mut sqlx::Transaction<'static, DB>,
+    name: &str,
+    to: Current,
+) -> Result<(), StoreError>
+where
+    DB: Dialect,
+{
+    sqlx::query(statements::<DB>().set_current)
+        .bind(name)
+        .bind(to.version)
+        .bind(ROW_VERSION)
+        .bind(to.previous)
+        .bind(to.canary.map(|(version, _)| version))
+        .bind(to.canary.map(|(_, share)| share))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 #[sqlx_bounds(DB)]
 fn decode<DB>(
     row: &DB::Row,
-    current: Option<i64>,
+    current: Option<Current>,
     sessions: &BTreeMap<String, i64>,
 ) -> Result<AgentVersion, StoreError>
 where
@@ -260,7 +313,11 @@ where
     let digest: String = row.try_get("digest")?;
     Ok(AgentVersion {
         sessions: sessions.get(&digest).copied().unwrap_or(0),
-        current: current == Some(version),
+        current: current.is_some_and(|c| c.version == version),
+        canary_share: current
+            .and_then(|c| c.canary)
+            .filter(|(canary, _)| *canary == version)
+            .map(|(_, share)| share),
         name,
         version,
         digest,
@@ -281,7 +338,7 @@ where
         check(&new)?;
         let sql = statements::<DB>();
         let mut tx = self.begin_write().await?;
-        let current = current_of::<DB>(&mut *tx, &new.name).await?.map(|(version, _)| version);
+        let current = current_of::<DB>(&mut *tx, &new.name).await?.map(|c| c.version);
         let had = sqlx::query(sql.version_of_digest)
             .bind(new.name.as_str())
             .bind(new.digest.as_str())
@@ -327,13 +384,7 @@ where
             })?;
         let is_first = current.is_none();
         if is_first {
-            sqlx::query(sql.set_current)
-                .bind(new.name.as_str())
-                .bind(version)
-                .bind(ROW_VERSION)
-                .bind(None::<i64>)
-                .execute(&mut *tx)
-                .await?;
+            set_current(&mut tx, &new.name, Current { version, ..Current::default() }).await?;
         }
         tx.commit().await?;
         Ok(Pushed { version, created: true, current: is_first })
@@ -341,7 +392,7 @@ where
 
     async fn agent_versions(&self, name: &str) -> Result<Vec<AgentVersion>, StoreError> {
         let sql = statements::<DB>();
-        let current = current_of::<DB>(self.read_pool(), name).await?.map(|(version, _)| version);
+        let current = current_of::<DB>(self.read_pool(), name).await?;
         let mut sessions = BTreeMap::new();
         for row in sqlx::query(sql.sessions_by_digest).bind(name).fetch_all(self.read_pool()).await? {
             sessions.insert(row.try_get::<String, _>("agent_digest")?, row.try_get::<i64, _>("n")?);
@@ -355,8 +406,8 @@ where
         name: &str,
         version: Option<i64>,
     ) -> Result<Option<AgentVersion>, StoreError> {
-        let current = current_of::<DB>(self.read_pool(), name).await?.map(|(version, _)| version);
-        let Some(version) = version.or(current) else { return Ok(None) };
+        let current = current_of::<DB>(self.read_pool(), name).await?;
+        let Some(version) = version.or(current.map(|c| c.version)) else { return Ok(None) };
         let row = sqlx::query(statements::<DB>().version)
             .bind(name)
             .bind(version)
@@ -365,7 +416,7 @@ where
         row.map(|row| decode::<DB>(&row, current, &BTreeMap::new())).transpose()
     }
 
-    async fn promote(&self, name: &str, version: i64) -> Result<Promoted, StoreError> {
+    async fn promote(&self, name: &str, version: i64, share: Option<i64>) -> Result<Promoted, StoreError> {
         check_agent_name(name).map_err(invalid)?;
         let sql = statements::<DB>();
         let mut tx = self.begin_write().await?;
@@ -373,33 +424,53 @@ where
         if exists.is_none() {
             return Err(invalid(format!("agent `{name}` has no version {version}")));
         }
-        let from = current_of::<DB>(&mut *tx, name).await?.map(|(version, _)| version);
-        if from != Some(version) {
-            sqlx::query(sql.set_current)
-                .bind(name)
-                .bind(version)
-                .bind(ROW_VERSION)
-                .bind(from)
-                .execute(&mut *tx)
-                .await?;
-        }
+        let now = current_of::<DB>(&mut *tx, name).await?.unwrap_or_default();
+        let from = Some(now.version).filter(|v| *v > 0);
+        let next = match share {
+            None if from == Some(version) => Current { canary: None, ..now },
+            None => Current { version, previous: from, canary: None },
+            Some(_) if from == Some(version) => {
+                return Err(invalid(format!(
+                    "{name}@{version} is current already: a canary is another version"
+                )));
+            }
+            Some(share) if (1..=99).contains(&share) => Current { canary: Some((version, share)), ..now },
+            Some(share) => {
+                return Err(invalid(format!(
+                    "a canary's share is 1 to 99 percent of new sessions, not {share} (100: promote it)"
+                )));
+            }
+        };
+        set_current(&mut tx, name, next).await?;
         tx.commit().await?;
         Ok(Promoted { from, to: version })
     }
 
+    async fn rollout(&self, name: &str) -> Result<Option<Rollout>, StoreError> {
+        let Some(current) = current_of::<DB>(self.read_pool(), name).await? else { return Ok(None) };
+        let sql = statements::<DB>();
+        let digest_of = |version: i64| async move {
+            let row =
+                sqlx::query(sql.version).bind(name).bind(version).fetch_optional(self.read_pool()).await?;
+            row.map(|row| row.try_get::<String, _>("digest")).transpose().map_err(StoreError::from)
+        };
+        let Some(digest) = digest_of(current.version).await? else { return Ok(None) };
+        let canary = match current.canary {
+            Some((version, share)) => digest_of(version).await?.map(|digest| (version, digest, share)),
+            None => None,
+        };
+        Ok(Some(Rollout { current: (current.version, digest), canary }))
+    }
+
     async fn rollback(&self, name: &str) -> Result<Promoted, StoreError> {
         check_agent_name(name).map_err(invalid)?;
-        let sql = statements::<DB>();
         let mut tx = self.begin_write().await?;
-        let Some((current, Some(previous))) = current_of::<DB>(&mut *tx, name).await? else {
+        let Some(Current { version: current, previous: Some(previous), .. }) =
+            current_of::<DB>(&mut *tx, name).await?
+        else {
             return Err(invalid(format!("agent `{name}` has no earlier current version to roll back to")));
         };
-        sqlx::query(sql.set_current)
-            .bind(name)
-            .bind(previous)
-            .bind(ROW_VERSION)
-            .bind(Some(current))
-            .execute(&mut *tx)
+        set_current(&mut tx, name, Current { version: previous, previous: Some(current), canary: None })
             .await?;
         tx.commit().await?;
         Ok(Promoted { from: Some(current), to: previous })

@@ -3,8 +3,9 @@
 -- `bundle_files` holds each file of any pushed bundle once, by `sha256:` digest of its bytes (the
 -- store computes it). `agent_versions` is version N@k: its agent digest, its files (a JSON object
 -- of path -> file digest), who pushed it and when; a version never changes, and one (name, digest)
--- is one version. `agent_current` is what new sessions of the agent get, and the version before it
--- (what a rollback returns to).
+-- is one version. `agent_current` is what new sessions of the agent get, the version before it
+-- (what a rollback returns to), and a canary: a version that `canary_share` percent of new sessions
+-- get instead.
 
 CREATE TABLE bundle_files (
     digest      text   NOT NULL PRIMARY KEY,
@@ -31,5 +32,7 @@ CREATE TABLE agent_current (
     row_version bigint NOT NULL,
     version     bigint NOT NULL,
     previous    bigint,
+    canary      bigint,
+    canary_share bigint,
     updated_at  bigint NOT NULL
 );

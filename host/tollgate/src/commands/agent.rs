@@ -65,10 +65,14 @@ pub enum AgentCommand {
         #[command(flatten)]
         store: StoreArg,
     },
-    /// Make NAME@K the version new sessions of NAME get.
+    /// Make NAME@K the version new sessions of NAME get (ending any canary), or with `--share` its
+    /// canary: that percent of new sessions get it, the rest the current version.
     Promote {
         /// `NAME@K`.
         spec: String,
+        /// The percent of new sessions the canary gets (1 to 99).
+        #[arg(long, value_name = "PERCENT")]
+        share: Option<i64>,
         #[command(flatten)]
         store: StoreArg,
     },
@@ -103,13 +107,20 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         AgentCommand::Push { dir, name, by, store } => push(out, &dir, name, &by, &store).await,
         AgentCommand::List { store } => list(out, &store).await,
         AgentCommand::Show { name, store } => show(out, &name, &store).await,
-        AgentCommand::Promote { spec, store } => {
+        AgentCommand::Promote { spec, share, store } => {
             let (name, version) = crate::pull::parse_spec(&spec)?;
             let version =
                 version.with_context(|| format!("{spec:?}: promote names a version, `{name}@K`"))?;
-            let done = store.open().await?.versions().promote(name, version).await?;
+            let done = store.open().await?.versions().promote(name, version, share).await?;
             let from = done.from.map_or_else(|| "none".to_owned(), |v| format!("{name}@{v}"));
-            writeln!(out, "new sessions of {name} get {name}@{} (was {from})", done.to)?;
+            match share {
+                Some(share) => writeln!(
+                    out,
+                    "{share}% of new sessions of {name} get {name}@{} (the canary); the rest {from}",
+                    done.to
+                )?,
+                None => writeln!(out, "new sessions of {name} get {name}@{} (was {from})", done.to)?,
+            }
             Ok(ExitCode::SUCCESS)
         }
         AgentCommand::Rollback { name, store } => {
@@ -199,7 +210,11 @@ async fn show(out: &mut impl Write, name: &str, store: &StoreArg) -> anyhow::Res
     )?;
     for v in &versions {
         let at = crate::webhooks::rfc3339_ms(v.pushed_at);
-        let current = if v.current { "yes" } else { "" };
+        let current = match (v.current, v.canary_share) {
+            (true, _) => "yes".to_owned(),
+            (false, Some(share)) => format!("{share}%"),
+            (false, None) => String::new(),
+        };
         writeln!(
             out,
             "{:<8} {current:<8} {:>8}  {:<20} {at:<24} {}",

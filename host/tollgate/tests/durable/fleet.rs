@@ -348,6 +348,28 @@ async fn a_pushed_agent_runs_on_a_worker_without_its_folder_and_versions_are_pro
     assert!(back.contains("agent@1 again (was agent@2)"), "{back}");
     let missing = world.tollgate().args(["agent", "promote", "agent@9", "--db", &db]).output().await.unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("has no version 9"), "{missing:?}");
+
+    // A canary: half of 40 new sessions get agent@2, the rest agent@1 (each pinned to its digest).
+    let canary = tollgate_ok(&world, &["agent", "promote", "agent@2", "--share", "50", "--db", &db]).await;
+    assert!(
+        canary.contains("50% of new sessions of agent get agent@2 (the canary); the rest agent@1"),
+        "{canary}"
+    );
+    for i in 0..40 {
+        let id = format!("c{i}");
+        stdout_of(&api.tollgate(&["session", "start", &id, "--agent", "agent"]).await, "session start");
+    }
+    let versions = world.store.versions().agent_versions("agent").await.unwrap();
+    let on = |v: usize| versions[v].sessions;
+    println!(
+        "finding: with a 50% canary, 40 new sessions went {} to @1 (3 before) and {} to @2",
+        on(0) - 3,
+        on(1)
+    );
+    assert_eq!(on(0) - 3 + on(1), 40, "each on one of the two");
+    assert!((5..=35).contains(&on(1)), "about half on the canary: {}", on(1));
+    let shown = tollgate_ok(&world, &["agent", "show", "agent", "--db", &db]).await;
+    assert!(shown.lines().any(|l| l.starts_with("@2") && l.contains("50%")), "{shown}");
     api.stop().await;
 }
 

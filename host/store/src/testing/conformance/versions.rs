@@ -83,20 +83,54 @@ async fn promote_and_rollback_change_what_new_sessions_get_and_refuse_what_does_
         matches!(&refused, Err(StoreError::Invalid { what }) if what.contains("no earlier")),
         "{refused:?}"
     );
-    assert_eq!(v.promote("support", 3).await.unwrap(), Promoted { from: Some(1), to: 3 });
-    assert_eq!(v.promote("support", 3).await.unwrap(), Promoted { from: Some(3), to: 3 }, "already current");
+    assert_eq!(v.promote("support", 3, None).await.unwrap(), Promoted { from: Some(1), to: 3 });
+    assert_eq!(
+        v.promote("support", 3, None).await.unwrap(),
+        Promoted { from: Some(3), to: 3 },
+        "already current"
+    );
     assert_eq!(v.agent_version("support", None).await.unwrap().unwrap().digest, "sha256:three");
-    let missing = v.promote("support", 9).await;
+    let missing = v.promote("support", 9, None).await;
     assert!(
         matches!(&missing, Err(StoreError::Invalid { what }) if what.contains("no version 9")),
         "{missing:?}"
     );
-    assert!(matches!(v.promote("nobody", 1).await, Err(StoreError::Invalid { .. })));
+    assert!(matches!(v.promote("nobody", 1, None).await, Err(StoreError::Invalid { .. })));
     assert_eq!(v.agent_version("support", None).await.unwrap().unwrap().version, 3, "nothing changed");
-    assert_eq!(v.rollback("support").await.unwrap(), Promoted { from: Some(3), to: 1 });
+    // A canary: 10 % of new sessions get version 2; current stays 3.
+    assert_eq!(v.promote("support", 2, Some(10)).await.unwrap(), Promoted { from: Some(3), to: 2 });
+    let rollout = v.rollout("support").await.unwrap().expect("versions");
+    assert_eq!(
+        rollout,
+        Rollout { current: (3, "sha256:three".into()), canary: Some((2, "sha256:two".into(), 10)) }
+    );
+    let shares: Vec<(i64, bool, Option<i64>)> = v
+        .agent_versions("support")
+        .await
+        .unwrap()
+        .iter()
+        .map(|x| (x.version, x.current, x.canary_share))
+        .collect();
+    assert_eq!(shares, [(1, false, None), (2, false, Some(10)), (3, true, None)]);
+    for (version, share, why) in [(3, 50, "current already"), (2, 0, "1 to 99"), (2, 100, "100: promote it")]
+    {
+        let refused = v.promote("support", version, Some(share)).await;
+        assert!(matches!(&refused, Err(StoreError::Invalid { what }) if what.contains(why)), "{refused:?}");
+    }
+    assert_eq!(v.rollout("support").await.unwrap().unwrap().canary.map(|c| c.2), Some(10), "unchanged");
+    // Promoted in full, the canary is over.
+    v.promote("support", 2, None).await.unwrap();
+    assert_eq!(
+        v.rollout("support").await.unwrap().unwrap(),
+        Rollout { current: (2, "sha256:two".into()), canary: None }
+    );
+    assert_eq!(v.rollback("support").await.unwrap(), Promoted { from: Some(2), to: 3 });
+    assert_eq!(v.rollback("support").await.unwrap(), Promoted { from: Some(3), to: 2 }, "and back again");
+    v.promote("support", 1, None).await.unwrap();
     assert_eq!(v.agent_version("support", None).await.unwrap().unwrap().version, 1);
     let current: Vec<bool> = v.agent_versions("support").await.unwrap().iter().map(|x| x.current).collect();
     assert_eq!(current, [true, false, false]);
+    assert_eq!(v.rollout("nobody").await.unwrap(), None);
 }
 
 async fn a_bundle_the_store_cannot_keep_is_refused_naming_the_file_and_nothing_is_stored(h: Harness) {
