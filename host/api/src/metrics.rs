@@ -84,6 +84,9 @@ impl TokenCounts {
 #[derive(Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    /// `agent="…",agent_version="…"`: the labels of the agent this process's Worker serves, on
+    /// every series the Worker counts (none without a Worker).
+    agent: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -93,6 +96,13 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
+    /// Labels every series the Worker counts with the agent it serves and its version (the
+    /// first call wins: a process serves one agent).
+    pub fn set_agent(&self, name: &str, version: &str) {
+        let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = self.agent.set(format!("agent=\"{}\",agent_version=\"{}\"", escape(name), escape(version)));
+    }
+
     /// A step of `kind` ended with `result` (`committed`, `lease_lost`, `parked`, `store_error`,
     /// `released`) after `took`.
     pub fn step(&self, kind: &str, result: &'static str, took: Duration) {
@@ -153,6 +163,43 @@ impl Metrics {
 
     /// The Prometheus text, with the figures the caller read from the store.
     pub fn render(&self, store: &StoreFigures) -> String {
+        let mut out = self.render_worker();
+        if let Some(agent) = self.agent.get() {
+            out = with_labels(&out, agent);
+        }
+        if let Some(open) = store.open_interrupts {
+            out.push_str("# HELP tollgate_open_interrupts Decisions waiting for a human, in the store.\n");
+            out.push_str("# TYPE tollgate_open_interrupts gauge\n");
+            let _ = writeln!(out, "tollgate_open_interrupts {open}");
+        }
+        if let Some(by_agent) = &store.open_interrupts_by_agent {
+            out.push_str(
+                "# HELP tollgate_waiting_approvals Decisions waiting for a human, by the agent of their session \
+                 (\"\": sessions that name none).\n",
+            );
+            out.push_str("# TYPE tollgate_waiting_approvals gauge\n");
+            for (agent, n) in by_agent {
+                let agent = agent.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "tollgate_waiting_approvals{{agent=\"{agent}\"}} {n}");
+            }
+        }
+        if let Some(unclaimable) = &store.unclaimable {
+            out.push_str(
+                "# HELP tollgate_unclaimable_steps Steps due for longer than the bound that no Worker claimed, by \
+                 agent (\"\": sessions that name none): no Worker serves the agent or its pinned bundle, or all \
+                 are busy.\n",
+            );
+            out.push_str("# TYPE tollgate_unclaimable_steps gauge\n");
+            for steps in unclaimable {
+                let agent = steps.agent.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "tollgate_unclaimable_steps{{agent=\"{agent}\"}} {}", steps.steps);
+            }
+        }
+        out
+    }
+
+    /// The series the Worker counts, without the agent's labels.
+    fn render_worker(&self) -> String {
         let inner = self.inner.lock().expect("metrics lock");
         let mut out = String::new();
         out.push_str("# HELP tollgate_steps_total Steps this process ran, by kind and result.\n");
@@ -250,25 +297,33 @@ impl Metrics {
             let n = inner.warm_clis.get(outcome).copied().unwrap_or(0);
             let _ = writeln!(out, "tollgate_warm_clis_total{{outcome=\"{outcome}\"}} {n}");
         }
-        if let Some(open) = store.open_interrupts {
-            out.push_str("# HELP tollgate_open_interrupts Decisions waiting for a human, in the store.\n");
-            out.push_str("# TYPE tollgate_open_interrupts gauge\n");
-            let _ = writeln!(out, "tollgate_open_interrupts {open}");
-        }
-        if let Some(unclaimable) = &store.unclaimable {
-            out.push_str(
-                "# HELP tollgate_unclaimable_steps Steps due for longer than the bound that no Worker claimed, by \
-                 agent (\"\": sessions that name none): no Worker serves the agent or its pinned bundle, or all \
-                 are busy.\n",
-            );
-            out.push_str("# TYPE tollgate_unclaimable_steps gauge\n");
-            for steps in unclaimable {
-                let agent = steps.agent.replace('\\', "\\\\").replace('"', "\\\"");
-                let _ = writeln!(out, "tollgate_unclaimable_steps{{agent=\"{agent}\"}} {}", steps.steps);
-            }
-        }
         out
     }
+}
+
+/// `text` (Prometheus samples) with `labels` added to every sample line.
+fn with_labels(text: &str, labels: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for line in text.lines() {
+        if line.starts_with('#') || line.is_empty() {
+            out.push_str(line);
+        } else if let Some(brace) = line.find('{') {
+            out.push_str(&line[..=brace]);
+            out.push_str(labels);
+            out.push(',');
+            out.push_str(&line[brace + 1..]);
+        } else if let Some(space) = line.find(' ') {
+            out.push_str(&line[..space]);
+            out.push('{');
+            out.push_str(labels);
+            out.push('}');
+            out.push_str(&line[space..]);
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// What `/metrics` reads from the store for each scrape (`None`: the read failed, left out).
@@ -276,6 +331,8 @@ impl Metrics {
 pub struct StoreFigures {
     /// Open interrupts.
     pub open_interrupts: Option<i64>,
+    /// Open interrupts by the agent of their session.
+    pub open_interrupts_by_agent: Option<Vec<(String, i64)>>,
     /// Steps due and unclaimed for longer than the bound, by agent.
     pub unclaimable: Option<Vec<tollgate_store::UnclaimedSteps>>,
 }
@@ -292,6 +349,7 @@ mod tests {
         metrics.sandbox_trap();
         let figures = StoreFigures {
             open_interrupts: Some(3),
+            open_interrupts_by_agent: Some(vec![("billing".into(), 2), (String::new(), 1)]),
             unclaimable: Some(vec![tollgate_store::UnclaimedSteps {
                 agent: "bil\"ling".into(),
                 steps: 2,
@@ -300,6 +358,8 @@ mod tests {
         };
         let text = metrics.render(&figures);
         assert!(text.contains("tollgate_unclaimable_steps{agent=\"bil\\\"ling\"} 2"), "{text}");
+        assert!(text.contains("tollgate_waiting_approvals{agent=\"billing\"} 2"), "{text}");
+        assert!(text.contains("tollgate_waiting_approvals{agent=\"\"} 1"), "{text}");
         assert!(text.contains("tollgate_steps_total{kind=\"RunModel\",result=\"committed\"} 1"));
         assert!(text.contains("tollgate_step_duration_seconds_bucket{kind=\"RunModel\",le=\"0.5\"} 1"));
         assert!(text.contains("tollgate_step_duration_seconds_bucket{kind=\"RunModel\",le=\"1\"} 2"));
@@ -307,6 +367,18 @@ mod tests {
         assert!(text.contains("tollgate_step_duration_seconds_count{kind=\"RunModel\"} 2"));
         assert!(text.contains("tollgate_sandbox_traps_total 1"));
         assert!(text.contains("tollgate_open_interrupts 3"));
+        // A Worker's process labels its own series with its agent, not the store's figures.
+        metrics.set_agent("support", "sha256:0123456789ab");
+        let text = metrics.render(&figures);
+        let labels = "agent=\"support\",agent_version=\"sha256:0123456789ab\"";
+        assert!(
+            text.contains(&format!(
+                "tollgate_steps_total{{{labels},kind=\"RunModel\",result=\"committed\"}}"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!("tollgate_sandbox_traps_total{{{labels}}} 1")), "{text}");
+        assert!(text.contains("tollgate_open_interrupts 3"), "{text}");
     }
 
     #[test]

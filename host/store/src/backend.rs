@@ -899,6 +899,11 @@ where
             .collect()
     }
 
+    async fn open_interrupts_by_agent(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query(DB::statements().open_interrupts_by_agent).fetch_all(self.read_pool()).await?;
+        rows.iter().map(|row| Ok((row.try_get("agent")?, row.try_get("n")?))).collect()
+    }
+
     async fn count_open_interrupts(&self) -> Result<i64, StoreError> {
         let row = sqlx::query(DB::statements().count_open_interrupts).fetch_one(self.read_pool()).await?;
         Ok(row.try_get("n")?)

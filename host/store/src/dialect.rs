@@ -254,6 +254,8 @@ pub(crate) struct Statements {
     pub sessions: &'static str,
     /// How many interrupts are open (`n`).
     pub count_open_interrupts: &'static str,
+    /// Open interrupts by their session's agent (`''`: none): `agent`, `n`.
+    pub open_interrupts_by_agent: &'static str,
     /// Up to `$4` open interrupts after the one keyed (`$1` created at, `$2` session, `$3`
     /// interrupt), oldest first (one range of the partial index `interrupts_open`).
     pub open_interrupts: &'static str,
@@ -451,6 +453,9 @@ impl Statements {
                  WHERE session_id > $1 AND ($2 IS NULL OR status = $2)
                  ORDER BY session_id LIMIT $3",
             count_open_interrupts: "SELECT count(*) AS n FROM interrupts WHERE state = 'open'",
+            open_interrupts_by_agent: "SELECT COALESCE(s.agent_name, '') AS agent, count(*) AS n
+                 FROM interrupts i JOIN sessions s ON s.session_id = i.session_id
+                 WHERE i.state = 'open' GROUP BY COALESCE(s.agent_name, '') ORDER BY 1",
             open_interrupts: keep(format!(
                 "SELECT {INTERRUPT_COLUMNS} FROM interrupts
                  WHERE state = 'open' AND (created_at, session_id, interrupt_id) > ($1, $2, $3)
@@ -542,6 +547,7 @@ mod tests {
             interrupt,
             sessions,
             count_open_interrupts,
+            open_interrupts_by_agent,
             open_interrupts,
             tool_call,
             tool_calls,
@@ -598,6 +604,7 @@ mod tests {
             ("interrupt", *interrupt),
             ("sessions", *sessions),
             ("count_open_interrupts", *count_open_interrupts),
+            ("open_interrupts_by_agent", *open_interrupts_by_agent),
             ("open_interrupts", *open_interrupts),
             ("tool_call", *tool_call),
             ("tool_calls", *tool_calls),

@@ -288,6 +288,9 @@ pub trait Store: Send + Sync {
         limit: i64,
     ) -> Result<Vec<SessionSummary>, StoreError>;
 
+    /// Open interrupts by the agent of their session (`""`: sessions that name none), by agent.
+    async fn open_interrupts_by_agent(&self) -> Result<Vec<(String, i64)>, StoreError>;
+
     /// How many interrupts of all sessions are open.
     async fn count_open_interrupts(&self) -> Result<i64, StoreError>;
 

@@ -1165,6 +1165,7 @@ async fn healthz(State(state): State<ApiState>) -> Response {
 async fn metrics(State(state): State<ApiState>) -> Response {
     let figures = crate::metrics::StoreFigures {
         open_interrupts: state.store.count_open_interrupts().await.ok(),
+        open_interrupts_by_agent: state.store.open_interrupts_by_agent().await.ok(),
         unclaimable: state.store.unclaimed_steps(state.unclaimable_after, None).await.ok(),
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&figures)).into_response()

@@ -613,8 +613,10 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
     assert!(is_error && seen.contains("unknown"), "{seen}");
 
     let metrics = crate::util::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
-    for line in ["tollgate_poison_steps_total{kind=\"CallTool\"} 1", "tollgate_sandbox_traps_total 3"] {
-        assert!(metrics.contains(line), "{line} is not in /metrics:\n{metrics}");
+    for (name, rest) in
+        [("tollgate_poison_steps_total", ",kind=\"CallTool\"} 1"), ("tollgate_sandbox_traps_total", "} 3")]
+    {
+        assert!(has_series(&metrics, name, rest), "{name}…{rest} is not in /metrics:\n{metrics}");
     }
     served.stop().await;
 }
@@ -701,11 +703,22 @@ async fn a_transcript_the_cli_refuses_fails_each_turn_after_its_attempts_and_is_
     eprintln!("the refused transcript's turn error: {error}");
 
     let metrics = crate::util::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
-    for line in [
-        "tollgate_turn_failures_total{reason=\"segment_failed\"} 2",
-        "tollgate_poison_steps_total{kind=\"RunModel\"} 2",
+    for (name, rest) in [
+        ("tollgate_turn_failures_total", ",reason=\"segment_failed\"} 2"),
+        ("tollgate_poison_steps_total", ",kind=\"RunModel\"} 2"),
     ] {
-        assert!(metrics.contains(line), "{line} is not in /metrics:\n{metrics}");
+        assert!(has_series(&metrics, name, rest), "{name}…{rest} is not in /metrics:\n{metrics}");
     }
     served.stop().await;
+}
+
+/// Whether `/metrics` text has a sample of `name` labelled with the world's agent (`agent`) and a
+/// version, its other labels and value `rest` (`,kind="RunModel"} 2`, or `} 3` for none).
+fn has_series(metrics: &str, name: &str, rest: &str) -> bool {
+    let start = format!("{name}{{agent=\"agent\",agent_version=\"sha256:");
+    metrics.lines().any(|line| {
+        line.strip_prefix(&start).is_some_and(|tail| {
+            tail.get(12..).is_some_and(|after| after.strip_prefix('"').is_some_and(|after| after == rest))
+        })
+    })
 }

@@ -354,6 +354,9 @@ impl Worker {
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, agent = %self.agent.name(),
             agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
         let registration = tokio::spawn(register(self.store.clone(), self.agent.clone()));
+        // The series this Worker counts carry its agent and version (`sha256:` and 12 hex digits).
+        let version: String = self.agent.digest().chars().take(19).collect();
+        self.metrics.set_agent(self.agent.name(), &version);
         // Approval deadlines fire beside the claims, on the database clock (`crate::deadlines`).
         let deadlines = {
             let store = self.store.clone();
