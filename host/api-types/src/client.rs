@@ -271,8 +271,12 @@ impl ApiClient {
         after: Option<&str>,
         limit: Option<i64>,
     ) -> Result<SessionPage, CallError> {
-        let query =
-            ListSessionsQuery { status: status.map(str::to_owned), after: after.map(str::to_owned), limit };
+        let query = ListSessionsQuery {
+            status: status.map(str::to_owned),
+            after: after.map(str::to_owned),
+            limit,
+            agent: None,
+        };
         self.call(Method::GET, "/v1/sessions", |r| r.query(&query)).await
     }
 
@@ -313,7 +317,8 @@ impl ApiClient {
         let mut all = Vec::new();
         let mut after = None;
         loop {
-            let query = InterruptsQuery { status: Some("pending".to_owned()), after, limit: Some(1000) };
+            let query =
+                InterruptsQuery { status: Some("pending".to_owned()), after, limit: Some(1000), agent: None };
             let page: InterruptList = self.call(Method::GET, "/v1/interrupts", |r| r.query(&query)).await?;
             all.extend(page.interrupts);
             match page.next_after {

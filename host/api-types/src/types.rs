@@ -325,6 +325,10 @@ pub struct ListSessionsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
+    /// Only sessions of this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+    pub agent: Option<String>,
 }
 
 /// The query of `GET /v1/interrupts`.
@@ -343,6 +347,10 @@ pub struct InterruptsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
+    /// Only approvals of this agent's sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+    pub agent: Option<String>,
 }
 
 /// The query of `GET /v1/sessions/{id}/events`.
@@ -906,6 +914,60 @@ pub struct Me {
     /// The agents whose sessions it sees and acts on (absent: every agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Vec<String>>,
+}
+
+/// The answer of `GET /v1/agents`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AgentList {
+    /// Every agent the caller may see, by name.
+    pub agents: Vec<AgentInfo>,
+}
+
+/// An agent: its versions in the store and the bundles its Workers loaded.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AgentInfo {
+    /// Its name.
+    pub name: String,
+    /// The version new sessions get (`null`: no version pushed).
+    #[schema(required = true)]
+    pub current: Option<i64>,
+    /// Its versions pushed into the store, oldest first.
+    pub versions: Vec<AgentVersionInfo>,
+    /// The bundles its Workers and servers loaded, by first load.
+    pub loaded: Vec<LoadedBundle>,
+}
+
+/// A version of an agent in the store.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AgentVersionInfo {
+    /// Its number, from 1.
+    pub version: i64,
+    /// Its agent digest.
+    pub digest: String,
+    /// Whether new sessions get it.
+    pub current: bool,
+    /// The percent of new sessions it gets as the canary (`null`: not the canary).
+    #[schema(required = true)]
+    pub canary_share: Option<i64>,
+    /// Sessions that recorded its digest.
+    pub sessions: i64,
+    /// Who pushed it.
+    pub pushed_by: String,
+    /// When (ms since the epoch).
+    pub pushed_at: i64,
+}
+
+/// A bundle a Worker or server of an agent loaded.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct LoadedBundle {
+    /// Its agent digest.
+    pub digest: String,
+    /// Whether it was locked when last loaded.
+    pub locked: bool,
+    /// When it was first loaded (ms since the epoch).
+    pub first_seen_at: i64,
+    /// When it was last loaded.
+    pub last_seen_at: i64,
 }
 
 // ---- Events ----

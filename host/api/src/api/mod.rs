@@ -130,6 +130,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(events::stream))
         .routes(routes!(upgrade_session))
         .routes(routes!(upgrade_all))
+        .routes(routes!(list_agents))
         .routes(routes!(list_interrupts))
         .routes(routes!(inbox::stream))
         .routes(routes!(me))
@@ -371,6 +372,15 @@ async fn authorize(State(state): State<ApiState>, mut request: Request, next: Ne
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// The `agent` query parameter, checked as an agent name.
+fn agent_param<'a>(params: &'a Params) -> Result<Option<&'a str>, ApiError> {
+    let agent = params.text("agent");
+    if let Some(agent) = agent {
+        tollgate_store::check_agent_name(agent).map_err(|why| ApiError::bad("agent", why))?;
+    }
+    Ok(agent)
 }
 
 /// A path segment with its `%XX` escapes decoded (as the router decodes it for the handler).
@@ -788,8 +798,9 @@ async fn list_sessions(
     Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
 ) -> ApiResult {
-    let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
+    let params = Params::parse(query.as_deref(), &["status", "after", "limit", "agent"])?;
     let status = params.one_of("status", &STATUSES)?;
+    let agent = agent_param(&params)?;
     let after = params.text("after").unwrap_or("");
     if after.chars().count() > input::MAX_ID {
         return Err(ApiError::bad(
@@ -807,6 +818,7 @@ async fn list_sessions(
     let sessions = list
         .into_iter()
         .filter(|s| caller.sees_agent(s.agent_name.as_deref()))
+        .filter(|s| agent.is_none_or(|agent| s.agent_name.as_deref() == Some(agent)))
         .map(|s| SessionRow {
             agent: s.agent_name,
             agent_digest: s.agent.as_ref().map(|a| a.digest.clone()),
@@ -942,14 +954,22 @@ async fn list_interrupts(
     Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
 ) -> ApiResult {
-    let params = Params::parse(query.as_deref(), &["status", "after", "limit"])?;
+    let params = Params::parse(query.as_deref(), &["status", "after", "limit", "agent"])?;
     params.one_of("status", &["pending"])?;
+    let agent = agent_param(&params)?;
     let after = params.text("after").map(interrupt_cursor::decode).transpose()?;
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
     let page = state.store.open_interrupts(after.as_ref(), limit).await?;
     let next_after =
         (page.len() as i64 == limit).then(|| page.last().map(interrupt_cursor::encode)).flatten();
-    let visible = visible_sessions(&state, &caller, page.iter().map(|o| o.session_id.clone())).await?;
+    let only = agent.map(|agent| crate::auth::Caller {
+        agents: Some([agent.to_owned()].into()),
+        ..crate::auth::Caller::sole_admin("filter")
+    });
+    let mut visible = visible_sessions(&state, &caller, page.iter().map(|o| o.session_id.clone())).await?;
+    if let Some(only) = &only {
+        visible = visible_sessions(&state, only, visible).await?;
+    }
     let mut interrupts = Vec::with_capacity(page.len());
     for open in page.into_iter().filter(|o| visible.contains(&o.session_id)) {
         interrupts.push(pending_interrupt(open)?);
@@ -1010,6 +1030,62 @@ fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt
         deadline_at: open.deadline_at,
         escalated_at: open.escalated_at,
     })
+}
+
+/// `GET /v1/agents`.
+#[utoipa::path(
+    get,
+    path = "/v1/agents",
+    tag = "agents",
+    summary = "The agents the caller may see: their versions in the store (current, canary, sessions on each, who pushed them and when) and the bundles their Workers loaded",
+    responses(
+        (status = 200, description = "The agents", body = types::AgentList),
+        openapi::ReadErrors,
+    )
+)]
+async fn list_agents(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    Params::parse(query.as_deref(), &[])?;
+    let known = state.store.agents().known_agents().await?;
+    let mut names: Vec<String> = known.iter().map(|k| k.name.clone()).collect();
+    names.extend(state.store.versions().pushed_agents().await?);
+    names.sort();
+    names.dedup();
+    let mut agents = Vec::new();
+    for name in names.into_iter().filter(|name| caller.sees_agent(Some(name))) {
+        let versions: Vec<types::AgentVersionInfo> = state
+            .store
+            .versions()
+            .agent_versions(&name)
+            .await?
+            .into_iter()
+            .map(|v| types::AgentVersionInfo {
+                version: v.version,
+                digest: v.digest,
+                current: v.current,
+                canary_share: v.canary_share,
+                sessions: v.sessions,
+                pushed_by: v.pushed_by,
+                pushed_at: v.pushed_at,
+            })
+            .collect();
+        let loaded = known
+            .iter()
+            .filter(|k| k.name == name)
+            .map(|k| types::LoadedBundle {
+                digest: k.digest.clone(),
+                locked: k.locked,
+                first_seen_at: k.first_seen_at,
+                last_seen_at: k.last_seen_at,
+            })
+            .collect();
+        let current = versions.iter().find(|v| v.current).map(|v| v.version);
+        agents.push(types::AgentInfo { name, current, versions, loaded });
+    }
+    Ok(Json(types::AgentList { agents }).into_response())
 }
 
 /// `GET /v1/me`.

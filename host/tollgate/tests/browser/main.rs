@@ -4,6 +4,7 @@
 //! server (`served`), seeding (`park`) and chaos harness (which `util` uses) are shared by path,
 //! not copied.
 //!
+//! - `agents`: the Agents page (versions, canary, loaded bundles) and the sessions list of one agent.
 //! - `cancel`: a streaming turn cancelled with the session page's button by the client who
 //!   started the session; the button disabled, with why, for another client.
 //! - `live_text`: a reply shown on the session page as it streams, from the snapshot then live.
@@ -20,6 +21,7 @@
 //! failure (as `scripts/test.sh` does).
 
 mod activity;
+mod agents;
 mod cancel;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;

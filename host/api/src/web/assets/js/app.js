@@ -1,8 +1,9 @@
 // The page: sign-in with a token kept in sessionStorage, who is signed in, and the views by the
-// URL's hash: #/inbox (default), #/sessions?status=…, #/session/<id>.
+// URL's hash: #/inbox (default), #/sessions?status=…&agent=…, #/session/<id>, #/agents.
 
 import { ApiError, call, clearToken, setToken, token } from './api.js';
 import { clear, el } from './dom.js';
+import * as agents from './agents.js';
 import * as inbox from './inbox.js';
 import * as session from './session.js';
 import * as sessions from './sessions.js';
@@ -54,6 +55,10 @@ function route() {
     try { id = decodeURIComponent(path.slice('/session/'.length)); } catch { id = path.slice('/session/'.length); }
     document.title = 'Session \u2013 Tollgate';
     unmount = session.mount(view, id, me);
+  } else if (path === '/agents') {
+    $('nav-agents').setAttribute('aria-current', 'page');
+    document.title = 'Agents \u2013 Tollgate';
+    unmount = agents.mount(view);
   } else if (path === '/sessions') {
     $('nav-sessions').setAttribute('aria-current', 'page');
     document.title = 'Sessions \u2013 Tollgate';
