@@ -375,7 +375,7 @@ async fn authorize(State(state): State<ApiState>, mut request: Request, next: Ne
 }
 
 /// The `agent` query parameter, checked as an agent name.
-fn agent_param<'a>(params: &'a Params) -> Result<Option<&'a str>, ApiError> {
+fn agent_param(params: &Params) -> Result<Option<&str>, ApiError> {
     let agent = params.text("agent");
     if let Some(agent) = agent {
         tollgate_store::check_agent_name(agent).map_err(|why| ApiError::bad("agent", why))?;
