@@ -22,14 +22,23 @@ pub struct WorkerArgs {
     #[arg(
         long,
         env = "TOLLGATE_AGENT",
-        required_unless_present = "agent_name",
-        conflicts_with = "agent_name"
+        required_unless_present = "agent_names",
+        conflicts_with = "agent_names"
     )]
     pub agent: Option<PathBuf>,
-    /// Serve an agent pushed into the store (`tollgate agent push`): `NAME` (its current version)
-    /// or `NAME@K`, fetched by digest, checked and cached under `--bundle-cache`; needs `--db`.
-    #[arg(long, env = "TOLLGATE_AGENT_NAME", value_name = "NAME[@K]", requires = "db")]
-    pub agent_name: Option<String>,
+    /// Serve agents pushed into the store (`tollgate agent push`): `NAME` (its current version)
+    /// or `NAME@K`, each fetched by digest, checked and cached under `--bundle-cache`; needs
+    /// `--db`. Several, comma-separated or repeated (`tollgate worker` only), run side by side in
+    /// this process, each with `--concurrency` steps.
+    #[arg(
+        long = "agent-name",
+        visible_alias = "agents",
+        env = "TOLLGATE_AGENT_NAME",
+        value_name = "NAME[@K]",
+        value_delimiter = ',',
+        requires = "db"
+    )]
+    pub agent_names: Vec<String>,
     /// Where agents pulled from the store are kept, one folder per digest (default:
     /// `$XDG_CACHE_HOME/tollgate/bundles`, else `~/.cache/tollgate/bundles`).
     #[arg(long, env = "TOLLGATE_BUNDLE_CACHE", value_name = "DIR")]
@@ -171,9 +180,26 @@ fn secs(name: &str, value: f64) -> anyhow::Result<Duration> {
         .with_context(|| format!("--{name} must be a positive number of seconds, not {value}"))
 }
 
-/// Builds a Worker from the options (shared with `tollgate serve`). A Worker that could not reach
-/// the model (no credential, no `ANTHROPIC_BASE_URL`) is refused first, naming the variables.
+/// Builds the Worker of one agent from the options (`tollgate serve`); see [`build_all`].
+///
+/// # Errors
+/// As [`build_all`], and more than one agent named.
 pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgate_store::Store>)> {
+    if args.agent_names.len() > 1 {
+        anyhow::bail!("tollgate serve runs one agent; run several with `tollgate worker --agents a,b`");
+    }
+    let (mut workers, store) = build_all(args).await?;
+    Ok((workers.remove(0), store))
+}
+
+/// Builds a Worker for each agent the options name, on one store (shared with `tollgate serve`). A
+/// Worker that could not reach the model (no credential, no `ANTHROPIC_BASE_URL`) is refused
+/// first, naming the variables.
+///
+/// # Errors
+/// A bad option, an agent that does not load or is not in the store, the store or the CLI not
+/// found.
+pub async fn build_all(args: &WorkerArgs) -> anyhow::Result<(Vec<Worker>, Arc<dyn tollgate_store::Store>)> {
     crate::proxy::Upstream::from_env().check()?;
     let lease = secs("lease-secs", args.lease_secs)?;
     let heartbeat = secs("heartbeat-secs", args.heartbeat_secs)?;
@@ -190,34 +216,44 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
         format!("--drain-secs must be zero or a positive number of seconds, not {}", args.drain_secs)
     })?;
     let sandbox_mode = args.sandbox.mode()?;
-    let sandbox = Sandbox::new(SandboxConfig::default())?;
-    let (agent, url, store) = match (&args.agent, &args.agent_name) {
+    let (agents, url, store) = match (&args.agent, args.agent_names.as_slice()) {
         (Some(dir), _) => {
-            let agent = Agent::load(dir, sandbox).await?;
+            let agent = Agent::load(dir, Sandbox::new(SandboxConfig::default())?).await?;
             let url = db_url(args.db.as_deref(), agent.dir());
             let store =
                 tollgate_store::open(&url).await.with_context(|| format!("opening the store {url}"))?;
-            (agent, url, store)
+            (vec![agent], url, store)
         }
-        (None, Some(spec)) => {
+        (None, specs) if !specs.is_empty() => {
             let url = args.db.clone().context("--agent-name needs --db")?;
             let store =
                 tollgate_store::open(&url).await.with_context(|| format!("opening the store {url}"))?;
             let cache = args.bundle_cache.clone().unwrap_or_else(default_bundle_cache);
-            let pulled = crate::pull::pull(store.as_ref(), spec, &cache).await?;
-            tracing::info!(agent = %pulled.version.name, version = pulled.version.version,
-                digest = %pulled.version.digest, folder = %pulled.dir.display(), fetched = pulled.fetched,
-                "pulled the agent from the store");
-            (Agent::load(&pulled.dir, sandbox).await?, url, store)
+            let mut agents: Vec<Agent> = Vec::new();
+            for spec in specs {
+                let pulled = crate::pull::pull(store.as_ref(), spec, &cache).await?;
+                tracing::info!(agent = %pulled.version.name, version = pulled.version.version,
+                    digest = %pulled.version.digest, folder = %pulled.dir.display(), fetched = pulled.fetched,
+                    "pulled the agent from the store");
+                if agents.iter().any(|a| a.name() == pulled.version.name) {
+                    anyhow::bail!(
+                        "--agents names `{}` twice; a process serves one version of an agent",
+                        pulled.version.name
+                    );
+                }
+                agents.push(Agent::load(&pulled.dir, Sandbox::new(SandboxConfig::default())?).await?);
+            }
+            (agents, url, store)
         }
-        (None, None) => anyhow::bail!("name the agent: --agent DIR or --agent-name NAME"),
+        (None, _) => anyhow::bail!("name the agent: --agent DIR or --agent-name NAME"),
     };
-    let agent = Arc::new(agent);
     let workspace_root = args.workspace_root.clone().unwrap_or_else(crate::worker::default_workspace_root);
     let sqlite_file =
         url.strip_prefix("sqlite://").map(|rest| PathBuf::from(rest.split('?').next().unwrap_or(rest)));
-    crate::worker::workspace::check_root(&workspace_root, agent.dir(), sqlite_file.as_deref())
-        .map_err(anyhow::Error::msg)?;
+    for agent in &agents {
+        crate::worker::workspace::check_root(&workspace_root, agent.dir(), sqlite_file.as_deref())
+            .map_err(anyhow::Error::msg)?;
+    }
     let locator = CliLocator { configured: args.claude.clone(), ..CliLocator::default() };
     let cli = CliBinary::locate(&locator)
         .await
@@ -237,7 +273,19 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
     if let Some(id) = &args.worker_id {
         config.worker_id.clone_from(id);
     }
-    Ok((Worker::new(store.clone(), agent, cli, config), store))
+    let several = agents.len() > 1;
+    let workers = agents
+        .into_iter()
+        .map(|agent| {
+            let mut config = config.clone();
+            if several {
+                // Each agent's claims under a name of their own.
+                config.worker_id = format!("{}-{}", config.worker_id, agent.name());
+            }
+            Worker::new(store.clone(), Arc::new(agent), cli.clone(), config)
+        })
+        .collect();
+    Ok((workers, store))
 }
 
 /// `$XDG_CACHE_HOME/tollgate/bundles`, else `~/.cache/tollgate/bundles`, else a folder in the
@@ -261,17 +309,26 @@ fn current_uid() -> u32 {
 
 /// Runs `tollgate worker`.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
-    let (worker, _store) = build(&args).await?;
-    eprintln!(
-        "tollgate worker ready (agent {} from {}, {}, store {}, sandbox {})",
-        worker.agent().name(),
-        worker.agent().dir().display(),
-        super::serve::agent_note(worker.agent()),
-        db_url(args.db.as_deref(), worker.agent().dir()),
-        worker.sandbox().name()
-    );
+    let (workers, _store) = build_all(&args).await?;
+    for worker in &workers {
+        eprintln!(
+            "tollgate worker ready (agent {} from {}, {}, store {}, sandbox {})",
+            worker.agent().name(),
+            worker.agent().dir().display(),
+            super::serve::agent_note(worker.agent()),
+            db_url(args.db.as_deref(), worker.agent().dir()),
+            worker.sandbox().name()
+        );
+    }
     let signals = StopSignals::listen();
-    worker.run_until(signals.nth(1), signals.nth(2)).await;
+    let mut runs = tokio::task::JoinSet::new();
+    for worker in workers {
+        let (stop, hurry) = (signals.nth(1), signals.nth(2));
+        runs.spawn(async move { worker.run_until(stop, hurry).await });
+    }
+    while let Some(ended) = runs.join_next().await {
+        ended.context("a Worker's task panicked")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -529,3 +529,41 @@ async fn a_principal_limited_to_one_agent_neither_sees_nor_decides_another_agent
     worker.terminate().await;
     served.stop().await;
 }
+
+/// One `tollgate worker --agents agent,billing` process serves two pushed agents side by side:
+/// each session runs under its own agent's bundle, and both agents are registered.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_worker_process_serves_two_pushed_agents_each_session_under_its_own() {
+    let Some(world) = World::new("fleet: one process, two agents", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let billing = world.dir.path().join("billing");
+    copy_agent(&world.agent, &billing);
+    let db = world.db.clone();
+    for dir in [&world.agent, &billing] {
+        tollgate_ok(&world, &["agent", "push", dir.to_str().unwrap(), "--db", &db]).await;
+    }
+    let cache = world.dir.path().join("bundle-cache");
+    let worker = world.worker_pulling("both", "agent,billing", &cache);
+    let api = Served::start_api(&world, "api", &["--insecure-open"]).await;
+    for (id, agent) in [("a1", "agent"), ("b1", "billing")] {
+        let message = format!("say hello {id}");
+        let start = api.tollgate(&["session", "start", id, "--agent", agent, "--message", &message]).await;
+        stdout_of(&start, "session start");
+    }
+    for (id, agent) in [("a1", "agent"), ("b1", "billing")] {
+        let done = world.wait_idle_after(id, 1).await;
+        assert_eq!(done.messages.last().map(|m| m.text.clone()), Some(format!("said: hello {id}")), "{id}");
+        assert_eq!(done.agent.as_deref(), Some(agent));
+    }
+    let log = plain(&worker.log_text());
+    assert_eq!(log.matches("tollgate worker ready (agent ").count(), 2, "{log}");
+    let known = world.store.agents().known_agents().await.unwrap();
+    let mut names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+    names.dedup();
+    assert_eq!(names, ["agent", "billing"], "both registered, locked: {known:?}");
+    assert!(known.iter().all(|k| k.locked), "{known:?}");
+    worker.terminate().await;
+    api.stop().await;
+}
