@@ -3,7 +3,8 @@
 //! over 200 sessions. Prints steps/s for SQLite (in its `synchronous=FULL` mode, and in
 //! `NORMAL` for what durability costs) and PostgreSQL with 1 and 4 Workers (tasks, each
 //! with its own connection on PostgreSQL; SQLite funnels writes through its one writer), then
-//! what 1,000 sessions waiting for approval cost, then a **SIGKILL-to-reclaim** table: how long
+//! the Workers' own claim (`claim_for`) scoped to 1 agent beside 20 (4 Workers, each serving every
+//! agent; the ratio is the cost of more agents), then what 1,000 sessions waiting for approval cost, then a **SIGKILL-to-reclaim** table: how long
 //! a step held by a killed Worker stays stuck before another Worker claims it.
 //!
 //! The reclaim measurement re-runs this binary as a victim Worker (`TOLLGATE_BENCH_CHILD=<db url>`
@@ -43,6 +44,11 @@ fn j(t: &str) -> Box<serde_json::value::RawValue> {
 }
 
 async fn seed(store: &dyn Store, sessions: usize, prefix: &str) {
+    seed_agents(store, sessions, prefix, 0).await;
+}
+
+/// [`seed`], the sessions spread over `agents` agents (`agent0`, …; 0: none named).
+async fn seed_agents(store: &dyn Store, sessions: usize, prefix: &str, agents: usize) {
     for i in 0..sessions {
         let id = format!("{prefix}{i}");
         store
@@ -51,7 +57,7 @@ async fn seed(store: &dyn Store, sessions: usize, prefix: &str) {
                 status: "idle".into(),
                 run_state: j(r#"{"version":1}"#),
                 agent: None,
-                agent_name: None,
+                agent_name: (agents > 0).then(|| format!("agent{}", i % agents)),
             })
             .await
             .unwrap();
@@ -74,16 +80,31 @@ async fn seed(store: &dyn Store, sessions: usize, prefix: &str) {
 }
 
 async fn run(store: Arc<dyn Store>, workers: usize, steps: usize) -> f64 {
-    seed(&*store, SESSIONS, "s").await;
+    run_scoped(store, workers, steps, 0).await
+}
+
+/// [`run`] with the Workers' claim the one they make (`claim_for`), each serving all of `agents`
+/// agents over whose sessions the steps are spread (0: the unscoped `claim`).
+async fn run_scoped(store: Arc<dyn Store>, workers: usize, steps: usize, agents: usize) -> f64 {
+    seed_agents(&*store, SESSIONS, "s", agents).await;
+    let scope = Arc::new(ClaimScope {
+        agents: (0..agents).map(|a| format!("agent{a}")).collect(),
+        digests: Vec::new(),
+    });
     let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let (store, done) = (store.clone(), done.clone());
+        let (store, done, scope) = (store.clone(), done.clone(), scope.clone());
         tasks.push(tokio::spawn(async move {
             let me = format!("w{w}");
             while done.load(Ordering::Relaxed) < steps {
-                let Some(c) = store.claim(&me, LEASE).await.unwrap() else {
+                let claimed = if agents == 0 {
+                    store.claim(&me, LEASE).await
+                } else {
+                    store.claim_for(&me, LEASE, &scope).await
+                };
+                let Some(c) = claimed.unwrap() else {
                     tokio::task::yield_now().await;
                     continue;
                 };
@@ -256,6 +277,32 @@ async fn main() {
             let store = cluster.store(&format!("bench{workers}"), workers as u32 + 1).await;
             let rate = run(Arc::new(store), workers, steps / 2).await;
             println!("| PostgreSQL (synchronous_commit=on) | {workers} | {} | {rate:.0} |", steps / 2);
+        }
+    }
+    println!();
+    // The Worker's own claim, scoped by agent: one agent against twenty, with 4 Workers.
+    println!("| backend | Workers | agents | steps | claim_for+complete steps/s | vs 1 agent |");
+    println!("|---|---|---|---|---|---|");
+    let mut backends: Vec<(&str, usize)> = vec![("SQLite (synchronous=FULL)", steps)];
+    if cluster.is_some() {
+        backends.push(("PostgreSQL", steps / 2));
+    }
+    for (backend, n) in backends {
+        let mut one = 0.0;
+        for agents in [1, 20] {
+            let store: Arc<dyn Store> = match &cluster {
+                Some(cluster) if backend == "PostgreSQL" => {
+                    Arc::new(cluster.store(&format!("scoped{agents}"), 5).await)
+                }
+                _ => Arc::new(
+                    SqliteStore::open(&dir.path().join(format!("scoped-{agents}.db"))).await.unwrap(),
+                ),
+            };
+            let rate = run_scoped(store, 4, n, agents).await;
+            if agents == 1 {
+                one = rate;
+            }
+            println!("| {backend} | 4 | {agents} | {n} | {rate:.0} | {:.2} |", rate / one);
         }
     }
     println!();
