@@ -61,7 +61,7 @@ pub fn unknown_tools<'a>(names: impl IntoIterator<Item = &'a str>, custom: &[&st
 
 /// The candidate closest to `name` when it is close: a difference of letter case only, or at
 /// most a third of its letters edited (at least one, at most three).
-fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<String> {
+pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<String> {
     let lower = name.to_lowercase();
     let most = (name.chars().count() / 3).clamp(1, 3);
     candidates

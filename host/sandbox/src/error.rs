@@ -97,7 +97,7 @@ pub enum LoadError {
         second: String,
     },
     /// A manifest names a component that is not in the directory.
-    #[error("{origin} grants capabilities to `{component}`, but there is no {component}.wasm in {dir}")]
+    #[error("{origin} grants capabilities to `{component}`, but there is no {component}.wasm in {dir}{hint}")]
     ManifestWithoutComponent {
         /// The manifest.
         origin: String,
@@ -105,6 +105,8 @@ pub enum LoadError {
         component: String,
         /// The directory.
         dir: PathBuf,
+        /// `; did you mean …?` naming the closest component there, or empty.
+        hint: String,
     },
     /// The engine itself could not be set up.
     #[error("cannot set up the WebAssembly engine: {0}")]

@@ -425,12 +425,16 @@ impl Sandbox {
         sources: Vec<ComponentSource>,
         manifests: &Manifests,
     ) -> Result<ToolSet, LoadError> {
+        let stems: Vec<&str> = sources.iter().filter_map(|f| f.path.file_stem()?.to_str()).collect();
         for (component, (_, origin, _)) in &manifests.entries {
-            if !sources.iter().any(|f| f.path.file_stem().is_some_and(|s| s == component.as_str())) {
+            if !stems.contains(&component.as_str()) {
+                let hint = tollgate_engine::tool_names::closest(component, stems.iter().copied())
+                    .map_or_else(String::new, |near| format!("; did you mean `[tools.{near}]`?"));
                 return Err(LoadError::ManifestWithoutComponent {
                     origin: origin.clone(),
                     component: component.clone(),
                     dir: dir.to_path_buf(),
+                    hint,
                 });
             }
         }

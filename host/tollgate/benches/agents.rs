@@ -80,7 +80,8 @@ async fn main() {
     let folder = dir.path().join("support");
     make_agent(&folder, "support");
     let loaded = ready(&folder, &dir.path().join("warm-compile")).await;
-    let pushed = tollgate::pull::push(store, loaded.dir(), "support", loaded.digest(), "bench").await.unwrap();
+    let pushed =
+        tollgate::pull::push(store, loaded.dir(), "support", loaded.digest(), "bench").await.unwrap();
     assert!(pushed.created);
     let (mut cold, mut warm, mut never, mut cached) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // Alternating, so a slow moment of the machine falls on every column alike.

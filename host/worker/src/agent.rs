@@ -283,6 +283,24 @@ mod tests {
         format!("{:#}", load(config).await.expect_err("the configuration is refused"))
     }
 
+    #[tokio::test]
+    async fn a_tools_table_for_a_component_that_is_not_loaded_is_refused_with_a_did_you_mean() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tools")).unwrap();
+        std::fs::copy(tollgate_test_guests::PAYMENTS, dir.path().join("tools/payments.wasm")).unwrap();
+        let config = "[options]\nmodel = \"m\"\n\n[tools.paymnts]\nmemory_mb = 16\n";
+        std::fs::write(dir.path().join(CONFIG_FILE), config).unwrap();
+        let sandbox = || Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
+        let error = format!("{:#}", Agent::load(dir.path(), sandbox()).await.unwrap_err());
+        assert!(
+            error.contains("tollgate.toml:4 [tools.paymnts] grants capabilities to `paymnts`, but there is no paymnts.wasm in")
+                && error.ends_with("; did you mean `[tools.payments]`?"),
+            "{error}"
+        );
+        std::fs::write(dir.path().join(CONFIG_FILE), config.replace("paymnts", "payments")).unwrap();
+        Agent::load(dir.path(), sandbox()).await.expect("the table names the component");
+    }
+
     /// The name the loader gives a folder without `[agent] name`.
     fn canonical_name(dir: &Path) -> String {
         let folder = dir.canonicalize().unwrap();
