@@ -2,7 +2,7 @@
 //! person (or as JSON with `--json`).
 //!
 //! It owns what these commands print and how `watch` follows a stream (reconnecting with
-//! `Last-Event-ID`, stopping with `--until-idle`); the calls themselves are [`crate::client`]'s.
+//! `Last-Event-ID`, stopping with `--until-idle` or `--until-waiting`); the calls themselves are [`crate::client`]'s.
 //! [`ClientArgs`] (`--url`, `--token`/`--token-file`, `--ca-cert`, `--json`) is shared with `tollgate approvals`.
 
 use std::collections::HashMap;
@@ -180,8 +180,12 @@ pub enum SessionCommand {
         #[arg(long, default_value_t = 0)]
         after: i64,
         /// Exit once a turn has ended and the session is idle with no approval pending.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "until_waiting")]
         until_idle: bool,
+        /// Exit once the session waits for a decision (printing `waiting for approval: <interrupt
+        /// id>`), or once a turn has ended and the session is idle.
+        #[arg(long)]
+        until_waiting: bool,
     },
 }
 
@@ -320,11 +324,11 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        SessionCommand::Watch { id, after, until_idle } => {
+        SessionCommand::Watch { id, after, until_idle, until_waiting } => {
             if after < 0 {
                 anyhow::bail!("--after must be an event seq (0 or more), not {after}");
             }
-            watch(&client, &args.client, &id, after, until_idle).await?;
+            watch(&client, &args.client, &id, after, until_idle || until_waiting, until_waiting).await?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -514,6 +518,7 @@ async fn watch(
     id: &str,
     after: i64,
     until_idle: bool,
+    until_waiting: bool,
 ) -> anyhow::Result<()> {
     let mut printer = Printer {
         session: id.to_owned(),
@@ -533,6 +538,14 @@ async fn watch(
                         failures = 0;
                         last = event.seq;
                         printer.print(&event)?;
+                        if until_waiting && EventKind::parse(&event.kind) == Some(EventKind::InterruptOpened)
+                        {
+                            let opened = InterruptOpened::parse(event.payload.get())
+                                .with_context(|| format!("reading event {} of session `{id}`", event.seq))?;
+                            printer.end_line()?;
+                            println!("waiting for approval: {}", opened.interrupt_id);
+                            return Ok(());
+                        }
                         if until_idle
                             && EventKind::parse(&event.kind).is_some_and(EventKind::ends_turn)
                             && idle_after(client, id, event.seq).await?

@@ -306,6 +306,13 @@ async fn the_cli_client_starts_watches_approves_and_shows_a_session() {
         watched.lock().unwrap()
     );
 
+    // A script waits for the approval and gets its id (the session waits already: from event 0).
+    let waited = tokio::time::timeout(WAIT, served.tollgate(&["session", "watch", "c", "--until-waiting"]))
+        .await
+        .expect("watch --until-waiting returns while the approval is pending");
+    let waited = stdout_of(&waited, "session watch --until-waiting");
+    assert!(waited.trim_end().ends_with(&format!("waiting for approval: {interrupt}")), "{waited}");
+
     let approved =
         stdout_of(&served.tollgate(&["approvals", "approve", "c", &interrupt]).await, "approvals approve");
     assert!(approved.contains(&format!("approved {interrupt} in session c")), "{approved}");
