@@ -94,6 +94,14 @@ pub struct Agent {
     digest: String,
     /// A locked agent's tools, loaded once.
     pinned_tools: Option<ToolSet>,
+    /// `tollgate.toml` as loaded: its length and modification time (`None`: there was none).
+    config_stamp: Option<(u64, std::time::SystemTime)>,
+}
+
+/// The length and modification time of the file at `path`, if it exists.
+fn stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
 }
 
 /// Whether [`Agent::load_with`] checks `tollgate.lock`.
@@ -179,7 +187,9 @@ impl Agent {
                 .context("loading the agent's tools")?
         };
         check_policy_names(&config.path, &config.policies, &tools)?;
+        let config_stamp = stamp(&config.path);
         Ok(Agent {
+            config_stamp,
             dir,
             name,
             config,
@@ -193,6 +203,13 @@ impl Agent {
     /// The agent directory (canonical).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Whether `tollgate.toml` changed on disk since the agent was loaded (its length or
+    /// modification time): the loaded configuration (policies, grants, limits) stays in force until
+    /// the process restarts.
+    pub fn config_changed_on_disk(&self) -> bool {
+        stamp(&self.config.path) != self.config_stamp
     }
 
     /// What sessions name this agent by: `[agent] name`, else the folder's name.
@@ -299,6 +316,18 @@ mod tests {
         );
         std::fs::write(dir.path().join(CONFIG_FILE), config.replace("paymnts", "payments")).unwrap();
         Agent::load(dir.path(), sandbox()).await.expect("the table names the component");
+    }
+
+    #[tokio::test]
+    async fn a_configuration_changed_on_disk_after_the_load_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join(CONFIG_FILE);
+        std::fs::write(&config, "[options]\nmodel = \"m\"\n").unwrap();
+        let sandbox = Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
+        let agent = Agent::load(dir.path(), sandbox).await.unwrap();
+        assert!(!agent.config_changed_on_disk());
+        std::fs::write(&config, "[options]\nmodel = \"other\"\n").unwrap();
+        assert!(agent.config_changed_on_disk(), "a new policy or grant does not apply until a restart");
     }
 
     /// The name the loader gives a folder without `[agent] name`.

@@ -567,3 +567,30 @@ async fn one_worker_process_serves_two_pushed_agents_each_session_under_its_own(
     worker.terminate().await;
     api.stop().await;
 }
+
+/// A Worker whose `tollgate.toml` is edited keeps what it loaded, and says so in its log once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edited_configuration_is_logged_as_needing_a_restart() {
+    let Some(world) = World::new("fleet: edited configuration", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let worker = world.worker("w");
+    registered(&world, "agent").await;
+    let config = world.agent.join("tollgate.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("requires_approval = true", "requires_approval = false")).unwrap();
+    let started = std::time::Instant::now();
+    let line = loop {
+        let log = plain(&worker.log_text());
+        if let Some(line) = log.lines().find(|l| l.contains("changed on disk")) {
+            break line.to_owned();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "nothing said:\n{log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(line.contains("restart it to apply") && line.contains("tollgate.toml"), "{line}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(plain(&worker.log_text()).matches("changed on disk").count(), 1, "said once");
+    worker.terminate().await;
+}

@@ -365,6 +365,8 @@ impl Worker {
         tokio::pin!(shutdown);
         // Claims failed in a row (the store is unavailable): the retry backs off with jitter.
         let mut claim_failures = 0u32;
+        // Whether the log said `tollgate.toml` changed on disk (once).
+        let mut config_change_told = false;
         loop {
             let permit = tokio::select! {
                 permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -398,6 +400,12 @@ impl Worker {
                 }
                 Ok(None) => {
                     drop(permit);
+                    if !config_change_told && self.agent.config_changed_on_disk() {
+                        config_change_told = true;
+                        warn!(file = %self.agent.config.path.display(),
+                            "the agent's configuration changed on disk; this Worker keeps the one it loaded \
+                             (policies, grants, limits): restart it to apply");
+                    }
                     // Sessions created without a name while this agent's registration was in flight.
                     match self.store.agents().adopt_unnamed(self.agent.name(), self.agent.digest()).await {
                         Ok(0) => {}
