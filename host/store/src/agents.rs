@@ -76,8 +76,8 @@ pub trait AgentRegistry: Send + Sync {
     /// Adopts, as [`AgentRegistry::register_agent`] does, the sessions that name no agent, for an
     /// agent that registered before: a session created without a name while the agent's
     /// registration was in flight is adopted by the next call. Reads only (one index probe) when
-    /// every session names an agent; `Ok(0)` then.
-    async fn adopt_unnamed(&self, name: &str, digest: &str) -> Result<u64, StoreError>;
+    /// every session names an agent: `Ok(None)` then; else `Ok(Some(adopted))`.
+    async fn adopt_unnamed(&self, name: &str, digest: &str) -> Result<Option<u64>, StoreError>;
 
     /// Every (agent, digest) registered, by name, then first registration.
     async fn known_agents(&self) -> Result<Vec<KnownAgent>, StoreError>;
@@ -244,12 +244,12 @@ where
         Ok(Registration { adopted, unnamed: u64::try_from(unnamed).unwrap_or(0) })
     }
 
-    async fn adopt_unnamed(&self, name: &str, digest: &str) -> Result<u64, StoreError> {
+    async fn adopt_unnamed(&self, name: &str, digest: &str) -> Result<Option<u64>, StoreError> {
         check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
         crate::backend::check_digest(digest)?;
         let sql = statements::<DB>();
         if sqlx::query(sql.any_unnamed).fetch_optional(self.read_pool()).await?.is_none() {
-            return Ok(0);
+            return Ok(None);
         }
         let mut tx = self.begin_write().await?;
         let adopted = adopt::<DB>(&mut tx, name, digest).await?;
@@ -257,7 +257,7 @@ where
         if adopted > 0 {
             self.signals().work_ready();
         }
-        Ok(adopted)
+        Ok(Some(adopted))
     }
 
     async fn known_agents(&self) -> Result<Vec<KnownAgent>, StoreError> {

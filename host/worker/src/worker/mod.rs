@@ -367,6 +367,8 @@ impl Worker {
         let mut claim_failures = 0u32;
         // Whether the log said `tollgate.toml` changed on disk (once).
         let mut config_change_told = false;
+        // When to look for sessions to adopt next (see `AgentRegistry::adopt_unnamed`).
+        let mut next_adoption = std::time::Instant::now();
         loop {
             let permit = tokio::select! {
                 permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -407,12 +409,18 @@ impl Worker {
                              (policies, grants, limits): restart it to apply");
                     }
                     // Sessions created without a name while this agent's registration was in flight.
-                    match self.store.agents().adopt_unnamed(self.agent.name(), self.agent.digest()).await {
-                        Ok(0) => {}
-                        Ok(adopted) => {
-                            info!(agent = %self.agent.name(), adopted, "adopted sessions that named no agent")
+                    // Sessions no rule places (several agents, a digest nobody registered) stay
+                    // unnamed: then try again only now and then, not at every poll.
+                    if std::time::Instant::now() >= next_adoption {
+                        match self.store.agents().adopt_unnamed(self.agent.name(), self.agent.digest()).await
+                        {
+                            Ok(None) => {}
+                            Ok(Some(0)) => next_adoption = std::time::Instant::now() + ADOPTION_RETRY,
+                            Ok(Some(adopted)) => {
+                                info!(agent = %self.agent.name(), adopted, "adopted sessions that named no agent");
+                            }
+                            Err(err) => warn!(error = %err, "adopting sessions that name no agent failed"),
                         }
-                        Err(err) => warn!(error = %err, "adopting sessions that name no agent failed"),
                     }
                     tokio::select! {
                         _ = work.wait(self.config.poll) => {}
@@ -718,6 +726,9 @@ async fn register(store: Arc<dyn Store>, agent: Arc<Agent>) {
         }
     }
 }
+
+/// How long a Worker waits before trying again to adopt sessions that no rule placed.
+const ADOPTION_RETRY: Duration = Duration::from_secs(30);
 
 /// The longest wait between retries of a failed claim or heartbeat (and never more than the
 /// poll interval, resp. the heartbeat period): short, so work resumes within seconds of the

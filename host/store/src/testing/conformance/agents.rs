@@ -159,6 +159,12 @@ async fn registering_an_agent_adopts_the_sessions_that_name_none_by_digest_or_as
     );
     assert_eq!(drain_for(s, &[BILLING], &[]).await, ["old-b"]);
     assert_eq!(s.session("old-z").await.unwrap().unwrap().agent_name, None);
+    // Later: a session created without a name is adopted by the next call; one no rule places stays.
+    assert_eq!(registry.adopt_unnamed(BILLING, "sha256:b").await.unwrap(), Some(0), "old-z: nobody's");
+    session_of(s, "late-b", None, unpinned("sha256:b")).await;
+    assert_eq!(registry.adopt_unnamed(BILLING, "sha256:b").await.unwrap(), Some(1));
+    assert_eq!(s.session("late-b").await.unwrap().unwrap().agent_name.as_deref(), Some(BILLING));
+    assert_eq!(drain_for(s, &[BILLING], &[]).await, ["late-b"], "with its step");
     // Registering again is the same row, with the last registration's lock and time.
     let again = registry.register_agent(SUPPORT, "sha256:a", false).await.unwrap();
     assert_eq!(again, Registration { adopted: 0, unnamed: 1 });
@@ -167,6 +173,8 @@ async fn registering_an_agent_adopts_the_sessions_that_name_none_by_digest_or_as
         known.iter().map(|k| (k.name.as_str(), k.digest.as_str(), k.locked)).collect();
     assert_eq!(rows, [(BILLING, "sha256:b", false), (SUPPORT, "sha256:a", false)]);
     assert!(known.iter().all(|k| k.first_seen_at > 0 && k.last_seen_at >= k.first_seen_at), "{known:?}");
+    h.exec("UPDATE sessions SET agent_name = 'billing' WHERE session_id = 'old-z'").await;
+    assert_eq!(registry.adopt_unnamed(SUPPORT, "sha256:a").await.unwrap(), None, "every session names one");
     for (name, digest) in [("no name", "sha256:a"), (SUPPORT, "")] {
         let bad = registry.register_agent(name, digest, false).await;
         assert!(matches!(bad, Err(StoreError::Invalid { .. })), "{name:?} {digest:?}: {bad:?}");
