@@ -24,7 +24,9 @@
 //! Wall times run from just before the driver starts the segment to the CLI reaped (and, for the
 //! host and bare, the scratch directories removed). Overhead = host − bare, paired per round. On a
 //! busy 2-core machine the CLI's own ±100s of ms swamp that difference, so the table also gives the
-//! host process's own CPU time per segment (`getrusage`), which that noise does not inflate.
+//! host process's own CPU time per segment (`getrusage`), which that noise does not inflate, and
+//! the CLI's own CPU time and page faults, unboxed (the host child's reaped children) and boxed
+//! (as the box's init reaped it), paired: what the box makes the CLI itself do.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -105,6 +107,41 @@ fn cpu_ms() -> f64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// What this process's reaped children (and the children they reaped) used so far: for an
+/// unboxed segment, its CLI and the `git` calls the CLI waited for.
+fn children_usage() -> tollgate_box::CliUsage {
+    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    tollgate_box::CliUsage::from_rusage(&usage)
+}
+
+/// The CLI's CPU time (ms) and page faults between two [`children_usage`] readings.
+fn cli_usage_json(usage: Option<tollgate_box::CliUsage>) -> (Value, Value) {
+    match usage {
+        Some(u) => (json!(u.cpu_us as f64 / 1000.0), json!(u.minor_faults + u.major_faults)),
+        None => (Value::Null, Value::Null),
+    }
+}
+
+/// Waits (up to 2 s) until every child of this process has been reaped: a boxed segment returns
+/// once the box's init has reported, before `bwrap` exits, and `bwrap`'s usage (the box's, CLI
+/// included) must not land in the next unboxed segment's [`children_usage`].
+async fn children_reaped() {
+    let has_children = || {
+        std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten().any(|task| {
+            std::fs::read_to_string(task.path().join("children")).is_ok_and(|c| !c.trim().is_empty())
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while has_children() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -176,6 +213,7 @@ async fn host_child() {
         let answer = match command.trim() {
             "text" => {
                 let cpu = cpu_ms();
+                let children = children_usage();
                 let started = Instant::now();
                 let report = run_segment(
                     spec(SegmentSpec::fresh(cli.clone(), &project, TEXT_SCRIPT)),
@@ -185,8 +223,16 @@ async fn host_child() {
                 )
                 .await;
                 let total = started.elapsed();
+                let after = children_usage();
+                let (cli_cpu_ms, cli_faults) = cli_usage_json(Some(tollgate_box::CliUsage {
+                    cpu_us: after.cpu_us - children.cpu_us,
+                    minor_faults: after.minor_faults - children.minor_faults,
+                    major_faults: after.major_faults - children.major_faults,
+                    max_rss_kb: after.max_rss_kb,
+                }));
                 let ok = matches!(&report.outcome, SegmentOutcome::Completed { result, .. } if result == "said: hello");
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
+                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults,
                        "error": format!("{:?}", report.outcome).chars().take(300).collect::<String>()})
             }
             "boxtext" => {
@@ -203,7 +249,13 @@ async fn host_child() {
                 // Where the box's time went, from the init's monotonic timestamps.
                 let t = report.stats.box_report.as_ref().map(|r| r.timings).unwrap_or_default();
                 let between = |from: u64, to: u64| (from > 0 && to >= from).then(|| (to - from) as f64 / 1e6);
+                // The CLI's own usage, as the box's init reaped it (the host may not have reaped
+                // `bwrap` yet: it stops waiting once the init has reported).
+                let (cli_cpu_ms, cli_faults) =
+                    cli_usage_json(report.stats.box_report.as_ref().and_then(|r| r.cli_usage));
+                children_reaped().await;
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
+                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults,
                        "bwrap_ms": report.stats.spawned_ns.and_then(|s| between(s, t.init_started_ns)),
                        "init_ms": between(t.init_started_ns, t.cli_spawned_ns),
                        "teardown_ms": between(t.cli_exited_ns, t.reported_ns),
@@ -541,6 +593,9 @@ async fn main() {
     // The box's parts (ms): `bwrap` making it, the init up to the CLI, the init after it.
     let (mut box_bwrap, mut box_init, mut box_teardown, mut box_after_report) =
         (Series::default(), Series::default(), Series::default(), Series::default());
+    // The CLI's own CPU time (ms) and page faults, unboxed and boxed.
+    let (mut cli_cpu, mut boxed_cli_cpu, mut cli_faults, mut boxed_cli_faults) =
+        (Series::default(), Series::default(), Series::default(), Series::default());
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
         // Which of the pair runs first alternates, so neither gains from the other's warm caches
@@ -637,6 +692,18 @@ async fn main() {
         box_init.push(hb["init_ms"].as_f64());
         box_teardown.push(hb["teardown_ms"].as_f64());
         box_after_report.push(hb["after_report_ms"].as_f64());
+        // Paired rows need both sides.
+        if let (Some(a), Some(b), Some(c), Some(d)) = (
+            h["cli_cpu_ms"].as_f64(),
+            hb["cli_cpu_ms"].as_f64(),
+            h["cli_faults"].as_f64(),
+            hb["cli_faults"].as_f64(),
+        ) {
+            cli_cpu.push(Some(a));
+            boxed_cli_cpu.push(Some(b));
+            cli_faults.push(Some(c));
+            boxed_cli_faults.push(Some(d));
+        }
         bare_text.push(Some(b.total_ms));
         bare_text_result.push(Some(b.to_result_ms));
         ts_text.push(t["to_end_ms"].as_f64());
@@ -709,6 +776,22 @@ async fn main() {
     println!(
         "| the box: report written → segment returned (workspace swap, clean-up) | {} | | |",
         box_after_report.cell()
+    );
+    println!(
+        "| the CLI's own CPU time (user+sys, with the `git` it ran) per segment, unboxed / boxed | {} / {} | | |",
+        cli_cpu.cell(),
+        boxed_cli_cpu.cell()
+    );
+    overhead_row("the CLI's own CPU time, boxed − unboxed (paired)", &paired(&boxed_cli_cpu, &cli_cpu), "");
+    println!(
+        "| the CLI's page faults per segment, unboxed / boxed | {} / {} | | |",
+        cli_faults.cell(),
+        boxed_cli_faults.cell()
+    );
+    overhead_row(
+        "the CLI's page faults, boxed − unboxed (paired)",
+        &paired(&boxed_cli_faults, &cli_faults),
+        "",
     );
     println!("| host's own CPU time per defer+resume pair | {} | | |", host_pair_cpu.cell());
     println!();

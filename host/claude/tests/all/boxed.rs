@@ -157,6 +157,9 @@ async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
     // yet the status is still the CLI's own, from the report.
     assert_eq!(report.stats.exit_status.as_deref(), Some("exit status: 0"), "{text}");
     assert_eq!(boxed.cli_exit.as_deref(), Some("exit status: 0"), "{boxed:?}");
+    // What the CLI used, as the init reaped it (the benchmark compares it with an unboxed CLI's).
+    let usage = boxed.cli_usage.unwrap_or_else(|| panic!("no usage in the report: {boxed:?}"));
+    assert!(usage.cpu_us > 100_000 && usage.minor_faults > 10_000 && usage.max_rss_kb > 50_000, "{usage:?}");
 }
 
 /// The gate's hooks are the host's, not a settings file's: under the box's managed settings (only
