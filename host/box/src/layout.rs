@@ -350,6 +350,14 @@ const GROUP: &str = "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n";
 /// outranks every settings file): only the host's hooks (which come in `initialize`), permission
 /// rules and MCP servers count, whatever a settings file in the workspace or `HOME` says; no
 /// plugins or marketplaces are loaded, and bypass mode is off.
+///
+/// `prependPlugins` is empty on purpose. On a machine with managed settings the CLI seats a
+/// built-in plugin of its own (`cc-plugin-sec-default`) outermost, unless this list is set: it
+/// keeps the organization's hooks, settings and tool policy out of reach of the plugins a person
+/// installs. In a box no plugin can be installed or enabled (no marketplace is known, only
+/// managed hooks run, the CLI reads no settings file the agent can write, and `HOME` starts
+/// empty in every box), so it would guard nothing, and loading it costs each CLI's start about
+/// 800 page faults and 20–35 ms of CPU time (the segment bench's box rows).
 pub fn managed_settings() -> String {
     serde_json::json!({
         "allowManagedHooksOnly": true,
@@ -357,6 +365,7 @@ pub fn managed_settings() -> String {
         "enableAllProjectMcpServers": false,
         "enabledMcpjsonServers": [],
         "strictKnownMarketplaces": [],
+        "prependPlugins": [],
         "permissions": { "disableBypassPermissionsMode": "disable" },
     })
     .to_string()
@@ -384,6 +393,7 @@ mod tests {
             serde_json::from_str(&fs::read_to_string(dir.etc("claude-code/managed-settings.json")).unwrap())
                 .unwrap();
         assert_eq!(settings["allowManagedHooksOnly"], true);
+        assert_eq!(settings["prependPlugins"], serde_json::json!([]), "no built-in guard seated: {settings}");
         assert!(dir.config_in().is_dir());
         assert!(!dir.egress_socket().exists(), "no egress proxy, no socket");
         assert_eq!(dir.report(), None);
