@@ -97,7 +97,7 @@ impl BoxDir {
         fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
         give(root, owner)?;
         let etc = root.join("etc");
-        let etc_folders = prepare_etc(Path::new("/etc"), &etc)?;
+        let etc_folders = prepare_etc(Path::new("/etc"), &etc, config.cli_settings_locked)?;
         give_tree(&etc, owner)?;
         let inner = root.join("box");
         fs::DirBuilder::new().mode(0o700).create(&inner)?;
@@ -257,13 +257,14 @@ pub const ETC_FILES: &[&str] = &[
 pub const ETC_FOLDERS: &[&str] =
     &["ssl", "ca-certificates", "pki", "crypto-policies", "ld.so.conf.d", "alternatives"];
 
-/// Makes a box's `/etc` at `to` from the host's `from` (see the module docs), and returns the
-/// folders of [`ETC_FOLDERS`] `from` has, for which it made empty mount points.
+/// Makes a box's `/etc` at `to` from the host's `from` (see the module docs), with the CLI's
+/// managed settings when `cli_settings_locked`, and returns the folders of [`ETC_FOLDERS`]
+/// `from` has, for which it made empty mount points.
 ///
 /// `localtime` stays a link where the host's is one: a copied file's zone has no name, and the
 /// CLI's runtime then reads every file of `/usr/share/zoneinfo` to find it (~5,000 files, 50–70
 /// ms of each segment's start).
-fn prepare_etc(from: &Path, to: &Path) -> io::Result<Vec<&'static str>> {
+fn prepare_etc(from: &Path, to: &Path, cli_settings_locked: bool) -> io::Result<Vec<&'static str>> {
     fs::DirBuilder::new().mode(0o755).create(to)?;
     let file = |name: &str, text: &[u8]| -> io::Result<()> {
         fs::write(to.join(name), text)?;
@@ -271,8 +272,10 @@ fn prepare_etc(from: &Path, to: &Path) -> io::Result<Vec<&'static str>> {
     };
     file("passwd", PASSWD.as_bytes())?;
     file("group", GROUP.as_bytes())?;
-    fs::DirBuilder::new().mode(0o755).create(to.join("claude-code"))?;
-    file("claude-code/managed-settings.json", managed_settings().as_bytes())?;
+    if cli_settings_locked {
+        fs::DirBuilder::new().mode(0o755).create(to.join("claude-code"))?;
+        file("claude-code/managed-settings.json", managed_settings().as_bytes())?;
+    }
     for name in ETC_FILES {
         // A link (resolv.conf often is) is followed: the box gets what it points at.
         match fs::read(from.join(name)) {
@@ -397,6 +400,13 @@ mod tests {
         assert!(dir.config_in().is_dir());
         assert!(!dir.egress_socket().exists(), "no egress proxy, no socket");
         assert_eq!(dir.report(), None);
+
+        // Unlocked (only to measure the lock's cost): no managed settings, the rest the same.
+        let unlocked = BoxConfig { cli_settings_locked: false, ..config() };
+        let root = tempfile::tempdir().unwrap();
+        let dir = BoxDir::create(root.path(), &unlocked, "b-2").unwrap();
+        assert!(!dir.etc("claude-code").exists());
+        assert!(fs::read_to_string(dir.etc("passwd")).unwrap().contains("agent:x:1000:1000"));
     }
 
     #[test]
@@ -418,7 +428,7 @@ mod tests {
         fs::create_dir(h.join("secrets")).unwrap();
         let out = tempfile::tempdir().unwrap();
         let etc = out.path().join("etc");
-        let folders = prepare_etc(h, &etc).unwrap();
+        let folders = prepare_etc(h, &etc, true).unwrap();
 
         assert_eq!(folders, ["ssl"]);
         assert_eq!(fs::read_to_string(etc.join("hosts")).unwrap(), "127.0.0.1 localhost\n");

@@ -13,7 +13,9 @@
 //! - **host**: `run_segment` in a child process of its own (this binary with `BENCH_ROLE=host`), so
 //!   its peak RSS is the host's alone; once on the host as before, once in its box
 //!   (`tollgate_box`: bubblewrap, the box's init, the workspace copied in and out, the model
-//!   reached through the box's relay), so the box's cost is the paired difference;
+//!   reached through the box's relay), so the box's cost is the paired difference, and once in a
+//!   box without the CLI's managed settings, which splits that cost into the box's own and what
+//!   the CLI spends on those settings;
 //! - **bare**: this process spawns the CLI with the same argv, environment and `initialize`, and
 //!   answers with canned lines (fixed MCP answers, a fixed hook decision): no gate, no rmcp, no
 //!   process-group handling;
@@ -195,6 +197,8 @@ async fn host_child() {
     let mock_url = std::env::var("MOCK_URL").expect("MOCK_URL");
     let project = PathBuf::from(std::env::var("PROJECT").expect("PROJECT"));
     let (box_config, _socket_dir) = bench_box(&mock_url).await;
+    // The same box without the CLI's managed settings: what that lock costs, apart from the box.
+    let unlocked = Arc::new(tollgate_box::BoxConfig { cli_settings_locked: false, ..(*box_config).clone() });
     let workspace = tempfile::tempdir().expect("a workspace");
     if let Some((uid, gid)) = box_config.user.owner() {
         std::os::unix::fs::chown(workspace.path(), Some(uid), Some(gid))
@@ -235,13 +239,14 @@ async fn host_child() {
                        "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults,
                        "error": format!("{:?}", report.outcome).chars().take(300).collect::<String>()})
             }
-            "boxtext" => {
+            which @ ("boxtext" | "boxtext-unlocked") => {
                 // The same segment in its box, in a workspace copied in and out.
+                let config = if which == "boxtext" { &box_config } else { &unlocked };
                 let cpu = cpu_ms();
                 let started = Instant::now();
                 let mut boxed = spec(SegmentSpec::fresh(cli.clone(), workspace.path(), TEXT_SCRIPT));
                 boxed.sandbox =
-                    Some(tollgate_claude::SegmentBox { config: box_config.clone(), copy_workspace: true });
+                    Some(tollgate_claude::SegmentBox { config: config.clone(), copy_workspace: true });
                 let report = run_segment(boxed, gate(), runner.clone(), None).await;
                 let total = started.elapsed();
                 let returned_ns = tollgate_box::monotonic_ns();
@@ -596,17 +601,22 @@ async fn main() {
     // The CLI's own CPU time (ms) and page faults, unboxed and boxed.
     let (mut cli_cpu, mut boxed_cli_cpu, mut cli_faults, mut boxed_cli_faults) =
         (Series::default(), Series::default(), Series::default(), Series::default());
+    // The boxed segment without the CLI's settings lock: to exit, to `result`, the CLI's CPU time
+    // and page faults.
+    let (mut unlocked_text, mut unlocked_result, mut unlocked_cli_cpu, mut unlocked_cli_faults) =
+        (Series::default(), Series::default(), Series::default(), Series::default());
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
-        // Which of the pair runs first alternates, so neither gains from the other's warm caches
-        // or pays for its leftovers (a box's teardown runs on after its segment returned).
-        let (h, hb) = if round % 2 == 0 {
-            let h = host.ask("text").await;
-            (h, host.ask("boxtext").await)
-        } else {
-            let hb = host.ask("boxtext").await;
-            (host.ask("text").await, hb)
-        };
+        // The host's three segments (unboxed, boxed, boxed without the CLI's settings lock) run
+        // in an order that turns each round, so none gains from another's warm caches.
+        let (mut h, mut hb, mut hu) = (Value::Null, Value::Null, Value::Null);
+        for turn in 0..3 {
+            match (round + turn) % 3 {
+                0 => h = host.ask("text").await,
+                1 => hb = host.ask("boxtext").await,
+                _ => hu = host.ask("boxtext-unlocked").await,
+            }
+        }
         let b = bare_segment(
             cli.path(),
             &mock.base_url(),
@@ -658,6 +668,7 @@ async fn main() {
         let checks = [
             ("host text", h["ok"] == true, h.to_string()),
             ("boxed host text", hb["ok"] == true, hb.to_string()),
+            ("boxed host text, CLI settings unlocked", hu["ok"] == true, hu.to_string()),
             ("bare text", b.ok && b.result == "said: hello", b.result.clone()),
             ("ts text", t.is_null() || t["ok"] == true, t.to_string()),
             ("host pair", hp["ok"] == true, hp.to_string()),
@@ -692,17 +703,19 @@ async fn main() {
         box_init.push(hb["init_ms"].as_f64());
         box_teardown.push(hb["teardown_ms"].as_f64());
         box_after_report.push(hb["after_report_ms"].as_f64());
-        // Paired rows need both sides.
-        if let (Some(a), Some(b), Some(c), Some(d)) = (
-            h["cli_cpu_ms"].as_f64(),
-            hb["cli_cpu_ms"].as_f64(),
-            h["cli_faults"].as_f64(),
-            hb["cli_faults"].as_f64(),
-        ) {
-            cli_cpu.push(Some(a));
-            boxed_cli_cpu.push(Some(b));
-            cli_faults.push(Some(c));
-            boxed_cli_faults.push(Some(d));
+        unlocked_text.push(hu["total_ms"].as_f64());
+        unlocked_result.push(hu["to_result_ms"].as_f64());
+        // Paired rows need every side.
+        let usage = |v: &Value| Some((v["cli_cpu_ms"].as_f64()?, v["cli_faults"].as_f64()?));
+        if let (Some(unboxed), Some(boxed), Some(unlocked)) = (usage(&h), usage(&hb), usage(&hu)) {
+            for (cpu, faults, (ms, count)) in [
+                (&mut cli_cpu, &mut cli_faults, unboxed),
+                (&mut boxed_cli_cpu, &mut boxed_cli_faults, boxed),
+                (&mut unlocked_cli_cpu, &mut unlocked_cli_faults, unlocked),
+            ] {
+                cpu.push(Some(ms));
+                faults.push(Some(count));
+            }
         }
         bare_text.push(Some(b.total_ms));
         bare_text_result.push(Some(b.to_result_ms));
@@ -768,6 +781,16 @@ async fn main() {
     overhead_row(&format!("per defer+resume pair (`{PAIR_SCRIPT}`)"), &pair_overhead, "");
     overhead_row("the box, per segment to exit (boxed host − host, paired)", &box_overhead, "≤ 15 ms p50");
     overhead_row("the box, per segment to `result`", &box_result_overhead, "");
+    overhead_row(
+        "the box without the CLI's settings lock, per segment to exit (paired)",
+        &paired(&unlocked_text, &host_text),
+        "",
+    );
+    overhead_row(
+        "the box without the CLI's settings lock, to `result`",
+        &paired(&unlocked_result, &host_text_result),
+        "",
+    );
     println!("| host's own CPU time (user+sys, getrusage) per segment | {} | | |", host_text_cpu.cell());
     println!("| host's own CPU time per boxed segment | {} | | |", boxed_cpu.cell());
     println!("| the box: spawn → its init runs (`bwrap` makes the box) | {} | | |", box_bwrap.cell());
@@ -778,19 +801,31 @@ async fn main() {
         box_after_report.cell()
     );
     println!(
-        "| the CLI's own CPU time (user+sys, with the `git` it ran) per segment, unboxed / boxed | {} / {} | | |",
+        "| the CLI's own CPU time (user+sys, with the `git` it ran) per segment, unboxed / boxed / boxed unlocked | {} / {} / {} | | |",
         cli_cpu.cell(),
-        boxed_cli_cpu.cell()
+        boxed_cli_cpu.cell(),
+        unlocked_cli_cpu.cell()
     );
     overhead_row("the CLI's own CPU time, boxed − unboxed (paired)", &paired(&boxed_cli_cpu, &cli_cpu), "");
+    overhead_row(
+        "… of it the CLI's settings lock: boxed − boxed unlocked",
+        &paired(&boxed_cli_cpu, &unlocked_cli_cpu),
+        "",
+    );
     println!(
-        "| the CLI's page faults per segment, unboxed / boxed | {} / {} | | |",
+        "| the CLI's page faults per segment, unboxed / boxed / boxed unlocked | {} / {} / {} | | |",
         cli_faults.cell(),
-        boxed_cli_faults.cell()
+        boxed_cli_faults.cell(),
+        unlocked_cli_faults.cell()
     );
     overhead_row(
         "the CLI's page faults, boxed − unboxed (paired)",
         &paired(&boxed_cli_faults, &cli_faults),
+        "",
+    );
+    overhead_row(
+        "… of them the CLI's settings lock: boxed − boxed unlocked",
+        &paired(&boxed_cli_faults, &unlocked_cli_faults),
         "",
     );
     println!("| host's own CPU time per defer+resume pair | {} | | |", host_pair_cpu.cell());
