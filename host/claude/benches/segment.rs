@@ -236,7 +236,7 @@ async fn host_child() {
                 }));
                 let ok = matches!(&report.outcome, SegmentOutcome::Completed { result, .. } if result == "said: hello");
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
-                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults,
+                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults, "to_spawn_ms": report.stats.to_spawn.map(ms),
                        "error": format!("{:?}", report.outcome).chars().take(300).collect::<String>()})
             }
             which @ ("boxtext" | "boxtext-unlocked") => {
@@ -260,7 +260,7 @@ async fn host_child() {
                     cli_usage_json(report.stats.box_report.as_ref().and_then(|r| r.cli_usage));
                 children_reaped().await;
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
-                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults,
+                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults, "to_spawn_ms": report.stats.to_spawn.map(ms),
                        "bwrap_ms": report.stats.spawned_ns.and_then(|s| between(s, t.init_started_ns)),
                        "init_ms": between(t.init_started_ns, t.cli_spawned_ns),
                        "teardown_ms": between(t.cli_exited_ns, t.reported_ns),
@@ -598,6 +598,8 @@ async fn main() {
     // The box's parts (ms): `bwrap` making it, the init up to the CLI, the init after it.
     let (mut box_bwrap, mut box_init, mut box_teardown, mut box_after_report) =
         (Series::default(), Series::default(), Series::default(), Series::default());
+    // Segment start → spawn, unboxed (scratch folders) and boxed (the box's folder and argv).
+    let (mut host_to_spawn, mut box_to_spawn) = (Series::default(), Series::default());
     // The CLI's own CPU time (ms) and page faults, unboxed and boxed.
     let (mut cli_cpu, mut boxed_cli_cpu, mut cli_faults, mut boxed_cli_faults) =
         (Series::default(), Series::default(), Series::default(), Series::default());
@@ -699,6 +701,8 @@ async fn main() {
         boxed_text.push(hb["total_ms"].as_f64());
         boxed_text_result.push(hb["to_result_ms"].as_f64());
         boxed_cpu.push(hb["cpu_ms"].as_f64());
+        host_to_spawn.push(h["to_spawn_ms"].as_f64());
+        box_to_spawn.push(hb["to_spawn_ms"].as_f64());
         box_bwrap.push(hb["bwrap_ms"].as_f64());
         box_init.push(hb["init_ms"].as_f64());
         box_teardown.push(hb["teardown_ms"].as_f64());
@@ -793,6 +797,11 @@ async fn main() {
     );
     println!("| host's own CPU time (user+sys, getrusage) per segment | {} | | |", host_text_cpu.cell());
     println!("| host's own CPU time per boxed segment | {} | | |", boxed_cpu.cell());
+    println!(
+        "| segment start → spawn, unboxed / boxed (the box's folder and `/etc`) | {} / {} | | |",
+        host_to_spawn.cell(),
+        box_to_spawn.cell()
+    );
     println!("| the box: spawn → its init runs (`bwrap` makes the box) | {} | | |", box_bwrap.cell());
     println!("| the box: init → CLI started (copy-in, relays, limits) | {} | | |", box_init.cell());
     println!("| the box: CLI gone → report written (copy-out) | {} | | |", box_teardown.cell());
