@@ -164,6 +164,8 @@ pub struct BoxConfig {
     /// CLI (default). Off only to measure what that lock costs the CLI (the segment benchmark):
     /// a Worker always keeps it on.
     pub cli_settings_locked: bool,
+    /// The `/etc` its boxes share, made by the first one.
+    pub(crate) etc: crate::layout::EtcCache,
 }
 
 impl fmt::Debug for BoxConfig {
@@ -194,6 +196,7 @@ impl BoxConfig {
             model: None,
             egress: None,
             cli_settings_locked: true,
+            etc: crate::layout::EtcCache::default(),
         }
     }
 

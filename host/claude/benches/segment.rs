@@ -198,7 +198,9 @@ async fn host_child() {
     let project = PathBuf::from(std::env::var("PROJECT").expect("PROJECT"));
     let (box_config, _socket_dir) = bench_box(&mock_url).await;
     // The same box without the CLI's managed settings: what that lock costs, apart from the box.
-    let unlocked = Arc::new(tollgate_box::BoxConfig { cli_settings_locked: false, ..(*box_config).clone() });
+    let mut unlocked = (*box_config).clone();
+    unlocked.cli_settings_locked = false;
+    let unlocked = Arc::new(unlocked);
     let workspace = tempfile::tempdir().expect("a workspace");
     if let Some((uid, gid)) = box_config.user.owner() {
         std::os::unix::fs::chown(workspace.path(), Some(uid), Some(gid))
