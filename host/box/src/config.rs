@@ -159,6 +159,13 @@ pub struct BoxConfig {
     pub model: Option<Relay>,
     /// The egress proxy: it serves a socket of each box's own, relayed to this port.
     pub egress: Option<(u16, Arc<dyn SocketServer>)>,
+    /// Whether every box's `/etc` holds the CLI's managed settings
+    /// ([`crate::layout::managed_settings`]), which lock what the agent could change in its next
+    /// CLI (default). Off only to measure what that lock costs the CLI (the segment benchmark):
+    /// a Worker always keeps it on.
+    pub cli_settings_locked: bool,
+    /// The `/etc` its boxes share, made by the first one.
+    pub(crate) etc: crate::layout::EtcCache,
 }
 
 impl fmt::Debug for BoxConfig {
@@ -171,12 +178,14 @@ impl fmt::Debug for BoxConfig {
             .field("read_only_paths", &self.read_only_paths)
             .field("model", &self.model)
             .field("egress_port", &self.egress.as_ref().map(|(port, _)| port))
+            .field("cli_settings_locked", &self.cli_settings_locked)
             .finish()
     }
 }
 
 impl BoxConfig {
-    /// A configuration with the default limits, no relays and no extra paths.
+    /// A configuration with the default limits, no relays, no extra paths and the CLI's settings
+    /// locked.
     pub fn new(bwrap: impl Into<PathBuf>, init: impl Into<PathBuf>, user: BoxUser) -> BoxConfig {
         BoxConfig {
             bwrap: bwrap.into(),
@@ -186,6 +195,8 @@ impl BoxConfig {
             read_only_paths: Vec::new(),
             model: None,
             egress: None,
+            cli_settings_locked: true,
+            etc: crate::layout::EtcCache::default(),
         }
     }
 

@@ -1,14 +1,14 @@
-//! A box's directory on the host, beside the segment's other scratch files, and the plan of one
-//! box.
+//! A box's directory on the host, beside the segment's other scratch files, the `/etc` its
+//! Worker's boxes share, and the plan of one box.
 //!
 //! ```text
+//! <temp>/tollgate-box-etc-<pid>-<n>/   0755, the Worker's; every box's /etc, bound read-only
+//!   passwd, group             made-up: root, agent (1000), nobody
+//!   claude-code/managed-settings.json   the CLI's managed settings (see managed_settings)
+//!   resolv.conf, hosts, …     copies of the host's small files (ETC_FILES)
+//!   localtime                 the host's link (or a copy of its file)
+//!   ssl/, alternatives/, …    empty: the host's folders (ETC_FOLDERS) are bound over them
 //! <root>/                     0700, the Worker's (a root Worker's: its boxes' user's)
-//!   etc/                      the box's /etc, bound read-only:
-//!     passwd, group           made-up: root, agent (1000), nobody
-//!     claude-code/managed-settings.json   the CLI's managed settings (see managed_settings)
-//!     resolv.conf, hosts, …   copies of the host's small files (ETC_FILES)
-//!     localtime               the host's link (or a copy of its file)
-//!     ssl/, alternatives/, …  empty: the host's folders (ETC_FOLDERS) are bound over them
 //!   egress.sock               this box's own egress socket, when the Worker has an egress proxy
 //!   box/                      the box user's; the init's file descriptor 3
 //!     config-in/              copied into CLAUDE_CONFIG_DIR before the CLI reads its first line
@@ -20,6 +20,12 @@
 //! Nothing of it is mounted writable into the box: the init reaches `box/` through a file
 //! descriptor it keeps from the agent's processes (close-on-exec, the init not dumpable).
 //! Read [`BoxDir`] and [`BoxPlan`].
+//!
+//! The `/etc` folder is made once per [`BoxConfig`], when its first box is made, and removed when
+//! the last box and the configuration are gone ([`SharedEtc`]); it holds nothing of a box's own,
+//! and making and removing its two dozen entries with every box cost each segment a few
+//! milliseconds (more on a busy disk). The host's small files are copied then: a change to the
+//! host's resolver or `hosts` file reaches boxes made after the Worker restarts.
 
 use std::ffi::OsString;
 use std::fs;
@@ -27,6 +33,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::config::{BoxConfig, SocketServerGuard};
 use crate::report::BoxReport;
@@ -76,8 +83,8 @@ pub struct BoxDir {
     root: PathBuf,
     owner: Option<(u32, u32)>,
     egress: Option<SocketServerGuard>,
-    /// The host's folders of `/etc` bound over their mount points in the box's own.
-    etc_folders: Vec<&'static str>,
+    /// The box's `/etc`, shared with the other boxes of its configuration.
+    etc: Arc<SharedEtc>,
     /// `box/ended`, open for reading and writing from the start (so the init's write always has a
     /// reader, and the host's read never sees an end of file).
     ended: fs::File,
@@ -96,9 +103,7 @@ impl BoxDir {
         // that user and opens what it binds from here by path.
         fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
         give(root, owner)?;
-        let etc = root.join("etc");
-        let etc_folders = prepare_etc(Path::new("/etc"), &etc)?;
-        give_tree(&etc, owner)?;
+        let etc = config.etc.get(config.cli_settings_locked)?;
         let inner = root.join("box");
         fs::DirBuilder::new().mode(0o700).create(&inner)?;
         fs::DirBuilder::new().mode(0o700).create(inner.join("config-in"))?;
@@ -106,7 +111,7 @@ impl BoxDir {
         give(&inner.join("config-in"), owner)?;
         let ended = make_fifo(&inner.join(crate::paths::ENDED_FIFO))?;
         give(&inner.join(crate::paths::ENDED_FIFO), owner)?;
-        let mut dir = BoxDir { root: root.to_path_buf(), owner, egress: None, etc_folders, ended };
+        let mut dir = BoxDir { root: root.to_path_buf(), owner, egress: None, etc, ended };
         if let Some((_, server)) = &config.egress {
             let socket = dir.egress_socket();
             let listener = UnixListener::bind(&socket)?;
@@ -133,9 +138,9 @@ impl BoxDir {
         self.inner().join("config-in")
     }
 
-    /// `etc/`: the box's `/etc`.
+    /// The box's `/etc` ([`SharedEtc`]).
     pub fn etc_root(&self) -> PathBuf {
-        self.root.join("etc")
+        self.etc.dir.clone()
     }
 
     /// `etc/<file>`.
@@ -146,7 +151,7 @@ impl BoxDir {
     /// The host's folders of `/etc` (of [`ETC_FOLDERS`]) the box binds over their mount points in
     /// its own `/etc`: those the host had when the folder was made.
     pub fn etc_folders(&self) -> &[&'static str] {
-        &self.etc_folders
+        &self.etc.folders
     }
 
     /// This box's egress socket (bound when the Worker has an egress proxy).
@@ -230,6 +235,87 @@ impl BoxDir {
     }
 }
 
+/// How the name of a [`SharedEtc`] folder starts (in the system temp folder); the Worker's pid
+/// and a number follow. A folder a killed Worker left is removed by the next one's sweep of its
+/// stale scratch folders.
+pub const SHARED_ETC_PREFIX: &str = "tollgate-box-etc-";
+
+/// The `/etc` every box of one [`BoxConfig`] binds read-only: made by the first box, removed
+/// when dropped (the configuration and every box that uses it hold it). World-readable (`0755`,
+/// files `0644`): `bwrap` opens it as the box's user, and it holds only made-up users, the
+/// managed settings and copies of files every local user can read.
+#[derive(Debug)]
+pub struct SharedEtc {
+    dir: PathBuf,
+    /// The host's folders of `/etc` bound over their mount points in it.
+    folders: Vec<&'static str>,
+    /// Whether it holds the CLI's managed settings.
+    cli_settings_locked: bool,
+}
+
+impl SharedEtc {
+    /// Makes one in a fresh folder of the system temp folder.
+    fn create(cli_settings_locked: bool) -> io::Result<SharedEtc> {
+        let temp = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        for attempt in 0..16u32 {
+            let dir = temp.join(format!("{SHARED_ETC_PREFIX}{}-{:x}", std::process::id(), nanos ^ attempt));
+            // Made new (never an existing folder or a link someone put there), or another name.
+            match new_dir(&dir) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(err) => return Err(err),
+            }
+            return match fill_etc(Path::new("/etc"), &dir, cli_settings_locked) {
+                Ok(folders) => Ok(SharedEtc { dir, folders, cli_settings_locked }),
+                Err(err) => {
+                    let _ = fs::remove_dir_all(&dir);
+                    Err(err)
+                }
+            };
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("no free {SHARED_ETC_PREFIX}* name in {}", temp.display()),
+        ))
+    }
+}
+
+impl Drop for SharedEtc {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A [`BoxConfig`]'s [`SharedEtc`], made on first use. A clone of the configuration starts
+/// without one (it may be changed, and so need another).
+#[derive(Debug, Default)]
+pub(crate) struct EtcCache(Mutex<Option<Arc<SharedEtc>>>);
+
+impl Clone for EtcCache {
+    fn clone(&self) -> Self {
+        EtcCache::default()
+    }
+}
+
+impl EtcCache {
+    /// The shared `/etc`, with the managed settings or without, made now if there is none yet.
+    fn get(&self, cli_settings_locked: bool) -> io::Result<Arc<SharedEtc>> {
+        let mut made = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &*made {
+            Some(etc) if etc.cli_settings_locked == cli_settings_locked => Ok(etc.clone()),
+            _ => {
+                let etc = Arc::new(SharedEtc::create(cli_settings_locked)?);
+                *made = Some(etc.clone());
+                Ok(etc)
+            }
+        }
+    }
+}
+
 /// The host's `/etc` files a box gets a copy of (where the host has them): the resolver's
 /// files, the dynamic linker's cache, the time zone's name, shells' defaults. Not `passwd`,
 /// `group` or `shadow`: a box gets made-up ones.
@@ -257,22 +343,32 @@ pub const ETC_FILES: &[&str] = &[
 pub const ETC_FOLDERS: &[&str] =
     &["ssl", "ca-certificates", "pki", "crypto-policies", "ld.so.conf.d", "alternatives"];
 
-/// Makes a box's `/etc` at `to` from the host's `from` (see the module docs), and returns the
-/// folders of [`ETC_FOLDERS`] `from` has, for which it made empty mount points.
+/// A new folder at `path` (an existing one is an error of kind `AlreadyExists`), `0755` whatever
+/// the umask.
+fn new_dir(path: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().mode(0o755).create(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+}
+
+/// Fills `to`, a new folder, with a box's `/etc` made from the host's `from` (see the module
+/// docs), with the CLI's managed settings when `cli_settings_locked`, and returns the folders of
+/// [`ETC_FOLDERS`] `from` has, for which it made empty mount points. Everything in it is
+/// world-readable, whatever the umask.
 ///
 /// `localtime` stays a link where the host's is one: a copied file's zone has no name, and the
 /// CLI's runtime then reads every file of `/usr/share/zoneinfo` to find it (~5,000 files, 50–70
 /// ms of each segment's start).
-fn prepare_etc(from: &Path, to: &Path) -> io::Result<Vec<&'static str>> {
-    fs::DirBuilder::new().mode(0o755).create(to)?;
+fn fill_etc(from: &Path, to: &Path, cli_settings_locked: bool) -> io::Result<Vec<&'static str>> {
     let file = |name: &str, text: &[u8]| -> io::Result<()> {
         fs::write(to.join(name), text)?;
         fs::set_permissions(to.join(name), fs::Permissions::from_mode(0o644))
     };
     file("passwd", PASSWD.as_bytes())?;
     file("group", GROUP.as_bytes())?;
-    fs::DirBuilder::new().mode(0o755).create(to.join("claude-code"))?;
-    file("claude-code/managed-settings.json", managed_settings().as_bytes())?;
+    if cli_settings_locked {
+        new_dir(&to.join("claude-code"))?;
+        file("claude-code/managed-settings.json", managed_settings().as_bytes())?;
+    }
     for name in ETC_FILES {
         // A link (resolv.conf often is) is followed: the box gets what it points at.
         match fs::read(from.join(name)) {
@@ -294,7 +390,7 @@ fn prepare_etc(from: &Path, to: &Path) -> io::Result<Vec<&'static str>> {
     let mut folders = Vec::new();
     for name in ETC_FOLDERS {
         if from.join(name).is_dir() {
-            fs::DirBuilder::new().mode(0o755).create(to.join(name))?;
+            new_dir(&to.join(name))?;
             folders.push(*name);
         }
     }
@@ -350,6 +446,14 @@ const GROUP: &str = "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n";
 /// outranks every settings file): only the host's hooks (which come in `initialize`), permission
 /// rules and MCP servers count, whatever a settings file in the workspace or `HOME` says; no
 /// plugins or marketplaces are loaded, and bypass mode is off.
+///
+/// `prependPlugins` is empty on purpose. On a machine with managed settings the CLI seats a
+/// built-in plugin of its own (`cc-plugin-sec-default`) outermost, unless this list is set: it
+/// keeps the organization's hooks, settings and tool policy out of reach of the plugins a person
+/// installs. In a box no plugin can be installed or enabled (no marketplace is known, only
+/// managed hooks run, the CLI reads no settings file the agent can write, and `HOME` starts
+/// empty in every box), so it would guard nothing, and loading it costs each CLI's start about
+/// 800 page faults and 20–35 ms of CPU time (the segment bench's box rows).
 pub fn managed_settings() -> String {
     serde_json::json!({
         "allowManagedHooksOnly": true,
@@ -357,6 +461,7 @@ pub fn managed_settings() -> String {
         "enableAllProjectMcpServers": false,
         "enabledMcpjsonServers": [],
         "strictKnownMarketplaces": [],
+        "prependPlugins": [],
         "permissions": { "disableBypassPermissionsMode": "disable" },
     })
     .to_string()
@@ -384,9 +489,50 @@ mod tests {
             serde_json::from_str(&fs::read_to_string(dir.etc("claude-code/managed-settings.json")).unwrap())
                 .unwrap();
         assert_eq!(settings["allowManagedHooksOnly"], true);
+        assert_eq!(settings["prependPlugins"], serde_json::json!([]), "no built-in guard seated: {settings}");
         assert!(dir.config_in().is_dir());
         assert!(!dir.egress_socket().exists(), "no egress proxy, no socket");
         assert_eq!(dir.report(), None);
+
+        // Unlocked (only to measure the lock's cost): no managed settings, the rest the same.
+        let unlocked = BoxConfig { cli_settings_locked: false, ..config() };
+        let root = tempfile::tempdir().unwrap();
+        let dir = BoxDir::create(root.path(), &unlocked, "b-2").unwrap();
+        assert!(!dir.etc("claude-code").exists());
+        assert!(fs::read_to_string(dir.etc("passwd")).unwrap().contains("agent:x:1000:1000"));
+    }
+
+    #[test]
+    fn the_boxes_of_a_configuration_share_one_etc_outside_their_folders_until_all_are_gone() {
+        let config = config();
+        let (root_a, root_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = BoxDir::create(root_a.path(), &config, "a").unwrap();
+        let b = BoxDir::create(root_b.path(), &config, "b").unwrap();
+        let etc = a.etc_root();
+        assert_eq!(b.etc_root(), etc, "one /etc for both");
+        assert!(!etc.starts_with(root_a.path()) && !etc.starts_with(root_b.path()), "{}", etc.display());
+        let name = etc.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(&format!("{SHARED_ETC_PREFIX}{}-", std::process::id())), "{name}");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        for folder in [etc.clone(), etc.join("claude-code")] {
+            assert_eq!(mode(&folder), 0o755, "{}: the box's user reads it", folder.display());
+        }
+        for folder in a.etc_folders() {
+            assert_eq!(mode(&etc.join(folder)), 0o755, "{folder}");
+        }
+        // A clone (it may be changed) makes its own.
+        let mut unlocked = config.clone();
+        unlocked.cli_settings_locked = false;
+        let root_c = tempfile::tempdir().unwrap();
+        let c = BoxDir::create(root_c.path(), &unlocked, "c").unwrap();
+        assert_ne!(c.etc_root(), etc);
+        drop(c);
+        drop(unlocked);
+        drop(a);
+        drop(config);
+        assert!(etc.is_dir(), "a box still uses it");
+        drop(b);
+        assert!(!etc.exists(), "removed with the last of them");
     }
 
     #[test]
@@ -408,7 +554,8 @@ mod tests {
         fs::create_dir(h.join("secrets")).unwrap();
         let out = tempfile::tempdir().unwrap();
         let etc = out.path().join("etc");
-        let folders = prepare_etc(h, &etc).unwrap();
+        new_dir(&etc).unwrap();
+        let folders = fill_etc(h, &etc, true).unwrap();
 
         assert_eq!(folders, ["ssl"]);
         assert_eq!(fs::read_to_string(etc.join("hosts")).unwrap(), "127.0.0.1 localhost\n");

@@ -49,7 +49,7 @@ pub mod report;
 
 pub use config::{BoxConfig, BoxUser, Limits, SocketServer, SocketServerGuard};
 pub use layout::{BoxDir, BoxPlan, BoxWorkspace};
-pub use report::{BoxReport, BoxTimings, LimitHit, monotonic_ns};
+pub use report::{BoxReport, BoxTimings, CliUsage, LimitHit, monotonic_ns};
 
 /// Where things are inside every box.
 pub mod paths {

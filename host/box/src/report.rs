@@ -38,6 +38,34 @@ pub struct BoxTimings {
     pub reported_ns: u64,
 }
 
+/// What the CLI used, as the init reaped it (`wait4`): the CLI and the processes it waited for
+/// (its `git` calls, `Bash` commands), so the host can compare a boxed CLI's work with an
+/// unboxed one's by counts that a busy machine does not inflate the way it inflates wall times.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CliUsage {
+    /// User and system CPU time, in microseconds.
+    pub cpu_us: u64,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+    /// Page faults that needed I/O.
+    pub major_faults: u64,
+    /// Peak resident set of the largest of them, in KiB.
+    pub max_rss_kb: u64,
+}
+
+impl CliUsage {
+    /// The usage `wait4` or `getrusage` filled in.
+    pub fn from_rusage(usage: &libc::rusage) -> CliUsage {
+        let micros = |t: libc::timeval| t.tv_sec.max(0) as u64 * 1_000_000 + t.tv_usec.max(0) as u64;
+        CliUsage {
+            cpu_us: micros(usage.ru_utime) + micros(usage.ru_stime),
+            minor_faults: usage.ru_minflt.max(0) as u64,
+            major_faults: usage.ru_majflt.max(0) as u64,
+            max_rss_kb: usage.ru_maxrss.max(0) as u64,
+        }
+    }
+}
+
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
 pub fn monotonic_ns() -> u64 {
     // SAFETY: a zeroed timespec is a valid out value.
@@ -64,6 +92,9 @@ pub struct BoxReport {
     /// When the init reached each point of its run.
     #[serde(default)]
     pub timings: BoxTimings,
+    /// What the CLI used, once it was reaped.
+    #[serde(default)]
+    pub cli_usage: Option<CliUsage>,
 }
 
 impl BoxReport {

@@ -13,7 +13,9 @@
 //! - **host**: `run_segment` in a child process of its own (this binary with `BENCH_ROLE=host`), so
 //!   its peak RSS is the host's alone; once on the host as before, once in its box
 //!   (`tollgate_box`: bubblewrap, the box's init, the workspace copied in and out, the model
-//!   reached through the box's relay), so the box's cost is the paired difference;
+//!   reached through the box's relay), so the box's cost is the paired difference, and once in a
+//!   box without the CLI's managed settings, which splits that cost into the box's own and what
+//!   the CLI spends on those settings;
 //! - **bare**: this process spawns the CLI with the same argv, environment and `initialize`, and
 //!   answers with canned lines (fixed MCP answers, a fixed hook decision): no gate, no rmcp, no
 //!   process-group handling;
@@ -24,7 +26,9 @@
 //! Wall times run from just before the driver starts the segment to the CLI reaped (and, for the
 //! host and bare, the scratch directories removed). Overhead = host − bare, paired per round. On a
 //! busy 2-core machine the CLI's own ±100s of ms swamp that difference, so the table also gives the
-//! host process's own CPU time per segment (`getrusage`), which that noise does not inflate.
+//! host process's own CPU time per segment (`getrusage`), which that noise does not inflate, and
+//! the CLI's own CPU time and page faults, unboxed (the host child's reaped children) and boxed
+//! (as the box's init reaped it), paired: what the box makes the CLI itself do.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -105,6 +109,41 @@ fn cpu_ms() -> f64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// What this process's reaped children (and the children they reaped) used so far: for an
+/// unboxed segment, its CLI and the `git` calls the CLI waited for.
+fn children_usage() -> tollgate_box::CliUsage {
+    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    tollgate_box::CliUsage::from_rusage(&usage)
+}
+
+/// The CLI's CPU time (ms) and page faults between two [`children_usage`] readings.
+fn cli_usage_json(usage: Option<tollgate_box::CliUsage>) -> (Value, Value) {
+    match usage {
+        Some(u) => (json!(u.cpu_us as f64 / 1000.0), json!(u.minor_faults + u.major_faults)),
+        None => (Value::Null, Value::Null),
+    }
+}
+
+/// Waits (up to 2 s) until every child of this process has been reaped: a boxed segment returns
+/// once the box's init has reported, before `bwrap` exits, and `bwrap`'s usage (the box's, CLI
+/// included) must not land in the next unboxed segment's [`children_usage`].
+async fn children_reaped() {
+    let has_children = || {
+        std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten().any(|task| {
+            std::fs::read_to_string(task.path().join("children")).is_ok_and(|c| !c.trim().is_empty())
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while has_children() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -158,6 +197,10 @@ async fn host_child() {
     let mock_url = std::env::var("MOCK_URL").expect("MOCK_URL");
     let project = PathBuf::from(std::env::var("PROJECT").expect("PROJECT"));
     let (box_config, _socket_dir) = bench_box(&mock_url).await;
+    // The same box without the CLI's managed settings: what that lock costs, apart from the box.
+    let mut unlocked = (*box_config).clone();
+    unlocked.cli_settings_locked = false;
+    let unlocked = Arc::new(unlocked);
     let workspace = tempfile::tempdir().expect("a workspace");
     if let Some((uid, gid)) = box_config.user.owner() {
         std::os::unix::fs::chown(workspace.path(), Some(uid), Some(gid))
@@ -176,6 +219,7 @@ async fn host_child() {
         let answer = match command.trim() {
             "text" => {
                 let cpu = cpu_ms();
+                let children = children_usage();
                 let started = Instant::now();
                 let report = run_segment(
                     spec(SegmentSpec::fresh(cli.clone(), &project, TEXT_SCRIPT)),
@@ -185,17 +229,26 @@ async fn host_child() {
                 )
                 .await;
                 let total = started.elapsed();
+                let after = children_usage();
+                let (cli_cpu_ms, cli_faults) = cli_usage_json(Some(tollgate_box::CliUsage {
+                    cpu_us: after.cpu_us - children.cpu_us,
+                    minor_faults: after.minor_faults - children.minor_faults,
+                    major_faults: after.major_faults - children.major_faults,
+                    max_rss_kb: after.max_rss_kb,
+                }));
                 let ok = matches!(&report.outcome, SegmentOutcome::Completed { result, .. } if result == "said: hello");
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
+                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults, "to_spawn_ms": report.stats.to_spawn.map(ms),
                        "error": format!("{:?}", report.outcome).chars().take(300).collect::<String>()})
             }
-            "boxtext" => {
+            which @ ("boxtext" | "boxtext-unlocked") => {
                 // The same segment in its box, in a workspace copied in and out.
+                let config = if which == "boxtext" { &box_config } else { &unlocked };
                 let cpu = cpu_ms();
                 let started = Instant::now();
                 let mut boxed = spec(SegmentSpec::fresh(cli.clone(), workspace.path(), TEXT_SCRIPT));
                 boxed.sandbox =
-                    Some(tollgate_claude::SegmentBox { config: box_config.clone(), copy_workspace: true });
+                    Some(tollgate_claude::SegmentBox { config: config.clone(), copy_workspace: true });
                 let report = run_segment(boxed, gate(), runner.clone(), None).await;
                 let total = started.elapsed();
                 let returned_ns = tollgate_box::monotonic_ns();
@@ -203,7 +256,13 @@ async fn host_child() {
                 // Where the box's time went, from the init's monotonic timestamps.
                 let t = report.stats.box_report.as_ref().map(|r| r.timings).unwrap_or_default();
                 let between = |from: u64, to: u64| (from > 0 && to >= from).then(|| (to - from) as f64 / 1e6);
+                // The CLI's own usage, as the box's init reaped it (the host may not have reaped
+                // `bwrap` yet: it stops waiting once the init has reported).
+                let (cli_cpu_ms, cli_faults) =
+                    cli_usage_json(report.stats.box_report.as_ref().and_then(|r| r.cli_usage));
+                children_reaped().await;
                 json!({"ok": ok, "to_result_ms": report.stats.to_result.map(ms), "total_ms": ms(total), "cpu_ms": cpu_ms() - cpu,
+                       "cli_cpu_ms": cli_cpu_ms, "cli_faults": cli_faults, "to_spawn_ms": report.stats.to_spawn.map(ms),
                        "bwrap_ms": report.stats.spawned_ns.and_then(|s| between(s, t.init_started_ns)),
                        "init_ms": between(t.init_started_ns, t.cli_spawned_ns),
                        "teardown_ms": between(t.cli_exited_ns, t.reported_ns),
@@ -541,17 +600,27 @@ async fn main() {
     // The box's parts (ms): `bwrap` making it, the init up to the CLI, the init after it.
     let (mut box_bwrap, mut box_init, mut box_teardown, mut box_after_report) =
         (Series::default(), Series::default(), Series::default(), Series::default());
+    // Segment start → spawn, unboxed (scratch folders) and boxed (the box's folder and argv).
+    let (mut host_to_spawn, mut box_to_spawn) = (Series::default(), Series::default());
+    // The CLI's own CPU time (ms) and page faults, unboxed and boxed.
+    let (mut cli_cpu, mut boxed_cli_cpu, mut cli_faults, mut boxed_cli_faults) =
+        (Series::default(), Series::default(), Series::default(), Series::default());
+    // The boxed segment without the CLI's settings lock: to exit, to `result`, the CLI's CPU time
+    // and page faults.
+    let (mut unlocked_text, mut unlocked_result, mut unlocked_cli_cpu, mut unlocked_cli_faults) =
+        (Series::default(), Series::default(), Series::default(), Series::default());
     for round in 0..warmup + rounds {
         let measured = round >= warmup;
-        // Which of the pair runs first alternates, so neither gains from the other's warm caches
-        // or pays for its leftovers (a box's teardown runs on after its segment returned).
-        let (h, hb) = if round % 2 == 0 {
-            let h = host.ask("text").await;
-            (h, host.ask("boxtext").await)
-        } else {
-            let hb = host.ask("boxtext").await;
-            (host.ask("text").await, hb)
-        };
+        // The host's three segments (unboxed, boxed, boxed without the CLI's settings lock) run
+        // in an order that turns each round, so none gains from another's warm caches.
+        let (mut h, mut hb, mut hu) = (Value::Null, Value::Null, Value::Null);
+        for turn in 0..3 {
+            match (round + turn) % 3 {
+                0 => h = host.ask("text").await,
+                1 => hb = host.ask("boxtext").await,
+                _ => hu = host.ask("boxtext-unlocked").await,
+            }
+        }
         let b = bare_segment(
             cli.path(),
             &mock.base_url(),
@@ -603,6 +672,7 @@ async fn main() {
         let checks = [
             ("host text", h["ok"] == true, h.to_string()),
             ("boxed host text", hb["ok"] == true, hb.to_string()),
+            ("boxed host text, CLI settings unlocked", hu["ok"] == true, hu.to_string()),
             ("bare text", b.ok && b.result == "said: hello", b.result.clone()),
             ("ts text", t.is_null() || t["ok"] == true, t.to_string()),
             ("host pair", hp["ok"] == true, hp.to_string()),
@@ -633,10 +703,26 @@ async fn main() {
         boxed_text.push(hb["total_ms"].as_f64());
         boxed_text_result.push(hb["to_result_ms"].as_f64());
         boxed_cpu.push(hb["cpu_ms"].as_f64());
+        host_to_spawn.push(h["to_spawn_ms"].as_f64());
+        box_to_spawn.push(hb["to_spawn_ms"].as_f64());
         box_bwrap.push(hb["bwrap_ms"].as_f64());
         box_init.push(hb["init_ms"].as_f64());
         box_teardown.push(hb["teardown_ms"].as_f64());
         box_after_report.push(hb["after_report_ms"].as_f64());
+        unlocked_text.push(hu["total_ms"].as_f64());
+        unlocked_result.push(hu["to_result_ms"].as_f64());
+        // Paired rows need every side.
+        let usage = |v: &Value| Some((v["cli_cpu_ms"].as_f64()?, v["cli_faults"].as_f64()?));
+        if let (Some(unboxed), Some(boxed), Some(unlocked)) = (usage(&h), usage(&hb), usage(&hu)) {
+            for (cpu, faults, (ms, count)) in [
+                (&mut cli_cpu, &mut cli_faults, unboxed),
+                (&mut boxed_cli_cpu, &mut boxed_cli_faults, boxed),
+                (&mut unlocked_cli_cpu, &mut unlocked_cli_faults, unlocked),
+            ] {
+                cpu.push(Some(ms));
+                faults.push(Some(count));
+            }
+        }
         bare_text.push(Some(b.total_ms));
         bare_text_result.push(Some(b.to_result_ms));
         ts_text.push(t["to_end_ms"].as_f64());
@@ -701,14 +787,57 @@ async fn main() {
     overhead_row(&format!("per defer+resume pair (`{PAIR_SCRIPT}`)"), &pair_overhead, "");
     overhead_row("the box, per segment to exit (boxed host − host, paired)", &box_overhead, "≤ 15 ms p50");
     overhead_row("the box, per segment to `result`", &box_result_overhead, "");
+    overhead_row(
+        "the box without the CLI's settings lock, per segment to exit (paired)",
+        &paired(&unlocked_text, &host_text),
+        "",
+    );
+    overhead_row(
+        "the box without the CLI's settings lock, to `result`",
+        &paired(&unlocked_result, &host_text_result),
+        "",
+    );
     println!("| host's own CPU time (user+sys, getrusage) per segment | {} | | |", host_text_cpu.cell());
     println!("| host's own CPU time per boxed segment | {} | | |", boxed_cpu.cell());
+    println!(
+        "| segment start → spawn, unboxed / boxed (the box's folder and `/etc`) | {} / {} | | |",
+        host_to_spawn.cell(),
+        box_to_spawn.cell()
+    );
     println!("| the box: spawn → its init runs (`bwrap` makes the box) | {} | | |", box_bwrap.cell());
     println!("| the box: init → CLI started (copy-in, relays, limits) | {} | | |", box_init.cell());
     println!("| the box: CLI gone → report written (copy-out) | {} | | |", box_teardown.cell());
     println!(
         "| the box: report written → segment returned (workspace swap, clean-up) | {} | | |",
         box_after_report.cell()
+    );
+    println!(
+        "| the CLI's own CPU time (user+sys, with the `git` it ran) per segment, unboxed / boxed / boxed unlocked | {} / {} / {} | | |",
+        cli_cpu.cell(),
+        boxed_cli_cpu.cell(),
+        unlocked_cli_cpu.cell()
+    );
+    overhead_row("the CLI's own CPU time, boxed − unboxed (paired)", &paired(&boxed_cli_cpu, &cli_cpu), "");
+    overhead_row(
+        "… of it the CLI's settings lock: boxed − boxed unlocked",
+        &paired(&boxed_cli_cpu, &unlocked_cli_cpu),
+        "",
+    );
+    println!(
+        "| the CLI's page faults per segment, unboxed / boxed / boxed unlocked | {} / {} / {} | | |",
+        cli_faults.cell(),
+        boxed_cli_faults.cell(),
+        unlocked_cli_faults.cell()
+    );
+    overhead_row(
+        "the CLI's page faults, boxed − unboxed (paired)",
+        &paired(&boxed_cli_faults, &cli_faults),
+        "",
+    );
+    overhead_row(
+        "… of them the CLI's settings lock: boxed − boxed unlocked",
+        &paired(&boxed_cli_faults, &unlocked_cli_faults),
+        "",
     );
     println!("| host's own CPU time per defer+resume pair | {} | | |", host_pair_cpu.cell());
     println!();

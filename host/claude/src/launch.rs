@@ -297,7 +297,8 @@ fn private_dir() -> std::fs::DirBuilder {
 /// Removes the scratch directories that dead processes left under `parent` (the system temp
 /// dir when `None`): a Worker killed by `SIGKILL` (or a power cut) cannot remove its own, and they
 /// hold transcripts. A directory is removed only when its name is `tollgate-segment-<pid>-…` (or
-/// a pre-started CLI's `tollgate-warm-<pid>-…`), it
+/// a pre-started CLI's `tollgate-warm-<pid>-…`, or the `/etc` its boxes shared,
+/// `tollgate-box-etc-<pid>-…`), it
 /// is this user's (or `boxes`', the user a root Worker gives its boxes' folders), and no process
 /// `<pid>` is alive; a directory of a live process (another
 /// Worker, or this one) is left alone. Returns how many were removed; a directory that cannot
@@ -370,7 +371,10 @@ fn kill_processes_under(dir: &Path, uid: u32) -> usize {
 
 /// The pid in a scratch directory's name `tollgate-segment-<pid>-<random>`.
 fn scratch_owner(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix(SCRATCH_PREFIX).or_else(|| name.strip_prefix(WARM_SCRATCH_PREFIX))?;
+    let rest = name
+        .strip_prefix(SCRATCH_PREFIX)
+        .or_else(|| name.strip_prefix(WARM_SCRATCH_PREFIX))
+        .or_else(|| name.strip_prefix(tollgate_box::layout::SHARED_ETC_PREFIX))?;
     let (pid, random) = rest.split_once('-')?;
     if random.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -672,6 +676,9 @@ mod tests {
         std::fs::write(dead.join("config/projects/x/s.jsonl"), "{}\n").unwrap();
         let dead_warm = parent.path().join(format!("{WARM_SCRATCH_PREFIX}{dead_pid}-def456"));
         std::fs::create_dir_all(dead_warm.join("config")).unwrap();
+        let dead_etc =
+            parent.path().join(format!("{}{dead_pid}-1f2e", tollgate_box::layout::SHARED_ETC_PREFIX));
+        std::fs::create_dir_all(dead_etc.join("claude-code")).unwrap();
         let live_warm = ScratchDirs::create_warm(Some(parent.path())).unwrap();
         let unrelated = [
             parent.path().join(format!("{SCRATCH_PREFIX}abc123")),
@@ -681,9 +688,10 @@ mod tests {
         for dir in &unrelated {
             std::fs::create_dir(dir).unwrap();
         }
-        assert_eq!(remove_stale_scratch(Some(parent.path()), None), 2);
+        assert_eq!(remove_stale_scratch(Some(parent.path()), None), 3);
         assert!(!dead.exists(), "the dead process's directory is gone");
         assert!(!dead_warm.exists(), "and its warm CLI's");
+        assert!(!dead_etc.exists(), "and its boxes' /etc");
         assert!(live.root().exists(), "a live process's directory stays");
         assert!(live_warm.root().exists(), "and its warm CLI's");
         for dir in &unrelated {
@@ -695,6 +703,7 @@ mod tests {
     fn a_scratch_directory_name_gives_its_pid() {
         assert_eq!(scratch_owner("tollgate-segment-1234-Ab9xYz"), Some(1234));
         assert_eq!(scratch_owner("tollgate-warm-1234-Ab9xYz"), Some(1234));
+        assert_eq!(scratch_owner("tollgate-box-etc-1234-1f2e"), Some(1234));
         assert_eq!(scratch_owner("tollgate-segment-Ab9xYz"), None);
         assert_eq!(scratch_owner("tollgate-segment-0-x"), None);
         assert_eq!(scratch_owner("tollgate-segment--x"), None);

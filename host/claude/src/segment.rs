@@ -529,6 +529,9 @@ pub struct SegmentStats {
     pub subagent_model_calls: usize,
     /// `model` of the first `system/init`: the model the CLI requests for the main conversation.
     pub init_model: Option<String>,
+    /// The names of the plugins the first `system/init` lists: the CLI's built-in ones it loaded
+    /// (a boxed CLI loads only those the box's managed settings leave it).
+    pub init_plugins: Vec<String>,
     /// `message.model` of every assistant message, subagents included (API-error messages,
     /// whose model is `<synthetic>`, left out).
     pub response_models: BTreeSet<String>,

@@ -68,8 +68,8 @@ pub use host::{
 };
 pub use message::{
     ApiEvent, ApiMessage, AssistantMessage, ContentBlock, DeferredToolUse, Delta, McpServerStatus,
-    MessageContent, PermissionDenial, ResultMessage, StreamEvent, System, SystemInit, TerminalReason, Usage,
-    UserContent, UserMessage,
+    MessageContent, PermissionDenial, PluginStatus, ResultMessage, StreamEvent, System, SystemInit,
+    TerminalReason, Usage, UserContent, UserMessage,
 };
 pub use transcript::{ResumeText, TranscriptEntry, TranscriptMirror, entry_uuid};
 

@@ -49,6 +49,9 @@ pub struct SystemInit {
     /// MCP servers and their connection status.
     #[serde(default)]
     pub mcp_servers: Vec<McpServerStatus>,
+    /// The plugins the CLI loaded, its built-in ones included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<PluginStatus>,
     /// `"2.1.328"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude_code_version: Option<String>,
@@ -65,6 +68,20 @@ pub struct McpServerStatus {
     /// `"connected"`, `"failed"`, …
     pub status: String,
     /// `"sdk"` for host-served servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// `{"name":"cc-plugin-privacy","path":"builtin","source":"cc-plugin-privacy@builtin"}` in
+/// `system/init`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginStatus {
+    /// Plugin name.
+    pub name: String,
+    /// Where it was loaded from (`"builtin"` for the CLI's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `<name>@<marketplace>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
 }

@@ -201,7 +201,6 @@ fn untyped_fields() -> HashMap<&'static str, BTreeSet<&'static str>> {
                 "original_cwd",
                 "output_style",
                 "per_turn_effort_active",
-                "plugins",
                 "product_feedback_disabled",
                 "skills",
                 "slash_commands",

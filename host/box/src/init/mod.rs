@@ -24,8 +24,9 @@
 //!    stops the box at a limit.
 //! 6. Reaps every process (it is PID 1); when the CLI has exited it kills the rest (background
 //!    tasks die with their segment), copies `/workspace` out to `box/out` (links out of it left
-//!    behind, [`crate::copy`]), notes full `tmpfs` mounts, writes `box/report.json` and exits
-//!    with the CLI's status (128 + the signal when it was killed).
+//!    behind, [`crate::copy`]), notes full `tmpfs` mounts, writes `box/report.json` (with what
+//!    the CLI used, from `wait4`) and exits with the CLI's status (128 + the signal when it was
+//!    killed).
 
 mod relay;
 mod watchdog;
@@ -42,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Limits;
 use crate::copy::{CopyError, Direction, copy_tree};
 use crate::paths;
-use crate::report::{BoxReport, LimitHit};
+use crate::report::{BoxReport, CliUsage, LimitHit};
 
 /// The init's configuration, its first argument.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,10 +168,11 @@ fn run(args: &[OsString]) -> Result<i32, String> {
     let full_before = config.workspace.as_deref().is_some_and(is_full);
     watchdog::start(config.limits, report.clone());
 
-    let status = reap(cli_pid);
+    let (status, cli_usage) = reap(cli_pid);
     {
         let mut report = lock(&report);
         report.cli_exit = Some(status.to_string());
+        report.cli_usage = cli_usage;
         report.timings.cli_exited_ns = crate::report::monotonic_ns();
         if let Some(workspace) = &config.workspace {
             if !full_before {
@@ -244,15 +246,19 @@ fn forward_stdin(mut to: std::process::ChildStdin, config_in: &Path, config_dir:
 }
 
 /// Reaps every child until `cli` has exited and every other process is gone; returns `cli`'s
-/// status.
-fn reap(cli: libc::pid_t) -> ExitStatus {
+/// status and what it used.
+fn reap(cli: libc::pid_t) -> (ExitStatus, Option<CliUsage>) {
     let mut cli_status = None;
+    let mut cli_usage = None;
     loop {
         let mut status = 0;
-        // SAFETY: waitpid with a valid out pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        // SAFETY: a zeroed rusage is a valid out value.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 with valid out pointers.
+        let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut usage) };
         if pid == cli {
             cli_status = Some(ExitStatus::from_raw(status));
+            cli_usage = Some(CliUsage::from_rusage(&usage));
             // The segment is over: nothing the agent started outlives it.
             // SAFETY: kill(2) has no memory effects; -1 is every process this one may signal
             // in the box, itself excepted.
@@ -263,7 +269,7 @@ fn reap(cli: libc::pid_t) -> ExitStatus {
             if err.raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
-            return cli_status.unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL));
+            return (cli_status.unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL)), cli_usage);
         }
     }
 }

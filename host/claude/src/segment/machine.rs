@@ -614,6 +614,7 @@ impl<'a> SegmentMachine<'a> {
             }
             Frame::System(System::Init(init)) if self.stats.init_model.is_none() => {
                 self.stats.init_model = init.model;
+                self.stats.init_plugins = init.plugins.into_iter().map(|plugin| plugin.name).collect();
             }
             Frame::StreamEvent(event) if event.parent_tool_use_id.is_none() => {
                 self.on_stream_event(&event, now)

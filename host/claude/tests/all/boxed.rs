@@ -157,6 +157,32 @@ async fn a_boxed_cli_answers_and_its_commands_see_only_the_box() {
     // yet the status is still the CLI's own, from the report.
     assert_eq!(report.stats.exit_status.as_deref(), Some("exit status: 0"), "{text}");
     assert_eq!(boxed.cli_exit.as_deref(), Some("exit status: 0"), "{boxed:?}");
+    // What the CLI used, as the init reaped it (the benchmark compares it with an unboxed CLI's).
+    let usage = boxed.cli_usage.unwrap_or_else(|| panic!("no usage in the report: {boxed:?}"));
+    assert!(usage.cpu_us > 100_000 && usage.minor_faults > 10_000 && usage.max_rss_kb > 50_000, "{usage:?}");
+}
+
+/// The box's managed settings leave out the plugin the CLI seats on any machine with managed
+/// settings (`cc-plugin-sec-default`, which guards them against plugins a person installs: none
+/// can be in a box) and that costs each start ~800 page faults; its other built-in plugins load
+/// as they do outside a box.
+#[tokio::test]
+async fn in_a_box_the_cli_loads_its_built_in_plugins_but_not_the_managed_machines_guard() {
+    let Some((cli, _slot)) = real_cli("boxed_cli_plugins").await else { return };
+    let mock = MockModel::start().await.expect("start the mock model");
+    let socket = model_socket(&mock);
+    let config = box_config(&mock, &socket);
+    let ws = workspace(&config);
+    let spec = boxed(against_mock(SegmentSpec::fresh(cli, ws.path(), "say hello"), &mock), &config);
+    let (report, _) = run(spec, bash_gate(), example_tools(&Payments::start().await.unwrap())).await;
+    let text = describe_with(&report, &mock);
+    assert!(matches!(report.outcome, SegmentOutcome::Completed { .. }), "{text}");
+    let plugins = &report.stats.init_plugins;
+    assert!(plugins.iter().any(|p| p == "cc-plugin-privacy"), "the built-in plugins are listed: {plugins:?}");
+    assert!(
+        !plugins.iter().any(|p| p.contains("sec-default")),
+        "the managed machine's guard loaded: {plugins:?}"
+    );
 }
 
 /// The gate's hooks are the host's, not a settings file's: under the box's managed settings (only
