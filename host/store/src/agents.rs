@@ -248,7 +248,9 @@ where
         check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
         crate::backend::check_digest(digest)?;
         let sql = statements::<DB>();
-        if sqlx::query(sql.any_unnamed).fetch_optional(self.read_pool()).await?.is_none() {
+        // On the writer's connection: an idle Worker asks at every poll, and on SQLite each read
+        // connection it touched would keep its own page cache warm for nothing.
+        if sqlx::query(sql.any_unnamed).fetch_optional(self.write_pool()).await?.is_none() {
             return Ok(None);
         }
         let mut tx = self.begin_write().await?;

@@ -264,10 +264,25 @@ async fn a_sigkilled_workers_cli_dies_with_it_and_the_next_worker_removes_its_pr
     let folders = segment_folders(&tmp, a.id());
     assert_eq!(folders.len(), 1, "one segment folder named by A's pid: {folders:?}");
     let folder = folders[0].clone();
-    // A box's host folder: its init's folder and its made-up files, none of it open to others.
-    for dir in [folder.clone(), folder.join("box"), folder.join("etc")] {
+    // A box's host folder and its init's folder, open to no one else; the `/etc` every box of A
+    // shares (made-up users, certificates, the CLI's managed settings: nothing secret) is apart.
+    for dir in [folder.clone(), folder.join("box")] {
         assert_eq!(mode(&dir), 0o700, "{} is private", dir.display());
     }
+    assert!(!folder.join("etc").exists(), "no /etc of its own");
+    let shared_etc = |pid: u32| -> Vec<PathBuf> {
+        let prefix = format!("{}{pid}-", tollgate_box::layout::SHARED_ETC_PREFIX);
+        std::fs::read_dir(&tmp)
+            .expect("read the temp dir")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect()
+    };
+    let a_pid = a.id();
+    let etc = shared_etc(a_pid);
+    assert_eq!(etc.len(), 1, "A's boxes share one /etc: {etc:?}");
+    assert_eq!(mode(&etc[0]), 0o755, "{}", etc[0].display());
 
     let killed = Instant::now();
     a.kill().await;
@@ -283,6 +298,7 @@ async fn a_sigkilled_workers_cli_dies_with_it_and_the_next_worker_removes_its_pr
     let b = world.worker_with_env("b", &env);
     wait_log(&b, "removed segment directories").await;
     assert!(!folder.exists(), "B removed A's folder");
+    assert!(shared_etc(a_pid).is_empty(), "and A's /etc");
     world.mock.open_gate("k1");
     let done = world.wait_idle_after("s", 1).await;
     assert_eq!(last_answer(&done), "said: after", "{}", world.diagnostics());
