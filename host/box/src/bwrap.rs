@@ -8,7 +8,7 @@
 //!
 //! let root = tempfile::tempdir().unwrap();
 //! let config = BoxConfig::new("/usr/bin/bwrap", "/opt/tollgate/tollgate-box", BoxUser::Namespace);
-//! let dir = BoxDir::create(root.path(), &config, "b-1").unwrap();
+//! let dir = BoxDir::create(root.path(), &config, "b-1", true).unwrap();
 //! let workspace = BoxWorkspace::Copied(None);
 //! let plan = BoxPlan {
 //!     config: &config,
@@ -189,7 +189,7 @@ mod tests {
         let mut config = BoxConfig::new("/usr/bin/bwrap", "/opt/t/tollgate-box", BoxUser::Namespace);
         config.model = Some(Relay { port: 4100, socket: "/run/t/model.sock".into() });
         config.read_only_paths = vec!["/opt/tools".into()];
-        let dir = BoxDir::create(root.path(), &config, "b-1").unwrap();
+        let dir = BoxDir::create(root.path(), &config, "b-1", true).unwrap();
         let workspace = BoxWorkspace::Copied(Some("/var/ws/s-1".into()));
         let cli_args = [OsString::from("--resume=s-1")];
         let plan = BoxPlan {
@@ -251,7 +251,7 @@ mod tests {
     fn a_named_working_folder_is_bound_writable_at_its_own_path() {
         let root = tempfile::tempdir().unwrap();
         let config = BoxConfig::new("/usr/bin/bwrap", "/init", BoxUser::Namespace);
-        let dir = BoxDir::create(root.path(), &config, "b-1").unwrap();
+        let dir = BoxDir::create(root.path(), &config, "b-1", true).unwrap();
         let workspace = BoxWorkspace::Bound("/srv/repo".into());
         let plan = BoxPlan {
             config: &config,

@@ -159,10 +159,14 @@ pub struct BoxConfig {
     pub model: Option<Relay>,
     /// The egress proxy: it serves a socket of each box's own, relayed to this port.
     pub egress: Option<(u16, Arc<dyn SocketServer>)>,
-    /// Whether every box's `/etc` holds the CLI's managed settings
-    /// ([`crate::layout::managed_settings`]), which lock what the agent could change in its next
-    /// CLI (default). Off only to measure what that lock costs the CLI (the segment benchmark):
-    /// a Worker always keeps it on.
+    /// Whether the `/etc` of a box whose CLI reads settings files holds the CLI's managed
+    /// settings ([`crate::layout::managed_settings`]), which lock what the agent could change in
+    /// its next CLI (default). A CLI told to read no settings file (`--setting-sources=`, the
+    /// default) and nothing from a folder the agent writes gets none: the flag already keeps
+    /// the workspace's `.claude/settings.json`, hooks, plugins and `.mcp.json` out, and the lock
+    /// would cost its start ~17 ms of CPU ([`crate::BoxDir::create`]'s `cli_reads_settings`).
+    /// Off only to measure what the lock costs the CLI (the segment benchmark): a Worker always
+    /// keeps it on.
     pub cli_settings_locked: bool,
     /// The `/etc` its boxes share, made by the first one.
     pub(crate) etc: crate::layout::EtcCache,

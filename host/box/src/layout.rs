@@ -92,18 +92,25 @@ pub struct BoxDir {
 
 impl BoxDir {
     /// Makes the layout under `root` (which exists and is the Worker's) for boxes of `config`,
-    /// naming the box `name` to its egress proxy.
+    /// naming the box `name` to its egress proxy. `cli_reads_settings`: whether the CLI in it
+    /// is told to read any settings file or load anything from a folder the agent can write
+    /// (see [`BoxConfig::cli_settings_locked`]); its `/etc` then holds the managed settings.
     ///
     /// # Errors
     ///
     /// A folder, file or socket cannot be made, or given to the box's user.
-    pub fn create(root: &Path, config: &BoxConfig, name: &str) -> io::Result<BoxDir> {
+    pub fn create(
+        root: &Path,
+        config: &BoxConfig,
+        name: &str,
+        cli_reads_settings: bool,
+    ) -> io::Result<BoxDir> {
         let owner = config.user.owner();
         // Private (0700): the Worker's, or for a root Worker its boxes' user's, as `bwrap` runs as
         // that user and opens what it binds from here by path.
         fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
         give(root, owner)?;
-        let etc = config.etc.get(config.cli_settings_locked)?;
+        let etc = config.etc.get(config.cli_settings_locked && cli_reads_settings)?;
         let inner = root.join("box");
         fs::DirBuilder::new().mode(0o700).create(&inner)?;
         fs::DirBuilder::new().mode(0o700).create(inner.join("config-in"))?;
@@ -249,8 +256,6 @@ pub struct SharedEtc {
     dir: PathBuf,
     /// The host's folders of `/etc` bound over their mount points in it.
     folders: Vec<&'static str>,
-    /// Whether it holds the CLI's managed settings.
-    cli_settings_locked: bool,
 }
 
 impl SharedEtc {
@@ -270,7 +275,7 @@ impl SharedEtc {
                 Err(err) => return Err(err),
             }
             return match fill_etc(Path::new("/etc"), &dir, cli_settings_locked) {
-                Ok(folders) => Ok(SharedEtc { dir, folders, cli_settings_locked }),
+                Ok(folders) => Ok(SharedEtc { dir, folders }),
                 Err(err) => {
                     let _ = fs::remove_dir_all(&dir);
                     Err(err)
@@ -290,10 +295,11 @@ impl Drop for SharedEtc {
     }
 }
 
-/// A [`BoxConfig`]'s [`SharedEtc`], made on first use. A clone of the configuration starts
-/// without one (it may be changed, and so need another).
+/// A [`BoxConfig`]'s [`SharedEtc`]s, one without the managed settings and one with them, each
+/// made on first use. A clone of the configuration starts without any (it may be changed, and
+/// so need others).
 #[derive(Debug, Default)]
-pub(crate) struct EtcCache(Mutex<Option<Arc<SharedEtc>>>);
+pub(crate) struct EtcCache(Mutex<[Option<Arc<SharedEtc>>; 2]>);
 
 impl Clone for EtcCache {
     fn clone(&self) -> Self {
@@ -305,11 +311,12 @@ impl EtcCache {
     /// The shared `/etc`, with the managed settings or without, made now if there is none yet.
     fn get(&self, cli_settings_locked: bool) -> io::Result<Arc<SharedEtc>> {
         let mut made = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match &*made {
-            Some(etc) if etc.cli_settings_locked == cli_settings_locked => Ok(etc.clone()),
-            _ => {
+        let slot = &mut made[usize::from(cli_settings_locked)];
+        match slot {
+            Some(etc) => Ok(etc.clone()),
+            None => {
                 let etc = Arc::new(SharedEtc::create(cli_settings_locked)?);
-                *made = Some(etc.clone());
+                *slot = Some(etc.clone());
                 Ok(etc)
             }
         }
@@ -479,7 +486,7 @@ mod tests {
     #[test]
     fn a_box_directory_has_its_files_and_a_private_inner_folder() {
         let root = tempfile::tempdir().unwrap();
-        let dir = BoxDir::create(root.path(), &config(), "b-1").unwrap();
+        let dir = BoxDir::create(root.path(), &config(), "b-1", true).unwrap();
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(root.path()), 0o700);
         assert_eq!(mode(&dir.inner()), 0o700);
@@ -497,17 +504,34 @@ mod tests {
         // Unlocked (only to measure the lock's cost): no managed settings, the rest the same.
         let unlocked = BoxConfig { cli_settings_locked: false, ..config() };
         let root = tempfile::tempdir().unwrap();
-        let dir = BoxDir::create(root.path(), &unlocked, "b-2").unwrap();
+        let dir = BoxDir::create(root.path(), &unlocked, "b-2", true).unwrap();
         assert!(!dir.etc("claude-code").exists());
         assert!(fs::read_to_string(dir.etc("passwd")).unwrap().contains("agent:x:1000:1000"));
+    }
+
+    #[test]
+    fn only_a_cli_that_reads_settings_files_gets_the_managed_settings_each_kind_sharing_its_etc() {
+        let config = config();
+        let roots = [(); 4].map(|()| tempfile::tempdir().unwrap());
+        let locked = BoxDir::create(roots[0].path(), &config, "a", true).unwrap();
+        let plain = BoxDir::create(roots[1].path(), &config, "b", false).unwrap();
+        assert!(locked.etc("claude-code/managed-settings.json").is_file());
+        assert!(!plain.etc("claude-code").exists(), "no settings file read, no lock needed");
+        assert_ne!(locked.etc_root(), plain.etc_root());
+        let (locked_2, plain_2) = (
+            BoxDir::create(roots[2].path(), &config, "c", true).unwrap(),
+            BoxDir::create(roots[3].path(), &config, "d", false).unwrap(),
+        );
+        assert_eq!(locked_2.etc_root(), locked.etc_root(), "boxes of a kind share one");
+        assert_eq!(plain_2.etc_root(), plain.etc_root(), "boxes of a kind share one");
     }
 
     #[test]
     fn the_boxes_of_a_configuration_share_one_etc_outside_their_folders_until_all_are_gone() {
         let config = config();
         let (root_a, root_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let a = BoxDir::create(root_a.path(), &config, "a").unwrap();
-        let b = BoxDir::create(root_b.path(), &config, "b").unwrap();
+        let a = BoxDir::create(root_a.path(), &config, "a", true).unwrap();
+        let b = BoxDir::create(root_b.path(), &config, "b", true).unwrap();
         let etc = a.etc_root();
         assert_eq!(b.etc_root(), etc, "one /etc for both");
         assert!(!etc.starts_with(root_a.path()) && !etc.starts_with(root_b.path()), "{}", etc.display());
@@ -524,7 +548,7 @@ mod tests {
         let mut unlocked = config.clone();
         unlocked.cli_settings_locked = false;
         let root_c = tempfile::tempdir().unwrap();
-        let c = BoxDir::create(root_c.path(), &unlocked, "c").unwrap();
+        let c = BoxDir::create(root_c.path(), &unlocked, "c", true).unwrap();
         assert_ne!(c.etc_root(), etc);
         drop(c);
         drop(unlocked);
@@ -585,7 +609,7 @@ mod tests {
     fn the_ended_fifo_is_readable_only_once_the_init_has_written_to_it() {
         use std::io::{Read, Write};
         let root = tempfile::tempdir().unwrap();
-        let dir = BoxDir::create(root.path(), &config(), "b-1").unwrap();
+        let dir = BoxDir::create(root.path(), &config(), "b-1", true).unwrap();
         let mut signal = dir.ended_signal().unwrap();
         let mut byte = [0u8; 1];
         let nothing = signal.read(&mut byte).unwrap_err();
@@ -600,7 +624,7 @@ mod tests {
     #[test]
     fn the_copied_out_workspace_replaces_the_old_one_and_nothing_happens_without_one() {
         let root = tempfile::tempdir().unwrap();
-        let dir = BoxDir::create(root.path(), &config(), "b-1").unwrap();
+        let dir = BoxDir::create(root.path(), &config(), "b-1", true).unwrap();
         let ws_parent = tempfile::tempdir().unwrap();
         let workspace = ws_parent.path().join("s-1");
         fs::create_dir(&workspace).unwrap();

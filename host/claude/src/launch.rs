@@ -247,8 +247,9 @@ impl ScratchDirs {
             .tempdir_in(&parent)
             .map_err(|source| SegmentError::Setup { path: parent.clone(), source })?;
         let name = root.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let boxed = tollgate_box::BoxDir::create(root.path(), &sandbox.config, &name)
-            .map_err(|source| SegmentError::Setup { path: root.path().to_path_buf(), source })?;
+        let boxed =
+            tollgate_box::BoxDir::create(root.path(), &sandbox.config, &name, spec.cli_reads_settings())
+                .map_err(|source| SegmentError::Setup { path: root.path().to_path_buf(), source })?;
         Ok(ScratchDirs { boxed: Some(boxed), root })
     }
 
@@ -572,6 +573,24 @@ mod tests {
         assert!(args.contains(&"--permission-mode=dontAsk".to_owned()), "{args:?}");
         assert!(args.contains(&"--setting-sources=".to_owned()), "{args:?}");
         assert!(args.ends_with(&spec.extra_args), "the options come after the host's flags: {args:?}");
+    }
+
+    #[test]
+    fn a_cli_reads_settings_files_when_its_options_say_so_and_only_then() {
+        let reads = |options: serde_json::Value| {
+            let mut spec = spec();
+            apply_options(&mut spec, &checked(options));
+            spec.cli_reads_settings()
+        };
+        assert!(!spec().cli_reads_settings(), "the default reads none");
+        assert!(!reads(serde_json::json!({"model": "m", "extra": {"effort": "high"}})));
+        assert!(reads(serde_json::json!({"setting_sources": ["project"]})));
+        assert!(reads(serde_json::json!({"extra": {"plugin-dir": "/workspace/p"}})));
+        assert!(reads(serde_json::json!({"extra": {"add-dir": "/workspace"}})));
+        assert!(reads(serde_json::json!({"env": {"CLAUDE_CONFIG_DIR": "/workspace/c"}})));
+        let mut unset = spec();
+        unset.setting_sources = None;
+        assert!(unset.cli_reads_settings(), "no flag: the CLI's default sources");
     }
 
     #[test]

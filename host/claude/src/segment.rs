@@ -353,6 +353,21 @@ impl SegmentSpec {
         })
     }
 
+    /// Whether the CLI may read a settings file or load hooks, plugins or MCP servers from a
+    /// folder the agent can write: it is told to read settings files (`setting_sources` not
+    /// `Some([])`), or given a flag that loads from a folder (`--plugin-dir`, `--add-dir`,
+    /// `--settings`), or another config folder. A boxed CLI that may gets the box's managed
+    /// settings, which outrank any such file ([`tollgate_box::BoxConfig::cli_settings_locked`]).
+    pub fn cli_reads_settings(&self) -> bool {
+        const LOADING_FLAGS: &[&str] = &["--plugin-dir", "--add-dir", "--settings", "--setting-sources"];
+        let loads = |arg: &String| {
+            LOADING_FLAGS.iter().any(|flag| arg == flag || arg.starts_with(&format!("{flag}=")))
+        };
+        !self.setting_sources.as_ref().is_some_and(Vec::is_empty)
+            || self.extra_args.iter().any(loads)
+            || self.env.iter().any(|(name, _)| name == "CLAUDE_CONFIG_DIR")
+    }
+
     /// Sets one environment variable of the CLI.
     #[must_use]
     pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {

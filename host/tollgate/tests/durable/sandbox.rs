@@ -391,17 +391,26 @@ async fn a_fork_bomb_memory_a_full_workspace_and_a_background_process_stay_in_th
 
 /// Settings an agent writes into its workspace for its next segment: hooks, environment,
 /// permissions and an MCP server in `.claude/settings.json` and `.mcp.json`, for an agent whose
-/// options read project settings.
+/// options read project settings (its box locks them with the CLI's managed settings) and for
+/// one whose options read none, the default (its box has no managed settings: the CLI's
+/// `--setting-sources=` alone keeps them out, which is why such a box goes without the lock's
+/// cost).
 #[tokio::test(flavor = "multi_thread")]
 async fn settings_the_agent_plants_in_its_workspace_do_not_load_in_its_next_segment() {
-    for mode in [Mode::Unboxed, Mode::Boxed] {
-        let project = |_: &World, config: String| {
+    for (mode, reads_project) in
+        [(Mode::Unboxed, true), (Mode::Boxed, true), (Mode::Unboxed, false), (Mode::Boxed, false)]
+    {
+        let project = move |_: &World, config: String| {
+            if !reads_project {
+                return config;
+            }
             config.replace(
                 "permission_mode = \"default\"",
                 "permission_mode = \"default\"\nsetting_sources = [\"project\"]",
             )
         };
-        let Some(attacked) = Attacked::start(&format!("settings {mode:?}"), mode, project).await else {
+        let name = format!("settings {mode:?} project={reads_project}");
+        let Some(attacked) = Attacked::start(&name, mode, project).await else {
             return;
         };
         let settings = serde_json::json!({
@@ -423,9 +432,9 @@ async fn settings_the_agent_plants_in_its_workspace_do_not_load_in_its_next_segm
         let (snapshot, planted) = attacked.bash("s", &[plant], 1).await;
         assert_eq!(snapshot.last_turn_error, None, "{}", attacked.world.diagnostics());
         assert!(planted[0].contains("planted"), "{}", planted[0]);
-        let (snapshot, results) = attacked
-            .bash("s", &["echo injected=$INJECTED; ls HOOK_RAN MCP_RAN 2>&1; echo check-end".to_owned()], 2)
-            .await;
+        let check = "echo injected=$INJECTED; ls HOOK_RAN MCP_RAN 2>&1; \
+                     ls /etc/claude-code/managed-settings.json 2>&1; echo check-end";
+        let (snapshot, results) = attacked.bash("s", &[check.to_owned()], 2).await;
         assert_eq!(snapshot.last_turn_error, None, "{}", attacked.world.diagnostics());
         let offered_planted = attacked
             .world
@@ -434,23 +443,31 @@ async fn settings_the_agent_plants_in_its_workspace_do_not_load_in_its_next_segm
             .last()
             .is_some_and(|r| r.body.as_ref().is_some_and(|b| b.to_string().contains("mcp__planted")));
         println!(
-            "finding: {mode:?} planted settings: {} (planted MCP tools offered: {offered_planted})",
+            "finding: {name} planted settings: {} (planted MCP tools offered: {offered_planted})",
             results[0].replace('\n', " | ")
         );
         let injected = results[0].contains("injected=planted");
         let hook_ran = !results[0].contains("'HOOK_RAN': No such file");
         let mcp_ran = !results[0].contains("'MCP_RAN': No such file");
-        match mode {
-            Mode::Unboxed => assert!(
+        let locked = !results[0].contains("managed-settings.json': No such file");
+        match (mode, reads_project) {
+            (Mode::Unboxed, true) => assert!(
                 injected && hook_ran && (mcp_ran || offered_planted),
                 "unboxed, the planted settings load: {}",
                 results[0]
             ),
-            Mode::Boxed => assert!(
+            _ => assert!(
                 !injected && !hook_ran && !mcp_ran && !offered_planted,
-                "a planted setting loaded in the box: {} (MCP tools offered: {offered_planted})",
+                "a planted setting loaded ({name}): {} (MCP tools offered: {offered_planted})",
                 results[0]
             ),
+        }
+        if mode == Mode::Boxed {
+            assert_eq!(
+                locked, reads_project,
+                "the box's managed settings only where settings files are read: {}",
+                results[0]
+            );
         }
     }
 }
