@@ -173,16 +173,28 @@ async fn in_a_box_the_cli_loads_its_built_in_plugins_but_not_the_managed_machine
     let socket = model_socket(&mock);
     let config = box_config(&mock, &socket);
     let ws = workspace(&config);
-    let spec = boxed(against_mock(SegmentSpec::fresh(cli, ws.path(), "say hello"), &mock), &config);
-    let (report, _) = run(spec, bash_gate(), example_tools(&Payments::start().await.unwrap())).await;
-    let text = describe_with(&report, &mock);
-    assert!(matches!(report.outcome, SegmentOutcome::Completed { .. }), "{text}");
-    let plugins = &report.stats.init_plugins;
-    assert!(plugins.iter().any(|p| p == "cc-plugin-privacy"), "the built-in plugins are listed: {plugins:?}");
-    assert!(
-        !plugins.iter().any(|p| p.contains("sec-default")),
-        "the managed machine's guard loaded: {plugins:?}"
-    );
+    // Without settings files (no managed settings in the box) and with the project's (the box
+    // locks them with managed settings, which would seat the guard unless they say not to).
+    for project_settings in [false, true] {
+        let mut spec =
+            boxed(against_mock(SegmentSpec::fresh(cli.clone(), ws.path(), "say hello"), &mock), &config);
+        if project_settings {
+            spec.setting_sources = Some(vec!["project".to_owned()]);
+        }
+        assert_eq!(spec.cli_reads_settings(), project_settings);
+        let (report, _) = run(spec, bash_gate(), example_tools(&Payments::start().await.unwrap())).await;
+        let text = describe_with(&report, &mock);
+        assert!(matches!(report.outcome, SegmentOutcome::Completed { .. }), "{text}");
+        let plugins = &report.stats.init_plugins;
+        assert!(
+            plugins.iter().any(|p| p == "cc-plugin-privacy"),
+            "the built-in plugins are listed: {plugins:?}"
+        );
+        assert!(
+            !plugins.iter().any(|p| p.contains("sec-default")),
+            "the managed machine's guard loaded (project settings: {project_settings}): {plugins:?}"
+        );
+    }
 }
 
 /// The gate's hooks are the host's, not a settings file's: under the box's managed settings (only
@@ -196,11 +208,13 @@ async fn in_a_box_a_write_defers_and_a_fresh_box_resumes_it_from_its_record() {
     let ws = workspace(&config);
     let payments = Payments::start().await.unwrap();
     let tools = example_tools(&payments);
-    let spec = SegmentSpec::fresh(
+    let mut spec = SegmentSpec::fresh(
         cli.clone(),
         ws.path(),
         r#"call create_refund {"order_id":"7","amount_cents":500}"#,
     );
+    // Reading the project's settings, so the box holds the managed settings.
+    spec.setting_sources = Some(vec!["project".to_owned()]);
     let (report, _) = run(boxed(against_mock(spec, &mock), &config), gate(&*tools), tools.clone()).await;
     let text = describe_with(&report, &mock);
     let SegmentOutcome::Deferred { session_id, call, entries, .. } = &report.outcome else {
@@ -212,7 +226,8 @@ async fn in_a_box_a_write_defers_and_a_fresh_box_resumes_it_from_its_record() {
     let key = format!("{session_id}/turn-1/{}", call.tool_use_id);
     let (output, _) = tools.run_deferred(&call.tool_name, &call.arguments, &key).await.unwrap();
     let record = call.record(Outcome::Succeeded { output: output.clone() });
-    let spec = SegmentSpec::resume(cli, ws.path(), session_id.clone(), entries.clone());
+    let mut spec = SegmentSpec::resume(cli, ws.path(), session_id.clone(), entries.clone());
+    spec.setting_sources = Some(vec!["project".to_owned()]);
     let (report, _) =
         run(boxed(against_mock(spec, &mock), &config), gate(&*tools).resuming(record), tools.clone()).await;
     let text = describe_with(&report, &mock);
