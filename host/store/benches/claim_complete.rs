@@ -260,15 +260,33 @@ async fn main() {
     }
     let steps: usize = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(4000);
     let dir = tempfile::tempdir().unwrap();
-    println!("| backend | Workers | steps | claim+complete steps/s |");
-    println!("|---|---|---|---|");
+    println!("| backend | Workers | steps | claim+complete steps/s | vs one commit per write |");
+    println!("|---|---|---|---|---|");
     // FULL is the store's mode (a commit survives a power cut); NORMAL is printed for its cost.
+    // Each beside the same store committing every write on its own (the store before group
+    // commit), run right before it.
     for (mode, synchronous) in [("NORMAL", SqliteSynchronous::Normal), ("FULL", SqliteSynchronous::Full)] {
         for workers in [1, 4] {
-            let path = dir.path().join(format!("bench-{mode}-{workers}.db"));
-            let store = SqliteStore::open_with_synchronous(&path, synchronous).await.unwrap();
-            let rate = run(Arc::new(store), workers, steps).await;
-            println!("| SQLite (WAL, synchronous={mode}) | {workers} | {steps} | {rate:.0} |");
+            let mut single = 0.0;
+            for group in [false, true] {
+                let path = dir.path().join(format!("bench-{mode}-{workers}-{group}.db"));
+                let store = Arc::new(SqliteStore::open_with(&path, synchronous, group).await.unwrap());
+                let rate = run(store.clone(), workers, steps).await;
+                let how = match store.group_commits() {
+                    // Two writes a step (its claim and its commit), and the seeding's.
+                    Some(commits) => {
+                        format!("group commit, {:.1} writes a commit", (2 * steps) as f64 / commits as f64)
+                    }
+                    None => "one commit per write".to_owned(),
+                };
+                if !group {
+                    single = rate;
+                }
+                println!(
+                    "| SQLite (WAL, synchronous={mode}), {how} | {workers} | {steps} | {rate:.0} | {:.2} |",
+                    rate / single
+                );
+            }
         }
     }
     let cluster = PgCluster::start_or_skip();
@@ -276,7 +294,7 @@ async fn main() {
         for workers in [1, 4] {
             let store = cluster.store(&format!("bench{workers}"), workers as u32 + 1).await;
             let rate = run(Arc::new(store), workers, steps / 2).await;
-            println!("| PostgreSQL (synchronous_commit=on) | {workers} | {} | {rate:.0} |", steps / 2);
+            println!("| PostgreSQL (synchronous_commit=on) | {workers} | {} | {rate:.0} | |", steps / 2);
         }
     }
     println!();

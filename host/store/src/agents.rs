@@ -136,11 +136,7 @@ fn statements<DB: Dialect>() -> &'static AgentStatements {
 /// Names the sessions without a name that agent `name` (registered with `digest`) adopts, and
 /// their steps in flight, inside `tx`; how many sessions.
 #[sqlx_bounds(DB)]
-async fn adopt<DB>(
-    tx: &mut sqlx::Transaction<'static, DB>,
-    name: &str,
-    digest: &str,
-) -> Result<u64, StoreError>
+async fn adopt<DB>(tx: &mut sqlx::Transaction<'_, DB>, name: &str, digest: &str) -> Result<u64, StoreError>
 where
     DB: Dialect,
 {
@@ -158,7 +154,7 @@ where
 /// in the transaction `tx` of the upgrade; else why not.
 #[sqlx_bounds(DB)]
 pub(crate) async fn pin_owner<DB>(
-    tx: &mut sqlx::Transaction<'static, DB>,
+    tx: &mut sqlx::Transaction<'_, DB>,
     session_id: &str,
     name: Option<&str>,
     digest: &str,

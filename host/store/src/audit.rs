@@ -263,7 +263,7 @@ pub(crate) fn check_entry(entry: &NewAuditEntry) -> Result<(), StoreError> {
 /// Inserts `entry` for interrupt `interrupt_id` of `session_id` inside the decision's transaction.
 #[sqlx_bounds(DB)]
 pub(crate) async fn insert<DB>(
-    tx: &mut Transaction<'static, DB>,
+    tx: &mut Transaction<'_, DB>,
     session_id: &str,
     interrupt_id: &str,
     entry: &NewAuditEntry,

@@ -26,6 +26,7 @@ use tollgate_store_macros::sqlx_bounds;
 
 use crate::dialect::Dialect;
 use crate::error::{check_row_version, stored_json};
+pub(crate) use crate::group::{Durability, TxFuture};
 use crate::signal::{EventSignal, Signals, WorkSignal};
 use crate::*;
 
@@ -39,8 +40,33 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// start).
     fn begin_write(&self) -> impl Future<Output = Result<Transaction<'static, Self::Db>, StoreError>> + Send;
 
-    /// The pool for single-statement writes and claims.
+    /// The pool for single-statement writes.
     fn write_pool(&self) -> &Pool<Self::Db>;
+
+    /// Runs `write` in a write transaction and commits it (SQLite: in the next group commit,
+    /// [`crate::group`]). `write` must neither commit nor roll back: an `Ok` is committed, an
+    /// error undoes all it did.
+    fn write<T, F>(
+        &self,
+        durability: Durability,
+        write: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, Self::Db>) -> TxFuture<'t, T> + Send + 'static;
+
+    /// Runs `write`, one statement, on the writer (PostgreSQL: on a connection of the pool, in
+    /// its own implicit transaction; SQLite: in the next group commit).
+    fn write_one<T, F>(
+        &self,
+        durability: Durability,
+        write: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut <Self::Db as sqlx::Database>::Connection) -> TxFuture<'c, T>
+            + Send
+            + 'static;
 
     /// The pool for reads.
     fn read_pool(&self) -> &Pool<Self::Db>;
@@ -94,7 +120,7 @@ where
     /// Locks the session row (PostgreSQL: row lock; SQLite: the write lock is held) and
     /// returns its next item and event seqs.
     pub(crate) async fn lock_session(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
     ) -> Result<(i64, i64), StoreError> {
         let row =
@@ -109,7 +135,7 @@ where
     /// Locks the session ([`Self::lock_session`]) and reads its interrupt `interrupt_id`, for a
     /// write that decides or changes it (a resolution, an escalation).
     pub(crate) async fn lock_interrupt(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
         interrupt_id: &str,
     ) -> Result<LockedInterrupt, StoreError> {
@@ -136,7 +162,7 @@ where
 
     /// The session's pending cancel request, read in `tx` (after its lock).
     async fn pending_cancel(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
     ) -> Result<Option<PendingCancel>, StoreError> {
         let row =
@@ -154,7 +180,7 @@ where
 
     /// Whether interrupt `interrupt_id` of the session is resolved; `None` when there is none.
     async fn interrupt_resolved(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
         interrupt_id: &str,
     ) -> Result<Option<bool>, StoreError> {
@@ -167,7 +193,7 @@ where
     }
 
     async fn append_item(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
         seq: &mut i64,
         item: &NewItem,
@@ -206,7 +232,7 @@ where
     }
 
     pub(crate) async fn append_event(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
         seq: &mut i64,
         event: &NewEvent,
@@ -229,7 +255,7 @@ where
     /// Inserts a step. `or_skip`: skip it (Ok(None)) when another step is in flight, instead of
     /// failing with `StepInFlight`.
     async fn insert_step(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
         step: &NewStep,
         or_skip: bool,
@@ -269,7 +295,7 @@ where
     }
 
     pub(crate) async fn save_seqs(
-        tx: &mut Transaction<'static, DB>,
+        tx: &mut Transaction<'_, DB>,
         session_id: &str,
         item_seq: i64,
         event_seq: i64,
@@ -335,6 +361,179 @@ where
             interrupt_id: row.try_get("interrupt_id")?,
             output: output.map(|o| stored_json("steps", &key, "output", o)).transpose()?,
         })
+    }
+
+    /// A step's [`Commit`], in `tx`: the fence checked, then everything it changes; the receipt
+    /// and whether it queued work.
+    pub(crate) async fn commit_in(
+        tx: &mut Transaction<'_, DB>,
+        claimed: &Claimed,
+        commit: &Commit,
+    ) -> Result<(CommitReceipt, bool), StoreError> {
+        let sql = DB::statements();
+        let sid = claimed.step.session_id.as_str();
+        let step_id = claimed.step.step_id;
+        let lost = || StoreError::LeaseLost { step_id, fence: claimed.fence };
+        let (mut item_seq, mut event_seq) = Self::lock_session(tx, sid).await?;
+        let (first_item_seq, first_event_seq) = (item_seq, event_seq);
+        let fenced = match &commit.finish {
+            Finish::Done(output) => {
+                sqlx::query(sql.finish_done).bind(step_id).bind(claimed.fence).bind(output.get())
+            }
+            Finish::Retry(delay) => {
+                sqlx::query(sql.finish_retry).bind(step_id).bind(claimed.fence).bind(ms(*delay))
+            }
+            Finish::Keep => sqlx::query(sql.finish_keep).bind(step_id).bind(claimed.fence),
+        };
+        if DB::rows_affected(&fenced.execute(&mut **tx).await?) != 1 {
+            return Err(lost());
+        }
+        if !matches!(commit.finish, Finish::Keep) {
+            // The claim ends: what its segment streamed is in this commit's items now.
+            sqlx::query(sql.delete_live_text).bind(sid).bind(step_id).execute(&mut **tx).await?;
+        }
+        let mut receipt = CommitReceipt::default();
+        for item in &commit.items {
+            receipt.item_seqs.push(Self::append_item(tx, sid, &mut item_seq, item).await?);
+        }
+        for message in &commit.messages {
+            let Some(Some(item_seq)) = receipt.item_seqs.get(message.item) else {
+                continue; // its item was a repeat, stored before, and so was the message
+            };
+            if let Some(key) = message.merge_key.as_deref() {
+                let merged = sqlx::query(sql.merge_message)
+                    .bind(sid)
+                    .bind(key)
+                    .bind(message.text.as_str())
+                    .bind(*item_seq)
+                    .execute(&mut **tx)
+                    .await?;
+                if DB::rows_affected(&merged) == 1 {
+                    continue;
+                }
+            }
+            sqlx::query(sql.insert_message)
+                .bind(sid)
+                .bind(ROW_VERSION)
+                .bind(message.role.as_str())
+                .bind(message.merge_key.as_deref())
+                .bind(message.text.as_str())
+                .bind(*item_seq)
+                .bind(message.images.as_deref())
+                .execute(&mut **tx)
+                .await?;
+        }
+        if let Some(chunk) = &commit.transcript {
+            let mut lines = String::new();
+            let mut last_seq = None;
+            for (index, text) in &chunk.lines {
+                // An item that was a repeat was stored before, and so were its lines.
+                if let Some(Some(item_seq)) = receipt.item_seqs.get(*index) {
+                    lines.push_str(text);
+                    last_seq = Some(*item_seq);
+                }
+            }
+            if let Some(item_seq) = last_seq.filter(|_| !lines.is_empty()) {
+                sqlx::query(sql.insert_transcript_chunk)
+                    .bind(sid)
+                    .bind(item_seq)
+                    .bind(ROW_VERSION)
+                    .bind(chunk.cli_session_id.as_str())
+                    .bind(lines.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+        for call in &commit.tool_calls {
+            sqlx::query(sql.upsert_tool_call)
+                .bind(sid)
+                .bind(call.tool_call_id.as_str())
+                .bind(ROW_VERSION)
+                .bind(call.status.as_str())
+                .bind(call.record.get())
+                .execute(&mut **tx)
+                .await?;
+        }
+        for interrupt in &commit.interrupts {
+            sqlx::query(sql.insert_interrupt)
+                .bind(sid)
+                .bind(interrupt.interrupt_id.as_str())
+                .bind(ROW_VERSION)
+                .bind(interrupt.request.get())
+                .bind(interrupt.deadline.map(ms))
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| {
+                    unique_or(e, || StoreError::Invalid {
+                        what: format!("interrupt `{}` already exists in `{sid}`", interrupt.interrupt_id),
+                    })
+                })?;
+        }
+        let mut close_events = Vec::new();
+        for close in &commit.close_interrupts {
+            if Self::interrupt_resolved(tx, sid, &close.interrupt_id).await? != Some(false) {
+                continue;
+            }
+            close_events.extend(&close.events);
+            sqlx::query(sql.resolve_interrupt)
+                .bind(sid)
+                .bind(close.interrupt_id.as_str())
+                .bind(close.resolution.get())
+                .bind(crate::types::CLOSED_BY_TOLLGATE)
+                .execute(&mut **tx)
+                .await?;
+        }
+        let mut queued = matches!(commit.finish, Finish::Retry(_));
+        let clears_cancel = matches!(commit.cancel, CancelChange::Clear { .. });
+        let mut session_update = commit.session.clone();
+        for step in &commit.steps {
+            let id = Self::insert_step(tx, sid, step, false).await?;
+            queued |= id.is_some() && !matches!(step.start, StepStart::OnInterrupt(_));
+            // Waiting on an interrupt decided already (a batch's, decided ahead of time while the
+            // segment ran): nothing will wake it, so it is queued now.
+            if let (Some(_), StepStart::OnInterrupt(interrupt_id)) = (id, &step.start)
+                && Self::interrupt_resolved(tx, sid, interrupt_id).await? == Some(true)
+            {
+                sqlx::query(sql.queue_waiting_step)
+                    .bind(sid)
+                    .bind(interrupt_id.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                queued = true;
+            }
+            if id.is_some() && step.session_status.is_some() {
+                session_update.status.clone_from(&step.session_status);
+            }
+            receipt.step_ids.push(id);
+        }
+        // A turn being cancelled waits on nobody: its step is queued, so a Worker cancels it.
+        let waits = commit.steps.iter().any(|step| matches!(step.start, StepStart::OnInterrupt(_)));
+        if waits && !clears_cancel && Self::pending_cancel(tx, sid).await?.is_some() {
+            let woken = sqlx::query(sql.queue_waiting_steps).bind(sid).fetch_all(&mut **tx).await?;
+            queued |= !woken.is_empty();
+        }
+        if let CancelChange::Clear { audit } = &commit.cancel {
+            sqlx::query(sql.clear_cancel).bind(sid).execute(&mut **tx).await?;
+            if let Some((about, entry)) = audit {
+                crate::audit::check_entry(entry)?;
+                crate::audit::insert(tx, sid, about, entry).await?;
+            }
+        }
+        for event in close_events {
+            Self::append_event(tx, sid, &mut event_seq, event, Some((step_id, claimed.fence))).await?;
+        }
+        for event in &commit.events {
+            let seq =
+                Self::append_event(tx, sid, &mut event_seq, event, Some((step_id, claimed.fence))).await?;
+            receipt.event_seqs.push(seq);
+        }
+        let session_changed = session_update.status.is_some()
+            || session_update.run_state.is_some()
+            || session_update.add_usage != Usage::default();
+        if session_changed || item_seq != first_item_seq || event_seq != first_event_seq {
+            Self::save_seqs(tx, sid, item_seq, event_seq, &session_update).await?;
+        }
+        Ok((receipt, queued))
     }
 
     pub(crate) fn decode_interrupt(row: &DB::Row) -> Result<Interrupt, StoreError> {
@@ -417,13 +616,21 @@ where
     }
 
     async fn claim(&self, worker_id: &str, lease: Duration) -> Result<Option<Claimed>, StoreError> {
-        let row = sqlx::query(DB::statements().claim)
-            .bind(worker_id)
-            .bind(ms(lease))
-            .bind(ROW_VERSION)
-            .fetch_optional(self.write_pool())
-            .await?;
-        Sql::<DB>::claimed(row.as_ref(), worker_id)
+        let (worker, lease) = (worker_id.to_owned(), ms(lease));
+        self.write_one(Durability::Lazy, move |conn| {
+            Box::pin(async move {
+                let row = sqlx::query(DB::statements().claim)
+                    .bind(worker.as_str())
+                    .bind(lease)
+                    .bind(ROW_VERSION)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                // A row that does not decode is still claimed (kept out of the queue until its
+                // lease ends), so it cannot stand before every other step.
+                Ok(Sql::<DB>::claimed(row.as_ref(), &worker))
+            })
+        })
+        .await?
     }
 
     async fn claim_for(
@@ -441,15 +648,23 @@ where
         let pins: Vec<&str> = std::iter::once("").chain(scope.digests.iter().map(String::as_str)).collect();
         let pins = serde_json::to_string(&pins).expect("strings serialize");
         let agents = serde_json::to_string(&scope.agents).expect("strings serialize");
-        let row = sqlx::query(DB::statements().claim_for)
-            .bind(worker_id)
-            .bind(ms(lease))
-            .bind(ROW_VERSION)
-            .bind(agents.as_str())
-            .bind(pins.as_str())
-            .fetch_optional(self.write_pool())
-            .await?;
-        Sql::<DB>::claimed(row.as_ref(), worker_id)
+        let (worker, lease) = (worker_id.to_owned(), ms(lease));
+        self.write_one(Durability::Lazy, move |conn| {
+            Box::pin(async move {
+                let row = sqlx::query(DB::statements().claim_for)
+                    .bind(worker.as_str())
+                    .bind(lease)
+                    .bind(ROW_VERSION)
+                    .bind(agents.as_str())
+                    .bind(pins.as_str())
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                // A row that does not decode is still claimed (kept out of the queue until its
+                // lease ends), so it cannot stand before every other step.
+                Ok(Sql::<DB>::claimed(row.as_ref(), &worker))
+            })
+        })
+        .await?
     }
 
     async fn upgrade_session(&self, session_id: &str, to: &str) -> Result<UpgradeReceipt, StoreError> {
@@ -512,198 +727,52 @@ where
     }
 
     async fn heartbeat(&self, claimed: &Claimed, lease: Duration) -> Result<i64, StoreError> {
-        let row = sqlx::query(DB::statements().heartbeat)
-            .bind(claimed.step.step_id)
-            .bind(claimed.fence)
-            .bind(ms(lease))
-            .fetch_optional(self.write_pool())
-            .await?;
-        match row {
-            Some(row) => Ok(row.try_get("due_at")?),
-            None => Err(StoreError::LeaseLost { step_id: claimed.step.step_id, fence: claimed.fence }),
-        }
+        let (step_id, fence, lease) = (claimed.step.step_id, claimed.fence, ms(lease));
+        self.write_one(Durability::Lazy, move |conn| {
+            Box::pin(async move {
+                let row = sqlx::query(DB::statements().heartbeat)
+                    .bind(step_id)
+                    .bind(fence)
+                    .bind(lease)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                match row {
+                    Some(row) => Ok(row.try_get("due_at").map_err(StoreError::from)),
+                    None => Err(StoreError::LeaseLost { step_id, fence }),
+                }
+            })
+        })
+        .await?
     }
 
     async fn commit(&self, claimed: &Claimed, commit: Commit) -> Result<CommitReceipt, StoreError> {
-        let sql = DB::statements();
-        let sid = claimed.step.session_id.as_str();
-        let step_id = claimed.step.step_id;
-        let lost = || StoreError::LeaseLost { step_id, fence: claimed.fence };
-        let mut tx = self.begin_write().await?;
-        let (mut item_seq, mut event_seq) = Sql::lock_session(&mut tx, sid).await?;
-        let (first_item_seq, first_event_seq) = (item_seq, event_seq);
-        let fenced = match &commit.finish {
-            Finish::Done(output) => {
-                sqlx::query(sql.finish_done).bind(step_id).bind(claimed.fence).bind(output.get())
-            }
-            Finish::Retry(delay) => {
-                sqlx::query(sql.finish_retry).bind(step_id).bind(claimed.fence).bind(ms(*delay))
-            }
-            Finish::Keep => sqlx::query(sql.finish_keep).bind(step_id).bind(claimed.fence),
-        };
-        if DB::rows_affected(&fenced.execute(&mut *tx).await?) != 1 {
-            return Err(lost());
-        }
-        if !matches!(commit.finish, Finish::Keep) {
-            // The claim ends: what its segment streamed is in this commit's items now.
-            sqlx::query(sql.delete_live_text).bind(sid).bind(step_id).execute(&mut *tx).await?;
-        }
-        let mut receipt = CommitReceipt::default();
-        for item in &commit.items {
-            receipt.item_seqs.push(Sql::append_item(&mut tx, sid, &mut item_seq, item).await?);
-        }
-        for message in &commit.messages {
-            let Some(Some(item_seq)) = receipt.item_seqs.get(message.item) else {
-                continue; // its item was a repeat, stored before, and so was the message
-            };
-            if let Some(key) = message.merge_key.as_deref() {
-                let merged = sqlx::query(sql.merge_message)
-                    .bind(sid)
-                    .bind(key)
-                    .bind(message.text.as_str())
-                    .bind(*item_seq)
-                    .execute(&mut *tx)
-                    .await?;
-                if DB::rows_affected(&merged) == 1 {
-                    continue;
-                }
-            }
-            sqlx::query(sql.insert_message)
-                .bind(sid)
-                .bind(ROW_VERSION)
-                .bind(message.role.as_str())
-                .bind(message.merge_key.as_deref())
-                .bind(message.text.as_str())
-                .bind(*item_seq)
-                .bind(message.images.as_deref())
-                .execute(&mut *tx)
-                .await?;
-        }
-        if let Some(chunk) = &commit.transcript {
-            let mut lines = String::new();
-            let mut last_seq = None;
-            for (index, text) in &chunk.lines {
-                // An item that was a repeat was stored before, and so were its lines.
-                if let Some(Some(item_seq)) = receipt.item_seqs.get(*index) {
-                    lines.push_str(text);
-                    last_seq = Some(*item_seq);
-                }
-            }
-            if let Some(item_seq) = last_seq.filter(|_| !lines.is_empty()) {
-                sqlx::query(sql.insert_transcript_chunk)
-                    .bind(sid)
-                    .bind(item_seq)
-                    .bind(ROW_VERSION)
-                    .bind(chunk.cli_session_id.as_str())
-                    .bind(lines.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
-        for call in &commit.tool_calls {
-            sqlx::query(sql.upsert_tool_call)
-                .bind(sid)
-                .bind(call.tool_call_id.as_str())
-                .bind(ROW_VERSION)
-                .bind(call.status.as_str())
-                .bind(call.record.get())
-                .execute(&mut *tx)
-                .await?;
-        }
-        for interrupt in &commit.interrupts {
-            sqlx::query(sql.insert_interrupt)
-                .bind(sid)
-                .bind(interrupt.interrupt_id.as_str())
-                .bind(ROW_VERSION)
-                .bind(interrupt.request.get())
-                .bind(interrupt.deadline.map(ms))
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| {
-                    unique_or(e, || StoreError::Invalid {
-                        what: format!("interrupt `{}` already exists in `{sid}`", interrupt.interrupt_id),
-                    })
-                })?;
-        }
-        let mut close_events = Vec::new();
-        for close in &commit.close_interrupts {
-            if Sql::interrupt_resolved(&mut tx, sid, &close.interrupt_id).await? != Some(false) {
-                continue;
-            }
-            close_events.extend(&close.events);
-            sqlx::query(sql.resolve_interrupt)
-                .bind(sid)
-                .bind(close.interrupt_id.as_str())
-                .bind(close.resolution.get())
-                .bind(crate::types::CLOSED_BY_TOLLGATE)
-                .execute(&mut *tx)
-                .await?;
-        }
-        let mut queued = matches!(commit.finish, Finish::Retry(_));
-        let clears_cancel = matches!(commit.cancel, CancelChange::Clear { .. });
-        let mut session_update = commit.session.clone();
-        for step in &commit.steps {
-            let id = Sql::insert_step(&mut tx, sid, step, false).await?;
-            queued |= id.is_some() && !matches!(step.start, StepStart::OnInterrupt(_));
-            // Waiting on an interrupt decided already (a batch's, decided ahead of time while the
-            // segment ran): nothing will wake it, so it is queued now.
-            if let (Some(_), StepStart::OnInterrupt(interrupt_id)) = (id, &step.start)
-                && Sql::interrupt_resolved(&mut tx, sid, interrupt_id).await? == Some(true)
-            {
-                sqlx::query(sql.queue_waiting_step)
-                    .bind(sid)
-                    .bind(interrupt_id.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                queued = true;
-            }
-            if id.is_some() && step.session_status.is_some() {
-                session_update.status.clone_from(&step.session_status);
-            }
-            receipt.step_ids.push(id);
-        }
-        // A turn being cancelled waits on nobody: its step is queued, so a Worker cancels it.
-        let waits = commit.steps.iter().any(|step| matches!(step.start, StepStart::OnInterrupt(_)));
-        if waits && !clears_cancel && Sql::pending_cancel(&mut tx, sid).await?.is_some() {
-            let woken = sqlx::query(sql.queue_waiting_steps).bind(sid).fetch_all(&mut *tx).await?;
-            queued |= !woken.is_empty();
-        }
-        if let CancelChange::Clear { audit } = &commit.cancel {
-            sqlx::query(sql.clear_cancel).bind(sid).execute(&mut *tx).await?;
-            if let Some((about, entry)) = audit {
-                crate::audit::check_entry(entry)?;
-                crate::audit::insert(&mut tx, sid, about, entry).await?;
-            }
-        }
-        for event in close_events {
-            Sql::append_event(&mut tx, sid, &mut event_seq, event, Some((step_id, claimed.fence))).await?;
-        }
-        for event in &commit.events {
-            let seq = Sql::append_event(&mut tx, sid, &mut event_seq, event, Some((step_id, claimed.fence)))
-                .await?;
-            receipt.event_seqs.push(seq);
-        }
-        let session_changed = session_update.status.is_some()
-            || session_update.run_state.is_some()
-            || session_update.add_usage != Usage::default();
-        if session_changed || item_seq != first_item_seq || event_seq != first_event_seq {
-            Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &session_update).await?;
-        }
-        tx.commit().await?;
-        wake(self, sid, queued, !commit.events.is_empty()).await;
+        let sid = claimed.step.session_id.clone();
+        let events = !commit.events.is_empty();
+        let claimed = claimed.clone();
+        let (receipt, queued) = self
+            .write(Durability::Synced, move |tx| {
+                Box::pin(async move { Sql::commit_in(tx, &claimed, &commit).await })
+            })
+            .await?;
+        wake(self, &sid, queued, events).await;
         Ok(receipt)
     }
 
     async fn release(&self, claimed: &Claimed) -> Result<(), StoreError> {
-        let row = sqlx::query(DB::statements().release)
-            .bind(claimed.step.step_id)
-            .bind(claimed.fence)
-            .fetch_optional(self.write_pool())
-            .await?;
-        let Some(row) = row else {
-            return Err(StoreError::LeaseLost { step_id: claimed.step.step_id, fence: claimed.fence });
-        };
-        let sid: String = row.try_get("session_id")?;
+        let (step_id, fence) = (claimed.step.step_id, claimed.fence);
+        let sid: String = self
+            .write_one(Durability::Lazy, move |conn| {
+                Box::pin(async move {
+                    let row = sqlx::query(DB::statements().release)
+                        .bind(step_id)
+                        .bind(fence)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    let Some(row) = row else { return Err(StoreError::LeaseLost { step_id, fence }) };
+                    Ok(row.try_get("session_id").map_err(StoreError::from))
+                })
+            })
+            .await??;
         wake(self, &sid, true, false).await;
         Ok(())
     }

@@ -294,6 +294,31 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// The fault of a whole batch of writes (SQLite's group commit, [`crate::group`]), told to each
+/// write of the batch with the same classification as the fault itself.
+pub(crate) struct BatchFailure {
+    reason: Option<UnavailableReason>,
+    message: String,
+}
+
+impl BatchFailure {
+    pub(crate) fn new(source: sqlx::Error) -> BatchFailure {
+        BatchFailure { reason: unavailable(&source), message: source.to_string() }
+    }
+
+    /// The error one write of the batch is answered with.
+    pub(crate) fn copy(&self) -> StoreError {
+        let source = sqlx::Error::Protocol(format!(
+            "the batch of writes this one was committed in failed: {}",
+            self.message
+        ));
+        match self.reason {
+            Some(reason) => StoreError::Unavailable { reason, source },
+            None => StoreError::Database { source },
+        }
+    }
+}
+
 impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(source: sqlx::migrate::MigrateError) -> Self {
         StoreError::Migrate { source }

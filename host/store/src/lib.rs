@@ -106,6 +106,7 @@ pub mod versions;
 
 mod backend;
 mod dialect;
+mod group;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -147,7 +147,7 @@ fn check(media: &NewMedia) -> Result<(), StoreError> {
 /// returns their digests.
 #[sqlx_bounds(DB)]
 pub(crate) async fn insert<DB>(
-    tx: &mut Transaction<'static, DB>,
+    tx: &mut Transaction<'_, DB>,
     session_id: &str,
     media: &[NewMedia],
 ) -> Result<Vec<String>, StoreError>

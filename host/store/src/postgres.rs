@@ -26,7 +26,7 @@ use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Durability, TxFuture};
 use crate::signal::{ALL_SESSIONS, Signals};
 use crate::*;
 
@@ -96,6 +96,31 @@ impl Backend for PgStore {
 
     fn write_pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// One transaction per write: PostgreSQL's own commits already overlap across connections.
+    async fn write<T, F>(&self, _durability: Durability, write: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t, 'c> FnOnce(&'t mut sqlx::Transaction<'c, sqlx::Postgres>) -> TxFuture<'t, T>
+            + Send
+            + 'static,
+    {
+        let mut tx = self.pool.begin().await?;
+        let value = write(&mut tx).await?;
+        tx.commit().await?;
+        Ok(value)
+    }
+
+    /// Every write flushed: a claim the server lost in a crash could be made again while the
+    /// Worker that held it, on another machine, still runs.
+    async fn write_one<T, F>(&self, _durability: Durability, write: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> TxFuture<'c, T> + Send + 'static,
+    {
+        let mut conn = self.pool.acquire().await?;
+        write(&mut conn).await
     }
 
     fn read_pool(&self) -> &PgPool {

@@ -11,9 +11,16 @@
 //! 4 reader connections.
 //!
 //! **Durability.** `synchronous=FULL` fsyncs the WAL at every commit, so a commit that returned
-//! survives a power cut, above all the claim and the `started` mark that keep a single-attempt
+//! survives a power cut, above all the `started` mark that keeps a single-attempt
 //! (non-idempotent) tool call from running twice. `NORMAL` would lose the last commits on power
 //! loss; the store bench (`claim_complete`) prints what `FULL` costs.
+//!
+//! **Group commit.** A step's commit, its claim, heartbeat and release go through
+//! [`crate::group`]: the writes queued while one batch was being flushed share the next
+//! transaction and its one fsync, each answered only once that is durable. A claim, heartbeat
+//! or release needs no flush of its own (losing it in a power cut is its lease running out, and
+//! its Worker died in the same power cut); the next flushed commit makes it durable too. Other
+//! writes take the writer connection between batches.
 //!
 //! **Healing.** A fault of the file or the disk (disk full, read-only, I/O error) fails the
 //! calls it hits with [`StoreError::Unavailable`] naming the cause, and the store recovers by
@@ -52,7 +59,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, SqlSafeStr};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Durability, TxFuture};
+use crate::group::GroupWriter;
 use crate::signal::Signals;
 use crate::*;
 
@@ -67,6 +75,9 @@ pub struct SqliteStore {
     path: std::path::PathBuf,
     /// The task watching for other processes' commits; stopped when the last handle goes.
     _watch: Arc<Watch>,
+    /// The group commit of the hot writes (claims, commits); stopped when the last handle goes.
+    /// `None` only in the store bench, to measure it beside one commit per write.
+    group: Option<Arc<GroupWriter>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -94,6 +105,20 @@ impl SqliteStore {
         path: &Path,
         synchronous: SqliteSynchronous,
     ) -> Result<Self, StoreError> {
+        Self::open_with(path, synchronous, true).await
+    }
+
+    /// [`SqliteStore::open_with_synchronous`], with or without group commit: for the store
+    /// bench, which prints what group commit gains beside one commit per write.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    #[doc(hidden)]
+    pub async fn open_with(
+        path: &Path,
+        synchronous: SqliteSynchronous,
+        group_commit: bool,
+    ) -> Result<Self, StoreError> {
         make_private(path)?;
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
@@ -110,7 +135,9 @@ impl SqliteStore {
                 let probe = probe.clone();
                 Box::pin(async move { Ok(!probe.due() || writable(conn).await) })
             })
-            .after_release(|conn, _| Box::pin(async move { outside_transaction(conn).await }))
+            .after_release(move |conn, _| {
+                Box::pin(async move { outside_transaction(conn, synchronous).await })
+            })
             .connect_with(options.clone())
             .await?;
         migrator().run(&writer).await?;
@@ -127,7 +154,15 @@ impl SqliteStore {
             SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(true)).await?;
         let signals = Signals::new();
         let watch = Arc::new(Watch(tokio::spawn(watch_other_writers(writer.clone(), signals.clone()))));
-        Ok(SqliteStore { writer, reader, signals, path: path.to_owned(), _watch: watch })
+        let group = group_commit.then(|| Arc::new(GroupWriter::start(writer.clone(), synchronous)));
+        Ok(SqliteStore { writer, reader, signals, path: path.to_owned(), _watch: watch, group })
+    }
+
+    /// How many transactions its group commit has run (`None` without group commit): the store
+    /// bench prints writes per commit from it.
+    #[doc(hidden)]
+    pub fn group_commits(&self) -> Option<u64> {
+        self.group.as_ref().map(|group| group.batches())
     }
 
     /// The writer pool, for tests that need raw SQL (e.g. to corrupt a row).
@@ -168,6 +203,34 @@ impl Backend for SqliteStore {
 
     fn write_pool(&self) -> &SqlitePool {
         &self.writer
+    }
+
+    async fn write<T, F>(&self, durability: Durability, write: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t, 'c> FnOnce(&'t mut sqlx::Transaction<'c, sqlx::Sqlite>) -> TxFuture<'t, T>
+            + Send
+            + 'static,
+    {
+        let Some(group) = &self.group else {
+            let mut tx = self.begin_write().await?;
+            let value = write(&mut tx).await?;
+            tx.commit().await?;
+            return Ok(value);
+        };
+        group.run(durability, write).await
+    }
+
+    async fn write_one<T, F>(&self, durability: Durability, write: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut sqlx::SqliteConnection) -> TxFuture<'c, T> + Send + 'static,
+    {
+        let Some(group) = &self.group else {
+            let mut conn = self.writer.acquire().await?;
+            return write(&mut conn).await;
+        };
+        group.run_one(durability, write).await
     }
 
     fn read_pool(&self) -> &SqlitePool {
@@ -304,10 +367,16 @@ async fn writable(conn: &mut sqlx::SqliteConnection) -> bool {
 
 /// Whether a released writer connection may go back to the pool: not when it is still inside a
 /// transaction (a failed `COMMIT` or `ROLLBACK` after SQLite rolled back by itself leaves sqlx's
-/// transaction depth above zero, and every later `BEGIN IMMEDIATE` on it would fail).
-async fn outside_transaction(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+/// transaction depth above zero, and every later `BEGIN IMMEDIATE` on it would fail). Sets the
+/// store's `synchronous` mode back first: a group commit of lazy writes lowers it for its own
+/// commit ([`crate::group`]), and no other write may commit with it.
+async fn outside_transaction(
+    conn: &mut sqlx::SqliteConnection,
+    synchronous: SqliteSynchronous,
+) -> Result<bool, sqlx::Error> {
     // Runs after the rollback a dropped transaction queued on the connection's worker.
-    conn.ping().await?;
+    let restore = crate::group::synchronous_pragma(synchronous);
+    sqlx::query(restore).execute(&mut *conn).await?;
     if conn.is_in_transaction() {
         tracing::warn!("store: the SQLite writer connection was left inside a transaction; closing it");
         return Ok(false);

@@ -273,7 +273,7 @@ where
 /// Writes `name`'s current row.
 #[sqlx_bounds(DB)]
 async fn set_current<DB>(
-    tx: &mut sqlx::Transaction<'static, DB>,
+    tx: &mut sqlx::Transaction<'_, DB>,
     name: &str,
     to: Current,
 ) -> Result<(), StoreError>
