@@ -63,13 +63,14 @@ pub struct CreateSession {
     pub client_key: Option<String>,
     /// The agent the session belongs to: only Workers serving it run the session. A name
     /// (`support`) a Worker or server registered or `tollgate agent push` stored (the session then
-    /// runs pinned to the agent's current version), or a digest (`sha256:…`) of a locked bundle a
-    /// Worker loaded, which also pins the session to it. Default: the agent of the serving process
+    /// runs pinned to the agent's current version), a pushed version (`support@3`, pinned to it),
+    /// or a digest (`sha256:…`) of a locked bundle a Worker loaded, which also pins the session to
+    /// it. Default: the agent of the serving process
     /// (`tollgate serve`), else the only agent the store knows, else none yet (the first agent
     /// to start on the store adopts it); refused with 409 `agent_unavailable` when it knows
     /// several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^([A-Za-z0-9][A-Za-z0-9_-]{0,63}|sha256:[0-9a-f]{64})$")]
+    #[schema(pattern = "^([A-Za-z0-9][A-Za-z0-9_-]{0,63}(@[1-9][0-9]{0,17})?|sha256:[0-9a-f]{64})$")]
     pub agent: Option<String>,
     /// Pin the new session to this agent digest: only Workers of its agent that loaded it run the
     /// session. It must be a locked bundle a Worker registered (of `agent`, when named). Default:

@@ -86,15 +86,7 @@ pub async fn resolve_agent(
     serving: Option<&ServingAgent>,
 ) -> Result<SessionAgent, ClientError> {
     let (name, digest) = match (agent, agent_digest) {
-        (Some(asked), _) if asked.contains('@') => {
-            return Err(EngineError::BadInput {
-                field: "agent",
-                reason: format!(
-                    "{asked:?}: agent versions are not kept in the store; name the agent or give a digest"
-                ),
-            }
-            .into());
-        }
+        (Some(asked), digest) if asked.contains('@') => return pushed_version(store, asked, digest).await,
         (Some(asked), None) if asked.starts_with("sha256:") => (None, Some(asked)),
         (Some(asked), Some(digest)) if asked.starts_with("sha256:") => {
             if asked != digest {
@@ -188,6 +180,41 @@ pub async fn resolve_agent(
     Ok(SessionAgent {
         name: Some(chosen.to_owned()),
         digest: newest.map(|k| AgentDigest { digest: k.digest.clone(), pinned: false }),
+    })
+}
+
+/// `NAME@K`: version K of an agent pushed into the store, pinned (a Worker pulls it locked);
+/// `digest`, when given too, must be that version's.
+async fn pushed_version(
+    store: &dyn Store,
+    asked: &str,
+    digest: Option<&str>,
+) -> Result<SessionAgent, ClientError> {
+    let bad = |reason: String| ClientError::from(EngineError::BadInput { field: "agent", reason });
+    let (name, number) = asked.split_once('@').unwrap_or((asked, ""));
+    tollgate_store::check_agent_name(name).map_err(bad)?;
+    let number = number
+        .parse::<i64>()
+        .ok()
+        .filter(|k| *k >= 1)
+        .ok_or_else(|| bad(format!("{asked:?}: a version is `NAME@K`, K a number from 1")))?;
+    let Some(version) = store.versions().agent_version(name, Some(number)).await? else {
+        let versions = store.versions().agent_versions(name).await?;
+        let have = match versions.last() {
+            Some(last) => format!("it has versions 1 to {}", last.version),
+            None => "no version of it was pushed (`tollgate agent push`)".to_owned(),
+        };
+        return Err(ClientError::AgentUnavailable(format!("agent `{name}` has no version {number}: {have}")));
+    };
+    if let Some(digest) = digest.filter(|digest| *digest != version.digest) {
+        return Err(ClientError::AgentUnavailable(format!(
+            "`agent` {asked} is {} and `agent_digest` is {digest}; a session runs under one",
+            version.digest
+        )));
+    }
+    Ok(SessionAgent {
+        name: Some(name.to_owned()),
+        digest: Some(AgentDigest { digest: version.digest, pinned: true }),
     })
 }
 
@@ -982,6 +1009,7 @@ mod tests {
     const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
     const DEV: &str = "sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
+    const C: &str = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
 
     fn pinned(digest: &str) -> Option<AgentDigest> {
         Some(AgentDigest { digest: digest.into(), pinned: true })
@@ -1064,10 +1092,32 @@ mod tests {
         };
         store.versions().push_version(new).await.unwrap();
         assert_eq!(resolve(store, Some("ops"), None, None).await, Ok(of("ops", pinned(DEV))));
+        // A version by its number, pinned; the current one stays what others get.
+        let files = [("tollgate.toml".to_owned(), b"[agent]\n# two\n".to_vec())].into_iter().collect();
+        let two = tollgate_store::NewVersion {
+            name: "ops".into(),
+            digest: C.into(),
+            files,
+            pushed_by: "carl".into(),
+        };
+        store.versions().push_version(two).await.unwrap();
+        assert_eq!(resolve(store, Some("ops@2"), None, None).await, Ok(of("ops", pinned(C))));
+        assert_eq!(resolve(store, Some("ops@1"), Some(DEV), None).await, Ok(of("ops", pinned(DEV))));
+        assert_eq!(resolve(store, Some("ops"), None, None).await, Ok(of("ops", pinned(DEV))));
+        for (agent, digest, why) in [
+            ("ops@3", None, "agent `ops` has no version 3: it has versions 1 to 2"),
+            ("billing@1", None, "agent `billing` has no version 1: no version of it was pushed"),
+            ("ops@1", Some(C), "a session runs under one"),
+        ] {
+            let got = resolve(store, Some(agent), digest, None).await;
+            assert!(got.as_ref().is_err_and(|e| e.contains(why)), "{agent}: {got:?}");
+        }
         let several = resolve(store, None, None, None).await.unwrap_err();
         assert!(several.contains("(billing, ops, support)"), "{several}");
         for (agent, digest, field) in [
-            (Some("support@3"), None, "agent"),
+            (Some("support@x"), None, "agent"),
+            (Some("support@0"), None, "agent"),
+            (Some("a b@1"), None, "agent"),
             (Some("a b"), None, "agent"),
             (None, Some("sha256:x"), "agent_digest"),
         ] {

@@ -349,6 +349,33 @@ async fn a_pushed_agent_runs_on_a_worker_without_its_folder_and_versions_are_pro
     let missing = world.tollgate().args(["agent", "promote", "agent@9", "--db", &db]).output().await.unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("has no version 9"), "{missing:?}");
 
+    // A session may name a version: pinned to it, run by a Worker of that version, while new
+    // sessions naming the agent alone still get the current one.
+    let worker = world.worker_pulling("pulling-4", "agent@2", &cache);
+    let start =
+        api.tollgate(&["session", "start", "v2", "--agent", "agent@2", "--message", "say hello v2"]).await;
+    stdout_of(&start, "session start v2");
+    let done = world.wait_idle_after("v2", 1).await;
+    assert_eq!(
+        done.messages.last().map(|m| m.text.as_str()),
+        Some("said: hello v2"),
+        "{}",
+        world.diagnostics()
+    );
+    let v2 = world.store.session("v2").await.unwrap().unwrap();
+    let versions = world.store.versions().agent_versions("agent").await.unwrap();
+    assert_eq!(
+        v2.agent.as_ref().map(|a| (a.digest.as_str(), a.pinned)),
+        Some((versions[1].digest.as_str(), true))
+    );
+    worker.terminate().await;
+    let nine = api.tollgate(&["session", "start", "v9", "--agent", "agent@9"]).await;
+    let stderr = String::from_utf8_lossy(&nine.stderr);
+    assert!(
+        !nine.status.success() && stderr.contains("agent `agent` has no version 9: it has versions 1 to 2"),
+        "{stderr}"
+    );
+
     // A canary: half of 40 new sessions get agent@2, the rest agent@1 (each pinned to its digest).
     let canary = tollgate_ok(&world, &["agent", "promote", "agent@2", "--share", "50", "--db", &db]).await;
     assert!(
@@ -362,12 +389,12 @@ async fn a_pushed_agent_runs_on_a_worker_without_its_folder_and_versions_are_pro
     let versions = world.store.versions().agent_versions("agent").await.unwrap();
     let on = |v: usize| versions[v].sessions;
     println!(
-        "finding: with a 50% canary, 40 new sessions went {} to @1 (3 before) and {} to @2",
+        "finding: with a 50% canary, 40 new sessions went {} to @1 (3 before) and {} to @2 (1 before)",
         on(0) - 3,
-        on(1)
+        on(1) - 1
     );
-    assert_eq!(on(0) - 3 + on(1), 40, "each on one of the two");
-    assert!((5..=35).contains(&on(1)), "about half on the canary: {}", on(1));
+    assert_eq!(on(0) - 3 + on(1) - 1, 40, "each on one of the two");
+    assert!((6..=36).contains(&on(1)), "about half on the canary: {}", on(1) - 1);
     let shown = tollgate_ok(&world, &["agent", "show", "agent", "--db", &db]).await;
     assert!(shown.lines().any(|l| l.starts_with("@2") && l.contains("50%")), "{shown}");
     api.stop().await;
