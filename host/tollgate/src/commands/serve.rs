@@ -1,6 +1,7 @@
 //! `tollgate serve` (the HTTP API and a Worker in one process) and `tollgate api` (the API
 //! alone, for many Workers on PostgreSQL): the listener, its options and the API-only command are
-//! `tollgate_api::serve`'s, shared with the `tollgate-api` binary; this module adds the Worker.
+//! `tollgate_api::serve`'s, shared with the `tollgate-api` binary; this module adds the Worker, and
+//! pushes a locked agent folder it serves as the agent's newest version.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,6 +23,41 @@ pub struct ServeArgs {
     pub worker: WorkerArgs,
     #[command(flatten)]
     pub http: HttpArgs,
+    /// Who pushes the agent folder as a version, when it is locked (default: `$USER`).
+    #[arg(long = "pushed-by", env = "USER", default_value = "tollgate:local")]
+    pub pushed_by: String,
+}
+
+/// Pushes the agent folder `serve --agent DIR` loaded as the agent's newest version, when it is
+/// locked (a version is an immutable, locked bundle; an unlocked development folder, whose tools
+/// may be dropped in while it serves, is not pushed); the line saying what happened.
+///
+/// # Errors
+/// The store failed, or the folder changed since it was loaded.
+async fn push_served(
+    store: &dyn tollgate_store::Store,
+    agent: &crate::agent::Agent,
+    by: &str,
+) -> anyhow::Result<String> {
+    let name = agent.name();
+    if !agent.is_locked() {
+        return Ok(format!(
+            "agent `{name}` is unlocked, so it is not pushed as a version (`tollgate agent push {}` locks and pushes it)",
+            agent.dir().display()
+        ));
+    }
+    let pushed = crate::pull::push(store, agent.dir(), name, agent.digest(), by).await?;
+    Ok(match (pushed.created, pushed.current) {
+        (false, _) => format!("agent {name}@{} is this folder already; nothing was pushed", pushed.version),
+        (true, true) => format!("pushed {name}@{} ({}), current", pushed.version, agent.digest()),
+        (true, false) => format!(
+            "pushed {name}@{} ({}); this server's sessions run it, and new sessions through `tollgate api` \
+             get it after: tollgate agent promote {name}@{}",
+            pushed.version,
+            agent.digest(),
+            pushed.version
+        ),
+    })
 }
 
 /// Runs `tollgate serve`.
@@ -29,6 +65,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut http = args.http.load()?;
     let metrics = Arc::new(Metrics::default());
     let (worker, store) = build(&args.worker).await?;
+    if args.worker.agent.is_some() {
+        eprintln!("{}", push_served(store.as_ref(), worker.agent(), &args.pushed_by).await?);
+    }
     let worker = worker.with_metrics(metrics.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let webhooks = http.start_webhooks(&store, &stop_rx).await?;

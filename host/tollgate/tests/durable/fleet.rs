@@ -621,3 +621,58 @@ async fn an_edited_configuration_is_logged_as_needing_a_restart() {
     assert_eq!(plain(&worker.log_text()).matches("changed on disk").count(), 1, "said once");
     worker.terminate().await;
 }
+
+/// `serve --agent DIR` pushes a locked folder as the agent's newest version (once: a restart on
+/// the same folder pushes nothing), and leaves an unlocked development folder unpushed, saying
+/// why; its own sessions run either way.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_pushes_a_locked_agent_folder_as_a_version_and_not_an_unlocked_one() {
+    let Some(world) = World::new("fleet: serve pushes", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let log =
+        |name: &str| plain(&std::fs::read_to_string(world.dir.path().join(format!("{name}.log"))).unwrap());
+    let served = Served::start(&world, "serve-unlocked", None).await;
+    assert!(
+        log("serve-unlocked").contains("agent `agent` is unlocked, so it is not pushed"),
+        "{}",
+        log("serve-unlocked")
+    );
+    assert!(world.store.versions().agent_versions("agent").await.unwrap().is_empty());
+    served.stop().await;
+
+    let agent = world.agent.to_str().unwrap().to_owned();
+    tollgate_ok(&world, &["agent", "lock", &agent]).await;
+    let served = Served::start_with_env(
+        &world,
+        "serve-locked",
+        "127.0.0.1:0",
+        &["--insecure-open"],
+        &[("USER", "dana")],
+    )
+    .await;
+    let text = log("serve-locked");
+    assert!(text.contains("pushed agent@1 (sha256:") && text.contains("current"), "{text}");
+    let start = served.tollgate(&["session", "start", "s1", "--message", "say hello s1"]).await;
+    stdout_of(&start, "session start s1");
+    let done = world.wait_idle_after("s1", 1).await;
+    assert_eq!(
+        done.messages.last().map(|m| m.text.as_str()),
+        Some("said: hello s1"),
+        "{}",
+        world.diagnostics()
+    );
+    served.stop().await;
+    let versions = world.store.versions().agent_versions("agent").await.unwrap();
+    assert_eq!(versions.len(), 1);
+    assert_eq!((versions[0].pushed_by.as_str(), versions[0].sessions), ("dana", 1), "{versions:?}");
+
+    let served = Served::start(&world, "serve-again", None).await;
+    assert!(
+        log("serve-again").contains("agent@1 is this folder already; nothing was pushed"),
+        "{}",
+        log("serve-again")
+    );
+    served.stop().await;
+    assert_eq!(world.store.versions().agent_versions("agent").await.unwrap().len(), 1);
+}
