@@ -94,7 +94,7 @@ async fn only_the_named_agent_runs_its_sessions(world: World) {
             vec!["--agent", "nope"],
             "no Worker or server of agent `nope` has started on this store (agents: agent, billing)",
         ),
-        (vec!["--agent", "billing@2"], "agent versions are not kept in the store"),
+        (vec!["--agent", "billing@2"], "agent `billing` has no version 2: no version of it was pushed"),
         (vec!["--agent", &billing_digest], "agent `billing` was loaded from"),
     ] {
         let refused = served.tollgate(&[&["session", "start", "refused"], extra.as_slice()].concat()).await;
