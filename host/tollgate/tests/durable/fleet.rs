@@ -662,6 +662,12 @@ async fn serve_pushes_a_locked_agent_folder_as_a_version_and_not_an_unlocked_one
         "{}",
         world.diagnostics()
     );
+    // Its Worker's series name the version by its number.
+    let metrics = fetch(&format!("{}/metrics", served.url)).await.1;
+    assert!(
+        metrics.lines().any(|l| l.starts_with("tollgate_steps_total{agent=\"agent\",agent_version=\"1\",")),
+        "{metrics}"
+    );
     served.stop().await;
     let versions = world.store.versions().agent_versions("agent").await.unwrap();
     assert_eq!(versions.len(), 1);

@@ -354,8 +354,17 @@ impl Worker {
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, agent = %self.agent.name(),
             agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
         let registration = tokio::spawn(register(self.store.clone(), self.agent.clone()));
-        // The series this Worker counts carry its agent and version (`sha256:` and 12 hex digits).
-        let version: String = self.agent.digest().chars().take(19).collect();
+        // The series this Worker counts carry its agent and version: its number when the bundle
+        // was pushed into the store (`3`), else `sha256:` and 12 hex digits of its digest.
+        let pushed = match self.store.versions().agent_versions(self.agent.name()).await {
+            Ok(versions) => versions.into_iter().find(|v| v.digest == self.agent.digest()).map(|v| v.version),
+            Err(error) => {
+                warn!(%error, "could not read the agent's versions; its metrics name the digest");
+                None
+            }
+        };
+        let version =
+            pushed.map_or_else(|| self.agent.digest().chars().take(19).collect(), |k| k.to_string());
         self.metrics.set_agent(self.agent.name(), &version);
         // Approval deadlines fire beside the claims, on the database clock (`crate::deadlines`).
         let deadlines = {
