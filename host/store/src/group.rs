@@ -259,6 +259,18 @@ pub(crate) fn synchronous_pragma(mode: SqliteSynchronous) -> &'static str {
     }
 }
 
+/// `BEGIN IMMEDIATE`, after setting the `synchronous` mode `switch` to (outside the transaction,
+/// where SQLite takes it).
+fn begin_sql(switch: Option<SqliteSynchronous>) -> &'static str {
+    match switch {
+        None => "BEGIN IMMEDIATE",
+        Some(SqliteSynchronous::Off) => "PRAGMA synchronous = OFF; BEGIN IMMEDIATE",
+        Some(SqliteSynchronous::Normal) => "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE",
+        Some(SqliteSynchronous::Full) => "PRAGMA synchronous = FULL; BEGIN IMMEDIATE",
+        Some(SqliteSynchronous::Extra) => "PRAGMA synchronous = EXTRA; BEGIN IMMEDIATE",
+    }
+}
+
 /// How long the task keeps the writer connection while writes keep coming, before it lets the
 /// writes that do not go through it have a turn.
 const HOLD: Duration = Duration::from_millis(20);
@@ -336,16 +348,18 @@ async fn serve(
             },
         };
         let lazy = lower && batch.iter().all(|job| job.shape().durability == Durability::Lazy);
-        if lazy != conn.lowered {
-            let pragma =
-                if lazy { synchronous_pragma(SqliteSynchronous::Normal) } else { synchronous_pragma(mode) };
-            if let Err(error) = sqlx::query(pragma).execute(&mut *conn.conn).await {
+        let mut switch =
+            (lazy != conn.lowered).then_some(if lazy { SqliteSynchronous::Normal } else { mode });
+        if let Some(to) = switch.filter(|_| batch.len() == 1 && batch[0].shape().one_statement) {
+            // A statement alone runs in its own transaction: the mode goes first.
+            if let Err(error) = sqlx::query(synchronous_pragma(to)).execute(&mut *conn.conn).await {
                 fail_unrun(std::mem::take(&mut batch), error);
                 continue;
             }
-            conn.lowered = lazy;
+            switch = None;
         }
-        let healthy = run_batch(&mut conn.conn, std::mem::take(&mut batch)).await;
+        conn.lowered = lazy;
+        let healthy = run_batch(&mut conn.conn, switch, std::mem::take(&mut batch)).await;
         batches.fetch_add(1, Ordering::Relaxed);
         if healthy {
             held = Some(conn);
@@ -361,7 +375,11 @@ const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT tollgate_write";
 /// runs as that statement (its own transaction); a write alone needs no savepoint (an error
 /// drops the transaction); in a batch of several, each write of more than one statement runs in
 /// a savepoint, undone when it fails.
-async fn run_batch(conn: &mut SqliteConnection, batch: Vec<Box<dyn Job>>) -> bool {
+async fn run_batch(
+    conn: &mut SqliteConnection,
+    switch: Option<SqliteSynchronous>,
+    batch: Vec<Box<dyn Job>>,
+) -> bool {
     let alone = batch.len() == 1;
     if alone && batch[0].shape().one_statement {
         // Its own implicit transaction: no `BEGIN`, `COMMIT` or savepoint to pay for.
@@ -373,7 +391,8 @@ async fn run_batch(conn: &mut SqliteConnection, batch: Vec<Box<dyn Job>>) -> boo
         }
         return healthy;
     }
-    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
+    // The mode switch and the `BEGIN` in one round trip to the connection's thread.
+    let mut tx = match conn.begin_with(begin_sql(switch)).await {
         Ok(tx) => tx,
         Err(error) => {
             fail_unrun(batch, error);
@@ -464,6 +483,7 @@ mod tests {
     use std::str::FromStr;
 
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+    use tokio::sync::oneshot;
 
     use super::*;
 
@@ -556,6 +576,29 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("decoding"), "{err}");
         assert_eq!(keys(&pool).await, ["b"]);
+    }
+
+    fn read_mode<'t>(tx: &'t mut Transaction<'_, Sqlite>) -> TxFuture<'t, i64> {
+        Box::pin(
+            async move { Ok(sqlx::query_scalar::<_, i64>("PRAGMA synchronous").fetch_one(&mut **tx).await?) },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_batch_sets_the_mode_it_was_given_before_its_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool(&dir).await;
+        let mut conn = pool.acquire().await.unwrap();
+        for (switch, expected) in
+            [(Some(SqliteSynchronous::Normal), 1), (None, 1), (Some(SqliteSynchronous::Full), 2)]
+        {
+            let (reply, answer) = oneshot::channel();
+            let write = read_mode;
+            let shape = Shape { durability: Durability::Synced, one_statement: false };
+            let job: Box<dyn Job> = Box::new(Write { shape, write, reply });
+            assert!(run_batch(&mut conn, switch, vec![job]).await);
+            assert_eq!(answer.await.unwrap().unwrap(), expected, "{switch:?}");
+        }
     }
 
     #[tokio::test]
