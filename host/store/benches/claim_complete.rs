@@ -1,7 +1,8 @@
 //! Claim+complete throughput of the store: each operation is one `claim` and one `commit` that
 //! finishes the step and enqueues the session's next step (two transactions, fsync'd), spread
 //! over 200 sessions. Prints steps/s for SQLite (in its `synchronous=FULL` mode, and in
-//! `NORMAL` for what durability costs) and PostgreSQL with 1 and 4 Workers (tasks, each
+//! `NORMAL` for what durability costs), each with group commit (the store's) beside one commit per
+//! write, and PostgreSQL with 1 and 4 Workers (tasks, each
 //! with its own connection on PostgreSQL; SQLite funnels writes through its one writer), then
 //! the Workers' own claim (`claim_for`) scoped to 1 agent beside 20 (4 Workers, each serving every
 //! agent; the ratio is the cost of more agents), then what 1,000 sessions waiting for approval cost, then a **SIGKILL-to-reclaim** table: how long
