@@ -462,6 +462,16 @@ pub struct Principals {
 }
 
 impl Principals {
+    /// The groups of the principals who may decide interrupts (approvers and admins).
+    pub fn approver_groups(&self) -> BTreeSet<&str> {
+        self.entries
+            .iter()
+            .map(|(_, caller)| caller)
+            .filter(|caller| caller.roles.iter().any(|role| Action::Decide.roles().contains(role)))
+            .flat_map(|caller| caller.groups.iter().map(String::as_str))
+            .collect()
+    }
+
     /// Parses and checks an auth file's text (`path` names it in errors).
     ///
     /// # Errors

@@ -523,6 +523,11 @@ impl Policies {
         self.approvers.get(tool).map_or(&[], Vec::as_slice)
     }
 
+    /// Each tool that names approver groups, with them.
+    pub fn approver_groups(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.approvers.iter().map(|(tool, groups)| (tool.as_str(), groups.as_slice()))
+    }
+
     /// The same table where a call of `tool` waiting for approval acts by itself after
     /// `deadline` (`None`: it waits for ever). Set the tool's entry first: the deadline is
     /// checked against its approval.

@@ -65,6 +65,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut http = args.http.load()?;
     let metrics = Arc::new(Metrics::default());
     let (worker, store) = build(&args.worker).await?;
+    if let Some(principals) = &http.auth.principals {
+        check_approver_groups(&worker.agent().config, principals, args.http.auth.as_deref())?;
+    }
     if args.worker.agent.is_some() {
         eprintln!("{}", push_served(store.as_ref(), worker.agent(), &args.pushed_by).await?);
     }
@@ -117,6 +120,42 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         webhooks.await.context("the webhook deliveries stopped")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses an agent whose policy names an `approvers` group no principal of the auth file who
+/// may decide is in: its calls could never be approved. Names each, with a did-you-mean.
+///
+/// # Errors
+/// One such group or more, each named with its tool.
+fn check_approver_groups(
+    config: &tollgate_worker::config::AgentConfig,
+    principals: &tollgate_api::auth::Principals,
+    auth_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let known = principals.approver_groups();
+    let mut problems = Vec::new();
+    for (tool, groups) in config.policies.approver_groups() {
+        for group in groups.iter().filter(|group| !known.contains(group.as_str())) {
+            let hint = tollgate_engine::tool_names::closest(group, known.iter().copied())
+                .map_or_else(String::new, |near| format!(" (did you mean `{near}`?)"));
+            problems
+                .push(format!("`{tool}`: approvers group `{group}` has no approver or admin in it{hint}"));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let file = auth_file.map_or_else(|| "the auth file".to_owned(), |path| path.display().to_string());
+    let have = if known.is_empty() {
+        "none".to_owned()
+    } else {
+        known.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ")
+    };
+    anyhow::bail!(
+        "{}: [policies]: {}; the groups of {file}'s approvers and admins are {have}: such calls could never be approved",
+        config.path.display(),
+        problems.join("; ")
+    )
 }
 
 /// `digest sha256:… (locked)` or `(unlocked)`, for start-up lines.

@@ -264,3 +264,44 @@ async fn an_api_without_the_agent_enforces_the_approvers_the_worker_stored_on_po
     );
     served.stop().await;
 }
+
+/// A policy naming an approvers group no approver or admin of the auth file is in would leave its
+/// calls waiting for ever: `serve` refuses to start, naming the tool, the group and the nearest
+/// group there is; with a member of the group it starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_refuses_a_policy_whose_approvers_group_has_no_approver() {
+    let Some(world) =
+        World::new("auth: an approvers group with nobody in it", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    restrict_refunds_to_finance(&world);
+    let file = world.dir.path().join("auth.toml");
+    add_principal(&world, &file, "vera", &["viewer"], &["finance"]).await;
+    add_principal(&world, &file, "fina", &["approver"], &["finanse"]).await;
+    let serve = || {
+        let mut command = world.tollgate();
+        command
+            .args(["serve", "--agent"])
+            .arg(&world.agent)
+            .args(["--db", &world.db, "--listen", "127.0.0.1:0", "--auth"])
+            .arg(&file)
+            .stdin(std::process::Stdio::null());
+        command
+    };
+    let refused =
+        tokio::time::timeout(std::time::Duration::from_secs(60), serve().output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    println!("finding: {}", stderr.trim());
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`create_refund`: approvers group `finance` has no approver or admin in it (did you mean `finanse`?)")
+            && stderr.contains("are `finanse`"),
+        "{stderr}"
+    );
+    // A viewer in the group does not count; an approver does.
+    add_principal(&world, &file, "fred", &["approver"], &["finance"]).await;
+    let served =
+        Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    served.stop().await;
+}
