@@ -81,12 +81,20 @@ async fn seed_agents(store: &dyn Store, sessions: usize, prefix: &str, agents: u
 }
 
 async fn run(store: Arc<dyn Store>, workers: usize, steps: usize) -> f64 {
-    run_scoped(store, workers, steps, 0).await
+    run_scoped(store, workers, 1, steps, 0).await
 }
 
-/// [`run`] with the Workers' claim the one they make (`claim_for`), each serving all of `agents`
-/// agents over whose sessions the steps are spread (0: the unscoped `claim`).
-async fn run_scoped(store: Arc<dyn Store>, workers: usize, steps: usize, agents: usize) -> f64 {
+/// [`run`] with `concurrency` steps at once per Worker (a Worker's `--concurrency`: that many tasks
+/// under its id, each claiming and committing in turn), and the Workers' claim the one they make
+/// (`claim_for`), each serving all of `agents` agents over whose sessions the steps are spread (0:
+/// the unscoped `claim`).
+async fn run_scoped(
+    store: Arc<dyn Store>,
+    workers: usize,
+    concurrency: usize,
+    steps: usize,
+    agents: usize,
+) -> f64 {
     seed_agents(&*store, SESSIONS, "s", agents).await;
     let scope = Arc::new(ClaimScope {
         agents: (0..agents).map(|a| format!("agent{a}")).collect(),
@@ -95,10 +103,10 @@ async fn run_scoped(store: Arc<dyn Store>, workers: usize, steps: usize, agents:
     let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for w in 0..workers {
+    for task in 0..workers * concurrency {
         let (store, done, scope) = (store.clone(), done.clone(), scope.clone());
         tasks.push(tokio::spawn(async move {
-            let me = format!("w{w}");
+            let me = format!("w{}", task / concurrency);
             while done.load(Ordering::Relaxed) < steps {
                 let claimed = if agents == 0 {
                     store.claim(&me, LEASE).await
@@ -261,18 +269,21 @@ async fn main() {
     }
     let steps: usize = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(4000);
     let dir = tempfile::tempdir().unwrap();
-    println!("| backend | Workers | steps | claim+complete steps/s | vs one commit per write |");
+    println!(
+        "| backend | Workers × steps at once | steps | claim+complete steps/s | vs one commit per write |"
+    );
     println!("|---|---|---|---|---|");
     // FULL is the store's mode (a commit survives a power cut); NORMAL is printed for its cost.
     // Each beside the same store committing every write on its own (the store before group
     // commit), run right before it.
     for (mode, synchronous) in [("NORMAL", SqliteSynchronous::Normal), ("FULL", SqliteSynchronous::Full)] {
-        for workers in [1, 4] {
+        // A Worker one step at a time (`--concurrency 1`), one at its default 4, and four of those.
+        for (workers, concurrency) in [(1, 1), (1, 4), (4, 4)] {
             let mut single = 0.0;
             for group in [false, true] {
-                let path = dir.path().join(format!("bench-{mode}-{workers}-{group}.db"));
+                let path = dir.path().join(format!("bench-{mode}-{workers}x{concurrency}-{group}.db"));
                 let store = Arc::new(SqliteStore::open_with(&path, synchronous, group).await.unwrap());
-                let rate = run(store.clone(), workers, steps).await;
+                let rate = run_scoped(store.clone(), workers, concurrency, steps, 0).await;
                 let how = match store.group_commits() {
                     // Two writes a step (its claim and its commit), and the seeding's.
                     Some(commits) => {
@@ -284,7 +295,7 @@ async fn main() {
                     single = rate;
                 }
                 println!(
-                    "| SQLite (WAL, synchronous={mode}), {how} | {workers} | {steps} | {rate:.0} | {:.2} |",
+                    "| SQLite (WAL, synchronous={mode}), {how} | {workers} × {concurrency} | {steps} | {rate:.0} | {:.2} |",
                     rate / single
                 );
             }
@@ -295,7 +306,7 @@ async fn main() {
         for workers in [1, 4] {
             let store = cluster.store(&format!("bench{workers}"), workers as u32 + 1).await;
             let rate = run(Arc::new(store), workers, steps / 2).await;
-            println!("| PostgreSQL (synchronous_commit=on) | {workers} | {} | {rate:.0} | |", steps / 2);
+            println!("| PostgreSQL (synchronous_commit=on) | {workers} × 1 | {} | {rate:.0} | |", steps / 2);
         }
     }
     println!();
@@ -317,7 +328,7 @@ async fn main() {
                     SqliteStore::open(&dir.path().join(format!("scoped-{agents}.db"))).await.unwrap(),
                 ),
             };
-            let rate = run_scoped(store, 4, n, agents).await;
+            let rate = run_scoped(store, 4, 1, n, agents).await;
             if agents == 1 {
                 one = rate;
             }
