@@ -702,6 +702,11 @@ pub struct ToolCall {
     /// (`GET /v1/sessions/{id}/media/{digest}` serves each); omitted when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<MediaRef>,
+    /// What the tool wrote to stderr on its last attempt that failed by its own report (a Python
+    /// traceback, a JavaScript stack), for operators: the model never reads it. Omitted when
+    /// there was none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<String>,
     /// The model's tool use id.
     pub tool_call_id: String,
     /// The tool.
@@ -1300,6 +1305,7 @@ mod tests {
             runs_in: DeferredRun::CallSingleAttemptTool,
             state: CallState::Rejected { message: None },
             images: Vec::new(),
+            diagnostics: None,
             tool_call_id: "toolu_1".into(),
             tool_name: "create_refund".into(),
             turn_id: "t1".into(),

@@ -841,6 +841,7 @@ fn tool_call(call: CallEntry) -> ToolCall {
         runs_in: call.runs_in,
         state: call.state,
         images: call.images,
+        diagnostics: call.diagnostics,
         tool_call_id: call.tool_call_id,
         tool_name: call.tool_name,
         turn_id: call.turn_id,

@@ -238,6 +238,7 @@ mod tests {
             decided_ahead: None,
             inline: false,
             images: Vec::new(),
+            diagnostics: None,
             state,
         }
     }

@@ -83,6 +83,7 @@ pub fn write(turn_id: &str, tool_call_id: &str, tool_name: &str, arguments: Valu
         decided_ahead: None,
         inline: true,
         images: Vec::new(),
+        diagnostics: None,
         state: CallState::Queued,
     }
 }

@@ -434,6 +434,11 @@ pub struct CallEntry {
     /// there are none). A replay sends them to the model again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<MediaRef>,
+    /// What the tool wrote to stderr on its last attempt that failed (a Python traceback, a
+    /// JavaScript stack), for the operators who read the record: never in what the model reads
+    /// ([`CallEntry::record`] leaves it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<String>,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,

@@ -252,6 +252,7 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
         decided_ahead: None,
         inline: false,
         images: Vec::new(),
+        diagnostics: None,
         state: CallState::PendingApproval,
     }
 }
@@ -435,6 +436,29 @@ fn a_single_attempt_write_that_errors_is_outcome_unknown_at_once() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
     let t = on_tool_result(true, 1, &call, ToolRun::Error { message: "trap".into() });
     assert_eq!(t.calls[0].state, CallState::OutcomeUnknown);
+}
+
+#[test]
+fn a_failed_calls_diagnostics_stay_in_its_entry_and_out_of_the_record_the_model_replays() {
+    let traceback = "Traceback (most recent call last):\n  | ValueError: refund r_9 failed";
+    for (single_attempt, runs_in) in
+        [(true, DeferredRun::CallSingleAttemptTool), (false, DeferredRun::CallTool)]
+    {
+        let call =
+            CallEntry { diagnostics: Some(traceback.into()), ..pending_call(runs_in, ToolKind::Custom) };
+        let t = on_tool_result(
+            single_attempt,
+            1,
+            &call,
+            ToolRun::Failed { message: "ValueError: failed".into() },
+        );
+        let finished = &t.calls[0];
+        assert_eq!(finished.diagnostics.as_deref(), Some(traceback), "kept on the stored entry");
+        let record = serde_json::to_string(&finished.record().expect("final")).unwrap();
+        assert!(!record.contains("Traceback"), "the replayed record leaves it out: {record}");
+        let stored = CallEntry::parse(&finished.to_value().to_string()).unwrap();
+        assert_eq!(stored.diagnostics.as_deref(), Some(traceback), "it round-trips");
+    }
 }
 
 #[test]

@@ -530,6 +530,7 @@ fn call_deferred(
         decided_ahead: None,
         inline: false,
         images: Vec::new(),
+        diagnostics: None,
         state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
     };
     let call_step = serde_json::to_value(CallStep {
@@ -797,6 +798,7 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
             }),
             inline: false,
             images: Vec::new(),
+            diagnostics: None,
             state: CallState::Unused,
         });
         let closing = batches::closing_decision(turn_id);

@@ -170,3 +170,36 @@ async fn a_session_the_cli_compacted_goes_on_on_other_workers() {
     assert_eq!(failed, 0, "{}", world.diagnostics());
     third.kill().await;
 }
+
+/// A deferred write whose Python tool charges and then throws: the call is `outcome_unknown`
+/// (it may have charged), its record keeps the tool's traceback for the operator, and the model
+/// reads the failure's one line, never the traceback.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deferred_tool_that_throws_keeps_its_traceback_in_the_record_and_out_of_the_models_reading() {
+    let Some(world) =
+        World::new("features: a traceback in the record", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    std::fs::copy(tollgate_test_guests::built("python", "throwing"), world.agent.join("tools/throwing.wasm"))
+        .unwrap();
+    let path = world.agent.join("tollgate.toml");
+    let text = std::fs::read_to_string(&path).unwrap().replacen(
+        "[policies]\n",
+        "[policies]\ncharge_then_throw = { effect = \"non_idempotent_write\", requires_approval = false }\n",
+        1,
+    ) + "\n[tools.throwing]\nallowed_outbound_hosts = [\"http://127.0.0.1:*\"]\n\
+         config = { PAYMENTS_URL = { env = \"PAYMENTS_URL\" } }\n";
+    std::fs::write(&path, text).unwrap();
+    let worker = world.worker("w1");
+    world.send("thrown", r#"call charge_then_throw {"order_id":"7","amount_cents":100}"#).await;
+    let done = world.wait_idle_after("thrown", 1).await;
+    let call = done.tool_calls.iter().find(|c| c.tool_name == "charge_then_throw").expect("the call");
+    let record = serde_json::to_value(call).unwrap();
+    assert_eq!(record["status"], "outcome_unknown", "{record:#}\n{}", world.diagnostics());
+    let traceback = call.diagnostics.as_deref().unwrap_or_default();
+    println!("finding: the record's diagnostics: {traceback}");
+    assert!(traceback.contains("Traceback (most recent call last)"), "{record:#}");
+    assert!(!requests(&world).iter().any(|r| r.contains("Traceback")), "the model read the traceback");
+    worker.terminate().await;
+}

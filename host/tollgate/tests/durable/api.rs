@@ -546,6 +546,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         runs_in: DeferredRun::CallSingleAttemptTool,
         state: CallState::Succeeded { output: "r_1".into() },
         images: Vec::new(),
+        diagnostics: None,
         tool_call_id: "toolu_1".into(),
         tool_name: "create_refund".into(),
         turn_id: "t1".into(),

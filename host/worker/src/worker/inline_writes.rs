@@ -120,9 +120,12 @@ impl SegmentTools {
             };
             let scope = Scope { session_id: session_id.clone(), turn_id: self.turn_id.clone(), attempt };
             let trace = ToolTrace::start(scope, name, &entry.tool_call_id);
-            let run =
+            let (run, stderr) =
                 tool_steps::run_in_sandbox(&self.worker, &self.sandbox.0, name, arguments, &execution).await;
             trace.finish(&run);
+            // Its stderr when it failed goes in its record, not to the model.
+            let entry =
+                CallEntry { diagnostics: stderr.or_else(|| entry.diagnostics.clone()), ..entry.clone() };
             match inline::on_result(&entry, attempt, run) {
                 After::Recorded { call: done, transition } => {
                     self.commit(*transition).await?;

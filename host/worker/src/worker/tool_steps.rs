@@ -100,11 +100,16 @@ pub(super) async fn call(
     let scope =
         Scope { session_id: session.clone(), turn_id: call.turn_id.clone(), attempt: i64::from(attempt) };
     let trace = ToolTrace::start(scope, &call.tool_name, &call.tool_call_id);
-    let run = match worker.agent.tools().await {
+    let (run, stderr) = match worker.agent.tools().await {
         // Nothing ran.
-        Err(err) => ToolRun::Contained { message: format!("the agent's tools did not load: {err:#}") },
+        Err(err) => {
+            (ToolRun::Contained { message: format!("the agent's tools did not load: {err:#}") }, None)
+        }
         Ok(tools) => run_in_sandbox(worker, &tools, &call.tool_name, &call.arguments, &execution).await,
     };
+    // What the tool wrote to stderr when it failed goes in its record, for operators (the model
+    // reads the failure's message only).
+    let call = CallEntry { diagnostics: stderr.or_else(|| call.diagnostics.clone()), ..call };
     trace.finish(&run);
     if let ToolRun::Contained { message } | ToolRun::Failed { message } | ToolRun::Error { message } = &run {
         warn!(session = %session, tool_call = %call.tool_call_id, attempt, error = %message, "tool call failed");
@@ -120,18 +125,19 @@ pub(super) async fn call(
     Ok(())
 }
 
-/// Runs a custom tool with its `deferred-execution` and says how the run ended.
+/// Runs a custom tool with its `deferred-execution` and says how the run ended, with what the
+/// guest wrote to stderr when it failed by its own report (a traceback: for the record, not the
+/// model).
 pub(super) async fn run_in_sandbox(
     worker: &Worker,
     tools: &ToolSet,
     tool_name: &str,
     arguments: &serde_json::Value,
     execution: &DeferredExecution,
-) -> ToolRun {
+) -> (ToolRun, Option<String>) {
     if tools.get(tool_name).is_none() {
-        return ToolRun::Refused {
-            message: tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, tool_name),
-        };
+        let message = tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, tool_name);
+        return (ToolRun::Refused { message }, None);
     }
     let report = tools.call_reporting(tool_name, &arguments.to_string(), Some(execution)).await;
     match report.result {
@@ -160,7 +166,7 @@ pub(super) async fn run_in_sandbox(
                     Vec::new()
                 }
             };
-            ToolRun::Output { text: texts.join("\n"), is_error: output.is_error, images }
+            (ToolRun::Output { text: texts.join("\n"), is_error: output.is_error, images }, None)
         }
         Err(err) => {
             if matches!(
@@ -171,7 +177,8 @@ pub(super) async fn run_in_sandbox(
             ) {
                 worker.metrics.sandbox_trap();
             }
-            tool_run_of(err, report.reach)
+            let stderr = err.guest_stderr().map(str::to_owned);
+            (tool_run_of(err, report.reach), stderr)
         }
     }
 }
