@@ -44,6 +44,10 @@ pub struct Cli {
 pub enum Command {
     /// Inspect and try tool components in the sandbox, without a model.
     Tools(commands::tools::ToolsArgs),
+    /// Write a new tool's source: `new tool NAME --lang rust|go|js|python [--agent DIR]`.
+    New(commands::scaffold::NewArgs),
+    /// Build an agent's tool sources (DIR/src/*) into DIR/tools/, then check them as a Worker would.
+    Build(commands::scaffold::BuildArgs),
     /// Pin an agent's files: `agent lock DIR` writes DIR/tollgate.lock.
     Agent(commands::agent::AgentArgs),
     /// Run a Worker: claim and run the steps of sessions in a store.
@@ -95,6 +99,8 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
         match cli.command {
             Command::Demo(args) => commands::demo::run(args, demo.expect("prepared above")).await,
             Command::Tools(args) => commands::tools::run(args).await,
+            Command::New(args) => commands::scaffold::new(args).await,
+            Command::Build(args) => commands::scaffold::build(args).await,
             Command::Agent(args) => commands::agent::run(args).await,
             Command::Worker(args) => commands::worker::run(args).await,
             Command::Serve(args) => commands::serve::serve(*args).await,

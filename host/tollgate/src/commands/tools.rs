@@ -70,15 +70,24 @@ enum ToolsCommand {
     },
 }
 
-/// Runs `tollgate tools …`.
-pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
+/// The sandbox of the `tools` commands: components cached in `cache_dir` (default
+/// `~/.cache/tollgate/components`), or not at all with `no_cache`.
+///
+/// # Errors
+/// The sandbox's engine could not be made.
+pub fn sandbox(cache_dir: Option<PathBuf>, no_cache: bool) -> anyhow::Result<Sandbox> {
     let mut config = SandboxConfig::default();
-    if args.no_cache {
+    if no_cache {
         config.cache_dir = None;
-    } else if let Some(dir) = args.cache_dir {
+    } else if let Some(dir) = cache_dir {
         config.cache_dir = Some(dir);
     }
-    let sandbox = Sandbox::new(config)?;
+    Ok(Sandbox::new(config)?)
+}
+
+/// Runs `tollgate tools …`.
+pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
+    let sandbox = sandbox(args.cache_dir, args.no_cache)?;
     let mut out = std::io::stdout().lock();
     match args.command {
         ToolsCommand::List { dir, json } => {
@@ -121,65 +130,76 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ToolsCommand::Check { dir } => {
-            let layout = Layout::of(&dir)?;
-            writeln!(out, "{}", layout.described)?;
-            let tools = layout.load(&sandbox).await?;
-            for component in tools.components() {
-                let how = match component.cache {
-                    CacheOutcome::Hit => "from cache",
-                    CacheOutcome::Miss => "compiled, cached",
-                    CacheOutcome::Replaced => "compiled, replaced a bad cache entry",
-                    CacheOutcome::Uncached => "compiled, no cache",
-                };
-                writeln!(
-                    out,
-                    "{} ({}, {} KiB, {how} in {:.1} ms)",
-                    component.name,
-                    component.path.display(),
-                    component.size / 1024,
-                    component.load_time.as_secs_f64() * 1e3
-                )?;
-                writeln!(out, "  tools: {}", component.tools.join(", "))?;
-                for line in component.manifest.describe() {
-                    writeln!(out, "  {line}")?;
-                }
-            }
-            if let Some(factory_path) = &layout.factory {
-                let factory = sandbox
-                    .load_options_factory(factory_path, &layout.manifests)
-                    .await
-                    .with_context(|| format!("options factory {}", factory_path.display()))?;
-                let ctx = OptionsContext { session_id: "check".into(), turn_id: "check".into(), attempt: 1 };
-                let options = factory.build_options(&ctx).await?;
-                writeln!(
-                    out,
-                    "options factory ({}): model {}, permission mode {}, built-in tools {}{}",
-                    factory_path.display(),
-                    options.model.as_deref().unwrap_or("default"),
-                    options.permission_mode.as_deref().unwrap_or("default"),
-                    options.tools.as_ref().map_or("default".into(), |t| t.join(", ")),
-                    if factory.has_cli_policy() { ", decides built-in tool calls" } else { "" }
-                )?;
-                for line in factory.manifest().describe() {
-                    writeln!(out, "  {line}")?;
-                }
-            }
-            if let Some((path, policies)) = &layout.policies {
-                check_policy_names(path, policies, &tools)?;
-                let unclassified = default_effect_tools(policies, &tools);
-                if !unclassified.is_empty() {
-                    writeln!(
-                        out,
-                        "no policy or annotation classifies {}: they get default_effect ({})",
-                        unclassified.join(", "),
-                        policies.default_effect().as_str()
-                    )?;
-                }
-            }
-            writeln!(out, "ok: {} components, {} tools", tools.components().len(), tools.tools().len())?;
-            Ok(ExitCode::SUCCESS)
+            drop(out);
+            check(&dir, sandbox).await
         }
     }
+}
+
+/// `tools check DIR`: loads every component as a Worker would, prints what each holds and grants,
+/// builds the options factory's options once, and checks the policies against the tools.
+///
+/// # Errors
+/// A component, manifest, factory or policy that does not load, each named.
+pub async fn check(dir: &Path, sandbox: Sandbox) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let layout = Layout::of(dir)?;
+    writeln!(out, "{}", layout.described)?;
+    let tools = layout.load(&sandbox).await?;
+    for component in tools.components() {
+        let how = match component.cache {
+            CacheOutcome::Hit => "from cache",
+            CacheOutcome::Miss => "compiled, cached",
+            CacheOutcome::Replaced => "compiled, replaced a bad cache entry",
+            CacheOutcome::Uncached => "compiled, no cache",
+        };
+        writeln!(
+            out,
+            "{} ({}, {} KiB, {how} in {:.1} ms)",
+            component.name,
+            component.path.display(),
+            component.size / 1024,
+            component.load_time.as_secs_f64() * 1e3
+        )?;
+        writeln!(out, "  tools: {}", component.tools.join(", "))?;
+        for line in component.manifest.describe() {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    if let Some(factory_path) = &layout.factory {
+        let factory = sandbox
+            .load_options_factory(factory_path, &layout.manifests)
+            .await
+            .with_context(|| format!("options factory {}", factory_path.display()))?;
+        let ctx = OptionsContext { session_id: "check".into(), turn_id: "check".into(), attempt: 1 };
+        let options = factory.build_options(&ctx).await?;
+        writeln!(
+            out,
+            "options factory ({}): model {}, permission mode {}, built-in tools {}{}",
+            factory_path.display(),
+            options.model.as_deref().unwrap_or("default"),
+            options.permission_mode.as_deref().unwrap_or("default"),
+            options.tools.as_ref().map_or("default".into(), |t| t.join(", ")),
+            if factory.has_cli_policy() { ", decides built-in tool calls" } else { "" }
+        )?;
+        for line in factory.manifest().describe() {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    if let Some((path, policies)) = &layout.policies {
+        check_policy_names(path, policies, &tools)?;
+        let unclassified = default_effect_tools(policies, &tools);
+        if !unclassified.is_empty() {
+            writeln!(
+                out,
+                "no policy or annotation classifies {}: they get default_effect ({})",
+                unclassified.join(", "),
+                policies.default_effect().as_str()
+            )?;
+        }
+    }
+    writeln!(out, "ok: {} components, {} tools", tools.components().len(), tools.tools().len())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Where the components, manifests and options factory of `DIR` are.
