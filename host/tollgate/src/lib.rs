@@ -48,6 +48,8 @@ pub enum Command {
     New(commands::scaffold::NewArgs),
     /// Build an agent's tool sources (DIR/src/*) into DIR/tools/, then check them as a Worker would.
     Build(commands::scaffold::BuildArgs),
+    /// Serve an agent for development: the mock model when offline, rebuilds and reloads on change.
+    Dev(commands::dev::DevArgs),
     /// Pin an agent's files: `agent lock DIR` writes DIR/tollgate.lock.
     Agent(commands::agent::AgentArgs),
     /// Run a Worker: claim and run the steps of sessions in a store.
@@ -101,6 +103,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Tools(args) => commands::tools::run(args).await,
             Command::New(args) => commands::scaffold::new(args).await,
             Command::Build(args) => commands::scaffold::build(args).await,
+            Command::Dev(args) => commands::dev::run(args).await,
             Command::Agent(args) => commands::agent::run(args).await,
             Command::Worker(args) => commands::worker::run(args).await,
             Command::Serve(args) => commands::serve::serve(*args).await,

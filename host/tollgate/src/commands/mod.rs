@@ -5,6 +5,7 @@ pub mod agent;
 pub mod approvals;
 pub mod auth;
 pub mod demo;
+pub mod dev;
 pub mod scaffold;
 pub mod serve;
 pub mod session;

@@ -9,6 +9,7 @@
 //!   resumed segment (`succeeded`, `failed`), or `outcome_unknown` when the segment ended without one.
 //! - `bundles`: pinned agent bundles: a swapped component refused, Workers of two bundles on one
 //!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
+//! - `dev`: `tollgate dev`: a scaffolded tool served with the mock model, rebuilt and reloaded on change.
 //! - `fleet`: agents on one store: a session names its agent, and a Worker of another agent on
 //!   the same SQLite or PostgreSQL store runs none of its sessions.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
@@ -76,6 +77,7 @@ mod chaos_common;
 mod cli_limits;
 mod contract;
 mod deadlines;
+mod dev;
 mod edits;
 mod fleet;
 mod grants;

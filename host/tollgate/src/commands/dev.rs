@@ -1,0 +1,260 @@
+//! `tollgate dev [--agent DIR]`: a tool author's loop around `tollgate serve`. It builds the
+//! agent's tool sources (`tollgate build`), starts the scripted mock model on loopback when no
+//! model credential is set, runs `tollgate serve` on the agent (a child process, with a fresh
+//! admin token it prints with the inbox's address), and then watches:
+//! - a changed tool source under `DIR/src/` is rebuilt into `DIR/tools/`, which an unlocked
+//!   agent's Worker reads at every step: the next tool call runs the new build;
+//! - a changed `tollgate.toml` restarts the server on the same address (the sessions are in the
+//!   store: waiting and running ones go on under the new configuration at their next step).
+//!
+//! Each change is said on stdout as it is applied. The server's own log goes to stderr.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tollgate_mock_model::MockModel;
+
+/// Options of `tollgate dev`.
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// The agent folder (its tool sources in DIR/src/, built into DIR/tools/).
+    #[arg(long, default_value = ".")]
+    agent: PathBuf,
+    /// Where the server listens.
+    #[arg(long, default_value = "127.0.0.1:7460")]
+    listen: String,
+    /// The store (default: `serve`'s, beside the agent).
+    #[arg(long)]
+    db: Option<String>,
+    /// How often the sources and `tollgate.toml` are looked at, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    poll_ms: u64,
+}
+
+/// What the watch compares: each watched file's length and modification time.
+type Stamps = BTreeMap<PathBuf, (u64, Option<SystemTime>)>;
+
+/// The files under `dir` (build outputs and caches left out).
+fn stamps(dir: &Path, into: &mut Stamps) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if matches!(name.to_str(), Some("target" | "node_modules" | "__pycache__" | ".git")) {
+            continue;
+        }
+        match entry.metadata() {
+            Ok(meta) if meta.is_dir() => stamps(&path, into),
+            Ok(meta) => {
+                into.insert(path, (meta.len(), meta.modified().ok()));
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn config_stamp(agent: &Path) -> Stamps {
+    let mut out = Stamps::new();
+    let path = agent.join("tollgate.toml");
+    if let Ok(meta) = std::fs::metadata(&path) {
+        out.insert(path, (meta.len(), meta.modified().ok()));
+    }
+    out
+}
+
+fn source_stamps(agent: &Path) -> Stamps {
+    let mut out = Stamps::new();
+    stamps(&agent.join("src"), &mut out);
+    out
+}
+
+/// A running `tollgate serve`.
+struct Server {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl Server {
+    /// Starts `tollgate serve` and waits until it says where it listens; its log goes on to
+    /// stderr.
+    async fn start(
+        args: &DevArgs,
+        listen: &str,
+        token: &str,
+        model: &[(String, String)],
+    ) -> anyhow::Result<Server> {
+        let mut command =
+            tokio::process::Command::new(std::env::current_exe().context("this program's path")?);
+        command.args(["serve", "--agent"]).arg(&args.agent).args(["--listen", listen]);
+        if let Some(db) = &args.db {
+            command.args(["--db", db]);
+        }
+        command
+            .env("TOLLGATE_TOKEN", token)
+            .envs(model.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().context("starting tollgate serve")?;
+        let mut lines = BufReader::new(child.stderr.take().context("its stderr")?).lines();
+        let url = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("{line}");
+                if let Some(rest) = line.strip_prefix("tollgate serving on ") {
+                    return rest.split_whitespace().next().map(str::to_owned);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(url) = url else {
+            let status = child.wait().await.ok();
+            bail!("tollgate serve did not start ({status:?}); its log is above");
+        };
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("{line}");
+            }
+        });
+        Ok(Server { child, url })
+    }
+
+    /// SIGTERM, then waits for it to drain and exit.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id().and_then(|pid| i32::try_from(pid).ok()) {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+    }
+}
+
+/// Builds the agent's tool sources, when it has any; says what failed instead of stopping.
+async fn build(agent: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
+    if !agent.join("src").is_dir() {
+        return Ok(true);
+    }
+    let status = tokio::process::Command::new(std::env::current_exe().context("this program's path")?)
+        .arg("build")
+        .arg(agent)
+        .stdin(Stdio::null())
+        .status()
+        .await
+        .context("running tollgate build")?;
+    if !status.success() {
+        writeln!(out, "the build failed (above); the tools built before stay in place")?;
+    }
+    Ok(status.success())
+}
+
+/// Runs `tollgate dev`.
+pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
+    if !args.agent.is_dir() {
+        bail!(
+            "the agent folder {} does not exist (`tollgate new tool NAME --lang … --agent DIR` makes one)",
+            args.agent.display()
+        );
+    }
+    build(&args.agent, &mut out).await?;
+    // The model: Claude when a credential is set, else the scripted mock on loopback.
+    let offline = matches!(crate::proxy::Upstream::from_env().credential, crate::proxy::Credential::None);
+    let (_mock, model) = if offline {
+        let mock = MockModel::start().await.context("starting the mock model")?;
+        let env = vec![
+            ("ANTHROPIC_BASE_URL".to_owned(), mock.base_url()),
+            ("ANTHROPIC_API_KEY".to_owned(), "tollgate-dev-mock".to_owned()),
+        ];
+        writeln!(
+            out,
+            "no model credential: the scripted mock model answers on {} (a message `say hello`, or `call TOOL {{json}}`)",
+            mock.base_url()
+        )?;
+        (Some(mock), env)
+    } else {
+        (None, Vec::new())
+    };
+    let token = tollgate_api::auth::new_token().context("making a token")?;
+    let server = Server::start(&args, &args.listen, &token, &model).await?;
+    // A restart takes the same address, even when the first was `:0`.
+    let listen = server.url.trim_start_matches("http://").trim_start_matches("https://").to_owned();
+    writeln!(out, "inbox: {}/ (sign in with the token {token}, this server's only)", server.url)?;
+    writeln!(out, "watching {} (src/ and tollgate.toml)", args.agent.display())?;
+    out.flush()?;
+    let mut server = Some(server);
+    let (mut config, mut sources) = (config_stamp(&args.agent), source_stamps(&args.agent));
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = &mut interrupted => break,
+            _ = terminate.recv() => break,
+            () = tokio::time::sleep(Duration::from_millis(args.poll_ms)) => {}
+        }
+        let now = source_stamps(&args.agent);
+        if now != sources {
+            let changed = changed_tools(&args.agent, &sources, &now);
+            writeln!(out, "sources changed: rebuilding {changed}")?;
+            if build(&args.agent, &mut out).await? {
+                writeln!(out, "rebuilt {changed}: the next tool call runs the new build")?;
+            }
+            sources = source_stamps(&args.agent);
+            out.flush()?;
+        }
+        let now = config_stamp(&args.agent);
+        if now != config {
+            config = now;
+            writeln!(
+                out,
+                "tollgate.toml changed: restarting the server (sessions are in the store and go on)"
+            )?;
+            out.flush()?;
+            if let Some(old) = server.take() {
+                old.stop().await;
+            }
+            match Server::start(&args, &listen, &token, &model).await {
+                Ok(started) => {
+                    writeln!(out, "reloaded tollgate.toml: new steps run under it; inbox: {}/", started.url)?;
+                    server = Some(started);
+                }
+                Err(err) => {
+                    writeln!(
+                        out,
+                        "the server did not start with the new tollgate.toml: {err:#}; fix it and save again"
+                    )?;
+                }
+            }
+            out.flush()?;
+        }
+    }
+    if let Some(server) = server {
+        server.stop().await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The tool sources (folders of `src/`) whose files differ between `before` and `after`.
+fn changed_tools(agent: &Path, before: &Stamps, after: &Stamps) -> String {
+    let src = agent.join("src");
+    let mut names: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|path| before.get(*path) != after.get(*path))
+        .filter_map(|path| {
+            path.strip_prefix(&src).ok()?.components().next()?.as_os_str().to_str().map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names.join(", ")
+}

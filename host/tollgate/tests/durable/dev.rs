@@ -1,0 +1,113 @@
+//! `tollgate dev`: a scaffolded tool served with the mock model, rebuilt when its source changes
+//! and the server restarted when `tollgate.toml` does, while a session goes on.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::util::{Refund, World};
+
+/// Reads `lines` until one contains `needle` (60 s at most); the lines seen so far.
+async fn until(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    seen: &mut String,
+    needle: &str,
+) -> String {
+    let found = tokio::time::timeout(Duration::from_secs(90), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains(needle) {
+                return Some(line);
+            }
+        }
+        None
+    })
+    .await;
+    found.ok().flatten().unwrap_or_else(|| panic!("`{needle}` never came; dev said:\n{seen}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_serves_with_the_mock_rebuilds_a_changed_tool_and_reloads_a_changed_configuration() {
+    let Some(world) = World::new("dev: the tool author's loop", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let agent = world.agent.to_str().unwrap().to_owned();
+    let new = world
+        .tollgate()
+        .args(["new", "tool", "greet", "--lang", "js", "--agent", &agent])
+        .output()
+        .await
+        .unwrap();
+    assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
+    // No model credential: dev starts the mock itself.
+    let mut child = world
+        .tollgate()
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .args(["dev", "--agent", &agent, "--listen", "127.0.0.1:0", "--db", &world.db, "--poll-ms", "200"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    until(&mut lines, &mut seen, "the scripted mock model answers on").await;
+    let inbox = until(&mut lines, &mut seen, "inbox: ").await;
+    until(&mut lines, &mut seen, "watching ").await;
+    let url = inbox.split_whitespace().nth(1).unwrap().trim_end_matches('/').to_owned();
+    let token =
+        inbox.split_whitespace().find(|w| w.starts_with("tg_")).unwrap().trim_end_matches(',').to_owned();
+    assert!(seen.contains("built ") && seen.contains("greet.wasm (js, "), "{seen}");
+    let client = |args: &[&str]| {
+        let mut command = world.tollgate();
+        command.args(args).args(["--url", &url]).env("TOLLGATE_TOKEN", &token);
+        command
+    };
+    let ask = |text: &str| {
+        let text = text.to_owned();
+        let mut command = client(&["session", "send", "d1"]);
+        command.arg(text);
+        command
+    };
+    let start = client(&["session", "start", "d1", "--message", r#"call greet {"text":"dev"}"#])
+        .output()
+        .await
+        .unwrap();
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    let done = world.wait_idle_after("d1", 1).await;
+    assert_eq!(done.messages.last().map(|m| m.text.as_str()), Some("called greet: hello, dev"), "{seen}");
+
+    // The tool's source changes: rebuilt, and the next call runs the new build.
+    let source = world.agent.join("src/greet/tool.js");
+    let text = std::fs::read_to_string(&source).unwrap().replace("`hello, ${text}`", "`hi there, ${text}`");
+    std::fs::write(&source, text).unwrap();
+    let rebuilt = until(&mut lines, &mut seen, "rebuilt ").await;
+    assert!(rebuilt.contains("rebuilt greet"), "{seen}");
+    assert!(ask(r#"call greet {"text":"again"}"#).output().await.unwrap().status.success());
+    let done = world.wait_idle_after("d1", 2).await;
+    assert_eq!(
+        done.messages.last().map(|m| m.text.as_str()),
+        Some("called greet: hi there, again"),
+        "{seen}"
+    );
+
+    // The configuration changes: the server restarts on the same address and the session goes on.
+    let config = world.agent.join("tollgate.toml");
+    let text = std::fs::read_to_string(&config).unwrap() + "\n# edited\n";
+    std::fs::write(&config, text).unwrap();
+    let reloaded = until(&mut lines, &mut seen, "reloaded tollgate.toml").await;
+    assert!(reloaded.contains(&url), "the same address: {seen}");
+    assert!(ask("say after the reload").output().await.unwrap().status.success());
+    let done = world.wait_idle_after("d1", 3).await;
+    assert_eq!(done.messages.last().map(|m| m.text.as_str()), Some("said: after the reload"), "{seen}");
+    println!("finding: tollgate dev said:\n{seen}");
+    // SIGTERM: it stops its server and exits.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(i32::try_from(child.id().unwrap()).unwrap(), libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(40), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+}
