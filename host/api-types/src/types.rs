@@ -741,6 +741,10 @@ pub struct SessionRow {
     #[serde(default)]
     #[schema(required = true)]
     pub agent_pinned: bool,
+    /// The number of the agent's pushed version whose digest it runs under (`3` in `support@3`,
+    /// the canary's or the current one's); omitted when that digest was never pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<i64>,
     /// Creation time (ms since the epoch).
     pub created_at: i64,
     /// Its id.

@@ -815,11 +815,28 @@ async fn list_sessions(
     let list = state.store.list_sessions(status.as_deref(), after, limit).await?;
     let next_after =
         (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
-    let sessions = list
+    let list: Vec<_> = list
         .into_iter()
         .filter(|s| caller.sees_agent(s.agent_name.as_deref()))
         .filter(|s| agent.is_none_or(|agent| s.agent_name.as_deref() == Some(agent)))
+        .collect();
+    // The pushed versions of the agents on this page, once each: which version a digest is.
+    let mut versions: std::collections::BTreeMap<(String, String), i64> = std::collections::BTreeMap::new();
+    let mut names: Vec<&str> = list.iter().filter_map(|s| s.agent_name.as_deref()).collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        for version in state.store.versions().agent_versions(name).await? {
+            versions.insert((version.name, version.digest), version.version);
+        }
+    }
+    let sessions = list
+        .into_iter()
         .map(|s| SessionRow {
+            agent_version: match (&s.agent_name, &s.agent) {
+                (Some(name), Some(agent)) => versions.get(&(name.clone(), agent.digest.clone())).copied(),
+                _ => None,
+            },
             agent: s.agent_name,
             agent_digest: s.agent.as_ref().map(|a| a.digest.clone()),
             agent_pinned: s.agent.as_ref().is_some_and(|a| a.pinned),

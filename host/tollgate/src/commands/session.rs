@@ -280,8 +280,11 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
                             (Some(digest), false) => format!("{digest} (unpinned)"),
                             (None, _) => "-".to_owned(),
                         };
-                        let agent =
-                            s.agent.clone().unwrap_or_else(|| "- (none: no Worker runs it)".to_owned());
+                        let agent = match (&s.agent, s.agent_version) {
+                            (Some(name), Some(version)) => format!("{name}@{version}"),
+                            (Some(name), None) => name.clone(),
+                            (None, _) => "- (none: no Worker runs it)".to_owned(),
+                        };
                         vec![s.session_id.clone(), s.status.clone(), age(now, s.updated_at), agent, digest]
                     })
                     .collect();

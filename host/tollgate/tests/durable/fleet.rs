@@ -397,6 +397,11 @@ async fn a_pushed_agent_runs_on_a_worker_without_its_folder_and_versions_are_pro
     assert!((6..=36).contains(&on(1)), "about half on the canary: {}", on(1) - 1);
     let shown = tollgate_ok(&world, &["agent", "show", "agent", "--db", &db]).await;
     assert!(shown.lines().any(|l| l.starts_with("@2") && l.contains("50%")), "{shown}");
+    // The session list says which version each runs.
+    let listed = stdout_of(&api.tollgate(&["session", "list", "--limit", "200"]).await, "session list");
+    let on_list =
+        |version: &str| listed.lines().filter(|l| l.starts_with('c') && l.contains(version)).count() as i64;
+    assert_eq!((on_list(" agent@1 "), on_list(" agent@2 ")), (on(0) - 3, on(1) - 1), "{listed}");
     api.stop().await;
 }
 
