@@ -74,3 +74,56 @@ fn a_tool_scaffolded_in_each_language_builds_checks_and_answers_as_written() {
     assert!(failed.contains("the python build of") && failed.contains("greet_python"), "{failed}");
     assert!(failed.contains("SyntaxError") || failed.contains("invalid syntax"), "{failed}");
 }
+
+/// The Rust SDK and its macro pack as crates.io packages (`cargo package`, which checks that each
+/// builds from its package alone), and a tool in a folder outside the repository builds against
+/// the unpacked packages, by version, and answers.
+#[test]
+fn the_rust_sdk_packs_and_a_tool_outside_the_repository_builds_against_the_packages() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let packages = tempfile::Builder::new().prefix("tollgate-packages-").tempdir().unwrap();
+    let packed = Command::new("cargo")
+        .current_dir(&root)
+        .args([
+            "package",
+            "--locked",
+            "--allow-dirty",
+            "-p",
+            "tollgate-guest-macro",
+            "-p",
+            "tollgate-guest",
+            "--target-dir",
+        ])
+        .arg(packages.path().join("target"))
+        .output()
+        .unwrap();
+    assert!(packed.status.success(), "cargo package: {}", String::from_utf8_lossy(&packed.stderr));
+    let unpacked = packages.path().join("crates");
+    std::fs::create_dir(&unpacked).unwrap();
+    for name in ["tollgate-guest-0.1.0", "tollgate-guest-macro-0.1.0"] {
+        let file = packages.path().join(format!("target/package/{name}.crate"));
+        let untar = Command::new("tar").arg("xzf").arg(&file).arg("-C").arg(&unpacked).status().unwrap();
+        assert!(untar.success(), "{}", file.display());
+        let manifest = std::fs::read_to_string(unpacked.join(name).join("Cargo.toml")).unwrap();
+        assert!(!manifest.contains("workspace = true") && !manifest.contains("path = \"../"), "{manifest}");
+    }
+
+    // A tool outside the repository: `tollgate new`'s, its dependency the package by version.
+    let dir = tempfile::Builder::new().prefix("tollgate-outside-").tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    let agent_arg = agent.to_str().unwrap();
+    ok(&tollgate(&["new", "tool", "packed", "--lang", "rust", "--agent", agent_arg]), "tollgate new");
+    let cargo_toml = agent.join("src/packed/Cargo.toml");
+    let text = std::fs::read_to_string(&cargo_toml).unwrap();
+    let by_path = text.lines().find(|l| l.starts_with("tollgate-guest = ")).unwrap().to_owned();
+    let patched = text.replace(&by_path, "tollgate-guest = \"0.1.0\"")
+        + &format!(
+            "\n[patch.crates-io]\ntollgate-guest = {{ path = \"{0}/tollgate-guest-0.1.0\" }}\ntollgate-guest-macro = {{ path = \"{0}/tollgate-guest-macro-0.1.0\" }}\n",
+            unpacked.display()
+        );
+    std::fs::write(&cargo_toml, patched).unwrap();
+    let built = ok(&tollgate(&["build", agent_arg]), "tollgate build");
+    assert!(built.contains("packed.wasm (rust, "), "{built}");
+    let answer = ok(&tollgate(&["tools", "call", agent_arg, "packed", r#"{"text":"crate"}"#]), "call");
+    assert_eq!(answer.trim(), "hello, crate");
+}
