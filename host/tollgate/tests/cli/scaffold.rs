@@ -127,3 +127,66 @@ fn the_rust_sdk_packs_and_a_tool_outside_the_repository_builds_against_the_packa
     let answer = ok(&tollgate(&["tools", "call", agent_arg, "packed", r#"{"text":"crate"}"#]), "call");
     assert_eq!(answer.trim(), "hello, crate");
 }
+
+/// The Python SDK builds as a wheel (with `py.typed`, its WIT world and its builder), installs
+/// into a folder outside the repository, and builds a scaffolded tool from there
+/// (`python -m tollgate_guest.build`), which answers.
+#[test]
+fn the_python_sdk_builds_as_a_wheel_that_builds_a_tool_outside_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = root.join(".tools/venv/bin/python");
+    assert!(python.is_file(), "scripts/install-guest-toolchains.sh installs {}", python.display());
+    let dir = tempfile::Builder::new().prefix("tollgate-wheel-").tempdir().unwrap();
+    let wheels = dir.path().join("wheels");
+    let built = Command::new(&python)
+        .args(["-m", "pip", "wheel", "--quiet", "--no-deps", "-w"])
+        .arg(&wheels)
+        .arg(root.join("guest-sdk/python"))
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "pip wheel: {}", String::from_utf8_lossy(&built.stderr));
+    let wheel = wheels.join("tollgate_guest-0.1.0-py3-none-any.whl");
+    let listed = Command::new(&python)
+        .args(["-c", "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))"])
+        .arg(&wheel)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for file in [
+        "tollgate_guest/py.typed",
+        "tollgate_guest/build.py",
+        "tollgate_guest/wit/world.wit",
+        "tollgate_guest/wit/deps/tollgate-tool/tools.wit",
+    ] {
+        assert!(listed.lines().any(|l| l == file), "{file} is not in the wheel:\n{listed}");
+    }
+    let site = dir.path().join("site");
+    let installed = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
+        .arg(&site)
+        .arg(&wheel)
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "pip install: {}", String::from_utf8_lossy(&installed.stderr));
+
+    let agent = dir.path().join("agent");
+    let agent_arg = agent.to_str().unwrap();
+    ok(&tollgate(&["new", "tool", "from_wheel", "--lang", "python", "--agent", agent_arg]), "tollgate new");
+    std::fs::create_dir_all(agent.join("tools")).unwrap();
+    let build = Command::new(&python)
+        .env("PYTHONPATH", &site)
+        .current_dir(dir.path())
+        .args([
+            "-c",
+            "import tollgate_guest.build as b, sys; print(b.__file__); sys.exit(b.main(sys.argv[1:]))",
+        ])
+        .arg(agent.join("src/from_wheel/from_wheel.py"))
+        .arg(agent.join("tools/from_wheel.wasm"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&build.stdout);
+    assert!(build.status.success(), "the wheel's build: {stdout}{}", String::from_utf8_lossy(&build.stderr));
+    assert!(stdout.starts_with(site.to_str().unwrap()), "built by the installed package: {stdout}");
+    let answer = ok(&tollgate(&["tools", "call", agent_arg, "from_wheel", r#"{"text":"wheel"}"#]), "call");
+    assert_eq!(answer.trim(), "hello, wheel");
+}
