@@ -19,6 +19,7 @@
 //    and quickjs otherwise.
 // Prints the size, the engine and the time taken.
 
+import { existsSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
@@ -27,7 +28,18 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const sdk = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const root = resolve(sdk, '../..');
+// The WIT world: resolved into wit-packed/ in the package (bin/prepack.mjs), linked in wit/ here.
+const witDir = existsSync(join(sdk, 'wit-packed')) ? join(sdk, 'wit-packed') : join(sdk, 'wit');
+
+// An executable of a dependency: in this package's node_modules (a checkout), or in a
+// node_modules above it (the package installed as a dependency).
+function dependencyBin(name) {
+  for (let dir = sdk; ; dir = dirname(dir)) {
+    const bin = join(dir, 'node_modules/.bin', name);
+    if (existsSync(bin)) return bin;
+    if (dirname(dir) === dir) return join(sdk, 'node_modules/.bin', name);
+  }
+}
 
 function usage(msg) {
   if (msg) console.error(`error: ${msg}`);
@@ -52,7 +64,7 @@ let rolldown;
 try {
   ({ rolldown } = await import('rolldown'));
 } catch {
-  console.error(`error: rolldown not installed in ${sdk}/node_modules: run scripts/install-guest-toolchains.sh`);
+  console.error(`error: rolldown is not installed (${sdk}/node_modules or above): run scripts/install-guest-toolchains.sh, or npm install @tollgate/guest`);
   process.exit(1);
 }
 
@@ -81,9 +93,13 @@ try {
   await mkdir(dirname(out), { recursive: true });
   await bundleTo(entry, bundled, engine);
 
+  // componentize-js cannot follow the wit/deps/tollgate-tool link (preview2-shim refuses it):
+  // both engines get a copy with the links resolved.
+  const wit = join(work, 'wit');
+  await cp(witDir, wit, { recursive: true, dereference: true });
   if (engine === 'quickjs') {
-    const bin = join(sdk, 'node_modules/.bin/componentize-qjs');
-    const args = ['--wit', join(root, 'wit/tool'), '-n', 'tool-provider', '--js', bundled, '--sync', '-o', out];
+    const bin = dependencyBin('componentize-qjs');
+    const args = ['--wit', join(wit, 'deps/tollgate-tool'), '-n', 'tool-provider', '--js', bundled, '--sync', '-o', out];
     const r = spawnSync(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
     if (r.error || r.status !== 0) {
       process.stderr.write(r.stdout || '');
@@ -91,10 +107,6 @@ try {
       throw new Error(`componentize-qjs failed${r.error ? `: ${r.error.message}` : ` (exit ${r.status})`}`);
     }
   } else {
-    // componentize-js cannot follow the wit/deps/tollgate-tool link (preview2-shim refuses it):
-    // hand it a copy.
-    const wit = join(work, 'wit');
-    await cp(join(sdk, 'wit'), wit, { recursive: true, dereference: true });
     await componentizeStarlingMonkey(bundled, wit, out);
   }
   const { size } = await stat(out);

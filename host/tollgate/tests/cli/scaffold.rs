@@ -190,3 +190,67 @@ fn the_python_sdk_builds_as_a_wheel_that_builds_a_tool_outside_the_repository() 
     let answer = ok(&tollgate(&["tools", "call", agent_arg, "from_wheel", r#"{"text":"wheel"}"#]), "call");
     assert_eq!(answer.trim(), "hello, wheel");
 }
+
+/// The JavaScript SDK packs as an npm package (`npm pack`: its sources, type declarations, the
+/// WIT world with its links resolved, and the builder `tollgate-build-js`); installed into a
+/// project outside the repository, it builds a tool that imports it, which answers.
+#[test]
+fn the_js_sdk_packs_for_npm_and_builds_a_tool_outside_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::Builder::new().prefix("tollgate-npm-").tempdir().unwrap();
+    let npm = |cwd: &Path, args: &[&str]| {
+        let output = Command::new("npm").current_dir(cwd).args(args).output().unwrap();
+        assert!(output.status.success(), "npm {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let packed = npm(dir.path(), &["pack", "--json", root.join("guest-sdk/js").to_str().unwrap()]);
+    for file in [
+        "types/index.d.ts",
+        "types/http.d.ts",
+        "wit-packed/world.wit",
+        "wit-packed/deps/tollgate-tool/tools.wit",
+        "bin/build.mjs",
+    ] {
+        assert!(packed.contains(&format!("\"path\": \"{file}\"")), "{file} is not in the package:\n{packed}");
+    }
+    assert!(!root.join("guest-sdk/js/wit-packed").exists(), "the packing leaves the checkout as it was");
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(
+        project.join("package.json"),
+        r#"{"name":"outside","version":"1.0.0","type":"module","private":true}"#,
+    )
+    .unwrap();
+    let tarball = dir.path().join("tollgate-guest-0.1.0.tgz");
+    npm(&project, &["install", "--prefer-offline", "--no-audit", "--no-fund", tarball.to_str().unwrap()]);
+
+    let agent = project.join("agent");
+    let agent_arg = agent.to_str().unwrap();
+    ok(&tollgate(&["new", "tool", "from_npm", "--lang", "js", "--agent", agent_arg]), "tollgate new");
+    // The tool imports the package, as an author outside the repository would.
+    let source = agent.join("src/from_npm/tool.js");
+    let text = std::fs::read_to_string(&source).unwrap();
+    let text = format!(
+        "import {{ text }} from '@tollgate/guest';\n{}",
+        text.replace("return `hello, ${text}`;", "return [text(`hello from npm, ${text}`)];")
+            .replace("handler({ text })", "handler({ text: who })")
+            .replace("${text}`)]", "${who}`)]")
+    );
+    std::fs::write(&source, text).unwrap();
+    std::fs::create_dir_all(agent.join("tools")).unwrap();
+    let built = Command::new("npx")
+        .current_dir(&project)
+        .args([
+            "--no-install",
+            "tollgate-build-js",
+            "agent/src/from_npm/tool.js",
+            "-o",
+            "agent/tools/from_npm.wasm",
+        ])
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "tollgate-build-js: {}", String::from_utf8_lossy(&built.stderr));
+    let answer =
+        ok(&tollgate(&["tools", "call", agent_arg, "from_npm", r#"{"text":"the registry"}"#]), "call");
+    assert_eq!(answer.trim(), "hello from npm, the registry");
+}
