@@ -25,8 +25,9 @@
 //!   (optional boolean; without it the effect's default below applies), and `approvers`
 //!   (optional array of group names: only a principal in one of these groups may decide a call
 //!   of the tool; see [`Policies::approvers`]), `inline` (optional boolean, only for
-//!   `idempotent_write`: see "Inline writes" below), and the deadline fields below. Other fields
-//!   are errors.
+//!   `idempotent_write`: see "Inline writes" below), `summary` (optional: the sentence an approver
+//!   reads first, e.g. `"Refund {amount_cents|money:EUR} on order {order_id}"`; see
+//!   [`crate::summary`]), and the deadline fields below. Other fields are errors.
 //! - Deadlines (see [`Policies::deadline`], [`ApprovalDeadline`]): `approval_timeout_secs`
 //!   (a positive integer, at most [`MAX_TIMEOUT_SECS`]) makes a call of the tool that waits for
 //!   approval act by itself once that long passed undecided: `on_timeout = "reject"` (the
@@ -87,6 +88,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::catalog::ToolKind;
+use crate::summary::Summary;
 
 /// The key of the `[policies]` table that holds the default effect.
 pub const DEFAULT_EFFECT_KEY: &str = "default_effect";
@@ -322,8 +324,9 @@ pub enum PolicySource {
 pub const MAX_TIMEOUT_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The policy fields a tool's entry may have.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     "effect",
+    "summary",
     "requires_approval",
     "inline",
     "approvers",
@@ -469,6 +472,8 @@ pub struct Policies {
     approvers: BTreeMap<String, Vec<String>>,
     /// Approval deadlines by tool, for the tools that set one.
     deadlines: BTreeMap<String, ApprovalDeadline>,
+    /// Approval summary templates by tool, for the tools that set one.
+    summaries: BTreeMap<String, Summary>,
 }
 
 impl Default for Policies {
@@ -485,6 +490,7 @@ impl Policies {
             entries: BTreeMap::new(),
             approvers: BTreeMap::new(),
             deadlines: BTreeMap::new(),
+            summaries: BTreeMap::new(),
         }
     }
 
@@ -551,6 +557,18 @@ impl Policies {
         Ok(self)
     }
 
+    /// The approval summary template of `tool` (its entry's `summary`), if it sets one: the
+    /// sentence an approver reads first ([`crate::session::turn::with_summaries`] stamps it,
+    /// rendered, into each approval request).
+    pub fn summary(&self, tool: &str) -> Option<&Summary> {
+        self.summaries.get(tool)
+    }
+
+    /// Every tool's summary template, by tool name.
+    pub fn summaries(&self) -> impl Iterator<Item = (&str, &Summary)> {
+        self.summaries.iter().map(|(tool, summary)| (tool.as_str(), summary))
+    }
+
     /// The approval deadline of `tool` (its entry's deadline fields), if it sets one.
     pub fn deadline(&self, tool: &str) -> Option<&ApprovalDeadline> {
         self.deadlines.get(tool)
@@ -591,6 +609,9 @@ impl Policies {
             if let Some(deadline) = parse_deadline(key, value)? {
                 check_deadline_needs_approval(key, policies.entries.get(key))?;
                 policies.deadlines.insert(key.clone(), deadline);
+            }
+            if let Some(summary) = parse_summary(key, value)? {
+                policies.summaries.insert(key.clone(), summary);
             }
         }
         Ok(policies)
@@ -686,6 +707,9 @@ impl Policies {
             if let Some(groups) = self.approvers.get(tool) {
                 fields.insert("approvers".to_owned(), Value::from(groups.clone()));
             }
+            if let Some(summary) = self.summaries.get(tool) {
+                fields.insert("summary".to_owned(), Value::from(summary.source()));
+            }
             if let Some(deadline) = self.deadlines.get(tool) {
                 let Value::Object(deadline) = serde_json::to_value(deadline).expect("serializes") else {
                     unreachable!("a deadline serializes as an object")
@@ -745,7 +769,7 @@ pub enum PolicyError {
     /// A policy table has a field other than `effect`, `requires_approval`, `inline`,
     /// `approvers` and the deadline fields.
     #[error(
-        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `summary`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
     )]
     UnknownField {
         /// The tool the policy names.
@@ -768,6 +792,9 @@ pub enum PolicyError {
         /// The tool the policy names.
         tool: String,
     },
+    /// A `summary` template is wrong: it names the placeholder.
+    #[error(transparent)]
+    BadSummary(#[from] crate::summary::SummaryError),
     /// A deadline field is wrong: out of range, missing what it needs, or set where it means
     /// nothing (e.g. `escalate_to` without `on_timeout = "escalate"`).
     #[error("[policies] `{tool}.{field}` {reason}")]
@@ -869,6 +896,19 @@ fn parse_approvers(tool: &str, value: &Value) -> Result<Option<Vec<String>>, Pol
         }
     }
     Ok((!names.is_empty()).then_some(names))
+}
+
+/// The entry's `summary` template, checked: `None` when absent.
+fn parse_summary(tool: &str, value: &Value) -> Result<Option<Summary>, PolicyError> {
+    match value.get("summary") {
+        None => Ok(None),
+        Some(Value::String(template)) => Ok(Some(Summary::parse(tool, template)?)),
+        Some(other) => Err(PolicyError::WrongType {
+            path: format!("{tool}.summary"),
+            expected: "a text with {argument} placeholders",
+            found: json_kind(other),
+        }),
+    }
 }
 
 /// The entry's deadline fields: `None` when it has none.
@@ -1146,8 +1186,30 @@ mod tests {
         );
         assert_eq!(
             error.to_string(),
-            "[policies] `Bash`: unknown field `approval`; expected `effect`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+            "[policies] `Bash`: unknown field `approval`; expected `effect`, `summary`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
         );
+    }
+
+    #[test]
+    fn a_summary_template_is_checked_at_load_and_kept_as_written() {
+        let table = json!({
+            "create_refund": { "effect": "non_idempotent_write", "summary": "Refund {amount_cents|money:EUR}" },
+        });
+        let policies = Policies::from_value(&table).unwrap();
+        assert_eq!(
+            policies.summary("create_refund").unwrap().render(&json!({ "amount_cents": 500 })),
+            "Refund €5.00"
+        );
+        assert_eq!(policies.summary("Bash"), None);
+        assert_eq!(Policies::from_value(&policies.to_value()).unwrap(), policies, "round trip");
+        let bad =
+            error(json!({ "create_refund": { "effect": "read", "summary": "Refund {amount_cents|cash}" } }));
+        assert_eq!(
+            bad.to_string(),
+            "[policies] `create_refund.summary`: placeholder `{amount_cents|cash}`: unknown formatter `cash`; expected `money:CUR`, `date` or `list`"
+        );
+        let wrong = error(json!({ "create_refund": { "effect": "read", "summary": 3 } }));
+        assert!(wrong.to_string().contains("`create_refund.summary`"), "{wrong}");
     }
 
     #[test]

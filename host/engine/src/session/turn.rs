@@ -421,6 +421,18 @@ pub fn with_deadlines(t: &mut Transition, policies: &Policies) {
     });
 }
 
+/// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
+/// with its `summary`: the tool policy's template rendered with the call's arguments, so the
+/// inbox, the API and the webhooks show the same sentence without loading the agent. A tool
+/// without a template is left as it is.
+pub fn with_summaries(t: &mut Transition, policies: &Policies) {
+    t.stamp_requests(|request| {
+        let Some(summary) = policies.summary(&request.tool_name) else { return false };
+        request.summary = Some(summary.render(&request.arguments));
+        true
+    });
+}
+
 /// What the end of a segment changes. `calls` are the session's deferred calls (for a failing
 /// turn's note).
 pub fn on_segment(

@@ -36,8 +36,8 @@ fn restrict_refunds_to_finance(world: &World) {
     let config = world.agent.join("tollgate.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let restricted = text.replace(
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#,
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"], approval_timeout_secs = 600, on_timeout = "escalate", escalate_to = ["ops"] }"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"], approval_timeout_secs = 600, on_timeout = "escalate", escalate_to = ["ops"]"#,
     );
     assert_ne!(text, restricted, "the example's refund policy line changed");
     std::fs::write(&config, restricted).unwrap();
@@ -129,6 +129,25 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
         "FIGURE a new interrupt showed on the open page {} ms after it was created (tollgate serve, SQLite)",
         shown - opened
     );
+    // The decision first: the policy's sentence heads the card; the call folds below it.
+    let head = browser
+        .js(
+            &format!(
+                "{CARD} const h = card.querySelector('h3'); const more = card.querySelector('details.more'); \
+                 return [h.textContent, card.getAttribute('aria-labelledby') === h.id, more.open, \
+                 card.querySelector('header').compareDocumentPosition(more) === Node.DOCUMENT_POSITION_FOLLOWING, \
+                 more.querySelector('pre').checkVisibility()];"
+            ),
+            vec![json!("r1")],
+        )
+        .await;
+    assert_eq!(
+        head,
+        json!(["Refund €5.00 on order 7", true, false, true, false]),
+        "heading, folded arguments"
+    );
+    browser.screenshot("inbox-card-summary").await;
+    browser.click(&in_card("r1", "details.more > summary")).await;
     let text = browser.js(&format!("{CARD} return card.innerText;"), vec![json!("r1")]).await;
     let text = text.as_str().unwrap();
     for expected in [
@@ -198,8 +217,16 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     );
 
     // Reject with a reason: the model reads it.
-    start_as(&served, &carl, "r2", REFUND).await;
+    // Its order id is markup: the summary shows it as text.
+    start_as(&served, &carl, "r2", r#"call create_refund {"order_id":"<b>7</b>","amount_cents":500}"#).await;
     card_shown(&browser, "r2").await;
+    let heading = browser
+        .js(
+            &format!("{CARD} const h = card.querySelector('h3'); return [h.textContent, h.children.length];"),
+            vec![json!("r2")],
+        )
+        .await;
+    assert_eq!(heading, json!(["Refund €5.00 on order <b>7</b>", 0]), "the summary is text, not HTML");
     let id2 = world.snapshot("r2").await.pending_interrupts[0].interrupt_id.clone();
     let reason = "Refunds over four dollars need a manager";
     // By keyboard: type the reason, Tab to Reject, Enter.

@@ -153,6 +153,31 @@ fn check_fails_on_a_policy_for_a_misspelled_tool_and_lists_the_tools_left_to_def
 }
 
 #[test]
+fn check_fails_on_a_summary_placeholder_that_names_no_argument_of_the_tool() {
+    let dir = agent();
+    let config = std::fs::read_to_string(dir.path().join("tollgate.toml")).unwrap();
+    let with = |summary: &str| {
+        let policy =
+            format!("create_refund = {{ effect = \"non_idempotent_write\", summary = \"{summary}\" }}");
+        std::fs::write(dir.path().join("tollgate.toml"), format!("{config}\n[policies]\n{policy}\n"))
+            .unwrap();
+        tollgate(dir.path(), &["check", "DIR"])
+    };
+    let output = with("Refund {amount|money:EUR} on order {order_id}");
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "[policies] `create_refund.summary`: placeholder `{amount}` names no argument of `create_refund`"
+        ),
+        "{stderr}"
+    );
+    let output = with("Refund {amount_cents|money:EUR} on order {order_id}");
+    let (_, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+}
+
+#[test]
 fn check_fails_on_a_tool_named_bash_and_names_it() {
     let dir = agent();
     std::fs::copy(guests::IMPOSTOR, dir.path().join("tools/shell.wasm")).unwrap();

@@ -1,6 +1,7 @@
 // The approvals inbox: every pending approval across sessions, live over
-// GET /v1/interrupts/events, grouped by batch when the API names one, each with its session,
-// tool, effect, arguments, who may decide and its deadline; approve, approve for this session,
+// GET /v1/interrupts/events, grouped by batch when the API names one, each led by its policy's
+// one-sentence summary when it has one (the tool, session, arguments and who may decide folded
+// below), else by its tool, effect, arguments, who may decide and its deadline; approve, approve for this session,
 // reject with a reason, or edit the arguments first. Buttons the principal may not use are
 // disabled with the API's reason.
 
@@ -193,14 +194,20 @@ function build(item) {
   card.dataset.session = item.session_id;
   card.dataset.interrupt = item.interrupt_id;
 
+  // The decision first: the policy's one-sentence summary heads the card, the tool and its
+  // ids collapse below. Without a summary the card shows the tool call as it is.
+  const sentence = field(item, 'summary');
   const effect = request.effect || '';
-  const header = el('header', {},
-    el('h3', { id: titleId, text: item.tool_name }),
-    el('span', { class: `badge${/write/.test(effect) ? ' write' : ''}`, text: effect }),
-    el('span', { class: 'badge', text: request.kind || '' }));
-  if (request.ahead) header.append(el('span', { class: 'badge', title: 'Decided now, used when the model repeats this exact call in the same turn', text: 'asked ahead' }));
+  const badges = [el('span', { class: `badge${/write/.test(effect) ? ' write' : ''}`, text: effect }),
+    el('span', { class: 'badge', text: request.kind || '' })];
+  if (request.ahead) badges.push(el('span', { class: 'badge', title: 'Decided now, used when the model repeats this exact call in the same turn', text: 'asked ahead' }));
   const escalatedAt = field(item, 'escalated_at');
-  if (escalatedAt || field(item, 'escalated')) header.append(el('span', { class: 'badge escalated', text: 'escalated' }));
+  if (escalatedAt || field(item, 'escalated')) badges.push(el('span', { class: 'badge escalated', text: 'escalated' }));
+  const header = sentence
+    ? el('header', { class: 'decision' },
+      el('h3', { id: titleId, class: 'sentence', text: sentence }),
+      el('p', { class: 'call' }, el('code', { class: 'tool', text: item.tool_name }), ' ', ...badges))
+    : el('header', {}, el('h3', { id: titleId, text: item.tool_name }), ...badges);
   card.append(header);
 
   const approvers = field(item, 'approvers') || [];
@@ -218,6 +225,7 @@ function build(item) {
       el('dd', { text: `${when(escalatedAt)}${from.length ? ` from ${from.join(', ')}` : ' from any approver'}` }));
   }
   const deadline = deadlineMs(field(item, 'deadline_at'));
+  let deadlineLine = null;
   if (deadline !== null) {
     const node = el('span', { class: 'deadline', 'data-deadline': String(deadline) });
     countdown(node);
@@ -225,9 +233,21 @@ function build(item) {
     const then = policy.on_timeout === 'escalate' && !escalatedAt
       ? `, then escalates to ${(policy.escalate_to || []).join(', ') || 'other approvers'}`
       : ', then it is rejected';
-    facts.append(el('dt', { text: 'Deadline' }), el('dd', {}, node, ` (${when(deadline)}${then})`));
+    deadlineLine = [node, ` (${when(deadline)}${then})`];
   }
-  card.append(facts, el('pre', { class: 'args', 'aria-label': 'Arguments' }, pretty(item.arguments)));
+  const argsId = uid('args');
+  const args = el('figure', { class: 'args' },
+    el('figcaption', { id: argsId, text: 'Arguments' }),
+    el('pre', { 'aria-labelledby': argsId }, pretty(item.arguments)));
+  if (sentence) {
+    // The deadline stays in sight; the rest is one click away.
+    if (deadlineLine) card.append(el('p', { class: 'deadline-line' }, 'Deadline: ', ...deadlineLine));
+    card.append(el('details', { class: 'more' },
+      el('summary', { text: `Arguments and ids (${item.tool_name}, session ${item.session_id})` }), args, facts));
+  } else {
+    if (deadlineLine) facts.append(el('dt', { text: 'Deadline' }), el('dd', {}, ...deadlineLine));
+    card.append(facts, args);
+  }
 
   const result = el('p', { class: 'result', role: 'status' });
   const why = el('p', { class: 'why', id: whyId, text: right.allowed ? '' : `You may not decide this: ${right.reason}` });
