@@ -940,7 +940,7 @@ fn an_approval_carries_the_groups_its_policy_names_as_approvers() {
 }
 
 #[test]
-fn an_approval_carries_its_policys_summary_rendered_with_the_call_arguments() {
+fn an_approval_carries_its_policys_summary_rendered_with_the_call_arguments_and_its_confirmation() {
     let call =
         deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true);
     let (_, mut t) = defer(&RunState::default(), call.clone());
@@ -948,7 +948,8 @@ fn an_approval_carries_its_policys_summary_rendered_with_the_call_arguments() {
     super::turn::with_summaries(&mut t, &crate::policy::Policies::default());
     assert_eq!(t.interrupts, plain.interrupts, "no template, no change");
     let policies = crate::policy::Policies::from_value(&json!({
-        "create_refund": { "effect": "non_idempotent_write", "summary": "Refund {amount_cents|money:EUR} on order {order_id}" },
+        "create_refund": { "effect": "non_idempotent_write", "summary": "Refund {amount_cents|money:EUR} on order {order_id}",
+                           "confirm_above": { "amount_cents": 100000 } },
     }))
     .unwrap();
     super::turn::with_summaries(&mut t, &policies);
@@ -956,6 +957,8 @@ fn an_approval_carries_its_policys_summary_rendered_with_the_call_arguments() {
     assert_eq!(t.interrupts[0].request.to_value()["summary"], json!(expected));
     let opened = t.events.iter().find(|e| e.kind == EventKind::InterruptOpened).expect("opened");
     assert_eq!(opened.payload["request"]["summary"], json!(expected), "the event shows the same request");
+    let confirm = json!({ "argument": "amount_cents", "above": 100000 });
+    assert_eq!(t.interrupts[0].request.to_value()["confirm_above"], confirm);
 }
 
 #[test]

@@ -422,14 +422,20 @@ pub fn with_deadlines(t: &mut Transition, policies: &Policies) {
 }
 
 /// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
-/// with its `summary`: the tool policy's template rendered with the call's arguments, so the
-/// inbox, the API and the webhooks show the same sentence without loading the agent. A tool
-/// without a template is left as it is.
+/// with how an approver reads it: its `summary` (the tool policy's template rendered with the
+/// call's arguments) and the policy's `confirm_above`, so the inbox, the API and the webhooks
+/// show them without loading the agent. A tool without either is left as it is.
 pub fn with_summaries(t: &mut Transition, policies: &Policies) {
     t.stamp_requests(|request| {
-        let Some(summary) = policies.summary(&request.tool_name) else { return false };
-        request.summary = Some(summary.render(&request.arguments));
-        true
+        let summary = policies.summary(&request.tool_name);
+        let confirm = policies.confirm_above(&request.tool_name);
+        if let Some(summary) = summary {
+            request.summary = Some(summary.render(&request.arguments));
+        }
+        if let Some(confirm) = confirm {
+            request.confirm_above = Some(serde_json::to_value(confirm).expect("serializes"));
+        }
+        summary.is_some() || confirm.is_some()
     });
 }
 

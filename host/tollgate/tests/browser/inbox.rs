@@ -11,13 +11,19 @@ use crate::driver::Browser;
 use crate::served::{Served, stdout_of};
 use crate::util::{Refund, World, api, api_events};
 
-const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
+pub(crate) const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
 /// One browser test at a time: the timings they print are not shared with another Chromium.
 pub(crate) static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `tollgate auth add NAME --role … --group … --auth FILE`: the token it prints.
-async fn add_principal(world: &World, file: &Path, name: &str, roles: &[&str], groups: &[&str]) -> String {
+pub(crate) async fn add_principal(
+    world: &World,
+    file: &Path,
+    name: &str,
+    roles: &[&str],
+    groups: &[&str],
+) -> String {
     let mut command = world.tollgate();
     command.args(["auth", "add", name, "--auth"]).arg(file);
     for role in roles {
@@ -44,7 +50,7 @@ fn restrict_refunds_to_finance(world: &World) {
 }
 
 /// `tollgate session start ID --message TEXT` as the holder of `token` (the CLI client).
-async fn start_as(served: &Served, token: &str, session: &str, message: &str) {
+pub(crate) async fn start_as(served: &Served, token: &str, session: &str, message: &str) {
     let output = served
         .client_command(&["session", "start", session, "--message", message])
         .env("TOLLGATE_TOKEN", token)
@@ -55,12 +61,12 @@ async fn start_as(served: &Served, token: &str, session: &str, message: &str) {
 }
 
 /// JavaScript: the inbox card of session `arguments[0]`, or null.
-const CARD: &str =
+pub(crate) const CARD: &str =
     "const card = [...document.querySelectorAll('.card')].find(c => c.dataset.session === arguments[0]);";
 
 /// Waits for the inbox card of `session` and returns when the page showed it (its
 /// `data-shown-at`, ms since the epoch; `None` for a card of the first snapshot).
-async fn card_shown(browser: &Browser, session: &str) -> Option<i64> {
+pub(crate) async fn card_shown(browser: &Browser, session: &str) -> Option<i64> {
     let shown = browser
         .until(
             &format!("the inbox card of session {session}"),
@@ -72,7 +78,7 @@ async fn card_shown(browser: &Browser, session: &str) -> Option<i64> {
 }
 
 /// The CSS selector of something inside the card of `session` (an id made of letters and digits).
-fn in_card(session: &str, css: &str) -> String {
+pub(crate) fn in_card(session: &str, css: &str) -> String {
     format!(".card[data-session=\"{session}\"] {css}")
 }
 
@@ -107,6 +113,8 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     browser.sign_in(&url, &fina, "fina").await;
     let who = browser.js("return document.getElementById('who-text').textContent", vec![]).await;
     assert_eq!(who, json!("Signed in as fina (roles: approver; groups: finance)"));
+    // Decisions are held 0.5 s here (5 s by default; the undo has its own test).
+    browser.js("sessionStorage.setItem('tollgate.holdMs', '500')", vec![]).await;
     let stored = browser.js("return sessionStorage.getItem('tollgate.token')", vec![]).await;
     assert_eq!(stored, json!(fina), "the token is kept in sessionStorage");
     let address = browser.client.current_url().await.unwrap();
@@ -257,7 +265,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     assert!(grouped.as_str().is_some_and(|h| h.ends_with(": 2 calls from one reply")), "{grouped}");
     browser.screenshot("inbox-batch").await;
     for decided in 1..=2 {
-        browser.click(&in_card("b1", "button.approve:not([disabled])")).await;
+        browser.click(".card[data-session=\"b1\"]:not(.held):not(.decided) button.approve").await;
         browser
             .until(
                 "the decision to land",
@@ -333,6 +341,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     browser.click("#sign-out").await;
     browser.sign_in(&url, &fina, "fina").await;
     card_shown(&browser, "r3").await;
+    browser.click(&in_card("r3", "details.more-actions > summary")).await;
     browser.click(&in_card("r3", "button.approve-session")).await;
     let granted = world.wait_for("r3", "the granted refund's turn", |s| s.status == "idle").await;
     assert_eq!(granted.grants.len(), 1, "{:?}", granted.grants);

@@ -10,6 +10,9 @@
 //! - `live_text`: a reply shown on the session page as it streams, from the snapshot then live.
 //! - `activity`: the model's thinking and its inline tool calls (built-in, allowed `Bash`,
 //!   custom) on the session page, live and from the event log.
+//! - `deciding`: a decision held on its card with an Undo before it is sent (nothing reaches
+//!   the server when undone), focus moving to the next card, a confirmation above the refund
+//!   policy's threshold, Reject as a form, "Approve for this session" in a secondary menu.
 //! - `images`: a message's image on the session page, fetched with the token.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
@@ -25,6 +28,7 @@ mod agents;
 mod cancel;
 #[path = "../chaos_common/mod.rs"]
 mod chaos_common;
+mod deciding;
 mod driver;
 mod images;
 mod inbox;

@@ -2,7 +2,8 @@
 // GET /v1/interrupts/events, grouped by batch when the API names one, each led by its policy's
 // one-sentence summary when it has one (the tool, session, arguments and who may decide folded
 // below), else by its tool, effect, arguments, who may decide and its deadline; approve, approve for this session,
-// reject with a reason, or edit the arguments first. Buttons the principal may not use are
+// reject with a reason, or edit the arguments first. A decision is held on its card for a few
+// seconds with an Undo before it is sent; focus moves on to the next card. Buttons the principal may not use are
 // disabled with the API's reason.
 
 import { call, seg, stream } from './api.js';
@@ -107,6 +108,7 @@ export function mount(view) {
     const card = build(item);
     card.dataset.shownAt = String(Date.now());
     const old = cards.get(key);
+    if (old && old.cancelHeld) return; // a held decision keeps its card until it is sent or undone
     cards.set(key, card);
     if (old) old.replaceWith(card);
     else container(item).append(card);
@@ -116,6 +118,7 @@ export function mount(view) {
     items.delete(key);
     const card = cards.get(key);
     cards.delete(key);
+    if (card && card.cancelHeld) card.cancelHeld();
     if (card) card.remove();
   }
 
@@ -252,42 +255,99 @@ function build(item) {
   const result = el('p', { class: 'result', role: 'status' });
   const why = el('p', { class: 'why', id: whyId, text: right.allowed ? '' : `You may not decide this: ${right.reason}` });
   const buttons = [];
-  const button = (label, cls, handler) => {
-    const b = el('button', { type: 'button', class: cls, text: label });
-    b.addEventListener('click', handler);
+  const button = (label, cls, handler, type = 'button') => {
+    const b = el('button', { type, class: cls, text: label });
+    if (handler) b.addEventListener('click', handler);
     buttons.push(b);
     return b;
   };
   const path = `/v1/sessions/${seg(item.session_id)}/interrupts/${seg(item.interrupt_id)}`;
-  const decide = async (body, done) => {
+  const send = async (body, done) => {
     for (const b of buttons) b.disabled = true;
     result.classList.remove('failed');
     result.textContent = 'Sending\u2026';
     try {
       await call('POST', path, body);
-      result.textContent = done;
+      result.textContent = `${done} by you`;
       card.classList.add('decided');
       notify(`${done}: ${item.tool_name} in session ${item.session_id}`);
     } catch (error) {
+      card.classList.remove('held');
+      actions.hidden = false;
       result.classList.add('failed');
       result.textContent = error.describe ? error.describe() : String(error);
       for (const b of buttons) b.disabled = !right.allowed;
     }
   };
+  // A decision is held here for a few seconds, undoable, before anything is sent: the server
+  // sees one decision or none.
+  const decide = (body, done) => {
+    const undo = el('button', { type: 'button', class: 'undo', text: 'Undo' });
+    const held = el('p', { class: 'held-line' }, `${done} by you \u00b7 `, undo);
+    let timer = null;
+    const restore = () => {
+      clearTimeout(timer);
+      card.classList.remove('held');
+      delete card.dataset.heldUntil;
+      card.cancelHeld = null;
+      held.remove();
+      actions.hidden = false;
+      editorHome.hidden = true;
+      result.textContent = '';
+    };
+    undo.addEventListener('click', () => {
+      restore();
+      notify(`Undone: ${item.tool_name} in session ${item.session_id} still waits`);
+      const again = card.querySelector('button.approve');
+      if (again) again.focus();
+    });
+    actions.hidden = true;
+    editorHome.hidden = true;
+    confirmBox.hidden = true;
+    card.classList.add('held');
+    card.dataset.heldUntil = String(Date.now() + holdMs());
+    card.cancelHeld = restore;
+    result.before(held);
+    focusNext(card);
+    timer = setTimeout(() => {
+      held.remove();
+      card.cancelHeld = null;
+      send(body, done);
+    }, holdMs());
+  };
+  // Above the policy's threshold, Approve asks once more.
+  const confirm = field(item, 'confirm_above');
+  const amount = confirm && Number(item.arguments && item.arguments[confirm.argument]);
+  const needsConfirm = Boolean(confirm) && Number.isFinite(amount) && amount > Number(confirm.above);
+  const confirmYes = el('button', { type: 'button', class: 'primary confirm-approve', text: 'Yes, approve' });
+  const confirmNo = el('button', { type: 'button', class: 'confirm-cancel', text: 'Cancel' });
+  const confirmBox = el('div', { class: 'confirm', role: 'group', 'aria-label': 'Confirm the approval', hidden: true },
+    el('p', { text: `${confirm ? confirm.argument : ''} is ${amount}, above ${confirm ? confirm.above : ''}: approve anyway?` }),
+    confirmYes, confirmNo);
+  confirmYes.addEventListener('click', () => decide({ approved: true }, 'Approved'));
+  confirmNo.addEventListener('click', () => { confirmBox.hidden = true; approve.focus(); });
+  const approve = button('Approve', 'primary approve', () => {
+    if (needsConfirm) { confirmBox.hidden = false; confirmYes.focus(); } else decide({ approved: true }, 'Approved');
+  });
   const reasonId = uid('reason');
   const reason = el('input', { id: reasonId, type: 'text', class: 'reason', placeholder: 'What the model is told' });
   buttons.push(reason);
   const editorHome = el('div', { class: 'editor', hidden: true });
+  const rejectForm = el('form', { class: 'reject' },
+    el('label', { for: reasonId }, 'Reason for rejecting', reason),
+    button('Reject', 'danger reject-button', null, 'submit'));
+  rejectForm.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const text = reason.value.trim();
+    decide(text ? { approved: false, message: text } : { approved: false }, 'Rejected');
+  });
+  // The broader approval sits in a secondary menu, away from Approve.
+  const more = el('details', { class: 'more-actions' }, el('summary', { text: 'More\u2026' }),
+    button('Approve for this session', 'approve-session', () => decide({ approved: true, scope: 'session' }, 'Approved for this session')));
   const actions = el('div', { class: 'actions' },
-    button('Approve', 'primary approve', () => decide({ approved: true }, 'Approved')),
-    button('Approve for this session', 'approve-session', () => decide({ approved: true, scope: 'session' }, 'Approved for this session')),
+    approve,
     button('Edit arguments\u2026', 'edit', () => openEditor(item, editorHome, decide)),
-    el('div', { class: 'reject' },
-      el('label', { for: reasonId }, 'Reason for rejecting', reason),
-      button('Reject', 'danger reject-button', () => {
-        const text = reason.value.trim();
-        decide(text ? { approved: false, message: text } : { approved: false }, 'Rejected');
-      })));
+    rejectForm, more);
   for (const b of buttons) {
     if (!right.allowed) {
       b.disabled = true;
@@ -295,8 +355,27 @@ function build(item) {
       b.title = right.reason || '';
     }
   }
-  card.append(actions, why, result, editorHome);
+  card.append(actions, confirmBox, why, result, editorHome);
   return card;
+}
+
+/** How long a decision is held, undoable, before it is sent (ms): 5 s, or the session's
+ *  `tollgate.holdMs`. */
+function holdMs() {
+  const stored = sessionStorage.getItem('tollgate.holdMs');
+  return stored !== null && Number(stored) >= 0 ? Number(stored) : 5000;
+}
+
+/** Moves focus to the card after `card` still waiting (or the one before): its Approve when the
+ *  principal may use it, else the card. */
+function focusNext(card) {
+  const open = [...document.querySelectorAll('.card')].filter((c) => c === card || !(c.classList.contains('held') || c.classList.contains('decided')));
+  const at = open.indexOf(card);
+  const next = open[at + 1] || open[at - 1];
+  if (!next || next === card) return;
+  const approve = next.querySelector('button.approve:not([disabled])');
+  if (approve) approve.focus();
+  else { next.tabIndex = -1; next.focus(); }
 }
 
 /** Opens (or closes) the argument editor of `item` in `home`. */
