@@ -13,6 +13,8 @@
 //! - `deciding`: a decision held on its card with an Undo before it is sent (nothing reaches
 //!   the server when undone), focus moving to the next card, a confirmation above the refund
 //!   policy's threshold, Reject as a form, "Approve for this session" in a secondary menu.
+//! - `failures`: a refund whose outcome is unknown as a banner on its session page; an empty
+//!   audit trail that says so.
 //! - `images`: a message's image on the session page, fetched with the token.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled
@@ -30,6 +32,7 @@ mod cancel;
 mod chaos_common;
 mod deciding;
 mod driver;
+mod failures;
 mod images;
 mod inbox;
 mod live_text;
