@@ -875,6 +875,9 @@ pub struct InboxItem {
     /// The principal that started its session (`null`: not recorded).
     #[schema(required = true)]
     pub started_by: Option<String>,
+    /// The agent its session runs (`null`: the session names none).
+    #[schema(required = true)]
+    pub agent: Option<String>,
     /// Whether the caller may decide it, and if not why (the 403 a decision would get).
     pub decide: DecideRight,
 }

@@ -432,13 +432,18 @@ async fn assert_no_markup_ran(browser: &Browser) {
 /// Brings `session` (created with any id, straight on the store, started by `carl`) to "waiting
 /// for approval of create_refund with `arguments`", without a CLI (the store has no Worker).
 async fn park(world: &World, session: &str, arguments: Value) {
+    park_as(world, session, None, arguments).await;
+}
+
+/// As [`park`], the session running `agent`.
+pub(crate) async fn park_as(world: &World, session: &str, agent: Option<&str>, arguments: Value) {
     let store = world.store.as_ref();
     let new = NewSession {
         session_id: session.to_owned(),
         status: SessionStatus::Idle.as_str().to_owned(),
         run_state: RunState::default().to_raw(),
         agent: None,
-        agent_name: None,
+        agent_name: agent.map(str::to_owned),
     };
     store.audit().create_session_by(new, "carl").await.expect("create the session");
     crate::park::park_started(store, session, arguments).await;

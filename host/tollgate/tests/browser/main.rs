@@ -22,6 +22,10 @@
 //!   a session page with its records and a message sent from it, `<img onerror>` in a tool result,
 //!   an argument and a session id shown as text, no console errors, 1,000 pending approvals.
 //!
+//! - `volume`: the inbox's list view, filters (agent, search), `?` keys and bulk reject of
+//!   selected rows (each its own audited decision); the figure "keystrokes and seconds to decide
+//!   20 pending refunds by keyboard", Tab-only against the `j`/`a` shortcuts.
+//!
 //! Without Chromium the tests skip with a message; `TOLLGATE_REQUIRE_BROWSER=1` makes that a
 //! failure (as `scripts/test.sh` does).
 
@@ -45,3 +49,4 @@ mod served;
 #[path = "../durable/util.rs"]
 #[allow(dead_code)]
 mod util;
+mod volume;

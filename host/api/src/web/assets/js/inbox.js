@@ -39,7 +39,36 @@ export function mount(view) {
   let painted = false;
   const summary = el('p', { class: 'summary', id: 'inbox-summary', 'aria-live': 'polite', text: 'Connecting\u2026' });
   const list = el('div', { id: 'inbox-list' });
-  view.append(el('h2', { text: 'Approvals waiting' }), summary, list);
+  const tools = new Controls(() => arrange());
+  view.append(el('h2', { text: 'Approvals waiting' }), tools.node, summary, tools.bulk, list, tools.help);
+  const offKeys = keyboard(list, tools);
+  list.addEventListener('selection', () => tools.selection());
+
+  /** Applies the filters (hiding what does not match), the sort and the view. */
+  function arrange() {
+    list.classList.toggle('compact', tools.view === 'list');
+    tools.offer(items.values());
+    const order = [...cards.entries()].map(([key, card]) => [items.get(key), card]).filter(([item]) => item);
+    order.sort(([a], [b]) => tools.compare(a, b));
+    let shown = 0;
+    // Moving a node drops the focus inside it: only cards out of place move, and the focus is
+    // put back.
+    const focused = document.activeElement;
+    const before = new Map();
+    for (const [item, card] of order) {
+      card.hidden = !tools.matches(item);
+      if (!card.hidden) shown += 1;
+      const home = card.parentNode;
+      const last = before.get(home) || null;
+      const expected = last ? last.nextElementSibling : home.querySelector(':scope > .card');
+      if (expected !== card) home.insertBefore(card, expected);
+      before.set(home, card);
+    }
+    if (focused && focused !== document.activeElement && focused.isConnected) focused.focus();
+    for (const group of batches.values()) group.section.hidden = !group.section.querySelector('.card:not([hidden])');
+    tools.shown(shown, cards.size);
+    tools.selection();
+  }
 
   function updateSummary() {
     const shown = items.size;
@@ -96,6 +125,7 @@ export function mount(view) {
       list.append(fragment);
       recount();
       if (next < keys.length) setTimeout(() => slice(200), 0);
+      else arrange();
     };
     slice(40);
     updateSummary();
@@ -146,6 +176,7 @@ export function mount(view) {
       total = data.total || 0;
       recount();
       updateSummary();
+      arrange();
     }
   }
 
@@ -167,12 +198,167 @@ export function mount(view) {
     live = stream('/v1/interrupts/events', onEvent, onState);
   }
   const timer = setInterval(() => tick(list), 1000);
-  return () => { live.close(); clearInterval(timer); };
+  return () => { live.close(); clearInterval(timer); offKeys(); };
 }
 
 /** Updates every deadline's countdown. */
 function tick(root) {
   for (const node of root.querySelectorAll('[data-deadline]')) countdown(node);
+  for (const node of root.querySelectorAll('[data-opened]')) node.textContent = ago(Number(node.dataset.opened));
+}
+
+/** How long ago `ms` (since the epoch) was: `just now`, `5 min ago`, `3 h ago`, `2 days ago`. */
+export function ago(ms) {
+  const s = Math.max(0, Math.floor((Date.now() - ms) / 1000));
+  if (s < 60) return 'just now';
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  const d = Math.floor(s / 86400);
+  return `${d} day${d === 1 ? '' : 's'} ago`;
+}
+
+/** The inbox's filters (agent, tool, session, age, search), sort, view and bulk actions. */
+class Controls {
+  constructor(changed) {
+    const select = (id, label, options) => {
+      const node = el('select', { id }, ...options.map(([value, text]) => el('option', { value, text })));
+      node.addEventListener('change', changed);
+      return [node, el('label', { for: id }, label, node)];
+    };
+    const input = (id, label, type) => {
+      const node = el('input', { id, type, autocomplete: 'off' });
+      node.addEventListener('input', changed);
+      return [node, el('label', { for: id }, label, node)];
+    };
+    let agentLabel, toolLabel, sessionLabel, ageLabel, searchLabel, sortLabel;
+    [this.agent, agentLabel] = select('inbox-agent', 'Agent', [['', 'Any agent']]);
+    [this.tool, toolLabel] = select('inbox-tool', 'Tool', [['', 'Any tool']]);
+    [this.session, sessionLabel] = input('inbox-session', 'Session', 'text');
+    [this.age, ageLabel] = select('inbox-age', 'Waiting', [['', 'Any time'], ['300000', 'Over 5 min'], ['3600000', 'Over 1 h'], ['86400000', 'Over 1 day']]);
+    [this.search, searchLabel] = input('inbox-search', 'Search', 'search');
+    [this.sort, sortLabel] = select('inbox-sort', 'Sort', [['oldest', 'Oldest first'], ['newest', 'Newest first'], ['tool', 'By tool']]);
+    this.view = 'cards';
+    this.toggle = el('button', { type: 'button', id: 'inbox-view', 'aria-pressed': 'false', text: 'List view' });
+    this.toggle.addEventListener('click', () => {
+      this.view = this.view === 'list' ? 'cards' : 'list';
+      this.toggle.setAttribute('aria-pressed', String(this.view === 'list'));
+      changed();
+    });
+    this.count = el('span', { class: 'count', 'aria-live': 'polite' });
+    this.node = el('form', { class: 'toolbar', role: 'search', 'aria-label': 'Filter approvals' },
+      agentLabel, toolLabel, sessionLabel, ageLabel, searchLabel, sortLabel, this.toggle, this.count);
+    this.node.addEventListener('submit', (event) => event.preventDefault());
+    // Bulk: the selected rows of one tool, each still its own decision.
+    this.approveAll = el('button', { type: 'button', id: 'bulk-approve', class: 'primary', disabled: true, text: 'Approve selected' });
+    this.rejectAll = el('button', { type: 'button', id: 'bulk-reject', class: 'danger', disabled: true, text: 'Reject selected' });
+    this.bulkWhy = el('span', { class: 'hint', id: 'bulk-why' });
+    this.approveAll.addEventListener('click', () => { for (const card of this.selected()) card.approveNow(); this.selection(); });
+    this.rejectAll.addEventListener('click', () => { for (const card of this.selected()) card.rejectNow(); this.selection(); });
+    this.bulk = el('div', { class: 'bulk', hidden: true }, this.approveAll, this.rejectAll, this.bulkWhy);
+    const keys = [['j / k', 'next / previous approval'], ['a', 'approve'], ['r', 'reject (type the reason, Enter)'],
+      ['e', 'edit the arguments'], ['x', 'select the row (list view)'], ['u', 'undo the last decision'],
+      ['Esc', 'close, or leave a field'], ['?', 'show or hide these keys']];
+    this.help = el('section', { class: 'keys', id: 'inbox-keys', hidden: true, 'aria-labelledby': 'keys-h' },
+      el('h3', { id: 'keys-h', text: 'Keyboard shortcuts' }),
+      el('dl', {}, ...keys.flatMap(([k, what]) => [el('dt', {}, el('kbd', { text: k })), el('dd', { text: what })])));
+  }
+
+  /** Adds the agents and tools of `items` to their filters. */
+  offer(items) {
+    for (const item of items) {
+      for (const [node, value] of [[this.agent, item.agent], [this.tool, item.tool_name]]) {
+        if (value && ![...node.options].some((o) => o.value === value)) node.append(el('option', { value, text: value }));
+      }
+    }
+  }
+
+  matches(item) {
+    if (this.agent.value && item.agent !== this.agent.value) return false;
+    if (this.tool.value && item.tool_name !== this.tool.value) return false;
+    const session = this.session.value.trim();
+    if (session && !item.session_id.includes(session)) return false;
+    if (this.age.value && Date.now() - item.created_at < Number(this.age.value)) return false;
+    const q = this.search.value.trim().toLowerCase();
+    if (q) {
+      const text = [field(item, 'summary'), item.tool_name, item.session_id, item.agent, item.started_by, JSON.stringify(item.arguments)].join(' ').toLowerCase();
+      if (!text.includes(q)) return false;
+    }
+    return true;
+  }
+
+  compare(a, b) {
+    if (this.sort.value === 'newest') return b.created_at - a.created_at;
+    if (this.sort.value === 'tool') return a.tool_name.localeCompare(b.tool_name) || a.created_at - b.created_at;
+    return a.created_at - b.created_at;
+  }
+
+  shown(n, of) {
+    this.count.textContent = n === of ? '' : `${n} of ${of} shown`;
+  }
+
+  selected() {
+    return [...document.querySelectorAll('#inbox-list .card:not([hidden]):not(.held):not(.decided)')].filter((c) => c.querySelector('input.select').checked);
+  }
+
+  /** Enables the bulk buttons when the selected rows are all of one tool. */
+  selection() {
+    this.bulk.hidden = this.view !== 'list';
+    const picked = this.selected();
+    const tools = new Set(picked.map((c) => c.dataset.tool));
+    const ok = picked.length > 0 && tools.size === 1 && picked.every((c) => !c.querySelector('button.approve').disabled);
+    this.approveAll.disabled = !ok;
+    this.rejectAll.disabled = !ok;
+    this.bulkWhy.textContent = picked.length === 0 ? 'Select rows (x) to decide them together.'
+      : tools.size > 1 ? 'Select rows of one tool only.' : `${picked.length} selected of ${[...tools][0]}.`;
+  }
+}
+
+/** The inbox's keys (see the `?` list); returns their removal. */
+function keyboard(list, tools) {
+  const visible = () => [...list.querySelectorAll('.card:not([hidden]):not(.held):not(.decided)')];
+  const current = () => {
+    const at = document.activeElement && document.activeElement.closest && document.activeElement.closest('.card');
+    return at && list.contains(at) ? at : null;
+  };
+  const go = (card) => {
+    if (!card) return;
+    const approve = card.querySelector('button.approve:not([disabled])');
+    if (approve) approve.focus(); else { card.tabIndex = -1; card.focus(); }
+    card.scrollIntoView({ block: 'nearest' });
+  };
+  const onKey = (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(event.target.tagName);
+    if (event.key === 'Escape') {
+      if (!tools.help.hidden) { tools.help.hidden = true; event.preventDefault(); return; }
+      const card = current();
+      if (card) {
+        for (const box of card.querySelectorAll('.confirm, .editor')) box.hidden = true;
+        if (typing) go(card);
+      }
+      return;
+    }
+    if (typing) return;
+    const cards = visible();
+    const here = current();
+    const at = here ? cards.indexOf(here) : -1;
+    const handled = {
+      j: () => go(cards[Math.min(cards.length - 1, at + 1)]),
+      k: () => go(cards[Math.max(0, at - 1)]),
+      a: () => { if (here) here.approveNow(); },
+      r: () => { if (here) here.querySelector('input.reason').focus(); },
+      e: () => { if (here) here.querySelector('button.edit').click(); },
+      x: () => { if (here && tools.view === 'list') { const box = here.querySelector('input.select'); box.checked = !box.checked; tools.selection(); } },
+      u: () => { const held = [...list.querySelectorAll('.card.held')].pop(); if (held) held.querySelector('button.undo').click(); },
+      '?': () => { tools.help.hidden = !tools.help.hidden; },
+    }[event.key];
+    if (!handled) return;
+    event.preventDefault();
+    if (at < 0 && 'jk'.includes(event.key) && cards.length) { go(cards[0]); return; }
+    handled();
+  };
+  document.addEventListener('keydown', onKey);
+  return () => document.removeEventListener('keydown', onKey);
 }
 
 function countdown(node) {
@@ -196,6 +382,16 @@ function build(item) {
   const card = el('article', { class: 'card', 'aria-labelledby': titleId });
   card.dataset.session = item.session_id;
   card.dataset.interrupt = item.interrupt_id;
+  card.dataset.tool = item.tool_name;
+  // The list view's row: a box to select it, its agent, session and age.
+  const selectId = uid('select');
+  const pick = el('input', { type: 'checkbox', class: 'select', id: selectId });
+  pick.addEventListener('change', () => card.dispatchEvent(new CustomEvent('selection', { bubbles: true })));
+  card.append(el('div', { class: 'row-meta' },
+    el('label', { for: selectId, class: 'select-label' }, pick, 'Select'),
+    el('span', { text: item.agent || 'no agent' }),
+    el('a', { href: `#/session/${seg(item.session_id)}`, text: item.session_id }),
+    el('span', { 'data-opened': String(item.created_at), text: ago(item.created_at) })));
 
   // The decision first: the policy's one-sentence summary heads the card, the tool and its
   // ids collapse below. Without a summary the card shows the tool call as it is.
@@ -269,6 +465,7 @@ function build(item) {
     try {
       await call('POST', path, body);
       result.textContent = `${done} by you`;
+      card.classList.remove('held');
       card.classList.add('decided');
       notify(`${done}: ${item.tool_name} in session ${item.session_id}`);
     } catch (error) {
@@ -356,6 +553,9 @@ function build(item) {
     }
   }
   card.append(actions, confirmBox, why, result, editorHome);
+  // What the keys and the bulk buttons use: the same paths as the buttons.
+  card.approveNow = () => { if (!approve.disabled && !card.classList.contains('held')) approve.click(); };
+  card.rejectNow = () => { if (!approve.disabled && !card.classList.contains('held')) rejectForm.requestSubmit(); };
   return card;
 }
 
