@@ -81,6 +81,7 @@ async fn a_decision_is_held_with_undo_before_it_is_sent_and_focus_moves_to_the_n
         json!([false, false, "amount_cents is 200000, above 100000: approve anyway?", "Yes, approve"])
     );
     browser.screenshot("inbox-confirm-above").await;
+    browser.assert_axe_clean("the inbox with a held card and a confirmation").await;
     browser.click(&in_card("s2", "button.confirm-approve")).await;
     let paid = world.wait_for("s2", "the confirmed refund's turn", |s| s.status == "idle").await;
     assert_eq!(paid.last_turn_error, None, "{}", world.diagnostics());

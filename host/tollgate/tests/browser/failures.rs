@@ -54,6 +54,7 @@ async fn an_outcome_unknown_refund_is_a_banner_on_its_session_page() {
         "{banner}"
     );
     browser.screenshot("session-outcome-unknown").await;
+    browser.assert_axe_clean("a session page with a banner").await;
     world.payments.release();
     browser.stop().await;
 }

@@ -155,6 +155,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
         "heading, folded arguments"
     );
     browser.screenshot("inbox-card-summary").await;
+    browser.assert_axe_clean("the inbox with a card").await;
     browser.click(&in_card("r1", "details.more > summary")).await;
     let text = browser.js(&format!("{CARD} return card.innerText;"), vec![json!("r1")]).await;
     let text = text.as_str().unwrap();

@@ -4,6 +4,9 @@
 //! server (`served`), seeding (`park`) and chaos harness (which `util` uses) are shared by path,
 //! not copied.
 //!
+//! - `a11y`: focus ring and control borders at least 3:1, a visible caption on the arguments,
+//!   `role="alert"` on a wrapper, no ring on `<main>`, axe-core clean on the inbox, a session
+//!   page and the sessions list.
 //! - `agents`: the Agents page (versions, canary, loaded bundles) and the sessions list of one agent.
 //! - `cancel`: a streaming turn cancelled with the session page's button by the client who
 //!   started the session; the button disabled, with why, for another client.
@@ -29,6 +32,7 @@
 //! Without Chromium the tests skip with a message; `TOLLGATE_REQUIRE_BROWSER=1` makes that a
 //! failure (as `scripts/test.sh` does).
 
+mod a11y;
 mod activity;
 mod agents;
 mod cancel;

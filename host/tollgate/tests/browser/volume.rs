@@ -102,6 +102,7 @@ async fn the_list_view_filters_selects_in_bulk_and_decides_by_keyboard() {
     assert_eq!(rows[0], json!(true));
     assert!(rows[1].as_f64().unwrap() < 80.0, "a row, not a card: {rows}");
     browser.screenshot("inbox-list").await;
+    browser.assert_axe_clean("the inbox's list view").await;
     key(&browser, "j").await;
     key(&browser, "x").await;
     key(&browser, "j").await;

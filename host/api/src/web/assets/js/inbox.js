@@ -583,7 +583,7 @@ function openEditor(item, home, decide) {
   if (!home.hidden) { home.hidden = true; clear(home); return; }
   const schema = (item.request && item.request.input_schema) || null;
   const original = item.arguments || {};
-  const errors = el('ul', { class: 'errors', role: 'alert' });
+  const errors = el('ul', { class: 'errors' });
   const changes = el('ul', { class: 'diff', 'aria-live': 'polite' });
   const submit = el('button', { type: 'button', class: 'primary approve-edited', disabled: true, text: 'Approve with these arguments' });
   let current = null;
@@ -610,7 +610,7 @@ function openEditor(item, home, decide) {
   cancel.addEventListener('click', () => { home.hidden = true; clear(home); });
   clear(home);
   home.append(el('h4', { text: 'Edit the arguments, then approve' }), ed.node,
-    problemsHeading, errors,
+    el('div', { class: 'problems', role: 'alert' }, problemsHeading, errors),
     el('p', { text: 'Changes:', class: 'hint' }), changes,
     el('div', { class: 'actions' }, submit, cancel));
   home.hidden = false;
