@@ -297,8 +297,9 @@ fn date(value: &Value) -> Option<String> {
     }
 }
 
-/// The proleptic Gregorian date of `days` since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+/// The proleptic Gregorian date (year, month, day) of `days` since 1970-01-01 (Howard Hinnant's
+/// algorithm).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
