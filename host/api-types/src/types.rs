@@ -838,6 +838,10 @@ pub struct PendingInterrupt {
     /// Its batch (the request's; omitted outside a batch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_id: Option<String>,
+    /// What the call will do, in one sentence (the request's: the tool policy's `summary`
+    /// template rendered with the arguments; plain text). Omitted when the policy has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     /// When its approval deadline passes (ms since the epoch, database clock): then it is
     /// rejected, or escalated when its policy says so. Omitted: it waits for ever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -881,6 +885,9 @@ pub struct InboxItem {
     /// The principal that started its session (`null`: not recorded).
     #[schema(required = true)]
     pub started_by: Option<String>,
+    /// The agent its session runs (`null`: the session names none).
+    #[schema(required = true)]
+    pub agent: Option<String>,
     /// Whether the caller may decide it, and if not why (the 403 a decision would get).
     pub decide: DecideRight,
 }

@@ -67,6 +67,17 @@ pub struct ApprovalRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub deadline: Option<Value>,
+    /// What the call will do, in one sentence: the tool policy's `summary` template rendered with
+    /// the call's arguments (plain text, to be escaped on a page); omitted when the policy has
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The tool policy's `confirm_above`, `{"argument": …, "above": …}`: approving a call whose
+    /// argument is above the number asks the approver to confirm first. Omitted when the policy
+    /// has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub confirm_above: Option<Value>,
     /// After an escalation, the groups who could decide before it (`approvers` names who may
     /// now; empty: any approver could).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,6 +108,8 @@ impl ApprovalRequest {
             batch_id: None,
             ahead: false,
             deadline: None,
+            summary: None,
+            confirm_above: None,
             escalated_from: None,
         }
     }

@@ -13,7 +13,8 @@
 //! - [`record`]: the durable outcome of a deferred call and the tool result the model sees for it;
 //! - [`media`]: images by reference (digest and media type), as records and messages hold them;
 //! - [`texts`]: every text shown to the model, with the seed section each comes from;
-//! - [`deadline`]: what an approval deadline does when it passes (expire or escalate).
+//! - [`deadline`]: what an approval deadline does when it passes (expire or escalate);
+//! - [`summary`]: a tool's approval summary, the sentence an approver reads first.
 //!
 //! [`options`] holds a segment's Claude Code options and the one check that stops them from
 //! letting a call bypass the gate; [`hooks`] holds an agent's own hooks and the one check that
@@ -38,5 +39,6 @@ pub mod options;
 pub mod policy;
 pub mod record;
 pub mod session;
+pub mod summary;
 pub mod texts;
 pub mod tool_names;

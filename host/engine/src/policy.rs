@@ -25,8 +25,11 @@
 //!   (optional boolean; without it the effect's default below applies), and `approvers`
 //!   (optional array of group names: only a principal in one of these groups may decide a call
 //!   of the tool; see [`Policies::approvers`]), `inline` (optional boolean, only for
-//!   `idempotent_write`: see "Inline writes" below), and the deadline fields below. Other fields
-//!   are errors.
+//!   `idempotent_write`: see "Inline writes" below), `summary` (optional: the sentence an approver
+//!   reads first, e.g. `"Refund {amount_cents|money:EUR} on order {order_id}"`; see
+//!   [`crate::summary`]), `confirm_above` (optional: `{ amount_cents = 100000 }` makes an
+//!   approver confirm a call whose argument is above the number; see [`ConfirmAbove`]), and the
+//!   deadline fields below. Other fields are errors.
 //! - Deadlines (see [`Policies::deadline`], [`ApprovalDeadline`]): `approval_timeout_secs`
 //!   (a positive integer, at most [`MAX_TIMEOUT_SECS`]) makes a call of the tool that waits for
 //!   approval act by itself once that long passed undecided: `on_timeout = "reject"` (the
@@ -87,6 +90,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::catalog::ToolKind;
+use crate::summary::Summary;
 
 /// The key of the `[policies]` table that holds the default effect.
 pub const DEFAULT_EFFECT_KEY: &str = "default_effect";
@@ -322,8 +326,10 @@ pub enum PolicySource {
 pub const MAX_TIMEOUT_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The policy fields a tool's entry may have.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 10] = [
     "effect",
+    "summary",
+    "confirm_above",
     "requires_approval",
     "inline",
     "approvers",
@@ -469,6 +475,20 @@ pub struct Policies {
     approvers: BTreeMap<String, Vec<String>>,
     /// Approval deadlines by tool, for the tools that set one.
     deadlines: BTreeMap<String, ApprovalDeadline>,
+    /// Approval summary templates by tool, for the tools that set one.
+    summaries: BTreeMap<String, Summary>,
+    /// Confirmation thresholds by tool, for the tools that set one.
+    confirms: BTreeMap<String, ConfirmAbove>,
+}
+
+/// A tool's `confirm_above`: approving a call whose numeric argument `argument` is above `above`
+/// asks the approver to confirm first (`confirm_above = { amount_cents = 100000 }`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmAbove {
+    /// The argument compared (a top-level argument's name).
+    pub argument: String,
+    /// The threshold: a value above it asks for a confirmation.
+    pub above: serde_json::Number,
 }
 
 impl Default for Policies {
@@ -485,6 +505,8 @@ impl Policies {
             entries: BTreeMap::new(),
             approvers: BTreeMap::new(),
             deadlines: BTreeMap::new(),
+            summaries: BTreeMap::new(),
+            confirms: BTreeMap::new(),
         }
     }
 
@@ -556,6 +578,28 @@ impl Policies {
         Ok(self)
     }
 
+    /// The approval summary template of `tool` (its entry's `summary`), if it sets one: the
+    /// sentence an approver reads first ([`crate::session::turn::with_summaries`] stamps it,
+    /// rendered, into each approval request).
+    pub fn summary(&self, tool: &str) -> Option<&Summary> {
+        self.summaries.get(tool)
+    }
+
+    /// The confirmation threshold of `tool` (its entry's `confirm_above`), if it sets one.
+    pub fn confirm_above(&self, tool: &str) -> Option<&ConfirmAbove> {
+        self.confirms.get(tool)
+    }
+
+    /// Every tool's confirmation threshold, by tool name.
+    pub fn confirms(&self) -> impl Iterator<Item = (&str, &ConfirmAbove)> {
+        self.confirms.iter().map(|(tool, confirm)| (tool.as_str(), confirm))
+    }
+
+    /// Every tool's summary template, by tool name.
+    pub fn summaries(&self) -> impl Iterator<Item = (&str, &Summary)> {
+        self.summaries.iter().map(|(tool, summary)| (tool.as_str(), summary))
+    }
+
     /// The approval deadline of `tool` (its entry's deadline fields), if it sets one.
     pub fn deadline(&self, tool: &str) -> Option<&ApprovalDeadline> {
         self.deadlines.get(tool)
@@ -596,6 +640,12 @@ impl Policies {
             if let Some(deadline) = parse_deadline(key, value)? {
                 check_deadline_needs_approval(key, policies.entries.get(key))?;
                 policies.deadlines.insert(key.clone(), deadline);
+            }
+            if let Some(summary) = parse_summary(key, value)? {
+                policies.summaries.insert(key.clone(), summary);
+            }
+            if let Some(confirm) = parse_confirm_above(key, value)? {
+                policies.confirms.insert(key.clone(), confirm);
             }
         }
         Ok(policies)
@@ -691,6 +741,13 @@ impl Policies {
             if let Some(groups) = self.approvers.get(tool) {
                 fields.insert("approvers".to_owned(), Value::from(groups.clone()));
             }
+            if let Some(summary) = self.summaries.get(tool) {
+                fields.insert("summary".to_owned(), Value::from(summary.source()));
+            }
+            if let Some(confirm) = self.confirms.get(tool) {
+                let threshold = serde_json::json!({ confirm.argument.clone(): confirm.above.clone() });
+                fields.insert("confirm_above".to_owned(), threshold);
+            }
             if let Some(deadline) = self.deadlines.get(tool) {
                 let Value::Object(deadline) = serde_json::to_value(deadline).expect("serializes") else {
                     unreachable!("a deadline serializes as an object")
@@ -750,7 +807,7 @@ pub enum PolicyError {
     /// A policy table has a field other than `effect`, `requires_approval`, `inline`,
     /// `approvers` and the deadline fields.
     #[error(
-        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `summary`, `confirm_above`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
     )]
     UnknownField {
         /// The tool the policy names.
@@ -773,6 +830,9 @@ pub enum PolicyError {
         /// The tool the policy names.
         tool: String,
     },
+    /// A `summary` template is wrong: it names the placeholder.
+    #[error(transparent)]
+    BadSummary(#[from] crate::summary::SummaryError),
     /// A deadline field is wrong: out of range, missing what it needs, or set where it means
     /// nothing (e.g. `escalate_to` without `on_timeout = "escalate"`).
     #[error("[policies] `{tool}.{field}` {reason}")]
@@ -874,6 +934,40 @@ fn parse_approvers(tool: &str, value: &Value) -> Result<Option<Vec<String>>, Pol
         }
     }
     Ok((!names.is_empty()).then_some(names))
+}
+
+/// The entry's `summary` template, checked: `None` when absent.
+fn parse_summary(tool: &str, value: &Value) -> Result<Option<Summary>, PolicyError> {
+    match value.get("summary") {
+        None => Ok(None),
+        Some(Value::String(template)) => Ok(Some(Summary::parse(tool, template)?)),
+        Some(other) => Err(PolicyError::WrongType {
+            path: format!("{tool}.summary"),
+            expected: "a text with {argument} placeholders",
+            found: json_kind(other),
+        }),
+    }
+}
+
+/// The entry's `confirm_above`: a table of one argument name and a number; `None` when absent.
+fn parse_confirm_above(tool: &str, value: &Value) -> Result<Option<ConfirmAbove>, PolicyError> {
+    let Some(threshold) = value.get("confirm_above") else { return Ok(None) };
+    let wrong = |found| PolicyError::WrongType {
+        path: format!("{tool}.confirm_above"),
+        expected: "a table of one numeric argument and its threshold, e.g. { amount_cents = 100000 }",
+        found,
+    };
+    let Value::Object(map) = threshold else { return Err(wrong(json_kind(threshold))) };
+    let mut entries = map.iter();
+    match (entries.next(), entries.next()) {
+        (Some((argument, Value::Number(above))), None) if !argument.is_empty() => {
+            Ok(Some(ConfirmAbove { argument: argument.clone(), above: above.clone() }))
+        }
+        (Some((_, Value::Number(_))), None) => Err(wrong("an empty argument name")),
+        (Some((_, other)), None) => Err(wrong(json_kind(other))),
+        (None, _) => Err(wrong("an empty table")),
+        (Some(_), Some(_)) => Err(wrong("a table of several arguments")),
+    }
 }
 
 /// The entry's deadline fields: `None` when it has none.
@@ -1151,8 +1245,50 @@ mod tests {
         );
         assert_eq!(
             error.to_string(),
-            "[policies] `Bash`: unknown field `approval`; expected `effect`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+            "[policies] `Bash`: unknown field `approval`; expected `effect`, `summary`, `confirm_above`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
         );
+    }
+
+    #[test]
+    fn a_summary_template_is_checked_at_load_and_kept_as_written() {
+        let table = json!({
+            "create_refund": { "effect": "non_idempotent_write", "summary": "Refund {amount_cents|money:EUR}" },
+        });
+        let policies = Policies::from_value(&table).unwrap();
+        assert_eq!(
+            policies.summary("create_refund").unwrap().render(&json!({ "amount_cents": 500 })),
+            "Refund €5.00"
+        );
+        assert_eq!(policies.summary("Bash"), None);
+        assert_eq!(Policies::from_value(&policies.to_value()).unwrap(), policies, "round trip");
+        let bad =
+            error(json!({ "create_refund": { "effect": "read", "summary": "Refund {amount_cents|cash}" } }));
+        assert_eq!(
+            bad.to_string(),
+            "[policies] `create_refund.summary`: placeholder `{amount_cents|cash}`: unknown formatter `cash`; expected `money:CUR`, `date` or `list`"
+        );
+        let wrong = error(json!({ "create_refund": { "effect": "read", "summary": 3 } }));
+        assert!(wrong.to_string().contains("`create_refund.summary`"), "{wrong}");
+    }
+
+    #[test]
+    fn a_confirmation_threshold_names_one_numeric_argument() {
+        let table =
+            json!({ "create_refund": { "effect": "read", "confirm_above": { "amount_cents": 100000 } } });
+        let policies = Policies::from_value(&table).unwrap();
+        let confirm = policies.confirm_above("create_refund").unwrap();
+        assert_eq!((confirm.argument.as_str(), confirm.above.as_i64()), ("amount_cents", Some(100000)));
+        assert_eq!(Policies::from_value(&policies.to_value()).unwrap(), policies, "round trip");
+        for (bad, found) in [
+            (json!({ "amount_cents": "lots" }), "found a string"),
+            (json!({}), "found an empty table"),
+            (json!({ "a": 1, "b": 2 }), "found a table of several arguments"),
+            (json!(5), "found a number"),
+        ] {
+            let error =
+                error(json!({ "create_refund": { "effect": "read", "confirm_above": bad } })).to_string();
+            assert!(error.contains("`create_refund.confirm_above`") && error.contains(found), "{error}");
+        }
     }
 
     #[test]

@@ -22,18 +22,40 @@ use tollgate_engine::policy::{Policies, PolicySource};
 /// Refuses a `[policies]` table (of the configuration at `path`) that names a tool the agent does
 /// not have: not one of `tools`, not a built-in, not an `mcp__` name. A misspelled policy would
 /// otherwise never apply, and its tool would fall back to `default_effect` (see
-/// [`tollgate_engine::tool_names`]). Each unknown name is listed with a did-you-mean.
+/// [`tollgate_engine::tool_names`]). Each unknown name is listed with a did-you-mean. Then refuses
+/// a custom tool's `summary` whose placeholder names no property of the tool's input schema: it
+/// would show `—` on every approval; and a `confirm_above` on an argument the tool does not have.
 ///
 /// # Errors
-/// A name that names no tool.
+/// A name that names no tool; a summary placeholder or a threshold that names no argument.
 pub fn check_policy_names(path: &Path, policies: &Policies, tools: &ToolSet) -> anyhow::Result<()> {
     let custom: Vec<&str> = tools.tools().iter().map(|tool| tool.name.as_str()).collect();
     let unknown = tollgate_engine::tool_names::unknown_tools(policies.tool_names(), &custom);
-    if unknown.is_empty() {
-        return Ok(());
+    if !unknown.is_empty() {
+        let each: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+        bail!("{}: [policies]: {}", path.display(), each.join("; "))
     }
-    let each: Vec<String> = unknown.iter().map(ToString::to_string).collect();
-    bail!("{}: [policies]: {}", path.display(), each.join("; "))
+    for (name, summary) in policies.summaries() {
+        let Some(tool) = tools.tools().iter().find(|tool| tool.name == name) else { continue };
+        if let Some(field) = summary.unknown_fields(&tool.input_schema).first() {
+            bail!(
+                "{}: [policies] `{name}.summary`: placeholder `{{{field}}}` names no argument of `{name}`",
+                path.display()
+            )
+        }
+    }
+    for (name, confirm) in policies.confirms() {
+        let Some(tool) = tools.tools().iter().find(|tool| tool.name == name) else { continue };
+        let known = tool.input_schema.get("properties").and_then(|p| p.as_object());
+        if known.is_some_and(|properties| !properties.contains_key(&confirm.argument)) {
+            bail!(
+                "{}: [policies] `{name}.confirm_above`: `{}` names no argument of `{name}`",
+                path.display(),
+                confirm.argument
+            )
+        }
+    }
+    Ok(())
 }
 
 /// The name of the agent in folder `dir` (canonical) configured by `config`: `[agent] name`, checked

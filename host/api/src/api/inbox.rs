@@ -22,7 +22,7 @@
 //! # Caveats
 //!
 //! - Only the oldest `limit` approvals are tracked; `total` says how many are pending.
-//! - Who started a session is read once per session per stream (it never changes).
+//! - Who started a session and its agent are read once per session per stream (they never change).
 //! - Every open stream re-reads the tracked approvals after any session's new events (at most
 //!   every 50 ms) and every [`POLL`] when nothing happens: with 1,000 pending, a page of 1,000 rows
 //!   per open inbox every 5 s even when nothing changes (it was every second before the stores
@@ -124,7 +124,7 @@ struct Inbox {
     total: Option<i64>,
     /// Who started each session seen.
     starters: HashMap<String, Option<String>>,
-    /// Each session's agent, for a caller limited to agents.
+    /// Each session's agent (shown, filtered on, and limiting a caller limited to agents).
     agents: HashMap<String, Option<String>>,
     done: bool,
 }
@@ -170,42 +170,43 @@ impl Inbox {
         let mut now = BTreeMap::new();
         let mut items = Vec::new();
         let mut open = store.open_interrupts(None, self.limit).await?;
+        // Each session's agent and who started it, for the sessions not seen yet, a few lookups
+        // at a time (neither ever changes).
+        let unknown: BTreeSet<String> = open
+            .iter()
+            .filter(|o| {
+                !self.starters.contains_key(&o.session_id) || !self.agents.contains_key(&o.session_id)
+            })
+            .map(|o| o.session_id.clone())
+            .collect();
+        type Found = (String, Result<Option<String>, StoreError>, Result<Option<String>, StoreError>);
+        let found: Vec<Found> = stream::iter(unknown)
+            .map(|session| async move {
+                let starter = store.audit().started_by(&session).await;
+                let agent = store.session(&session).await.map(|s| s.and_then(|s| s.agent_name));
+                (session, starter, agent)
+            })
+            .buffer_unordered(STARTER_LOOKUPS)
+            .collect()
+            .await;
+        for (session, starter, agent) in found {
+            self.starters.insert(session.clone(), starter?);
+            self.agents.insert(session, agent?);
+        }
         if self.caller.agents.is_some() {
             // Only its agents' approvals, and their count: nothing of the others, not even how many.
-            for o in &open {
-                if !self.agents.contains_key(&o.session_id) {
-                    let agent = store.session(&o.session_id).await?.and_then(|s| s.agent_name);
-                    self.agents.insert(o.session_id.clone(), agent);
-                }
-            }
             open.retain(|o| {
                 self.caller.sees_agent(self.agents.get(&o.session_id).cloned().flatten().as_deref())
             });
             total = open.len() as i64;
         }
-        // Who started the sessions not seen yet, a few lookups at a time.
-        let unknown: BTreeSet<String> = open
-            .iter()
-            .filter(|o| !self.starters.contains_key(&o.session_id))
-            .map(|o| o.session_id.clone())
-            .collect();
-        let found: Vec<(String, Result<Option<String>, StoreError>)> = stream::iter(unknown)
-            .map(|session| async move {
-                let starter = store.audit().started_by(&session).await;
-                (session, starter)
-            })
-            .buffer_unordered(STARTER_LOOKUPS)
-            .collect()
-            .await;
-        for (session, starter) in found {
-            self.starters.insert(session, starter?);
-        }
         for open in open {
             let interrupt = pending_interrupt(open)?;
             let session = interrupt.session_id.clone();
             let started_by = self.starters.get(&session).cloned().flatten();
+            let agent = self.agents.get(&session).cloned().flatten();
             let decide = right(&self.state, &self.caller, &interrupt, started_by.as_deref());
-            let item = InboxItem { interrupt, started_by, decide };
+            let item = InboxItem { interrupt, started_by, agent, decide };
             let key = InterruptKey { session_id: session, interrupt_id: item.interrupt.interrupt_id.clone() };
             now.insert(key, hash(&item));
             items.push(item);

@@ -1043,6 +1043,7 @@ fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt
         tool_name: request.tool_name.clone(),
         turn_id: request.turn_id.clone(),
         batch_id: request.batch_id.clone(),
+        summary: request.summary.clone(),
         request,
         deadline_at: open.deadline_at,
         escalated_at: open.escalated_at,

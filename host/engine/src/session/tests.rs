@@ -964,6 +964,28 @@ fn an_approval_carries_the_groups_its_policy_names_as_approvers() {
 }
 
 #[test]
+fn an_approval_carries_its_policys_summary_rendered_with_the_call_arguments_and_its_confirmation() {
+    let call =
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true);
+    let (_, mut t) = defer(&RunState::default(), call.clone());
+    let plain = t.clone();
+    super::turn::with_summaries(&mut t, &crate::policy::Policies::default());
+    assert_eq!(t.interrupts, plain.interrupts, "no template, no change");
+    let policies = crate::policy::Policies::from_value(&json!({
+        "create_refund": { "effect": "non_idempotent_write", "summary": "Refund {amount_cents|money:EUR} on order {order_id}",
+                           "confirm_above": { "amount_cents": 100000 } },
+    }))
+    .unwrap();
+    super::turn::with_summaries(&mut t, &policies);
+    let expected = "Refund — on order 7";
+    assert_eq!(t.interrupts[0].request.to_value()["summary"], json!(expected));
+    let opened = t.events.iter().find(|e| e.kind == EventKind::InterruptOpened).expect("opened");
+    assert_eq!(opened.payload["request"]["summary"], json!(expected), "the event shows the same request");
+    let confirm = json!({ "argument": "amount_cents", "above": 100000 });
+    assert_eq!(t.interrupts[0].request.to_value()["confirm_above"], confirm);
+}
+
+#[test]
 fn an_approval_carries_its_policys_deadline_resolved_for_whoever_fires_it() {
     use crate::policy::{ApprovalDeadline, Policies, PolicyEntry};
     let call =

@@ -421,6 +421,24 @@ pub fn with_deadlines(t: &mut Transition, policies: &Policies) {
     });
 }
 
+/// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
+/// with how an approver reads it: its `summary` (the tool policy's template rendered with the
+/// call's arguments) and the policy's `confirm_above`, so the inbox, the API and the webhooks
+/// show them without loading the agent. A tool without either is left as it is.
+pub fn with_summaries(t: &mut Transition, policies: &Policies) {
+    t.stamp_requests(|request| {
+        let summary = policies.summary(&request.tool_name);
+        let confirm = policies.confirm_above(&request.tool_name);
+        if let Some(summary) = summary {
+            request.summary = Some(summary.render(&request.arguments));
+        }
+        if let Some(confirm) = confirm {
+            request.confirm_above = Some(serde_json::to_value(confirm).expect("serializes"));
+        }
+        summary.is_some() || confirm.is_some()
+    });
+}
+
 /// What the end of a segment changes. `calls` are the session's deferred calls (for a failing
 /// turn's note).
 pub fn on_segment(

@@ -195,6 +195,36 @@ impl Browser {
             .unwrap_or_default()
     }
 
+    /// Runs axe-core (the pinned copy scripts/install-axe-core.sh installs, injected into the page
+    /// through this WebDriver session) on the page as it is, and asserts it finds no violation of
+    /// any impact; `page` names the page in the failure.
+    pub async fn assert_axe_clean(&self, page: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tools/axe-core/node_modules/axe-core/axe.min.js");
+        let source = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("axe-core at {}: {e}; run scripts/install-axe-core.sh", path.display())
+        });
+        self.js(&format!("{source}\n;window.axe = axe; return true;"), vec![]).await;
+        let found = self
+            .client
+            .execute_async(
+                "const done = arguments[arguments.length - 1];
+                 window.axe.run(document)
+                   .then((r) => done({ checked: r.passes.length, violations: r.violations.map((v) => ({ id: v.id,
+                     impact: v.impact, help: v.help,
+                     nodes: v.nodes.slice(0, 5).map((n) => `${n.target.join(' ')}: ${n.failureSummary}`) })) }))
+                   .catch((e) => done({ checked: 0, violations: [{ id: 'axe-error', help: String(e) }] }));",
+                vec![],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("run axe-core on {page}: {e}"));
+        assert_eq!(found["violations"], json!([]), "axe-core violations on {page}:\n{found:#}");
+        assert!(
+            found["checked"].as_u64().is_some_and(|n| n > 10),
+            "axe-core checked nothing on {page}: {found}"
+        );
+    }
+
     /// Asserts that the console has no error or warning since the last read.
     pub async fn assert_no_console_errors(&self, when: &str) {
         let bad: Vec<(String, String)> = self

@@ -11,13 +11,19 @@ use crate::driver::Browser;
 use crate::served::{Served, stdout_of};
 use crate::util::{Refund, World, api, api_events};
 
-const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
+pub(crate) const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
 /// One browser test at a time: the timings they print are not shared with another Chromium.
 pub(crate) static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `tollgate auth add NAME --role … --group … --auth FILE`: the token it prints.
-async fn add_principal(world: &World, file: &Path, name: &str, roles: &[&str], groups: &[&str]) -> String {
+pub(crate) async fn add_principal(
+    world: &World,
+    file: &Path,
+    name: &str,
+    roles: &[&str],
+    groups: &[&str],
+) -> String {
     let mut command = world.tollgate();
     command.args(["auth", "add", name, "--auth"]).arg(file);
     for role in roles {
@@ -36,15 +42,15 @@ fn restrict_refunds_to_finance(world: &World) {
     let config = world.agent.join("tollgate.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let restricted = text.replace(
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#,
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"], approval_timeout_secs = 600, on_timeout = "escalate", escalate_to = ["ops"] }"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"], approval_timeout_secs = 600, on_timeout = "escalate", escalate_to = ["ops"]"#,
     );
     assert_ne!(text, restricted, "the example's refund policy line changed");
     std::fs::write(&config, restricted).unwrap();
 }
 
 /// `tollgate session start ID --message TEXT` as the holder of `token` (the CLI client).
-async fn start_as(served: &Served, token: &str, session: &str, message: &str) {
+pub(crate) async fn start_as(served: &Served, token: &str, session: &str, message: &str) {
     let output = served
         .client_command(&["session", "start", session, "--message", message])
         .env("TOLLGATE_TOKEN", token)
@@ -55,12 +61,12 @@ async fn start_as(served: &Served, token: &str, session: &str, message: &str) {
 }
 
 /// JavaScript: the inbox card of session `arguments[0]`, or null.
-const CARD: &str =
+pub(crate) const CARD: &str =
     "const card = [...document.querySelectorAll('.card')].find(c => c.dataset.session === arguments[0]);";
 
 /// Waits for the inbox card of `session` and returns when the page showed it (its
 /// `data-shown-at`, ms since the epoch; `None` for a card of the first snapshot).
-async fn card_shown(browser: &Browser, session: &str) -> Option<i64> {
+pub(crate) async fn card_shown(browser: &Browser, session: &str) -> Option<i64> {
     let shown = browser
         .until(
             &format!("the inbox card of session {session}"),
@@ -72,7 +78,7 @@ async fn card_shown(browser: &Browser, session: &str) -> Option<i64> {
 }
 
 /// The CSS selector of something inside the card of `session` (an id made of letters and digits).
-fn in_card(session: &str, css: &str) -> String {
+pub(crate) fn in_card(session: &str, css: &str) -> String {
     format!(".card[data-session=\"{session}\"] {css}")
 }
 
@@ -107,6 +113,8 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     browser.sign_in(&url, &fina, "fina").await;
     let who = browser.js("return document.getElementById('who-text').textContent", vec![]).await;
     assert_eq!(who, json!("Signed in as fina (roles: approver; groups: finance)"));
+    // Decisions are held 0.5 s here (5 s by default; the undo has its own test).
+    browser.js("sessionStorage.setItem('tollgate.holdMs', '500')", vec![]).await;
     let stored = browser.js("return sessionStorage.getItem('tollgate.token')", vec![]).await;
     assert_eq!(stored, json!(fina), "the token is kept in sessionStorage");
     let address = browser.client.current_url().await.unwrap();
@@ -129,6 +137,26 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
         "FIGURE a new interrupt showed on the open page {} ms after it was created (tollgate serve, SQLite)",
         shown - opened
     );
+    // The decision first: the policy's sentence heads the card; the call folds below it.
+    let head = browser
+        .js(
+            &format!(
+                "{CARD} const h = card.querySelector('h3'); const more = card.querySelector('details.more'); \
+                 return [h.textContent, card.getAttribute('aria-labelledby') === h.id, more.open, \
+                 card.querySelector('header').compareDocumentPosition(more) === Node.DOCUMENT_POSITION_FOLLOWING, \
+                 more.querySelector('pre').checkVisibility()];"
+            ),
+            vec![json!("r1")],
+        )
+        .await;
+    assert_eq!(
+        head,
+        json!(["Refund €5.00 on order 7", true, false, true, false]),
+        "heading, folded arguments"
+    );
+    browser.screenshot("inbox-card-summary").await;
+    browser.assert_axe_clean("the inbox with a card").await;
+    browser.click(&in_card("r1", "details.more > summary")).await;
     let text = browser.js(&format!("{CARD} return card.innerText;"), vec![json!("r1")]).await;
     let text = text.as_str().unwrap();
     for expected in [
@@ -198,8 +226,16 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     );
 
     // Reject with a reason: the model reads it.
-    start_as(&served, &carl, "r2", REFUND).await;
+    // Its order id is markup: the summary shows it as text.
+    start_as(&served, &carl, "r2", r#"call create_refund {"order_id":"<b>7</b>","amount_cents":500}"#).await;
     card_shown(&browser, "r2").await;
+    let heading = browser
+        .js(
+            &format!("{CARD} const h = card.querySelector('h3'); return [h.textContent, h.children.length];"),
+            vec![json!("r2")],
+        )
+        .await;
+    assert_eq!(heading, json!(["Refund €5.00 on order <b>7</b>", 0]), "the summary is text, not HTML");
     let id2 = world.snapshot("r2").await.pending_interrupts[0].interrupt_id.clone();
     let reason = "Refunds over four dollars need a manager";
     // By keyboard: type the reason, Tab to Reject, Enter.
@@ -230,7 +266,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     assert!(grouped.as_str().is_some_and(|h| h.ends_with(": 2 calls from one reply")), "{grouped}");
     browser.screenshot("inbox-batch").await;
     for decided in 1..=2 {
-        browser.click(&in_card("b1", "button.approve:not([disabled])")).await;
+        browser.click(".card[data-session=\"b1\"]:not(.held):not(.decided) button.approve").await;
         browser
             .until(
                 "the decision to land",
@@ -306,6 +342,7 @@ async fn approvers_decide_refunds_in_the_page_edited_rejected_or_refused_and_the
     browser.click("#sign-out").await;
     browser.sign_in(&url, &fina, "fina").await;
     card_shown(&browser, "r3").await;
+    browser.click(&in_card("r3", "details.more-actions > summary")).await;
     browser.click(&in_card("r3", "button.approve-session")).await;
     let granted = world.wait_for("r3", "the granted refund's turn", |s| s.status == "idle").await;
     assert_eq!(granted.grants.len(), 1, "{:?}", granted.grants);
@@ -396,13 +433,18 @@ async fn assert_no_markup_ran(browser: &Browser) {
 /// Brings `session` (created with any id, straight on the store, started by `carl`) to "waiting
 /// for approval of create_refund with `arguments`", without a CLI (the store has no Worker).
 async fn park(world: &World, session: &str, arguments: Value) {
+    park_as(world, session, None, arguments).await;
+}
+
+/// As [`park`], the session running `agent`.
+pub(crate) async fn park_as(world: &World, session: &str, agent: Option<&str>, arguments: Value) {
     let store = world.store.as_ref();
     let new = NewSession {
         session_id: session.to_owned(),
         status: SessionStatus::Idle.as_str().to_owned(),
         run_state: RunState::default().to_raw(),
         agent: None,
-        agent_name: None,
+        agent_name: agent.map(str::to_owned),
     };
     store.audit().create_session_by(new, "carl").await.expect("create the session");
     crate::park::park_started(store, session, arguments).await;

@@ -153,6 +153,41 @@ fn check_fails_on_a_policy_for_a_misspelled_tool_and_lists_the_tools_left_to_def
 }
 
 #[test]
+fn check_fails_on_a_summary_placeholder_or_threshold_that_names_no_argument_of_the_tool() {
+    let dir = agent();
+    let config = std::fs::read_to_string(dir.path().join("tollgate.toml")).unwrap();
+    let with = |fields: &str| {
+        let policy = format!("create_refund = {{ effect = \"non_idempotent_write\", {fields} }}");
+        std::fs::write(dir.path().join("tollgate.toml"), format!("{config}\n[policies]\n{policy}\n"))
+            .unwrap();
+        tollgate(dir.path(), &["check", "DIR"])
+    };
+    let output = with(r#"summary = "Refund {amount|money:EUR} on order {order_id}""#);
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "[policies] `create_refund.summary`: placeholder `{amount}` names no argument of `create_refund`"
+        ),
+        "{stderr}"
+    );
+    let output = with("confirm_above = { amount = 100000 }");
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "[policies] `create_refund.confirm_above`: `amount` names no argument of `create_refund`"
+        ),
+        "{stderr}"
+    );
+    let output = with(
+        r#"summary = "Refund {amount_cents|money:EUR} on order {order_id}", confirm_above = { amount_cents = 100000 }"#,
+    );
+    let (_, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+}
+
+#[test]
 fn check_fails_on_a_tool_named_bash_and_names_it() {
     let dir = agent();
     std::fs::copy(guests::IMPOSTOR, dir.path().join("tools/shell.wasm")).unwrap();

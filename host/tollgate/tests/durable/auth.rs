@@ -40,8 +40,8 @@ fn restrict_refunds_to_finance(world: &World) {
     let config = world.agent.join("tollgate.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let restricted = text.replace(
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#,
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"] }"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#,
+        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"]"#,
     );
     assert_ne!(text, restricted, "the example's refund policy line changed");
     std::fs::write(&config, restricted).unwrap();

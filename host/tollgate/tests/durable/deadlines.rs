@@ -16,8 +16,7 @@ use crate::util::{Refund, World, api};
 use crate::webhooks::{Receiver, write_hooks};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
-const REFUND_POLICY: &str =
-    r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#;
+const REFUND_POLICY: &str = r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#;
 
 /// Rewrites the example agent's refund policy to `policy` (the fields inside its braces after
 /// `requires_approval = true`).
@@ -26,9 +25,7 @@ fn refund_policy(world: &World, extra: &str) {
     let text = std::fs::read_to_string(&config).unwrap();
     let changed = text.replace(
         REFUND_POLICY,
-        &format!(
-            r#"create_refund = {{ effect = "non_idempotent_write", requires_approval = true, {extra} }}"#
-        ),
+        &format!(r#"create_refund = {{ effect = "non_idempotent_write", requires_approval = true, {extra}"#),
     );
     assert_ne!(text, changed, "the example's refund policy line changed");
     std::fs::write(&config, changed).unwrap();

@@ -91,8 +91,8 @@ impl World {
         let config = match refund {
             Refund::SingleAttemptWithApproval => config,
             Refund::IdempotentWithApproval => config.replace(
-                r#"create_refund = { effect = "non_idempotent_write", requires_approval = true }"#,
-                r#"create_refund = { effect = "idempotent_write", requires_approval = true }"#,
+                r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#,
+                r#"create_refund = { effect = "idempotent_write", requires_approval = true"#,
             ),
         };
         std::fs::write(agent.join("tollgate.toml"), config).expect("write config");

@@ -238,6 +238,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     turn::with_approvers(&mut transition, &worker.agent.config.policies);
     // ... and its approval deadline, which any Worker fires from the stored request.
     turn::with_deadlines(&mut transition, &worker.agent.config.policies);
+    // ... and the sentence an approver reads first.
+    turn::with_summaries(&mut transition, &worker.agent.config.policies);
     // ... and the schema an approver's edit must fit.
     if !transition.interrupts.is_empty() {
         let custom = tool_set.as_ref().map(|tools| tools.tools()).unwrap_or_default();

@@ -1,7 +1,9 @@
 // The approvals inbox: every pending approval across sessions, live over
-// GET /v1/interrupts/events, grouped by batch when the API names one, each with its session,
-// tool, effect, arguments, who may decide and its deadline; approve, approve for this session,
-// reject with a reason, or edit the arguments first. Buttons the principal may not use are
+// GET /v1/interrupts/events, grouped by batch when the API names one, each led by its policy's
+// one-sentence summary when it has one (the tool, session, arguments and who may decide folded
+// below), else by its tool, effect, arguments, who may decide and its deadline; approve, approve for this session,
+// reject with a reason, or edit the arguments first. A decision is held on its card for a few
+// seconds with an Undo before it is sent; focus moves on to the next card. Buttons the principal may not use are
 // disabled with the API's reason.
 
 import { call, seg, stream } from './api.js';
@@ -37,7 +39,36 @@ export function mount(view) {
   let painted = false;
   const summary = el('p', { class: 'summary', id: 'inbox-summary', 'aria-live': 'polite', text: 'Connecting\u2026' });
   const list = el('div', { id: 'inbox-list' });
-  view.append(el('h2', { text: 'Approvals waiting' }), summary, list);
+  const tools = new Controls(() => arrange());
+  view.append(el('h2', { text: 'Approvals waiting' }), tools.node, summary, tools.bulk, list, tools.help);
+  const offKeys = keyboard(list, tools);
+  list.addEventListener('selection', () => tools.selection());
+
+  /** Applies the filters (hiding what does not match), the sort and the view. */
+  function arrange() {
+    list.classList.toggle('compact', tools.view === 'list');
+    tools.offer(items.values());
+    const order = [...cards.entries()].map(([key, card]) => [items.get(key), card]).filter(([item]) => item);
+    order.sort(([a], [b]) => tools.compare(a, b));
+    let shown = 0;
+    // Moving a node drops the focus inside it: only cards out of place move, and the focus is
+    // put back.
+    const focused = document.activeElement;
+    const before = new Map();
+    for (const [item, card] of order) {
+      card.hidden = !tools.matches(item);
+      if (!card.hidden) shown += 1;
+      const home = card.parentNode;
+      const last = before.get(home) || null;
+      const expected = last ? last.nextElementSibling : home.querySelector(':scope > .card');
+      if (expected !== card) home.insertBefore(card, expected);
+      before.set(home, card);
+    }
+    if (focused && focused !== document.activeElement && focused.isConnected) focused.focus();
+    for (const group of batches.values()) group.section.hidden = !group.section.querySelector('.card:not([hidden])');
+    tools.shown(shown, cards.size);
+    tools.selection();
+  }
 
   function updateSummary() {
     const shown = items.size;
@@ -94,6 +125,7 @@ export function mount(view) {
       list.append(fragment);
       recount();
       if (next < keys.length) setTimeout(() => slice(200), 0);
+      else arrange();
     };
     slice(40);
     updateSummary();
@@ -106,6 +138,7 @@ export function mount(view) {
     const card = build(item);
     card.dataset.shownAt = String(Date.now());
     const old = cards.get(key);
+    if (old && old.cancelHeld) return; // a held decision keeps its card until it is sent or undone
     cards.set(key, card);
     if (old) old.replaceWith(card);
     else container(item).append(card);
@@ -115,6 +148,7 @@ export function mount(view) {
     items.delete(key);
     const card = cards.get(key);
     cards.delete(key);
+    if (card && card.cancelHeld) card.cancelHeld();
     if (card) card.remove();
   }
 
@@ -142,6 +176,7 @@ export function mount(view) {
       total = data.total || 0;
       recount();
       updateSummary();
+      arrange();
     }
   }
 
@@ -163,12 +198,167 @@ export function mount(view) {
     live = stream('/v1/interrupts/events', onEvent, onState);
   }
   const timer = setInterval(() => tick(list), 1000);
-  return () => { live.close(); clearInterval(timer); };
+  return () => { live.close(); clearInterval(timer); offKeys(); };
 }
 
 /** Updates every deadline's countdown. */
 function tick(root) {
   for (const node of root.querySelectorAll('[data-deadline]')) countdown(node);
+  for (const node of root.querySelectorAll('[data-opened]')) node.textContent = ago(Number(node.dataset.opened));
+}
+
+/** How long ago `ms` (since the epoch) was: `just now`, `5 min ago`, `3 h ago`, `2 days ago`. */
+export function ago(ms) {
+  const s = Math.max(0, Math.floor((Date.now() - ms) / 1000));
+  if (s < 60) return 'just now';
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  const d = Math.floor(s / 86400);
+  return `${d} day${d === 1 ? '' : 's'} ago`;
+}
+
+/** The inbox's filters (agent, tool, session, age, search), sort, view and bulk actions. */
+class Controls {
+  constructor(changed) {
+    const select = (id, label, options) => {
+      const node = el('select', { id }, ...options.map(([value, text]) => el('option', { value, text })));
+      node.addEventListener('change', changed);
+      return [node, el('label', { for: id }, label, node)];
+    };
+    const input = (id, label, type) => {
+      const node = el('input', { id, type, autocomplete: 'off' });
+      node.addEventListener('input', changed);
+      return [node, el('label', { for: id }, label, node)];
+    };
+    let agentLabel, toolLabel, sessionLabel, ageLabel, searchLabel, sortLabel;
+    [this.agent, agentLabel] = select('inbox-agent', 'Agent', [['', 'Any agent']]);
+    [this.tool, toolLabel] = select('inbox-tool', 'Tool', [['', 'Any tool']]);
+    [this.session, sessionLabel] = input('inbox-session', 'Session', 'text');
+    [this.age, ageLabel] = select('inbox-age', 'Waiting', [['', 'Any time'], ['300000', 'Over 5 min'], ['3600000', 'Over 1 h'], ['86400000', 'Over 1 day']]);
+    [this.search, searchLabel] = input('inbox-search', 'Search', 'search');
+    [this.sort, sortLabel] = select('inbox-sort', 'Sort', [['oldest', 'Oldest first'], ['newest', 'Newest first'], ['tool', 'By tool']]);
+    this.view = 'cards';
+    this.toggle = el('button', { type: 'button', id: 'inbox-view', 'aria-pressed': 'false', text: 'List view' });
+    this.toggle.addEventListener('click', () => {
+      this.view = this.view === 'list' ? 'cards' : 'list';
+      this.toggle.setAttribute('aria-pressed', String(this.view === 'list'));
+      changed();
+    });
+    this.count = el('span', { class: 'count', 'aria-live': 'polite' });
+    this.node = el('form', { class: 'toolbar', role: 'search', 'aria-label': 'Filter approvals' },
+      agentLabel, toolLabel, sessionLabel, ageLabel, searchLabel, sortLabel, this.toggle, this.count);
+    this.node.addEventListener('submit', (event) => event.preventDefault());
+    // Bulk: the selected rows of one tool, each still its own decision.
+    this.approveAll = el('button', { type: 'button', id: 'bulk-approve', class: 'primary', disabled: true, text: 'Approve selected' });
+    this.rejectAll = el('button', { type: 'button', id: 'bulk-reject', class: 'danger', disabled: true, text: 'Reject selected' });
+    this.bulkWhy = el('span', { class: 'hint', id: 'bulk-why' });
+    this.approveAll.addEventListener('click', () => { for (const card of this.selected()) card.approveNow(); this.selection(); });
+    this.rejectAll.addEventListener('click', () => { for (const card of this.selected()) card.rejectNow(); this.selection(); });
+    this.bulk = el('div', { class: 'bulk', hidden: true }, this.approveAll, this.rejectAll, this.bulkWhy);
+    const keys = [['j / k', 'next / previous approval'], ['a', 'approve'], ['r', 'reject (type the reason, Enter)'],
+      ['e', 'edit the arguments'], ['x', 'select the row (list view)'], ['u', 'undo the last decision'],
+      ['Esc', 'close, or leave a field'], ['?', 'show or hide these keys']];
+    this.help = el('section', { class: 'keys', id: 'inbox-keys', hidden: true, 'aria-labelledby': 'keys-h' },
+      el('h3', { id: 'keys-h', text: 'Keyboard shortcuts' }),
+      el('dl', {}, ...keys.flatMap(([k, what]) => [el('dt', {}, el('kbd', { text: k })), el('dd', { text: what })])));
+  }
+
+  /** Adds the agents and tools of `items` to their filters. */
+  offer(items) {
+    for (const item of items) {
+      for (const [node, value] of [[this.agent, item.agent], [this.tool, item.tool_name]]) {
+        if (value && ![...node.options].some((o) => o.value === value)) node.append(el('option', { value, text: value }));
+      }
+    }
+  }
+
+  matches(item) {
+    if (this.agent.value && item.agent !== this.agent.value) return false;
+    if (this.tool.value && item.tool_name !== this.tool.value) return false;
+    const session = this.session.value.trim();
+    if (session && !item.session_id.includes(session)) return false;
+    if (this.age.value && Date.now() - item.created_at < Number(this.age.value)) return false;
+    const q = this.search.value.trim().toLowerCase();
+    if (q) {
+      const text = [field(item, 'summary'), item.tool_name, item.session_id, item.agent, item.started_by, JSON.stringify(item.arguments)].join(' ').toLowerCase();
+      if (!text.includes(q)) return false;
+    }
+    return true;
+  }
+
+  compare(a, b) {
+    if (this.sort.value === 'newest') return b.created_at - a.created_at;
+    if (this.sort.value === 'tool') return a.tool_name.localeCompare(b.tool_name) || a.created_at - b.created_at;
+    return a.created_at - b.created_at;
+  }
+
+  shown(n, of) {
+    this.count.textContent = n === of ? '' : `${n} of ${of} shown`;
+  }
+
+  selected() {
+    return [...document.querySelectorAll('#inbox-list .card:not([hidden]):not(.held):not(.decided)')].filter((c) => c.querySelector('input.select').checked);
+  }
+
+  /** Enables the bulk buttons when the selected rows are all of one tool. */
+  selection() {
+    this.bulk.hidden = this.view !== 'list';
+    const picked = this.selected();
+    const tools = new Set(picked.map((c) => c.dataset.tool));
+    const ok = picked.length > 0 && tools.size === 1 && picked.every((c) => !c.querySelector('button.approve').disabled);
+    this.approveAll.disabled = !ok;
+    this.rejectAll.disabled = !ok;
+    this.bulkWhy.textContent = picked.length === 0 ? 'Select rows (x) to decide them together.'
+      : tools.size > 1 ? 'Select rows of one tool only.' : `${picked.length} selected of ${[...tools][0]}.`;
+  }
+}
+
+/** The inbox's keys (see the `?` list); returns their removal. */
+function keyboard(list, tools) {
+  const visible = () => [...list.querySelectorAll('.card:not([hidden]):not(.held):not(.decided)')];
+  const current = () => {
+    const at = document.activeElement && document.activeElement.closest && document.activeElement.closest('.card');
+    return at && list.contains(at) ? at : null;
+  };
+  const go = (card) => {
+    if (!card) return;
+    const approve = card.querySelector('button.approve:not([disabled])');
+    if (approve) approve.focus(); else { card.tabIndex = -1; card.focus(); }
+    card.scrollIntoView({ block: 'nearest' });
+  };
+  const onKey = (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(event.target.tagName);
+    if (event.key === 'Escape') {
+      if (!tools.help.hidden) { tools.help.hidden = true; event.preventDefault(); return; }
+      const card = current();
+      if (card) {
+        for (const box of card.querySelectorAll('.confirm, .editor')) box.hidden = true;
+        if (typing) go(card);
+      }
+      return;
+    }
+    if (typing) return;
+    const cards = visible();
+    const here = current();
+    const at = here ? cards.indexOf(here) : -1;
+    const handled = {
+      j: () => go(cards[Math.min(cards.length - 1, at + 1)]),
+      k: () => go(cards[Math.max(0, at - 1)]),
+      a: () => { if (here) here.approveNow(); },
+      r: () => { if (here) here.querySelector('input.reason').focus(); },
+      e: () => { if (here) here.querySelector('button.edit').click(); },
+      x: () => { if (here && tools.view === 'list') { const box = here.querySelector('input.select'); box.checked = !box.checked; tools.selection(); } },
+      u: () => { const held = [...list.querySelectorAll('.card.held')].pop(); if (held) held.querySelector('button.undo').click(); },
+      '?': () => { tools.help.hidden = !tools.help.hidden; },
+    }[event.key];
+    if (!handled) return;
+    event.preventDefault();
+    if (at < 0 && 'jk'.includes(event.key) && cards.length) { go(cards[0]); return; }
+    handled();
+  };
+  document.addEventListener('keydown', onKey);
+  return () => document.removeEventListener('keydown', onKey);
 }
 
 function countdown(node) {
@@ -192,15 +382,31 @@ function build(item) {
   const card = el('article', { class: 'card', 'aria-labelledby': titleId });
   card.dataset.session = item.session_id;
   card.dataset.interrupt = item.interrupt_id;
+  card.dataset.tool = item.tool_name;
+  // The list view's row: a box to select it, its agent, session and age.
+  const selectId = uid('select');
+  const pick = el('input', { type: 'checkbox', class: 'select', id: selectId });
+  pick.addEventListener('change', () => card.dispatchEvent(new CustomEvent('selection', { bubbles: true })));
+  card.append(el('div', { class: 'row-meta' },
+    el('label', { for: selectId, class: 'select-label' }, pick, 'Select'),
+    el('span', { text: item.agent || 'no agent' }),
+    el('a', { href: `#/session/${seg(item.session_id)}`, text: item.session_id }),
+    el('span', { 'data-opened': String(item.created_at), text: ago(item.created_at) })));
 
+  // The decision first: the policy's one-sentence summary heads the card, the tool and its
+  // ids collapse below. Without a summary the card shows the tool call as it is.
+  const sentence = field(item, 'summary');
   const effect = request.effect || '';
-  const header = el('header', {},
-    el('h3', { id: titleId, text: item.tool_name }),
-    el('span', { class: `badge${/write/.test(effect) ? ' write' : ''}`, text: effect }),
-    el('span', { class: 'badge', text: request.kind || '' }));
-  if (request.ahead) header.append(el('span', { class: 'badge', title: 'Decided now, used when the model repeats this exact call in the same turn', text: 'asked ahead' }));
+  const badges = [el('span', { class: `badge${/write/.test(effect) ? ' write' : ''}`, text: effect }),
+    el('span', { class: 'badge', text: request.kind || '' })];
+  if (request.ahead) badges.push(el('span', { class: 'badge', title: 'Decided now, used when the model repeats this exact call in the same turn', text: 'asked ahead' }));
   const escalatedAt = field(item, 'escalated_at');
-  if (escalatedAt || field(item, 'escalated')) header.append(el('span', { class: 'badge escalated', text: 'escalated' }));
+  if (escalatedAt || field(item, 'escalated')) badges.push(el('span', { class: 'badge escalated', text: 'escalated' }));
+  const header = sentence
+    ? el('header', { class: 'decision' },
+      el('h3', { id: titleId, class: 'sentence', text: sentence }),
+      el('p', { class: 'call' }, el('code', { class: 'tool', text: item.tool_name }), ' ', ...badges))
+    : el('header', {}, el('h3', { id: titleId, text: item.tool_name }), ...badges);
   card.append(header);
 
   const approvers = field(item, 'approvers') || [];
@@ -218,6 +424,7 @@ function build(item) {
       el('dd', { text: `${when(escalatedAt)}${from.length ? ` from ${from.join(', ')}` : ' from any approver'}` }));
   }
   const deadline = deadlineMs(field(item, 'deadline_at'));
+  let deadlineLine = null;
   if (deadline !== null) {
     const node = el('span', { class: 'deadline', 'data-deadline': String(deadline) });
     countdown(node);
@@ -225,49 +432,119 @@ function build(item) {
     const then = policy.on_timeout === 'escalate' && !escalatedAt
       ? `, then escalates to ${(policy.escalate_to || []).join(', ') || 'other approvers'}`
       : ', then it is rejected';
-    facts.append(el('dt', { text: 'Deadline' }), el('dd', {}, node, ` (${when(deadline)}${then})`));
+    deadlineLine = [node, ` (${when(deadline)}${then})`];
   }
-  card.append(facts, el('pre', { class: 'args', 'aria-label': 'Arguments' }, pretty(item.arguments)));
+  const argsId = uid('args');
+  const args = el('figure', { class: 'args' },
+    el('figcaption', { id: argsId, text: 'Arguments' }),
+    el('pre', { 'aria-labelledby': argsId }, pretty(item.arguments)));
+  if (sentence) {
+    // The deadline stays in sight; the rest is one click away.
+    if (deadlineLine) card.append(el('p', { class: 'deadline-line' }, 'Deadline: ', ...deadlineLine));
+    card.append(el('details', { class: 'more' },
+      el('summary', { text: `Arguments and ids (${item.tool_name}, session ${item.session_id})` }), args, facts));
+  } else {
+    if (deadlineLine) facts.append(el('dt', { text: 'Deadline' }), el('dd', {}, ...deadlineLine));
+    card.append(facts, args);
+  }
 
   const result = el('p', { class: 'result', role: 'status' });
   const why = el('p', { class: 'why', id: whyId, text: right.allowed ? '' : `You may not decide this: ${right.reason}` });
   const buttons = [];
-  const button = (label, cls, handler) => {
-    const b = el('button', { type: 'button', class: cls, text: label });
-    b.addEventListener('click', handler);
+  const button = (label, cls, handler, type = 'button') => {
+    const b = el('button', { type, class: cls, text: label });
+    if (handler) b.addEventListener('click', handler);
     buttons.push(b);
     return b;
   };
   const path = `/v1/sessions/${seg(item.session_id)}/interrupts/${seg(item.interrupt_id)}`;
-  const decide = async (body, done) => {
+  const send = async (body, done) => {
     for (const b of buttons) b.disabled = true;
     result.classList.remove('failed');
     result.textContent = 'Sending\u2026';
     try {
       await call('POST', path, body);
-      result.textContent = done;
+      result.textContent = `${done} by you`;
+      card.classList.remove('held');
       card.classList.add('decided');
       notify(`${done}: ${item.tool_name} in session ${item.session_id}`);
     } catch (error) {
+      card.classList.remove('held');
+      actions.hidden = false;
       result.classList.add('failed');
       result.textContent = error.describe ? error.describe() : String(error);
       for (const b of buttons) b.disabled = !right.allowed;
     }
   };
+  // A decision is held here for a few seconds, undoable, before anything is sent: the server
+  // sees one decision or none.
+  const decide = (body, done) => {
+    const undo = el('button', { type: 'button', class: 'undo', text: 'Undo' });
+    const held = el('p', { class: 'held-line' }, `${done} by you \u00b7 `, undo);
+    let timer = null;
+    const restore = () => {
+      clearTimeout(timer);
+      card.classList.remove('held');
+      delete card.dataset.heldUntil;
+      card.cancelHeld = null;
+      held.remove();
+      actions.hidden = false;
+      editorHome.hidden = true;
+      result.textContent = '';
+    };
+    undo.addEventListener('click', () => {
+      restore();
+      notify(`Undone: ${item.tool_name} in session ${item.session_id} still waits`);
+      const again = card.querySelector('button.approve');
+      if (again) again.focus();
+    });
+    actions.hidden = true;
+    editorHome.hidden = true;
+    confirmBox.hidden = true;
+    card.classList.add('held');
+    card.dataset.heldUntil = String(Date.now() + holdMs());
+    card.cancelHeld = restore;
+    result.before(held);
+    focusNext(card);
+    timer = setTimeout(() => {
+      held.remove();
+      card.cancelHeld = null;
+      send(body, done);
+    }, holdMs());
+  };
+  // Above the policy's threshold, Approve asks once more.
+  const confirm = field(item, 'confirm_above');
+  const amount = confirm && Number(item.arguments && item.arguments[confirm.argument]);
+  const needsConfirm = Boolean(confirm) && Number.isFinite(amount) && amount > Number(confirm.above);
+  const confirmYes = el('button', { type: 'button', class: 'primary confirm-approve', text: 'Yes, approve' });
+  const confirmNo = el('button', { type: 'button', class: 'confirm-cancel', text: 'Cancel' });
+  const confirmBox = el('div', { class: 'confirm', role: 'group', 'aria-label': 'Confirm the approval', hidden: true },
+    el('p', { text: `${confirm ? confirm.argument : ''} is ${amount}, above ${confirm ? confirm.above : ''}: approve anyway?` }),
+    confirmYes, confirmNo);
+  confirmYes.addEventListener('click', () => decide({ approved: true }, 'Approved'));
+  confirmNo.addEventListener('click', () => { confirmBox.hidden = true; approve.focus(); });
+  const approve = button('Approve', 'primary approve', () => {
+    if (needsConfirm) { confirmBox.hidden = false; confirmYes.focus(); } else decide({ approved: true }, 'Approved');
+  });
   const reasonId = uid('reason');
   const reason = el('input', { id: reasonId, type: 'text', class: 'reason', placeholder: 'What the model is told' });
   buttons.push(reason);
   const editorHome = el('div', { class: 'editor', hidden: true });
+  const rejectForm = el('form', { class: 'reject' },
+    el('label', { for: reasonId }, 'Reason for rejecting', reason),
+    button('Reject', 'danger reject-button', null, 'submit'));
+  rejectForm.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const text = reason.value.trim();
+    decide(text ? { approved: false, message: text } : { approved: false }, 'Rejected');
+  });
+  // The broader approval sits in a secondary menu, away from Approve.
+  const more = el('details', { class: 'more-actions' }, el('summary', { text: 'More\u2026' }),
+    button('Approve for this session', 'approve-session', () => decide({ approved: true, scope: 'session' }, 'Approved for this session')));
   const actions = el('div', { class: 'actions' },
-    button('Approve', 'primary approve', () => decide({ approved: true }, 'Approved')),
-    button('Approve for this session', 'approve-session', () => decide({ approved: true, scope: 'session' }, 'Approved for this session')),
+    approve,
     button('Edit arguments\u2026', 'edit', () => openEditor(item, editorHome, decide)),
-    el('div', { class: 'reject' },
-      el('label', { for: reasonId }, 'Reason for rejecting', reason),
-      button('Reject', 'danger reject-button', () => {
-        const text = reason.value.trim();
-        decide(text ? { approved: false, message: text } : { approved: false }, 'Rejected');
-      })));
+    rejectForm, more);
   for (const b of buttons) {
     if (!right.allowed) {
       b.disabled = true;
@@ -275,8 +552,30 @@ function build(item) {
       b.title = right.reason || '';
     }
   }
-  card.append(actions, why, result, editorHome);
+  card.append(actions, confirmBox, why, result, editorHome);
+  // What the keys and the bulk buttons use: the same paths as the buttons.
+  card.approveNow = () => { if (!approve.disabled && !card.classList.contains('held')) approve.click(); };
+  card.rejectNow = () => { if (!approve.disabled && !card.classList.contains('held')) rejectForm.requestSubmit(); };
   return card;
+}
+
+/** How long a decision is held, undoable, before it is sent (ms): 5 s, or the session's
+ *  `tollgate.holdMs`. */
+function holdMs() {
+  const stored = sessionStorage.getItem('tollgate.holdMs');
+  return stored !== null && Number(stored) >= 0 ? Number(stored) : 5000;
+}
+
+/** Moves focus to the card after `card` still waiting (or the one before): its Approve when the
+ *  principal may use it, else the card. */
+function focusNext(card) {
+  const open = [...document.querySelectorAll('.card')].filter((c) => c === card || !(c.classList.contains('held') || c.classList.contains('decided')));
+  const at = open.indexOf(card);
+  const next = open[at + 1] || open[at - 1];
+  if (!next || next === card) return;
+  const approve = next.querySelector('button.approve:not([disabled])');
+  if (approve) approve.focus();
+  else { next.tabIndex = -1; next.focus(); }
 }
 
 /** Opens (or closes) the argument editor of `item` in `home`. */
@@ -284,7 +583,7 @@ function openEditor(item, home, decide) {
   if (!home.hidden) { home.hidden = true; clear(home); return; }
   const schema = (item.request && item.request.input_schema) || null;
   const original = item.arguments || {};
-  const errors = el('ul', { class: 'errors', role: 'alert' });
+  const errors = el('ul', { class: 'errors' });
   const changes = el('ul', { class: 'diff', 'aria-live': 'polite' });
   const submit = el('button', { type: 'button', class: 'primary approve-edited', disabled: true, text: 'Approve with these arguments' });
   let current = null;
@@ -311,7 +610,7 @@ function openEditor(item, home, decide) {
   cancel.addEventListener('click', () => { home.hidden = true; clear(home); });
   clear(home);
   home.append(el('h4', { text: 'Edit the arguments, then approve' }), ed.node,
-    problemsHeading, errors,
+    el('div', { class: 'problems', role: 'alert' }, problemsHeading, errors),
     el('p', { text: 'Changes:', class: 'hint' }), changes,
     el('div', { class: 'actions' }, submit, cancel));
   home.hidden = false;

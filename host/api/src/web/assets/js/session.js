@@ -1,5 +1,6 @@
 // A session: its conversation with live text, what the model thought and did inline (its
-// thinking and its inline tool calls, from the event log), its tool calls and their records, the
+// thinking and its inline tool calls, from the event log), a banner for calls that failed or whose
+// outcome is unknown, its tool calls and their records, the
 // audit trail, usage and cost, the last turn's error or cancel, a box to send a message, and a
 // button that cancels the turn in progress.
 
@@ -33,7 +34,9 @@ export function mount(view, id, me) {
   const stopWhy = el('p', { class: 'why', id: 'cancel-why' });
   const stopResult = el('p', { class: 'result', id: 'cancel-result', role: 'status' });
   const cancelled = el('p', { class: 'notice', id: 'last-turn-cancelled' });
-  view.append(title, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
+  // Calls that failed or may have run without anyone seeing how they ended: loud, at the top.
+  const failures = el('div', { class: 'banner', id: 'call-failures', role: 'alert' });
+  view.append(title, failures, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
     el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
     el('section', { class: 'panel', 'aria-labelledby': 'activity-h' }, el('h3', { id: 'activity-h', text: 'Thinking and inline tool calls' }), activity),
     el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }), calls),
@@ -111,6 +114,19 @@ export function mount(view, id, me) {
       messages.append(item);
     }
     messages.append(liveNode);
+    clear(failures);
+    const loud = s.tool_calls.filter((c) => c.status === 'outcome_unknown' || c.status === 'failed');
+    failures.hidden = loud.length === 0;
+    if (loud.length) {
+      const list = el('ul');
+      for (const c of loud) {
+        const what = c.status === 'outcome_unknown'
+          ? 'outcome unknown: it may have taken effect; check the system it acts on before trying again'
+          : `failed${c.error ? `: ${c.error}` : ''}`;
+        list.append(el('li', {}, el('strong', { text: `${c.tool_name} (${c.tool_call_id})` }), ` ${what}`));
+      }
+      failures.append(el('h3', { text: loud.length === 1 ? 'A tool call needs attention' : `${loud.length} tool calls need attention` }), list);
+    }
     clear(calls);
     if (!s.tool_calls.length) calls.append(el('p', { text: 'No deferred tool call yet.' }));
     for (const c of s.tool_calls) {
@@ -132,6 +148,7 @@ export function mount(view, id, me) {
       calls.append(call);
     }
     clear(audit);
+    if (!(s.decisions || []).length) audit.append(el('tr', {}, el('td', { colspan: '6', class: 'empty', text: 'No decisions yet' })));
     for (const d of s.decisions || []) {
       const input = el('td', {}, el('pre', {}, pretty(d.input)));
       if (d.edited_input) input.append(el('span', { text: 'edited to' }), el('pre', {}, pretty(d.edited_input)));
