@@ -128,8 +128,9 @@ pub struct AuditEntry {
 }
 
 /// A page of the trail to read ([`AuditLog::audit_entries`]): rows with `audit_id > after`, in
-/// id order, matching every filter given.
-#[derive(Clone, Debug, Default)]
+/// id order, matching every filter given. The default is the first page of
+/// [`AuditQuery::DEFAULT_LIMIT`] rows of the whole trail (a page of 0 rows would read nothing).
+#[derive(Clone, Debug)]
 pub struct AuditQuery {
     /// Only this session's.
     pub session_id: Option<String>,
@@ -143,6 +144,24 @@ pub struct AuditQuery {
     pub after: i64,
     /// The page's size.
     pub limit: i64,
+}
+
+impl AuditQuery {
+    /// The page size of [`AuditQuery::default`].
+    pub const DEFAULT_LIMIT: i64 = 100;
+}
+
+impl Default for AuditQuery {
+    fn default() -> Self {
+        AuditQuery {
+            session_id: None,
+            principal: None,
+            since: None,
+            until: None,
+            after: 0,
+            limit: Self::DEFAULT_LIMIT,
+        }
+    }
 }
 
 /// Principals and the audit trail, on the same database as the sessions.

@@ -213,6 +213,9 @@ async fn the_audit_trail_is_paged_and_filtered_by_session_principal_and_time(h: 
         ["s1", "s3"]
     );
     assert_eq!(by(AuditQuery { session_id: Some("s2".into()), ..AuditQuery::default() }).await, ["s2"]);
+    // The default page reads rows (a page of 0 rows would read none).
+    let query = AuditQuery { session_id: Some("s2".into()), ..AuditQuery::default() };
+    assert_eq!(s.audit().audit_entries(&query).await.unwrap().len(), 1, "the default page has rows");
     let both = AuditQuery {
         session_id: Some("s2".into()),
         principal: Some("alice".into()),
