@@ -8,6 +8,7 @@
 //! - `factory`: the options-factory component;
 //! - `prepared`: instances prepared in advance of calls, fresh and limited per call;
 //! - `reach`: whether a call may have taken effect outside the machine.
+//! - `sdks`: the Python and JavaScript SDKs' own unit tests.
 
 mod calls;
 mod escapes;
@@ -17,5 +18,6 @@ mod languages;
 mod load;
 mod prepared;
 mod reach;
+mod sdks;
 mod util;
 mod wit;

@@ -13,9 +13,9 @@ A tool module registers functions with the ``tool`` decorator::
     def lookup_order(args, execution):
         return f"order {args['order_id']}"
 
-and ``guest-sdk/python/build.sh tool.py OUT.wasm`` builds the component (componentize-py 0.25.1,
-world ``tool-provider-py`` of ``guest-sdk/python/wit``: ``tollgate:tool/tool-provider`` plus the
-``wasi:http`` client behind ``fetch``).
+and ``python -m tollgate_guest.build tool.py OUT.wasm`` builds the component (componentize-py
+0.25.1, world ``tool-provider-py`` of the package's ``wit``: ``tollgate:tool/tool-provider`` plus
+the ``wasi:http`` client behind ``fetch``).
 
 A handler gets ``args`` (the JSON arguments, already validated by the host against
 ``input_schema``) and ``execution`` (an ``Execution``, or ``None`` for an inline read) and returns:
