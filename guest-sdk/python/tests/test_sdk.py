@@ -68,6 +68,67 @@ class SdkTest(unittest.TestCase):
             (True, False, False, False),
         )
 
+    def test_a_typed_dict_on_args_gives_the_input_schema(self):
+        from typing import Annotated, Literal, NotRequired, Optional, TypedDict
+
+        from tollgate_guest import tool
+        from tollgate_guest._runtime import Tools
+
+        class Line(TypedDict):
+            sku: str
+            qty: int
+
+        class Refund(TypedDict):
+            order_id: Annotated[str, "The order's id."]
+            amount_cents: int
+            reason: NotRequired[Optional[str]]
+            speed: NotRequired[Literal["normal", "express"]]
+            lines: NotRequired[list[Line]]
+            ratio: NotRequired[float]
+            dry_run: NotRequired[bool]
+
+        @tool(description="Refund an order.")
+        def create_refund(args: Refund, execution):
+            return args["order_id"]
+
+        [spec] = Tools().list_tools()
+        self.assertEqual(
+            json.loads(spec.input_schema),
+            {
+                "type": "object",
+                "properties": {
+                    "order_id": {"type": "string", "description": "The order's id."},
+                    "amount_cents": {"type": "integer"},
+                    "reason": {"type": "string"},
+                    "speed": {"enum": ["normal", "express"]},
+                    "lines": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+                        "required": ["sku", "qty"],
+                        "additionalProperties": False,
+                    }},
+                    "ratio": {"type": "number"},
+                    "dry_run": {"type": "boolean"},
+                },
+                "required": ["order_id", "amount_cents"],
+                "additionalProperties": False,
+            },
+        )
+        self.assertEqual(self.call("create_refund", {"order_id": "7", "amount_cents": 1}).content[0].value, "7")
+
+        # Neither a schema nor a TypedDict, or a type with no schema: refused, naming it.
+        with self.assertRaisesRegex(ValueError, "give input_schema, or annotate its first parameter"):
+            tool(description="d", name="untyped")(lambda args, execution: "")
+
+        class Odd(TypedDict):
+            when: complex
+
+        def odd(args: Odd, execution):
+            return ""
+
+        with self.assertRaisesRegex(TypeError, r"odd\.when: no JSON Schema for"):
+            tool(description="d")(odd)
+
     def test_bad_registrations_are_refused(self):
         from tollgate_guest import tool
 

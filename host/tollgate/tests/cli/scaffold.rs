@@ -54,6 +54,15 @@ fn a_tool_scaffolded_in_each_language_builds_checks_and_answers_as_written() {
         assert_eq!(answer.trim(), "hello, world", "{lang}");
     }
     assert!(built.contains("ok: 4 components, 4 tools"), "{built}");
+    // Each input schema describes its argument: written out (Go, JS), or derived from the types
+    // (Rust's doc comment through schemars, Python's `Annotated` hint on a TypedDict).
+    let listed = ok(&tollgate(&["tools", "list", agent_arg, "--json"]), "tools list");
+    let tools: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    for tool in tools.as_array().unwrap() {
+        let text = &tool["input_schema"]["properties"]["text"];
+        assert_eq!(text["description"], "Who or what to greet.", "{}: {tool}", tool["name"]);
+        assert_eq!(tool["input_schema"]["required"], serde_json::json!(["text"]), "{tool}");
+    }
 
     // Again: a source there already, a policy there already, a bad name; nothing written.
     let again =

@@ -1,19 +1,17 @@
 """The `{{name}}` tool. Build it into ../../tools/ with `tollgate build` in the agent's folder;
 try it with `tollgate tools call . {{name}} '{"text": "world"}'`."""
 
+from typing import Annotated, TypedDict
+
 from tollgate_guest import tool
 
 
-@tool(
-    description="Greets: answers with the text it was given.",
-    input_schema={
-        "type": "object",
-        "properties": {"text": {"type": "string", "description": "Who or what to greet."}},
-        "required": ["text"],
-        "additionalProperties": False,
-    },
-    read_only=True,
-    idempotent=True,
-)
-def {{name}}(args, execution):
+class Args(TypedDict):
+    """The arguments: their JSON Schema is derived from these type hints."""
+
+    text: Annotated[str, "Who or what to greet."]
+
+
+@tool(description="Greets: answers with the text it was given.", read_only=True, idempotent=True)
+def {{name}}(args: Args, execution):
     return f"hello, {args['text']}"
