@@ -3,6 +3,7 @@ package tollgate
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -105,4 +106,42 @@ func TestToolsAreListedByName(t *testing.T) {
 	if got := tools(); got[0].Name != "a" || got[1].Name != "b" {
 		t.Fatalf("tools() = %v", got)
 	}
+}
+
+func TestSchemaOfDerivesTheInputSchemaFromTheStructAndItsTags(t *testing.T) {
+	type line struct {
+		SKU string `json:"sku"`
+		Qty int    `json:"qty"`
+	}
+	type refund struct {
+		OrderID     string            `json:"order_id" desc:"The order's id."`
+		AmountCents int64             `json:"amount_cents"`
+		Reason      *string           `json:"reason"`
+		Speed       string            `json:"speed,omitempty" enum:"normal,express"`
+		Lines       []line            `json:"lines,omitempty"`
+		Ratio       float64           `json:"ratio,omitempty"`
+		DryRun      bool              `json:"dry_run,omitempty"`
+		Tags        map[string]string `json:"tags,omitempty"`
+		Internal    string            `json:"-"`
+		hidden      string
+	}
+	got := SchemaOf[refund]()
+	want := `{"additionalProperties":false,"properties":{"amount_cents":{"type":"integer"},"dry_run":{"type":"boolean"},` +
+		`"lines":{"items":{"additionalProperties":false,"properties":{"qty":{"type":"integer"},"sku":{"type":"string"}},"required":["sku","qty"],"type":"object"},"type":"array"},` +
+		`"order_id":{"description":"The order's id.","type":"string"},"ratio":{"type":"number"},"reason":{"type":"string"},` +
+		`"speed":{"enum":["normal","express"],"type":"string"},"tags":{"additionalProperties":{"type":"string"},"type":"object"}},` +
+		`"required":["order_id","amount_cents"],"type":"object"}`
+	if got != want {
+		t.Fatalf("SchemaOf:\n got %s\nwant %s", got, want)
+	}
+	_ = refund{}.hidden
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "args.when: no JSON Schema for complex128") {
+			t.Fatalf("a type with no schema: %v", r)
+		}
+	}()
+	type odd struct {
+		When complex128 `json:"when"`
+	}
+	SchemaOf[odd]()
 }

@@ -4,8 +4,9 @@ package main
 
 import "tollgate.invalid/tollgate"
 
+// args are the tool's arguments: its input schema is derived from this struct and its tags.
 type args struct {
-	Text string `json:"text"`
+	Text string `json:"text" desc:"Who or what to greet."`
 }
 
 func greet(a args, _ *tollgate.Execution) (tollgate.Output, error) {
@@ -16,7 +17,7 @@ func init() {
 	tollgate.Register(tollgate.Tool{
 		Name:        "{{name}}",
 		Description: "Greets: answers with the text it was given.",
-		InputSchema: `{"type":"object","properties":{"text":{"type":"string","description":"Who or what to greet."}},"required":["text"],"additionalProperties":false}`,
+		InputSchema: tollgate.SchemaOf[args](),
 		Annotations: tollgate.Annotations{ReadOnly: true, Idempotent: true},
 		Handler:     tollgate.Handle(greet),
 	})
