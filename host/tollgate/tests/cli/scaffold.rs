@@ -146,14 +146,21 @@ fn the_python_sdk_builds_as_a_wheel_that_builds_a_tool_outside_the_repository() 
     let python = root.join(".tools/venv/bin/python");
     assert!(python.is_file(), "scripts/install-guest-toolchains.sh installs {}", python.display());
     let dir = tempfile::Builder::new().prefix("tollgate-wheel-").tempdir().unwrap();
+    // Built from a copy (its links resolved): setuptools leaves build/ and *.egg-info beside the
+    // sources it builds.
+    let sources = dir.path().join("sdk");
+    let copied =
+        Command::new("cp").arg("-rL").arg(root.join("guest-sdk/python")).arg(&sources).status().unwrap();
+    assert!(copied.success());
     let wheels = dir.path().join("wheels");
     let built = Command::new(&python)
         .args(["-m", "pip", "wheel", "--quiet", "--no-deps", "-w"])
         .arg(&wheels)
-        .arg(root.join("guest-sdk/python"))
+        .arg(&sources)
         .output()
         .unwrap();
     assert!(built.status.success(), "pip wheel: {}", String::from_utf8_lossy(&built.stderr));
+    assert!(!root.join("guest-sdk/python/build").exists(), "the checkout is left as it was");
     let wheel = wheels.join("tollgate_guest-0.1.0-py3-none-any.whl");
     let listed = Command::new(&python)
         .args(["-c", "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))"])
