@@ -26,9 +26,16 @@ async fn a_decision_is_held_with_undo_before_it_is_sent_and_focus_moves_to_the_n
     let fina = add_principal(&world, &file, "fina", &["approver"], &["finance"]).await;
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
-    start_as(&served, &carl, "s1", REFUND).await;
-    start_as(&served, &carl, "s2", r#"call create_refund {"order_id":"8","amount_cents":200000}"#).await;
-    start_as(&served, &carl, "s3", REFUND).await;
+    // One after the other, so the inbox (oldest first) lists them s1, s2, s3: the Worker runs
+    // turns side by side, and their approvals would otherwise open in any order.
+    for (session, message) in [
+        ("s1", REFUND),
+        ("s2", r#"call create_refund {"order_id":"8","amount_cents":200000}"#),
+        ("s3", REFUND),
+    ] {
+        start_as(&served, &carl, session, message).await;
+        world.wait_for(session, "its approval", |s| s.status == "awaiting_approval").await;
+    }
     browser.sign_in(&served.url, &fina, "fina").await;
     browser
         .js("sessionStorage.setItem('tollgate.holdMs', arguments[0])", vec![json!(HOLD_MS.to_string())])
