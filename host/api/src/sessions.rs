@@ -612,6 +612,12 @@ impl InterruptFacts {
 /// # Errors
 /// The store failed, or a row is corrupt (named in the error).
 pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snapshot>, ClientError> {
+    // The pending cancel before the session row: the commit that applies a cancel clears it and
+    // writes the run state that names it (`last_turn_cancelled`) at once, and these are two reads.
+    // Read in the other order, a commit between them gave a snapshot with neither (a client waiting
+    // for its cancel read "completed before the cancel"); in this order a cleared cancel means the
+    // row read after it is at least as new.
+    let cancel = store.pending_cancel(session_id).await?;
     let Some(session) = store.session(session_id).await? else {
         return Ok(None);
     };
@@ -678,7 +684,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         last_turn_cancelled: state
             .last_turn_cancelled
             .map(|c| TurnCancelled { turn_id: c.turn_id, cancelled_by: c.cancelled_by }),
-        cancel_requested: store.pending_cancel(session_id).await?.map(cancel_requested),
+        cancel_requested: cancel.map(cancel_requested),
         turn_id: state.turn.map(|t| t.turn_id),
         next_event_seq: session.next_event_seq,
         started_by: store.audit().started_by(session_id).await?,
