@@ -138,22 +138,19 @@ impl Server {
     }
 }
 
-/// Builds the agent's tool sources, when it has any; says what failed instead of stopping.
+/// Builds the agent's tool sources, when it has any (`tollgate build`); says what failed instead
+/// of stopping.
 async fn build(agent: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
     if !agent.join("src").is_dir() {
         return Ok(true);
     }
-    let status = tokio::process::Command::new(std::env::current_exe().context("this program's path")?)
-        .arg("build")
-        .arg(agent)
-        .stdin(Stdio::null())
-        .status()
-        .await
-        .context("running tollgate build")?;
-    if !status.success() {
-        writeln!(out, "the build failed (above); the tools built before stay in place")?;
+    match super::scaffold::build_agent(agent).await {
+        Ok(code) => Ok(code == ExitCode::SUCCESS),
+        Err(error) => {
+            writeln!(out, "the build failed: {error:#}\nthe tools built before stay in place")?;
+            Ok(false)
+        }
     }
-    Ok(status.success())
 }
 
 /// Runs `tollgate dev`.

@@ -271,7 +271,14 @@ pub async fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs `tollgate build`.
 pub async fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
-    let dir = args.dir;
+    build_agent(&args.dir).await
+}
+
+/// Builds the tool sources of the agent folder `dir` and checks the result (`tollgate build`).
+///
+/// # Errors
+/// No tool sources, a build that failed (with its output), or a check that failed.
+pub async fn build_agent(dir: &Path) -> anyhow::Result<ExitCode> {
     let sources = dir.join("src");
     let mut found: Vec<(String, PathBuf, Lang)> = Vec::new();
     let entries = std::fs::read_dir(&sources).with_context(|| {
@@ -302,7 +309,7 @@ pub async fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
     for (name, source, lang) in &found {
         let started = std::time::Instant::now();
         let wasm = tools.join(format!("{name}.wasm"));
-        build_one(&sdk, &dir, name, source, *lang, &wasm).await?;
+        build_one(&sdk, dir, name, source, *lang, &wasm).await?;
         let manifest = source.join(format!("{name}.toml"));
         if manifest.is_file() {
             std::fs::copy(&manifest, tools.join(format!("{name}.toml")))
@@ -320,7 +327,7 @@ pub async fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
     }
     drop(out);
     // The load checks a Worker would run, as `tools check` prints them.
-    super::tools::check(&dir, super::tools::sandbox(None, false)?).await
+    super::tools::check(dir, super::tools::sandbox(None, false)?).await
 }
 
 /// Builds the tool source `source` of `lang` into `wasm`.
