@@ -82,6 +82,30 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn notify_others(&self, session_id: &str, work: bool, events: bool) -> impl Future<Output = ()> + Send;
 }
 
+/// [`Backend::write`] in a write transaction of its own ([`Backend::begin_write`]), committed
+/// when `write` returns `Ok`: PostgreSQL's, and SQLite's without group commit.
+pub(crate) async fn in_own_transaction<B, T, F>(backend: &B, write: F) -> Result<T, StoreError>
+where
+    B: Backend,
+    F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, B::Db>) -> TxFuture<'t, T> + Send + 'static,
+{
+    let mut tx = backend.begin_write().await?;
+    let value = write(&mut tx).await?;
+    tx.commit().await?;
+    Ok(value)
+}
+
+/// [`Backend::write_one`] on a connection of the write pool, in the statement's own transaction:
+/// PostgreSQL's, and SQLite's without group commit.
+pub(crate) async fn on_write_connection<B, T, F>(backend: &B, write: F) -> Result<T, StoreError>
+where
+    B: Backend,
+    F: for<'c> FnOnce(&'c mut <B::Db as sqlx::Database>::Connection) -> TxFuture<'c, T> + Send + 'static,
+{
+    let mut conn = backend.write_pool().acquire().await?;
+    write(&mut conn).await
+}
+
 /// Wakes Workers (`work`) and the session's readers (`events`) after a commit: other processes
 /// first, then this one.
 pub(crate) async fn wake<B: Backend>(backend: &B, session_id: &str, work: bool, events: bool) {

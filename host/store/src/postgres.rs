@@ -106,10 +106,7 @@ impl Backend for PgStore {
             + Send
             + 'static,
     {
-        let mut tx = self.pool.begin().await?;
-        let value = write(&mut tx).await?;
-        tx.commit().await?;
-        Ok(value)
+        crate::backend::in_own_transaction(self, write).await
     }
 
     /// Every write flushed: a claim the server lost in a crash could be made again while the
@@ -119,8 +116,7 @@ impl Backend for PgStore {
         T: Send + 'static,
         F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> TxFuture<'c, T> + Send + 'static,
     {
-        let mut conn = self.pool.acquire().await?;
-        write(&mut conn).await
+        crate::backend::on_write_connection(self, write).await
     }
 
     fn read_pool(&self) -> &PgPool {

@@ -212,13 +212,10 @@ impl Backend for SqliteStore {
             + Send
             + 'static,
     {
-        let Some(group) = &self.group else {
-            let mut tx = self.begin_write().await?;
-            let value = write(&mut tx).await?;
-            tx.commit().await?;
-            return Ok(value);
-        };
-        group.run(durability, write).await
+        match &self.group {
+            Some(group) => group.run(durability, write).await,
+            None => crate::backend::in_own_transaction(self, write).await,
+        }
     }
 
     async fn write_one<T, F>(&self, durability: Durability, write: F) -> Result<T, StoreError>
@@ -226,11 +223,10 @@ impl Backend for SqliteStore {
         T: Send + 'static,
         F: for<'c> FnOnce(&'c mut sqlx::SqliteConnection) -> TxFuture<'c, T> + Send + 'static,
     {
-        let Some(group) = &self.group else {
-            let mut conn = self.writer.acquire().await?;
-            return write(&mut conn).await;
-        };
-        group.run_one(durability, write).await
+        match &self.group {
+            Some(group) => group.run_one(durability, write).await,
+            None => crate::backend::on_write_connection(self, write).await,
+        }
     }
 
     fn read_pool(&self) -> &SqlitePool {
