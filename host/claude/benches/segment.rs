@@ -50,7 +50,7 @@ use tollgate_protocol::{
     TranscriptEntry, UserPrompt,
 };
 
-mod ts_sdk;
+use tollgate_testing::ts_sdk;
 
 const TEXT_SCRIPT: &str = "say hello";
 const PAIR_SCRIPT: &str = r#"call note {"text":"x"}"#;

@@ -31,12 +31,7 @@ use serde_json::{Value, json};
 use tollgate_mock_model::MockModel;
 use tollgate_store::testing::PgCluster;
 
-#[path = "../tests/support/agent.rs"]
-mod agent;
-#[path = "../tests/support/park.rs"]
-mod park;
-#[path = "../tests/support/serve.rs"]
-mod serve;
+use tollgate_testing::{agent, park, serve};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -8,16 +8,13 @@
 //! Run: `cargo bench -p tollgate --bench chaos -- --sessions 300` (needs the pinned CLI and
 //! PostgreSQL). Options: `--sessions N`, `--timeout-secs S` (default 1800: the run fails after
 //! it and kills everything), `--seed N` (kill times and victims), `--max-kills N`. Exits 1 when
-//! there is a violation. The harness and the checker are `tests/chaos_common`, shared with the
+//! there is a violation. The harness and the checker are `tollgate_testing::chaos`, shared with the
 //! test suite's small form (`cargo test -p tollgate --test durable chaos`).
-
-#[path = "../tests/chaos_common/mod.rs"]
-mod chaos_common;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use chaos_common::Config;
+use tollgate_testing::chaos::{self, Config};
 
 fn usage(problem: &str) -> ExitCode {
     eprintln!("chaos: {problem}\nusage: chaos [--sessions N] [--timeout-secs S] [--seed N] [--max-kills N]");
@@ -60,7 +57,7 @@ async fn main() -> ExitCode {
         }
     };
     let hard_stop = cfg.timeout + Duration::from_secs(120);
-    let Ok(report) = tokio::time::timeout(hard_stop, chaos_common::run(&cfg, &cli, cluster)).await else {
+    let Ok(report) = tokio::time::timeout(hard_stop, chaos::run(&cfg, &cli, cluster)).await else {
         eprintln!("chaos: the run overran its deadline by two minutes; everything it started was killed");
         return ExitCode::FAILURE;
     };

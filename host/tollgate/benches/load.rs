@@ -17,10 +17,7 @@ use std::time::{Duration, Instant};
 
 use tollgate_mock_model::MockModel;
 
-#[path = "../tests/support/serve.rs"]
-mod serve;
-#[path = "../tests/support/agent.rs"]
-mod support_agent;
+use tollgate_testing::{agent as support_agent, serve};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -40,10 +40,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::Payments;
 
-#[path = "../tests/support/serve.rs"]
-mod serve;
-#[path = "../../claude/benches/ts_sdk.rs"]
-mod ts_sdk;
+use tollgate_testing::{serve, ts_sdk};
 
 const FLOW: &str =
     r#"call lookup_order {"order_id":"7"} && call record_credit {"order_id":"7","amount_cents":300}"#;

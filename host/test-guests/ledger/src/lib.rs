@@ -1,5 +1,5 @@
 //! `record_credit`: an idempotent write over outbound HTTP, for the chaos soak
-//! (`host/tollgate/tests/chaos_common`).
+//! (`host/testing/src/chaos`).
 //!
 //! It POSTs `{order_id, amount_cents, session_id, tool_call_id, attempt}` to
 //! `<PAYMENTS_URL>/credits` with the call's idempotency key in an `Idempotency-Key` header. The

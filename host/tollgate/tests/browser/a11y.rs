@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::driver::Browser;
 use crate::inbox::{ONE_BROWSER, in_card, park_as};
 use crate::served::Served;
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// JavaScript: the contrast ratio of two CSS colours, and the background an element sits on.
 const CONTRAST: &str = "

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::driver::Browser;
 use crate::served::Served;
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 /// JavaScript: the activity items as `[class, text]`.
 const ACTIVITY: &str = "return [...document.querySelectorAll('#activity li:not(.empty)')].map(li => [li.className, li.textContent]);";

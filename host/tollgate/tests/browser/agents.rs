@@ -3,7 +3,7 @@
 
 use crate::driver::Browser;
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agents_page_shows_versions_canary_and_loaded_bundles_and_links_to_the_agents_sessions() {

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::driver::Browser;
 use crate::served::Served;
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 /// A reply streamed in deltas and parked halfway at gate `gate`.
 fn held_reply(gate: &str) -> String {

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::driver::Browser;
 use crate::inbox::{CARD, ONE_BROWSER, REFUND, add_principal, card_shown, in_card, start_as};
 use crate::served::Served;
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// How long the page holds a decision in this test (ms).
 const HOLD_MS: u64 = 1500;

@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::driver::Browser;
 use crate::inbox::{ONE_BROWSER, REFUND, add_principal, start_as};
 use crate::served::Served;
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_outcome_unknown_refund_is_a_banner_on_its_session_page() {

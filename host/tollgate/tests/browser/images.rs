@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::driver::Browser;
 use crate::served::Served;
-use crate::util::{Refund, World, api, root};
+use crate::world::{Refund, World, api, root};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_session_page_shows_the_image_a_message_carried() {

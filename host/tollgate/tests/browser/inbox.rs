@@ -9,7 +9,7 @@ use tollgate_store::NewSession;
 
 use crate::driver::Browser;
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, api, api_events};
+use crate::world::{Refund, World, api, api_events};
 
 pub(crate) const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
@@ -410,7 +410,7 @@ async fn assert_labelled(browser: &Browser) {
 }
 
 /// The stream's first event (30 s at most).
-async fn first_event(stream: &mut crate::util::ApiEvents) -> tollgate::client::SseEvent {
+async fn first_event(stream: &mut crate::world::ApiEvents) -> tollgate::client::SseEvent {
     tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             let mut events = stream.next().await.expect("the stream is open");

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::driver::Browser;
 use crate::served::Served;
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 /// ~1.2 KB in 60 deltas, 50 ms apart, parked halfway at gate `half`.
 fn reply() -> (String, String) {

@@ -36,21 +36,12 @@ mod a11y;
 mod activity;
 mod agents;
 mod cancel;
-#[path = "../chaos_common/mod.rs"]
-mod chaos_common;
 mod deciding;
 mod driver;
 mod failures;
 mod images;
 mod inbox;
 mod live_text;
-#[path = "../support/park.rs"]
-#[allow(dead_code)]
-mod park;
-#[path = "../durable/served.rs"]
-#[allow(dead_code)]
-mod served;
-#[path = "../durable/util.rs"]
-#[allow(dead_code)]
-mod util;
 mod volume;
+
+use tollgate_testing::{park, served, world};

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::driver::Browser;
 use crate::inbox::{ONE_BROWSER, park_as};
 use crate::served::Served;
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// Presses and releases `key` (one character, or a WebDriver key code such as `\u{E004}` for
 /// Tab) wherever the focus is, as a person at the keyboard would.

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// A copy of the world's agent with `factory` as its options factory (or, with `None`, the static
 /// `options` table instead of one), and `Agent` (the `Task` tool) reading.

@@ -13,7 +13,7 @@ use tollgate::api::types::{
 };
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, api, api_events, assert_schema, check_answer};
+use crate::world::{Refund, World, api, api_events, assert_schema, check_answer};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const WAIT: Duration = Duration::from_secs(90);
@@ -769,7 +769,7 @@ async fn a_replica_joins_the_callers_trace_logs_each_request_sheds_past_its_limi
         200,
         "the slots came back"
     );
-    let log = crate::util::plain(&std::fs::read_to_string(world.dir.path().join("api.log")).unwrap());
+    let log = crate::world::plain(&std::fs::read_to_string(world.dir.path().join("api.log")).unwrap());
     let access: Vec<&str> = log.lines().filter(|l| l.contains("tollgate_api::access")).collect();
     println!("finding: access log lines:\n{}", access.join("\n"));
     assert!(

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::tls::{ApiServer, Pki};
-use crate::util::api;
+use crate::world::api;
 
 struct Answer {
     status: u16,

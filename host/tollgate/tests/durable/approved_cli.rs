@@ -3,7 +3,7 @@
 //! segment's CLI runs it, and the call is recorded from the CLI's tool result (`succeeded` with
 //! its output, `failed` with its error), or `outcome_unknown` when the segment ended without one.
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// Sends `command` as a `Bash` call in `session`, approves it, and returns the finished turn's
 /// one record: its status and text.

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
@@ -163,7 +163,8 @@ async fn only_an_approver_of_the_policys_group_who_did_not_start_the_session_dec
 
     // GET /v1/audit (validated) filters by principal, session and time.
     let audit = |query: &str| api(http.get(format!("{url}/v1/audit{query}")).bearer_auth(&vera));
-    let count = |answer: &crate::util::Answer| answer.body["entries"].as_array().map_or(usize::MAX, Vec::len);
+    let count =
+        |answer: &crate::world::Answer| answer.body["entries"].as_array().map_or(usize::MAX, Vec::len);
     for (query, expected) in [
         ("", 1),
         ("?principal=fina", 1),

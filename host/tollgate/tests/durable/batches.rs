@@ -12,7 +12,7 @@
 use serde_json::{Value, json};
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 fn refund(order: &str, amount: u32) -> String {
     format!(r#"call create_refund {{"order_id":"{order}","amount_cents":{amount}}}"#)

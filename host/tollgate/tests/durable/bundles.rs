@@ -12,7 +12,7 @@ use tollgate_store::testing::PgCluster;
 use tollgate_store::{AgentDigest, StepState};
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, plain};
+use crate::world::{Refund, World, plain};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
@@ -206,7 +206,7 @@ async fn a_session_waiting_for_approval_under_bundle_a_upgraded_to_b_is_finished
     );
     let json = stdout_of(&served.tollgate(&["session", "list", "--json"]).await, "session list --json");
     let page: Value = serde_json::from_str(&json).unwrap();
-    crate::util::assert_schema("SessionPage", &page);
+    crate::world::assert_schema("SessionPage", &page);
     assert_eq!(page["sessions"][1]["session_id"], "w");
     assert_eq!(
         (&page["sessions"][1]["agent_digest"], &page["sessions"][1]["agent_pinned"]),

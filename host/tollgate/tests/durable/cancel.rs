@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use tollgate::api::types::Snapshot;
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, api};
 use crate::webhooks::Receiver;
+use crate::world::{Refund, World, api};
 
 /// A reply of ~800 characters, streamed in deltas and parked halfway at gate `gate`.
 fn held_reply(gate: &str) -> String {
@@ -39,7 +39,7 @@ fn cancel_hooks(world: &World, url: &str) -> String {
 }
 
 /// `POST /v1/sessions/{id}/cancel` as the holder of `token`.
-async fn cancel(url: &str, token: &str, session: &str) -> crate::util::Answer {
+async fn cancel(url: &str, token: &str, session: &str) -> crate::world::Answer {
     api(reqwest::Client::new()
         .post(format!("{url}/v1/sessions/{session}/cancel"))
         .bearer_auth(token)
@@ -180,7 +180,7 @@ async fn a_client_cancels_its_streaming_turn_through_an_api_process_and_the_work
         ["turn_started", "cancel_requested", "turn_cancelled"]
     );
     assert_eq!(last_payload(&world, "s", "turn_cancelled").await["cancelled_by"], "carl");
-    let log = crate::util::plain(&worker.log_text());
+    let log = crate::world::plain(&worker.log_text());
     assert!(log.contains("interrupting the CLI") && log.contains("turn cancelled"), "{log}");
     receiver
         .wait_until("turn.cancelled", |r| r.iter().any(|r| r.json()["type"] == "turn.cancelled"), &world)

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// The agent: `Bash` only (read, inline), with `option` in its static `[options]` table.
 fn limited_agent(world: &World, option: &str) {

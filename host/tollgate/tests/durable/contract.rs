@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use crate::tls::{ApiServer, Pki};
-use crate::util::root;
+use crate::world::root;
 
 /// The bearer token of the server under test.
 const TOKEN: &str = "contract-test-token-4f1d2c";

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::auth::add_principal;
 use crate::served::Served;
-use crate::util::{Refund, World, api};
 use crate::webhooks::{Receiver, write_hooks};
+use crate::world::{Refund, World, api};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const REFUND_POLICY: &str = r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#;
@@ -32,7 +32,7 @@ fn refund_policy(world: &World, extra: &str) {
 }
 
 /// `POST …/interrupts/{id}` as `token` with `body` (validated against the OpenAPI document).
-async fn decide(url: &str, session: &str, id: &str, token: &str, body: Value) -> crate::util::Answer {
+async fn decide(url: &str, session: &str, id: &str, token: &str, body: Value) -> crate::world::Answer {
     let url = format!("{url}/v1/sessions/{session}/interrupts/{id}");
     api(reqwest::Client::new().post(url).bearer_auth(token).json(&body)).await
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// Reads `lines` until one contains `needle` (60 s at most); the lines seen so far.
 async fn until(

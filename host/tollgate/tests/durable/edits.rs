@@ -6,12 +6,12 @@
 use serde_json::{Value, json};
 
 use crate::served::Served;
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
 /// `POST …/interrupts/{id}` with `body` (the answer validated against the OpenAPI document).
-async fn decide(served: &Served, session: &str, id: &str, body: Value) -> crate::util::Answer {
+async fn decide(served: &Served, session: &str, id: &str, body: Value) -> crate::world::Answer {
     let url = format!("{}/v1/sessions/{session}/interrupts/{id}", served.url);
     api(reqwest::Client::new().post(url).bearer_auth("t0ken").json(&body)).await
 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tollgate_store::testing::PgCluster;
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, plain};
+use crate::world::{Refund, World, plain};
 
 /// Sessions created through the first agent's server, each its own turn.
 const SESSIONS: usize = 8;

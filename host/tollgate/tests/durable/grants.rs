@@ -5,19 +5,19 @@
 use serde_json::{Value, json};
 
 use crate::served::Served;
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 fn refund(order: &str) -> String {
     format!(r#"call create_refund {{"order_id":"{order}","amount_cents":500}}"#)
 }
 
 /// `POST …/interrupts/{id}` with `body` (the answer validated against the OpenAPI document).
-async fn decide(served: &Served, id: &str, body: Value) -> crate::util::Answer {
+async fn decide(served: &Served, id: &str, body: Value) -> crate::world::Answer {
     let url = format!("{}/v1/sessions/s/interrupts/{id}", served.url);
     api(reqwest::Client::new().post(url).bearer_auth("t0ken").json(&body)).await
 }
 
-async fn revoke(served: &Served, tool: &str) -> crate::util::Answer {
+async fn revoke(served: &Served, tool: &str) -> crate::world::Answer {
     let url = format!("{}/v1/sessions/s/grants/{tool}", served.url);
     api(reqwest::Client::new().delete(url).bearer_auth("t0ken")).await
 }

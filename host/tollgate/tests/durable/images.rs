@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tollgate::sessions;
 
 use crate::served::{Served, stdout_of};
-use crate::util::{Refund, World, api, root};
+use crate::world::{Refund, World, api, root};
 
 /// The PNG the chart guest returns (16×12 pixels, a red bar on white), as a client sends it.
 fn png() -> Vec<u8> {

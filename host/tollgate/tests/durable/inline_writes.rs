@@ -3,7 +3,7 @@
 //! its idempotency key) runs inside its segment and its record commits before the CLI reads the
 //! result; a Worker SIGKILLed before that commit, and one killed right after it.
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// The refund flow of the benchmark: a read, an approval-free idempotent write, then the
 /// model's answer quoting both.

@@ -15,7 +15,7 @@ use tollgate_store::StepState;
 use tollgate_store::testing::PgCluster;
 
 use crate::served::Served;
-use crate::util::{Refund, WorkerProcess, World};
+use crate::world::{Refund, WorkerProcess, World};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const GATE_WAIT: Duration = Duration::from_secs(60);
@@ -628,7 +628,7 @@ async fn a_tool_that_traps_on_every_attempt_gives_up_without_blocking_others_and
     let (seen, is_error) = world.tool_result_seen(id).expect("the model was told");
     assert!(is_error && seen.contains("unknown"), "{seen}");
 
-    let metrics = crate::util::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
+    let metrics = crate::world::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
     for (name, rest) in
         [("tollgate_poison_steps_total", ",kind=\"CallTool\"} 1"), ("tollgate_sandbox_traps_total", "} 3")]
     {
@@ -718,7 +718,7 @@ async fn a_transcript_the_cli_refuses_fails_each_turn_after_its_attempts_and_is_
     );
     eprintln!("the refused transcript's turn error: {error}");
 
-    let metrics = crate::util::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
+    let metrics = crate::world::api(reqwest::Client::new().get(format!("{}/metrics", served.url))).await.text;
     for (name, rest) in [
         ("tollgate_turn_failures_total", ",reason=\"segment_failed\"} 2"),
         ("tollgate_poison_steps_total", ",kind=\"RunModel\"} 2"),

@@ -4,7 +4,7 @@
 
 use std::process::Stdio;
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_logged_in_with_a_subscription_oauth_token_reaches_the_model_as_the_cli_would() {

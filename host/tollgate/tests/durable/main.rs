@@ -37,7 +37,7 @@
 //! - `tls`: `tollgate api` over HTTPS with a test CA, the client's `--ca-cert`, token files.
 //! - `cli_limits`: a turn that reaches the CLI's `max_turns` or `max_budget_usd` ends at once with
 //!   that reason, after one attempt.
-//! - `chaos`: the chaos soak's small form (harness and checker in `tests/chaos_common`, shared
+//! - `chaos`: the chaos soak's small form (harness and checker in `tollgate_testing::chaos`, shared
 //!   with `benches/chaos.rs`).
 //! - `logins`: a Worker whose only credential is a subscription's `CLAUDE_CODE_OAUTH_TOKEN`.
 //! - `matrix`: the reference adapters' crash matrix (docs/ARCHITECTURE.md, "Glossary").
@@ -72,8 +72,6 @@ mod batches;
 mod bundles;
 mod cancel;
 mod chaos;
-#[path = "../chaos_common/mod.rs"]
-mod chaos_common;
 mod cli_limits;
 mod contract;
 mod deadlines;
@@ -87,16 +85,14 @@ mod lifecycle;
 mod logins;
 mod matrix;
 mod outage;
-#[path = "../support/park.rs"]
-mod park;
 mod sandbox;
 mod scale;
 mod secrets;
-mod served;
 mod streaming;
 mod throws;
 mod tls;
 mod tracing;
-mod util;
 mod warm;
 mod webhooks;
+
+use tollgate_testing::{park, served, world};

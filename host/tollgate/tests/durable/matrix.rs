@@ -6,7 +6,7 @@ use tollgate::sessions::{self, ClientError};
 use tollgate_engine::session::client::Decision;
 use tollgate_store::StoreError;
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const GATE_WAIT: Duration = Duration::from_secs(60);

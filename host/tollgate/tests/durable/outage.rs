@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tollgate_store::testing::PgCluster;
 
 use crate::served::Served;
-use crate::util::{Refund, World, api};
+use crate::world::{Refund, World, api};
 
 /// The longest the store may take to work again once the database is back.
 const RESUME_WITHIN: Duration = Duration::from_secs(5);

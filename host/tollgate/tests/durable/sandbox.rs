@@ -16,7 +16,7 @@ use tollgate::api::types::Snapshot;
 
 use crate::secrets::{bash_agent, bash_results};
 use crate::served::Served;
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 const FAKE_API_KEY: &str = "sk-ant-fake-key-box-91c2e";
 const API_TOKEN: &str = "tollgate-api-token-box-77f1";

@@ -7,7 +7,7 @@ use tollgate::sessions;
 use tollgate_store::testing::PgCluster;
 
 use crate::park::park_on_approval;
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_workers_on_one_postgres_database_finish_fifty_sessions_and_run_no_step_twice() {

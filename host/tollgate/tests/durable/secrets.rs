@@ -12,7 +12,7 @@ use tollgate::api::types::Snapshot;
 use tollgate::sessions;
 use tollgate_store::Store;
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 const FAKE_API_KEY: &str = "sk-ant-fake-key-8c1f3a77e2";
 const API_TOKEN: &str = "tollgate-api-token-5d2b91";

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tollgate::client::SseEvent;
 
 use crate::served::Served;
-use crate::util::{Refund, World, api_events};
+use crate::world::{Refund, World, api_events};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -87,7 +87,7 @@ async fn create(http: &reqwest::Client, url: &str, session: &str, message: &str)
 
 /// Reads `events` into `assembled` until `done` holds for what was read (or panics after `WAIT`).
 async fn read_until(
-    events: &mut crate::util::ApiEvents,
+    events: &mut crate::world::ApiEvents,
     assembled: &mut Assembled,
     seen: &mut Vec<SseEvent>,
     what: &str,

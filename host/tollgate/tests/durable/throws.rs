@@ -21,7 +21,7 @@ use std::time::Duration;
 use tollgate::api::types::Snapshot;
 use tollgate_mock_model::payments::Payments;
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// The agent's configuration: the example's options factory and tools, plus the throwing guest
 /// under its three policies; every tool reaches the payments service of the Worker's environment.

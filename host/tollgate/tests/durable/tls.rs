@@ -220,7 +220,7 @@ async fn the_api_serves_https_and_the_cli_client_reaches_it_with_ca_cert() {
     let env = [("TOLLGATE_CA_CERT", s(&pki.ca)), ("TOLLGATE_TOKEN_FILE", s(&token))];
     let listed = ok(&server.client(&["session", "list", "--json"], &env).await, "session list over https");
     let page: serde_json::Value = serde_json::from_str(&listed).expect("JSON");
-    crate::util::assert_schema("SessionPage", &page);
+    crate::world::assert_schema("SessionPage", &page);
     assert_eq!(page["sessions"][0]["session_id"], "tls-1", "{page}");
 
     // Plain HTTP to the TLS port is not answered as HTTP.
@@ -231,7 +231,7 @@ async fn the_api_serves_https_and_the_cli_client_reaches_it_with_ca_cert() {
     // A TLS client that trusts the CA gets the API itself.
     let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap();
     let https = reqwest::Client::builder().tls_certs_only([ca]).build().unwrap();
-    let health = crate::util::api(https.get(format!("{}/healthz", server.url))).await;
+    let health = crate::world::api(https.get(format!("{}/healthz", server.url))).await;
     assert_eq!(health.status, 200);
     server.stop().await;
 }

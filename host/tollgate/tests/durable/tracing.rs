@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 /// A collector on loopback: keeps every span of every `POST /v1/traces` body, answers `200 {}`.
 struct Collector {

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::util::{Refund, WorkerProcess, World, plain};
+use crate::world::{Refund, WorkerProcess, World, plain};
 
 const WAIT: Duration = Duration::from_secs(60);
 

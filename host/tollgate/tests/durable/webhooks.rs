@@ -11,7 +11,7 @@ use tollgate::webhooks::config::decode_secret;
 use tollgate::webhooks::sign::{VerifyError, verify};
 
 use crate::served::Served;
-use crate::util::{Refund, World};
+use crate::world::{Refund, World};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

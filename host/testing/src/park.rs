@@ -1,7 +1,6 @@
 //! Parks a session on "waiting for approval of `create_refund`" through the state machine's own
 //! transitions (as a segment that deferred the call would), without a CLI: what the scale tests
-//! and the approvals bench seed by the thousand. Shared by path (`#[path]`) so both run the same
-//! code.
+//! and the approvals bench seed by the thousand. Both run this code.
 
 use std::time::Duration;
 
@@ -25,7 +24,6 @@ pub async fn park_on_approval(store: &dyn Store, session: &str) {
 /// As [`park_on_approval`] for a session that exists already (created any way, e.g. straight on
 /// the store with an id the API would refuse), deferring `create_refund` with `arguments`.
 /// The store must have no other claimable step.
-#[allow(dead_code)] // Not every user of this file parks with its own arguments.
 pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_json::Value) {
     sessions::send(store, session, "Refund order 7", None).await.expect("send");
     let claimed =

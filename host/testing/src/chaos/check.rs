@@ -29,6 +29,7 @@ use serde_json::Value;
 pub const CLOCK_SLACK_US: i64 = 2_000;
 
 /// A session row.
+#[allow(missing_docs)] // Each field is the column of the same name.
 #[derive(Clone, Debug, Default)]
 pub struct SessionRow {
     pub session_id: String,
@@ -38,6 +39,7 @@ pub struct SessionRow {
 }
 
 /// A step row; `tool_call_id` from the payload of a tool step.
+#[allow(missing_docs)] // Each field is the column of the same name.
 #[derive(Clone, Debug, Default)]
 pub struct StepRow {
     pub step_id: i64,
@@ -48,7 +50,8 @@ pub struct StepRow {
     pub fence: i64,
 }
 
-/// An event row; `attempt` from a `tool_call_started` payload.
+/// An event row; `attempt` from a `tool_call_started` payload, `step` its step and fence, `at_us` its time.
+#[allow(missing_docs)] // Each field is the column of the same name.
 #[derive(Clone, Debug, Default)]
 pub struct EventRow {
     pub session_id: String,
@@ -60,6 +63,7 @@ pub struct EventRow {
 }
 
 /// A deferred tool call's record.
+#[allow(missing_docs)] // Each field is the column of the same name.
 #[derive(Clone, Debug, Default)]
 pub struct CallRow {
     pub session_id: String,
@@ -82,6 +86,7 @@ impl CallRow {
 }
 
 /// An interrupt row.
+#[allow(missing_docs)] // Each field is the column of the same name.
 #[derive(Clone, Debug, Default)]
 pub struct InterruptRow {
     pub session_id: String,
@@ -93,25 +98,35 @@ pub struct InterruptRow {
 /// service answers `refund_id` `r_<n>`).
 #[derive(Clone, Debug, Default)]
 pub struct Payment {
+    /// Its 1-based place in the log.
     pub n: usize,
+    /// The request's path.
     pub path: String,
+    /// Its `Idempotency-Key`.
     pub key: String,
+    /// Its JSON body.
     pub body: Value,
+    /// When it arrived, in µs since the epoch.
     pub at_us: i64,
 }
 
 /// A claim a Worker logged (`claimed step=… attempt=…`).
 #[derive(Clone, Debug, Default)]
 pub struct Claim {
+    /// The claimed step.
     pub step_id: i64,
+    /// The fence the claim took.
     pub fence: i64,
+    /// When it was logged, in µs since the epoch.
     pub at_us: i64,
+    /// Which Worker logged it.
     pub worker: String,
 }
 
 /// A process the run left behind, or one that exited on its own.
 #[derive(Clone, Debug, Default)]
 pub struct ProcessNote {
+    /// The process and what it did.
     pub what: String,
 }
 
@@ -120,12 +135,19 @@ pub struct ProcessNote {
 pub struct Observed {
     /// The sessions the client started.
     pub expected_sessions: Vec<String>,
+    /// Every session row.
     pub sessions: Vec<SessionRow>,
+    /// Every step row.
     pub steps: Vec<StepRow>,
+    /// Every event row.
     pub events: Vec<EventRow>,
+    /// Every deferred call's record.
     pub calls: Vec<CallRow>,
+    /// Every interrupt row.
     pub interrupts: Vec<InterruptRow>,
+    /// The payments service's log.
     pub payments: Vec<Payment>,
+    /// The claims the Workers logged.
     pub claims: Vec<Claim>,
     /// CLI processes alive after the Workers stopped.
     pub cli_left: Vec<ProcessNote>,
@@ -161,6 +183,7 @@ pub struct Verdict {
     pub failures: BTreeMap<String, usize>,
     /// How much evidence the checks read: events, claims, payments, call records.
     pub evidence: (usize, usize, usize, usize),
+    /// Every broken invariant (none in a good run).
     pub violations: Vec<Violation>,
 }
 

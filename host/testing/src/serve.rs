@@ -1,6 +1,6 @@
 //! A `tollgate` process started the way the benches that drive a real server start it: the
 //! pinned CLI against the scripted mock model, no network, stderr piped so the caller can wait
-//! for the line that names the address. Shared by path (`#[path]`).
+//! for the line that names the address.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -12,7 +12,7 @@ use tokio::process::{Child, ChildStderr, Command};
 /// guests cached under `cache`, `RUST_LOG=warn` and no payments service (set `PAYMENTS_URL`
 /// again for one); killed on drop.
 pub fn command(args: &[&str], cli: &Path, mock_url: &str, cache: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    let mut command = Command::new(crate::tollgate_binary());
     command
         .args(args)
         .env_remove("TOLLGATE_TOKEN")

@@ -31,8 +31,6 @@
 //! - The seed ([`Config::seed`], printed) chooses the kill times and victims; the machine's speed
 //!   decides the rest, so a run is not replayed exactly.
 
-#![allow(dead_code)]
-
 pub mod check;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -69,6 +67,7 @@ pub struct Config {
     pub kill_every: (Duration, Duration),
     /// The Workers' lease and heartbeat.
     pub lease: Duration,
+    /// How often a Worker renews its lease.
     pub heartbeat: Duration,
     /// The run fails if the sessions have not all ended by then.
     pub timeout: Duration,
@@ -102,19 +101,27 @@ impl Config {
 /// What a run did and what the checker found.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// The seed that chose the kill times and victims.
     pub seed: u64,
+    /// Sessions started.
     pub sessions: usize,
+    /// Workers SIGKILLed.
     pub kills: usize,
+    /// Workers SIGSTOPped past their lease.
     pub stops: usize,
+    /// PostgreSQL restarts.
     pub pg_restarts: usize,
     /// API connections closed by `pg_terminate_backend`.
     pub api_connections_closed: usize,
     /// Worker or API restarts after an exit the driver did not cause.
     pub unexpected_restarts: usize,
+    /// Interrupts the client approved.
     pub approvals: usize,
     /// CLIs seen alive while their Worker was gone (during the run; the end is `cli-left`).
     pub orphan_clis_seen: usize,
+    /// From start to the checker's verdict.
     pub duration: Duration,
+    /// What the checker found.
     pub verdict: Verdict,
     /// Set when the run did not finish in time, or a fault could not be applied.
     pub failure: Option<String>,
@@ -326,7 +333,7 @@ pub fn tollgate_command(
     payments_url: &str,
     cache_dir: &Path,
 ) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    let mut command = tokio::process::Command::new(crate::tollgate_binary());
     for name in [
         "TOLLGATE_TOKEN",
         "TOLLGATE_TOKEN_FILE",
@@ -355,6 +362,7 @@ pub fn tollgate_command(
     command
 }
 
+/// Runs the soak `cfg` describes with the CLI at `cli` on `cluster`, and checks what happened.
 pub async fn run(cfg: &Config, cli: &Path, cluster: PgCluster) -> Report {
     let started = Instant::now();
     let dir = tempfile::Builder::new().prefix("tollgate-chaos-").tempdir().expect("temp dir");
@@ -368,7 +376,7 @@ pub async fn run(cfg: &Config, cli: &Path, cluster: PgCluster) -> Report {
     ] {
         std::fs::copy(from, agent.join(to)).expect("copy a component");
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = crate::root();
     let config = std::fs::read_to_string(root.join("examples/agents/support/tollgate.toml")).expect("config");
     let config = config
         // The soak checks the deferred CallTool step's claims and fences: `inline = false`.

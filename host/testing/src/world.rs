@@ -21,10 +21,7 @@ use tollgate_store::{Event, Store};
 /// Workers start real CLIs (~240 MB, a core each): two tests at once at most.
 pub static SLOTS: Semaphore = Semaphore::const_new(2);
 
-/// The workspace root.
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
-}
+pub use crate::root;
 
 /// The pinned CLI, or `None` (loudly) when it is not installed and not required.
 pub fn real_cli(test: &str) -> Option<PathBuf> {
@@ -52,11 +49,17 @@ pub enum Refund {
 
 /// One test's world.
 pub struct World {
+    /// Everything on disk, removed on drop.
     pub dir: tempfile::TempDir,
+    /// The agent folder.
     pub agent: PathBuf,
+    /// The store's URL.
     pub db: String,
+    /// The store, opened by the test itself.
     pub store: Arc<dyn Store>,
+    /// The scripted mock model.
     pub mock: MockModel,
+    /// The stand-in payments service.
     pub payments: Payments,
     cli: PathBuf,
     /// Set by a test that rewrote items with raw SQL: the projection no longer follows them.
@@ -171,12 +174,8 @@ impl World {
     /// refused proxy for everything else, the payments service, a private component cache.
     pub fn tollgate(&self) -> tokio::process::Command {
         let cache = self.dir.path().join("cache");
-        let mut command = crate::chaos_common::tollgate_command(
-            &self.cli,
-            &self.mock.base_url(),
-            &self.payments.url,
-            &cache,
-        );
+        let mut command =
+            crate::chaos::tollgate_command(&self.cli, &self.mock.base_url(), &self.payments.url, &cache);
         command.env("RUST_LOG", "info,tollgate::guest=debug");
         command
     }
@@ -402,6 +401,7 @@ impl World {
 /// A Worker child process.
 pub struct WorkerProcess {
     child: tokio::process::Child,
+    /// Its stderr, written to a file.
     pub log: PathBuf,
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::util::World;
+use crate::world::World;
 
 /// A `tollgate serve` child process.
 pub struct Served {
@@ -111,7 +111,7 @@ impl Served {
 
     /// The same command, not yet started (to spawn it, or to set more environment).
     pub fn client_command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        let mut command = tokio::process::Command::new(crate::tollgate_binary());
         command
             .args(args)
             .args(["--url", &self.url])

@@ -1,6 +1,6 @@
 //! The example support agent laid out as `tollgate serve --agent` reads it (its guests built from
 //! source by `tollgate-test-guests`, its `tollgate.toml` from `examples/agents/support`): what the
-//! benches that start a real server run. Shared by path (`#[path]`).
+//! benches that start a real server run.
 
 use std::path::{Path, PathBuf};
 

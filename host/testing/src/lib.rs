@@ -1,0 +1,46 @@
+//! What the host's end-to-end tests and benches share, written once.
+//!
+//! - [`world`]: one test's world (an agent built from source, a store, the scripted mock model,
+//!   the payments service, Workers as child processes to SIGKILL) and the one way the tests call
+//!   the HTTP API, which checks every answer against the generated OpenAPI document.
+//! - [`served`]: a `tollgate serve` or `tollgate api` of a [`world::World`] as a child process.
+//! - [`serve`] and [`agent`]: a real server the way the benches start one, and the example support
+//!   agent laid out for it.
+//! - [`park`]: sessions parked on an approval by the thousand, straight through the store.
+//! - [`chaos`]: the chaos soak's harness and its checker, run small by a test and whole by a bench.
+//! - [`ts_sdk`]: where the benches find the official TypeScript Agent SDK they measure against.
+//!
+//! The `tollgate` binary these start is the one Cargo built for the test or bench that runs them
+//! ([`tollgate_binary`]).
+
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod chaos;
+pub mod park;
+pub mod serve;
+pub mod served;
+pub mod ts_sdk;
+pub mod world;
+
+use std::path::{Path, PathBuf};
+
+/// The `tollgate` binary: Cargo names it in `CARGO_BIN_EXE_tollgate` when it runs an integration
+/// test or bench of the `tollgate` package; a test binary run by hand finds it beside its own
+/// directory (`target/<profile>/deps/..`).
+pub fn tollgate_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("CARGO_BIN_EXE_tollgate") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut dir = exe.parent().expect("the test binary's directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join("tollgate")
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
