@@ -5,7 +5,7 @@
 //! alone. Every write goes through [`crate::sessions`], so the state machine's rules and the
 //! store's idempotency hold for HTTP clients too. Every body is a type of [`types`]; the OpenAPI
 //! document is generated from those types and the handlers' `#[utoipa::path]` attributes
-//! ([`openapi`], served at `/openapi.json`, kept as the golden file `openapi.json` beside this file).
+//! ([`openapi`], served at `/openapi.json`, kept as the snapshot `snapshots/openapi.snap` beside this file).
 //!
 //! Errors are JSON ([`types::ErrorBody`]): `{"error":{"code":"…","field":"…","message":"…"}}` with a 4xx for bad input
 //! (the field, query parameter or limit named; see `input`), 404 for an unknown session or

@@ -3,9 +3,10 @@
 //! adds what belongs to the whole API (its title, the bearer scheme) and the parameters several
 //! routes share.
 //!
-//! The document is served at `/openapi.json` and kept as the golden file `openapi.json` beside
-//! this module: a test compares the two, and `UPDATE_GOLDEN=1 cargo test -p tollgate-api --lib
-//! openapi` rewrites the file (review its diff: it is the API's contract).
+//! The document is served at `/openapi.json` and kept as the snapshot `snapshots/openapi.snap`
+//! beside this module: a test compares the two, so a change to the API's types or routes shows as a
+//! diff to accept with `cargo insta review` (or `INSTA_UPDATE=always cargo test -p tollgate-api
+//! --lib openapi`, then read the diff): it is the API's contract.
 
 use std::sync::LazyLock;
 
@@ -161,28 +162,15 @@ pub struct LastEventId {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use serde_json::Value;
 
     use super::*;
 
     #[test]
-    fn the_golden_openapi_json_is_the_generated_document() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api/openapi.json");
-        let generated = format!("{}\n", document());
-        if std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1") {
-            std::fs::write(&path, &generated).expect("write the golden file");
-            eprintln!("rewrote {}", path.display());
-            return;
-        }
-        let golden = std::fs::read_to_string(&path).expect("read the golden file");
-        assert!(
-            golden == generated,
-            "{} is not the generated document: the API's types or routes changed. Run \
-             `UPDATE_GOLDEN=1 cargo test -p tollgate-api --lib openapi` and review the diff.",
-            path.display()
-        );
+    fn the_openapi_snapshot_is_the_generated_document() {
+        insta::with_settings!({ prepend_module_to_snapshot => false, description => "The HTTP API's contract: GET /openapi.json" }, {
+            insta::assert_snapshot!("openapi", document());
+        });
     }
 
     /// OpenAPI requires each `operationId` once (two handlers named `stream` made it invalid).
