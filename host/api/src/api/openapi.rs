@@ -60,7 +60,9 @@ pub fn document() -> &'static str {
         let mut document = super::routes().into_openapi();
         // utoipa derives a body's `required` from its type; `POST /v1/sessions` also takes none.
         let create = document.paths.paths.get_mut("/v1/sessions").and_then(|item| item.post.as_mut());
-        if let Some(body) = create.and_then(|operation| operation.request_body.as_mut()) {
+        if let Some(utoipa::openapi::RefOr::T(body)) =
+            create.and_then(|operation| operation.request_body.as_mut())
+        {
             body.required = Some(Required::False);
         }
         limits::declare(&mut document);

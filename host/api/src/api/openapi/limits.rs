@@ -115,7 +115,7 @@ pub(super) fn declare(document: &mut OpenApi) {
         let operation = document.paths.paths.get_mut(path).and_then(|item| item.get.as_mut());
         let answer = operation.and_then(|operation| operation.responses.responses.get_mut("200"));
         let Some(RefOr::T(answer)) = answer else { continue };
-        if let Some(content) = answer.content.get_mut("text/event-stream") {
+        if let Some(RefOr::T(content)) = answer.content.get_mut("text/event-stream") {
             let one = AnyOfBuilder::new()
                 .item(Ref::from_schema_name(event))
                 .item(Ref::from_schema_name("SseErrorEvent"))
