@@ -2,7 +2,7 @@
 //! snapshot. The HTTP API and the tests call these; the rules are `tollgate_engine::session`'s.
 
 use tollgate_engine::approval::ApprovalRequest;
-use tollgate_engine::events::{self, DecisionRecorded, EventKind};
+use tollgate_engine::events::{DecisionRecorded, EventKind, GrantRevoked, Payload, TextBlock};
 use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
@@ -470,9 +470,8 @@ async fn resolve_checked(
         edited_input: edited.as_ref().map(convert::raw),
     };
     let mut events: Vec<tollgate_store::NewEvent> = events.into_iter().map(convert::event).collect();
-    events.push(tollgate_store::NewEvent {
-        kind: EventKind::DecisionRecorded.as_str().to_owned(),
-        payload: convert::raw(&events::payload(&DecisionRecorded {
+    events.push(convert::event(
+        Payload::DecisionRecorded(DecisionRecorded {
             interrupt_id: interrupt_id.to_owned(),
             principal: principal.to_owned(),
             decision: entry.decision.as_str().to_owned(),
@@ -481,8 +480,9 @@ async fn resolve_checked(
             input: asked_input.cloned(),
             edited_input: edited.cloned(),
             deadline_at: None,
-        })),
-    });
+        })
+        .into(),
+    ));
     let resolution = Resolution {
         session_id: session_id.to_owned(),
         interrupt_id: interrupt_id.to_owned(),
@@ -715,12 +715,10 @@ async fn live_text(store: &dyn Store, session_id: &str) -> Result<Option<LiveTex
                 {
                     continue;
                 }
-                let payload: serde_json::Value =
-                    serde_json::from_str(event.payload.get()).unwrap_or_default();
-                let block = payload["text"].as_str().unwrap_or_default();
-                if payload["offset"].as_i64() == Some(chars) {
-                    text.push_str(block);
-                    chars += i64::try_from(block.chars().count()).unwrap_or(i64::MAX);
+                let Ok(block) = serde_json::from_str::<TextBlock>(event.payload.get()) else { continue };
+                if i64::try_from(block.offset).ok() == Some(chars) {
+                    chars += i64::try_from(block.text.chars().count()).unwrap_or(i64::MAX);
+                    text.push_str(&block.text);
                 }
                 if chars >= live.offset {
                     break 'read;
@@ -770,15 +768,15 @@ pub async fn revoke_grant(
         .filter(|g| g.revoked.is_none() && g.grant.tool_name == tool)
         .map(|g| g.grant.decision_id.clone())
         .collect();
-    let event = tollgate_store::NewEvent {
-        kind: EventKind::GrantRevoked.as_str().to_owned(),
-        payload: convert::raw(&serde_json::json!({
-            "tool_name": tool,
-            "decision_ids": decision_ids,
-            "revoked_by": principal,
-            "revoked_at": revocation.revoked_at,
-        })),
-    };
+    let event = convert::event(
+        Payload::GrantRevoked(GrantRevoked {
+            tool_name: tool.to_owned(),
+            decision_ids: decision_ids.clone(),
+            revoked_by: principal.to_owned(),
+            revoked_at: revocation.revoked_at,
+        })
+        .into(),
+    );
     let message = UserMessage {
         session_id: session_id.to_owned(),
         client_key: fresh_key(),

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 use sqlx::{Pool, Row, Transaction};
-use tollgate_engine::events::EventKind;
+use tollgate_engine::events::{AgentUpgraded, Payload};
 use tollgate_store_macros::sqlx_bounds;
 
 use crate::dialect::Dialect;
@@ -734,14 +734,14 @@ where
             .execute(&mut *tx)
             .await?;
         sqlx::query(sql.pin_steps).bind(sid).bind(to).bind(owner.as_str()).execute(&mut *tx).await?;
-        let payload = serde_json::json!({
-            "from": from.as_ref().map(|a| a.digest.as_str()),
-            "from_pinned": from.as_ref().is_some_and(|a| a.pinned),
-            "to": to,
+        let upgraded = Payload::AgentUpgraded(AgentUpgraded {
+            from: from.as_ref().map(|a| a.digest.clone()),
+            from_pinned: from.as_ref().is_some_and(|a| a.pinned),
+            to: to.to_owned(),
         });
         let event = NewEvent {
-            kind: EventKind::AgentUpgraded.as_str().to_owned(),
-            payload: RawValue::from_string(payload.to_string()).expect("JSON"),
+            kind: upgraded.kind().as_str().to_owned(),
+            payload: RawValue::from_string(upgraded.to_value().to_string()).expect("JSON"),
         };
         let seq = Sql::append_event(&mut tx, sid, &mut event_seq, &event, None).await?;
         Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;

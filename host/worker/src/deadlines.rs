@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tollgate_engine::approval::ApprovalRequest;
 use tollgate_engine::deadline::{Firing, on_deadline};
-use tollgate_engine::events::{self, DecisionRecorded, EventKind, InterruptEscalated};
+use tollgate_engine::events::{DecisionRecorded, InterruptEscalated, Payload};
 use tollgate_engine::session::client;
 use tollgate_store::{
     AuditDecision, DEADLINE_PRINCIPAL, Escalation, Expiry, Interrupt, NewAuditEntry, NewEvent, Resolution,
@@ -117,9 +117,8 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
         Firing::Expire { decision } => {
             let (resolution, events) = client::resolution(iid, &decision, None);
             let mut events: Vec<NewEvent> = events.into_iter().map(convert::event).collect();
-            events.push(NewEvent {
-                kind: EventKind::DecisionRecorded.as_str().to_owned(),
-                payload: convert::raw(&events::payload(&DecisionRecorded {
+            events.push(convert::event(
+                Payload::DecisionRecorded(DecisionRecorded {
                     interrupt_id: iid.to_owned(),
                     principal: DEADLINE_PRINCIPAL.to_owned(),
                     decision: AuditDecision::Expired.as_str().to_owned(),
@@ -128,8 +127,9 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                     input: Some(request.arguments.clone()),
                     edited_input: None,
                     deadline_at: Some(deadline_at),
-                })),
-            });
+                })
+                .into(),
+            ));
             let expiry = Expiry {
                 resolution: Resolution {
                     session_id: sid.to_owned(),
@@ -158,9 +158,8 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                 deadline_at,
                 request: convert::raw(&next.to_value()),
                 next_deadline: second,
-                events: vec![NewEvent {
-                    kind: EventKind::InterruptEscalated.as_str().to_owned(),
-                    payload: convert::raw(&events::payload(&InterruptEscalated {
+                events: vec![convert::event(
+                    Payload::InterruptEscalated(InterruptEscalated {
                         interrupt_id: iid.to_owned(),
                         tool_name: tool_name.clone(),
                         escalate_to: to.clone(),
@@ -168,8 +167,9 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                         deadline_passed: deadline_at,
                         next_deadline_secs: second.as_secs(),
                         escalated_by: DEADLINE_PRINCIPAL.to_owned(),
-                    })),
-                }],
+                    })
+                    .into(),
+                )],
                 entry: NewAuditEntry {
                     principal: DEADLINE_PRINCIPAL.to_owned(),
                     decision: AuditDecision::Escalated,

@@ -30,7 +30,7 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
-use tollgate_engine::events::EventKind;
+use tollgate_engine::events::{EventKind, TextBlock};
 
 /// Events read per store call.
 const PAGE: i64 = 200;
@@ -218,10 +218,8 @@ fn events(
 /// Counts a stored `text_delta` (with an `offset`) as sent to a live connection.
 fn note_stored_text(sent: &mut LiveSent, event: &tollgate_store::Event) {
     let Some(claim) = event.step.filter(|_| event.kind == TEXT_DELTA) else { return };
-    let Ok(payload) = serde_json::from_str::<serde_json::Value>(event.payload.get()) else { return };
-    if let (Some(offset), Some(text)) = (payload["offset"].as_u64(), payload["text"].as_str()) {
-        sent.stored(claim, usize::try_from(offset).unwrap_or(usize::MAX), text.chars().count());
-    }
+    let Ok(block) = serde_json::from_str::<TextBlock>(event.payload.get()) else { return };
+    sent.stored(claim, usize::try_from(block.offset).unwrap_or(usize::MAX), block.text.chars().count());
 }
 
 /// Buffers the live text the connection lacks, if any: `true` when it buffered some, or when

@@ -39,7 +39,7 @@ use super::{
     CallEntry, CallState, CancelRequestChange, EngineError, Finish, NewEvent, NewItem, RunModelStep,
     RunState, SessionStatus, StepInput, Transition, item_kind, raw,
 };
-use crate::events::EventKind;
+use crate::events::{self, Payload};
 use crate::record::{Outcome, ToolCallRecord};
 use crate::texts;
 
@@ -63,7 +63,7 @@ pub struct TurnCancelled {
 
 /// The `cancel_requested` event of a request by `requested_by`.
 pub fn request_event(requested_by: &str) -> NewEvent {
-    NewEvent { kind: EventKind::CancelRequested, payload: json!({"requested_by": requested_by}) }
+    Payload::CancelRequested(events::CancelRequested { requested_by: requested_by.to_owned() }).into()
 }
 
 /// The turn a claimed step belongs to, and the highest seq of the prompts it answers; `None` when
@@ -146,16 +146,18 @@ pub fn on_cancel(
             }
         };
         let finished = call.with_state(state);
-        t.events.push(NewEvent {
-            kind: EventKind::ToolCallFinished,
-            payload: json!({
-                "turn_id": turn_id,
-                "tool_call_id": call.tool_call_id,
-                "tool_name": call.tool_name,
-                "status": finished.state.name(),
-                "deferred": !call.inline,
-            }),
-        });
+        t.events.push(
+            Payload::ToolCallFinished(events::ToolCallFinished {
+                turn_id: turn_id.clone(),
+                attempt: None,
+                tool_call_id: call.tool_call_id.clone(),
+                tool_name: call.tool_name.clone(),
+                kind: None,
+                status: finished.state.name().to_owned(),
+                deferred: !call.inline,
+            })
+            .into(),
+        );
         records.extend(finished.record());
         t.calls.push(finished);
     }
@@ -194,10 +196,11 @@ pub fn on_cancel(
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, &turn_id);
     t.cancel = CancelRequestChange::Applied(cancelled);
-    Ok(t.event(
-        EventKind::TurnCancelled,
-        json!({"turn_id": turn_id, "cancelled_by": by, "requested_at": request.requested_at}),
-    ))
+    Ok(t.event(Payload::TurnCancelled(events::TurnCancelled {
+        turn_id,
+        cancelled_by: by.to_owned(),
+        requested_at: request.requested_at,
+    })))
 }
 
 #[cfg(test)]
@@ -206,6 +209,7 @@ mod tests {
 
     use super::*;
     use crate::catalog::ToolKind;
+    use crate::events::EventKind;
     use crate::policy::DeferredRun;
     use crate::session::batches::{AheadCall, AheadRef};
     use crate::session::{CallStep, TurnState, inline};

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::{
     EngineError, NewEvent, NewItem, NextStep, RunModelStep, SessionStatus, Start, StepKind, item_kind, raw,
 };
-use crate::events::EventKind;
+use crate::events::{self, Payload};
 use crate::media::MediaRef;
 
 /// The longest user message accepted, in bytes.
@@ -55,10 +55,10 @@ pub fn user_message(text: &str, images: &[MediaRef]) -> Result<ClientMessage, En
             only_if_prompts_after: None,
             session_status: Some(SessionStatus::Running),
         },
-        events: vec![NewEvent {
-            kind: EventKind::UserMessage,
-            payload: with_images(json!({"text": text}), images),
-        }],
+        events: vec![
+            Payload::UserMessage(events::UserMessage { text: text.to_owned(), images: images.to_vec() })
+                .into(),
+        ],
     })
 }
 
@@ -129,18 +129,15 @@ pub fn resolution(
     decided_by: Option<&str>,
 ) -> (Value, Vec<NewEvent>) {
     let value = serde_json::to_value(decision).expect("serializes");
-    let event = NewEvent {
-        kind: EventKind::InterruptResolved,
-        payload: json!({
-            "interrupt_id": interrupt_id,
-            "approved": decision.approved,
-            "message": decision.message,
-            "updated_input": decision.updated_input,
-            "scope": decision.scope,
-            "decided_by": decided_by,
-        }),
-    };
-    (value, vec![event])
+    let event = Payload::InterruptResolved(events::InterruptResolved {
+        interrupt_id: interrupt_id.to_owned(),
+        approved: decision.approved,
+        message: decision.message.clone(),
+        updated_input: decision.updated_input.clone(),
+        scope: decision.scope,
+        decided_by: decided_by.map(str::to_owned),
+    });
+    (value, vec![event.into()])
 }
 
 /// Reads a stored resolution.

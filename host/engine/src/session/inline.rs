@@ -24,13 +24,13 @@
 //! met it again) records it `outcome_unknown` ([`settle_on_turn_failure`]), as it does an approved
 //! CLI call whose run no segment reported.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::tools::{Settled, ToolRun};
 use super::turn::{PlannedStart, SegmentRun};
 use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, StepKind, Transition};
 use crate::catalog::ToolKind;
-use crate::events::EventKind;
+use crate::events::{self, EventKind, Payload};
 use crate::gate::InlineWrite;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
@@ -119,17 +119,15 @@ pub fn begin(session_id: &str, call: &CallEntry, attempt: i64) -> Begin {
     }
     let mut mark = Transition::keep();
     mark.calls.push(call.with_state(CallState::Started { attempt }));
-    let mark = mark.event(
-        EventKind::ToolCallStarted,
-        json!({
-            "turn_id": call.turn_id,
-            "tool_call_id": call.tool_call_id,
-            "tool_name": call.tool_name,
-            "arguments": call.arguments,
-            "attempt": attempt,
-            "deferred": false,
-        }),
-    );
+    let mark = mark.event(Payload::ToolCallStarted(events::ToolCallStarted {
+        turn_id: call.turn_id.clone(),
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: call.tool_name.clone(),
+        kind: None,
+        arguments: call.arguments.clone(),
+        attempt,
+        deferred: false,
+    }));
     Begin::Run {
         idempotency_key: call.idempotency_key(session_id),
         attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
@@ -170,17 +168,14 @@ pub fn on_result(call: &CallEntry, attempt: i64, run: ToolRun) -> After {
         Settled::Retry { message } => {
             let mut t = Transition::keep();
             t.calls.push(call.with_state(CallState::Started { attempt }));
-            let t = t.event(
-                EventKind::AttemptFailed,
-                json!({
-                    "turn_id": call.turn_id,
-                    "step": StepKind::CallTool,
-                    "tool_call_id": call.tool_call_id,
-                    "attempt": attempt,
-                    "error": message,
-                    "deferred": false,
-                }),
-            );
+            let t = t.event(Payload::AttemptFailed(events::AttemptFailed {
+                turn_id: call.turn_id.clone(),
+                step: StepKind::CallTool,
+                tool_call_id: Some(call.tool_call_id.clone()),
+                attempt,
+                error: message,
+                deferred: Some(false),
+            }));
             After::Retry { transition: Box::new(t), delay: super::turn::retry_delay(attempt) }
         }
     }
@@ -215,16 +210,15 @@ pub fn is_left_unknown(call: &CallEntry) -> bool {
 
 fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
     let finished = call.with_state(outcome.into());
-    let mut t = Transition::keep().event(
-        EventKind::ToolCallFinished,
-        json!({
-            "turn_id": call.turn_id,
-            "tool_call_id": call.tool_call_id,
-            "tool_name": call.tool_name,
-            "status": finished.state.name(),
-            "deferred": !call.inline,
-        }),
-    );
+    let mut t = Transition::keep().event(Payload::ToolCallFinished(events::ToolCallFinished {
+        turn_id: call.turn_id.clone(),
+        attempt: None,
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: call.tool_name.clone(),
+        kind: None,
+        status: finished.state.name().to_owned(),
+        deferred: !call.inline,
+    }));
     t.calls.push(finished.clone());
     (finished, t)
 }
@@ -232,6 +226,7 @@ fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
 #[cfg(test)]
 mod tests {
     use crate::session::turn::ResumeTranscript;
+    use serde_json::json;
     use serde_json::value::RawValue;
 
     use super::*;
@@ -342,7 +337,11 @@ mod tests {
         let other_turn =
             CallEntry { turn_id: "turn-2".into(), tool_call_id: "toolu_3".into(), ..started.clone() };
         let calls = [started, done, other_turn];
-        let mut failing = Transition::keep().event(EventKind::TurnFailed, json!({"turn_id": "turn-1"}));
+        let mut failing = Transition::keep().event(Payload::TurnFailed(events::TurnFailed {
+            turn_id: Some("turn-1".into()),
+            error: "gone".into(),
+            reason: crate::session::FailureReason::SegmentFailed,
+        }));
         settle_on_turn_failure(&mut failing, &calls);
         assert_eq!(failing.calls.len(), 1, "{:?}", failing.calls);
         assert_eq!(failing.calls[0].tool_call_id, "toolu_1");

@@ -54,7 +54,7 @@ use serde_json::value::RawValue;
 
 use crate::approval::ApprovalRequest;
 use crate::catalog::ToolKind;
-use crate::events::{EventKind, InterruptOpened};
+use crate::events::{EventKind, InterruptOpened, Payload};
 use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::{Outcome, ToolCallRecord};
@@ -613,7 +613,7 @@ impl NewInterrupt {
     pub fn opened_event(&self) -> NewEvent {
         let opened =
             InterruptOpened { interrupt_id: self.interrupt_id.clone(), request: self.request.clone() };
-        NewEvent { kind: EventKind::InterruptOpened, payload: crate::events::payload(&opened) }
+        Payload::InterruptOpened(opened).into()
     }
 }
 
@@ -636,6 +636,12 @@ pub struct NewEvent {
     pub kind: EventKind,
     /// Its JSON.
     pub payload: Value,
+}
+
+impl From<Payload> for NewEvent {
+    fn from(payload: Payload) -> Self {
+        NewEvent { kind: payload.kind(), payload: payload.to_value() }
+    }
 }
 
 /// Everything a step result changes, committed in one transaction with the step's fence.
@@ -701,8 +707,8 @@ impl Transition {
         Transition::new(Finish::Keep)
     }
 
-    fn event(mut self, kind: EventKind, payload: Value) -> Self {
-        self.events.push(NewEvent { kind, payload });
+    fn event(mut self, event: Payload) -> Self {
+        self.events.push(event.into());
         self
     }
 

@@ -10,7 +10,7 @@ use super::{
     StepKind, Transition,
 };
 use crate::catalog::ToolKind;
-use crate::events::EventKind;
+use crate::events::{self, Payload};
 use crate::media::MediaRef;
 use crate::policy::DeferredRun;
 use crate::record::Outcome;
@@ -43,18 +43,22 @@ fn record(call: &CallEntry, outcome: Outcome) -> Transition {
         session_status: None,
     });
     t.status = Some(SessionStatus::Running);
-    t = t.event(
-        EventKind::ToolCallFinished,
-        json!({
-            "turn_id": call.turn_id,
-            "tool_call_id": call.tool_call_id,
-            "tool_name": call.tool_name,
-            "status": finished.state.name(),
-            "deferred": true,
-        }),
-    );
+    t = t.event(Payload::ToolCallFinished(finished_deferred(call, &finished)));
     t.calls.push(finished);
     t
+}
+
+/// The `tool_call_finished` of a deferred call that got its record.
+fn finished_deferred(call: &CallEntry, finished: &CallEntry) -> events::ToolCallFinished {
+    events::ToolCallFinished {
+        turn_id: call.turn_id.clone(),
+        attempt: None,
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: call.tool_name.clone(),
+        kind: None,
+        status: finished.state.name().to_owned(),
+        deferred: true,
+    }
 }
 
 /// A claimed `AwaitToolApproval` whose interrupt has `decision`.
@@ -146,17 +150,15 @@ pub fn begin_tool_step(session_id: &str, single_attempt: bool, attempt: i64, cal
     }
     let mut mark = Transition::new(Finish::Keep);
     mark.calls.push(call.with_state(CallState::Started { attempt }));
-    mark = mark.event(
-        EventKind::ToolCallStarted,
-        json!({
-            "turn_id": call.turn_id,
-            "tool_call_id": call.tool_call_id,
-            "tool_name": call.tool_name,
-            "arguments": call.arguments,
-            "attempt": attempt,
-            "deferred": true,
-        }),
-    );
+    mark = mark.event(Payload::ToolCallStarted(events::ToolCallStarted {
+        turn_id: call.turn_id.clone(),
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: call.tool_name.clone(),
+        kind: None,
+        arguments: call.arguments.clone(),
+        attempt,
+        deferred: true,
+    }));
     Begin::Run {
         idempotency_key: call.idempotency_key(session_id),
         attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
@@ -279,16 +281,14 @@ pub fn on_tool_result(single_attempt: bool, attempt: i64, call: &CallEntry, run:
         Settled::Retry { message } => {
             let mut t = Transition::new(Finish::Retry(super::turn::retry_delay(attempt)));
             t.calls.push(call.with_state(CallState::Started { attempt }));
-            t.event(
-                EventKind::AttemptFailed,
-                json!({
-                    "turn_id": call.turn_id,
-                    "step": StepKind::CallTool,
-                    "tool_call_id": call.tool_call_id,
-                    "attempt": attempt,
-                    "error": message,
-                }),
-            )
+            t.event(Payload::AttemptFailed(events::AttemptFailed {
+                turn_id: call.turn_id.clone(),
+                step: StepKind::CallTool,
+                tool_call_id: Some(call.tool_call_id.clone()),
+                attempt,
+                error: message,
+                deferred: None,
+            }))
         }
     }
 }
@@ -329,16 +329,7 @@ pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::Ne
         CliRun::Result { text, is_error: true } => Outcome::Failed { error: text },
     };
     let finished = call.with_state(outcome.into());
-    let event = super::NewEvent {
-        kind: EventKind::ToolCallFinished,
-        payload: json!({
-            "turn_id": call.turn_id,
-            "tool_call_id": call.tool_call_id,
-            "tool_name": call.tool_name,
-            "status": finished.state.name(),
-            "deferred": true,
-        }),
-    };
+    let event = Payload::ToolCallFinished(finished_deferred(call, &finished)).into();
     Some((finished, event))
 }
 

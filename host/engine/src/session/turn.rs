@@ -12,11 +12,11 @@ use super::client::Decision;
 use super::grants::{GrantRef, SessionGrant, active_grant, session_grants};
 use super::{
     CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, FailureReason, Finish,
-    Limits, NewEvent, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState,
-    SessionStatus, Start, StepKind, Transition, TurnState, Usage, item_kind, raw,
+    Limits, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, SessionStatus,
+    Start, StepKind, Transition, TurnState, Usage, item_kind, raw,
 };
 use crate::approval::ApprovalRequest;
-use crate::events::EventKind;
+use crate::events::{self, EventKind, Payload};
 use crate::gate::{DeferredCall, HeldBackCall};
 use crate::media::MediaRef;
 use crate::policy::{DeferredRun, Handling, Policies};
@@ -496,7 +496,7 @@ fn turn_completed(run: &SegmentRun, state: &RunState, answered: Answered<String>
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(run.prompts_upto));
     end_batches(&mut t, state, &run.turn_id);
-    t.event(EventKind::TurnCompleted, json!({"turn_id": run.turn_id, "result": result}))
+    t.event(Payload::TurnCompleted(events::TurnCompleted { turn_id: run.turn_id.clone(), result }))
 }
 
 /// The segment ended on one deferred call: its held-back calls open interrupts ahead, and the
@@ -642,16 +642,13 @@ fn approved_under_grant(
     t.calls.extend(approved.calls);
     t.events.extend(approved.events);
     t.status = approved.status;
-    t.event(
-        EventKind::ApprovedUnderGrant,
-        json!({
-            "turn_id": run.turn_id,
-            "tool_call_id": entry.tool_call_id,
-            "tool_name": entry.tool_name,
-            "arguments": entry.arguments,
-            "grant": grant,
-        }),
-    )
+    t.event(Payload::ApprovedUnderGrant(events::ApprovedUnderGrant {
+        turn_id: run.turn_id.clone(),
+        tool_call_id: entry.tool_call_id.clone(),
+        tool_name: entry.tool_name.clone(),
+        arguments: entry.arguments.clone(),
+        grant: grant.clone(),
+    }))
 }
 
 /// The call repeats `used`, a call decided (or asked) ahead in a batch: it is marked as used by
@@ -681,17 +678,14 @@ fn decided_ahead_used(
     t.steps.extend(applied.steps);
     t.events.extend(applied.events);
     t.status = applied.status;
-    t = t.event(
-        EventKind::DecidedAheadUsed,
-        json!({
-            "turn_id": run.turn_id,
-            "tool_call_id": entry.tool_call_id,
-            "tool_name": entry.tool_name,
-            "decision_id": used.interrupt_id,
-            "batch_id": used.batch_id,
-            "approved": decision.approved,
-        }),
-    );
+    t = t.event(Payload::DecidedAheadUsed(events::DecidedAheadUsed {
+        turn_id: run.turn_id.clone(),
+        tool_call_id: entry.tool_call_id.clone(),
+        tool_name: entry.tool_name.clone(),
+        decision_id: used.interrupt_id.clone(),
+        batch_id: used.batch_id.clone(),
+        approved: decision.approved,
+    }));
     t.calls.extend(applied.calls);
     t
 }
@@ -749,10 +743,14 @@ fn segment_failed(
     if retryable && run.counted_attempt() < RUN_MODEL_ATTEMPTS {
         let mut t = Transition::new(Finish::Retry(retry_delay(run.attempt)));
         t.status = Some(SessionStatus::Running);
-        t.event(
-            EventKind::AttemptFailed,
-            json!({"turn_id": run.turn_id, "step": "RunModel", "attempt": run.attempt, "error": error}),
-        )
+        t.event(Payload::AttemptFailed(events::AttemptFailed {
+            turn_id: run.turn_id.clone(),
+            step: StepKind::RunModel,
+            tool_call_id: None,
+            attempt: run.attempt,
+            error,
+            deferred: None,
+        }))
     } else {
         fail_turn(state, &run.turn_id, run.prompts_upto, calls, FailureReason::SegmentFailed, error)
     }
@@ -775,10 +773,14 @@ fn await_approval(
         session_status: None,
     });
     t.status = Some(SessionStatus::AwaitingApproval);
-    t.events.push(NewEvent {
-        kind: EventKind::ApprovalAwaited,
-        payload: json!({"turn_id": turn_id, "tool_call_id": entry.tool_call_id, "interrupt_id": interrupt_id}),
-    });
+    t.events.push(
+        Payload::ApprovalAwaited(events::ApprovalAwaited {
+            turn_id: turn_id.to_owned(),
+            tool_call_id: entry.tool_call_id.clone(),
+            interrupt_id: interrupt_id.to_owned(),
+        })
+        .into(),
+    );
 }
 
 /// The turn's calls ahead, when `state`'s turn in progress is `turn_id`.
@@ -821,16 +823,16 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
         });
         let closing = batches::closing_decision(turn_id);
         t.close_interrupts.push(closed_by_nobody(&unused.interrupt_id, &closing));
-        t.events.push(NewEvent {
-            kind: EventKind::AheadUnused,
-            payload: json!({
-                "turn_id": turn_id,
-                "interrupt_id": unused.interrupt_id,
-                "batch_id": unused.batch_id,
-                "tool_name": unused.tool_name,
-                "arguments": unused.arguments,
-            }),
-        });
+        t.events.push(
+            Payload::AheadUnused(events::AheadUnused {
+                turn_id: turn_id.to_owned(),
+                interrupt_id: unused.interrupt_id.clone(),
+                batch_id: unused.batch_id.clone(),
+                tool_name: unused.tool_name.clone(),
+                arguments: unused.arguments.clone(),
+            })
+            .into(),
+        );
     }
 }
 
@@ -890,7 +892,7 @@ pub(super) fn fail_turn(
     t.cancel = CancelRequestChange::Drop;
     t.steps.push(next_turn(prompts_upto));
     end_batches(&mut t, state, turn_id);
-    t.event(EventKind::TurnFailed, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+    t.event(Payload::TurnFailed(events::TurnFailed { turn_id: Some(turn_id.to_owned()), error, reason }))
 }
 
 /// A claimed step whose stored rows cannot be used (a run state, record or payload that does not
@@ -932,7 +934,11 @@ pub fn on_unusable_rows(
             t.status = Some(SessionStatus::Idle);
             t.cancel = CancelRequestChange::Drop;
             t.steps.extend(prompts_seen.map(next_turn));
-            t.event(EventKind::TurnFailed, json!({"turn_id": turn_id, "error": error, "reason": reason}))
+            t.event(Payload::TurnFailed(events::TurnFailed {
+                turn_id: turn_id.map(str::to_owned),
+                error,
+                reason,
+            }))
         }
     }
 }

@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use serde_json::Value;
 use tollgate_claude::{CliBinary, CliLocator};
-use tollgate_engine::events::{EventKind, InterruptOpened};
+use tollgate_engine::events::{EventKind, Payload};
 use tollgate_engine::session::client::Decision;
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::{Payments, Received};
@@ -182,37 +181,29 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
         }
         for event in events {
             after = event.seq;
-            let payload: Value = serde_json::from_str(event.payload.get()).unwrap_or_default();
-            let kind = EventKind::parse(&event.kind);
-            if kind != Some(EventKind::TextDelta) && in_text {
+            let Some(kind) = EventKind::parse(&event.kind) else { continue };
+            let payload = Payload::parse(kind, event.payload.get())
+                .with_context(|| format!("event {} ({}) of the demo session", event.seq, event.kind))?;
+            if kind != EventKind::TextDelta && in_text {
                 println!();
                 in_text = false;
             }
-            match kind {
-                Some(EventKind::TextDelta) => {
+            match payload {
+                Payload::TextDelta(block) => {
                     if !in_text {
                         print!("assistant> ");
                         in_text = true;
                     }
-                    print!("{}", payload["text"].as_str().unwrap_or_default());
+                    print!("{}", block.text);
                     out.flush()?;
                 }
-                Some(EventKind::ToolCallStarted) if payload["deferred"] == false => {
-                    println!(
-                        "  -> {} runs inline (read-only, no approval)",
-                        payload["tool_name"].as_str().unwrap_or("?")
-                    );
+                Payload::ToolCallStarted(call) if !call.deferred => {
+                    println!("  -> {} runs inline (read-only, no approval)", call.tool_name);
                 }
-                Some(EventKind::ToolCallFinished) if payload["deferred"] == false => {
-                    println!(
-                        "  <- {} {}",
-                        payload["tool_name"].as_str().unwrap_or("?"),
-                        payload["status"].as_str().unwrap_or("")
-                    );
+                Payload::ToolCallFinished(call) if !call.deferred => {
+                    println!("  <- {} {}", call.tool_name, call.status);
                 }
-                Some(EventKind::InterruptOpened) => {
-                    let opened = InterruptOpened::parse(event.payload.get())
-                        .with_context(|| format!("event {} of the demo session", event.seq))?;
+                Payload::InterruptOpened(opened) => {
                     let (id, request) = (opened.interrupt_id, opened.request);
                     println!(
                         "  || {} {} waits for approval: the segment ended, no process is held, the session is a row.",
@@ -230,25 +221,18 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                     sessions::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval"))
                         .await?;
                 }
-                Some(EventKind::ToolCallStarted) => println!(
+                Payload::ToolCallStarted(call) => println!(
                     "  -> {} runs once, in its own durable step (attempt {})",
-                    payload["tool_name"].as_str().unwrap_or("?"),
-                    payload["attempt"]
+                    call.tool_name, call.attempt
                 ),
-                Some(EventKind::ToolCallFinished) => println!(
+                Payload::ToolCallFinished(call) => println!(
                     "  <- {} recorded {}; the CLI resumes with the recorded result",
-                    payload["tool_name"].as_str().unwrap_or("?"),
-                    payload["status"].as_str().unwrap_or("")
+                    call.tool_name, call.status
                 ),
-                Some(EventKind::AttemptFailed) => {
-                    println!("  (attempt failed, retrying: {})", payload["error"].as_str().unwrap_or(""))
-                }
-                Some(EventKind::TurnCompleted) => break 'events Ok(true),
-                Some(EventKind::TurnFailed) => {
-                    break 'events Err(anyhow::anyhow!(
-                        "the turn failed: {}",
-                        payload["error"].as_str().unwrap_or("")
-                    ));
+                Payload::AttemptFailed(failed) => println!("  (attempt failed, retrying: {})", failed.error),
+                Payload::TurnCompleted(_) => break 'events Ok(true),
+                Payload::TurnFailed(failed) => {
+                    break 'events Err(anyhow::anyhow!("the turn failed: {}", failed.error));
                 }
                 _ => {}
             }

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tollgate_claude::launch::{apply_options, prompts_to_initialize};
 use tollgate_claude::{
@@ -13,7 +13,9 @@ use tollgate_claude::{
     run_segment, run_segment_on,
 };
 use tollgate_engine::catalog::{DEFAULT_TOOL_SERVER_NAME, ToolKind};
-use tollgate_engine::events::EventKind;
+use tollgate_engine::events::{
+    EventKind, Payload, TextBlock, ToolCallFinished, ToolCallStarted, TurnStarted,
+};
 use tollgate_engine::gate::Gate;
 use tollgate_engine::hooks::HookCall;
 use tollgate_engine::session::batches::AheadState;
@@ -92,10 +94,9 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut first = Vec::new();
     if step.resume.is_none() {
-        first.push(NewEvent {
-            kind: EventKind::TurnStarted,
-            payload: json!({"turn_id": run.turn_id, "attempt": run.attempt}),
-        });
+        first.push(
+            Payload::TurnStarted(TurnStarted { turn_id: run.turn_id.clone(), attempt: run.attempt }).into(),
+        );
     }
     let flusher = tokio::spawn(flush_events(
         worker.clone(),
@@ -824,8 +825,8 @@ struct Streams {
 impl Default for Streams {
     fn default() -> Self {
         Streams {
-            text: StreamedText::of(EventKind::TextDelta),
-            reasoning: StreamedText::of(EventKind::ReasoningDelta),
+            text: StreamedText::of(Payload::TextDelta),
+            reasoning: StreamedText::of(Payload::ReasoningDelta),
         }
     }
 }
@@ -844,8 +845,8 @@ impl Streams {
 /// `reasoning_delta` blocks (and written to no live row).
 #[derive(Debug)]
 struct StreamedText {
-    /// The kind of its stored blocks: `text_delta` or `reasoning_delta`.
-    kind: EventKind,
+    /// The event of its stored blocks: `text_delta` or `reasoning_delta`.
+    event: fn(TextBlock) -> Payload,
     /// Every text delta so far, joined.
     whole: String,
     /// Characters of `whole`.
@@ -861,9 +862,9 @@ struct StreamedText {
 }
 
 impl StreamedText {
-    fn of(kind: EventKind) -> Self {
+    fn of(event: fn(TextBlock) -> Payload) -> Self {
         StreamedText {
-            kind,
+            event,
             whole: String::new(),
             chars: 0,
             stored: (0, 0),
@@ -886,10 +887,13 @@ impl StreamedText {
             return None;
         }
         let block = &self.whole[bytes..];
-        let event = NewEvent {
-            kind: self.kind,
-            payload: json!({"turn_id": turn_id, "attempt": attempt, "offset": chars, "text": block}),
+        let block = TextBlock {
+            turn_id: turn_id.to_owned(),
+            attempt,
+            offset: u64::try_from(chars).unwrap_or(u64::MAX),
+            text: block.to_owned(),
         };
+        let event = (self.event)(block).into();
         self.stored = (self.whole.len(), self.chars);
         Some(event)
     }
@@ -938,19 +942,33 @@ fn push_event(
         SegmentEvent::ToolCallStarted { tool_use_id, name, kind, input } => {
             // The text before the call goes first, so the log keeps the order it streamed in.
             pending.extend(streams.block_events(turn_id, attempt));
-            pending.push(NewEvent {
-                kind: EventKind::ToolCallStarted,
-                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
-                    "kind": kind, "arguments": input, "deferred": false}),
-            });
+            pending.push(
+                Payload::ToolCallStarted(ToolCallStarted {
+                    turn_id: turn_id.to_owned(),
+                    tool_call_id: tool_use_id,
+                    tool_name: name,
+                    kind: Some(kind),
+                    arguments: input,
+                    attempt,
+                    deferred: false,
+                })
+                .into(),
+            );
         }
         SegmentEvent::ToolCallFinished { tool_use_id, name, kind, is_error } => {
             pending.extend(streams.block_events(turn_id, attempt));
-            pending.push(NewEvent {
-                kind: EventKind::ToolCallFinished,
-                payload: json!({"turn_id": turn_id, "attempt": attempt, "tool_call_id": tool_use_id, "tool_name": name,
-                    "kind": kind, "status": if is_error { "failed" } else { "succeeded" }, "deferred": false}),
-            });
+            pending.push(
+                Payload::ToolCallFinished(ToolCallFinished {
+                    turn_id: turn_id.to_owned(),
+                    attempt: Some(attempt),
+                    tool_call_id: tool_use_id,
+                    tool_name: name,
+                    kind: Some(kind),
+                    status: if is_error { "failed" } else { "succeeded" }.to_owned(),
+                    deferred: false,
+                })
+                .into(),
+            );
         }
         other => warn!(event = ?other, "an unknown segment event was dropped"),
     }
@@ -958,6 +976,8 @@ fn push_event(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
