@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tollgate_engine::session::{self as engine, item_kind, view};
+use tollgate_engine::session::{self as engine, ItemKind, view};
 use tollgate_store as store;
 
 /// A JSON value as the raw text the store keeps.
@@ -13,7 +13,12 @@ pub fn raw(value: &impl Serialize) -> Box<RawValue> {
 
 /// An item.
 pub fn item(item: engine::NewItem) -> store::NewItem {
-    store::NewItem { kind: item.kind.to_owned(), uuid: item.uuid, turn_id: item.turn_id, body: item.body }
+    store::NewItem {
+        kind: item.kind.as_str().to_owned(),
+        uuid: item.uuid,
+        turn_id: item.turn_id,
+        body: item.body,
+    }
 }
 
 /// A step.
@@ -25,7 +30,9 @@ pub fn step(step: engine::NextStep) -> store::NewStep {
             engine::Start::Now => store::StepStart::Now,
             engine::Start::OnInterrupt(id) => store::StepStart::OnInterrupt(id),
         },
-        only_if_items_after: step.only_if_prompts_after.map(|seq| (seq, item_kind::USER_PROMPT.to_owned())),
+        only_if_items_after: step
+            .only_if_prompts_after
+            .map(|seq| (seq, ItemKind::UserPrompt.as_str().to_owned())),
         session_status: step.session_status.map(|status| status.as_str().to_owned()),
     }
 }
@@ -49,7 +56,7 @@ pub fn call(call: &engine::CallEntry) -> store::ToolCallRecord {
 pub fn messages(items: &[store::NewItem]) -> Vec<store::NewMessage> {
     let mut out = Vec::new();
     for (index, item) in items.iter().enumerate() {
-        for part in view::message_parts(&item.kind, item.body.get()) {
+        for part in view::message_parts(ItemKind::parse(&item.kind), item.body.get()) {
             let images = (!part.images.is_empty())
                 .then(|| serde_json::to_string(&part.images).expect("references serialize"));
             out.push(store::NewMessage {
@@ -69,7 +76,9 @@ pub fn messages(items: &[store::NewItem]) -> Vec<store::NewMessage> {
 /// only when it keeps the item; `None` when there is no transcript item.
 pub fn transcript(items: &[store::NewItem]) -> Option<store::NewTranscriptChunk> {
     let mut chunk: Option<store::NewTranscriptChunk> = None;
-    for (index, item) in items.iter().enumerate().filter(|(_, i)| i.kind == item_kind::CLAUDE_TRANSCRIPT) {
+    for (index, item) in
+        items.iter().enumerate().filter(|(_, i)| i.kind == ItemKind::ClaudeTranscript.as_str())
+    {
         let body = match engine::turn::TranscriptBody::parse(item.body.get()) {
             Ok(body) => body,
             Err(err) => {
@@ -169,20 +178,25 @@ pub fn cancel(change: engine::CancelRequestChange) -> store::CancelChange {
 mod tests {
     use super::*;
 
-    fn item(kind: &str, body: &str) -> store::NewItem {
-        store::NewItem { kind: kind.into(), uuid: None, turn_id: None, body: store::raw(body).unwrap() }
+    fn item(kind: ItemKind, body: &str) -> store::NewItem {
+        store::NewItem {
+            kind: kind.as_str().into(),
+            uuid: None,
+            turn_id: None,
+            body: store::raw(body).unwrap(),
+        }
     }
 
     #[test]
     fn the_resume_form_keeps_each_transcript_items_entries_by_index_without_last_prompt() {
         let items = [
-            item(item_kind::USER_PROMPT, r#"{"kind":"user_prompt","text":"hi"}"#),
+            item(ItemKind::UserPrompt, r#"{"kind":"user_prompt","text":"hi"}"#),
             item(
-                item_kind::CLAUDE_TRANSCRIPT,
+                ItemKind::ClaudeTranscript,
                 r#"{"kind":"claude_transcript","session_id":"cli-1","entries":[{"uuid":"u1","t":"caf\u00e9 x"}]}"#,
             ),
             item(
-                item_kind::CLAUDE_TRANSCRIPT,
+                ItemKind::ClaudeTranscript,
                 r#"{"kind":"claude_transcript","session_id":"cli-2","entries":[{"type":"last-prompt","leafUuid":"u1"},{"uuid":"a1"}]}"#,
             ),
         ];

@@ -7,7 +7,7 @@ use tollgate_engine::session::client::{self, Decision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
 use tollgate_engine::session::{
-    CallEntry, CallState, EngineError, RunState, SessionStatus, grants, item_kind,
+    CallEntry, CallState, EngineError, ItemKind, RunState, SessionStatus, grants,
 };
 use tollgate_store::{
     AgentDigest, AuditQuery, Item, MessageReceipt, NewAuditEntry, NewSession, Resolution, ResolveReceipt,
@@ -533,8 +533,8 @@ fn cancel_requested(pending: tollgate_store::PendingCancel) -> CancelRequested {
 /// # Errors
 /// The store failed, or a row is corrupt.
 pub async fn prompts_after(store: &dyn Store, session_id: &str, after: i64) -> Result<Vec<Item>, StoreError> {
-    let mut items = read_all_items_of_kind_after(store, session_id, item_kind::USER_PROMPT, after).await?;
-    items.extend(read_all_items_of_kind_after(store, session_id, item_kind::TURN_FAILURE_NOTE, after).await?);
+    let mut items = read_all_items_of_kind_after(store, session_id, ItemKind::UserPrompt, after).await?;
+    items.extend(read_all_items_of_kind_after(store, session_id, ItemKind::TurnFailureNote, after).await?);
     items.sort_by_key(|item| item.seq);
     Ok(items)
 }
@@ -623,7 +623,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
     };
     let state = RunState::parse(session.run_state.get())?;
     let messages = conversation(store, session_id, &state).await?;
-    let revocations = read_all_items_of_kind(store, session_id, item_kind::GRANT_REVOKED).await?;
+    let revocations = read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked).await?;
     let mut pending_interrupts = Vec::new();
     let mut tool_calls = Vec::new();
     let mut entries = Vec::new();
@@ -753,7 +753,7 @@ pub async fn revoke_grant(
     if store.session(session_id).await?.is_none() {
         return Err(StoreError::SessionNotFound { session_id: session_id.to_owned() }.into());
     }
-    let revocations = read_all_items_of_kind(store, session_id, item_kind::GRANT_REVOKED).await?;
+    let revocations = read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked).await?;
     let mut calls = Vec::new();
     for record in store.tool_calls(session_id).await? {
         calls.push(CallEntry::parse(record.record.get())?);
@@ -875,8 +875,7 @@ pub async fn conversation(
         return Ok(view::messages(&history(&items), state).into_iter().map(message).collect());
     }
     let prompts =
-        read_all_items_of_kind_after(store, session_id, item_kind::USER_PROMPT, state.prompts_through)
-            .await?;
+        read_all_items_of_kind_after(store, session_id, ItemKind::UserPrompt, state.prompts_through).await?;
     let mut messages = Vec::with_capacity(page.messages.len());
     for stored in page.messages {
         let images = match &stored.images {
@@ -900,7 +899,7 @@ pub async fn conversation(
 pub async fn read_all_items_of_kind(
     store: &dyn Store,
     session_id: &str,
-    kind: &str,
+    kind: ItemKind,
 ) -> Result<Vec<Item>, StoreError> {
     read_all_items_of_kind_after(store, session_id, kind, 0).await
 }
@@ -908,14 +907,14 @@ pub async fn read_all_items_of_kind(
 async fn read_all_items_of_kind_after(
     store: &dyn Store,
     session_id: &str,
-    kind: &str,
+    kind: ItemKind,
     after: i64,
 ) -> Result<Vec<Item>, StoreError> {
     const PAGE: i64 = 1000;
     let mut items: Vec<Item> = Vec::new();
     loop {
         let from = items.last().map_or(after, |item| item.seq);
-        let page = store.read_items_of_kind(session_id, kind, from, PAGE).await?;
+        let page = store.read_items_of_kind(session_id, kind.as_str(), from, PAGE).await?;
         let done = (page.len() as i64) < PAGE;
         items.extend(page);
         if done {
@@ -967,7 +966,10 @@ pub async fn plan_inputs(
 
 /// Items as the state machine reads them.
 pub fn history(items: &[Item]) -> Vec<HistoryItem<'_>> {
-    items.iter().map(|item| HistoryItem { seq: item.seq, kind: &item.kind, body: item.body.get() }).collect()
+    items
+        .iter()
+        .map(|item| HistoryItem { seq: item.seq, kind: ItemKind::parse(&item.kind), body: item.body.get() })
+        .collect()
 }
 
 /// Refuses a client (idempotency) key that is not 1–200 of letters, digits and `-_.:/@`, naming

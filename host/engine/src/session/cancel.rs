@@ -36,8 +36,8 @@ use serde_json::json;
 use super::client::Decision;
 use super::turn::{HistoryItem, closed_by_nobody, end_batches, is_prompt, next_turn};
 use super::{
-    CallEntry, CallState, CancelRequestChange, EngineError, Finish, NewEvent, NewItem, RunModelStep,
-    RunState, SessionStatus, StepInput, Transition, item_kind, raw,
+    CallEntry, CallState, CancelRequestChange, EngineError, Finish, ItemKind, NewEvent, NewItem,
+    RunModelStep, RunState, SessionStatus, StepInput, Transition, raw,
 };
 use crate::events::{self, Payload};
 use crate::record::{Outcome, ToolCallRecord};
@@ -176,7 +176,7 @@ pub fn on_cancel(
         prompts.push(prompt.text);
     }
     t.items.push(NewItem {
-        kind: item_kind::TURN_FAILURE_NOTE,
+        kind: ItemKind::TurnFailureNote,
         uuid: None,
         turn_id: Some(turn_id.clone()),
         body: raw(
@@ -214,12 +214,12 @@ mod tests {
     use crate::session::batches::{AheadCall, AheadRef};
     use crate::session::{CallStep, TurnState, inline};
 
-    fn prompt(seq: i64, text: &str) -> (i64, &'static str, String) {
-        (seq, item_kind::USER_PROMPT, json!({"kind": "user_prompt", "text": text}).to_string())
+    fn prompt(seq: i64, text: &str) -> (i64, ItemKind, String) {
+        (seq, ItemKind::UserPrompt, json!({"kind": "user_prompt", "text": text}).to_string())
     }
 
-    fn history<'a>(rows: &'a [(i64, &'static str, String)]) -> Vec<HistoryItem<'a>> {
-        rows.iter().map(|(seq, kind, body)| HistoryItem { seq: *seq, kind, body }).collect()
+    fn history<'a>(rows: &'a [(i64, ItemKind, String)]) -> Vec<HistoryItem<'a>> {
+        rows.iter().map(|(seq, kind, body)| HistoryItem { seq: *seq, kind: Some(*kind), body }).collect()
     }
 
     fn alice() -> CancelRequest {
@@ -263,7 +263,7 @@ mod tests {
     }
 
     fn note(t: &Transition) -> String {
-        let item = t.items.iter().find(|i| i.kind == item_kind::TURN_FAILURE_NOTE).expect("a note");
+        let item = t.items.iter().find(|i| i.kind == ItemKind::TurnFailureNote).expect("a note");
         serde_json::from_str::<Value>(item.body.get()).unwrap()["text"].as_str().unwrap().to_owned()
     }
 
@@ -306,7 +306,7 @@ mod tests {
         let after = t.run_state.unwrap();
         let note = t.items[0].body.get().to_owned();
         let rows =
-            [prompt(1, "say a long answer"), (2, item_kind::TURN_FAILURE_NOTE, note), prompt(3, "say hello")];
+            [prompt(1, "say a long answer"), (2, ItemKind::TurnFailureNote, note), prompt(3, "say hello")];
         let plan = crate::session::turn::plan_run_model(
             &RunModelStep::default(),
             crate::session::turn::Claims::nth(1),

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    EngineError, NewEvent, NewItem, NextStep, RunModelStep, SessionStatus, Start, StepKind, item_kind, raw,
+    EngineError, ItemKind, NewEvent, NewItem, NextStep, RunModelStep, SessionStatus, Start, StepKind, raw,
 };
 use crate::events::{self, Payload};
 use crate::media::MediaRef;
@@ -43,7 +43,7 @@ pub fn user_message(text: &str, images: &[MediaRef]) -> Result<ClientMessage, En
     }
     Ok(ClientMessage {
         item: NewItem {
-            kind: item_kind::USER_PROMPT,
+            kind: ItemKind::UserPrompt,
             uuid: None,
             turn_id: None,
             body: raw(&with_images(json!({"kind": "user_prompt", "text": text}), images)),

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::turn::HistoryItem;
-use super::{CallEntry, EngineError, NewItem, item_kind, raw};
+use super::{CallEntry, EngineError, ItemKind, NewItem, raw};
 
 /// A session grant: who allowed a tool for the rest of the session, when, and by which decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ pub fn session_grants(
     calls: &[CallEntry],
 ) -> Result<Vec<SessionGrant>, EngineError> {
     let mut revoked: Vec<(String, Revocation)> = Vec::new();
-    for item in items.iter().filter(|i| i.kind == item_kind::GRANT_REVOKED) {
+    for item in items.iter().filter(|i| i.kind == Some(ItemKind::GrantRevoked)) {
         let body: RevokedBody = serde_json::from_str(item.body).map_err(|e| EngineError::Corrupt {
             what: format!("grant revocation item {}", item.seq),
             reason: e.to_string(),
@@ -101,11 +101,11 @@ pub fn revocation_item(grants: &[SessionGrant], tool: &str, revocation: &Revocat
         return None;
     }
     Some(NewItem {
-        kind: item_kind::GRANT_REVOKED,
+        kind: ItemKind::GrantRevoked,
         uuid: None,
         turn_id: None,
         body: raw(&json!({
-            "kind": item_kind::GRANT_REVOKED,
+            "kind": ItemKind::GrantRevoked,
             "tool_name": tool,
             "decision_ids": ids,
             "revoked_by": revocation.revoked_by,

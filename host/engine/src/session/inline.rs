@@ -363,7 +363,7 @@ mod tests {
             crate::session::FailureReason::WorkerStopped,
             "stopped".into(),
         );
-        let note = t.items.iter().find(|i| i.kind == crate::session::item_kind::TURN_FAILURE_NOTE);
+        let note = t.items.iter().find(|i| i.kind == crate::session::ItemKind::TurnFailureNote);
         let note = note.expect("a failure note").body.get();
         assert!(note.contains("record_credit") && note.contains("outcome_unknown"), "{note}");
     }

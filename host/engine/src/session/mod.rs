@@ -75,20 +75,22 @@ stored_names! {
     }
 }
 
-/// Item kinds, as stored.
-pub mod item_kind {
-    /// A user message: `{"kind":"user_prompt","text":…}`.
-    pub const USER_PROMPT: &str = "user_prompt";
-    /// A turn-failure note: the same body as a user message.
-    pub const TURN_FAILURE_NOTE: &str = "turn_failure_note";
-    /// One CLI transcript entry: `{"kind":"claude_transcript","session_id":…,"entries":[…]}`.
-    pub const CLAUDE_TRANSCRIPT: &str = "claude_transcript";
-    /// A subagent's transcript of one segment, kept for people to read (never resumed):
-    /// `{"kind":"subagent","agent_id":…,"tool_use_id":…,"entries":[…]}` ([`super::subagents`]).
-    pub const SUBAGENT: &str = "subagent";
-    /// A session grant's revocation (not a prompt: no turn reads it):
-    /// `{"kind":"grant_revoked","tool_name":…,"decision_ids":[…],"revoked_by":…,"revoked_at":…}`.
-    pub const GRANT_REVOKED: &str = "grant_revoked";
+stored_names! {
+    /// What a session item is, stored as its name ([`ItemKind::as_str`]).
+    pub enum ItemKind {
+        /// A user message: `{"kind":"user_prompt","text":…}`.
+        UserPrompt = "user_prompt",
+        /// A turn-failure note: the same body as a user message.
+        TurnFailureNote = "turn_failure_note",
+        /// One CLI transcript entry: `{"kind":"claude_transcript","session_id":…,"entries":[…]}`.
+        ClaudeTranscript = "claude_transcript",
+        /// A subagent's transcript of one segment, kept for people to read (never resumed):
+        /// `{"kind":"subagent","agent_id":…,"tool_use_id":…,"entries":[…]}` ([`subagents`]).
+        Subagent = "subagent",
+        /// A session grant's revocation (not a prompt: no turn reads it):
+        /// `{"kind":"grant_revoked","tool_name":…,"decision_ids":[…],"revoked_by":…,"revoked_at":…}`.
+        GrantRevoked = "grant_revoked",
+    }
 }
 
 stored_names! {
@@ -589,8 +591,8 @@ pub struct NextStep {
 /// An item to append to the session's log.
 #[derive(Clone, Debug)]
 pub struct NewItem {
-    /// Its kind (see [`item_kind`]).
-    pub kind: &'static str,
+    /// Its kind.
+    pub kind: ItemKind,
     /// A transcript entry's uuid.
     pub uuid: Option<String>,
     /// The turn it belongs to.

@@ -17,7 +17,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::view::MessagePart;
-use super::{NewItem, item_kind};
+use super::{ItemKind, NewItem};
 
 /// The role of a subagent's part of the conversation.
 pub const ROLE: &str = "subagent";
@@ -37,7 +37,7 @@ pub fn subagent_item(turn_id: &str, agent_id: &str, entries: &[Box<RawValue>]) -
         joined.join(",")
     );
     NewItem {
-        kind: item_kind::SUBAGENT,
+        kind: ItemKind::Subagent,
         uuid: None,
         turn_id: Some(turn_id.to_owned()),
         body: RawValue::from_string(body).expect("a subagent item is JSON"),
@@ -54,7 +54,7 @@ pub fn place(items: &mut Vec<NewItem>, subagents: Vec<NewItem>) {
             .and_then(|body| body["tool_use_id"].as_str().map(|id| format!(r#""id":"{id}""#)));
         let at = call.and_then(|needle| {
             items.iter().rposition(|item| {
-                item.kind == item_kind::CLAUDE_TRANSCRIPT && item.body.get().contains(&needle)
+                item.kind == ItemKind::ClaudeTranscript && item.body.get().contains(&needle)
             })
         });
         match at {
@@ -144,7 +144,10 @@ mod tests {
         let mut all = entries();
         all.push(spaced);
         let item = subagent_item("turn-1", "a1", &all);
-        assert_eq!((item.kind, item.turn_id.as_deref(), item.uuid), ("subagent", Some("turn-1"), None));
+        assert_eq!(
+            (item.kind, item.turn_id.as_deref(), item.uuid),
+            (ItemKind::Subagent, Some("turn-1"), None)
+        );
         assert!(item.body.get().ends_with(r#",{"type": "user",  "x":1}]}"#), "{}", item.body.get());
         let body: Value = serde_json::from_str(item.body.get()).unwrap();
         assert_eq!((&body["agent_id"], &body["tool_use_id"]), (&json!("a1"), &json!("toolu_task")));
@@ -168,7 +171,7 @@ mod tests {
     #[test]
     fn a_subagent_goes_right_after_the_call_that_ran_it() {
         let transcript = |text: &str| NewItem {
-            kind: item_kind::CLAUDE_TRANSCRIPT,
+            kind: ItemKind::ClaudeTranscript,
             uuid: None,
             turn_id: None,
             body: RawValue::from_string(format!(
@@ -187,7 +190,7 @@ mod tests {
             &mut items,
             vec![subagent_item("turn-1", "a1", &entries()), subagent_item("turn-1", "a2", &entries()[1..])],
         );
-        let kinds: Vec<&str> = items.iter().map(|i| i.kind).collect();
+        let kinds: Vec<&str> = items.iter().map(|i| i.kind.as_str()).collect();
         assert_eq!(
             kinds,
             ["claude_transcript", "claude_transcript", "subagent", "claude_transcript", "subagent"]

@@ -13,12 +13,12 @@ use crate::events::EventKind;
 use crate::gate::DeferredCall;
 use crate::policy::{Effect, Handling, ToolPolicy};
 
-fn prompt(seq: i64, text: &str) -> (i64, &'static str, String) {
-    (seq, item_kind::USER_PROMPT, json!({"kind": "user_prompt", "text": text}).to_string())
+fn prompt(seq: i64, text: &str) -> (i64, ItemKind, String) {
+    (seq, ItemKind::UserPrompt, json!({"kind": "user_prompt", "text": text}).to_string())
 }
 
-fn items<'a>(rows: &'a [(i64, &'static str, String)]) -> Vec<HistoryItem<'a>> {
-    rows.iter().map(|(seq, kind, body)| HistoryItem { seq: *seq, kind, body }).collect()
+fn items<'a>(rows: &'a [(i64, ItemKind, String)]) -> Vec<HistoryItem<'a>> {
+    rows.iter().map(|(seq, kind, body)| HistoryItem { seq: *seq, kind: Some(*kind), body }).collect()
 }
 
 fn entry(text: &str) -> Box<RawValue> {
@@ -29,7 +29,7 @@ fn plan(
     step: &RunModelStep,
     attempt: i64,
     state: &RunState,
-    rows: &[(i64, &'static str, String)],
+    rows: &[(i64, ItemKind, String)],
     calls: &[CallEntry],
 ) -> Plan {
     plan_run_model(
@@ -152,8 +152,7 @@ fn the_next_turn_resumes_the_stored_transcript_with_its_prompt() {
     let state = RunState { prompts_through: 1, turns_ended: 1, ..RunState::default() };
     let transcript =
         r#"{"kind":"claude_transcript","session_id":"cli-1","entries":[{"type":"assistant","uuid":"a1"}]}"#;
-    let rows =
-        [prompt(1, "hi"), (2, item_kind::CLAUDE_TRANSCRIPT, transcript.to_owned()), prompt(3, "again")];
+    let rows = [prompt(1, "hi"), (2, ItemKind::ClaudeTranscript, transcript.to_owned()), prompt(3, "again")];
     let run = run_of(plan(&RunModelStep::default(), 1, &state, &rows, &[]));
     assert_eq!(run.turn_id, "turn-2");
     match run.start {
@@ -398,7 +397,7 @@ fn a_turn_that_fails_before_an_approved_cli_call_reported_records_it_outcome_unk
     };
     super::inline::settle_on_turn_failure(&mut t, &calls);
     assert_eq!(t.calls.iter().map(|c| &c.state).collect::<Vec<_>>(), [&CallState::OutcomeUnknown]);
-    let note = t.items.iter().find(|i| i.kind == item_kind::TURN_FAILURE_NOTE).expect("a note");
+    let note = t.items.iter().find(|i| i.kind == ItemKind::TurnFailureNote).expect("a note");
     assert!(
         note.body.get().contains("Bash") && note.body.get().contains("outcome_unknown"),
         "{}",
@@ -613,7 +612,7 @@ fn a_failing_segment_retries_then_fails_the_turn_and_leaves_a_note_for_the_next_
     assert!(next.turn.is_none() && next.turn_entries.is_empty());
     assert_eq!(next.prompts_through, 0, "the failed prompt goes to the next turn");
     assert_eq!(t.items.len(), 1, "no transcript of a failed turn, only the note");
-    assert_eq!(t.items[0].kind, item_kind::TURN_FAILURE_NOTE);
+    assert_eq!(t.items[0].kind, ItemKind::TurnFailureNote);
     assert_eq!(
         t.items[0].body.get(),
         json!({"kind": "user_prompt", "text": "[Tollgate] The previous turn failed after these tool calls ran:\n\
@@ -625,7 +624,7 @@ fn a_failing_segment_retries_then_fails_the_turn_and_leaves_a_note_for_the_next_
     // The next turn sends the failed prompt, the note and its own prompt.
     let rows = [
         prompt(1, "refund order 7"),
-        (2, item_kind::TURN_FAILURE_NOTE, t.items[0].body.get().to_owned()),
+        (2, ItemKind::TurnFailureNote, t.items[0].body.get().to_owned()),
         prompt(3, "and?"),
     ];
     let run = run_of(plan(&RunModelStep::default(), 1, &next, &rows, &calls));
@@ -732,7 +731,7 @@ fn a_message_with_images_keeps_them_by_reference_and_its_turn_plans_them_with_it
     assert_eq!(message.events[0].payload["images"][0]["digest"], chart.digest.as_str());
     let item = message.item.body.get().to_owned();
     let state = RunState::default();
-    let run = run_of(plan(&RunModelStep::default(), 1, &state, &[(1, item_kind::USER_PROMPT, item)], &[]));
+    let run = run_of(plan(&RunModelStep::default(), 1, &state, &[(1, ItemKind::UserPrompt, item)], &[]));
     match &run.start {
         PlannedStart::Fresh { prompts } => {
             assert_eq!(prompts[0].text, "What does this chart show?");
@@ -936,7 +935,7 @@ fn the_conversation_view_shows_prompts_and_answers_as_text() {
         {"type": "user", "message": {"content": [{"type": "tool_result", "content": "x"}]}},
     ]})
     .to_string();
-    let rows = [prompt(1, "hi"), (2, item_kind::CLAUDE_TRANSCRIPT, transcript), prompt(3, "queued")];
+    let rows = [prompt(1, "hi"), (2, ItemKind::ClaudeTranscript, transcript), prompt(3, "queued")];
     let state = RunState { prompts_through: 1, ..RunState::default() };
     let shown = messages(&items(&rows), &state);
     let pairs: Vec<_> = shown.iter().map(|m| (m.role, m.text.as_str(), m.pending)).collect();
@@ -1031,7 +1030,7 @@ fn session_approval(by: &str) -> Decision {
 
 /// A later turn's segment that ends deferred on `call` (`toolu_2`), with the session's `rows`
 /// and `calls`.
-fn defer_later(rows: &[(i64, &'static str, String)], calls: &[CallEntry], call: DeferredCall) -> Transition {
+fn defer_later(rows: &[(i64, ItemKind, String)], calls: &[CallEntry], call: DeferredCall) -> Transition {
     let state = RunState { prompts_through: 1, turns_ended: 1, ..RunState::default() };
     let run = run_of(plan(&RunModelStep::default(), 1, &state, rows, calls));
     let call = DeferredCall { tool_use_id: "toolu_2".into(), ..call };
@@ -1123,10 +1122,10 @@ fn a_revoked_grant_needs_approval_again() {
         "no grant: nothing to revoke"
     );
     let item = grants::revocation_item(&grants, "create_refund", &revocation).expect("an item");
-    assert_eq!(item.kind, item_kind::GRANT_REVOKED);
+    assert_eq!(item.kind, ItemKind::GrantRevoked);
     let rows = [
         prompt(1, "refund order 7"),
-        (2, item_kind::GRANT_REVOKED, item.body.get().to_owned()),
+        (2, ItemKind::GrantRevoked, item.body.get().to_owned()),
         prompt(3, "refund order 9"),
     ];
     let listed = grants::session_grants(&items(&rows), &calls).unwrap();

@@ -12,8 +12,8 @@ use super::client::Decision;
 use super::grants::{GrantRef, SessionGrant, active_grant, session_grants};
 use super::{
     CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, FailureReason, Finish,
-    Limits, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState, SessionStatus,
-    Start, StepKind, Transition, TurnState, Usage, item_kind, raw,
+    ItemKind, Limits, NewInterrupt, NewItem, NextStep, RUN_MODEL_ATTEMPTS, RunModelStep, RunState,
+    SessionStatus, Start, StepKind, Transition, TurnState, Usage, raw,
 };
 use crate::approval::ApprovalRequest;
 use crate::events::{self, EventKind, Payload};
@@ -28,8 +28,8 @@ use crate::texts;
 pub struct HistoryItem<'a> {
     /// Its seq.
     pub seq: i64,
-    /// Its kind (see [`super::item_kind`]).
-    pub kind: &'a str,
+    /// Its kind (`None`: a kind this version does not know, which nothing reads).
+    pub kind: Option<ItemKind>,
     /// Its JSON.
     pub body: &'a str,
 }
@@ -75,8 +75,8 @@ pub struct Prompt {
 
 /// The item kinds [`plan_run_model`] reads besides the transcript: a caller that passes
 /// [`TranscriptSource::Chunks`] may read only these.
-pub const PLAN_ITEM_KINDS: [&str; 3] =
-    [item_kind::USER_PROMPT, item_kind::TURN_FAILURE_NOTE, item_kind::GRANT_REVOKED];
+pub const PLAN_ITEM_KINDS: [ItemKind; 3] =
+    [ItemKind::UserPrompt, ItemKind::TurnFailureNote, ItemKind::GrantRevoked];
 
 /// Where [`plan_run_model`] finds the session's stored transcript.
 #[derive(Clone, Debug)]
@@ -316,7 +316,7 @@ pub fn plan_run_model(
         TranscriptSource::Items => {
             let mut entries = Vec::new();
             let mut session = None;
-            for item in items.iter().filter(|item| item.kind == item_kind::CLAUDE_TRANSCRIPT) {
+            for item in items.iter().filter(|item| item.kind == Some(ItemKind::ClaudeTranscript)) {
                 let body = TranscriptBody::parse(item.body).map_err(|e| EngineError::Corrupt {
                     what: format!("transcript item {}", item.seq),
                     reason: e.to_string(),
@@ -389,8 +389,8 @@ fn replayed(call: &CallEntry) -> Option<ToolCallRecord> {
     }
 }
 
-pub(super) fn is_prompt(kind: &str) -> bool {
-    kind == item_kind::USER_PROMPT || kind == item_kind::TURN_FAILURE_NOTE
+pub(super) fn is_prompt(kind: Option<ItemKind>) -> bool {
+    matches!(kind, Some(ItemKind::UserPrompt | ItemKind::TurnFailureNote))
 }
 
 /// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
@@ -875,7 +875,7 @@ pub(super) fn fail_turn(
         .collect();
     if !ran.is_empty() {
         t.items.push(NewItem {
-            kind: item_kind::TURN_FAILURE_NOTE,
+            kind: ItemKind::TurnFailureNote,
             uuid: None,
             turn_id: Some(turn_id.to_owned()),
             body: raw(&json!({"kind": "user_prompt", "text": texts::turn_failure_note(&ran)})),
@@ -965,7 +965,7 @@ fn transcript_item(session_id: &str, turn_id: &str, entry: &RawValue) -> NewItem
         entry.get()
     );
     NewItem {
-        kind: item_kind::CLAUDE_TRANSCRIPT,
+        kind: ItemKind::ClaudeTranscript,
         uuid,
         turn_id: Some(turn_id.to_owned()),
         body: RawValue::from_string(body).expect("a transcript item is JSON"),

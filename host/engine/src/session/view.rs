@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::turn::HistoryItem;
-use super::{RunState, item_kind};
+use super::{ItemKind, RunState};
 use crate::media::MediaRef;
 
 /// The key of a stored image reference in a transcript entry (`tollgate_protocol::media`).
@@ -48,11 +48,11 @@ pub struct MessagePart {
 /// ([`super::subagents::message_part`]). Tool calls, tool results, meta prompts and the CLI's
 /// hidden entries add nothing; so do other kinds of items and a body that is not JSON. What the
 /// store's projection of the conversation keeps, item by item, and what [`messages`] folds.
-pub fn message_parts(kind: &str, body: &str) -> Vec<MessagePart> {
-    if kind == item_kind::SUBAGENT {
+pub fn message_parts(kind: Option<ItemKind>, body: &str) -> Vec<MessagePart> {
+    if kind == Some(ItemKind::Subagent) {
         return super::subagents::message_part(body).into_iter().collect();
     }
-    if kind != item_kind::CLAUDE_TRANSCRIPT {
+    if kind != Some(ItemKind::ClaudeTranscript) {
         return Vec::new();
     }
     let Ok(body) = serde_json::from_str::<Value>(body) else { return Vec::new() };
@@ -107,7 +107,7 @@ pub fn messages(items: &[HistoryItem<'_>], state: &RunState) -> Vec<Message> {
 pub fn pending_prompts(items: &[HistoryItem<'_>], state: &RunState) -> Vec<Message> {
     items
         .iter()
-        .filter(|item| item.kind == item_kind::USER_PROMPT && item.seq > state.prompts_through)
+        .filter(|item| item.kind == Some(ItemKind::UserPrompt) && item.seq > state.prompts_through)
         .filter_map(|item| {
             let body = serde_json::from_str::<Value>(item.body).ok()?;
             let images = serde_json::from_value(body["images"].clone()).unwrap_or_default();
@@ -170,7 +170,7 @@ mod tests {
             {"type": "attachment", "attachment": {"type": "prompt_snapshot"}},
             {"type": "assistant", "message": {"content": "no id"}},
         ]));
-        let parts = message_parts(item_kind::CLAUDE_TRANSCRIPT, &body);
+        let parts = message_parts(Some(ItemKind::ClaudeTranscript), &body);
         let got: Vec<(&str, Option<&str>, &str)> =
             parts.iter().map(|p| (p.role, p.merge_key.as_deref(), p.text.as_str())).collect();
         assert_eq!(
@@ -181,8 +181,8 @@ mod tests {
                 ("assistant", None, "no id")
             ]
         );
-        assert!(message_parts(item_kind::USER_PROMPT, &body).is_empty(), "only transcript items");
-        assert!(message_parts(item_kind::CLAUDE_TRANSCRIPT, "not json").is_empty());
+        assert!(message_parts(Some(ItemKind::UserPrompt), &body).is_empty(), "only transcript items");
+        assert!(message_parts(Some(ItemKind::ClaudeTranscript), "not json").is_empty());
     }
 
     #[test]
@@ -192,7 +192,7 @@ mod tests {
         let body = format!(
             r#"{{"kind":"claude_transcript","session_id":"cli","entries":[{{"type":"user","message":{{"role":"user","content":[{{"type":"text","text":"what is this?"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":{{"tollgate\u005fmedia":"{digest}"}}}}}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"aGk="}}}}]}}}}]}}"#
         );
-        let parts = message_parts(item_kind::CLAUDE_TRANSCRIPT, &body);
+        let parts = message_parts(Some(ItemKind::ClaudeTranscript), &body);
         let chart = MediaRef { digest: digest.clone(), media_type: "image/png".into() };
         assert_eq!(parts.len(), 1, "{parts:?}");
         assert_eq!(
@@ -200,7 +200,7 @@ mod tests {
             ("what is this?", std::slice::from_ref(&chart))
         );
         let prompt = json!({"kind": "user_prompt", "text": "and this?", "images": [chart]}).to_string();
-        let items = [HistoryItem { seq: 2, kind: item_kind::USER_PROMPT, body: &prompt }];
+        let items = [HistoryItem { seq: 2, kind: Some(ItemKind::UserPrompt), body: &prompt }];
         let pending = pending_prompts(&items, &RunState::default());
         assert_eq!(pending[0].images, [chart]);
     }
@@ -212,10 +212,10 @@ mod tests {
         let c = transcript(json!([{"type": "assistant", "message": {"id": "m2", "content": "three"}}]));
         let prompt = json!({"kind": "user_prompt", "text": "next"}).to_string();
         let items = [
-            HistoryItem { seq: 1, kind: item_kind::CLAUDE_TRANSCRIPT, body: &a },
-            HistoryItem { seq: 2, kind: item_kind::CLAUDE_TRANSCRIPT, body: &b },
-            HistoryItem { seq: 3, kind: item_kind::CLAUDE_TRANSCRIPT, body: &c },
-            HistoryItem { seq: 4, kind: item_kind::USER_PROMPT, body: &prompt },
+            HistoryItem { seq: 1, kind: Some(ItemKind::ClaudeTranscript), body: &a },
+            HistoryItem { seq: 2, kind: Some(ItemKind::ClaudeTranscript), body: &b },
+            HistoryItem { seq: 3, kind: Some(ItemKind::ClaudeTranscript), body: &c },
+            HistoryItem { seq: 4, kind: Some(ItemKind::UserPrompt), body: &prompt },
         ];
         let state = RunState { prompts_through: 3, ..RunState::default() };
         let got: Vec<(&str, String, bool)> =

@@ -61,7 +61,7 @@ use tokio::sync::{Semaphore, watch};
 use tollgate_claude::CliBinary;
 use tollgate_engine::events::EventKind;
 use tollgate_engine::session::{
-    CallEntry, EngineError, FailureReason, RunState, StepInput, Transition, item_kind,
+    CallEntry, EngineError, FailureReason, ItemKind, RunState, StepInput, Transition,
 };
 use tollgate_store::{Claimed, CommitReceipt, Store, StoreError};
 use tracing::{debug, error, info, warn};
@@ -603,7 +603,9 @@ impl Worker {
         let prompts_seen = sessions::read_all_items(store, &step.session_id).await.ok().map(|items| {
             items
                 .iter()
-                .filter(|i| i.kind == item_kind::USER_PROMPT || i.kind == item_kind::TURN_FAILURE_NOTE)
+                .filter(|i| {
+                    matches!(ItemKind::parse(&i.kind), Some(ItemKind::UserPrompt | ItemKind::TurnFailureNote))
+                })
                 .map(|i| i.seq)
                 .max()
                 .unwrap_or(0)

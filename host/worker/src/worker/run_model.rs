@@ -24,8 +24,8 @@ use tollgate_engine::session::inline;
 use tollgate_engine::session::tools::{CliRun, on_cli_run};
 use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, FailureReason, NewEvent, NewItem, RunModelStep, RunState, StepKind, Transition, Usage, grants,
-    item_kind, subagents,
+    CallEntry, FailureReason, ItemKind, NewEvent, NewItem, RunModelStep, RunState, StepKind, Transition,
+    Usage, grants, subagents,
 };
 use tollgate_protocol::TranscriptEntry;
 use tollgate_sandbox::{OptionsContext, ToolSet};
@@ -218,8 +218,7 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     if matches!(result, SegmentResult::Deferred { .. }) {
         // A grant revoked while the segment ran counts: read the session's revocations again.
-        let revocations =
-            sessions::read_all_items_of_kind(store, session_id, item_kind::GRANT_REVOKED).await?;
+        let revocations = sessions::read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked).await?;
         run.grants = grants::session_grants(&sessions::history(&revocations), &calls)?;
         // So does a decision made ahead in a batch: read where the turn's interrupts ahead stand.
         run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
