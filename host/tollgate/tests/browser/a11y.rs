@@ -1,7 +1,8 @@
 //! Accessibility to the letter, on the inbox and a session page: the focus ring and every
 //! control's border at least 3:1 against what is around them, a visible caption on the arguments
 //! (no `aria-label` on a `<pre>`), `role="alert"` on a wrapper rather than a list, no ring on
-//! `<main>` after sign-in, and axe-core finding nothing.
+//! `<main>` after sign-in, axe-core finding nothing and Lighthouse's accessibility audit scoring
+//! 100 on the sign-in page, the inbox, a session page and the sessions list.
 
 use serde_json::json;
 
@@ -19,7 +20,7 @@ const behind = (node) => { for (let n = node.parentElement; n; n = n.parentEleme
 ";
 
 #[tokio::test(flavor = "multi_thread")]
-async fn focus_rings_and_control_borders_have_3_to_1_and_axe_finds_nothing() {
+async fn focus_rings_and_control_borders_have_3_to_1_axe_finds_nothing_and_lighthouse_scores_100() {
     let _one = ONE_BROWSER.lock().await;
     let Some(world) = World::new("browser: accessibility", Refund::SingleAttemptWithApproval).await else {
         return;
@@ -27,6 +28,10 @@ async fn focus_rings_and_control_borders_have_3_to_1_and_axe_finds_nothing() {
     let Some(browser) = Browser::start("browser: accessibility", world.dir.path()).await else { return };
     park_as(&world, "a1", Some("support"), json!({"order_id": "7", "amount_cents": 500})).await;
     let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;
+    browser.client.goto(&served.url).await.unwrap();
+    browser.until("the sign-in form", "return !document.getElementById('sign-in').hidden;", vec![]).await;
+    browser.assert_axe_clean("the sign-in page").await;
+    browser.assert_lighthouse_100("the sign-in page").await;
     browser.sign_in(&served.url, "t0ken", "tollgate:token").await;
     browser.until("the card", "return document.querySelector('.card[data-session=\"a1\"]');", vec![]).await;
 
@@ -68,12 +73,15 @@ async fn focus_rings_and_control_borders_have_3_to_1_and_axe_finds_nothing() {
         .await;
     assert_eq!(alert, json!([false, "alert"]));
     browser.assert_axe_clean("the inbox with the editor open").await;
+    browser.assert_lighthouse_100("the inbox with the editor open").await;
 
     browser.client.goto(&format!("{}/#/session/a1", served.url)).await.unwrap();
     browser.until("the session page", "return document.querySelector('#audit td.empty');", vec![]).await;
     browser.assert_axe_clean("a session page").await;
+    browser.assert_lighthouse_100("a session page").await;
     browser.client.goto(&format!("{}/#/sessions", served.url)).await.unwrap();
     browser.until("the sessions list", "return document.querySelector('#agent-filter');", vec![]).await;
     browser.assert_axe_clean("the sessions list").await;
+    browser.assert_lighthouse_100("the sessions list").await;
     browser.stop().await;
 }

@@ -225,6 +225,47 @@ impl Browser {
         );
     }
 
+    /// Asserts that Lighthouse's accessibility audit scores the current page 100: the pinned
+    /// Lighthouse (`tools/lighthouse`, `scripts/install-lighthouse.sh`) attaches to this Chromium
+    /// through its DevTools port and audits the page as the test left it (snapshot mode: signed
+    /// in, nothing reloaded). Call it after [`Browser::assert_axe_clean`], which names the nodes.
+    pub async fn assert_lighthouse_100(&self, page: &str) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let script = root.join("tools/lighthouse/audit.mjs");
+        assert!(
+            root.join("tools/lighthouse/node_modules/lighthouse").exists(),
+            "Lighthouse is not installed in tools/lighthouse; run scripts/install-lighthouse.sh"
+        );
+        // Chromium writes the DevTools port chromedriver asked it to pick into the profile.
+        let active = std::fs::read_to_string(self._profile.path().join("DevToolsActivePort"))
+            .unwrap_or_else(|e| panic!("Chromium's DevToolsActivePort: {e}"));
+        let port = active.lines().next().unwrap_or_default().to_owned();
+        let url = self.client.current_url().await.expect("the current URL");
+        let prefix = url.as_str().split('#').next().unwrap_or_default().to_owned();
+        let output = tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(&port)
+            .arg(&prefix)
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("run node {}: {e}", script.display()));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "Lighthouse on {page} failed ({}): {}{}",
+            output.status,
+            stdout,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let found: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("Lighthouse's answer on {page}: {e}: {stdout}"));
+        eprintln!("FIGURE Lighthouse accessibility on {page}: {}", found["score"]);
+        assert!(
+            found["score"].as_f64() == Some(1.0) && found["failing"] == json!([]),
+            "Lighthouse accessibility on {page} is not 100:\n{found:#}"
+        );
+    }
+
     /// Asserts that the console has no error or warning since the last read.
     pub async fn assert_no_console_errors(&self, when: &str) {
         let bad: Vec<(String, String)> = self

@@ -103,6 +103,7 @@ async fn the_list_view_filters_selects_in_bulk_and_decides_by_keyboard() {
     assert!(rows[1].as_f64().unwrap() < 80.0, "a row, not a card: {rows}");
     browser.screenshot("inbox-list").await;
     browser.assert_axe_clean("the inbox's list view").await;
+    browser.assert_lighthouse_100("the inbox's list view").await;
     key(&browser, "j").await;
     key(&browser, "x").await;
     key(&browser, "j").await;
