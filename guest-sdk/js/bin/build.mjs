@@ -4,7 +4,8 @@
 //   node guest-sdk/js/bin/build.mjs TOOL.js -o OUT.wasm [--engine auto|quickjs|starlingmonkey]
 //
 // 1. Writes an entry module that imports the author's `tools` and exports the WIT interface
-//    `tools` made by runtime.js.
+//    `tools` made by runtime.js, after giving each tool without an `inputSchema` the one derived
+//    from its handler's JSDoc type (bin/schema.mjs).
 // 2. Bundles it (rolldown) into one ES module: '@tollgate/guest' resolves to this package, the
 //    host shim to the engine's import style; `tollgate:tool/*` and `wasi:*` stay imports.
 // 3. Componentizes it with:
@@ -26,6 +27,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+
+import { derivedSchemas } from './schema.mjs';
 
 const sdk = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 // The WIT world: resolved into wit-packed/ in the package (bin/prepack.mjs), linked in wit/ here.
@@ -72,11 +75,20 @@ const started = performance.now();
 const work = await mkdtemp(join(tmpdir(), 'tollgate-js-'));
 try {
   const entry = join(work, 'entry.js');
+  // Tools that give no inputSchema get the one their handler's JSDoc type describes.
+  const derived = derivedSchemas(source);
+  for (const name of Object.keys(derived)) console.error(`${name}: input schema from its JSDoc type`);
   await writeFile(
     entry,
     [
       `import { tools as userTools } from ${JSON.stringify(source)};`,
       `import { makeToolsExport } from ${JSON.stringify(join(sdk, 'src/runtime.js'))};`,
+      `const derived = ${JSON.stringify(derived)};`,
+      'if (Array.isArray(userTools)) {',
+      '  for (const tool of userTools) {',
+      '    if (tool && tool.inputSchema === undefined && Object.hasOwn(derived, tool.name)) tool.inputSchema = derived[tool.name];',
+      '  }',
+      '}',
       'export const tools = makeToolsExport(userTools);',
       '',
     ].join('\n'),

@@ -46,8 +46,11 @@ export interface Annotations {
 export interface Tool<A extends Args = Args> {
   name: string;
   description: string;
-  /** A JSON Schema object for the arguments. */
-  inputSchema: Record<string, unknown>;
+  /**
+   * A JSON Schema object for the arguments. Without it, the build derives one from the JSDoc type
+   * of the handler's first parameter (`@param {Args} args`).
+   */
+  inputSchema?: Record<string, unknown>;
   annotations?: Annotations;
   handler(args: A, execution: Execution | undefined): Result | Promise<Result>;
 }

@@ -54,8 +54,9 @@ fn a_tool_scaffolded_in_each_language_builds_checks_and_answers_as_written() {
         assert_eq!(answer.trim(), "hello, world", "{lang}");
     }
     assert!(built.contains("ok: 4 components, 4 tools"), "{built}");
-    // Each input schema describes its argument: written out (Go, JS), or derived from the types
-    // (Rust's doc comment through schemars, Python's `Annotated` hint on a TypedDict).
+    // Each input schema describes its argument: written out (Go), or derived from the types
+    // (Rust's doc comment through schemars, Python's `Annotated` hint on a TypedDict, the JSDoc
+    // `@typedef` of the JS handler's parameter).
     let listed = ok(&tollgate(&["tools", "list", agent_arg, "--json"]), "tools list");
     let tools: serde_json::Value = serde_json::from_str(&listed).unwrap();
     for tool in tools.as_array().unwrap() {
@@ -226,6 +227,7 @@ fn the_js_sdk_packs_for_npm_and_builds_a_tool_outside_the_repository() {
         "wit-packed/world.wit",
         "wit-packed/deps/tollgate-tool/tools.wit",
         "bin/build.mjs",
+        "bin/schema.mjs",
     ] {
         assert!(packed.contains(&format!("\"path\": \"{file}\"")), "{file} is not in the package:\n{packed}");
     }
