@@ -246,16 +246,16 @@ pub fn approvals_required(review: Option<&Review>, high_risk_approvers: Option<u
     }
 }
 
-/// Stamps each approval interrupt the transition opens with its review (`review` of its request;
-/// `None`: not reviewed) and, for a high risk, the approvers its tool's `high_risk_approvers` asks
-/// for (`approvals_required`, omitted when one).
+/// Stamps each approval interrupt the transition opens with its review (`review` of its id and
+/// request; `None`: not reviewed) and, for a high risk, the approvers its tool's
+/// `high_risk_approvers` asks for (`approvals_required`, omitted when one).
 pub fn with_review(
     t: &mut Transition,
-    mut review: impl FnMut(&crate::approval::ApprovalRequest) -> Option<Review>,
+    mut review: impl FnMut(&str, &crate::approval::ApprovalRequest) -> Option<Review>,
     high_risk_approvers: impl Fn(&str) -> Option<u32>,
 ) {
-    t.stamp_requests(|request| {
-        let Some(found) = review(request) else { return false };
+    t.stamp_requests_by_id(|interrupt_id, request| {
+        let Some(found) = review(interrupt_id, request) else { return false };
         let required = approvals_required(Some(&found), high_risk_approvers(&request.tool_name));
         request.approvals_required = (required > 1).then_some(required);
         request.review = Some(found);

@@ -709,8 +709,13 @@ impl Transition {
     /// Changes the approval request of each interrupt the transition opens with `stamp`, which
     /// says whether it changed it; the `interrupt_opened` event of a changed one shows it changed.
     pub fn stamp_requests(&mut self, mut stamp: impl FnMut(&mut ApprovalRequest) -> bool) {
+        self.stamp_requests_by_id(|_, request| stamp(request));
+    }
+
+    /// [`Transition::stamp_requests`], with each interrupt's id.
+    pub fn stamp_requests_by_id(&mut self, mut stamp: impl FnMut(&str, &mut ApprovalRequest) -> bool) {
         for interrupt in &mut self.interrupts {
-            if !stamp(&mut interrupt.request) {
+            if !stamp(&interrupt.interrupt_id, &mut interrupt.request) {
                 continue;
             }
             for event in &mut self.events {
