@@ -132,7 +132,8 @@ pub struct PendingCall {
 /// entry that a later `tool_result` answered. `tool_server` is the host's MCP server name: its
 /// tools (`mcp__<tool_server>__lookup_order`) are named by their own name. A call `calls` holds a
 /// final state for (a deferred call: rejected, outcome unknown) takes its status from there.
-/// Entries that are not JSON, subagents' entries and calls without a result are skipped.
+/// Entries that are not JSON, subagents' entries and calls without a result are skipped; a call
+/// whose entries appear twice counts once.
 pub fn recent_tool_records<'a>(
     entries: impl DoubleEndedIterator<Item = &'a str>,
     calls: &[CallEntry],
@@ -142,6 +143,7 @@ pub fn recent_tool_records<'a>(
     // Newest first: results wait for their call, met further back.
     let mut results: Vec<(String, bool, String)> = Vec::new();
     let mut records = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for entry in entries.rev() {
         if records.len() == MAX_RECORDS {
             break;
@@ -171,6 +173,9 @@ pub fn recent_tool_records<'a>(
                     let Some(at) = results.iter().position(|(result_id, ..)| result_id == id) else {
                         continue;
                     };
+                    if !seen.insert(id.to_owned()) {
+                        continue;
+                    }
                     let (_, is_error, text) = results.swap_remove(at);
                     let name = name.strip_prefix(&prefix).unwrap_or(name);
                     let input = block.get("input").map_or_else(|| "{}".to_owned(), Value::to_string);
@@ -299,9 +304,10 @@ mod tests {
         let pending = assistant(
             json!([{"type": "tool_use", "id": "toolu_3", "name": "mcp__tools__create_refund", "input": {}}]),
         );
-        let entries = [use1.as_str(), "not json", result1.as_str(), &bash, &failed, &pending];
+        // The lookup's entries twice (a stored transcript and the turn's entries that overlap).
+        let entries = [use1.as_str(), &result1, "not json", &use1, &result1, &bash, &failed, &pending];
         let records = recent_tool_records(entries.into_iter(), &[], "tools");
-        assert_eq!(records.len(), 2, "the call without a result is not finished: {records:?}");
+        assert_eq!(records.len(), 2, "unfinished and repeated calls are not records: {records:?}");
         assert_eq!(
             (records[0].tool_name.as_str(), records[0].status, records[0].output.as_deref()),
             ("lookup_order", ToolStatus::Succeeded, Some(r#"{"order_id":"9"}"#))

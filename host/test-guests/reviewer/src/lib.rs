@@ -1,5 +1,6 @@
 //! An options factory of `tollgate:agent@0.3.0` (`options-factory-with-review`) whose review of a
-//! call does what the call's `review` argument says, so a test steers it with the model's input:
+//! call does what the call's `review` argument says (or, without one, its `REVIEW` config key), so
+//! a test steers it with the model's input or the factory's manifest:
 //!
 //! | `review` | answer |
 //! | --- | --- |
@@ -20,6 +21,7 @@ use exports::tollgate::agent::review::{
     Guest as Review, PendingCall, ReviewAnswer, Risk, ToolRecord, ToolStatus,
 };
 use tollgate::agent::types::{AgentOptions, OptionsContext};
+use tollgate::tool::config;
 
 struct Factory;
 
@@ -48,7 +50,8 @@ impl Review for Factory {
     fn review_call(call: PendingCall, recent: Vec<ToolRecord>) -> Result<ReviewAnswer, String> {
         let arguments: serde_json::Value =
             serde_json::from_str(&call.arguments).map_err(|e| e.to_string())?;
-        match arguments.get("review").and_then(serde_json::Value::as_str) {
+        let how = arguments.get("review").and_then(serde_json::Value::as_str).map(str::to_owned);
+        match how.or_else(|| config::get("REVIEW")).as_deref() {
             Some("trap") => panic!("the review trapped on purpose"),
             Some("loop") => {
                 let mut n: u64 = 0;

@@ -37,9 +37,16 @@ pub(super) async fn review_approvals(
             Vec::new()
         }
     };
-    let new_entries = transition.items.iter().filter(|item| item.kind == item_kind::CLAUDE_TRANSCRIPT);
-    let entries: Vec<String> =
-        entries.into_iter().chain(new_entries.flat_map(|item| body_entries(item.body.get()))).collect();
+    // The turn in progress keeps its entries in the run state until it ends; a transcript item
+    // the transition writes may hold them too (a record seen twice counts once).
+    let turn_entries =
+        transition.run_state.iter().flat_map(|state| &state.turn_entries).map(|e| e.get().to_owned());
+    let new_items = transition.items.iter().filter(|item| item.kind == item_kind::CLAUDE_TRANSCRIPT);
+    let entries: Vec<String> = entries
+        .into_iter()
+        .chain(new_items.flat_map(|item| body_entries(item.body.get())))
+        .chain(turn_entries)
+        .collect();
     let recent =
         review::recent_tool_records(entries.iter().map(String::as_str), calls, DEFAULT_TOOL_SERVER_NAME);
     let mut reviews = HashMap::new();
