@@ -47,6 +47,7 @@ mod live_text;
 #[path = "../support/park.rs"]
 #[allow(dead_code)]
 mod park;
+mod review;
 #[path = "../durable/served.rs"]
 #[allow(dead_code)]
 mod served;
