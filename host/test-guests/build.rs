@@ -19,6 +19,8 @@ const GUESTS: &[(&str, &str, &str, bool)] = &[
     ("tollgate-test-guest-throwing", "tollgate_test_guest_throwing", "THROWING", false),
     ("tollgate-test-guest-hooks", "tollgate_test_guest_hooks", "HOOKS_FACTORY", false),
     ("tollgate-test-guest-chart", "tollgate_test_guest_chart", "CHART", false),
+    ("tollgate-test-guest-factory-v1", "tollgate_test_guest_factory_v1", "FACTORY_V1", false),
+    ("tollgate-test-guest-reviewer", "tollgate_test_guest_reviewer", "REVIEWER_FACTORY", false),
     ("tollgate-test-guest-not-a-tool", "tollgate-test-guest-not-a-tool", "NOT_A_TOOL", true),
 ];
 

@@ -24,6 +24,7 @@ pub use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::events::EventKind;
 pub use tollgate_engine::media::MediaRef;
 pub use tollgate_engine::policy::DeferredRun;
+pub use tollgate_engine::review::{Review, Risk};
 pub use tollgate_engine::session::{CallState, Usage};
 
 /// Serializes `value` with its object keys sorted (through a JSON value, whose maps are sorted):
@@ -413,6 +414,10 @@ pub struct DecisionReceipt {
     pub replayed: bool,
     /// The session.
     pub session_id: String,
+    /// The approval counted, but the call needs more approvers (its review found it high risk):
+    /// it still waits. Omitted when the decision decided it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalProgress>,
 }
 
 /// A session as a client sees it (`GET /v1/sessions/{id}`).
@@ -576,6 +581,27 @@ pub enum AuditDecision {
     Revoked,
     /// A turn was cancelled (principal: who asked; `interrupt_id` is the turn's id).
     Cancelled,
+    /// An approval that counted but did not decide yet: the call's review found it high risk and
+    /// its policy asks for more approvers (`high_risk_approvers`).
+    PartiallyApproved,
+}
+
+/// One approval of a call that needs several approvers, made before the last one decided it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct ApprovalSoFar {
+    /// Who approved.
+    pub principal: String,
+    /// When (ms since the epoch, database clock).
+    pub approved_at: i64,
+}
+
+/// Where a call that needs several approvers stands after an approval that did not decide it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct ApprovalProgress {
+    /// The different principals who approved so far.
+    pub approvals: u32,
+    /// How many it needs.
+    pub required: u32,
 }
 
 /// `GET /v1/audit`: a page of the audit trail, oldest first.
@@ -849,6 +875,16 @@ pub struct PendingInterrupt {
     /// When a deadline escalated it to other approvers (ms since the epoch); omitted: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalated_at: Option<i64>,
+    /// What the options factory's review told the approver (the request's): its notes and the
+    /// call's risk (`null` when the review failed). Omitted when the factory reviews no calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+    /// How many different principals must approve (the request's; omitted when one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals_required: Option<u32>,
+    /// The approvals made so far, when it needs several (omitted when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalSoFar>,
 }
 
 /// The query of `GET /v1/interrupts/events`.
@@ -1170,6 +1206,8 @@ pub enum ErrorCode {
     InterruptAlreadyResolved,
     /// 409: the interrupt's approval deadline passed before the decision (named in `message`).
     InterruptExpired,
+    /// 409: the principal already approved this call, which needs several different approvers.
+    AlreadyApproved,
     /// 409: the idempotency key was used for another request.
     IdempotencyConflict,
     /// 409: the session is running a step.
@@ -1218,6 +1256,7 @@ impl ErrorCode {
             ErrorCode::GrantNotFound => "grant_not_found",
             ErrorCode::InterruptAlreadyResolved => "interrupt_already_resolved",
             ErrorCode::InterruptExpired => "interrupt_expired",
+            ErrorCode::AlreadyApproved => "already_approved",
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::SessionBusy => "session_busy",
             ErrorCode::NoTurnRunning => "no_turn_running",
@@ -1380,6 +1419,7 @@ mod tests {
             ErrorCode::GrantNotFound,
             ErrorCode::InterruptAlreadyResolved,
             ErrorCode::InterruptExpired,
+            ErrorCode::AlreadyApproved,
             ErrorCode::IdempotencyConflict,
             ErrorCode::SessionBusy,
             ErrorCode::NoTurnRunning,

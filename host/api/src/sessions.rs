@@ -440,6 +440,20 @@ async fn resolve_checked(
         }
         .into());
     }
+    let several = request.as_ref().is_some_and(|r| r.approvals_needed() > 1);
+    if several
+        && decision.approved
+        && (decision.updated_input.is_some() || decision.scope == client::DecisionScope::Session)
+    {
+        return Err(EngineError::BadInput {
+            field: if decision.updated_input.is_some() { edits::FIELD } else { "scope" },
+            reason:
+                "this call needs several different approvers (its review found it high risk): each approves \
+                     it as asked, for this call only, with no edit and no `session` scope"
+                    .into(),
+        }
+        .into());
+    }
     if let Some(edited) = &decision.updated_input {
         if !decision.approved {
             return Err(EngineError::BadInput {
@@ -483,12 +497,27 @@ async fn resolve_checked(
         })
         .into(),
     ));
+    // An approval that counts but does not decide yet (the store knows) is recorded as this.
+    let partial_events = vec![convert::event(
+        Payload::DecisionRecorded(DecisionRecorded {
+            interrupt_id: interrupt_id.to_owned(),
+            principal: principal.to_owned(),
+            decision: tollgate_store::AuditDecision::PartiallyApproved.as_str().to_owned(),
+            reason: entry.reason.clone(),
+            tool_name: entry.tool_name.clone(),
+            input: asked_input.cloned(),
+            edited_input: None,
+            deadline_at: None,
+        })
+        .into(),
+    )];
     let resolution = Resolution {
         session_id: session_id.to_owned(),
         interrupt_id: interrupt_id.to_owned(),
         client_key,
         resolution: convert::raw(&resolution),
         events,
+        partial_events,
     };
     Ok(match seen {
         Some(escalated_at) => {
@@ -579,6 +608,7 @@ pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
             tollgate_store::AuditDecision::Expired => AuditDecision::Expired,
             tollgate_store::AuditDecision::Revoked => AuditDecision::Revoked,
             tollgate_store::AuditDecision::Cancelled => AuditDecision::Cancelled,
+            tollgate_store::AuditDecision::PartiallyApproved => AuditDecision::PartiallyApproved,
         },
         reason: entry.reason,
         tool_name: entry.tool_name,

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::catalog::ToolKind;
 use crate::policy::Effect;
+use crate::review::Review;
 
 /// The `type` of every approval request.
 pub const TOOL_APPROVAL: &str = "tool_approval";
@@ -82,6 +83,14 @@ pub struct ApprovalRequest {
     /// now; empty: any approver could).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalated_from: Option<Vec<String>>,
+    /// What the options factory's review told the approver: its notes and the call's risk
+    /// (`null` when the review failed). Omitted when the factory reviews no calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+    /// How many different principals must approve: the tool policy's `high_risk_approvers` when
+    /// the review found the call `high` risk. Omitted when one approval decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals_required: Option<u32>,
 }
 
 impl ApprovalRequest {
@@ -111,6 +120,8 @@ impl ApprovalRequest {
             summary: None,
             confirm_above: None,
             escalated_from: None,
+            review: None,
+            approvals_required: None,
         }
     }
 
@@ -125,6 +136,11 @@ impl ApprovalRequest {
     /// The stored form: a JSON object with its keys sorted, as every Tollgate wrote it.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("a request always serializes")
+    }
+
+    /// How many different principals must approve it (1 unless its review asked for more).
+    pub fn approvals_needed(&self) -> u32 {
+        self.approvals_required.unwrap_or(1).max(1)
     }
 }
 
@@ -147,6 +163,22 @@ mod tests {
         }
         let full = ApprovalRequest::parse(STORED_FULL).unwrap();
         assert_eq!((full.ahead, full.escalated_from.as_deref()), (true, Some(&["finance".to_owned()][..])));
+    }
+
+    #[test]
+    fn a_reviewed_request_adds_its_review_and_reads_back() {
+        let mut request = ApprovalRequest::parse(STORED_PLAIN).unwrap();
+        assert_eq!((request.review.as_ref(), request.approvals_needed()), (None, 1), "old rows decode");
+        request.review = Some(Review::answered(crate::review::Risk::High, vec!["over the total".into()]));
+        request.approvals_required = Some(2);
+        let stored = request.to_value().to_string();
+        assert!(
+            stored.contains(r#""approvals_required":2"#)
+                && stored.contains(r#""review":{"notes":["over the total"],"risk":"high"}"#),
+            "{stored}"
+        );
+        let back = ApprovalRequest::parse(&stored).unwrap();
+        assert_eq!((back, request.approvals_needed()), (request, 2));
     }
 
     #[test]

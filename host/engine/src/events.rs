@@ -115,8 +115,8 @@ pub enum Payload {
     ToolCallStarted(ToolCallStarted),
     /// `tool_call_finished`.
     ToolCallFinished(ToolCallFinished),
-    /// `interrupt_opened`.
-    InterruptOpened(InterruptOpened),
+    /// `interrupt_opened` (boxed: its request is the largest payload).
+    InterruptOpened(Box<InterruptOpened>),
     /// `interrupt_resolved`.
     InterruptResolved(InterruptResolved),
     /// `approved_under_grant`.
@@ -200,7 +200,7 @@ impl Payload {
             EventKind::ReasoningDelta => Payload::ReasoningDelta(read(text)?),
             EventKind::ToolCallStarted => Payload::ToolCallStarted(read(text)?),
             EventKind::ToolCallFinished => Payload::ToolCallFinished(read(text)?),
-            EventKind::InterruptOpened => Payload::InterruptOpened(read(text)?),
+            EventKind::InterruptOpened => Payload::InterruptOpened(Box::new(read(text)?)),
             EventKind::InterruptResolved => Payload::InterruptResolved(read(text)?),
             EventKind::ApprovedUnderGrant => Payload::ApprovedUnderGrant(read(text)?),
             EventKind::GrantRevoked => Payload::GrantRevoked(read(text)?),

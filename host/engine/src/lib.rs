@@ -38,6 +38,7 @@ pub mod media;
 pub mod options;
 pub mod policy;
 pub mod record;
+pub mod review;
 pub mod session;
 pub mod summary;
 pub mod texts;

@@ -28,8 +28,10 @@
 //!   `idempotent_write`: see "Inline writes" below), `summary` (optional: the sentence an approver
 //!   reads first, e.g. `"Refund {amount_cents|money:EUR} on order {order_id}"`; see
 //!   [`crate::summary`]), `confirm_above` (optional: `{ amount_cents = 100000 }` makes an
-//!   approver confirm a call whose argument is above the number; see [`ConfirmAbove`]), and the
-//!   deadline fields below. Other fields are errors.
+//!   approver confirm a call whose argument is above the number; see [`ConfirmAbove`]),
+//!   `high_risk_approvers` (optional integer 1 to [`MAX_HIGH_RISK_APPROVERS`]: a call the options
+//!   factory's review finds `high` risk needs that many different approvers; see
+//!   [`Policies::high_risk_approvers`]), and the deadline fields below. Other fields are errors.
 //! - Deadlines (see [`Policies::deadline`], [`ApprovalDeadline`]): `approval_timeout_secs`
 //!   (a positive integer, at most [`MAX_TIMEOUT_SECS`]) makes a call of the tool that waits for
 //!   approval act by itself once that long passed undecided: `on_timeout = "reject"` (the
@@ -322,14 +324,18 @@ pub enum PolicySource {
     Default,
 }
 
+/// The most `high_risk_approvers` a tool may ask for.
+pub const MAX_HIGH_RISK_APPROVERS: u32 = 5;
+
 /// The longest `approval_timeout_secs` or `escalation_timeout_secs`: ten years.
 pub const MAX_TIMEOUT_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The policy fields a tool's entry may have.
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "effect",
     "summary",
     "confirm_above",
+    "high_risk_approvers",
     "requires_approval",
     "inline",
     "approvers",
@@ -479,6 +485,8 @@ pub struct Policies {
     summaries: BTreeMap<String, Summary>,
     /// Confirmation thresholds by tool, for the tools that set one.
     confirms: BTreeMap<String, ConfirmAbove>,
+    /// `high_risk_approvers` by tool, for the tools that set one.
+    high_risk: BTreeMap<String, u32>,
 }
 
 /// A tool's `confirm_above`: approving a call whose numeric argument `argument` is above `above`
@@ -507,6 +515,7 @@ impl Policies {
             deadlines: BTreeMap::new(),
             summaries: BTreeMap::new(),
             confirms: BTreeMap::new(),
+            high_risk: BTreeMap::new(),
         }
     }
 
@@ -590,6 +599,18 @@ impl Policies {
         self.confirms.get(tool)
     }
 
+    /// How many different approvers a call of `tool` needs when the options factory's review
+    /// finds it `high` risk (its entry's `high_risk_approvers`); `None` when it sets none (one
+    /// approver, as for any call).
+    pub fn high_risk_approvers(&self, tool: &str) -> Option<u32> {
+        self.high_risk.get(tool).copied()
+    }
+
+    /// Every tool's `high_risk_approvers`, by tool name.
+    pub fn high_risk_approvers_by_tool(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.high_risk.iter().map(|(tool, n)| (tool.as_str(), *n))
+    }
+
     /// Every tool's confirmation threshold, by tool name.
     pub fn confirms(&self) -> impl Iterator<Item = (&str, &ConfirmAbove)> {
         self.confirms.iter().map(|(tool, confirm)| (tool.as_str(), confirm))
@@ -646,6 +667,16 @@ impl Policies {
             }
             if let Some(confirm) = parse_confirm_above(key, value)? {
                 policies.confirms.insert(key.clone(), confirm);
+            }
+            if let Some(n) = parse_high_risk_approvers(key, value)? {
+                if policies.entries.get(key).is_some_and(|entry| !entry.policy().requires_approval) {
+                    return Err(PolicyError::WrongType {
+                        path: format!("{key}.high_risk_approvers"),
+                        expected: "a policy whose calls wait for approval",
+                        found: "one whose calls never wait (set `requires_approval = true`)",
+                    });
+                }
+                policies.high_risk.insert(key.clone(), n);
             }
         }
         Ok(policies)
@@ -748,6 +779,9 @@ impl Policies {
                 let threshold = serde_json::json!({ confirm.argument.clone(): confirm.above.clone() });
                 fields.insert("confirm_above".to_owned(), threshold);
             }
+            if let Some(n) = self.high_risk.get(tool) {
+                fields.insert("high_risk_approvers".to_owned(), Value::from(*n));
+            }
             if let Some(deadline) = self.deadlines.get(tool) {
                 let Value::Object(deadline) = serde_json::to_value(deadline).expect("serializes") else {
                     unreachable!("a deadline serializes as an object")
@@ -807,7 +841,7 @@ pub enum PolicyError {
     /// A policy table has a field other than `effect`, `requires_approval`, `inline`,
     /// `approvers` and the deadline fields.
     #[error(
-        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `summary`, `confirm_above`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+        "[policies] `{tool}`: unknown field `{field}`; expected `effect`, `summary`, `confirm_above`, `high_risk_approvers`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
     )]
     UnknownField {
         /// The tool the policy names.
@@ -967,6 +1001,23 @@ fn parse_confirm_above(tool: &str, value: &Value) -> Result<Option<ConfirmAbove>
         (Some((_, other)), None) => Err(wrong(json_kind(other))),
         (None, _) => Err(wrong("an empty table")),
         (Some(_), Some(_)) => Err(wrong("a table of several arguments")),
+    }
+}
+
+/// The entry's `high_risk_approvers`: an integer from 1 to [`MAX_HIGH_RISK_APPROVERS`]; `None`
+/// when absent.
+fn parse_high_risk_approvers(tool: &str, value: &Value) -> Result<Option<u32>, PolicyError> {
+    let Some(n) = value.get("high_risk_approvers") else { return Ok(None) };
+    match n.as_u64() {
+        Some(n @ 1..=5) => Ok(Some(u32::try_from(n).expect("at most 5"))),
+        _ => Err(PolicyError::WrongType {
+            path: format!("{tool}.high_risk_approvers"),
+            expected: "an integer from 1 to 5 (how many different approvers a high-risk call needs)",
+            found: match n {
+                Value::Number(_) => "a number outside 1 to 5",
+                other => json_kind(other),
+            },
+        }),
     }
 }
 
@@ -1245,7 +1296,7 @@ mod tests {
         );
         assert_eq!(
             error.to_string(),
-            "[policies] `Bash`: unknown field `approval`; expected `effect`, `summary`, `confirm_above`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
+            "[policies] `Bash`: unknown field `approval`; expected `effect`, `summary`, `confirm_above`, `high_risk_approvers`, `requires_approval`, `inline`, `approvers`, `approval_timeout_secs`, `on_timeout`, `escalate_to` or `escalation_timeout_secs`"
         );
     }
 
@@ -1486,6 +1537,33 @@ mod tests {
                 expected: "a boolean",
                 found: "a string",
             }
+        );
+    }
+
+    #[test]
+    fn high_risk_approvers_are_1_to_5_on_a_tool_that_waits_and_round_trip() {
+        let table = json!({
+            "create_refund": { "effect": "non_idempotent_write", "high_risk_approvers": 2 },
+            "Bash": { "effect": "unclassified" },
+        });
+        let policies = Policies::from_value(&table).unwrap();
+        assert_eq!(policies.high_risk_approvers("create_refund"), Some(2));
+        assert_eq!(policies.high_risk_approvers("Bash"), None);
+        assert_eq!(Policies::from_value(&policies.to_value()).unwrap(), policies);
+        for bad in [json!(0), json!(6), json!(-1), json!(1.5), json!("2")] {
+            let table =
+                json!({ "create_refund": { "effect": "non_idempotent_write", "high_risk_approvers": bad } });
+            let text = error(table).to_string();
+            assert!(
+                text.contains("`create_refund.high_risk_approvers`") && text.contains("1 to 5"),
+                "{text}"
+            );
+        }
+        let never_waits = json!({ "lookup_order": { "effect": "read", "high_risk_approvers": 2 } });
+        let text = error(never_waits).to_string();
+        assert!(
+            text.contains("`lookup_order.high_risk_approvers`") && text.contains("requires_approval"),
+            "{text}"
         );
     }
 

@@ -54,20 +54,25 @@ pub enum AuditDecision {
     /// A turn was cancelled (schema 10): the principal is who asked, and the row's
     /// `interrupt_id` holds the turn's id ([`crate::Store::request_cancel`], [`crate::CancelChange`]).
     Cancelled,
+    /// An approval that counted but did not decide yet (schema 15): the interrupt's request asks
+    /// for more approvers (`approvals_required`) than have approved so far.
+    PartiallyApproved,
 }
 
 impl AuditDecision {
     /// Every decision, in the order of the schema's CHECK.
-    pub const ALL: [AuditDecision; 6] = [
+    pub const ALL: [AuditDecision; 7] = [
         AuditDecision::Approved,
         AuditDecision::Rejected,
         AuditDecision::Escalated,
         AuditDecision::Expired,
         AuditDecision::Revoked,
         AuditDecision::Cancelled,
+        AuditDecision::PartiallyApproved,
     ];
 
-    /// The stored name: `approved`, `rejected`, `escalated`, `expired`, `revoked` or `cancelled`.
+    /// The stored name: `approved`, `rejected`, `escalated`, `expired`, `revoked`, `cancelled` or
+    /// `partially_approved`.
     pub fn as_str(self) -> &'static str {
         match self {
             AuditDecision::Approved => "approved",
@@ -76,6 +81,7 @@ impl AuditDecision {
             AuditDecision::Expired => "expired",
             AuditDecision::Revoked => "revoked",
             AuditDecision::Cancelled => "cancelled",
+            AuditDecision::PartiallyApproved => "partially_approved",
         }
     }
 

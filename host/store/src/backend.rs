@@ -573,6 +573,14 @@ where
             resolved_at: row.try_get("resolved_at")?,
             deadline_at: row.try_get("deadline_at")?,
             escalated_at: row.try_get("escalated_at")?,
+            approvals: match row.try_get::<Option<String>, _>("approvals")? {
+                None => Vec::new(),
+                Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                    table: "interrupts",
+                    key: key.clone(),
+                    detail: format!("`approvals` is not a list of approvals: {e}"),
+                })?,
+            },
             session_id,
             interrupt_id,
         })
@@ -1329,7 +1337,7 @@ where
             .fetch_optional(&mut *tx)
             .await?;
         let step_id = step.map(|s| s.try_get("step_id")).transpose()?;
-        return Ok(ResolveReceipt { step_id, replayed: true });
+        return Ok(ResolveReceipt { step_id, replayed: true, partial: None });
     }
     if let Some(pending) = Sql::pending_cancel(&mut tx, sid).await? {
         return Err(StoreError::CancelPending {
@@ -1365,6 +1373,53 @@ where
             });
         }
     }
+    // An approval of an interrupt that needs several approvers counts once per principal, under
+    // the session's lock: two approvers at once are counted one after the other.
+    let required = approvals_required(&interrupt.request);
+    if let Some(entry) = audit.filter(|e| e.decision == AuditDecision::Approved && required > 1) {
+        let mut approvals = interrupt.approvals;
+        if let Some(earlier) = approvals.iter().find(|a| a.principal == entry.principal) {
+            if earlier.client_key != r.client_key {
+                return Err(StoreError::AlreadyApprovedBy {
+                    session_id: sid.to_owned(),
+                    interrupt_id: r.interrupt_id,
+                    principal: entry.principal.clone(),
+                    required,
+                });
+            }
+            let so_far = u32::try_from(approvals.len()).unwrap_or(u32::MAX);
+            let partial = Some(PartialApproval { approvals: so_far, required });
+            return Ok(ResolveReceipt { step_id: None, replayed: true, partial });
+        }
+        if approvals.len() + 1 < required as usize {
+            approvals.push(Approval {
+                principal: entry.principal.clone(),
+                client_key: r.client_key.clone(),
+                approved_at: db_now,
+            });
+            let listed = serde_json::to_string(&approvals).expect("approvals serialize");
+            sqlx::query(sql.record_approvals)
+                .bind(sid)
+                .bind(r.interrupt_id.as_str())
+                .bind(listed.as_str())
+                .execute(&mut *tx)
+                .await?;
+            for event in &r.partial_events {
+                Sql::append_event(&mut tx, sid, &mut event_seq, event, None).await?;
+            }
+            let partial_entry = NewAuditEntry { decision: AuditDecision::PartiallyApproved, ..entry.clone() };
+            crate::audit::insert(&mut tx, sid, &r.interrupt_id, &partial_entry).await?;
+            Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;
+            tx.commit().await?;
+            wake(backend, sid, false, !r.partial_events.is_empty()).await;
+            let so_far = u32::try_from(approvals.len()).unwrap_or(u32::MAX);
+            return Ok(ResolveReceipt {
+                step_id: None,
+                replayed: false,
+                partial: Some(PartialApproval { approvals: so_far, required }),
+            });
+        }
+    }
     sqlx::query(sql.resolve_interrupt)
         .bind(sid)
         .bind(r.interrupt_id.as_str())
@@ -1387,7 +1442,18 @@ where
     Sql::save_seqs(&mut tx, sid, item_seq, event_seq, &SessionUpdate::default()).await?;
     tx.commit().await?;
     wake(backend, sid, step_id.is_some(), !r.events.is_empty()).await;
-    Ok(ResolveReceipt { step_id, replayed: false })
+    Ok(ResolveReceipt { step_id, replayed: false, partial: None })
+}
+
+/// How many different approvers an interrupt's request asks for: its `approvals_required` (set
+/// when the options factory's review found the call high risk and the tool's policy asks for
+/// more approvers), else 1.
+fn approvals_required(request: &RawValue) -> u32 {
+    #[derive(serde::Deserialize)]
+    struct Asked {
+        approvals_required: Option<u32>,
+    }
+    serde_json::from_str::<Asked>(request.get()).ok().and_then(|a| a.approvals_required).unwrap_or(1).max(1)
 }
 
 /// The key of a row for error messages.

@@ -151,7 +151,7 @@ impl DeadlineStatements {
     fn render(now: &str) -> Self {
         let keep = |s: String| -> &'static str { s.leak() };
         let columns = "session_id, interrupt_id, row_version, request, resolution, created_at, resolved_at,
-                 deadline_at, escalated_at";
+                 deadline_at, escalated_at, approvals";
         DeadlineStatements {
             due: keep(format!(
                 "SELECT {columns} FROM interrupts

@@ -138,7 +138,7 @@ const STEP_COLUMNS: &str = "step_id, session_id, row_version, kind, payload, sta
 /// The columns of an interrupt, as [`crate::backend`] decodes them.
 const INTERRUPT_COLUMNS: &str =
     "session_id, interrupt_id, row_version, request, resolution, created_at, resolved_at, deadline_at,
-     escalated_at";
+     escalated_at, approvals";
 
 /// Every statement of the store in one dialect. Parameters are `$1`, `$2`, … as the doc of each
 /// names them; the store code binds them in that order.
@@ -177,6 +177,8 @@ pub(crate) struct Statements {
     pub resolve_interrupt: &'static str,
     /// Queues the step of session `$1` waiting on interrupt `$2`; returns its `step_id`.
     pub queue_waiting_step: &'static str,
+    /// Sets the approvals so far (`$3`, JSON text) of open interrupt `$2` of session `$1`.
+    pub record_approvals: &'static str,
     /// Session `$1`'s agent digest, pin and agent name.
     pub agent_of_session: &'static str,
     /// Session `$1`'s step in flight: `step_id`, `kind`, `state`, `attempt`.
@@ -333,7 +335,8 @@ impl Statements {
             )),
             interrupt_to_resolve: keep(format!(
                 "SELECT session_id, interrupt_id, row_version, state, request, resolution,
-                     client_key, created_at, resolved_at, deadline_at, escalated_at, {now} AS db_now
+                     client_key, created_at, resolved_at, deadline_at, escalated_at, approvals,
+                     {now} AS db_now
                  FROM interrupts WHERE session_id = $1 AND interrupt_id = $2"
             )),
             step_of_interrupt: "SELECT step_id FROM steps WHERE session_id = $1 AND interrupt_id = $2
@@ -343,6 +346,8 @@ impl Statements {
                      resolved_at = {now}
                  WHERE session_id = $1 AND interrupt_id = $2"
             )),
+            record_approvals: "UPDATE interrupts SET approvals = $3
+                 WHERE session_id = $1 AND interrupt_id = $2 AND state = 'open'",
             queue_waiting_step: keep(format!(
                 "UPDATE steps SET state = 'queued', due_at = {now}, updated_at = {now}
                  WHERE session_id = $1 AND interrupt_id = $2 AND state = 'waiting'
@@ -516,6 +521,7 @@ mod tests {
             step_of_interrupt,
             resolve_interrupt,
             queue_waiting_step,
+            record_approvals,
             agent_of_session,
             busy_step,
             pin_session,
@@ -573,6 +579,7 @@ mod tests {
             ("step_of_interrupt", *step_of_interrupt),
             ("resolve_interrupt", *resolve_interrupt),
             ("queue_waiting_step", *queue_waiting_step),
+            ("record_approvals", *record_approvals),
             ("agent_of_session", *agent_of_session),
             ("busy_step", *busy_step),
             ("pin_session", *pin_session),

@@ -57,6 +57,21 @@ pub enum StoreError {
         /// The resolution that was stored first.
         resolution: Box<RawValue>,
     },
+    /// The principal already approved this interrupt, which needs several different approvers,
+    /// under another client key: an approval counts once per principal. Nothing was written.
+    #[error(
+        "principal `{principal}` already approved interrupt `{interrupt_id}` of session `{session_id}`, which needs {required} different approvers: another approver must"
+    )]
+    AlreadyApprovedBy {
+        /// The session.
+        session_id: String,
+        /// The interrupt.
+        interrupt_id: String,
+        /// Who approved twice.
+        principal: String,
+        /// How many different approvers it needs.
+        required: u32,
+    },
     /// A decision arrived after the interrupt's approval deadline passed (whether or not a Worker
     /// has acted on it yet): it is refused and nothing is written. `deadline_at` is the deadline
     /// (ms since the epoch, database clock).

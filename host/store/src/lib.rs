@@ -70,7 +70,9 @@
 //! `steps_due_agent(agent, pin, due_at) WHERE state IN ('queued','claimed')`, and adds the agents
 //! registry `agent_digests` (PK `(name, digest)`; see [`agents`]); migration 0014 agents' versions
 //! (`bundle_files` by digest, `agent_versions` PK `(name, version)` unique `(name, digest)`,
-//! `agent_current`; see [`versions`]). JSON columns are `text` on both backends
+//! `agent_current`; see [`versions`]); migration 0015 `interrupts.approvals`, the approvals so far
+//! of an interrupt that needs several approvers, and the audit trail's `partially_approved`
+//! decision (see [`AuditLog::resolve_interrupt_as`]). JSON columns are `text` on both backends
 //! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats

@@ -473,5 +473,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0014_agent_versions.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            15,
+            "approvals".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0015_approvals.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -422,6 +422,31 @@ pub struct Interrupt {
     pub deadline_at: Option<i64>,
     /// When a deadline escalated it to other approvers (DB clock, ms); `None`: never.
     pub escalated_at: Option<i64>,
+    /// The approvals that counted so far without deciding it (its request asks for several
+    /// approvers), oldest first (schema 15).
+    pub approvals: Vec<Approval>,
+}
+
+/// One approval of an interrupt that needs several approvers, counted before the last one
+/// resolved it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Approval {
+    /// Who approved.
+    pub principal: String,
+    /// The client key it was made under (the same key again is a replay).
+    pub client_key: String,
+    /// When (database clock, ms).
+    pub approved_at: i64,
+}
+
+/// Where an interrupt that needs several approvers stands after an approval that did not decide
+/// it ([`ResolveReceipt::partial`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartialApproval {
+    /// The different principals who approved so far.
+    pub approvals: u32,
+    /// How many it needs.
+    pub required: u32,
 }
 
 /// An interrupt to open in a commit.
@@ -666,6 +691,10 @@ pub struct Resolution {
     pub resolution: Box<RawValue>,
     /// Appended to the session's stream.
     pub events: Vec<NewEvent>,
+    /// Appended instead of `events` when the decision is an approval that counts but does not
+    /// decide yet (its request asks for more approvers; see
+    /// [`crate::AuditLog::resolve_interrupt_as`]).
+    pub partial_events: Vec<NewEvent>,
 }
 
 /// What [`crate::Store::resolve_interrupt`] did.
@@ -675,6 +704,9 @@ pub struct ResolveReceipt {
     pub step_id: Option<i64>,
     /// `true` when this key had resolved it before and nothing new was written.
     pub replayed: bool,
+    /// The approval counted but the interrupt stays open: it needs more approvers. `None` when
+    /// the decision resolved it.
+    pub partial: Option<PartialApproval>,
 }
 
 /// A request to cancel a session's turn in progress, for [`crate::Store::request_cancel`].

@@ -137,6 +137,7 @@ async fn fire(store: &dyn Store, interrupt: &Interrupt) -> Result<Option<bool>, 
                     client_key: format!("deadline:{deadline_at}"),
                     resolution: convert::raw(&resolution),
                     events,
+                    partial_events: Vec::new(),
                 },
                 deadline_at,
                 entry: NewAuditEntry {

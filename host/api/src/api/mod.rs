@@ -248,6 +248,9 @@ impl From<StoreError> for ApiError {
             StoreError::InterruptAlreadyResolved { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::InterruptAlreadyResolved, text)
             }
+            StoreError::AlreadyApprovedBy { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::AlreadyApproved, text)
+            }
             StoreError::InterruptExpired { deadline_at, .. } => ApiError::new(
                 StatusCode::CONFLICT,
                 ErrorCode::InterruptExpired,
@@ -607,7 +610,7 @@ async fn get_media(
         (status = 200, description = "Decided (or the same decision replayed)", body = DecisionReceipt),
         (status = 403, description = "`role_required` (not an approver or admin), `group_required` (the tool's policy names `approvers` groups the principal is in none of; listed in `needed`) or `own_session` (the principal started the session: separation of duties)", body = ErrorBody),
         (status = 404, description = "`session_not_found` or `interrupt_not_found`", body = ErrorBody),
-        (status = 409, description = "`interrupt_already_resolved` (decided otherwise, or closed with its cancelled turn), `interrupt_expired` (its approval deadline passed first; the message names it), `turn_cancelling` (its turn is being cancelled) or `idempotency_conflict`", body = ErrorBody),
+        (status = 409, description = "`interrupt_already_resolved` (decided otherwise, or closed with its cancelled turn), `already_approved` (the caller approved this call already; it needs several different approvers), `interrupt_expired` (its approval deadline passed first; the message names it), `turn_cancelling` (its turn is being cancelled) or `idempotency_conflict`", body = ErrorBody),
         openapi::WriteErrors,
     )
 )]
@@ -670,6 +673,9 @@ async fn decide(
         interrupt_id,
         replayed: receipt.replayed,
         session_id: id,
+        approvals: receipt
+            .partial
+            .map(|p| types::ApprovalProgress { approvals: p.approvals, required: p.required }),
     };
     Ok(Json(answer).into_response())
 }
@@ -1044,10 +1050,21 @@ fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt
         turn_id: request.turn_id.clone(),
         batch_id: request.batch_id.clone(),
         summary: request.summary.clone(),
+        review: request.review.clone(),
+        approvals_required: request.approvals_required,
+        approvals: approvals_so_far(&open.approvals),
         request,
         deadline_at: open.deadline_at,
         escalated_at: open.escalated_at,
     })
+}
+
+/// The approvals an interrupt counted so far, as the API shows them.
+pub(crate) fn approvals_so_far(approvals: &[tollgate_store::Approval]) -> Vec<types::ApprovalSoFar> {
+    approvals
+        .iter()
+        .map(|a| types::ApprovalSoFar { principal: a.principal.clone(), approved_at: a.approved_at })
+        .collect()
 }
 
 /// `GET /v1/agents`.

@@ -159,6 +159,13 @@ pub struct InterruptCreated {
     /// `true` for a call asked ahead of the model repeating it (a batch sibling).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ahead: bool,
+    /// What the options factory's review told the approver: `{"risk", "notes"}` (`risk` `null`
+    /// when the review failed); absent when the factory reviews no calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<tollgate_engine::review::Review>,
+    /// How many different principals must approve; absent when one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals_required: Option<u32>,
     /// The event's seq in the session's event stream.
     pub event_seq: i64,
 }
@@ -287,6 +294,8 @@ fn body_of(
                 effect: Some(r.effect),
                 batch_id: r.batch_id,
                 ahead: r.ahead,
+                review: r.review,
+                approvals_required: r.approvals_required,
                 session_id,
                 event_seq: seq,
             })
@@ -391,6 +400,17 @@ mod tests {
         let got: Message<InterruptCreated> =
             serde_json::from_slice(&body("s", 4, "interrupt_opened", &opened, 0).unwrap().unwrap()).unwrap();
         assert_eq!((got.data.batch_id.as_deref(), got.data.ahead), (Some("toolu_0"), true));
+        // A reviewed call carries its review and the approvers it needs.
+        let mut reviewed = request.clone();
+        reviewed["review"] = json!({"risk": "high", "notes": ["refund exceeds the order total of €54.00"]});
+        reviewed["approvals_required"] = json!(2);
+        let opened = json!({"interrupt_id": "toolu_1", "request": reviewed}).to_string();
+        let got: Value =
+            serde_json::from_slice(&body("s", 4, "interrupt_opened", &opened, 0).unwrap().unwrap()).unwrap();
+        assert_eq!(
+            (&got["data"]["review"], &got["data"]["approvals_required"]),
+            (&json!({"risk": "high", "notes": ["refund exceeds the order total of €54.00"]}), &json!(2))
+        );
         let edited =
             r#"{"interrupt_id":"toolu_1","approved":true,"message":null,"updated_input":{"amount":2}}"#;
         let got: Message<InterruptDecided> =

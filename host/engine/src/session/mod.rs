@@ -615,7 +615,7 @@ impl NewInterrupt {
     pub fn opened_event(&self) -> NewEvent {
         let opened =
             InterruptOpened { interrupt_id: self.interrupt_id.clone(), request: self.request.clone() };
-        Payload::InterruptOpened(opened).into()
+        Payload::InterruptOpened(Box::new(opened)).into()
     }
 }
 
@@ -717,8 +717,13 @@ impl Transition {
     /// Changes the approval request of each interrupt the transition opens with `stamp`, which
     /// says whether it changed it; the `interrupt_opened` event of a changed one shows it changed.
     pub fn stamp_requests(&mut self, mut stamp: impl FnMut(&mut ApprovalRequest) -> bool) {
+        self.stamp_requests_by_id(|_, request| stamp(request));
+    }
+
+    /// [`Transition::stamp_requests`], with each interrupt's id.
+    pub fn stamp_requests_by_id(&mut self, mut stamp: impl FnMut(&str, &mut ApprovalRequest) -> bool) {
         for interrupt in &mut self.interrupts {
-            if !stamp(&mut interrupt.request) {
+            if !stamp(&interrupt.interrupt_id, &mut interrupt.request) {
                 continue;
             }
             for event in &mut self.events {

@@ -1,9 +1,11 @@
-//! The options-factory component: typed options, per-call decisions on built-in tools and the
-//! agent's own hooks, from a `tollgate:agent@0.1.0` factory (the example's) and a 0.2.0 one.
+//! The options-factory component: typed options, per-call decisions on built-in tools, the
+//! agent's own hooks and reviews of calls, from factories of `tollgate:agent@0.1.0` (the example's
+//! as it was), 0.2.0 (the hooks test guest) and 0.3.0 (the example's, and the reviewer test guest).
 
 use serde_json::json;
 use tollgate_engine::gate::CliToolDecision;
 use tollgate_engine::hooks::{HookAnswer, HookCall, HookEvent, HookMatcher};
+use tollgate_engine::review::{PendingCall, Review, Risk, ToolRecord, ToolStatus};
 use tollgate_sandbox::{FactoryError, LoadError, Manifests, OptionsContext};
 use tollgate_test_guests as guests;
 
@@ -15,22 +17,109 @@ fn ctx() -> OptionsContext {
 
 #[tokio::test]
 async fn the_example_factory_returns_typed_options() {
+    for (path, version) in [(guests::SUPPORT_FACTORY, "0.3.0"), (guests::FACTORY_V1, "0.1.0")] {
+        let factory = sandbox().load_options_factory(path.as_ref(), &Manifests::default()).await.unwrap();
+        assert!(factory.has_cli_policy());
+        assert_eq!((factory.version(), factory.has_hooks()), (version, false));
+        assert_eq!(factory.has_review(), version == "0.3.0", "{version}");
+        let options = factory.build_options(&ctx()).await.unwrap().into_inner();
+        assert_eq!(options.model.as_deref(), Some("claude-sonnet-4-5"));
+        assert!(options.append_system_prompt.unwrap().contains("session-42"));
+        assert_eq!(options.tools, Some(vec!["Read".into(), "Grep".into(), "Bash".into()]));
+        assert_eq!(options.permission_mode.as_deref(), Some("default"));
+        assert_eq!(options.max_turns, Some(20));
+    }
+}
+
+#[tokio::test]
+async fn a_0_1_factory_still_decides_bash_calls() {
+    let factory =
+        sandbox().load_options_factory(guests::FACTORY_V1.as_ref(), &Manifests::default()).await.unwrap();
+    assert_eq!(
+        factory.decide_cli_tool("Bash", r#"{"command":"ls"}"#).await.unwrap(),
+        Some(CliToolDecision::Allow)
+    );
+    assert_eq!(factory.review_call(&refund("9", 1000), &[]).await.unwrap(), None, "0.1.0 reviews nothing");
+}
+
+fn refund(order_id: &str, amount_cents: u64) -> PendingCall {
+    PendingCall {
+        session_id: "session-42".into(),
+        turn_id: "turn-1".into(),
+        tool_call_id: "toolu_9".into(),
+        tool_name: "create_refund".into(),
+        arguments: json!({"order_id": order_id, "amount_cents": amount_cents}).to_string(),
+        effect: "non_idempotent_write".into(),
+    }
+}
+
+fn looked_up(order_id: &str, total_cents: u64) -> ToolRecord {
+    ToolRecord {
+        tool_name: "lookup_order".into(),
+        tool_call_id: format!("toolu_lookup_{order_id}"),
+        input: json!({"order_id": order_id}).to_string(),
+        status: ToolStatus::Succeeded,
+        output: Some(
+            json!({"order_id": order_id, "status": "delivered", "total_cents": total_cents, "currency": "EUR"})
+                .to_string(),
+        ),
+        error: None,
+    }
+}
+
+#[tokio::test]
+async fn the_example_factory_checks_a_refund_against_the_orders_total() {
     let factory = sandbox()
         .load_options_factory(guests::SUPPORT_FACTORY.as_ref(), &Manifests::default())
         .await
         .unwrap();
-    assert!(factory.has_cli_policy());
+    let recent = [looked_up("3", 1800), looked_up("9", 5400)];
+    let review = async |call: PendingCall| factory.review_call(&call, &recent).await.unwrap().unwrap();
     assert_eq!(
-        (factory.version(), factory.has_hooks()),
-        ("0.1.0", false),
-        "the example stays a 0.1.0 factory"
+        review(refund("9", 125_000)).await,
+        Review { risk: Some(Risk::High), notes: vec!["refund exceeds the order total of €54.00".into()] }
     );
-    let options = factory.build_options(&ctx()).await.unwrap().into_inner();
-    assert_eq!(options.model.as_deref(), Some("claude-sonnet-4-5"));
-    assert!(options.append_system_prompt.unwrap().contains("session-42"));
-    assert_eq!(options.tools, Some(vec!["Read".into(), "Grep".into(), "Bash".into()]));
-    assert_eq!(options.permission_mode.as_deref(), Some("default"));
-    assert_eq!(options.max_turns, Some(20));
+    assert_eq!(
+        review(refund("9", 5400)).await,
+        Review { risk: Some(Risk::Low), notes: vec!["refund is within the order total of €54.00".into()] }
+    );
+    let unknown = review(refund("12", 100)).await;
+    assert_eq!(unknown.risk, Some(Risk::Medium), "{unknown:?}");
+    assert!(unknown.notes[0].contains("order 12 was not looked up"), "{unknown:?}");
+    let big = [looked_up("9", 1_234_567)];
+    let thousands = factory.review_call(&refund("9", 2_000_000), &big).await.unwrap().unwrap();
+    assert_eq!(thousands.notes, ["refund exceeds the order total of €12,345.67"]);
+    let bash = PendingCall { tool_name: "Bash".into(), arguments: "{}".into(), ..refund("9", 1) };
+    assert_eq!(review(bash).await, Review { risk: Some(Risk::Low), notes: vec![] });
+}
+
+/// A review that traps, loops or refuses is an error for the caller to record as a failed
+/// review; one that answers too much is cut down; each call runs in a fresh instance, so a trap
+/// leaves the factory usable.
+#[tokio::test]
+async fn a_review_that_traps_loops_or_refuses_is_an_error_and_the_factory_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reviewer.wasm");
+    std::fs::copy(guests::REVIEWER_FACTORY, &path).unwrap();
+    std::fs::write(dir.path().join("reviewer.toml"), "timeout_ms = 1000\n").unwrap();
+    let factory = sandbox().load_options_factory(&path, &Manifests::default()).await.unwrap();
+    assert_eq!((factory.version(), factory.has_review(), factory.has_hooks()), ("0.3.0", true, false));
+    let call = |how: &str| PendingCall { arguments: json!({"review": how}).to_string(), ..refund("9", 1) };
+    let trapped = factory.review_call(&call("trap"), &[]).await.unwrap_err();
+    assert!(matches!(trapped, FactoryError::Call(_)), "{trapped}");
+    let started = std::time::Instant::now();
+    let looped = factory.review_call(&call("loop"), &[]).await.unwrap_err();
+    assert!(matches!(looped, FactoryError::Call(_)), "{looped}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "the time limit stopped it");
+    assert_eq!(
+        factory.review_call(&call("refuse"), &[]).await.unwrap_err(),
+        FactoryError::Refused("the review refused on purpose".into())
+    );
+    let flood = factory.review_call(&call("flood"), &[]).await.unwrap().unwrap();
+    assert_eq!((flood.risk, flood.notes.len()), (Some(Risk::High), 10));
+    assert!(flood.notes.iter().all(|note| note.chars().count() == 500));
+    let answered = factory.review_call(&call("ok"), &[looked_up("9", 5400)]).await.unwrap().unwrap();
+    assert_eq!(answered, Review { risk: Some(Risk::Medium), notes: vec!["lookup_order succeeded".into()] });
 }
 
 #[tokio::test]
@@ -65,8 +154,9 @@ async fn a_tool_component_is_not_an_options_factory() {
     let text = error.to_string();
     assert!(matches!(error, LoadError::WrongWorld { .. }), "{text}");
     assert!(
-        text.contains("tollgate:agent/options@0.2.0 or tollgate:agent/options@0.1.0")
-            && text.contains("tollgate:tool/tools@0.1.0"),
+        text.contains(
+            "tollgate:agent/options@0.3.0, tollgate:agent/options@0.2.0 or tollgate:agent/options@0.1.0"
+        ) && text.contains("tollgate:tool/tools@0.1.0"),
         "{text}"
     );
 }
@@ -124,10 +214,8 @@ async fn a_0_2_factory_names_its_hooks_in_its_options_and_runs_them() {
 
 #[tokio::test]
 async fn a_0_1_factory_runs_no_hooks() {
-    let factory = sandbox()
-        .load_options_factory(guests::SUPPORT_FACTORY.as_ref(), &Manifests::default())
-        .await
-        .unwrap();
+    let factory =
+        sandbox().load_options_factory(guests::FACTORY_V1.as_ref(), &Manifests::default()).await.unwrap();
     let stop = HookCall { event: Some(HookEvent::Stop), ..HookCall::default() };
     let error = factory.on_hook(&ctx(), &stop).await.unwrap_err();
     assert_eq!(error, FactoryError::Invalid("a 0.1.0 factory runs no hooks".into()));

@@ -466,6 +466,7 @@ async fn a_commit_applies_items_records_interrupts_steps_session_and_events_toge
         client_key: "r1".into(),
         resolution: j(r#"{"approved":true}"#),
         events: vec![],
+        partial_events: Vec::new(),
     })
     .await
     .unwrap();
@@ -582,11 +583,12 @@ async fn resolve_interrupt_queues_the_waiting_step_once_under_a_client_key(h: Ha
         client_key: key.into(),
         resolution: j(text),
         events: vec![event("interrupt_resolved", "{}")],
+        partial_events: Vec::new(),
     };
     let first = s.resolve_interrupt(decide("k1", r#"{"approved":true}"#)).await.unwrap();
-    assert_eq!(first, ResolveReceipt { step_id: Some(waiting), replayed: false });
+    assert_eq!(first, ResolveReceipt { step_id: Some(waiting), replayed: false, partial: None });
     let again = s.resolve_interrupt(decide("k1", r#"{"approved":true}"#)).await.unwrap();
-    assert_eq!(again, ResolveReceipt { step_id: Some(waiting), replayed: true });
+    assert_eq!(again, ResolveReceipt { step_id: Some(waiting), replayed: true, partial: None });
     assert_eq!(s.read_events("s", 0, 10).await.unwrap().len(), 1, "the repeat wrote nothing");
     let other = s.resolve_interrupt(decide("k2", r#"{"approved":false}"#)).await;
     match other {
@@ -765,6 +767,7 @@ async fn open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated
         client_key: "k".into(),
         resolution: j("true"),
         events: vec![],
+        partial_events: Vec::new(),
     })
     .await
     .unwrap();
@@ -933,6 +936,7 @@ async fn sessions_waiting_for_approval_are_rows_only(h: Harness) {
         client_key: "k".into(),
         resolution: j("true"),
         events: vec![],
+        partial_events: Vec::new(),
     })
     .await
     .unwrap();
@@ -1085,10 +1089,11 @@ async fn interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_deci
         client_key: format!("k-{id}"),
         resolution: j(text),
         events: Vec::new(),
+        partial_events: Vec::new(),
     };
     // Decided ahead: no step waits on it, nothing is queued.
     let ahead = s.resolve_interrupt(decide("i2", r#"{"approved":true}"#)).await.unwrap();
-    assert_eq!(ahead, ResolveReceipt { step_id: None, replayed: false });
+    assert_eq!(ahead, ResolveReceipt { step_id: None, replayed: false, partial: None });
     s.resolve_interrupt(decide("i1", r#"{"approved":true}"#)).await.unwrap();
     let resumed = s.claim("w1", LONG).await.unwrap().expect("the waiting step");
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use tollgate_claude::{CliBinary, CliLocator};
-use tollgate_engine::events::{EventKind, Payload};
+use tollgate_engine::events::{EventKind, InterruptOpened, Payload};
 use tollgate_engine::session::client::Decision;
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::{Payments, Received};
@@ -204,7 +204,7 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                     println!("  <- {} {}", call.tool_name, call.status);
                 }
                 Payload::InterruptOpened(opened) => {
-                    let (id, request) = (opened.interrupt_id, opened.request);
+                    let InterruptOpened { interrupt_id: id, request } = *opened;
                     println!(
                         "  || {} {} waits for approval: the segment ended, no process is held, the session is a row.",
                         request.tool_name, request.arguments

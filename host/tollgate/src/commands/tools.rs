@@ -175,12 +175,13 @@ pub async fn check(dir: &Path, sandbox: Sandbox) -> anyhow::Result<ExitCode> {
         let options = factory.build_options(&ctx).await?;
         writeln!(
             out,
-            "options factory ({}): model {}, permission mode {}, built-in tools {}{}",
+            "options factory ({}): model {}, permission mode {}, built-in tools {}{}{}",
             factory_path.display(),
             options.model.as_deref().unwrap_or("default"),
             options.permission_mode.as_deref().unwrap_or("default"),
             options.tools.as_ref().map_or("default".into(), |t| t.join(", ")),
-            if factory.has_cli_policy() { ", decides built-in tool calls" } else { "" }
+            if factory.has_cli_policy() { ", decides built-in tool calls" } else { "" },
+            if factory.has_review() { ", reviews calls before approval" } else { "" }
         )?;
         for line in factory.manifest().describe() {
             writeln!(out, "  {line}")?;

@@ -42,6 +42,7 @@ mod failures;
 mod images;
 mod inbox;
 mod live_text;
+mod review;
 mod volume;
 
 use tollgate_testing::{park, served, world};

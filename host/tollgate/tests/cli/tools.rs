@@ -114,7 +114,12 @@ fn check_prints_each_components_grants_and_the_factorys_options() {
     assert!(stdout.contains("outbound: https://payments.example.com"), "{stdout}");
     assert!(stdout.contains("config: PAYMENTS_URL (env TOLLGATE_TEST_PAYMENTS_URL, unset)"), "{stdout}");
     assert!(stdout.contains("limits: memory 64 MiB"), "{stdout}");
-    assert!(stdout.contains("options factory") && stdout.contains("decides built-in tool calls"), "{stdout}");
+    assert!(
+        stdout.contains("options factory")
+            && stdout.contains("decides built-in tool calls")
+            && stdout.contains("reviews calls before approval"),
+        "{stdout}"
+    );
     assert!(stdout.trim_end().ends_with("ok: 2 components, 2 tools"), "{stdout}");
 }
 

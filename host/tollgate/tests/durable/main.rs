@@ -40,6 +40,8 @@
 //! - `chaos`: the chaos soak's small form (harness and checker in `tollgate_testing::chaos`, shared
 //!   with `benches/chaos.rs`).
 //! - `logins`: a Worker whose only credential is a subscription's `CLAUDE_CODE_OAUTH_TOKEN`.
+//! - `review`: the options factory's review of a refund (over the order's total: high risk, two
+//!   approvers; within it: low risk), and a review that traps or loops.
 //! - `matrix`: the reference adapters' crash matrix (docs/ARCHITECTURE.md, "Glossary").
 //! - `inline_writes`: an approval-free idempotent write run inline in one CLI process, its record
 //!   committed before the CLI reads it; SIGKILL before and after that commit.
@@ -85,6 +87,7 @@ mod lifecycle;
 mod logins;
 mod matrix;
 mod outage;
+mod review;
 mod sandbox;
 mod scale;
 mod secrets;

@@ -49,6 +49,7 @@
 
 mod cancel;
 mod inline_writes;
+mod review;
 mod run_model;
 mod tool_steps;
 mod warm;

@@ -240,6 +240,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     turn::with_deadlines(&mut transition, &worker.agent.config.policies);
     // ... and the sentence an approver reads first.
     turn::with_summaries(&mut transition, &worker.agent.config.policies);
+    // ... and the factory's review of the call, with the approvers a high risk needs.
+    super::review::review_approvals(worker, session_id, &mut transition, &calls).await;
     // ... and the schema an approver's edit must fit.
     if !transition.interrupts.is_empty() {
         let custom = tool_set.as_ref().map(|tools| tools.tools()).unwrap_or_default();

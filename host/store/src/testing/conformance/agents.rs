@@ -215,6 +215,7 @@ async fn upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_recor
         client_key: "k".into(),
         resolution: j("true"),
         events: vec![],
+        partial_events: Vec::new(),
     })
     .await
     .unwrap();

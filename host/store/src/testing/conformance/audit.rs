@@ -17,7 +17,117 @@ pub const CASES: &[(&str, Case)] = &[
     ("the_audit_trail_is_paged_and_filtered_by_session_principal_and_time", |h| {
         Box::pin(the_audit_trail_is_paged_and_filtered_by_session_principal_and_time(h))
     }),
+    ("an_interrupt_needing_two_approvers_counts_each_principal_once", |h| {
+        Box::pin(an_interrupt_needing_two_approvers_counts_each_principal_once(h))
+    }),
+    ("approvers_deciding_at_once_are_counted_one_after_the_other", |h| {
+        Box::pin(approvers_deciding_at_once_are_counted_one_after_the_other(h))
+    }),
 ];
+
+/// A session `id` parked on interrupt `i1`, whose request asks for `required` approvers.
+async fn parked_needing(store: &dyn Store, id: &str, required: u32) {
+    let c = claimed_session(store, id).await;
+    let mut park = parked_on_i1();
+    park.interrupts[0].request = j(&format!(r#"{{"approvals_required":{required}}}"#));
+    store.commit(&c, park).await.expect("park on i1");
+}
+
+fn approve(session: &str, key: &str) -> Resolution {
+    Resolution {
+        partial_events: vec![event("decision_recorded", r#"{"decision":"partially_approved"}"#)],
+        ..decide(session, key, true)
+    }
+}
+
+async fn an_interrupt_needing_two_approvers_counts_each_principal_once(h: Harness) {
+    let s = &*h.store;
+    // Both parked first: a resolved interrupt queues its session's step, which the next claim
+    // would take.
+    parked_needing(s, "m", 2).await;
+    parked_needing(s, "r", 2).await;
+    let approved = AuditDecision::Approved;
+    let first = s.audit().resolve_interrupt_as(approve("m", "k1"), entry("alice", approved)).await.unwrap();
+    assert_eq!(first.partial, Some(PartialApproval { approvals: 1, required: 2 }));
+    assert_eq!((first.replayed, first.step_id), (false, None), "nothing resumes yet");
+    let open = s.interrupt("m", "i1").await.unwrap().expect("open");
+    assert!(open.resolution.is_none(), "one approval of two leaves it open");
+    assert_eq!(open.approvals.iter().map(|a| a.principal.as_str()).collect::<Vec<_>>(), ["alice"]);
+    let rows = s.audit().audit_entries(&AuditQuery::default()).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|r| (r.principal.as_str(), r.decision)).collect::<Vec<_>>(),
+        [("alice", AuditDecision::PartiallyApproved)]
+    );
+    let events = s.read_events("m", 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1, "the partial approval's event, not the resolution's: {events:?}");
+    // The same request again is a replay; the same principal under another key is refused.
+    let again = s.audit().resolve_interrupt_as(approve("m", "k1"), entry("alice", approved)).await.unwrap();
+    assert_eq!((again.replayed, again.partial), (true, first.partial));
+    let twice = s.audit().resolve_interrupt_as(approve("m", "k2"), entry("alice", approved)).await;
+    assert!(
+        matches!(&twice, Err(StoreError::AlreadyApprovedBy { principal, required: 2, .. }) if principal == "alice"),
+        "{twice:?}"
+    );
+    assert_eq!(h.count("SELECT count(*) FROM audit").await, 1, "nothing written by either");
+    // A second principal decides it.
+    let second = s.audit().resolve_interrupt_as(approve("m", "k3"), entry("bob", approved)).await.unwrap();
+    assert_eq!((second.partial, second.replayed), (None, false));
+    assert!(second.step_id.is_some(), "the waiting step resumes");
+    let resolved = s.interrupt("m", "i1").await.unwrap().expect("resolved");
+    assert_eq!(resolved.resolution.map(|r| r.get().to_owned()).as_deref(), Some(r#"{"approved":true}"#));
+    let rows = s.audit().audit_entries(&AuditQuery::default()).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|r| (r.principal.as_str(), r.decision)).collect::<Vec<_>>(),
+        [("alice", AuditDecision::PartiallyApproved), ("bob", AuditDecision::Approved)]
+    );
+    // A rejection after a partial approval closes the interrupt at once.
+    s.audit().resolve_interrupt_as(approve("r", "k1"), entry("alice", approved)).await.unwrap();
+    let no = s
+        .audit()
+        .resolve_interrupt_as(decide("r", "k2", false), entry("carol", AuditDecision::Rejected))
+        .await;
+    assert_eq!(no.unwrap().partial, None);
+    let closed = s.interrupt("r", "i1").await.unwrap().expect("resolved");
+    assert_eq!(closed.resolution.map(|r| r.get().to_owned()).as_deref(), Some(r#"{"approved":false}"#));
+}
+
+async fn approvers_deciding_at_once_are_counted_one_after_the_other(h: Harness) {
+    let s = &*h.store;
+    for (session, required) in [("two", 2), ("three", 3)] {
+        parked_needing(s, session, required).await;
+    }
+    for (session, required) in [("two", 2), ("three", 3)] {
+        if required == 3 {
+            s.audit()
+                .resolve_interrupt_as(approve(session, "k0"), entry("alice", AuditDecision::Approved))
+                .await
+                .unwrap();
+        }
+        let (bob, carol) = tokio::join!(
+            s.audit().resolve_interrupt_as(approve(session, "kb"), entry("bob", AuditDecision::Approved)),
+            s.audit().resolve_interrupt_as(approve(session, "kc"), entry("carol", AuditDecision::Approved)),
+        );
+        let receipts = [bob.unwrap(), carol.unwrap()];
+        let partial = receipts.iter().filter(|r| r.partial.is_some()).count();
+        assert_eq!(partial, 1, "{session}: one counted first, the other decided: {receipts:?}");
+        let counted = receipts.iter().find_map(|r| r.partial).unwrap();
+        assert_eq!(counted, PartialApproval { approvals: required - 1, required }, "{session}");
+        let resolved = s.interrupt(session, "i1").await.unwrap().expect("resolved");
+        assert!(resolved.resolution.is_some(), "{session}: the last approval decided it");
+        let rows = s
+            .audit()
+            .audit_entries(&AuditQuery { session_id: Some(session.into()), ..AuditQuery::default() })
+            .await
+            .unwrap();
+        let approved = rows.iter().filter(|r| r.decision == AuditDecision::Approved).count();
+        let partly = rows.iter().filter(|r| r.decision == AuditDecision::PartiallyApproved).count();
+        assert_eq!(
+            (approved, partly),
+            (1, required as usize - 1),
+            "{session}: none lost, none twice: {rows:?}"
+        );
+    }
+}
 
 fn session(id: &str) -> NewSession {
     NewSession {
@@ -47,6 +157,7 @@ fn decide(session: &str, key: &str, approved: bool) -> Resolution {
         client_key: key.into(),
         resolution: j(&format!(r#"{{"approved":{approved}}}"#)),
         events: vec![event("interrupt_resolved", "{}")],
+        partial_events: Vec::new(),
     }
 }
 

@@ -107,6 +107,7 @@ async fn a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_co
         client_key: key.into(),
         resolution: j(r#"{"approved":true}"#),
         events: vec![event("interrupt_resolved", "{}")],
+        partial_events: Vec::new(),
     };
     let refused = s.resolve_interrupt(decide("k1")).await;
     assert!(

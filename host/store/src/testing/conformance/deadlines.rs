@@ -61,6 +61,7 @@ fn rejection(session: &str, key: &str) -> Resolution {
         client_key: key.into(),
         resolution: j(r#"{"approved":false,"message":"no decision in time"}"#),
         events: vec![event("interrupt_resolved", r#"{"interrupt_id":"i1"}"#)],
+        partial_events: Vec::new(),
     }
 }
 

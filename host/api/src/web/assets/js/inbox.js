@@ -409,6 +409,25 @@ function build(item) {
     : el('header', {}, el('h3', { id: titleId, text: item.tool_name }), ...badges);
   card.append(header);
 
+  // The options factory's review, above the arguments: the risk in words (never colour alone),
+  // how many approvers it needs and who approved so far, then its notes.
+  const review = field(item, 'review');
+  const required = field(item, 'approvals_required') || 1;
+  if (review || required > 1) {
+    const risk = review ? review.risk || 'unknown' : 'unknown';
+    const label = risk === 'unknown' ? 'Risk unknown' : `${risk[0].toUpperCase()}${risk.slice(1)} risk`;
+    const approvals = item.approvals || [];
+    const progress = required > 1
+      ? el('span', { class: 'approvals' }, ` \u00b7 ${approvals.length} of ${required} approvals`,
+        approvals.length ? ` (approved by ${approvals.map((a) => a.principal).join(', ')})` : '')
+      : null;
+    const notes = review && review.notes.length
+      ? el('ul', { class: 'notes' }, ...review.notes.map((note) => el('li', { text: note })))
+      : null;
+    card.append(el('div', { class: `review risk-${risk}` },
+      el('p', { class: 'risk-line' }, el('strong', { class: `risk risk-${risk}`, text: label }), progress), notes));
+  }
+
   const approvers = field(item, 'approvers') || [];
   const facts = el('dl', { class: 'facts' },
     el('dt', { text: 'Session' }),
