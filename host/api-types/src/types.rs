@@ -355,6 +355,16 @@ pub struct InterruptsQuery {
     pub agent: Option<String>,
 }
 
+/// The query of `GET /v1/attention`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AttentionQuery {
+    /// The most to list (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
 /// The query of `GET /v1/sessions/{id}/events`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -584,6 +594,9 @@ pub enum AuditDecision {
     /// An approval that counted but did not decide yet: the call's review found it high risk and
     /// its policy asks for more approvers (`high_risk_approvers`).
     PartiallyApproved,
+    /// A tool call that needed attention (outcome unknown, or failed) was marked checked
+    /// (principal: who checked; `interrupt_id` is the call's id; `reason` their note).
+    Checked,
 }
 
 /// One approval of a call that needs several approvers, made before the last one decided it.
@@ -739,6 +752,65 @@ pub struct ToolCall {
     pub tool_name: String,
     /// The turn that made it.
     pub turn_id: String,
+    /// Who marked it checked, when its outcome was unknown or it failed (`POST
+    /// /v1/sessions/{id}/calls/{call}/check`); omitted until someone did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<CallCheck>,
+}
+
+/// A person's mark that a tool call which needed attention (its outcome unknown, or failed) was
+/// checked: what they found is their note. Audited (decision `checked`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct CallCheck {
+    /// Who checked it.
+    pub checked_by: String,
+    /// When (ms since the epoch, database clock).
+    pub checked_at: i64,
+    /// What they found; omitted when they wrote nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The body of `POST /v1/sessions/{id}/calls/{call}/check`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    /// What the checker found (e.g. "no refund r_12 in the payments log; retried by hand"), at
+    /// most 4096 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 4096)]
+    pub note: Option<String>,
+}
+
+/// The answer of `POST /v1/sessions/{id}/calls/{call}/check`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct CheckReceipt {
+    /// The call's mark: this one, or the one made first.
+    pub check: CallCheck,
+    /// The call was marked before (by anyone): nothing was written.
+    pub replayed: bool,
+}
+
+/// A tool call that needs attention: its outcome is unknown (it may have taken effect) or it
+/// failed, and nobody marked it checked.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AttentionItem {
+    /// The session.
+    pub session_id: String,
+    /// The session's agent, when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The call.
+    pub call: ToolCall,
+    /// When its record last changed (ms since the epoch, database clock).
+    pub updated_at: i64,
+}
+
+/// The answer of `GET /v1/attention`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AttentionList {
+    /// The calls that need attention, oldest change first (at most `limit`).
+    pub calls: Vec<AttentionItem>,
 }
 
 /// A page of `GET /v1/sessions`, by id.
@@ -1208,6 +1280,10 @@ pub enum ErrorCode {
     InterruptExpired,
     /// 409: the principal already approved this call, which needs several different approvers.
     AlreadyApproved,
+    /// 404: the session has no tool call with that id.
+    ToolCallNotFound,
+    /// 409: the tool call needs no attention (its outcome is known and it did not fail).
+    NothingToCheck,
     /// 409: the idempotency key was used for another request.
     IdempotencyConflict,
     /// 409: the session is running a step.
@@ -1257,6 +1333,8 @@ impl ErrorCode {
             ErrorCode::InterruptAlreadyResolved => "interrupt_already_resolved",
             ErrorCode::InterruptExpired => "interrupt_expired",
             ErrorCode::AlreadyApproved => "already_approved",
+            ErrorCode::ToolCallNotFound => "tool_call_not_found",
+            ErrorCode::NothingToCheck => "nothing_to_check",
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::SessionBusy => "session_busy",
             ErrorCode::NoTurnRunning => "no_turn_running",
@@ -1359,6 +1437,7 @@ mod tests {
             tool_call_id: "toolu_1".into(),
             tool_name: "create_refund".into(),
             turn_id: "t1".into(),
+            checked: None,
         };
         let started = ToolCall { state: CallState::Started { attempt: 2 }, ..call.clone() };
         let snapshot = Snapshot {
@@ -1420,6 +1499,8 @@ mod tests {
             ErrorCode::InterruptAlreadyResolved,
             ErrorCode::InterruptExpired,
             ErrorCode::AlreadyApproved,
+            ErrorCode::ToolCallNotFound,
+            ErrorCode::NothingToCheck,
             ErrorCode::IdempotencyConflict,
             ErrorCode::SessionBusy,
             ErrorCode::NoTurnRunning,

@@ -18,8 +18,9 @@ use crate::auth;
 use crate::convert;
 use crate::edits;
 use tollgate_api_types::types::{
-    AuditDecision, AuditRecord, CancelReceipt, CancelRequested, DecidedAhead, Grant, GrantRevocation,
-    LiveText, Message, PendingApproval, RevokeReceipt, SessionGrant, Snapshot, ToolCall, TurnCancelled,
+    AttentionItem, AuditDecision, AuditRecord, CallCheck, CancelReceipt, CancelRequested, CheckReceipt,
+    DecidedAhead, Grant, GrantRevocation, LiveText, Message, PendingApproval, RevokeReceipt, SessionGrant,
+    Snapshot, ToolCall, TurnCancelled,
 };
 
 /// A client call that failed.
@@ -609,6 +610,7 @@ pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
             tollgate_store::AuditDecision::Revoked => AuditDecision::Revoked,
             tollgate_store::AuditDecision::Cancelled => AuditDecision::Cancelled,
             tollgate_store::AuditDecision::PartiallyApproved => AuditDecision::PartiallyApproved,
+            tollgate_store::AuditDecision::Checked => AuditDecision::Checked,
         },
         reason: entry.reason,
         tool_name: entry.tool_name,
@@ -664,8 +666,16 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         .into_iter()
         .map(session_grant)
         .collect();
+    let mut checks: std::collections::BTreeMap<String, CallCheck> = store
+        .audit()
+        .call_checks(session_id)
+        .await?
+        .into_iter()
+        .map(|c| (c.tool_call_id.clone(), call_check(c)))
+        .collect();
     for entry in entries {
-        let call = tool_call(entry);
+        let mut call = tool_call(entry);
+        call.checked = checks.remove(&call.tool_call_id);
         // A call waiting on an interrupt opened ahead in its batch: that one is listed below.
         if call.state == CallState::PendingApproval && call.decided_ahead.is_none() {
             let open = store.interrupt(session_id, &call.tool_call_id).await?;
@@ -879,7 +889,51 @@ fn tool_call(call: CallEntry) -> ToolCall {
         tool_call_id: call.tool_call_id,
         tool_name: call.tool_name,
         turn_id: call.turn_id,
+        checked: None,
     }
+}
+
+/// A stored check mark as the API shows it.
+fn call_check(check: tollgate_store::CallCheck) -> CallCheck {
+    CallCheck { checked_by: check.checked_by, checked_at: check.checked_at, note: check.note }
+}
+
+/// Marks tool call `tool_call_id` of the session checked by `principal` (audited).
+///
+/// # Errors
+/// The call does not exist or needs no attention, the note is too long, or the store failed.
+pub async fn mark_checked(
+    store: &dyn Store,
+    session_id: &str,
+    tool_call_id: &str,
+    principal: &str,
+    note: Option<String>,
+) -> Result<CheckReceipt, StoreError> {
+    let mark = tollgate_store::CheckMark {
+        session_id: session_id.to_owned(),
+        tool_call_id: tool_call_id.to_owned(),
+        principal: principal.to_owned(),
+        note,
+    };
+    let receipt = store.audit().mark_checked(mark).await?;
+    Ok(CheckReceipt { check: call_check(receipt.check), replayed: receipt.replayed })
+}
+
+/// Up to `limit` tool calls across sessions that need attention, oldest change first.
+///
+/// # Errors
+/// The store failed, or a record is corrupt.
+pub async fn attention(store: &dyn Store, limit: i64) -> Result<Vec<AttentionItem>, ClientError> {
+    let mut calls = Vec::new();
+    for row in store.audit().calls_needing_attention(limit).await? {
+        calls.push(AttentionItem {
+            call: tool_call(CallEntry::parse(row.record.get())?),
+            session_id: row.session_id,
+            agent: row.agent_name,
+            updated_at: row.updated_at,
+        });
+    }
+    Ok(calls)
 }
 
 /// The session's conversation for its snapshot: the store's projection of it (a few small rows,

@@ -27,7 +27,7 @@ use serde_json::value::RawValue;
 use sqlx::{Row, Transaction};
 use tollgate_store_macros::sqlx_bounds;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Durability};
 use crate::dialect::Dialect;
 use crate::error::{check_row_version, stored_json};
 use crate::*;
@@ -57,11 +57,15 @@ pub enum AuditDecision {
     /// An approval that counted but did not decide yet (schema 15): the interrupt's request asks
     /// for more approvers (`approvals_required`) than have approved so far.
     PartiallyApproved,
+    /// A person marked a tool call that needed attention (its outcome unknown, or failed) as
+    /// checked (schema 16; [`AuditLog::mark_checked`]): the row's `interrupt_id` holds the tool
+    /// call's id, its reason the person's note.
+    Checked,
 }
 
 impl AuditDecision {
     /// Every decision, in the order of the schema's CHECK.
-    pub const ALL: [AuditDecision; 7] = [
+    pub const ALL: [AuditDecision; 8] = [
         AuditDecision::Approved,
         AuditDecision::Rejected,
         AuditDecision::Escalated,
@@ -69,10 +73,11 @@ impl AuditDecision {
         AuditDecision::Revoked,
         AuditDecision::Cancelled,
         AuditDecision::PartiallyApproved,
+        AuditDecision::Checked,
     ];
 
-    /// The stored name: `approved`, `rejected`, `escalated`, `expired`, `revoked`, `cancelled` or
-    /// `partially_approved`.
+    /// The stored name: `approved`, `rejected`, `escalated`, `expired`, `revoked`, `cancelled`,
+    /// `partially_approved` or `checked`.
     pub fn as_str(self) -> &'static str {
         match self {
             AuditDecision::Approved => "approved",
@@ -82,6 +87,7 @@ impl AuditDecision {
             AuditDecision::Revoked => "revoked",
             AuditDecision::Cancelled => "cancelled",
             AuditDecision::PartiallyApproved => "partially_approved",
+            AuditDecision::Checked => "checked",
         }
     }
 
@@ -106,6 +112,59 @@ pub struct NewAuditEntry {
     pub input: Option<Box<RawValue>>,
     /// The input the decider replaced it with, when they edited it.
     pub edited_input: Option<Box<RawValue>>,
+}
+
+/// A person's mark that a tool call needing attention was checked ([`AuditLog::mark_checked`]).
+#[derive(Clone, Debug)]
+pub struct CheckMark {
+    /// The session.
+    pub session_id: String,
+    /// The tool call (its record must be `outcome_unknown` or `failed`).
+    pub tool_call_id: String,
+    /// Who checked it (1 to [`MAX_AUDIT_TEXT`] bytes).
+    pub principal: String,
+    /// What they found (at most [`MAX_AUDIT_TEXT`] bytes).
+    pub note: Option<String>,
+}
+
+/// A tool call's check mark, as stored (schema 16).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallCheck {
+    /// The tool call.
+    pub tool_call_id: String,
+    /// Who checked it.
+    pub checked_by: String,
+    /// Their note.
+    pub note: Option<String>,
+    /// When (database clock, ms).
+    pub checked_at: i64,
+}
+
+/// What [`AuditLog::mark_checked`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckReceipt {
+    /// The call's mark: this one, or the one stored first.
+    pub check: CallCheck,
+    /// The call was already marked (by anyone): nothing was written.
+    pub replayed: bool,
+}
+
+/// A tool call that needs attention: its outcome is unknown or it failed, and nobody marked it
+/// checked ([`AuditLog::calls_needing_attention`]).
+#[derive(Clone, Debug)]
+pub struct AttentionCall {
+    /// The session.
+    pub session_id: String,
+    /// The session's agent, when it names one.
+    pub agent_name: Option<String>,
+    /// The tool call.
+    pub tool_call_id: String,
+    /// `outcome_unknown` or `failed`.
+    pub status: String,
+    /// Its record, byte for byte.
+    pub record: Box<RawValue>,
+    /// When the record last changed (database clock, ms).
+    pub updated_at: i64,
 }
 
 /// One row of the audit trail.
@@ -215,6 +274,22 @@ pub trait AuditLog: Send + Sync {
 
     /// A page of the trail (see [`AuditQuery`]).
     async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// Marks a tool call that needs attention as checked, and records a
+    /// [`AuditDecision::Checked`] row, in one transaction. A call marked before (by anyone) keeps
+    /// its first mark: `replayed`, nothing written.
+    ///
+    /// # Errors
+    /// [`StoreError::ToolCallNotFound`]; [`StoreError::NothingToCheck`] when its record is neither
+    /// `outcome_unknown` nor `failed`; [`StoreError::Invalid`] for a principal or note out of
+    /// bounds. Nothing is written then.
+    async fn mark_checked(&self, mark: CheckMark) -> Result<CheckReceipt, StoreError>;
+
+    /// Up to `limit` tool calls of every session that need attention, oldest change first.
+    async fn calls_needing_attention(&self, limit: i64) -> Result<Vec<AttentionCall>, StoreError>;
+
+    /// The check marks of the session's tool calls.
+    async fn call_checks(&self, session_id: &str) -> Result<Vec<CallCheck>, StoreError>;
 }
 
 /// The audit statements of one dialect, rendered once.
@@ -229,6 +304,17 @@ pub(crate) struct AuditStatements {
     /// Up to `$6` rows after id `$1`, filtered by session `$2`, principal `$3`, since `$4`, until
     /// `$5` (each unless null).
     list: &'static str,
+    /// Tool call `$2` of session `$1`: its status and record.
+    call_status: &'static str,
+    /// The check mark of tool call `$2` of session `$1`.
+    check_of: &'static str,
+    /// Marks tool call `$2` of session `$1` checked by `$4` with note `$5` at DB-now (`$3` the row
+    /// version), returning the time.
+    insert_check: &'static str,
+    /// Up to `$1` calls that need attention, oldest change first.
+    attention: &'static str,
+    /// The check marks of session `$1`.
+    checks: &'static str,
 }
 
 impl AuditStatements {
@@ -252,6 +338,21 @@ impl AuditStatements {
                  WHERE audit_id > $1 AND ($2 IS NULL OR session_id = $2) AND ($3 IS NULL OR principal = $3)
                      AND ($4 IS NULL OR decided_at >= $4) AND ($5 IS NULL OR decided_at < $5)
                  ORDER BY audit_id LIMIT $6",
+            call_status: "SELECT status, record FROM tool_calls WHERE session_id = $1 AND tool_call_id = $2",
+            check_of: "SELECT tool_call_id, checked_by, note, checked_at FROM checked_calls
+                 WHERE session_id = $1 AND tool_call_id = $2",
+            insert_check: keep(format!(
+                "INSERT INTO checked_calls (session_id, tool_call_id, row_version, checked_by, note, checked_at)
+                 VALUES ($1, $2, $3, $4, $5, {now}) RETURNING checked_at"
+            )),
+            attention: "SELECT t.session_id, s.agent_name, t.tool_call_id, t.status, t.record, t.updated_at
+                 FROM tool_calls t JOIN sessions s ON s.session_id = t.session_id
+                 WHERE t.status IN ('outcome_unknown', 'failed')
+                     AND NOT EXISTS (SELECT 1 FROM checked_calls c
+                         WHERE c.session_id = t.session_id AND c.tool_call_id = t.tool_call_id)
+                 ORDER BY t.updated_at, t.session_id, t.tool_call_id LIMIT $1",
+            checks: "SELECT tool_call_id, checked_by, note, checked_at FROM checked_calls
+                 WHERE session_id = $1 ORDER BY checked_at, tool_call_id",
         }
     }
 }
@@ -408,4 +509,118 @@ where
             })
             .collect()
     }
+
+    async fn mark_checked(&self, mark: CheckMark) -> Result<CheckReceipt, StoreError> {
+        check_entry(&NewAuditEntry {
+            principal: mark.principal.clone(),
+            decision: AuditDecision::Checked,
+            reason: mark.note.clone(),
+            tool_name: None,
+            input: None,
+            edited_input: None,
+        })?;
+        self.write(Durability::Synced, move |tx| {
+            Box::pin(async move { mark_checked_in::<DB>(tx, mark).await })
+        })
+        .await
+    }
+
+    async fn calls_needing_attention(&self, limit: i64) -> Result<Vec<AttentionCall>, StoreError> {
+        let rows = sqlx::query(statements::<DB>().attention).bind(limit).fetch_all(self.read_pool()).await?;
+        rows.iter()
+            .map(|row| {
+                let session_id: String = row.try_get("session_id")?;
+                let tool_call_id: String = row.try_get("tool_call_id")?;
+                let key = format!("{session_id}/{tool_call_id}");
+                Ok(AttentionCall {
+                    agent_name: row.try_get("agent_name")?,
+                    status: row.try_get("status")?,
+                    record: stored_json("tool_calls", &key, "record", row.try_get("record")?)?,
+                    updated_at: row.try_get("updated_at")?,
+                    session_id,
+                    tool_call_id,
+                })
+            })
+            .collect()
+    }
+
+    async fn call_checks(&self, session_id: &str) -> Result<Vec<CallCheck>, StoreError> {
+        let rows =
+            sqlx::query(statements::<DB>().checks).bind(session_id).fetch_all(self.read_pool()).await?;
+        rows.iter().map(|row| call_check(row)).collect()
+    }
+}
+
+/// A check mark read from its row.
+fn call_check<R: Row>(row: &R) -> Result<CallCheck, StoreError>
+where
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(CallCheck {
+        tool_call_id: row.try_get("tool_call_id")?,
+        checked_by: row.try_get("checked_by")?,
+        note: row.try_get("note")?,
+        checked_at: row.try_get("checked_at")?,
+    })
+}
+
+/// [`AuditLog::mark_checked`] inside its transaction.
+#[sqlx_bounds(DB)]
+async fn mark_checked_in<DB>(
+    tx: &mut Transaction<'_, DB>,
+    mark: CheckMark,
+) -> Result<CheckReceipt, StoreError>
+where
+    DB: Dialect,
+{
+    let sql = statements::<DB>();
+    let (sid, call) = (mark.session_id.as_str(), mark.tool_call_id.as_str());
+    let Some(row) = sqlx::query(sql.call_status).bind(sid).bind(call).fetch_optional(&mut **tx).await? else {
+        return Err(StoreError::ToolCallNotFound {
+            session_id: sid.to_owned(),
+            tool_call_id: call.to_owned(),
+        });
+    };
+    let status: String = row.try_get("status")?;
+    let record: String = row.try_get("record")?;
+    if let Some(first) = sqlx::query(sql.check_of).bind(sid).bind(call).fetch_optional(&mut **tx).await? {
+        return Ok(CheckReceipt { check: call_check(&first)?, replayed: true });
+    }
+    if status != "outcome_unknown" && status != "failed" {
+        return Err(StoreError::NothingToCheck {
+            session_id: sid.to_owned(),
+            tool_call_id: call.to_owned(),
+            status,
+        });
+    }
+    let checked_at: i64 = sqlx::query(sql.insert_check)
+        .bind(sid)
+        .bind(call)
+        .bind(ROW_VERSION)
+        .bind(mark.principal.as_str())
+        .bind(mark.note.as_deref())
+        .fetch_one(&mut **tx)
+        .await?
+        .try_get("checked_at")?;
+    // The record names the tool and its arguments; the trail keeps them beside the mark.
+    let fields: serde_json::Value = serde_json::from_str(&record).unwrap_or_default();
+    let entry = NewAuditEntry {
+        principal: mark.principal.clone(),
+        decision: AuditDecision::Checked,
+        reason: mark.note.clone(),
+        tool_name: fields["tool_name"].as_str().map(str::to_owned),
+        input: fields.get("arguments").and_then(|a| RawValue::from_string(a.to_string()).ok()),
+        edited_input: None,
+    };
+    insert(tx, sid, call, &entry).await?;
+    let check = CallCheck {
+        tool_call_id: mark.tool_call_id,
+        checked_by: mark.principal,
+        note: mark.note,
+        checked_at,
+    };
+    Ok(CheckReceipt { check, replayed: false })
 }

@@ -173,6 +173,27 @@ pub enum StoreError {
         /// Who asked to cancel.
         requested_by: String,
     },
+    /// No tool call with this ID in the session.
+    #[error("no tool call `{tool_call_id}` in session `{session_id}`")]
+    ToolCallNotFound {
+        /// The session.
+        session_id: String,
+        /// The tool call ID asked for.
+        tool_call_id: String,
+    },
+    /// A check mark was asked for a tool call that needs no attention: its outcome is known and
+    /// it did not fail. Nothing was written.
+    #[error(
+        "tool call `{tool_call_id}` of session `{session_id}` is `{status}`: only an `outcome_unknown` or `failed` call is marked checked; nothing was written"
+    )]
+    NothingToCheck {
+        /// The session.
+        session_id: String,
+        /// The tool call.
+        tool_call_id: String,
+        /// Its status.
+        status: String,
+    },
     /// The caller passed something the store refuses (e.g. a run state without a `version`).
     #[error("invalid input: {what}")]
     Invalid {

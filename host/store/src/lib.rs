@@ -72,7 +72,9 @@
 //! (`bundle_files` by digest, `agent_versions` PK `(name, version)` unique `(name, digest)`,
 //! `agent_current`; see [`versions`]); migration 0015 `interrupts.approvals`, the approvals so far
 //! of an interrupt that needs several approvers, and the audit trail's `partially_approved`
-//! decision (see [`AuditLog::resolve_interrupt_as`]). JSON columns are `text` on both backends
+//! decision (see [`AuditLog::resolve_interrupt_as`]); migration 0016 `checked_calls` (PK
+//! `(session_id, tool_call_id)`), the check marks of tool calls that needed attention, a partial
+//! index of the calls that do, and the trail's `checked` decision (see [`AuditLog::mark_checked`]). JSON columns are `text` on both backends
 //! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -114,7 +116,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use agents::{AgentRegistry, KnownAgent, Registration};
-pub use audit::{AuditDecision, AuditEntry, AuditLog, AuditQuery, NewAuditEntry};
+pub use audit::{
+    AttentionCall, AuditDecision, AuditEntry, AuditLog, AuditQuery, CallCheck, CheckMark, CheckReceipt,
+    NewAuditEntry,
+};
 pub use deadlines::{DEADLINE_PRINCIPAL, Deadlines, Escalation, EscalationReceipt, Expiry};
 pub use error::{StoreError, UnavailableReason};
 pub use media::{Media, MediaStore, NewMedia};

@@ -480,5 +480,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0015_approvals.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            16,
+            "checked_calls".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0016_checked_calls.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -42,10 +42,11 @@ use utoipa_axum::routes;
 
 use self::input::{JsonBody, MessageBody, Params, parse, path_ids};
 use self::types::{
-    AuditPage, BusySession, CancelReceipt, CreateSession, Created, Decide, DecideScope, DecisionReceipt,
-    ErrorBody, ErrorCode, ErrorDetail, Health, HealthStatus, ImageBlock, ImageBytes, InterruptList, Me,
-    MessageReceipt, MovedSession, PendingInterrupt, RevokeReceipt, SendMessage, SessionPage, SessionRow,
-    Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded, UpgradedAll,
+    AttentionList, AuditPage, BusySession, CancelReceipt, CheckReceipt, CheckRequest, CreateSession, Created,
+    Decide, DecideScope, DecisionReceipt, ErrorBody, ErrorCode, ErrorDetail, Health, HealthStatus,
+    ImageBlock, ImageBytes, InterruptList, Me, MessageReceipt, MovedSession, PendingInterrupt, RevokeReceipt,
+    SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded,
+    UpgradedAll,
 };
 use crate::auth::Caller;
 use crate::metrics::Metrics;
@@ -127,6 +128,8 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(decide))
         .routes(routes!(cancel))
         .routes(routes!(revoke_grant))
+        .routes(routes!(check_call))
+        .routes(routes!(list_attention))
         .routes(routes!(events::stream))
         .routes(routes!(upgrade_session))
         .routes(routes!(upgrade_all))
@@ -250,6 +253,12 @@ impl From<StoreError> for ApiError {
             }
             StoreError::AlreadyApprovedBy { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::AlreadyApproved, text)
+            }
+            StoreError::ToolCallNotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::ToolCallNotFound, text)
+            }
+            StoreError::NothingToCheck { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::NothingToCheck, text)
             }
             StoreError::InterruptExpired { deadline_at, .. } => ApiError::new(
                 StatusCode::CONFLICT,
@@ -755,6 +764,74 @@ async fn revoke_grant(
     state.auth.rules().may_decide(&caller, &id, None, &tool, &approvers)?;
     let receipt = sessions::revoke_grant(state.store.as_ref(), &id, &tool, &caller.name).await?;
     Ok(Json(receipt).into_response())
+}
+
+/// `POST /v1/sessions/{id}/calls/{call}/check`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/calls/{call}/check",
+    tag = "approvals",
+    summary = "Mark a tool call that needs attention (outcome unknown, or failed) as checked, with what was found (audited)",
+    params(openapi::SessionId, ("call" = String, Path, description = "The tool call's id (1-200 characters)", min_length = 1, max_length = 200)),
+    request_body(content = CheckRequest, description = "An optional note", content_type = "application/json"),
+    responses(
+        (status = 200, description = "Marked (or marked before, by anyone: `replayed`, the first mark)", body = CheckReceipt),
+        (status = 403, description = "`role_required` (not an approver or admin), or `agent_not_allowed`", body = ErrorBody),
+        (status = 404, description = "`session_not_found` or `tool_call_not_found`", body = ErrorBody),
+        (status = 409, description = "`nothing_to_check`: its outcome is known and it did not fail", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
+async fn check_call(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    path: Result<Path<Vec<String>>, PathRejection>,
+    RawQuery(query): RawQuery,
+    JsonBody(body): JsonBody,
+) -> ApiResult {
+    let [id, call] = path_ids(path, ["id", "call"])?;
+    Params::parse(query.as_deref(), &[])?;
+    let request: CheckRequest = if body.is_empty() { CheckRequest::default() } else { parse(&body)? };
+    let snapshot =
+        sessions::snapshot(state.store.as_ref(), &id).await?.ok_or_else(|| ApiError::no_session(&id))?;
+    let Some(tool) = snapshot.tool_calls.iter().find(|c| c.tool_call_id == call).map(|c| c.tool_name.clone())
+    else {
+        return Err(StoreError::ToolCallNotFound { session_id: id, tool_call_id: call }.into());
+    };
+    // Who may check: an approver or admin of the session's agent; a check is no approval, so
+    // separation of duties does not apply.
+    state.auth.rules().may_decide(&caller, &id, None, &tool, &[])?;
+    if visible_sessions(&state, &caller, [id.clone()]).await?.is_empty() {
+        return Err(ApiError::no_session(&id));
+    }
+    let note = request.note.filter(|n| !n.trim().is_empty());
+    let receipt = sessions::mark_checked(state.store.as_ref(), &id, &call, &caller.name, note).await?;
+    Ok(Json(receipt).into_response())
+}
+
+/// `GET /v1/attention`.
+#[utoipa::path(
+    get,
+    path = "/v1/attention",
+    tag = "approvals",
+    summary = "Tool calls across sessions that need attention (outcome unknown, or failed) and nobody marked checked, oldest first",
+    params(types::AttentionQuery),
+    responses(
+        (status = 200, description = "The calls", body = AttentionList),
+        openapi::ReadErrors,
+    )
+)]
+async fn list_attention(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let params = Params::parse(query.as_deref(), &["limit"])?;
+    let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
+    let calls = sessions::attention(state.store.as_ref(), limit).await?;
+    let visible = visible_sessions(&state, &caller, calls.iter().map(|c| c.session_id.clone())).await?;
+    let calls = calls.into_iter().filter(|c| visible.contains(&c.session_id)).collect();
+    Ok(Json(AttentionList { calls }).into_response())
 }
 
 /// `GET /v1/sessions/{id}`.

@@ -34,6 +34,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("/app.css", "text/css; charset=utf-8", include_str!("assets/app.css")),
     ("/favicon.svg", "image/svg+xml", include_str!("assets/favicon.svg")),
     ("/js/app.js", "text/javascript; charset=utf-8", include_str!("assets/js/app.js")),
+    ("/js/attention.js", "text/javascript; charset=utf-8", include_str!("assets/js/attention.js")),
     ("/js/agents.js", "text/javascript; charset=utf-8", include_str!("assets/js/agents.js")),
     ("/js/api.js", "text/javascript; charset=utf-8", include_str!("assets/js/api.js")),
     ("/js/dom.js", "text/javascript; charset=utf-8", include_str!("assets/js/dom.js")),

@@ -468,6 +468,7 @@ pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<Strin
                 crate::api::types::AuditDecision::Revoked => "revoked",
                 crate::api::types::AuditDecision::Cancelled => "cancelled",
                 crate::api::types::AuditDecision::PartiallyApproved => "partially approved",
+                crate::api::types::AuditDecision::Checked => "checked",
             };
             let input = d.input.as_ref().map(|i| format!(" {}", clip(&compact(i), 60))).unwrap_or_default();
             let edited = d

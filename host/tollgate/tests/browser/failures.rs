@@ -1,5 +1,6 @@
 //! Failures are loud: a refund whose outcome is unknown shows as a banner at the top of its
-//! session page; an empty audit trail says so.
+//! session page and in the inbox's "Needs attention" section until an approver marks it checked
+//! with what they found (audited); a client may not; an empty audit trail says so.
 
 use serde_json::json;
 
@@ -9,7 +10,7 @@ use crate::served::Served;
 use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_outcome_unknown_refund_is_a_banner_on_its_session_page() {
+async fn an_outcome_unknown_refund_is_loud_on_its_session_page_and_in_the_inbox_until_checked() {
     let _one = ONE_BROWSER.lock().await;
     let Some(world) = World::new("browser: loud failures", Refund::SingleAttemptWithApproval).await else {
         return;
@@ -55,6 +56,78 @@ async fn an_outcome_unknown_refund_is_a_banner_on_its_session_page() {
     );
     browser.screenshot("session-outcome-unknown").await;
     browser.assert_axe_clean("a session page with a banner").await;
+    browser.assert_lighthouse_100("a session page with a banner").await;
+
+    // The inbox lists it under "Needs attention".
+    browser.client.goto(&format!("{}/#/inbox", served.url)).await.unwrap();
+    let listed = browser
+        .until(
+            "the needs-attention section",
+            "const s = document.getElementById('attention'); return s && !s.hidden && [...s.querySelectorAll('.attention-item')].map((i) => [i.dataset.session, i.dataset.call, i.querySelector('.status').textContent]);",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        listed,
+        json!([[
+            "u1",
+            id,
+            "outcome unknown: it may have taken effect; check the system it acts on before trying again"
+        ]])
+    );
+    browser.screenshot("inbox-needs-attention").await;
+    browser.assert_axe_clean("the inbox with a call that needs attention").await;
+    browser.assert_lighthouse_100("the inbox with a call that needs attention").await;
+
+    // A client may not mark it checked (the API says so); the approver does, with a note.
+    let by_client = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/u1/calls/{id}/check", served.url))
+        .bearer_auth(&carl)
+        .json(&json!({"note": "looks fine to me"}))
+        .send()
+        .await
+        .unwrap();
+    let status = by_client.status();
+    let body = by_client.text().await.unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("role_required"), "{body}");
+    browser
+        .type_into(".attention-item .check-note", "no refund in the payments log; sent again by hand")
+        .await;
+    browser.click(".attention-item button.check").await;
+    browser
+        .until("the section to empty", "return document.getElementById('attention').hidden;", vec![])
+        .await;
+    let audit = world
+        .store
+        .audit()
+        .audit_entries(&tollgate_store::AuditQuery { session_id: Some("u1".into()), ..Default::default() })
+        .await
+        .unwrap();
+    let checked: Vec<(&str, &str, Option<&str>)> = audit
+        .iter()
+        .filter(|a| a.decision == tollgate_store::AuditDecision::Checked)
+        .map(|a| (a.interrupt_id.as_str(), a.principal.as_str(), a.reason.as_deref()))
+        .collect();
+    assert_eq!(checked, [(id.as_str(), "fina", Some("no refund in the payments log; sent again by hand"))]);
+
+    // The session page: no alert now, the call checked by fina with her note.
+    browser.client.goto(&format!("{}/#/session/u1", served.url)).await.unwrap();
+    let quiet = browser
+        .until(
+            "the checked call",
+            "const c = document.getElementById('checked-calls'); return !c.hidden && [document.getElementById('call-failures').hidden, c.textContent];",
+            vec![],
+        )
+        .await;
+    assert_eq!(quiet[0], json!(true), "{quiet}");
+    let line = quiet[1].as_str().unwrap();
+    assert!(
+        line.starts_with(&format!("create_refund ({id}) checked by fina "))
+            && line.ends_with(": no refund in the payments log; sent again by hand"),
+        "{line}"
+    );
     world.payments.release();
+    browser.assert_no_console_errors("checking a call").await;
     browser.stop().await;
 }

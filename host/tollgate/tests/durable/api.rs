@@ -550,6 +550,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         tool_call_id: "toolu_1".into(),
         tool_name: "create_refund".into(),
         turn_id: "t1".into(),
+        checked: None,
     };
     let snapshot = Snapshot {
         live_text: None,

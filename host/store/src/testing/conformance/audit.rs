@@ -23,7 +23,76 @@ pub const CASES: &[(&str, Case)] = &[
     ("approvers_deciding_at_once_are_counted_one_after_the_other", |h| {
         Box::pin(approvers_deciding_at_once_are_counted_one_after_the_other(h))
     }),
+    ("a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row", |h| {
+        Box::pin(a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row(h))
+    }),
 ];
+
+/// A session `id` whose tool calls `unknown`, `failed` and `fine` have those outcomes.
+async fn with_outcomes(store: &dyn Store, id: &str) {
+    let c = claimed_session(store, id).await;
+    let mut commit = Commit::finish(Finish::Keep);
+    for (call, status) in [("unknown", "outcome_unknown"), ("failed", "failed"), ("fine", "succeeded")] {
+        commit.tool_calls.push(ToolCallRecord {
+            tool_call_id: call.into(),
+            status: status.into(),
+            record: j(&format!(
+                r#"{{"tool_name":"create_refund","arguments":{{"order_id":"{call}"}},"status":"{status}"}}"#
+            )),
+        });
+    }
+    store.commit(&c, commit).await.expect("record the outcomes");
+}
+
+async fn a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row(h: Harness) {
+    let s = &*h.store;
+    with_outcomes(s, "s").await;
+    let attention = |calls: Vec<AttentionCall>| -> Vec<(String, String)> {
+        calls.into_iter().map(|c| (c.tool_call_id, c.status)).collect()
+    };
+    let mut listed = attention(s.audit().calls_needing_attention(10).await.unwrap());
+    listed.sort(); // one commit: the same time on SQLite, a clock per row on PostgreSQL
+    assert_eq!(listed, [("failed".into(), "failed".into()), ("unknown".into(), "outcome_unknown".into())]);
+    let mark = |call: &str, principal: &str| CheckMark {
+        session_id: "s".into(),
+        tool_call_id: call.into(),
+        principal: principal.into(),
+        note: Some(format!("{principal} looked at the payments log")),
+    };
+    match s.audit().mark_checked(mark("fine", "alice")).await {
+        Err(StoreError::NothingToCheck { status, .. }) => assert_eq!(status, "succeeded"),
+        other => panic!("expected NothingToCheck, got {other:?}"),
+    }
+    match s.audit().mark_checked(mark("nope", "alice")).await {
+        Err(StoreError::ToolCallNotFound { tool_call_id, .. }) => assert_eq!(tool_call_id, "nope"),
+        other => panic!("expected ToolCallNotFound, got {other:?}"),
+    }
+    assert!(matches!(s.audit().mark_checked(mark("unknown", "")).await, Err(StoreError::Invalid { .. })));
+    let first = s.audit().mark_checked(mark("unknown", "alice")).await.expect("mark");
+    assert!(!first.replayed);
+    assert_eq!(
+        (first.check.checked_by.as_str(), first.check.note.as_deref()),
+        ("alice", Some("alice looked at the payments log"))
+    );
+    let again = s.audit().mark_checked(mark("unknown", "bob")).await.expect("a second mark");
+    assert!(again.replayed, "the first mark stands");
+    assert_eq!(again.check, first.check);
+    let listed = attention(s.audit().calls_needing_attention(10).await.unwrap());
+    assert_eq!(listed, [("failed".into(), "failed".into())]);
+    assert_eq!(s.audit().call_checks("s").await.unwrap(), [first.check]);
+    let rows = s
+        .audit()
+        .audit_entries(&AuditQuery { session_id: Some("s".into()), ..AuditQuery::default() })
+        .await
+        .unwrap();
+    let checked: Vec<_> = rows.iter().filter(|r| r.decision == AuditDecision::Checked).collect();
+    assert_eq!(checked.len(), 1, "one audit row for one mark: {rows:?}");
+    assert_eq!(
+        (checked[0].interrupt_id.as_str(), checked[0].principal.as_str(), checked[0].tool_name.as_deref()),
+        ("unknown", "alice", Some("create_refund"))
+    );
+    assert_eq!(checked[0].input.as_ref().map(|i| i.get()), Some(r#"{"order_id":"unknown"}"#));
+}
 
 /// A session `id` parked on interrupt `i1`, whose request asks for `required` approvers.
 async fn parked_needing(store: &dyn Store, id: &str, required: u32) {

@@ -66,7 +66,7 @@ function route() {
   } else {
     $('nav-inbox').setAttribute('aria-current', 'page');
     document.title = 'Approvals \u2013 Tollgate';
-    unmount = inbox.mount(view);
+    unmount = inbox.mount(view, me);
   }
 }
 

@@ -7,6 +7,7 @@
 // disabled with the API's reason.
 
 import { call, seg, stream } from './api.js';
+import { mountAttention } from './attention.js';
 import { clear, el, notify, pretty, span, uid, when } from './dom.js';
 import { describe, diff, editor, validate } from './schema.js';
 
@@ -31,7 +32,8 @@ export function cancelPrefetch() {
 }
 
 /** Mounts the inbox in `view`; returns its unmount. */
-export function mount(view) {
+export function mount(view, me) {
+  const offAttention = mountAttention(view, me);
   const items = new Map();
   const cards = new Map();
   const batches = new Map();
@@ -198,7 +200,7 @@ export function mount(view) {
     live = stream('/v1/interrupts/events', onEvent, onState);
   }
   const timer = setInterval(() => tick(list), 1000);
-  return () => { live.close(); clearInterval(timer); offKeys(); };
+  return () => { live.close(); clearInterval(timer); offKeys(); offAttention(); };
 }
 
 /** Updates every deadline's countdown. */

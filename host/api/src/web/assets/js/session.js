@@ -6,6 +6,7 @@
 
 import { call, image, seg, stream, storedEvents } from './api.js';
 import { clear, el, notify, pretty, when } from './dom.js';
+import { checkForm, checkedLine, describeStatus } from './attention.js';
 
 const REFRESH_ON = new Set(['user_message', 'turn_started', 'turn_completed', 'turn_failed', 'tool_call_started',
   'tool_call_finished', 'interrupt_opened', 'interrupt_resolved', 'decision_recorded', 'attempt_failed', 'agent_upgraded',
@@ -36,7 +37,9 @@ export function mount(view, id, me) {
   const cancelled = el('p', { class: 'notice', id: 'last-turn-cancelled' });
   // Calls that failed or may have run without anyone seeing how they ended: loud, at the top.
   const failures = el('div', { class: 'banner', id: 'call-failures', role: 'alert' });
-  view.append(title, failures, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
+  // Calls someone checked: quiet, with who and what they found.
+  const checkedNotes = el('ul', { class: 'checked-calls', id: 'checked-calls', 'aria-label': 'Checked tool calls', hidden: true });
+  view.append(title, failures, checkedNotes, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
     el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
     el('section', { class: 'panel', 'aria-labelledby': 'activity-h' }, el('h3', { id: 'activity-h', text: 'Thinking and inline tool calls' }), activity),
     el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }), calls),
@@ -115,18 +118,21 @@ export function mount(view, id, me) {
     }
     messages.append(liveNode);
     clear(failures);
-    const loud = s.tool_calls.filter((c) => c.status === 'outcome_unknown' || c.status === 'failed');
+    clear(checkedNotes);
+    const needy = s.tool_calls.filter((c) => c.status === 'outcome_unknown' || c.status === 'failed');
+    const loud = needy.filter((c) => !c.checked);
     failures.hidden = loud.length === 0;
     if (loud.length) {
       const list = el('ul');
       for (const c of loud) {
-        const what = c.status === 'outcome_unknown'
-          ? 'outcome unknown: it may have taken effect; check the system it acts on before trying again'
-          : `failed${c.error ? `: ${c.error}` : ''}`;
-        list.append(el('li', {}, el('strong', { text: `${c.tool_name} (${c.tool_call_id})` }), ` ${what}`));
+        list.append(el('li', {}, el('strong', { text: `${c.tool_name} (${c.tool_call_id})` }), ` ${describeStatus(c)}`,
+          checkForm(me, s.session_id, c, () => refresh())));
       }
       failures.append(el('h3', { text: loud.length === 1 ? 'A tool call needs attention' : `${loud.length} tool calls need attention` }), list);
     }
+    const checked = needy.filter((c) => c.checked);
+    checkedNotes.hidden = checked.length === 0;
+    for (const c of checked) checkedNotes.append(el('li', { text: checkedLine(c) }));
     clear(calls);
     if (!s.tool_calls.length) calls.append(el('p', { text: 'No deferred tool call yet.' }));
     for (const c of s.tool_calls) {
