@@ -547,7 +547,7 @@ where
     async fn call_checks(&self, session_id: &str) -> Result<Vec<CallCheck>, StoreError> {
         let rows =
             sqlx::query(statements::<DB>().checks).bind(session_id).fetch_all(self.read_pool()).await?;
-        rows.iter().map(|row| call_check(row)).collect()
+        rows.iter().map(call_check).collect()
     }
 }
 
