@@ -702,6 +702,16 @@ pub struct PendingApproval {
     /// `escalate_to`); omitted when any approver may.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvers: Vec<String>,
+    /// What the options factory's review told the approver: its notes and the call's risk
+    /// (`null` when the review failed). Omitted when the factory reviews no calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+    /// How many different principals must approve (omitted when one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals_required: Option<u32>,
+    /// The approvals made so far, when it needs several (omitted when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalSoFar>,
 }
 
 /// A deferred tool call and where it is (`Snapshot::tool_calls`).

@@ -472,6 +472,18 @@ impl Principals {
             .collect()
     }
 
+    /// The principals who may decide a call whose policy names approver `groups` (any approver or
+    /// admin when it names none), by name.
+    pub fn deciders(&self, groups: &[String]) -> Vec<&str> {
+        self.entries
+            .iter()
+            .map(|(_, caller)| caller)
+            .filter(|caller| caller.roles.iter().any(|role| Action::Decide.roles().contains(role)))
+            .filter(|caller| groups.is_empty() || caller.groups.iter().any(|g| groups.contains(g)))
+            .map(|caller| caller.name.as_str())
+            .collect()
+    }
+
     /// Parses and checks an auth file's text (`path` names it in errors).
     ///
     /// # Errors

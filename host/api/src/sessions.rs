@@ -626,15 +626,23 @@ struct InterruptFacts {
     deadline_at: Option<i64>,
     escalated_at: Option<i64>,
     approvers: Vec<String>,
+    review: Option<tollgate_api_types::types::Review>,
+    approvals_required: Option<u32>,
+    approvals: Vec<tollgate_api_types::types::ApprovalSoFar>,
 }
 
 impl InterruptFacts {
     fn of(open: Option<&tollgate_store::Interrupt>) -> Self {
         let asked = open.and_then(|i| ApprovalRequest::parse(i.request.get()).ok());
+        let (review, approvals_required) =
+            asked.as_ref().map_or((None, None), |a| (a.review.clone(), a.approvals_required));
         InterruptFacts {
             deadline_at: open.and_then(|i| i.deadline_at),
             escalated_at: open.and_then(|i| i.escalated_at),
             approvers: asked.map(|a| a.approvers).unwrap_or_default(),
+            review,
+            approvals_required,
+            approvals: open.map(|i| crate::api::approvals_so_far(&i.approvals)).unwrap_or_default(),
         }
     }
 }
@@ -690,6 +698,9 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
                 deadline_at: facts.deadline_at,
                 escalated_at: facts.escalated_at,
                 approvers: facts.approvers,
+                review: facts.review,
+                approvals_required: facts.approvals_required,
+                approvals: facts.approvals,
             });
         }
         tool_calls.push(call);
@@ -709,6 +720,9 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
                 deadline_at: facts.deadline_at,
                 escalated_at: facts.escalated_at,
                 approvers: facts.approvers,
+                review: facts.review,
+                approvals_required: facts.approvals_required,
+                approvals: facts.approvals,
             });
         }
     }

@@ -260,6 +260,17 @@ fn right(
         &interrupt.tool_name,
         &interrupt.request.approvers,
     );
+    let required = interrupt.approvals_required.unwrap_or(1);
+    if decided.is_ok() && interrupt.approvals.iter().any(|a| a.principal == caller.name) {
+        return DecideRight {
+            allowed: false,
+            code: Some(super::types::ErrorCode::AlreadyApproved),
+            reason: Some(format!(
+                "{} approved it already; it needs {required} different approvers, so another approver decides it",
+                caller.name
+            )),
+        };
+    }
     match decided {
         Ok(()) => DecideRight { allowed: true, code: None, reason: None },
         Err(denied) => DecideRight {

@@ -67,6 +67,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (worker, store) = build(&args.worker).await?;
     if let Some(principals) = &http.auth.principals {
         check_approver_groups(&worker.agent().config, principals, args.http.auth.as_deref())?;
+        check_high_risk_approvers(&worker.agent().config, principals, args.http.auth.as_deref())?;
     }
     if args.worker.agent.is_some() {
         eprintln!("{}", push_served(store.as_ref(), worker.agent(), &args.pushed_by).await?);
@@ -153,6 +154,40 @@ fn check_approver_groups(
     };
     anyhow::bail!(
         "{}: [policies]: {}; the groups of {file}'s approvers and admins are {have}: such calls could never be approved",
+        config.path.display(),
+        problems.join("; ")
+    )
+}
+
+/// Refuses an agent whose policy asks more different approvers of a high-risk call
+/// (`high_risk_approvers`) than the auth file has principals who may decide it: such a call could
+/// never be approved. Names each tool with who may decide it.
+///
+/// # Errors
+/// One such tool or more.
+fn check_high_risk_approvers(
+    config: &tollgate_worker::config::AgentConfig,
+    principals: &tollgate_api::auth::Principals,
+    auth_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let groups: std::collections::BTreeMap<&str, &[String]> = config.policies.approver_groups().collect();
+    let mut problems = Vec::new();
+    for (tool, needed) in config.policies.high_risk_approvers_by_tool() {
+        let deciders = principals.deciders(groups.get(tool).copied().unwrap_or_default());
+        if deciders.len() < needed as usize {
+            let who = if deciders.is_empty() { "nobody".to_owned() } else { deciders.join(", ") };
+            problems.push(format!(
+                "`{tool}`: high_risk_approvers = {needed}, but only {} may decide it ({who})",
+                deciders.len()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let file = auth_file.map_or_else(|| "the auth file".to_owned(), |path| path.display().to_string());
+    anyhow::bail!(
+        "{}: [policies]: {}; add approvers to {file} or lower high_risk_approvers: a high-risk call could never be approved",
         config.path.display(),
         problems.join("; ")
     )

@@ -305,4 +305,25 @@ async fn serve_refuses_a_policy_whose_approvers_group_has_no_approver() {
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     served.stop().await;
+
+    // Two different approvers for a high-risk refund, with one approver in `finance`: refused,
+    // naming who may decide; a second approver in the group lets it start.
+    let config = world.agent.join("tollgate.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let two = text.replace("requires_approval = true,", "requires_approval = true, high_risk_approvers = 2,");
+    assert_ne!(text, two);
+    std::fs::write(&config, two).unwrap();
+    let refused =
+        tokio::time::timeout(std::time::Duration::from_secs(60), serve().output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    println!("finding: {}", stderr.trim());
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`create_refund`: high_risk_approvers = 2, but only 1 may decide it (fred)"),
+        "{stderr}"
+    );
+    add_principal(&world, &file, "gina", &["admin"], &["finance"]).await;
+    let served =
+        Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    served.stop().await;
 }

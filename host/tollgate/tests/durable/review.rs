@@ -98,6 +98,15 @@ async fn a_refund_over_the_orders_total_is_high_risk_and_needs_two_approvers() {
         Some(json!("alice")),
         "{still}"
     );
+    // The session's snapshot shows the same review and approvals on its pending approval.
+    let snapshot = api(http.get(format!("{url}/v1/sessions/over")).bearer_auth(&bob)).await;
+    let pending = &snapshot.body["pending_interrupts"][0];
+    assert_eq!(
+        (&pending["review"]["risk"], &pending["approvals_required"], &pending["approvals"][0]["principal"]),
+        (&json!("high"), &json!(2), &json!("alice")),
+        "{}",
+        snapshot.text
+    );
     assert_eq!(world.snapshot("over").await.status, "awaiting_approval");
     // The same principal again: a replay under the same key, refused under another.
     let replay = api(approve(&alice, "a1")).await;

@@ -219,7 +219,11 @@ export function ago(ms) {
   return `${d} day${d === 1 ? '' : 's'} ago`;
 }
 
-/** The inbox's filters (agent, tool, session, age, search), sort, view and bulk actions. */
+/** The review's risk of an item: `high`, `medium`, `low`, `unknown` (the review failed) or `none`. */
+const riskOf = (item) => (item.review === undefined ? 'none' : (item.review && item.review.risk) || 'unknown');
+const RISK_RANK = { high: 0, medium: 1, low: 2, unknown: 3, none: 4 };
+
+/** The inbox's filters (agent, tool, session, age, risk, search), sort, view and bulk actions. */
 class Controls {
   constructor(changed) {
     const select = (id, label, options) => {
@@ -232,13 +236,14 @@ class Controls {
       node.addEventListener('input', changed);
       return [node, el('label', { for: id }, label, node)];
     };
-    let agentLabel, toolLabel, sessionLabel, ageLabel, searchLabel, sortLabel;
+    let agentLabel, toolLabel, sessionLabel, ageLabel, riskLabel, searchLabel, sortLabel;
     [this.agent, agentLabel] = select('inbox-agent', 'Agent', [['', 'Any agent']]);
     [this.tool, toolLabel] = select('inbox-tool', 'Tool', [['', 'Any tool']]);
     [this.session, sessionLabel] = input('inbox-session', 'Session', 'text');
     [this.age, ageLabel] = select('inbox-age', 'Waiting', [['', 'Any time'], ['300000', 'Over 5 min'], ['3600000', 'Over 1 h'], ['86400000', 'Over 1 day']]);
+    [this.risk, riskLabel] = select('inbox-risk', 'Risk', [['', 'Any risk'], ['high', 'High'], ['medium', 'Medium'], ['low', 'Low'], ['unknown', 'Review failed'], ['none', 'Not reviewed']]);
     [this.search, searchLabel] = input('inbox-search', 'Search', 'search');
-    [this.sort, sortLabel] = select('inbox-sort', 'Sort', [['oldest', 'Oldest first'], ['newest', 'Newest first'], ['tool', 'By tool']]);
+    [this.sort, sortLabel] = select('inbox-sort', 'Sort', [['oldest', 'Oldest first'], ['newest', 'Newest first'], ['tool', 'By tool'], ['risk', 'Highest risk first']]);
     this.view = 'cards';
     this.toggle = el('button', { type: 'button', id: 'inbox-view', 'aria-pressed': 'false', text: 'List view' });
     this.toggle.addEventListener('click', () => {
@@ -248,7 +253,7 @@ class Controls {
     });
     this.count = el('span', { class: 'count', 'aria-live': 'polite' });
     this.node = el('form', { class: 'toolbar', role: 'search', 'aria-label': 'Filter approvals' },
-      agentLabel, toolLabel, sessionLabel, ageLabel, searchLabel, sortLabel, this.toggle, this.count);
+      agentLabel, toolLabel, sessionLabel, ageLabel, riskLabel, searchLabel, sortLabel, this.toggle, this.count);
     this.node.addEventListener('submit', (event) => event.preventDefault());
     // Bulk: the selected rows of one tool, each still its own decision.
     this.approveAll = el('button', { type: 'button', id: 'bulk-approve', class: 'primary', disabled: true, text: 'Approve selected' });
@@ -280,6 +285,7 @@ class Controls {
     const session = this.session.value.trim();
     if (session && !item.session_id.includes(session)) return false;
     if (this.age.value && Date.now() - item.created_at < Number(this.age.value)) return false;
+    if (this.risk.value && riskOf(item) !== this.risk.value) return false;
     const q = this.search.value.trim().toLowerCase();
     if (q) {
       const text = [field(item, 'summary'), item.tool_name, item.session_id, item.agent, item.started_by, JSON.stringify(item.arguments)].join(' ').toLowerCase();
@@ -291,6 +297,7 @@ class Controls {
   compare(a, b) {
     if (this.sort.value === 'newest') return b.created_at - a.created_at;
     if (this.sort.value === 'tool') return a.tool_name.localeCompare(b.tool_name) || a.created_at - b.created_at;
+    if (this.sort.value === 'risk') return RISK_RANK[riskOf(a)] - RISK_RANK[riskOf(b)] || a.created_at - b.created_at;
     return a.created_at - b.created_at;
   }
 
@@ -484,11 +491,15 @@ function build(item) {
     result.classList.remove('failed');
     result.textContent = 'Sending\u2026';
     try {
-      await call('POST', path, body);
-      result.textContent = `${done} by you`;
+      const receipt = await call('POST', path, body);
+      const progress = receipt && receipt.approvals;
+      // An approval that counted but did not decide: the card stays, and the inbox's next
+      // change redraws it with the approvals so far.
+      const counted = progress ? ` (${progress.approvals} of ${progress.required} approvals; another approver decides it)` : '';
+      result.textContent = `${done} by you${counted}`;
       card.classList.remove('held');
-      card.classList.add('decided');
-      notify(`${done}: ${item.tool_name} in session ${item.session_id}`);
+      if (!progress) card.classList.add('decided');
+      notify(`${done}${counted}: ${item.tool_name} in session ${item.session_id}`);
     } catch (error) {
       card.classList.remove('held');
       actions.hidden = false;
