@@ -3,7 +3,7 @@
 
 use tollgate_engine::approval::ApprovalRequest;
 use tollgate_engine::events::{DecisionRecorded, EventKind, GrantRevoked, Payload, TextBlock};
-use tollgate_engine::session::client::{self, Decision};
+use tollgate_engine::session::client::{self, HumanDecision};
 use tollgate_engine::session::turn::{self, HistoryItem};
 use tollgate_engine::session::view;
 use tollgate_engine::session::{
@@ -369,7 +369,7 @@ pub async fn resolve(
     store: &dyn Store,
     session_id: &str,
     interrupt_id: &str,
-    decision: &Decision,
+    decision: &HumanDecision,
     client_key: Option<&str>,
 ) -> Result<ResolveReceipt, ClientError> {
     resolve_as(store, session_id, interrupt_id, decision, client_key, auth::LOCAL).await
@@ -387,7 +387,7 @@ pub async fn resolve_as(
     store: &dyn Store,
     session_id: &str,
     interrupt_id: &str,
-    decision: &Decision,
+    decision: &HumanDecision,
     client_key: Option<&str>,
     principal: &str,
 ) -> Result<ResolveReceipt, ClientError> {
@@ -405,7 +405,7 @@ pub async fn resolve_as_of(
     store: &dyn Store,
     session_id: &str,
     interrupt_id: &str,
-    decision: &Decision,
+    decision: &HumanDecision,
     client_key: Option<&str>,
     principal: &str,
     escalated_at: Option<i64>,
@@ -418,7 +418,7 @@ async fn resolve_checked(
     store: &dyn Store,
     session_id: &str,
     interrupt_id: &str,
-    decision: &Decision,
+    decision: &HumanDecision,
     client_key: Option<&str>,
     principal: &str,
     seen: Option<Option<i64>>,

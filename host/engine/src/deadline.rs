@@ -35,7 +35,7 @@ use std::time::Duration;
 use crate::approval::ApprovalRequest;
 use crate::policy::{ApprovalDeadline, OnTimeout};
 use crate::session::EngineError;
-use crate::session::client::Decision;
+use crate::session::client::HumanDecision;
 
 /// What a passed deadline does.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,7 +43,7 @@ pub enum Firing {
     /// Reject the call with `decision` (its `message` is what the model reads).
     Expire {
         /// The rejection.
-        decision: Decision,
+        decision: HumanDecision,
     },
     /// Hand the call to other approvers.
     Escalate {
@@ -115,7 +115,7 @@ pub fn on_deadline(request: &ApprovalRequest, escalated: bool) -> Result<Firing,
     };
     let message = crate::texts::approval_expired(secs, to);
     Ok(Firing::Expire {
-        decision: Decision { approved: false, message: Some(message), ..Decision::default() },
+        decision: HumanDecision { approved: false, message: Some(message), ..HumanDecision::default() },
     })
 }
 

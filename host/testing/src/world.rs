@@ -13,7 +13,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tollgate::api::types::Snapshot;
 use tollgate::client::{SseEvent, SseParser};
 use tollgate::sessions;
-use tollgate_engine::session::client::Decision;
+use tollgate_engine::session::client::HumanDecision;
 use tollgate_mock_model::MockModel;
 pub use tollgate_mock_model::payments::Payments;
 use tollgate_store::{Event, Store};
@@ -248,7 +248,7 @@ impl World {
 
     /// Decides interrupt `id` under `key`.
     pub async fn decide(&self, session: &str, id: &str, approved: bool, message: Option<&str>, key: &str) {
-        let decision = Decision {
+        let decision = HumanDecision {
             approved,
             message: message.map(str::to_owned),
             updated_input: None,

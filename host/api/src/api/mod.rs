@@ -34,7 +34,7 @@ use axum::extract::{Extension, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use tollgate_engine::session::client::{Decision, DecisionScope};
+use tollgate_engine::session::client::{DecisionScope, HumanDecision};
 use tollgate_engine::session::{EngineError, SessionStatus};
 use tollgate_store::{Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
@@ -635,7 +635,7 @@ async fn decide(
     Params::parse(query.as_deref(), &[])?;
     let request: Decide = parse(&body)?;
     let key = client_key(&headers, request.client_key)?;
-    let decision = Decision {
+    let decision = HumanDecision {
         approved: request.approved,
         message: request.message,
         updated_input: request.updated_input,

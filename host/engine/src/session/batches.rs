@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::client::Decision;
+use super::client::HumanDecision;
 use crate::approval::ApprovalRequest;
 use crate::catalog::ToolKind;
 use crate::gate::HeldBackCall;
@@ -77,7 +77,7 @@ pub enum AheadState {
     /// Nobody decided it yet.
     Open,
     /// Decided (its `granted` stamp filled from the audit row, when there is one).
-    Decided(Decision),
+    Decided(HumanDecision),
 }
 
 /// The interrupt request of a held-back call opened ahead: today's `tool_approval` request, with
@@ -134,13 +134,13 @@ pub fn turn_end(ahead: &[AheadCall]) -> impl Iterator<Item = &AheadCall> {
 
 /// The resolution that closes an interrupt ahead still open when its turn ends: a rejection
 /// nobody decided (no audit row), saying so.
-pub fn closing_decision(turn_id: &str) -> Decision {
-    Decision {
+pub fn closing_decision(turn_id: &str) -> HumanDecision {
+    HumanDecision {
         approved: false,
         message: Some(format!(
             "Closed by Tollgate, decided by nobody: {turn_id} ended before the model called this again."
         )),
-        ..Decision::default()
+        ..HumanDecision::default()
     }
 }
 

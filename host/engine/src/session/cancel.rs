@@ -33,7 +33,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::client::Decision;
+use super::client::HumanDecision;
 use super::turn::{HistoryItem, closed_by_nobody, end_batches, is_prompt, next_turn};
 use super::{
     CallEntry, CallState, CancelRequestChange, EngineError, Finish, ItemKind, NewEvent, NewItem,
@@ -124,10 +124,10 @@ pub fn on_cancel(
     };
     let by = request.requested_by.as_str();
     let mut t = Transition::new(Finish::Done(json!({"outcome": "turn_cancelled", "cancelled_by": by})));
-    let not_decided = Decision {
+    let not_decided = HumanDecision {
         approved: false,
         message: Some(texts::CANCELLED_BEFORE_DECISION.replace("{by}", by)),
-        ..Decision::default()
+        ..HumanDecision::default()
     };
     let mut records: Vec<ToolCallRecord> = Vec::new();
     for call in calls.iter().filter(|call| call.turn_id == turn_id) {

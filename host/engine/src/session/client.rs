@@ -73,7 +73,7 @@ fn with_images(mut object: Value, images: &[MediaRef]) -> Value {
 /// A human decision on a deferred call, as stored in the interrupt.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Decision {
+pub struct HumanDecision {
     /// Whether the call may run.
     pub approved: bool,
     /// The reviewer's words; for a rejection, what the model reads.
@@ -125,7 +125,7 @@ pub struct GrantStamp {
 /// decided (`decided_by`: `null` when Tollgate closed it, at a deadline or at the turn's end).
 pub fn resolution(
     interrupt_id: &str,
-    decision: &Decision,
+    decision: &HumanDecision,
     decided_by: Option<&str>,
 ) -> (Value, Vec<NewEvent>) {
     let value = serde_json::to_value(decision).expect("serializes");
@@ -143,8 +143,8 @@ pub fn resolution(
 /// Reads a stored resolution.
 ///
 /// # Errors
-/// Not a [`Decision`].
-pub fn parse_decision(text: &str) -> Result<Decision, EngineError> {
+/// Not a [`HumanDecision`].
+pub fn parse_decision(text: &str) -> Result<HumanDecision, EngineError> {
     serde_json::from_str(text)
         .map_err(|e| EngineError::Corrupt { what: "interrupt resolution".into(), reason: e.to_string() })
 }

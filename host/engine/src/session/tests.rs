@@ -1,7 +1,7 @@
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::client::{Decision, user_message};
+use super::client::{HumanDecision, user_message};
 use super::tools::{Begin, ToolRun, begin_tool_step, on_approval, on_resume_turn, on_tool_result};
 use super::turn::{
     Claims, HistoryItem, Plan, PlannedStart, SegmentResult, SegmentRun, TranscriptSource, on_segment,
@@ -259,7 +259,7 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
 #[test]
 fn an_approval_with_an_edited_input_runs_the_edited_input_and_keeps_the_original() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
-    let edit = Decision {
+    let edit = HumanDecision {
         approved: true,
         message: None,
         updated_input: Some(json!({"order_id": "8"})),
@@ -294,7 +294,7 @@ fn an_approval_with_an_edited_input_runs_the_edited_input_and_keeps_the_original
 #[test]
 fn an_edited_cli_tool_records_the_edited_input_for_the_replay() {
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let edit = Decision {
+    let edit = HumanDecision {
         approved: true,
         message: None,
         updated_input: Some(json!({"command": "echo ok"})),
@@ -327,7 +327,7 @@ fn resume_step() -> RunModelStep {
 #[test]
 fn an_edit_equal_to_the_original_is_no_edit() {
     let call = pending_call(DeferredRun::CallTool, ToolKind::Custom);
-    let same = Decision {
+    let same = HumanDecision {
         approved: true,
         message: None,
         updated_input: Some(json!({"order_id": "7"})),
@@ -341,7 +341,7 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
     let t = on_approval(
         &call,
-        &Decision {
+        &HumanDecision {
             approved: false,
             message: Some("not this order".into()),
             updated_input: None,
@@ -359,7 +359,7 @@ fn a_rejection_records_the_reviewers_text_and_resumes_the_turn() {
 fn an_approved_cli_tool_is_recorded_from_what_its_run_in_the_resumed_segment_returned() {
     use super::tools::{CliRun, on_cli_run};
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let t = on_approval(&call, &Decision { approved: true, ..Default::default() });
+    let t = on_approval(&call, &HumanDecision { approved: true, ..Default::default() });
     assert_eq!(t.calls[0].state, CallState::Queued, "approved, not run: no record yet");
     assert!(t.calls[0].record().is_none());
     assert_eq!(t.steps[0].kind, StepKind::ResumeTurn);
@@ -388,7 +388,7 @@ fn an_approved_cli_tool_is_recorded_from_what_its_run_in_the_resumed_segment_ret
 #[test]
 fn a_turn_that_fails_before_an_approved_cli_call_reported_records_it_outcome_unknown() {
     let call = pending_call(DeferredRun::ResumedSegment, ToolKind::Cli);
-    let t = on_approval(&call, &Decision { approved: true, ..Default::default() });
+    let t = on_approval(&call, &HumanDecision { approved: true, ..Default::default() });
     let (state, calls) = approved_cli_call(t);
     let Plan::Finish(mut t) =
         plan(&resume_step(), RUN_MODEL_ATTEMPTS + 1, &state, &[prompt(1, "run it")], &calls)
@@ -410,7 +410,7 @@ fn an_approved_single_attempt_write_is_marked_started_before_it_runs_and_never_r
     let call = pending_call(DeferredRun::CallSingleAttemptTool, ToolKind::Custom);
     let approved = on_approval(
         &call,
-        &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
+        &HumanDecision { approved: true, message: None, updated_input: None, ..Default::default() },
     );
     assert_eq!(approved.steps[0].kind, StepKind::CallSingleAttemptTool);
     let queued = approved.calls[0].clone();
@@ -1019,12 +1019,12 @@ fn an_approval_carries_its_policys_deadline_resolved_for_whoever_fires_it() {
     );
 }
 
-fn session_approval(by: &str) -> Decision {
-    Decision {
+fn session_approval(by: &str) -> HumanDecision {
+    HumanDecision {
         approved: true,
         scope: client::DecisionScope::Session,
         granted: Some(client::GrantStamp { granted_by: by.into(), granted_at: 1_700_000 }),
-        ..Decision::default()
+        ..HumanDecision::default()
     }
 }
 
@@ -1068,7 +1068,7 @@ fn an_approval_with_session_scope_records_a_grant_on_the_call_and_still_runs_it_
             decision_id: "toolu_1".into(),
         }
     );
-    let once = on_approval(&call, &Decision { approved: true, ..Decision::default() });
+    let once = on_approval(&call, &HumanDecision { approved: true, ..HumanDecision::default() });
     assert_eq!(once.calls[0].grants_session, None, "a call-scoped approval grants nothing");
 }
 
@@ -1268,11 +1268,11 @@ fn after_first() -> RunState {
 }
 
 fn decided_by(approved: bool, message: Option<&str>) -> batches::AheadState {
-    batches::AheadState::Decided(Decision {
+    batches::AheadState::Decided(HumanDecision {
         approved,
         message: message.map(str::to_owned),
         granted: Some(client::GrantStamp { granted_by: "ann".into(), granted_at: 1_700_000 }),
-        ..Decision::default()
+        ..HumanDecision::default()
     })
 }
 
@@ -1382,7 +1382,7 @@ fn the_turns_end_records_unused_decisions_and_closes_open_interrupts_ahead() {
     assert_eq!(unused.decided_ahead.as_ref().map(|a| a.batch_id.as_str()), Some("toolu_1"));
     assert_eq!(t.close_interrupts.len(), 1);
     assert_eq!(t.close_interrupts[0].interrupt_id, "toolu_3");
-    let closing: Decision = serde_json::from_value(t.close_interrupts[0].resolution.clone()).unwrap();
+    let closing: HumanDecision = serde_json::from_value(t.close_interrupts[0].resolution.clone()).unwrap();
     assert!(!closing.approved);
     let [resolved] = t.close_interrupts[0].events.as_slice() else { panic!("one event") };
     assert_eq!(resolved.kind, EventKind::InterruptResolved);

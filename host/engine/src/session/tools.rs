@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::client::{Decision, DecisionScope};
+use super::client::{DecisionScope, HumanDecision};
 use super::grants::GrantRef;
 use super::{
     CALL_TOOL_ATTEMPTS, CallEntry, CallState, CallStep, Finish, NextStep, RunModelStep, SessionStatus, Start,
@@ -62,7 +62,7 @@ fn finished_deferred(call: &CallEntry, finished: &CallEntry) -> events::ToolCall
 }
 
 /// A claimed `AwaitToolApproval` whose interrupt has `decision`.
-pub fn on_approval(call: &CallEntry, decision: &Decision) -> Transition {
+pub fn on_approval(call: &CallEntry, decision: &HumanDecision) -> Transition {
     if let Some(outcome) = call.state.outcome() {
         // Decided before (a repeat after a crash between commits cannot happen, but a record
         // that is final needs only the resume).

@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::batches::{self, AheadCall, AheadRef, AheadState};
-use super::client::Decision;
+use super::client::HumanDecision;
 use super::grants::{GrantRef, SessionGrant, active_grant, session_grants};
 use super::{
     CallEntry, CallState, CallStep, CancelRequestChange, CloseInterrupt, EngineError, FailureReason, Finish,
@@ -637,7 +637,8 @@ fn approved_under_grant(
     grant: &GrantRef,
 ) -> Transition {
     let entry = CallEntry { approved_under: Some(grant.clone()), ..entry };
-    let approved = super::tools::on_approval(&entry, &Decision { approved: true, ..Decision::default() });
+    let approved =
+        super::tools::on_approval(&entry, &HumanDecision { approved: true, ..HumanDecision::default() });
     t.steps.extend(approved.steps);
     t.calls.extend(approved.calls);
     t.events.extend(approved.events);
@@ -672,7 +673,7 @@ fn decided_ahead_used(
     run: &SegmentRun,
     entry: &CallEntry,
     used: &AheadCall,
-    decision: &Decision,
+    decision: &HumanDecision,
 ) -> Transition {
     let applied = super::tools::on_approval(entry, decision);
     t.steps.extend(applied.steps);
@@ -723,7 +724,7 @@ fn approval_requested(
 fn approved_as_deferred(t: &mut Transition, entry: &CallEntry) {
     let approved = super::tools::on_approval(
         entry,
-        &Decision { approved: true, message: None, updated_input: None, ..Default::default() },
+        &HumanDecision { approved: true, message: None, updated_input: None, ..Default::default() },
     );
     t.steps.extend(approved.steps);
     t.calls.extend(approved.calls);
@@ -838,7 +839,7 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
 
 /// Interrupt `interrupt_id` closed with `decision`, if still open: decided by nobody (Tollgate
 /// closed it), its `interrupt_resolved` event saying so.
-pub(super) fn closed_by_nobody(interrupt_id: &str, decision: &Decision) -> CloseInterrupt {
+pub(super) fn closed_by_nobody(interrupt_id: &str, decision: &HumanDecision) -> CloseInterrupt {
     let (resolution, mut resolved) = super::client::resolution(interrupt_id, decision, None);
     for event in &mut resolved {
         event.payload["closed"] = json!(true);

@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use tollgate_claude::{CliBinary, CliLocator};
 use tollgate_engine::events::{EventKind, InterruptOpened, Payload};
-use tollgate_engine::session::client::Decision;
+use tollgate_engine::session::client::HumanDecision;
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::{Payments, Received};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
@@ -216,8 +216,12 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                     println!(
                         "  $ tollgate approvals approve {session} {id}    (the demo approves it for you)"
                     );
-                    let decision =
-                        Decision { approved: true, message: None, updated_input: None, ..Default::default() };
+                    let decision = HumanDecision {
+                        approved: true,
+                        message: None,
+                        updated_input: None,
+                        ..Default::default()
+                    };
                     sessions::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval"))
                         .await?;
                 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tollgate::sessions::{self, ClientError};
-use tollgate_engine::session::client::Decision;
+use tollgate_engine::session::client::HumanDecision;
 use tollgate_store::StoreError;
 
 use crate::world::{Refund, World};
@@ -74,7 +74,7 @@ async fn an_approved_write_survives_a_worker_restart_runs_once_and_shows_in_the_
 
     world.decide("s", &id, true, None, "k1").await;
     world.decide("s", &id, true, None, "k1").await; // repeated: replayed, nothing new
-    let other = Decision { approved: false, message: None, updated_input: None, ..Default::default() };
+    let other = HumanDecision { approved: false, message: None, updated_input: None, ..Default::default() };
     let late = sessions::resolve(world.store.as_ref(), "s", &id, &other, Some("k2")).await;
     assert!(matches!(late, Err(ClientError::Store(StoreError::InterruptAlreadyResolved { .. }))), "{late:?}");
 
