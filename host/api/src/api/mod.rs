@@ -792,6 +792,10 @@ async fn check_call(
     let [id, call] = path_ids(path, ["id", "call"])?;
     Params::parse(query.as_deref(), &[])?;
     let request: CheckRequest = if body.is_empty() { CheckRequest::default() } else { parse(&body)? };
+    // A session of an agent the caller may not see does not exist for it, nor do its calls.
+    if visible_sessions(&state, &caller, [id.clone()]).await?.is_empty() {
+        return Err(ApiError::no_session(&id));
+    }
     let snapshot =
         sessions::snapshot(state.store.as_ref(), &id).await?.ok_or_else(|| ApiError::no_session(&id))?;
     let Some(tool) = snapshot.tool_calls.iter().find(|c| c.tool_call_id == call).map(|c| c.tool_name.clone())
@@ -801,9 +805,6 @@ async fn check_call(
     // Who may check: an approver or admin of the session's agent; a check is no approval, so
     // separation of duties does not apply.
     state.auth.rules().may_decide(&caller, &id, None, &tool, &[])?;
-    if visible_sessions(&state, &caller, [id.clone()]).await?.is_empty() {
-        return Err(ApiError::no_session(&id));
-    }
     let note = request.note.filter(|n| !n.trim().is_empty());
     let receipt = sessions::mark_checked(state.store.as_ref(), &id, &call, &caller.name, note).await?;
     Ok(Json(receipt).into_response())

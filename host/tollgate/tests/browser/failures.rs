@@ -110,6 +110,22 @@ async fn an_outcome_unknown_refund_is_loud_on_its_session_page_and_in_the_inbox_
         .map(|a| (a.interrupt_id.as_str(), a.principal.as_str(), a.reason.as_deref()))
         .collect();
     assert_eq!(checked, [(id.as_str(), "fina", Some("no refund in the payments log; sent again by hand"))]);
+    // Checking again is a replay of the first mark; an unknown call is named.
+    let check = |call: &str| {
+        reqwest::Client::new()
+            .post(format!("{}/v1/sessions/u1/calls/{call}/check", served.url))
+            .bearer_auth(&fina)
+            .json(&json!({"note": "again"}))
+            .send()
+    };
+    let again: serde_json::Value = check(&id).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (&again["replayed"], &again["check"]["checked_by"], &again["check"]["note"]),
+        (&json!(true), &json!("fina"), &json!("no refund in the payments log; sent again by hand"))
+    );
+    let unknown = check("toolu_nope").await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert!(unknown.text().await.unwrap().contains("tool_call_not_found"));
 
     // The session page: no alert now, the call checked by fina with her note.
     browser.client.goto(&format!("{}/#/session/u1", served.url)).await.unwrap();
