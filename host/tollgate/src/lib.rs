@@ -14,6 +14,8 @@
 //! package's other binary is `tollgate-box` (the box's init). `tollgate api` without the Worker is
 //! the `tollgate-api` package's binary: built there, it compiles and links no wasmtime.
 
+#![warn(missing_docs)]
+
 pub mod commands;
 
 pub use tollgate_api::process::hide_process;
@@ -35,6 +37,7 @@ pub struct Cli {
     /// More logging on stderr (`-v` info, `-vv` debug); `RUST_LOG` overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
 }

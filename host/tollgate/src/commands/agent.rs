@@ -19,6 +19,7 @@ use crate::bundle::{Bundle, Lock};
 /// Options of `tollgate agent`.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
+    /// The subcommand.
     #[command(subcommand)]
     pub command: AgentCommand,
 }
@@ -50,11 +51,13 @@ pub enum AgentCommand {
         /// Who pushes it (default: `$USER`).
         #[arg(long, env = "USER", default_value = "tollgate:local")]
         by: String,
+        /// The store.
         #[command(flatten)]
         store: StoreArg,
     },
     /// The agents with versions in the store: their current version, how many, sessions.
     List {
+        /// The store.
         #[command(flatten)]
         store: StoreArg,
     },
@@ -62,6 +65,7 @@ pub enum AgentCommand {
     Show {
         /// The agent.
         name: String,
+        /// The store.
         #[command(flatten)]
         store: StoreArg,
     },
@@ -73,6 +77,7 @@ pub enum AgentCommand {
         /// The percent of new sessions the canary gets (1 to 99).
         #[arg(long, value_name = "PERCENT")]
         share: Option<i64>,
+        /// The store.
         #[command(flatten)]
         store: StoreArg,
     },
@@ -80,6 +85,7 @@ pub enum AgentCommand {
     Rollback {
         /// The agent.
         name: String,
+        /// The store.
         #[command(flatten)]
         store: StoreArg,
     },

@@ -13,8 +13,10 @@ use super::session::{ClientArgs, age, clip, compact, now_ms, print_json, shell_w
 /// Options of `tollgate approvals`.
 #[derive(Debug, Args)]
 pub struct ApprovalsArgs {
+    /// The API to talk to.
     #[command(flatten)]
     pub client: ClientArgs,
+    /// The subcommand.
     #[command(subcommand)]
     pub command: ApprovalsCommand,
 }

@@ -18,6 +18,7 @@ use crate::auth::{self, Principals, Role};
 /// Options of `tollgate auth`.
 #[derive(Debug, Args)]
 pub struct AuthArgs {
+    /// The subcommand.
     #[command(subcommand)]
     pub command: AuthCommand,
 }

@@ -52,6 +52,7 @@ pub struct DemoArgs {
     /// Do not approve the refund; leave it waiting and print how to decide it.
     #[arg(long)]
     pub no_approve: bool,
+    /// The box the agent's CLI runs in.
     #[command(flatten)]
     pub sandbox: super::worker::SandboxArgs,
 }

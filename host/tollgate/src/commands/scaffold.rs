@@ -44,9 +44,13 @@ enum NewCommand {
 /// A tool's language.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Lang {
+    /// Rust, with the `tollgate-guest` crate.
     Rust,
+    /// Go, with the Go SDK (Go's wasip1 port and the preview1 component adapter).
     Go,
+    /// JavaScript, with the `@tollgate/guest` package.
     Js,
+    /// Python, with the `tollgate_guest` package (componentize-py).
     Python,
 }
 

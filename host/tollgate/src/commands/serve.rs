@@ -19,8 +19,10 @@ use tollgate_api::sessions::ServingAgent;
 /// Options of `tollgate serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// The Worker's options.
     #[command(flatten)]
     pub worker: WorkerArgs,
+    /// The HTTP API's options.
     #[command(flatten)]
     pub http: HttpArgs,
     /// Who pushes the agent folder as a version, when it is locked (default: `$USER`).

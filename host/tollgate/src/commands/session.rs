@@ -90,8 +90,10 @@ impl ClientArgs {
 /// Options of `tollgate session`.
 #[derive(Debug, Args)]
 pub struct SessionArgs {
+    /// The API to talk to.
     #[command(flatten)]
     pub client: ClientArgs,
+    /// The subcommand.
     #[command(subcommand)]
     pub command: SessionCommand,
 }

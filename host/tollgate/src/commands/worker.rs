@@ -82,6 +82,7 @@ pub struct WorkerArgs {
     /// How long a pre-started CLI waits for a segment before it is killed, in seconds.
     #[arg(long, env = "TOLLGATE_WARM_CLI_TTL_SECS", default_value_t = crate::worker::DEFAULT_WARM_CLI_TTL.as_secs_f64())]
     pub warm_cli_ttl_secs: f64,
+    /// The box the agent's CLI runs in.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
