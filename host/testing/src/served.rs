@@ -2,6 +2,7 @@
 //! from stderr, its log kept beside the Workers' for [`World::diagnostics`]; and the `tollgate`
 //! client commands run against it.
 
+use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
@@ -148,6 +149,28 @@ impl Served {
         }
         let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
     }
+}
+
+/// `tollgate auth add NAME --role … --group … --auth FILE` in `world`: the token it prints.
+pub async fn add_principal(
+    world: &World,
+    file: &Path,
+    name: &str,
+    roles: &[&str],
+    groups: &[&str],
+) -> String {
+    let mut command = world.tollgate();
+    command.args(["auth", "add", name, "--auth"]).arg(file);
+    for role in roles {
+        command.args(["--role", role]);
+    }
+    for group in groups {
+        command.args(["--group", group]);
+    }
+    let output = command.output().await.expect("run tollgate auth add");
+    let token = stdout_of(&output, "tollgate auth add").trim().to_owned();
+    assert!(token.starts_with("tg_"), "{token}");
+    token
 }
 
 /// A finished command's stdout, asserting it succeeded.

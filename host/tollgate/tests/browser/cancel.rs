@@ -7,23 +7,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::driver::Browser;
-use crate::served::Served;
+use crate::served::{Served, add_principal};
 use crate::world::{Refund, World, api};
 
 /// A reply streamed in deltas and parked halfway at gate `gate`.
 fn held_reply(gate: &str) -> String {
     let text = (0..120).map(|i| format!("w{i:03}")).collect::<Vec<_>>().join(" ");
     format!("drip 40 25 ;; hold {gate} ;; say {text}")
-}
-
-/// `tollgate auth add NAME --role ROLE --auth FILE`: the token it prints.
-async fn add_principal(world: &World, file: &std::path::Path, name: &str, role: &str) -> String {
-    let mut command = world.tollgate();
-    command.args(["auth", "add", name, "--role", role, "--auth"]).arg(file);
-    let output = command.output().await.expect("run tollgate auth add");
-    let token = crate::served::stdout_of(&output, "tollgate auth add").trim().to_owned();
-    assert!(token.starts_with("tg_"), "{token}");
-    token
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -33,8 +23,8 @@ async fn the_session_page_cancels_a_streaming_turn_for_its_client_and_greys_the_
     let Some(world) = World::new(test, Refund::SingleAttemptWithApproval).await else { return };
     let Some(browser) = Browser::start(test, world.dir.path()).await else { return };
     let file = world.dir.path().join("auth.toml");
-    let carl = add_principal(&world, &file, "carl", "client").await;
-    let dana = add_principal(&world, &file, "dana", "client").await;
+    let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
+    let dana = add_principal(&world, &file, "dana", &["client"], &[]).await;
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     let url = served.url.clone();

@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::driver::Browser;
-use crate::inbox::{CARD, ONE_BROWSER, REFUND, add_principal, card_shown, in_card, start_as};
+use crate::inbox::{CARD, ONE_BROWSER, REFUND, card_shown, in_card, start_as};
 use crate::served::Served;
+use crate::served::add_principal;
 use crate::world::{Refund, World};
 
 /// How long the page holds a decision in this test (ms).

@@ -5,8 +5,9 @@
 use serde_json::json;
 
 use crate::driver::Browser;
-use crate::inbox::{ONE_BROWSER, REFUND, add_principal, start_as};
+use crate::inbox::{ONE_BROWSER, REFUND, start_as};
 use crate::served::Served;
+use crate::served::add_principal;
 use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,6 +1,5 @@
 //! The approvals inbox, the session page and the sessions list, through Chromium.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -8,33 +7,13 @@ use tollgate_engine::session::{RunState, SessionStatus};
 use tollgate_store::NewSession;
 
 use crate::driver::Browser;
-use crate::served::{Served, stdout_of};
+use crate::served::{Served, add_principal, stdout_of};
 use crate::world::{Refund, World, api, api_events};
 
 pub(crate) const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 
 /// One browser test at a time: the timings they print are not shared with another Chromium.
 pub(crate) static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// `tollgate auth add NAME --role … --group … --auth FILE`: the token it prints.
-pub(crate) async fn add_principal(
-    world: &World,
-    file: &Path,
-    name: &str,
-    roles: &[&str],
-    groups: &[&str],
-) -> String {
-    let mut command = world.tollgate();
-    command.args(["auth", "add", name, "--auth"]).arg(file);
-    for role in roles {
-        command.args(["--role", role]);
-    }
-    for group in groups {
-        command.args(["--group", group]);
-    }
-    let output = command.output().await.expect("run tollgate auth add");
-    stdout_of(&output, "tollgate auth add").trim().to_owned()
-}
 
 /// Gives the example agent's refund policy `approvers = ["finance"]` and a ten-minute deadline
 /// that escalates to `ops`.

@@ -6,8 +6,9 @@
 use serde_json::json;
 
 use crate::driver::Browser;
-use crate::inbox::{CARD, ONE_BROWSER, add_principal, card_shown, in_card, start_as};
+use crate::inbox::{CARD, ONE_BROWSER, card_shown, in_card, start_as};
 use crate::served::Served;
+use crate::served::add_principal;
 use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,36 +4,12 @@
 //! answer validated against the OpenAPI document) and through the CLI client; the decision lands
 //! in the audit trail, the snapshot, the event stream, `session show` and `GET /v1/audit`.
 
-use std::path::Path;
-
 use serde_json::{Value, json};
 
-use crate::served::{Served, stdout_of};
+use crate::served::{Served, add_principal};
 use crate::world::{Refund, World, api};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
-
-/// `tollgate auth add NAME --role … --group … --auth FILE`: the token it prints.
-pub(crate) async fn add_principal(
-    world: &World,
-    file: &Path,
-    name: &str,
-    roles: &[&str],
-    groups: &[&str],
-) -> String {
-    let mut command = world.tollgate();
-    command.args(["auth", "add", name, "--auth"]).arg(file);
-    for role in roles {
-        command.args(["--role", role]);
-    }
-    for group in groups {
-        command.args(["--group", group]);
-    }
-    let output = command.output().await.expect("run tollgate auth add");
-    let token = stdout_of(&output, "tollgate auth add").trim().to_owned();
-    assert!(token.starts_with("tg_"), "{token}");
-    token
-}
 
 /// Gives the example agent's refund policy `approvers = ["finance"]`.
 fn restrict_refunds_to_finance(world: &World) {

@@ -115,7 +115,7 @@ async fn a_client_cancels_its_streaming_turn_through_an_api_process_and_the_work
     let test = "cancel: a streaming segment, api and worker processes on SQLite";
     let Some(world) = World::new(test, Refund::SingleAttemptWithApproval).await else { return };
     let file = world.dir.path().join("auth.toml");
-    let add = crate::auth::add_principal;
+    let add = crate::served::add_principal;
     let carl = add(&world, &file, "carl", &["client"], &[]).await;
     let dana = add(&world, &file, "dana", &["client"], &[]).await;
     let vera = add(&world, &file, "vera", &["viewer"], &[]).await;
@@ -211,8 +211,8 @@ async fn a_turn_waiting_for_approval_is_cancelled_by_an_approver_and_a_late_appr
     let test = "cancel: a turn waiting for approval, api and worker processes on SQLite";
     let Some(world) = World::new(test, Refund::SingleAttemptWithApproval).await else { return };
     let file = world.dir.path().join("auth.toml");
-    let carl = crate::auth::add_principal(&world, &file, "carl", &["client"], &[]).await;
-    let ada = crate::auth::add_principal(&world, &file, "ada", &["approver"], &[]).await;
+    let carl = crate::served::add_principal(&world, &file, "carl", &["client"], &[]).await;
+    let ada = crate::served::add_principal(&world, &file, "ada", &["approver"], &[]).await;
     let served = Served::start_api(&world, "api", &["--auth", file.to_str().unwrap()]).await;
     let url = served.url.clone();
     let a = world.worker("a");

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::auth::add_principal;
 use crate::served::Served;
+use crate::served::add_principal;
 use crate::webhooks::{Receiver, write_hooks};
 use crate::world::{Refund, World, api};
 

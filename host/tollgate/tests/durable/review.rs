@@ -8,8 +8,8 @@
 
 use serde_json::{Value, json};
 
-use crate::auth::add_principal;
 use crate::served::Served;
+use crate::served::add_principal;
 use crate::world::{Refund, World, api};
 
 /// Looks order 9 (€54.00) up and asks to refund `amount_cents` of it, in one reply.
