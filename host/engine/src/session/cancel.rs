@@ -146,18 +146,7 @@ pub fn on_cancel(
             }
         };
         let finished = call.with_state(state);
-        t.events.push(
-            Payload::ToolCallFinished(events::ToolCallFinished {
-                turn_id: turn_id.clone(),
-                attempt: None,
-                tool_call_id: call.tool_call_id.clone(),
-                tool_name: call.tool_name.clone(),
-                kind: None,
-                status: finished.state.name().to_owned(),
-                deferred: !call.inline,
-            })
-            .into(),
-        );
+        t.events.push(finished.finished_event(!call.inline).into());
         records.extend(finished.record());
         t.calls.push(finished);
     }

@@ -119,15 +119,7 @@ pub fn begin(session_id: &str, call: &CallEntry, attempt: i64) -> Begin {
     }
     let mut mark = Transition::keep();
     mark.calls.push(call.with_state(CallState::Started { attempt }));
-    let mark = mark.event(Payload::ToolCallStarted(events::ToolCallStarted {
-        turn_id: call.turn_id.clone(),
-        tool_call_id: call.tool_call_id.clone(),
-        tool_name: call.tool_name.clone(),
-        kind: None,
-        arguments: call.arguments.clone(),
-        attempt,
-        deferred: false,
-    }));
+    let mark = mark.event(call.started_event(attempt, false));
     Begin::Run {
         idempotency_key: call.idempotency_key(session_id),
         attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
@@ -210,15 +202,7 @@ pub fn is_left_unknown(call: &CallEntry) -> bool {
 
 fn record(call: &CallEntry, outcome: Outcome) -> (CallEntry, Transition) {
     let finished = call.with_state(outcome.into());
-    let mut t = Transition::keep().event(Payload::ToolCallFinished(events::ToolCallFinished {
-        turn_id: call.turn_id.clone(),
-        attempt: None,
-        tool_call_id: call.tool_call_id.clone(),
-        tool_name: call.tool_name.clone(),
-        kind: None,
-        status: finished.state.name().to_owned(),
-        deferred: !call.inline,
-    }));
+    let mut t = Transition::keep().event(finished.finished_event(!call.inline));
     t.calls.push(finished.clone());
     (finished, t)
 }

@@ -486,6 +486,34 @@ impl CallEntry {
     fn with_state(&self, state: CallState) -> CallEntry {
         CallEntry { state, ..self.clone() }
     }
+
+    /// Its `tool_call_started` event as Tollgate runs attempt `attempt` of it: `deferred` when
+    /// it runs as a step of its own, out of the segment.
+    fn started_event(&self, attempt: i64, deferred: bool) -> Payload {
+        Payload::ToolCallStarted(crate::events::ToolCallStarted {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: self.tool_call_id.clone(),
+            tool_name: self.tool_name.clone(),
+            kind: None,
+            arguments: self.arguments.clone(),
+            attempt,
+            deferred,
+        })
+    }
+
+    /// Its `tool_call_finished` event, once its state is final: `deferred` when it ran as a step
+    /// of its own.
+    fn finished_event(&self, deferred: bool) -> Payload {
+        Payload::ToolCallFinished(crate::events::ToolCallFinished {
+            turn_id: self.turn_id.clone(),
+            attempt: None,
+            tool_call_id: self.tool_call_id.clone(),
+            tool_name: self.tool_name.clone(),
+            kind: None,
+            status: self.state.name().to_owned(),
+            deferred,
+        })
+    }
 }
 
 /// A step payload that names a turn and one of its deferred calls.

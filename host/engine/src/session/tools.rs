@@ -43,22 +43,9 @@ fn record(call: &CallEntry, outcome: Outcome) -> Transition {
         session_status: None,
     });
     t.status = Some(SessionStatus::Running);
-    t = t.event(Payload::ToolCallFinished(finished_deferred(call, &finished)));
+    t = t.event(finished.finished_event(true));
     t.calls.push(finished);
     t
-}
-
-/// The `tool_call_finished` of a deferred call that got its record.
-fn finished_deferred(call: &CallEntry, finished: &CallEntry) -> events::ToolCallFinished {
-    events::ToolCallFinished {
-        turn_id: call.turn_id.clone(),
-        attempt: None,
-        tool_call_id: call.tool_call_id.clone(),
-        tool_name: call.tool_name.clone(),
-        kind: None,
-        status: finished.state.name().to_owned(),
-        deferred: true,
-    }
 }
 
 /// A claimed `AwaitToolApproval` whose interrupt has `decision`.
@@ -150,15 +137,7 @@ pub fn begin_tool_step(session_id: &str, single_attempt: bool, attempt: i64, cal
     }
     let mut mark = Transition::new(Finish::Keep);
     mark.calls.push(call.with_state(CallState::Started { attempt }));
-    mark = mark.event(Payload::ToolCallStarted(events::ToolCallStarted {
-        turn_id: call.turn_id.clone(),
-        tool_call_id: call.tool_call_id.clone(),
-        tool_name: call.tool_name.clone(),
-        kind: None,
-        arguments: call.arguments.clone(),
-        attempt,
-        deferred: true,
-    }));
+    mark = mark.event(call.started_event(attempt, true));
     Begin::Run {
         idempotency_key: call.idempotency_key(session_id),
         attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
@@ -329,7 +308,7 @@ pub fn on_cli_run(call: &CallEntry, run: CliRun) -> Option<(CallEntry, super::Ne
         CliRun::Result { text, is_error: true } => Outcome::Failed { error: text },
     };
     let finished = call.with_state(outcome.into());
-    let event = Payload::ToolCallFinished(finished_deferred(call, &finished)).into();
+    let event = finished.finished_event(true).into();
     Some((finished, event))
 }
 
