@@ -35,7 +35,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tollgate_engine::session::client::{DecisionScope, HumanDecision};
-use tollgate_engine::session::{EngineError, SessionStatus};
+use tollgate_engine::session::{CallEntry, EngineError, SessionStatus};
 use tollgate_store::{Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -796,12 +796,13 @@ async fn check_call(
     if visible_sessions(&state, &caller, [id.clone()]).await?.is_empty() {
         return Err(ApiError::no_session(&id));
     }
-    let snapshot =
-        sessions::snapshot(state.store.as_ref(), &id).await?.ok_or_else(|| ApiError::no_session(&id))?;
-    let Some(tool) = snapshot.tool_calls.iter().find(|c| c.tool_call_id == call).map(|c| c.tool_name.clone())
-    else {
+    if state.store.session(&id).await?.is_none() {
+        return Err(ApiError::no_session(&id));
+    }
+    let Some(record) = state.store.tool_call(&id, &call).await? else {
         return Err(StoreError::ToolCallNotFound { session_id: id, tool_call_id: call }.into());
     };
+    let tool = CallEntry::parse(record.record.get()).map_err(ClientError::BadInput)?.tool_name;
     // Who may check: an approver or admin of the session's agent; a check is no approval, so
     // separation of duties does not apply.
     state.auth.rules().may_decide(&caller, &id, None, &tool, &[])?;
