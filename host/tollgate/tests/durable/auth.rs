@@ -242,6 +242,17 @@ async fn an_api_without_the_agent_enforces_the_approvers_the_worker_stored_on_po
     served.stop().await;
 }
 
+/// What `command` (a `tollgate serve` that must refuse to start) says on stderr, once it exited
+/// unsuccessfully.
+async fn refusal(mut command: tokio::process::Command) -> String {
+    let refused =
+        tokio::time::timeout(std::time::Duration::from_secs(60), command.output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    println!("finding: {}", stderr.trim());
+    assert!(!refused.status.success(), "{stderr}");
+    stderr
+}
+
 /// A policy naming an approvers group no approver or admin of the auth file is in would leave its
 /// calls waiting for ever: `serve` refuses to start, naming the tool, the group and the nearest
 /// group there is; with a member of the group it starts.
@@ -266,11 +277,7 @@ async fn serve_refuses_a_policy_whose_approvers_group_has_no_approver() {
             .stdin(std::process::Stdio::null());
         command
     };
-    let refused =
-        tokio::time::timeout(std::time::Duration::from_secs(60), serve().output()).await.unwrap().unwrap();
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    println!("finding: {}", stderr.trim());
-    assert!(!refused.status.success(), "{stderr}");
+    let stderr = refusal(serve()).await;
     assert!(
         stderr.contains("`create_refund`: approvers group `finance` has no approver or admin in it (did you mean `finanse`?)")
             && stderr.contains("are `finanse`"),
@@ -289,11 +296,7 @@ async fn serve_refuses_a_policy_whose_approvers_group_has_no_approver() {
     let two = text.replace("requires_approval = true,", "requires_approval = true, high_risk_approvers = 2,");
     assert_ne!(text, two);
     std::fs::write(&config, two).unwrap();
-    let refused =
-        tokio::time::timeout(std::time::Duration::from_secs(60), serve().output()).await.unwrap().unwrap();
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    println!("finding: {}", stderr.trim());
-    assert!(!refused.status.success(), "{stderr}");
+    let stderr = refusal(serve()).await;
     assert!(
         stderr.contains("`create_refund`: high_risk_approvers = 2, but only 1 may decide it (fred)"),
         "{stderr}"
