@@ -170,6 +170,21 @@ impl World {
         (notes.clone(), script)
     }
 
+    /// Adds `extra` (e.g. `high_risk_approvers = 2`, or `approvers = ["finance"]`) to the agent's
+    /// refund policy in its `tollgate.toml`, after `requires_approval = true`.
+    pub fn refund_policy_with(&self, extra: &str) {
+        let config = self.agent.join("tollgate.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        let changed = text.replace(
+            r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#,
+            &format!(
+                r#"create_refund = {{ effect = "non_idempotent_write", requires_approval = true, {extra}"#
+            ),
+        );
+        assert_ne!(text, changed, "the example's refund policy line changed");
+        std::fs::write(&config, changed).unwrap();
+    }
+
     /// The `tollgate` binary with this world's environment: the pinned CLI, the mock model, a
     /// refused proxy for everything else, the payments service, a private component cache.
     pub fn tollgate(&self) -> tokio::process::Command {

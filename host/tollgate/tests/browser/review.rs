@@ -19,11 +19,7 @@ async fn a_high_risk_refund_shows_its_review_above_the_arguments() {
         return;
     };
     let Some(browser) = Browser::start("browser: a reviewed refund", world.dir.path()).await else { return };
-    let config = world.agent.join("tollgate.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let two = text.replace("requires_approval = true,", "requires_approval = true, high_risk_approvers = 2,");
-    assert_ne!(text, two);
-    std::fs::write(&config, two).unwrap();
+    world.refund_policy_with("high_risk_approvers = 2");
     let file = world.dir.path().join("auth.toml");
     let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
     let alice = add_principal(&world, &file, "alice", &["approver"], &[]).await;

@@ -13,14 +13,7 @@ const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#
 
 /// Gives the example agent's refund policy `approvers = ["finance"]`.
 fn restrict_refunds_to_finance(world: &World) {
-    let config = world.agent.join("tollgate.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let restricted = text.replace(
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#,
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true, approvers = ["finance"]"#,
-    );
-    assert_ne!(text, restricted, "the example's refund policy line changed");
-    std::fs::write(&config, restricted).unwrap();
+    world.refund_policy_with(r#"approvers = ["finance"]"#);
 }
 
 /// A client command run as the holder of `token`: its success, stdout and stderr.
@@ -291,11 +284,7 @@ async fn serve_refuses_a_policy_whose_approvers_group_has_no_approver() {
 
     // Two different approvers for a high-risk refund, with one approver in `finance`: refused,
     // naming who may decide; a second approver in the group lets it start.
-    let config = world.agent.join("tollgate.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let two = text.replace("requires_approval = true,", "requires_approval = true, high_risk_approvers = 2,");
-    assert_ne!(text, two);
-    std::fs::write(&config, two).unwrap();
+    world.refund_policy_with("high_risk_approvers = 2");
     let stderr = refusal(serve()).await;
     assert!(
         stderr.contains("`create_refund`: high_risk_approvers = 2, but only 1 may decide it (fred)"),

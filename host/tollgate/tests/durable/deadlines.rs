@@ -16,21 +16,6 @@ use crate::webhooks::{Receiver, write_hooks};
 use crate::world::{Refund, World, api};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
-const REFUND_POLICY: &str = r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#;
-
-/// Rewrites the example agent's refund policy to `policy` (the fields inside its braces after
-/// `requires_approval = true`).
-fn refund_policy(world: &World, extra: &str) {
-    let config = world.agent.join("tollgate.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let changed = text.replace(
-        REFUND_POLICY,
-        &format!(r#"create_refund = {{ effect = "non_idempotent_write", requires_approval = true, {extra}"#),
-    );
-    assert_ne!(text, changed, "the example's refund policy line changed");
-    std::fs::write(&config, changed).unwrap();
-}
-
 /// `POST …/interrupts/{id}` as `token` with `body` (validated against the OpenAPI document).
 async fn decide(url: &str, session: &str, id: &str, token: &str, body: Value) -> crate::world::Answer {
     let url = format!("{url}/v1/sessions/{session}/interrupts/{id}");
@@ -53,7 +38,7 @@ async fn wait_due(world: &World, session: &str, id: &str) {
 
 /// The expiry story on `world` (its Workers on `db`), `firers` Workers started after the deadline.
 async fn a_deadline_fires_after_its_worker_was_killed(world: World, firers: usize) {
-    refund_policy(&world, "approval_timeout_secs = 2");
+    world.refund_policy_with("approval_timeout_secs = 2");
     let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;
     let first = world.worker("w1");
     world.send("s", REFUND).await;
@@ -159,8 +144,7 @@ async fn an_escalation_changes_who_may_decide_and_is_announced() {
     let Some(world) = World::new("deadline: escalation", Refund::SingleAttemptWithApproval).await else {
         return;
     };
-    refund_policy(
-        &world,
+    world.refund_policy_with(
         r#"approvers = ["finance"], approval_timeout_secs = 4, on_timeout = "escalate", escalate_to = ["oncall"], escalation_timeout_secs = 600"#,
     );
     let file = world.dir.path().join("auth.toml");

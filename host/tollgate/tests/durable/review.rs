@@ -19,18 +19,6 @@ fn refund_after_lookup(amount_cents: u64) -> String {
     )
 }
 
-/// Gives the example agent's refund policy `extra` (e.g. `high_risk_approvers = 2`).
-fn refund_policy_with(world: &World, extra: &str) {
-    let config = world.agent.join("tollgate.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let changed = text.replace(
-        r#"create_refund = { effect = "non_idempotent_write", requires_approval = true"#,
-        &format!(r#"create_refund = {{ effect = "non_idempotent_write", requires_approval = true, {extra}"#),
-    );
-    assert_ne!(text, changed, "the example's refund policy line changed");
-    std::fs::write(&config, changed).unwrap();
-}
-
 /// The open interrupt of session `session` as `GET /v1/interrupts` lists it.
 async fn listed(http: &reqwest::Client, url: &str, token: &str, session: &str) -> Value {
     let inbox = api(http.get(format!("{url}/v1/interrupts")).bearer_auth(token)).await;
@@ -46,7 +34,7 @@ async fn a_refund_over_the_orders_total_is_high_risk_and_needs_two_approvers() {
     else {
         return;
     };
-    refund_policy_with(&world, "high_risk_approvers = 2");
+    world.refund_policy_with("high_risk_approvers = 2");
     let file = world.dir.path().join("auth.toml");
     let carl = add_principal(&world, &file, "carl", &["client", "approver"], &[]).await;
     let alice = add_principal(&world, &file, "alice", &["approver"], &[]).await;
@@ -168,7 +156,7 @@ async fn a_review_that_traps_or_loops_leaves_the_refund_decidable() {
         else {
             return;
         };
-        refund_policy_with(&world, "high_risk_approvers = 2");
+        world.refund_policy_with("high_risk_approvers = 2");
         std::fs::copy(tollgate_test_guests::REVIEWER_FACTORY, world.agent.join("agent.wasm")).unwrap();
         std::fs::write(
             world.agent.join("agent.toml"),
