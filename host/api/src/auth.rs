@@ -464,21 +464,21 @@ pub struct Principals {
 impl Principals {
     /// The groups of the principals who may decide interrupts (approvers and admins).
     pub fn approver_groups(&self) -> BTreeSet<&str> {
+        self.deciding().flat_map(|caller| caller.groups.iter().map(String::as_str)).collect()
+    }
+
+    /// The principals whose roles may decide calls.
+    fn deciding(&self) -> impl Iterator<Item = &Caller> {
         self.entries
             .iter()
             .map(|(_, caller)| caller)
             .filter(|caller| caller.roles.iter().any(|role| Action::Decide.roles().contains(role)))
-            .flat_map(|caller| caller.groups.iter().map(String::as_str))
-            .collect()
     }
 
     /// The principals who may decide a call whose policy names approver `groups` (any approver or
     /// admin when it names none), by name.
     pub fn deciders(&self, groups: &[String]) -> Vec<&str> {
-        self.entries
-            .iter()
-            .map(|(_, caller)| caller)
-            .filter(|caller| caller.roles.iter().any(|role| Action::Decide.roles().contains(role)))
+        self.deciding()
             .filter(|caller| groups.is_empty() || caller.groups.iter().any(|g| groups.contains(g)))
             .map(|caller| caller.name.as_str())
             .collect()
