@@ -15,6 +15,7 @@
 //! | [`convert`] | the state machine's values as the store's |
 //! | [`media`] | images: a message's checked and stored, a transcript's by reference and back, a record's for its replay |
 //! | [`edits`] | an approver's edited input, checked against the tool's input schema |
+//! | [`mcp`] | `/mcp/{agent}`: the agent's tools to any MCP client, under its policies, records and approvals |
 //! | [`metrics`] | the Prometheus counters the Worker updates and `/metrics` renders |
 //! | [`process`] | what every process sets up alike: logging, stop signals, private files, the error report |
 //! | [`serve`] | the API as a process: where and how it listens (plain or TLS), `tollgate api` |
@@ -31,6 +32,7 @@ pub mod api;
 pub mod auth;
 pub mod convert;
 pub mod edits;
+pub mod mcp;
 pub mod media;
 pub mod metrics;
 pub mod process;

@@ -244,6 +244,7 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
             sandbox: None,
             unclaimable_after: http.unclaimable_after,
             limits: http.limits,
+            mcp_reads: None,
         };
     eprintln!("tollgate API on {} (no Worker in this process)", listener.url());
     let stopped = StopSignals::listen().nth(1);

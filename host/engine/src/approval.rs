@@ -91,6 +91,10 @@ pub struct ApprovalRequest {
     /// the review found the call `high` risk. Omitted when one approval decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals_required: Option<u32>,
+    /// The MCP client principal that made the call, not the model (`/mcp/{agent}`); omitted for a
+    /// call the model made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 impl ApprovalRequest {
@@ -122,6 +126,7 @@ impl ApprovalRequest {
             escalated_from: None,
             review: None,
             approvals_required: None,
+            requested_by: None,
         }
     }
 

@@ -81,6 +81,24 @@ pub trait AgentRegistry: Send + Sync {
 
     /// Every (agent, digest) registered, by name, then first registration.
     async fn known_agents(&self) -> Result<Vec<KnownAgent>, StoreError>;
+
+    /// Publishes the custom tools a Worker loaded from agent `name`'s bundle `digest` (registered
+    /// before: [`StoreError::Invalid`] otherwise), as a JSON array, for the processes that never
+    /// load a bundle: `tollgate api` lists them to MCP clients. The last publication stands.
+    async fn publish_tools(&self, name: &str, digest: &str, tools: &str) -> Result<(), StoreError>;
+
+    /// The tools last published for agent `name`, from the digest registered last among those
+    /// with tools; `Ok(None)` when no Worker published any.
+    async fn agent_tools(&self, name: &str) -> Result<Option<AgentTools>, StoreError>;
+}
+
+/// The tools a Worker published for an agent ([`AgentRegistry::agent_tools`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentTools {
+    /// The bundle's digest they were loaded from.
+    pub digest: String,
+    /// The JSON array, as published.
+    pub tools: String,
 }
 
 /// The registry's statements (the same text on both backends but for the clock), rendered once.
@@ -99,6 +117,10 @@ struct AgentStatements {
     any_unnamed: &'static str,
     /// Every row.
     list: &'static str,
+    /// Sets `$3` tools of `$1` name, `$2` digest.
+    publish_tools: &'static str,
+    /// The newest registration of `$1` with tools.
+    tools: &'static str,
 }
 
 fn statements<DB: Dialect>() -> &'static AgentStatements {
@@ -126,6 +148,10 @@ fn statements<DB: Dialect>() -> &'static AgentStatements {
             any_unnamed: "SELECT 1 FROM sessions WHERE agent_name IS NULL LIMIT 1",
             list: "SELECT name, digest, row_version, locked, first_seen_at, last_seen_at FROM agent_digests
                  ORDER BY name, first_seen_at, digest",
+            publish_tools: "UPDATE agent_digests SET tools = $3 WHERE name = $1 AND digest = $2",
+            tools:
+                "SELECT digest, row_version, tools FROM agent_digests WHERE name = $1 AND tools IS NOT NULL
+                 ORDER BY last_seen_at DESC, digest LIMIT 1",
         }
     }
     static SQLITE: LazyLock<AgentStatements> = LazyLock::new(|| render(<sqlx::Sqlite as Dialect>::NOW));
@@ -274,5 +300,36 @@ where
                 })
             })
             .collect()
+    }
+
+    async fn publish_tools(&self, name: &str, digest: &str, tools: &str) -> Result<(), StoreError> {
+        check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
+        crate::backend::check_digest(digest)?;
+        if !serde_json::from_str::<serde_json::Value>(tools).is_ok_and(|v| v.is_array()) {
+            return Err(StoreError::Invalid { what: format!("the tools of `{name}` must be a JSON array") });
+        }
+        let done = sqlx::query(statements::<DB>().publish_tools)
+            .bind(name)
+            .bind(digest)
+            .bind(tools)
+            .execute(self.write_pool())
+            .await?;
+        if DB::rows_affected(&done) != 1 {
+            return Err(StoreError::Invalid {
+                what: format!("agent `{name}` was not registered from {digest}: register it first"),
+            });
+        }
+        Ok(())
+    }
+
+    async fn agent_tools(&self, name: &str) -> Result<Option<AgentTools>, StoreError> {
+        let Some(row) =
+            sqlx::query(statements::<DB>().tools).bind(name).fetch_optional(self.read_pool()).await?
+        else {
+            return Ok(None);
+        };
+        let digest: String = row.try_get("digest")?;
+        check_row_version("agent_digests", &format!("{name}/{digest}"), row.try_get("row_version")?)?;
+        Ok(Some(AgentTools { digest, tools: row.try_get("tools")? }))
     }
 }

@@ -74,7 +74,9 @@
 //! of an interrupt that needs several approvers, and the audit trail's `partially_approved`
 //! decision (see [`AuditLog::resolve_interrupt_as`]); migration 0016 `checked_calls` (PK
 //! `(session_id, tool_call_id)`), the check marks of tool calls that needed attention, a partial
-//! index of the calls that do, and the trail's `checked` decision (see [`AuditLog::mark_checked`]). JSON columns are `text` on both backends
+//! index of the calls that do, and the trail's `checked` decision (see [`AuditLog::mark_checked`]);
+//! migration 0017 `agent_digests.tools`, the custom tools a Worker loaded from the bundle (see
+//! [`agents::AgentRegistry::publish_tools`]). JSON columns are `text` on both backends
 //! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -115,7 +117,7 @@ mod group;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use agents::{AgentRegistry, KnownAgent, Registration};
+pub use agents::{AgentRegistry, AgentTools, KnownAgent, Registration};
 pub use audit::{
     AttentionCall, AuditDecision, AuditEntry, AuditLog, AuditQuery, CallCheck, CheckMark, CheckReceipt,
     NewAuditEntry,

@@ -317,5 +317,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0016_checked_calls.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            17,
+            "agent_tools".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0017_agent_tools.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -90,6 +90,9 @@ pub struct ApiState {
     pub unclaimable_after: std::time::Duration,
     /// Each request's time bound and how many run at once ([`edge`]).
     pub limits: edge::EdgeLimits,
+    /// The sandbox of the agent this process loaded (`tollgate serve`): `/mcp/{agent}` lists its
+    /// tools and runs approval-free reads at once; `None` in `tollgate api` ([`crate::mcp`]).
+    pub mcp_reads: Option<Arc<dyn crate::mcp::InlineReads>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -113,6 +116,7 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state.clone());
     // The web inbox's files (no token: the data comes from the API, which checks it).
     crate::web::router()
+        .merge(crate::mcp::router(state.clone()))
         .merge(api)
         .layer(middleware::from_fn_with_state(edge::Edge::new(state.limits), edge::edge))
 }

@@ -83,7 +83,10 @@ fn turn_of(
             return Ok(upto.map(|upto| (state.next_turn_id(), upto)));
         }
         StepInput::RunModel(RunModelStep { turn_id: Some(turn_id), resume: Some(_) }) => turn_id,
-        StepInput::AwaitToolApproval(call)
+        // An MCP call's turn starts with this step ([`super::mcp`]).
+        StepInput::McpCall(call) if state.turn.is_none() => return Ok(Some((call.turn_id.clone(), 0))),
+        StepInput::McpCall(call)
+        | StepInput::AwaitToolApproval(call)
         | StepInput::CallTool(call)
         | StepInput::CallSingleAttemptTool(call)
         | StepInput::ResumeTurn(call) => &call.turn_id,
@@ -232,6 +235,7 @@ mod tests {
             inline: false,
             images: Vec::new(),
             diagnostics: None,
+            requested_by: None,
             state,
         }
     }

@@ -84,6 +84,7 @@ pub fn write(turn_id: &str, tool_call_id: &str, tool_name: &str, arguments: Valu
         inline: true,
         images: Vec::new(),
         diagnostics: None,
+        requested_by: None,
         state: CallState::Queued,
     }
 }

@@ -41,6 +41,7 @@ pub mod cancel;
 pub mod client;
 pub mod grants;
 pub mod inline;
+pub mod mcp;
 pub mod subagents;
 pub mod tools;
 pub mod turn;
@@ -72,6 +73,8 @@ stored_names! {
         CallSingleAttemptTool = "CallSingleAttemptTool",
         /// Starts the resumed segment of a turn whose deferred call has its record.
         ResumeTurn = "ResumeTurn",
+        /// Settles a tool call an MCP client made by its policy ([`mcp`]).
+        McpCall = "McpCall",
     }
 }
 
@@ -90,6 +93,9 @@ stored_names! {
         /// A session grant's revocation (not a prompt: no turn reads it):
         /// `{"kind":"grant_revoked","tool_name":…,"decision_ids":[…],"revoked_by":…,"revoked_at":…}`.
         GrantRevoked = "grant_revoked",
+        /// A tool call an MCP client made ([`mcp`]), the turn's whole input:
+        /// `{"kind":"mcp_call","tool_name":…,"arguments":{…},"requested_by":…}`.
+        McpCall = "mcp_call",
     }
 }
 
@@ -441,6 +447,9 @@ pub struct CallEntry {
     /// ([`CallEntry::record`] leaves it out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<String>,
+    /// The MCP client principal that made the call ([`mcp`]); absent for a call the model made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
     /// Where it is.
     #[serde(flatten)]
     pub state: CallState,
@@ -550,6 +559,8 @@ pub enum StepInput {
     CallSingleAttemptTool(CallStep),
     /// See [`StepKind::ResumeTurn`].
     ResumeTurn(CallStep),
+    /// See [`StepKind::McpCall`].
+    McpCall(CallStep),
 }
 
 impl StepInput {
@@ -575,6 +586,7 @@ impl StepInput {
                 StepInput::CallSingleAttemptTool(serde_json::from_str(payload).map_err(corrupt)?)
             }
             StepKind::ResumeTurn => StepInput::ResumeTurn(serde_json::from_str(payload).map_err(corrupt)?),
+            StepKind::McpCall => StepInput::McpCall(serde_json::from_str(payload).map_err(corrupt)?),
         })
     }
 }

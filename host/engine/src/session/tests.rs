@@ -252,6 +252,7 @@ fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
         inline: false,
         images: Vec::new(),
         diagnostics: None,
+        requested_by: None,
         state: CallState::PendingApproval,
     }
 }

@@ -549,6 +549,7 @@ fn call_deferred(
         inline: false,
         images: Vec::new(),
         diagnostics: None,
+        requested_by: None,
         state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
     };
     let call_step = serde_json::to_value(CallStep {
@@ -721,7 +722,7 @@ fn approval_requested(
 }
 
 /// No approval needed: the call is approved as it is deferred.
-fn approved_as_deferred(t: &mut Transition, entry: &CallEntry) {
+pub(super) fn approved_as_deferred(t: &mut Transition, entry: &CallEntry) {
     let approved = super::tools::on_approval(
         entry,
         &HumanDecision { approved: true, message: None, updated_input: None, ..Default::default() },
@@ -759,7 +760,7 @@ fn segment_failed(
 
 /// The session waits on a person: `AwaitToolApproval` for `entry`, claimable once
 /// `interrupt_id` (its own, or one opened ahead in a batch) is decided.
-fn await_approval(
+pub(super) fn await_approval(
     t: &mut Transition,
     turn_id: &str,
     entry: &CallEntry,
@@ -820,6 +821,7 @@ pub(super) fn end_batches(t: &mut Transition, state: &RunState, turn_id: &str) {
             inline: false,
             images: Vec::new(),
             diagnostics: None,
+            requested_by: None,
             state: CallState::Unused,
         });
         let closing = batches::closing_decision(turn_id);

@@ -90,6 +90,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         sandbox: Some(worker.sandbox().name()),
         unclaimable_after: http.unclaimable_after,
         limits: http.limits,
+        mcp_reads: Some(Arc::new(tollgate_worker::worker::mcp_calls::SandboxReads::new(
+            worker.agent().clone(),
+        ))),
     };
     eprintln!(
         "tollgate serving on {} (agent {}, {}, sandbox {})",

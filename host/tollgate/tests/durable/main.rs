@@ -86,6 +86,7 @@ mod inline_writes;
 mod lifecycle;
 mod logins;
 mod matrix;
+mod mcp;
 mod outage;
 mod review;
 mod sandbox;

@@ -49,6 +49,7 @@
 
 mod cancel;
 mod inline_writes;
+pub mod mcp_calls;
 mod review;
 mod run_model;
 mod tool_steps;
@@ -184,6 +185,8 @@ pub struct Worker {
     warm: Option<Arc<warm::Pool>>,
     /// Steps in hand now (a fresh warm CLI starts only when there are none).
     in_hand: Arc<std::sync::atomic::AtomicUsize>,
+    /// The tools this Worker last published for `/mcp/{agent}` ([`mcp_calls::publish`]), as JSON.
+    published_tools: Arc<tokio::sync::Mutex<Option<String>>>,
 }
 
 /// Counts a step in hand while it lives.
@@ -250,6 +253,7 @@ impl Worker {
             boxes: Arc::default(),
             warm,
             in_hand: Arc::default(),
+            published_tools: Arc::default(),
         }
     }
 
@@ -354,7 +358,14 @@ impl Worker {
         let scope = self.agent.claim_scope();
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, agent = %self.agent.name(),
             agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
-        let registration = tokio::spawn(register(self.store.clone(), self.agent.clone()));
+        let me = self.clone();
+        let registration = tokio::spawn(async move {
+            register(me.store.clone(), me.agent.clone()).await;
+            // Then its tools, for `/mcp/{agent}` of a process that loads no bundle.
+            if let Ok(tools) = me.agent.tools().await {
+                mcp_calls::publish(&me, &tools).await;
+            }
+        });
         // The series this Worker counts carry its agent and version: its number when the bundle
         // was pushed into the store (`3`), else `sha256:` and 12 hex digits of its digest.
         let pushed = match self.store.versions().agent_versions(self.agent.name()).await {
@@ -617,7 +628,8 @@ impl Worker {
                 StepInput::AwaitToolApproval(call)
                 | StepInput::CallTool(call)
                 | StepInput::CallSingleAttemptTool(call)
-                | StepInput::ResumeTurn(call),
+                | StepInput::ResumeTurn(call)
+                | StepInput::McpCall(call),
             ) => Some(call.turn_id),
             Err(_) => None,
         };
@@ -650,6 +662,7 @@ impl Worker {
             StepInput::CallTool(input) => tool_steps::call(self, claimed, &input, false).await,
             StepInput::CallSingleAttemptTool(input) => tool_steps::call(self, claimed, &input, true).await,
             StepInput::ResumeTurn(input) => tool_steps::resume(self, claimed, &input).await,
+            StepInput::McpCall(input) => mcp_calls::request(self, claimed, &input).await,
         }
     }
 

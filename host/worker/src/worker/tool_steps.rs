@@ -206,6 +206,11 @@ fn tool_run_of(err: CallError, reach: Reach) -> ToolRun {
 
 /// `ResumeTurn`.
 pub(super) async fn resume(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<(), StepError> {
+    let call = load_call(worker, claimed, step).await?;
+    if call.requested_by.is_some() {
+        // An MCP client's call: no CLI resumes, the turn ends.
+        return super::mcp_calls::recorded(worker, claimed, &call).await;
+    }
     worker.commit(claimed, rules::on_resume_turn(step)).await?;
     Ok(())
 }

@@ -13,6 +13,7 @@ cases!(
     upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event,
     an_upgrade_no_worker_could_serve_is_refused_and_nothing_is_written,
     a_running_session_is_not_upgraded_and_nothing_is_written,
+    published_tools_are_read_from_the_newest_registration_and_bad_ones_are_refused,
 );
 
 const SUPPORT: &str = "support";
@@ -290,4 +291,31 @@ async fn a_running_session_is_not_upgraded_and_nothing_is_written(h: Harness) {
     let missing = s.upgrade_session("nope", "sha256:b").await;
     assert!(matches!(missing, Err(StoreError::SessionNotFound { .. })), "{missing:?}");
     assert!(matches!(s.upgrade_session("s", "").await, Err(StoreError::Invalid { .. })));
+}
+
+async fn published_tools_are_read_from_the_newest_registration_and_bad_ones_are_refused(h: Harness) {
+    let registry = h.store.agents();
+    assert_eq!(registry.agent_tools(SUPPORT).await.unwrap(), None, "nothing published");
+    registry.register_agent(SUPPORT, "sha256:a", false).await.unwrap();
+    let unregistered = registry.publish_tools(SUPPORT, "sha256:b", "[]").await;
+    assert!(
+        matches!(&unregistered, Err(StoreError::Invalid { what }) if what.contains("register it first")),
+        "{unregistered:?}"
+    );
+    for bad in ["{}", "not json", ""] {
+        let refused = registry.publish_tools(SUPPORT, "sha256:a", bad).await;
+        assert!(matches!(refused, Err(StoreError::Invalid { .. })), "{bad:?}: {refused:?}");
+    }
+    assert_eq!(registry.agent_tools(SUPPORT).await.unwrap(), None, "nothing was written");
+    let first = r#"[{"name":"lookup_order"}]"#;
+    registry.publish_tools(SUPPORT, "sha256:a", first).await.unwrap();
+    let read = registry.agent_tools(SUPPORT).await.unwrap().unwrap();
+    assert_eq!((read.digest.as_str(), read.tools.as_str()), ("sha256:a", first), "the writer's bytes");
+    // A later registration of another bundle, with its own tools, is what a client sees.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    registry.register_agent(SUPPORT, "sha256:b", false).await.unwrap();
+    assert_eq!(registry.agent_tools(SUPPORT).await.unwrap().unwrap().digest, "sha256:a", "b has none yet");
+    registry.publish_tools(SUPPORT, "sha256:b", "[]").await.unwrap();
+    assert_eq!(registry.agent_tools(SUPPORT).await.unwrap().unwrap().digest, "sha256:b");
+    assert_eq!(registry.agent_tools(BILLING).await.unwrap(), None);
 }

@@ -1,0 +1,272 @@
+//! `/mcp/{agent}` end to end: MCP clients (rmcp's, over Streamable HTTP) call the example agent's
+//! tools through `tollgate serve --auth` and `tollgate api` + a Worker. A read answers at once; a
+//! refund that needs approval waits in the inbox (a Tasks client gets a task, any other client an
+//! answer that names the interrupt), runs once after the decision, and a retried call replays the
+//! record. Bad calls are clear MCP errors that store nothing.
+
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ErrorCode,
+    GetTaskParams, Implementation, ProtocolVersion, TaskPayload, TaskStatus,
+};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::served::{Served, add_principal};
+use crate::world::{Refund, World, api};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// An MCP client of `url`'s `/mcp/{agent}` as the holder of `token`: one that declares the Tasks
+/// extension (the 2026-07-28 protocol, capabilities in each request), or a plain one (the
+/// `initialize` handshake, as the Claude Code CLI makes).
+async fn client(url: &str, agent: &str, token: &str, tasks: bool) -> Client {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("{url}/mcp/{agent}")).auth_header(token),
+    );
+    let capabilities = if tasks {
+        ClientCapabilities::builder().enable_tasks().build()
+    } else {
+        ClientCapabilities::default()
+    };
+    let info = ClientConfig::new(capabilities, Implementation::new("tollgate-test", "1"));
+    if tasks {
+        let lifecycle =
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+        info.serve_with_lifecycle(transport, lifecycle).await.expect("an MCP client connects")
+    } else {
+        info.serve(transport).await.expect("an MCP client connects")
+    }
+}
+
+fn call(tool: &str, arguments: Value) -> CallToolRequestParams {
+    CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.as_object().unwrap().clone())
+}
+
+fn text(result: &CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
+}
+
+async fn complete(client: &Client, params: CallToolRequestParams) -> CallToolResult {
+    match client.call_tool_once(params).await.expect("tools/call answers") {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+/// The JSON-RPC error of a call that must fail.
+fn rpc_error(outcome: Result<CallToolResponse, ServiceError>) -> (ErrorCode, String) {
+    match outcome {
+        Err(ServiceError::McpError(error)) => (error.code, error.message.to_string()),
+        other => panic!("expected an MCP error, got {other:?}"),
+    }
+}
+
+async fn agent_name(url: &str, token: &str) -> String {
+    let agents = api(reqwest::Client::new().get(format!("{url}/v1/agents")).bearer_auth(token)).await;
+    agents.body["agents"][0]["name"].as_str().expect("an agent").to_owned()
+}
+
+async fn sessions_count(url: &str, token: &str) -> usize {
+    let page = api(reqwest::Client::new().get(format!("{url}/v1/sessions")).bearer_auth(token)).await;
+    page.body["sessions"].as_array().map_or(0, Vec::len)
+}
+
+async fn decide(url: &str, token: &str, session: &str, interrupt: &str, approved: bool, message: &str) {
+    let answer = api(reqwest::Client::new()
+        .post(format!("{url}/v1/sessions/{session}/interrupts/{interrupt}"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(json!({"approved": approved, "message": message}).to_string()))
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+}
+
+const REFUND: &str = "create_refund";
+
+fn refund_args() -> Value {
+    json!({"order_id": "7", "amount_cents": 500})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_client_reads_at_once_and_a_refund_waits_in_the_inbox_then_runs_once_under_serve() {
+    let Some(world) =
+        World::new("mcp: a plain client through serve", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let file = world.dir.path().join("auth.toml");
+    let carl = add_principal(&world, &file, "carl", &["client", "approver"], &[]).await;
+    let fina = add_principal(&world, &file, "fina", &["approver"], &[]).await;
+    let vera = add_principal(&world, &file, "vera", &["viewer"], &[]).await;
+    let served =
+        Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    let url = served.url.clone();
+    let agent = agent_name(&url, &carl).await;
+    let carl_mcp = client(&url, &agent, &carl, false).await;
+
+    let tools = carl_mcp.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert!(names.contains(&"lookup_order") && names.contains(&REFUND), "{names:?}");
+    let lookup = tools.iter().find(|t| t.name == "lookup_order").unwrap();
+    assert_eq!(lookup.annotations.as_ref().and_then(|a| a.read_only_hint), Some(true));
+    assert!(lookup.input_schema.contains_key("properties"), "{:?}", lookup.input_schema);
+
+    // A read runs at once and stores nothing.
+    let read = complete(&carl_mcp, call("lookup_order", json!({"order_id": "7"}))).await;
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    assert!(text(&read).contains('7'), "{}", text(&read));
+    assert_eq!(sessions_count(&url, &carl).await, 0, "a read in serve stores nothing");
+
+    // Bad calls: clear errors, nothing stored.
+    let (code, message) = rpc_error(carl_mcp.call_tool_once(call("create_refundd", json!({}))).await);
+    assert_eq!(code, ErrorCode::INVALID_PARAMS);
+    assert!(message.contains("unknown tool `create_refundd`") && message.contains(REFUND), "{message}");
+    let (code, message) = rpc_error(
+        carl_mcp.call_tool_once(call(REFUND, json!({"order_id": 7, "amount_cents": "five"}))).await,
+    );
+    assert_eq!(code, ErrorCode::INVALID_PARAMS);
+    assert!(message.contains("create_refund") && message.contains("amount_cents"), "{message}");
+    let vera_mcp = client(&url, &agent, &vera, false).await;
+    assert!(vera_mcp.list_all_tools().await.is_ok(), "a viewer may list");
+    let (_, message) = rpc_error(vera_mcp.call_tool_once(call(REFUND, refund_args())).await);
+    assert!(message.contains("`client` or `admin`"), "{message}");
+    let nobody = reqwest::Client::new()
+        .post(format!("{url}/mcp/{agent}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nobody.status(), 401);
+    assert_eq!(nobody.headers()["www-authenticate"], "Bearer");
+    assert_eq!(sessions_count(&url, &carl).await, 0, "no bad call stored anything");
+
+    // The refund waits for a person; the answer names the interrupt, and nothing ran.
+    let waiting = complete(&carl_mcp, call(REFUND, refund_args())).await;
+    let said = text(&waiting);
+    assert!(said.contains("awaits a person's approval") && said.contains("mcpcall_"), "{said}");
+    let session = waiting.meta.as_ref().and_then(|m| m.get("io.tollgate/session")).and_then(Value::as_str);
+    let session = session.expect("the session is named").to_owned();
+    let interrupt = said.split("interrupt ").nth(1).unwrap().split(')').next().unwrap().to_owned();
+    assert_eq!(world.payments.count(), 0);
+    // The inbox shows who asked; the caller may not approve their own call.
+    let inbox = api(reqwest::Client::new().get(format!("{url}/v1/interrupts")).bearer_auth(&fina)).await;
+    assert_eq!(inbox.body["interrupts"][0]["request"]["requested_by"], "carl", "{}", inbox.text);
+    let own = api(reqwest::Client::new()
+        .post(format!("{url}/v1/sessions/{session}/interrupts/{interrupt}"))
+        .bearer_auth(&carl)
+        .header("content-type", "application/json")
+        .body(r#"{"approved":true}"#))
+    .await;
+    assert_eq!((own.status, &own.body["error"]["code"]), (403, &json!("own_session")), "{}", own.text);
+    // Asked again before the decision: the same interrupt, still nothing ran.
+    let again = complete(&carl_mcp, call(REFUND, json!({"amount_cents": 500, "order_id": "7"}))).await;
+    assert!(text(&again).contains(&interrupt), "{}", text(&again));
+    assert_eq!(
+        sessions_count(&url, &carl).await,
+        1,
+        "the same call in another key order is the same session"
+    );
+
+    decide(&url, &fina, &session, &interrupt, true, "ok").await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let result = complete(&carl_mcp, call(REFUND, refund_args())).await;
+            if !text(&result).contains("awaits") && !text(&result).contains("still running") {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the refund never settled\n{}", world.diagnostics()));
+    assert_ne!(outcome.is_error, Some(true), "{outcome:?}");
+    assert_eq!(world.payments.count(), 1, "approved: it ran once");
+    for _ in 0..3 {
+        let replayed = complete(&carl_mcp, call(REFUND, refund_args())).await;
+        assert_eq!(text(&replayed), text(&outcome), "a retry replays the record");
+    }
+    assert_eq!(world.payments.count(), 1, "never twice");
+    // The session's starter is the client; the audit names the approver.
+    let trail =
+        api(reqwest::Client::new().get(format!("{url}/v1/audit?session_id={session}")).bearer_auth(&fina))
+            .await;
+    assert_eq!(trail.body["entries"][0]["principal"], "fina", "{}", trail.text);
+    let snapshot = world.snapshot(&session).await;
+    assert_eq!(snapshot.status, "idle");
+    served.stop().await;
+}
+
+/// A Tasks client: the refund is a task, `working` until the decision, then `completed` with the
+/// approver's reason as an error result. A forged or another principal's task id is unknown.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_client_gets_a_task_that_completes_with_the_rejection_and_other_tasks_are_unknown() {
+    let Some(world) =
+        World::new("mcp: a Tasks client through serve", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let file = world.dir.path().join("auth.toml");
+    let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
+    let dora = add_principal(&world, &file, "dora", &["client"], &[]).await;
+    let fina = add_principal(&world, &file, "fina", &["approver"], &[]).await;
+    let served =
+        Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    let url = served.url.clone();
+    let agent = agent_name(&url, &carl).await;
+    let carl_mcp = client(&url, &agent, &carl, true).await;
+
+    let read = match carl_mcp.call_tool_once(call("lookup_order", json!({"order_id": "7"}))).await.unwrap() {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("a read is no task: {other:?}"),
+    };
+    assert!(text(&read).contains('7'));
+    let task = match carl_mcp.call_tool_once(call(REFUND, refund_args())).await.unwrap() {
+        CallToolResponse::Task(created) => created.task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    assert_eq!(task.status, TaskStatus::Working);
+    assert!(task.status_message.as_deref().unwrap_or_default().contains("awaiting approval"), "{task:?}");
+    let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
+    assert_eq!(got.task.status(), TaskStatus::Working);
+
+    for forged in ["mcp-0000000000000000000000000000000000000000", "nope", "../etc"] {
+        let refused = carl_mcp.peer().get_task(GetTaskParams::new(forged)).await;
+        assert!(
+            matches!(&refused, Err(ServiceError::McpError(e)) if e.message.contains("unknown task")),
+            "{refused:?}"
+        );
+    }
+    let dora_mcp = client(&url, &agent, &dora, true).await;
+    let theirs = dora_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await;
+    assert!(
+        matches!(&theirs, Err(ServiceError::McpError(e)) if e.message.contains("unknown task")),
+        "{theirs:?}"
+    );
+
+    let interrupt = tollgate_engine::session::mcp::call_id(&task.task_id);
+    decide(&url, &fina, &task.task_id, &interrupt, false, "not this order").await;
+    let done = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
+            if got.task.status().is_terminal() {
+                return got.task;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the task never completed\n{}", world.diagnostics()));
+    let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
+    assert_eq!(result["isError"], true, "{result:?}");
+    let said = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.contains("rejected by fina") && said.contains("not this order"), "{said}");
+    assert_eq!(world.payments.count(), 0, "a rejected refund never runs");
+    served.stop().await;
+}
