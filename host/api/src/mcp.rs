@@ -519,6 +519,9 @@ fn listed(tool: &PublishedTool) -> Tool {
     let mut meta = JsonObject::new();
     meta.insert("io.tollgate/effect".to_owned(), Value::from(tool.policy.effect.as_str()));
     meta.insert("io.tollgate/requires-approval".to_owned(), Value::Bool(tool.policy.requires_approval));
+    // Claude Code offers the model an MCP tool only after a tool search unless the tool asks to be
+    // loaded at once: an agent's few tools are worth their place in every request.
+    meta.insert("anthropic/alwaysLoad".to_owned(), Value::Bool(true));
     listed.meta = Some(MetaObject(meta));
     listed
 }

@@ -107,6 +107,11 @@ impl World {
         Some(World { dir, agent, db, store, mock, payments, cli, items_rewritten: false.into(), _slot: slot })
     }
 
+    /// The pinned Claude Code CLI.
+    pub fn cli(&self) -> &std::path::Path {
+        &self.cli
+    }
+
     /// Starts a Worker process with a short lease (3 s), so a SIGKILLed one is replaced quickly.
     pub fn worker(&self, name: &str) -> WorkerProcess {
         self.worker_with(

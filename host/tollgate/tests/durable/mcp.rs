@@ -66,9 +66,16 @@ fn rpc_error(outcome: Result<CallToolResponse, ServiceError>) -> (ErrorCode, Str
     }
 }
 
+/// The agent's name, once its Worker registered it.
 async fn agent_name(url: &str, token: &str) -> String {
-    let agents = api(reqwest::Client::new().get(format!("{url}/v1/agents")).bearer_auth(token)).await;
-    agents.body["agents"][0]["name"].as_str().expect("an agent").to_owned()
+    for _ in 0..300 {
+        let agents = api(reqwest::Client::new().get(format!("{url}/v1/agents")).bearer_auth(token)).await;
+        if let Some(name) = agents.body["agents"][0]["name"].as_str() {
+            return name.to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no agent registered at {url}")
 }
 
 async fn sessions_count(url: &str, token: &str) -> usize {
@@ -268,5 +275,163 @@ async fn a_tasks_client_gets_a_task_that_completes_with_the_rejection_and_other_
     let said = result["content"][0]["text"].as_str().unwrap_or_default();
     assert!(said.contains("rejected by fina") && said.contains("not this order"), "{said}");
     assert_eq!(world.payments.count(), 0, "a rejected refund never runs");
+    served.stop().await;
+}
+
+/// `tollgate api` loads no bundle: it lists the tools the Worker published, and a read runs as a
+/// durable step. A refund's task survives a SIGKILL of the API process and of the Worker: another
+/// API answers `tasks/get` with the same state, and after the approval the refund runs once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_survives_the_api_and_the_worker_being_killed_on_postgres_and_the_refund_runs_once() {
+    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let test = "mcp: tollgate api + a Worker on PostgreSQL";
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+        return;
+    };
+    let file = world.dir.path().join("auth.toml");
+    let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
+    let fina = add_principal(&world, &file, "fina", &["approver"], &[]).await;
+    let auth = ["--auth", file.to_str().unwrap()];
+    let worker = world.worker("w1");
+    let served = Served::start_api(&world, "api-1", &auth).await;
+    let url = served.url.clone();
+    // The Worker registers and publishes its tools when it starts.
+    let agent = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let agents = api(reqwest::Client::new().get(format!("{url}/v1/agents")).bearer_auth(&carl)).await;
+            if let Some(name) = agents.body["agents"][0]["name"].as_str() {
+                let mcp = client(&url, name, &carl, true).await;
+                if mcp.list_all_tools().await.is_ok_and(|tools| !tools.is_empty()) {
+                    return name.to_owned();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the Worker never published its tools\n{}", world.diagnostics()));
+    let carl_mcp = client(&url, &agent, &carl, true).await;
+    let read = match carl_mcp.call_tool_once(call("lookup_order", json!({"order_id": "7"}))).await.unwrap() {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("a read answers: {other:?}"),
+    };
+    assert!(text(&read).contains('7'), "{read:?}");
+    assert_eq!(sessions_count(&url, &carl).await, 1, "in `tollgate api` a read is a durable step");
+
+    let task = match carl_mcp.call_tool_once(call(REFUND, refund_args())).await.unwrap() {
+        CallToolResponse::Task(created) => created.task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    served.kill().await;
+    worker.kill().await;
+
+    let served = Served::start_api(&world, "api-2", &auth).await;
+    let url = served.url.clone();
+    let carl_mcp = client(&url, &agent, &carl, true).await;
+    let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
+    assert_eq!(got.task.status(), TaskStatus::Working, "the same state from another process");
+    let interrupt = tollgate_engine::session::mcp::call_id(&task.task_id);
+    decide(&url, &fina, &task.task_id, &interrupt, true, "fine").await;
+    let _worker = world.worker("w2");
+    let done = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
+            if got.task.status().is_terminal() {
+                return got.task;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the task never completed\n{}", world.diagnostics()));
+    let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
+    assert_ne!(result["isError"], true, "{result:?}");
+    assert_eq!(world.payments.count(), 1, "approved: it ran once");
+    // The same call again (same arguments) replays the record: a task that is done at once.
+    let again = carl_mcp.call_tool_once(call(REFUND, refund_args())).await.unwrap();
+    assert!(matches!(again, CallToolResponse::Complete(_)), "{again:?}");
+    assert_eq!(world.payments.count(), 1, "never twice");
+    served.stop().await;
+}
+
+/// The pinned Claude Code CLI itself, started plainly (`claude -p … --mcp-config`) with Tollgate's
+/// `/mcp/{agent}` as an HTTP MCP server, the mock model driving it.
+async fn plain_cli(world: &World, mcp_config: &std::path::Path, script: &str) -> Value {
+    let home = tempfile::tempdir().expect("home");
+    let output = tokio::process::Command::new(world.cli())
+        .args(["-p", script, "--output-format", "json", "--mcp-config"])
+        .arg(mcp_config)
+        .args([
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__tollgate__lookup_order,mcp__tollgate__create_refund",
+        ])
+        .current_dir(home.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("CLAUDE_CONFIG_DIR", home.path().join(".claude"))
+        .env("ANTHROPIC_BASE_URL", world.mock.base_url())
+        .env("ANTHROPIC_API_KEY", "dummy")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("HTTPS_PROXY", "http://127.0.0.1:1")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output).await.expect("the CLI ends").unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_claude_cli_calls_tollgate_over_mcp_and_its_refund_waits_for_approval_then_runs_once() {
+    let Some(world) =
+        World::new("mcp: the Claude Code CLI as a client", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let file = world.dir.path().join("auth.toml");
+    let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
+    let fina = add_principal(&world, &file, "fina", &["approver"], &[]).await;
+    let served =
+        Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    let url = served.url.clone();
+    let agent = agent_name(&url, &carl).await;
+    let config = world.dir.path().join("mcp.json");
+    let servers = json!({"mcpServers": {"tollgate": {
+        "type": "http",
+        "url": format!("{url}/mcp/{agent}"),
+        "headers": {"Authorization": format!("Bearer {carl}")},
+    }}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let script =
+        r#"call lookup_order {"order_id":"7"} && call create_refund {"order_id":"7","amount_cents":500}"#;
+
+    let first = plain_cli(&world, &config, script).await;
+    let said = first["result"].as_str().unwrap_or_default().to_owned();
+    assert!(said.contains("called lookup_order: ") && said.contains("awaits a person's approval"), "{first}");
+    assert_eq!(world.payments.count(), 0, "nothing ran yet");
+    let inbox = api(reqwest::Client::new().get(format!("{url}/v1/interrupts")).bearer_auth(&fina)).await;
+    let pending = &inbox.body["interrupts"][0];
+    assert_eq!(pending["request"]["tool_name"], REFUND, "{}", inbox.text);
+    assert_eq!(pending["request"]["requested_by"], "carl");
+    let (session, interrupt) = (
+        pending["session_id"].as_str().unwrap().to_owned(),
+        pending["interrupt_id"].as_str().unwrap().to_owned(),
+    );
+    decide(&url, &fina, &session, &interrupt, true, "ok").await;
+    world.wait_for(&session, "the refund", |s| s.status == "idle").await;
+    assert_eq!(world.payments.count(), 1, "approved: it ran once");
+
+    // The model asks again with the same arguments: it reads the outcome, and nothing runs again.
+    for _ in 0..2 {
+        let again = plain_cli(&world, &config, script).await;
+        let said = again["result"].as_str().unwrap_or_default();
+        assert!(said.contains("called create_refund: ") && !said.contains("awaits"), "{again}");
+    }
+    assert_eq!(world.payments.count(), 1, "never twice");
     served.stop().await;
 }
