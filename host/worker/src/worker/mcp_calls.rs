@@ -98,15 +98,53 @@ async fn run_state(worker: &Worker, session_id: &str) -> Result<RunState, StepEr
 }
 
 /// `/mcp/{agent}` in `tollgate serve`: the tools this process loaded, and approval-free reads run
-/// at once in its sandbox (no record, no step).
+/// at once in its sandbox (no record, no step). The tool set is loaded again only when a file in
+/// `tools/` changed (name, size or time), so a call costs a few `stat`s, not a hash of every
+/// component.
 pub struct SandboxReads {
     agent: std::sync::Arc<crate::agent::Agent>,
+    loaded: tokio::sync::Mutex<Option<Loaded>>,
+}
+
+/// The tool set as last loaded, with what `tools/` looked like then.
+struct Loaded {
+    fingerprint: Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>,
+    tools: ToolSet,
+    published: Vec<PublishedTool>,
 }
 
 impl SandboxReads {
     /// Reads of `agent`'s tools.
     pub fn new(agent: std::sync::Arc<crate::agent::Agent>) -> Self {
-        SandboxReads { agent }
+        SandboxReads { agent, loaded: tokio::sync::Mutex::default() }
+    }
+
+    /// `tools/` as names, sizes and modification times.
+    fn fingerprint(&self) -> Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)> {
+        let mut seen: Vec<_> = std::fs::read_dir(self.agent.dir().join("tools"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let meta = entry.metadata().ok()?;
+                Some((entry.file_name(), meta.len(), meta.modified().ok()))
+            })
+            .collect();
+        seen.sort();
+        seen
+    }
+
+    /// The tool set and its published form, loaded again when `tools/` changed.
+    async fn loaded(&self) -> Result<(ToolSet, Vec<PublishedTool>), String> {
+        let fingerprint = self.fingerprint();
+        let mut loaded = self.loaded.lock().await;
+        if let Some(current) = loaded.as_ref().filter(|l| l.fingerprint == fingerprint) {
+            return Ok((current.tools.clone(), current.published.clone()));
+        }
+        let tools = self.agent.tools().await.map_err(|e| format!("{e:#}"))?;
+        let published = published_tools(&self.agent.config.policies, &tools);
+        *loaded = Some(Loaded { fingerprint, tools: tools.clone(), published: published.clone() });
+        Ok((tools, published))
     }
 }
 
@@ -116,10 +154,7 @@ impl tollgate_api::mcp::InlineReads for SandboxReads {
     }
 
     fn tools(&self) -> tollgate_api::mcp::BoxFuture<'_, Result<Vec<PublishedTool>, String>> {
-        Box::pin(async move {
-            let tools = self.agent.tools().await.map_err(|e| format!("{e:#}"))?;
-            Ok(published_tools(&self.agent.config.policies, &tools))
-        })
+        Box::pin(async move { self.loaded().await.map(|(_, published)| published) })
     }
 
     fn read<'a>(
@@ -129,11 +164,11 @@ impl tollgate_api::mcp::InlineReads for SandboxReads {
     ) -> tollgate_api::mcp::BoxFuture<'a, tollgate_api::mcp::ReadOutput> {
         use tollgate_api::mcp::ReadOutput;
         Box::pin(async move {
-            let tools = match self.agent.tools().await {
-                Ok(tools) => tools,
+            let tools = match self.loaded().await {
+                Ok((tools, _)) => tools,
                 Err(e) => {
                     return ReadOutput {
-                        text: format!("the agent's tools did not load: {e:#}"),
+                        text: format!("the agent's tools did not load: {e}"),
                         is_error: true,
                     };
                 }
