@@ -101,7 +101,7 @@ pub fn router(state: ApiState) -> Router {
         // Every request carries a token: DNS rebinding finds nothing to call.
         config = config.disable_allowed_hosts();
     }
-    let handler = AgentServer { state: state.clone() };
+    let handler = AgentServer { state: state.clone(), local: None };
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
         Arc::new(NeverSessionManager::default()),
@@ -137,6 +137,8 @@ async fn authenticate(State(state): State<ApiState>, mut request: Request, next:
 #[derive(Clone)]
 pub struct AgentServer {
     state: ApiState,
+    /// Over stdio (`tollgate mcp`): the local caller and the agent, for every request.
+    local: Option<(Caller, String)>,
 }
 
 /// How a stored call stands, for an answer.
@@ -164,8 +166,29 @@ fn store_error(error: StoreError) -> ErrorData {
 }
 
 impl AgentServer {
+    /// The server of `agent` for one local client (stdio), every request made by `caller`.
+    pub fn local(state: ApiState, caller: Caller, agent: &str) -> Self {
+        AgentServer { state, local: Some((caller, agent.to_owned())) }
+    }
+
+    /// Serves one local client over stdin and stdout until it closes them or `stop` resolves.
+    ///
+    /// # Errors
+    /// The handshake failed, or the connection broke, with rmcp's reason.
+    pub async fn serve_stdio(self, stop: impl Future<Output = ()>) -> Result<(), String> {
+        use rmcp::ServiceExt;
+        let running = self.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
+        tokio::select! {
+            ended = running.waiting() => ended.map(|_| ()).map_err(|e| e.to_string()),
+            () = stop => Ok(()),
+        }
+    }
+
     /// The caller and the agent of the request in `context`.
-    fn who(context: &RequestContext<RoleServer>) -> Result<(Caller, String), ErrorData> {
+    fn who(&self, context: &RequestContext<RoleServer>) -> Result<(Caller, String), ErrorData> {
+        if let Some(local) = &self.local {
+            return Ok(local.clone());
+        }
         let parts = context
             .extensions
             .get::<axum::http::request::Parts>()
@@ -457,7 +480,7 @@ impl ServerHandler for AgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let (caller, agent) = Self::who(&context)?;
+        let (caller, agent) = self.who(&context)?;
         self.check_caller(&caller, &agent, false)?;
         let tools = self.tools(&agent).await?;
         Ok(ListToolsResult::with_all_items(tools.iter().map(listed).collect()))
@@ -468,7 +491,7 @@ impl ServerHandler for AgentServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (caller, agent) = Self::who(&context)?;
+        let (caller, agent) = self.who(&context)?;
         let tasks = context.client_capabilities().is_some_and(|caps| caps.supports_tasks());
         self.call(&caller, &agent, request, tasks).await
     }
@@ -478,7 +501,7 @@ impl ServerHandler for AgentServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let (caller, agent) = Self::who(&context)?;
+        let (caller, agent) = self.who(&context)?;
         self.get(&caller, &agent, &request.task_id).await
     }
 
@@ -487,7 +510,7 @@ impl ServerHandler for AgentServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let (caller, agent) = Self::who(&context)?;
+        let (caller, agent) = self.who(&context)?;
         self.check_caller(&caller, &agent, true)?;
         self.owned_task(&caller, &agent, &request.task_id).await?;
         match sessions::cancel(self.state.store.as_ref(), &request.task_id, &caller.name).await {

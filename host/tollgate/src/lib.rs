@@ -63,6 +63,8 @@ pub enum Command {
     Serve(Box<commands::serve::ServeArgs>),
     /// Serve the HTTP API only (Workers run elsewhere, on the same PostgreSQL database).
     Api(commands::serve::ApiArgs),
+    /// Serve an agent's tools to one local MCP client over stdio, with a Worker in the process.
+    Mcp(Box<commands::mcp::McpArgs>),
     /// Start, message, show and watch sessions through the HTTP API.
     Session(commands::session::SessionArgs),
     /// List, approve and reject the tool calls waiting for a decision, through the HTTP API.
@@ -87,7 +89,10 @@ pub struct Prepared {
 /// The demo could not bind its loopback ports.
 pub fn prepare(cli: &Cli) -> anyhow::Result<Prepared> {
     hide_process();
-    if matches!(cli.command, Command::Worker(_) | Command::Serve(_) | Command::Api(_) | Command::Demo(_)) {
+    if matches!(
+        cli.command,
+        Command::Worker(_) | Command::Serve(_) | Command::Api(_) | Command::Mcp(_) | Command::Demo(_)
+    ) {
         tollgate_api::process::private_files();
     }
     Ok(Prepared {
@@ -114,6 +119,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Worker(args) => commands::worker::run(args).await,
             Command::Serve(args) => commands::serve::serve(*args).await,
             Command::Api(args) => commands::serve::api(args).await,
+            Command::Mcp(args) => commands::mcp::run(*args).await,
             Command::Session(args) => commands::session::run(args).await,
             Command::Approvals(args) => commands::approvals::run(args).await,
             Command::Auth(args) => commands::auth::run(args),

@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod auth;
 pub mod demo;
 pub mod dev;
+pub mod mcp;
 pub mod scaffold;
 pub mod serve;
 pub mod session;

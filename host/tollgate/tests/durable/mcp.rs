@@ -435,3 +435,64 @@ async fn the_claude_cli_calls_tollgate_over_mcp_and_its_refund_waits_for_approva
     assert_eq!(world.payments.count(), 1, "never twice");
     served.stop().await;
 }
+
+/// `tollgate mcp --agent DIR` over stdio, as a local client (an editor, Claude Desktop) starts it:
+/// the same tools and rules, the calls recorded under `--as`, the approval decided through a
+/// `tollgate api` on the same store.
+#[tokio::test(flavor = "multi_thread")]
+async fn tollgate_mcp_serves_a_local_client_over_stdio_and_its_refund_is_approved_through_the_api() {
+    let Some(world) = World::new("mcp: tollgate mcp over stdio", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let file = world.dir.path().join("auth.toml");
+    let fina = add_principal(&world, &file, "fina", &["approver"], &[]).await;
+    let mut command = world.tollgate();
+    command
+        .args(["mcp", "--agent"])
+        .arg(&world.agent)
+        .args(["--db", &world.db, "--as", "carl", "--poll-secs", "0.2", "--worker-id", "stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(world.dir.path().join("stdio.log")).unwrap())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("start tollgate mcp");
+    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let info = ClientConfig::new(ClientCapabilities::default(), Implementation::new("editor", "1"));
+    let local = tokio::time::timeout(Duration::from_secs(60), info.serve((stdout, stdin)))
+        .await
+        .expect("it answers initialize")
+        .unwrap_or_else(|e| {
+            panic!("{e}: {}", std::fs::read_to_string(world.dir.path().join("stdio.log")).unwrap())
+        });
+    let names: Vec<String> =
+        local.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&"lookup_order".to_owned()) && names.contains(&REFUND.to_owned()), "{names:?}");
+    let read = complete(&local, call("lookup_order", json!({"order_id": "7"}))).await;
+    assert!(text(&read).contains('7'), "{read:?}");
+    let waiting = complete(&local, call(REFUND, refund_args())).await;
+    assert!(text(&waiting).contains("awaits a person's approval"), "{}", text(&waiting));
+    let session = waiting.meta.as_ref().and_then(|m| m.get("io.tollgate/session")).and_then(Value::as_str);
+    let session = session.expect("the session is named").to_owned();
+    assert_eq!(world.store.audit().started_by(&session).await.unwrap().as_deref(), Some("carl"));
+
+    let served = Served::start_api(&world, "api", &["--auth", file.to_str().unwrap()]).await;
+    let interrupt = tollgate_engine::session::mcp::call_id(&session);
+    decide(&served.url, &fina, &session, &interrupt, true, "ok").await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let result = complete(&local, call(REFUND, refund_args())).await;
+            if !text(&result).contains("awaits") && !text(&result).contains("still running") {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the refund never settled\n{}", world.diagnostics()));
+    assert_ne!(outcome.is_error, Some(true), "{outcome:?}");
+    assert_eq!(world.payments.count(), 1, "approved: it ran once");
+    drop(local);
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    served.stop().await;
+}
