@@ -47,7 +47,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value};
 use tollgate_engine::session::mcp::{self as calls, McpRequest, PublishedTool};
-use tollgate_engine::session::{CallEntry, CallState, SessionStatus};
+use tollgate_engine::session::{CallEntry, CallState, ItemKind, SessionStatus};
 use tollgate_store::{StoreError, UserMessage};
 
 use crate::api::ApiState;
@@ -241,6 +241,7 @@ impl AgentServer {
         caller: &Caller,
         agent: &str,
         request: CallToolRequestParams,
+        context_meta: &rmcp::model::RequestMetaObject,
         tasks: bool,
     ) -> Result<CallToolResponse, ErrorData> {
         self.check_caller(caller, agent, true)?;
@@ -256,7 +257,7 @@ impl AgentServer {
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         crate::edits::check_edit(Some(&tool.input_schema), &arguments)
             .map_err(|e| invalid(format!("the arguments of `{}` {}", tool.name, reason_of(e))))?;
-        let key = request_key(&request)?;
+        let key = request_key(&request, context_meta)?;
         if tool.is_inline_read()
             && key.is_none()
             && let Some(reads) = self.state.mcp_reads.as_ref().filter(|reads| reads.agent() == agent)
@@ -281,6 +282,21 @@ impl AgentServer {
         if let Some(session) = store.session(&session_id).await.map_err(store_error)? {
             if session.agent_name.as_deref() != Some(agent) {
                 return Err(invalid(format!("session {session_id} belongs to another agent")));
+            }
+            // A key names one call: the same key with other arguments is refused, not answered
+            // with the first call's outcome.
+            let items = sessions::read_all_items_of_kind(store, &session_id, ItemKind::McpCall)
+                .await
+                .map_err(store_error)?;
+            if let Some(item) = items.first() {
+                let stored = McpRequest::parse(item.body.get()).map_err(internal)?;
+                if canonical(&stored.arguments) != canonical(&arguments) {
+                    return Err(invalid(format!(
+                        "the idempotency key `{key}` was used before for another call of `{}` (other arguments): \
+                         use a new key",
+                        tool.name
+                    )));
+                }
             }
         } else {
             let to = sessions::resolve_agent(store, Some(agent), None, self.state.agent.as_ref())
@@ -493,7 +509,7 @@ impl ServerHandler for AgentServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let (caller, agent) = self.who(&context)?;
         let tasks = context.client_capabilities().is_some_and(|caps| caps.supports_tasks());
-        self.call(&caller, &agent, request, tasks).await
+        self.call(&caller, &agent, request, &context.meta, tasks).await
     }
 
     async fn get_task(
@@ -549,9 +565,15 @@ fn listed(tool: &PublishedTool) -> Tool {
     listed
 }
 
-/// The request's idempotency key, checked as a client key.
-fn request_key(request: &CallToolRequestParams) -> Result<Option<String>, ErrorData> {
-    let Some(value) = request.meta.as_ref().and_then(|meta| meta.get(KEY_META)) else { return Ok(None) };
+/// The request's idempotency key, checked as a client key: in the request's `_meta`, which rmcp
+/// hands over as the context's (`context_meta`), or left in the parameters.
+fn request_key(
+    request: &CallToolRequestParams,
+    context_meta: &rmcp::model::RequestMetaObject,
+) -> Result<Option<String>, ErrorData> {
+    let value =
+        context_meta.get(KEY_META).or_else(|| request.meta.as_ref().and_then(|meta| meta.get(KEY_META)));
+    let Some(value) = value else { return Ok(None) };
     let key = value.as_str().ok_or_else(|| invalid(format!("`_meta.\"{KEY_META}\"` must be a string")))?;
     sessions::check_client_key(KEY_META, key).map_err(|e| invalid(reason_of(e)))?;
     Ok(Some(key.to_owned()))

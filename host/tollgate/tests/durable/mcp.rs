@@ -496,3 +496,79 @@ async fn tollgate_mcp_serves_a_local_client_over_stdio_and_its_refund_is_approve
     let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
     served.stop().await;
 }
+
+/// Keys and limits as an attacker would try them: a principal limited to another agent, a
+/// malformed idempotency key, a key reused with other arguments (all refused, nothing stored); two
+/// keys for the same arguments are two calls; an approver's edit is what runs, and the client
+/// reads that it was edited.
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_agents_and_an_approvers_edit_hold_for_an_mcp_client() {
+    let Some(world) = World::new("mcp: keys, agents and edits", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let file = world.dir.path().join("auth.toml");
+    let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
+    let fina = add_principal(&world, &file, "fina", &["approver"], &[]).await;
+    let billing = add_principal(&world, &file, "bill", &["client"], &[]).await;
+    // bill may use agent `billing` only.
+    let auth = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, auth.replace("name = \"bill\"", "name = \"bill\"\nagents = [\"billing\"]"))
+        .unwrap();
+    let served =
+        Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    let url = served.url.clone();
+    let agent = agent_name(&url, &carl).await;
+
+    let outsider = client(&url, &agent, &billing, false).await;
+    let refused = outsider.list_all_tools().await;
+    assert!(
+        matches!(&refused, Err(ServiceError::McpError(e)) if e.message.contains("billing")),
+        "{refused:?}"
+    );
+
+    let carl_mcp = client(&url, &agent, &carl, false).await;
+    let keyed = |key: &str, amount: i64| {
+        let mut params = call(REFUND, json!({"order_id": "7", "amount_cents": amount}));
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(tollgate_api::mcp::KEY_META.to_owned(), Value::from(key));
+        params.meta = Some(meta.into());
+        params
+    };
+    let (code, message) = rpc_error(carl_mcp.call_tool_once(keyed("bad key with spaces", 500)).await);
+    assert_eq!(code, ErrorCode::INVALID_PARAMS, "{message}");
+    assert_eq!(sessions_count(&url, &carl).await, 0, "nothing stored");
+
+    let first = complete(&carl_mcp, keyed("refund-7-a", 500)).await;
+    assert!(text(&first).contains("awaits"), "{}", text(&first));
+    let (code, message) = rpc_error(carl_mcp.call_tool_once(keyed("refund-7-a", 900)).await);
+    assert_eq!(code, ErrorCode::INVALID_PARAMS);
+    assert!(message.contains("refund-7-a") && message.contains("other arguments"), "{message}");
+    let second = complete(&carl_mcp, keyed("refund-7-b", 500)).await;
+    assert_ne!(
+        first.meta.as_ref().unwrap().get("io.tollgate/session"),
+        second.meta.as_ref().unwrap().get("io.tollgate/session"),
+        "another key is another call"
+    );
+    assert_eq!(sessions_count(&url, &carl).await, 2);
+
+    // fina lowers the first refund before approving it: the edited input runs, and carl reads so.
+    let session = first.meta.as_ref().unwrap()["io.tollgate/session"].as_str().unwrap().to_owned();
+    let interrupt = tollgate_engine::session::mcp::call_id(&session);
+    let edited = api(reqwest::Client::new()
+        .post(format!("{url}/v1/sessions/{session}/interrupts/{interrupt}"))
+        .bearer_auth(&fina)
+        .header("content-type", "application/json")
+        .body(
+            json!({"approved": true, "updated_input": {"order_id": "7", "amount_cents": 400}}).to_string(),
+        ))
+    .await;
+    assert_eq!(edited.status, 200, "{}", edited.text);
+    world.wait_for(&session, "the edited refund", |s| s.status == "idle").await;
+    let outcome = complete(&carl_mcp, keyed("refund-7-a", 500)).await;
+    assert!(text(&outcome).contains("400"), "the client reads the edit: {}", text(&outcome));
+    let sent = world.payments.requests();
+    assert_eq!(sent.len(), 1);
+    assert!(sent[0].body.contains("400") && !sent[0].body.contains("500"), "{}", sent[0].body);
+    served.stop().await;
+}
