@@ -572,3 +572,40 @@ async fn keys_agents_and_an_approvers_edit_hold_for_an_mcp_client() {
     assert!(sent[0].body.contains("400") && !sent[0].body.contains("500"), "{}", sent[0].body);
     served.stop().await;
 }
+
+/// The policy's approval deadline applies to an MCP client's call as to a model's: nobody decides,
+/// the deadline rejects it, and the task completes with that rejection; the refund never runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_deadline_rejects_an_mcp_call_nobody_decided_and_its_task_says_so() {
+    let Some(world) = World::new("mcp: an approval deadline", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    world.refund_policy_with("approval_timeout_secs = 2");
+    let file = world.dir.path().join("auth.toml");
+    let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
+    add_principal(&world, &file, "fina", &["approver"], &[]).await;
+    let served = Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    let agent = agent_name(&served.url, &carl).await;
+    let carl_mcp = client(&served.url, &agent, &carl, true).await;
+    let task = match carl_mcp.call_tool_once(call(REFUND, refund_args())).await.unwrap() {
+        CallToolResponse::Task(created) => created.task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let done = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
+            if got.task.status().is_terminal() {
+                return got.task;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the deadline never fired\n{}", world.diagnostics()));
+    let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
+    assert_eq!(result["isError"], true, "{result:?}");
+    let said = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.contains("was rejected") && said.contains("did not run"), "{said}");
+    assert_eq!(world.payments.count(), 0);
+    served.stop().await;
+}
