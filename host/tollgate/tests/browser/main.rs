@@ -42,6 +42,7 @@ mod failures;
 mod images;
 mod inbox;
 mod live_text;
+mod mcp;
 mod review;
 mod volume;
 

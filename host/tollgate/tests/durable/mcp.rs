@@ -584,7 +584,8 @@ async fn an_approval_deadline_rejects_an_mcp_call_nobody_decided_and_its_task_sa
     let file = world.dir.path().join("auth.toml");
     let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
     add_principal(&world, &file, "fina", &["approver"], &[]).await;
-    let served = Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
+    let served =
+        Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     let agent = agent_name(&served.url, &carl).await;
     let carl_mcp = client(&served.url, &agent, &carl, true).await;
     let task = match carl_mcp.call_tool_once(call(REFUND, refund_args())).await.unwrap() {

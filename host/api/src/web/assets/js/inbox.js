@@ -411,6 +411,9 @@ function build(item) {
   if (request.ahead) badges.push(el('span', { class: 'badge', title: 'Decided now, used when the model repeats this exact call in the same turn', text: 'asked ahead' }));
   const escalatedAt = field(item, 'escalated_at');
   if (escalatedAt || field(item, 'escalated')) badges.push(el('span', { class: 'badge escalated', text: 'escalated' }));
+  // A call an MCP client made (`/mcp/{agent}`), not the model: the approver reads who asked.
+  const requestedBy = field(item, 'requested_by');
+  if (requestedBy) badges.push(el('span', { class: 'badge', title: 'Called through /mcp by an MCP client, not by the model', text: `called by ${requestedBy} (MCP)` }));
   const header = sentence
     ? el('header', { class: 'decision' },
       el('h3', { id: titleId, class: 'sentence', text: sentence }),
