@@ -4,8 +4,11 @@
 //! admin token it prints with the inbox's address), and then watches:
 //! - a changed tool source under `DIR/src/` is rebuilt into `DIR/tools/`, which an unlocked
 //!   agent's Worker reads at every step: the next tool call runs the new build;
-//! - a changed `tollgate.toml` restarts the server on the same address (the sessions are in the
-//!   store: waiting and running ones go on under the new configuration at their next step).
+//! - a changed `tollgate.toml` restarts the server on the same address: new sessions get the new
+//!   configuration, and the sessions with a turn in progress keep the one they started under. The
+//!   previous configuration (with the tools as they are) is locked, pushed into the store as the
+//!   agent's next version, those sessions are pinned to it, and a Worker of that version runs them
+//!   while dev runs ([`keep_running_sessions`]). Idle sessions take the new configuration.
 //!
 //! Each change is said on stdout as it is applied. The server's own log goes to stderr.
 
@@ -153,6 +156,122 @@ async fn build(agent: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
     }
 }
 
+/// What keeps the sessions of earlier configurations running: a Worker of each pinned version, and
+/// the folders they were pushed from. Dropped (killed, removed) when dev exits.
+#[derive(Default)]
+struct Kept {
+    workers: Vec<tokio::process::Child>,
+    dirs: Vec<tempfile::TempDir>,
+}
+
+impl Kept {
+    /// SIGTERM to each Worker, then waits for them to drain and exit; then removes the folders.
+    async fn stop(mut self) {
+        for worker in &mut self.workers {
+            if let Some(pid) = worker.id().and_then(|pid| i32::try_from(pid).ok()) {
+                // SAFETY: kill(2) on our own child's pid.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        for worker in &mut self.workers {
+            let _ = tokio::time::timeout(Duration::from_secs(30), worker.wait()).await;
+        }
+    }
+}
+
+/// Pins the sessions of `agent` with a turn in progress to its previous configuration `old_toml`
+/// (the server is stopped, so no step of theirs is claimed): the folder with that `tollgate.toml`
+/// is locked and pushed as a version, a Worker of it starts, and each session is upgraded to its
+/// digest. `Ok(None)` when no session has a turn in progress; else what was kept.
+///
+/// # Errors
+/// The previous configuration does not load, the store failed, or its Worker did not register.
+async fn keep_running_sessions(
+    agent: &Path,
+    db: &str,
+    store: &dyn tollgate_store::Store,
+    old_toml: &str,
+    model: &[(String, String)],
+    kept: &mut Kept,
+) -> anyhow::Result<Option<String>> {
+    use crate::agent::{Agent, LockUse};
+    use crate::bundle::{Bundle, Lock};
+    let mut running = Vec::new();
+    for status in ["running", "awaiting_approval"] {
+        running.extend(store.list_sessions(Some(status), "", 10_000).await?);
+    }
+    let bundle = Bundle::read(agent)?;
+    let folder = agent.file_name().context("the agent folder's name")?;
+    let dir = tempfile::Builder::new().prefix("tollgate-dev-").tempdir()?;
+    let snapshot = dir.path().join(folder);
+    for path in bundle.files.keys() {
+        let to = snapshot.join(path);
+        std::fs::create_dir_all(to.parent().context("a file's folder")?)?;
+        std::fs::copy(agent.join(path), &to).with_context(|| format!("copying {path}"))?;
+    }
+    std::fs::write(snapshot.join("tollgate.toml"), old_toml)?;
+    let sandbox = tollgate_sandbox::Sandbox::new(tollgate_sandbox::SandboxConfig::default())?;
+    let previous = Agent::load_with(&snapshot, sandbox, LockUse::Ignore)
+        .await
+        .context("the previous tollgate.toml does not load")?;
+    let name = previous.name().to_owned();
+    let ours: Vec<String> = running
+        .into_iter()
+        .filter(|s| {
+            s.agent_name.as_deref() == Some(name.as_str()) && !s.agent.as_ref().is_some_and(|a| a.pinned)
+        })
+        .map(|s| s.session_id)
+        .collect();
+    if ours.is_empty() {
+        return Ok(None);
+    }
+    let locked = Bundle::read(&snapshot)?;
+    Lock::of(&locked).write(&snapshot)?;
+    let digest = locked.digest.clone();
+    let pushed = crate::pull::push(store, &snapshot, &name, &digest, "tollgate:dev").await?;
+    let mut worker = tokio::process::Command::new(std::env::current_exe().context("this program's path")?);
+    worker
+        .args(["worker", "--agent-name", &format!("{name}@{}", pushed.version), "--db", db])
+        .arg("--bundle-cache")
+        .arg(dir.path().join("cache"))
+        .args(["--worker-id", &format!("dev-{name}@{}", pushed.version), "--poll-secs", "0.5"])
+        .envs(model.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    kept.workers.push(worker.spawn().context("starting the previous configuration's Worker")?);
+    kept.dirs.push(dir);
+    // An upgrade pins only to a digest a Worker registered, locked.
+    let registered = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let known = store.agents().known_agents().await?;
+            if known.iter().any(|k| k.name == name && k.digest == digest && k.locked) {
+                return anyhow::Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    registered.context("the previous configuration's Worker did not register within 60 s")??;
+    let mut pinned = 0;
+    let mut refused = Vec::new();
+    for session in &ours {
+        match store.upgrade_session(session, &digest).await {
+            Ok(_) => pinned += 1,
+            Err(error) => refused.push(format!("{session}: {error}")),
+        }
+    }
+    let mut said = format!(
+        "kept {pinned} session(s) with a turn in progress on the previous tollgate.toml ({name}@{}, run by a \
+         Worker while dev runs)",
+        pushed.version
+    );
+    if !refused.is_empty() {
+        said.push_str(&format!("; these take the new one: {}", refused.join("; ")));
+    }
+    Ok(Some(said))
+}
+
 /// Runs `tollgate dev`.
 pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
@@ -181,7 +300,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         (None, Vec::new())
     };
     let token = tollgate_api::auth::new_token().context("making a token")?;
+    let canonical = args.agent.canonicalize().with_context(|| args.agent.display().to_string())?;
+    let db = super::worker::db_url(args.db.as_deref(), &canonical);
+    let mut old_toml = std::fs::read_to_string(canonical.join("tollgate.toml")).unwrap_or_default();
     let server = Server::start(&args, &args.listen, &token, &model).await?;
+    let store = tollgate_store::open(&db).await.with_context(|| format!("opening the store {db}"))?;
+    let mut kept = Kept::default();
     // A restart takes the same address, even when the first was `:0`.
     let listen = server.url.trim_start_matches("http://").trim_start_matches("https://").to_owned();
     writeln!(out, "inbox: {}/ (sign in with the token {token}, this server's only)", server.url)?;
@@ -219,9 +343,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             if let Some(old) = server.take() {
                 old.stop().await;
             }
+            match keep_running_sessions(&canonical, &db, store.as_ref(), &old_toml, &model, &mut kept).await {
+                Ok(Some(said)) => writeln!(out, "{said}")?,
+                Ok(None) => {}
+                Err(err) => writeln!(out, "the sessions in progress take the new tollgate.toml: {err:#}")?,
+            }
             match Server::start(&args, &listen, &token, &model).await {
                 Ok(started) => {
-                    writeln!(out, "reloaded tollgate.toml: new steps run under it; inbox: {}/", started.url)?;
+                    old_toml = std::fs::read_to_string(canonical.join("tollgate.toml")).unwrap_or_default();
+                    writeln!(
+                        out,
+                        "reloaded tollgate.toml: new sessions run under it; inbox: {}/",
+                        started.url
+                    )?;
                     server = Some(started);
                 }
                 Err(err) => {
@@ -237,6 +371,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     if let Some(server) = server {
         server.stop().await;
     }
+    kept.stop().await;
     Ok(ExitCode::SUCCESS)
 }
 

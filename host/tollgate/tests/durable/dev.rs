@@ -111,3 +111,74 @@ async fn dev_serves_with_the_mock_rebuilds_a_changed_tool_and_reloads_a_changed_
     let status = tokio::time::timeout(Duration::from_secs(40), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// A changed `tollgate.toml` reaches new sessions only: a session waiting for approval when it
+/// changes keeps the configuration it started under (its later turns too), run by a Worker of the
+/// previous configuration pushed as a version, while a new session gets the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_keeps_a_session_in_progress_on_the_configuration_it_started_under() {
+    let Some(world) =
+        World::new("dev: running sessions keep their config", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let agent = world.agent.to_str().unwrap().to_owned();
+    let mut child = world
+        .tollgate()
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .args(["dev", "--agent", &agent, "--listen", "127.0.0.1:0", "--db", &world.db, "--poll-ms", "200"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    let inbox = until(&mut lines, &mut seen, "inbox: ").await;
+    until(&mut lines, &mut seen, "watching ").await;
+    let url = inbox.split_whitespace().nth(1).unwrap().trim_end_matches('/').to_owned();
+    let token =
+        inbox.split_whitespace().find(|w| w.starts_with("tg_")).unwrap().trim_end_matches(',').to_owned();
+    let client = |args: &[&str]| {
+        let mut command = world.tollgate();
+        command.args(args).args(["--url", &url]).env("TOLLGATE_TOKEN", &token);
+        command
+    };
+    let refund = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
+    let started = client(&["session", "start", "old", "--message", refund]).output().await.unwrap();
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let waiting = world.wait_for("old", "its approval", |s| s.status == "awaiting_approval").await;
+    let interrupt = waiting.pending_interrupts[0].interrupt_id.clone();
+
+    // The new configuration: `lookup_order` now waits for approval.
+    let config = world.agent.join("tollgate.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        r#"lookup_order = { effect = "read" }"#,
+        r#"lookup_order = { effect = "read", requires_approval = true }"#,
+    );
+    std::fs::write(&config, text).unwrap();
+    let kept = until(&mut lines, &mut seen, "kept ").await;
+    assert!(kept.contains("kept 1 session"), "{seen}");
+    until(&mut lines, &mut seen, "reloaded tollgate.toml").await;
+
+    // The old session finishes its turn, and its next turn still reads orders at once.
+    world.decide("old", &interrupt, true, None, "k1").await;
+    world.wait_idle_after("old", 1).await;
+    assert_eq!(world.payments.count(), 1);
+    let lookup = r#"call lookup_order {"order_id":"7"}"#;
+    assert!(client(&["session", "send", "old", lookup]).output().await.unwrap().status.success());
+    let done = world.wait_idle_after("old", 2).await;
+    let said = done.messages.last().map(|m| m.text.clone()).unwrap_or_default();
+    assert!(said.starts_with("called lookup_order: "), "the old configuration: {said}\n{seen}");
+    // A new session gets the new configuration: the same read waits for approval.
+    let fresh = client(&["session", "start", "new", "--message", lookup]).output().await.unwrap();
+    assert!(fresh.status.success(), "{}", String::from_utf8_lossy(&fresh.stderr));
+    let waiting = world.wait_for("new", "the new policy", |s| s.status == "awaiting_approval").await;
+    assert_eq!(waiting.pending_interrupts[0].tool_name, "lookup_order");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(i32::try_from(child.id().unwrap()).unwrap(), libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(40), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+}
