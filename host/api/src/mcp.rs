@@ -509,7 +509,15 @@ impl ServerHandler for AgentServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let (caller, agent) = self.who(&context)?;
         let tasks = context.client_capabilities().is_some_and(|caps| caps.supports_tasks());
-        self.call(&caller, &agent, request, &context.meta, tasks).await
+        let answered = self.call(&caller, &agent, request, &context.meta, tasks).await;
+        let answer = match &answered {
+            Err(_) => "refused",
+            Ok(CallToolResponse::Task(_)) => "task",
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "error_result",
+            Ok(_) => "result",
+        };
+        self.state.metrics.mcp_call(&agent, answer);
+        answered
     }
 
     async fn get_task(

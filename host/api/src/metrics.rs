@@ -50,6 +50,7 @@ struct Inner {
     model_tokens: TokenCounts,
     model_cost_usd: f64,
     warm_clis: BTreeMap<&'static str, u64>,
+    mcp_calls: BTreeMap<(String, &'static str), u64>,
 }
 
 /// Token counts of one response (the Messages API's `usage`).
@@ -101,6 +102,13 @@ impl Metrics {
     pub fn set_agent(&self, name: &str, version: &str) {
         let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
         let _ = self.agent.set(format!("agent=\"{}\",agent_version=\"{}\"", escape(name), escape(version)));
+    }
+
+    /// A `tools/call` through `/mcp/{agent}` was answered with `answer` (`result`, `error_result`,
+    /// `task`, `refused`).
+    pub fn mcp_call(&self, agent: &str, answer: &'static str) {
+        *self.inner.lock().expect("metrics lock").mcp_calls.entry((agent.to_owned(), answer)).or_default() +=
+            1;
     }
 
     /// A step of `kind` ended with `result` (`committed`, `lease_lost`, `parked`, `store_error`,
@@ -181,6 +189,20 @@ impl Metrics {
             for (agent, n) in by_agent {
                 let agent = agent.replace('\\', "\\\\").replace('"', "\\\"");
                 let _ = writeln!(out, "tollgate_waiting_approvals{{agent=\"{agent}\"}} {n}");
+            }
+        }
+        let mcp = self.inner.lock().expect("metrics lock").mcp_calls.clone();
+        if !mcp.is_empty() {
+            out.push_str(
+                "# HELP tollgate_mcp_calls_total tools/call requests through /mcp/{agent} this process answered, by \
+                 agent and answer: a result, an error result (the tool failed, was rejected, or its outcome is \
+                 unknown), a task (it waits for approval), or refused (a bad call; nothing stored).\n",
+            );
+            out.push_str("# TYPE tollgate_mcp_calls_total counter\n");
+            for ((agent, answer), n) in &mcp {
+                let agent = agent.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ =
+                    writeln!(out, "tollgate_mcp_calls_total{{agent=\"{agent}\",answer=\"{answer}\"}} {n}");
             }
         }
         if let Some(unclaimable) = &store.unclaimable {

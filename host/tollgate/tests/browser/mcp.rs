@@ -63,6 +63,10 @@ async fn an_mcp_clients_refund_says_who_called_it_and_is_approved_in_the_page() 
         )
         .await;
     assert!(badges.as_array().unwrap().contains(&json!("called by carl (MCP)")), "{badges}");
+    let placeholder = browser
+        .js(&format!("{CARD} return card.querySelector('input.reason').placeholder;"), vec![json!(session)])
+        .await;
+    assert_eq!(placeholder, json!("What the client is told"));
     browser.screenshot("inbox-mcp-call").await;
     browser.assert_axe_clean("the inbox with an MCP client's refund").await;
     browser.click(&in_card(&session, "button.approve")).await;

@@ -207,6 +207,13 @@ async fn a_plain_client_reads_at_once_and_a_refund_waits_in_the_inbox_then_runs_
     assert_eq!(trail.body["entries"][0]["principal"], "fina", "{}", trail.text);
     let snapshot = world.snapshot(&session).await;
     assert_eq!(snapshot.status, "idle");
+    // `/metrics` counts the answers: the three bad calls refused, the rest answered.
+    let metrics =
+        reqwest::Client::new().get(format!("{url}/metrics")).bearer_auth(&fina).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let refused = format!("tollgate_mcp_calls_total{{agent=\"{agent}\",answer=\"refused\"}} 3");
+    assert!(metrics.contains(&refused), "{metrics}");
+    assert!(metrics.contains(&format!("tollgate_mcp_calls_total{{agent=\"{agent}\",answer=\"result\"}}")));
     served.stop().await;
 }
 

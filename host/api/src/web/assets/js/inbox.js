@@ -562,7 +562,7 @@ function build(item) {
     if (needsConfirm) { confirmBox.hidden = false; confirmYes.focus(); } else decide({ approved: true }, 'Approved');
   });
   const reasonId = uid('reason');
-  const reason = el('input', { id: reasonId, type: 'text', class: 'reason', placeholder: 'What the model is told' });
+  const reason = el('input', { id: reasonId, type: 'text', class: 'reason', placeholder: field(item, 'requested_by') ? 'What the client is told' : 'What the model is told' });
   buttons.push(reason);
   const editorHome = el('div', { class: 'editor', hidden: true });
   const rejectForm = el('form', { class: 'reject' },
