@@ -113,13 +113,7 @@ pub fn router(state: ApiState) -> Router {
 }
 
 async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
-        .map(str::trim);
-    let Some(caller) = state.auth.authenticate(given) else {
+    let Some(caller) = state.auth.authenticate(crate::api::bearer(request.headers())) else {
         let mut response = (
             StatusCode::UNAUTHORIZED,
             "a valid `Authorization: Bearer <token>` header is required: no principal has this token",

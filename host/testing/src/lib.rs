@@ -6,6 +6,7 @@
 //! - [`served`]: a `tollgate serve` or `tollgate api` of a [`world::World`] as a child process.
 //! - [`serve`] and [`agent`]: a real server the way the benches start one, and the example support
 //!   agent laid out for it.
+//! - [`mcp`]: an MCP client of a server's `/mcp/{agent}`.
 //! - [`park`]: sessions parked on an approval by the thousand, straight through the store.
 //! - [`chaos`]: the chaos soak's harness and its checker, run small by a test and whole by a bench.
 //! - [`ts_sdk`]: where the benches find the official TypeScript Agent SDK they measure against.
@@ -17,6 +18,7 @@
 
 pub mod agent;
 pub mod chaos;
+pub mod mcp;
 pub mod park;
 pub mod serve;
 pub mod served;

@@ -105,6 +105,23 @@ impl Served {
         Served { url, child }
     }
 
+    /// The name of the agent this server's Worker registered (`GET /v1/agents` as the holder of
+    /// `token`), once it did (30 s at most).
+    pub async fn agent_name(&self, token: &str) -> String {
+        let http = reqwest::Client::new();
+        for _ in 0..300 {
+            let answer = http.get(format!("{}/v1/agents", self.url)).bearer_auth(token).send().await;
+            if let Ok(answer) = answer
+                && let Ok(body) = answer.json::<serde_json::Value>().await
+                && let Some(name) = body["agents"][0]["name"].as_str()
+            {
+                return name.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no agent registered at {}", self.url)
+    }
+
     /// `tollgate ARGS --url URL` (client commands), without the caller's token or URL variables.
     pub async fn tollgate(&self, args: &[&str]) -> Output {
         self.client_command(args).output().await.expect("run tollgate")

@@ -14,11 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::model::CallToolRequestParams;
 use serde_json::json;
 use tollgate_testing::served::{Served, add_principal};
 use tollgate_testing::world::{Refund, World};
@@ -51,16 +47,10 @@ impl Row {
     }
 }
 
-type Client = RunningService<RoleClient, ClientConfig>;
+use tollgate_testing::mcp::Client;
 
 async fn client(url: &str, agent: &str, token: &str) -> Client {
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("{url}/mcp/{agent}")).auth_header(token),
-    );
-    ClientConfig::new(ClientCapabilities::default(), Implementation::new("bench", "1"))
-        .serve(transport)
-        .await
-        .expect("connect")
+    tollgate_testing::mcp::client(url, agent, token, false).await
 }
 
 fn lookup() -> CallToolRequestParams {
@@ -80,26 +70,6 @@ async fn time_reads(what: &str, client: &Client, samples: usize) -> Row {
         assert_ne!(result.is_error, Some(true), "{result:?}");
     }
     row
-}
-
-async fn agent_name(url: &str, token: &str) -> String {
-    let http = reqwest::Client::new();
-    for _ in 0..600 {
-        let body: serde_json::Value = http
-            .get(format!("{url}/v1/agents"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if let Some(name) = body["agents"][0]["name"].as_str() {
-            return name.to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no agent registered");
 }
 
 #[tokio::main]
@@ -130,7 +100,7 @@ async fn main() {
     let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
-    let name = agent_name(&served.url, &carl).await;
+    let name = served.agent_name(&carl).await;
     let mcp = client(&served.url, &name, &carl).await;
     rows.push(time_reads("`/mcp` read, `tollgate serve` on SQLite", &mcp, samples).await);
 
@@ -182,7 +152,7 @@ async fn main() {
         let carl = add_principal(&world, &file, "carl", &["client"], &[]).await;
         let _worker = world.worker("w");
         let served = Served::start_api(&world, "api", &["--auth", file.to_str().unwrap()]).await;
-        let name = agent_name(&served.url, &carl).await;
+        let name = served.agent_name(&carl).await;
         let mcp = client(&served.url, &name, &carl).await;
         // The Worker publishes its tools just after it registers.
         for _ in 0..100 {

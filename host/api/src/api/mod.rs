@@ -344,6 +344,15 @@ fn action_of(method: &axum::http::Method, path: &str) -> crate::auth::Action {
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case), if any.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
+        .map(str::trim)
+}
+
 /// Authenticates every request but `/healthz` (401 without a known token), checks the caller's
 /// roles against what the request does (403 naming the roles needed), and hands the handlers the
 /// [`crate::auth::Caller`].
@@ -352,13 +361,7 @@ async fn authorize(State(state): State<ApiState>, mut request: Request, next: Ne
     if matches!(request.uri().path(), "/healthz" | "/openapi.json") {
         return next.run(request).await;
     }
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
-        .map(str::trim);
-    let Some(caller) = state.auth.authenticate(given) else {
+    let Some(caller) = state.auth.authenticate(bearer(request.headers())) else {
         let mut response = ApiError::new(
             StatusCode::UNAUTHORIZED,
             ErrorCode::Unauthorized,

@@ -220,23 +220,16 @@ mod tests {
 
     fn refund(state: CallState) -> CallEntry {
         CallEntry {
-            tool_call_id: "toolu_1".into(),
-            tool_name: "create_refund".into(),
-            kind: ToolKind::Custom,
-            arguments: json!({"order_id": "7"}),
-            turn_id: "turn-2".into(),
             requires_approval: true,
             runs_in: DeferredRun::CallSingleAttemptTool,
-            original_arguments: None,
-            grants_session: None,
-            approved_under: None,
-            batch_id: None,
-            decided_ahead: None,
-            inline: false,
-            images: Vec::new(),
-            diagnostics: None,
-            requested_by: None,
-            state,
+            ..CallEntry::new(
+                "toolu_1",
+                "create_refund",
+                ToolKind::Custom,
+                json!({"order_id": "7"}),
+                "turn-2",
+                state,
+            )
         }
     }
 

@@ -32,7 +32,6 @@ use super::{CALL_TOOL_ATTEMPTS, CallEntry, CallState, StepKind, Transition};
 use crate::catalog::ToolKind;
 use crate::events::{self, EventKind, Payload};
 use crate::gate::InlineWrite;
-use crate::policy::DeferredRun;
 use crate::record::Outcome;
 
 /// The turn's inline writes that the segment's CLI does not know of: those whose tool call ID
@@ -69,23 +68,8 @@ pub fn unseen_writes(run: &SegmentRun, calls: &[CallEntry]) -> Vec<InlineWrite> 
 /// A new inline write of `turn_id`, under `tool_call_id`, before its first attempt.
 pub fn write(turn_id: &str, tool_call_id: &str, tool_name: &str, arguments: Value) -> CallEntry {
     CallEntry {
-        tool_call_id: tool_call_id.to_owned(),
-        tool_name: tool_name.to_owned(),
-        kind: ToolKind::Custom,
-        arguments,
-        turn_id: turn_id.to_owned(),
-        requires_approval: false,
-        runs_in: DeferredRun::CallTool,
-        original_arguments: None,
-        grants_session: None,
-        approved_under: None,
-        batch_id: None,
-        decided_ahead: None,
         inline: true,
-        images: Vec::new(),
-        diagnostics: None,
-        requested_by: None,
-        state: CallState::Queued,
+        ..CallEntry::new(tool_call_id, tool_name, ToolKind::Custom, arguments, turn_id, CallState::Queued)
     }
 }
 

@@ -142,23 +142,17 @@ pub fn on_request(
     policy: Option<ToolPolicy>,
 ) -> Transition {
     let entry = |requires_approval: bool, runs_in: DeferredRun, state: CallState| CallEntry {
-        tool_call_id: step.tool_call_id.clone(),
-        tool_name: request.tool_name.clone(),
-        kind: ToolKind::Custom,
-        arguments: request.arguments.clone(),
-        turn_id: step.turn_id.clone(),
         requires_approval,
         runs_in,
-        original_arguments: None,
-        grants_session: None,
-        approved_under: None,
-        batch_id: None,
-        decided_ahead: None,
-        inline: false,
-        images: Vec::new(),
-        diagnostics: None,
         requested_by: Some(request.requested_by.clone()),
-        state,
+        ..CallEntry::new(
+            &step.tool_call_id,
+            &request.tool_name,
+            ToolKind::Custom,
+            request.arguments.clone(),
+            &step.turn_id,
+            state,
+        )
     };
     let mut next = state.clone();
     next.turn = Some(TurnState { turn_id: step.turn_id.clone(), prompts_upto: 0, ahead: Vec::new() });

@@ -465,6 +465,38 @@ impl CallEntry {
             .map_err(|e| EngineError::Corrupt { what: "tool call record".into(), reason: e.to_string() })
     }
 
+    /// A new call of turn `turn_id` in `state`, as it is made: approval-free, run in `CallTool`,
+    /// nothing edited, granted, batched, decided ahead or recorded yet (set those with struct update
+    /// syntax).
+    pub fn new(
+        tool_call_id: &str,
+        tool_name: &str,
+        kind: ToolKind,
+        arguments: Value,
+        turn_id: &str,
+        state: CallState,
+    ) -> Self {
+        CallEntry {
+            tool_call_id: tool_call_id.to_owned(),
+            tool_name: tool_name.to_owned(),
+            kind,
+            arguments,
+            turn_id: turn_id.to_owned(),
+            requires_approval: false,
+            runs_in: DeferredRun::CallTool,
+            original_arguments: None,
+            grants_session: None,
+            approved_under: None,
+            batch_id: None,
+            decided_ahead: None,
+            inline: false,
+            images: Vec::new(),
+            diagnostics: None,
+            requested_by: None,
+            state,
+        }
+    }
+
     /// The stored JSON.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("a call always serializes")

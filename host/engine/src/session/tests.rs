@@ -236,24 +236,18 @@ fn an_approval_free_idempotent_write_goes_straight_to_call_tool() {
 }
 
 fn pending_call(runs_in: DeferredRun, kind: ToolKind) -> CallEntry {
+    let tool = if kind == ToolKind::Cli { "Bash" } else { "create_refund" };
     CallEntry {
-        tool_call_id: "toolu_1".into(),
-        tool_name: if kind == ToolKind::Cli { "Bash".into() } else { "create_refund".into() },
-        kind,
-        arguments: json!({"order_id": "7"}),
-        turn_id: "turn-1".into(),
         requires_approval: true,
         runs_in,
-        original_arguments: None,
-        grants_session: None,
-        approved_under: None,
-        batch_id: None,
-        decided_ahead: None,
-        inline: false,
-        images: Vec::new(),
-        diagnostics: None,
-        requested_by: None,
-        state: CallState::PendingApproval,
+        ..CallEntry::new(
+            "toolu_1",
+            tool,
+            kind,
+            json!({"order_id": "7"}),
+            "turn-1",
+            CallState::PendingApproval,
+        )
     }
 }
 

@@ -533,24 +533,18 @@ fn call_deferred(
     let mut ahead = turn_ahead(state, &run.turn_id);
     next.cost_usd += cost_usd.unwrap_or(0.0);
     t.usage = usage;
+    let state = if requires_approval { CallState::PendingApproval } else { CallState::Queued };
     let entry = CallEntry {
-        tool_call_id: call.tool_use_id.clone(),
-        tool_name: call.tool_name.clone(),
-        kind: call.kind,
-        arguments: call.arguments.clone(),
-        turn_id: run.turn_id.clone(),
         requires_approval,
         runs_in,
-        original_arguments: None,
-        grants_session: None,
-        approved_under: None,
-        batch_id: None,
-        decided_ahead: None,
-        inline: false,
-        images: Vec::new(),
-        diagnostics: None,
-        requested_by: None,
-        state: if requires_approval { CallState::PendingApproval } else { CallState::Queued },
+        ..CallEntry::new(
+            &call.tool_use_id,
+            &call.tool_name,
+            call.kind,
+            call.arguments.clone(),
+            &run.turn_id,
+            state,
+        )
     };
     let call_step = serde_json::to_value(CallStep {
         turn_id: run.turn_id.clone(),

@@ -1,18 +1,13 @@
 //! A refund an MCP client asked for (`/mcp/{agent}`), on the inbox card: the approver reads that a
 //! client called it, not the model, decides it in the page, and the client reads the outcome.
 
-use rmcp::ServiceExt;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
-};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::{Value, json};
 
 use crate::driver::Browser;
 use crate::inbox::{CARD, ONE_BROWSER, card_shown, in_card};
 use crate::served::{Served, add_principal};
-use crate::world::{Refund, World, api};
+use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mcp_clients_refund_says_who_called_it_and_is_approved_in_the_page() {
@@ -29,22 +24,8 @@ async fn an_mcp_clients_refund_says_who_called_it_and_is_approved_in_the_page() 
     let fina = add_principal(&world, &file, "fina", &["approver"], &[]).await;
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
-    let agent = loop {
-        let agents =
-            api(reqwest::Client::new().get(format!("{}/v1/agents", served.url)).bearer_auth(&carl)).await;
-        if let Some(name) = agents.body["agents"][0]["name"].as_str() {
-            break name.to_owned();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/{agent}", served.url))
-            .auth_header(carl),
-    );
-    let client = ClientConfig::new(ClientCapabilities::default(), Implementation::new("test", "1"))
-        .serve(transport)
-        .await
-        .expect("connect");
+    let agent = served.agent_name(&carl).await;
+    let client = tollgate_testing::mcp::client(&served.url, &agent, &carl, false).await;
     let refund = CallToolRequestParams::new("create_refund")
         .with_arguments(json!({"order_id": "7", "amount_cents": 500}).as_object().unwrap().clone());
     let CallToolResponse::Complete(waiting) = client.call_tool_once(refund.clone()).await.unwrap() else {

@@ -8,11 +8,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::world::{Refund, World};
 
 /// Reads `lines` until one contains `needle` (60 s at most); the lines seen so far.
-async fn until(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    seen: &mut String,
-    needle: &str,
-) -> String {
+async fn until(lines: &mut Lines, seen: &mut String, needle: &str) -> String {
     let found = tokio::time::timeout(Duration::from_secs(90), async {
         while let Ok(Some(line)) = lines.next_line().await {
             seen.push_str(&line);
@@ -25,6 +21,33 @@ async fn until(
     })
     .await;
     found.ok().flatten().unwrap_or_else(|| panic!("`{needle}` never came; dev said:\n{seen}"))
+}
+
+type Lines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
+
+/// `tollgate dev` on `world`'s agent without a model credential (dev starts the mock itself), once
+/// it watches: the process, its stdout, what it said, the inbox's URL and the token it printed.
+async fn start_dev(world: &World) -> (tokio::process::Child, Lines, String, String, String) {
+    let agent = world.agent.to_str().unwrap();
+    let mut child = world
+        .tollgate()
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .args(["dev", "--agent", agent, "--listen", "127.0.0.1:0", "--db", &world.db, "--poll-ms", "200"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    let inbox = until(&mut lines, &mut seen, "inbox: ").await;
+    until(&mut lines, &mut seen, "watching ").await;
+    let url = inbox.split_whitespace().nth(1).unwrap().trim_end_matches('/').to_owned();
+    let token =
+        inbox.split_whitespace().find(|w| w.starts_with("tg_")).unwrap().trim_end_matches(',').to_owned();
+    (child, lines, seen, url, token)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -41,26 +64,8 @@ async fn dev_serves_with_the_mock_rebuilds_a_changed_tool_and_reloads_a_changed_
         .await
         .unwrap();
     assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
-    // No model credential: dev starts the mock itself.
-    let mut child = world
-        .tollgate()
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .args(["dev", "--agent", &agent, "--listen", "127.0.0.1:0", "--db", &world.db, "--poll-ms", "200"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    until(&mut lines, &mut seen, "the scripted mock model answers on").await;
-    let inbox = until(&mut lines, &mut seen, "inbox: ").await;
-    until(&mut lines, &mut seen, "watching ").await;
-    let url = inbox.split_whitespace().nth(1).unwrap().trim_end_matches('/').to_owned();
-    let token =
-        inbox.split_whitespace().find(|w| w.starts_with("tg_")).unwrap().trim_end_matches(',').to_owned();
+    let (mut child, mut lines, mut seen, url, token) = start_dev(&world).await;
+    assert!(seen.contains("the scripted mock model answers on"), "{seen}");
     assert!(seen.contains("built ") && seen.contains("greet.wasm (js, "), "{seen}");
     let client = |args: &[&str]| {
         let mut command = world.tollgate();
@@ -122,25 +127,7 @@ async fn dev_keeps_a_session_in_progress_on_the_configuration_it_started_under()
     else {
         return;
     };
-    let agent = world.agent.to_str().unwrap().to_owned();
-    let mut child = world
-        .tollgate()
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .args(["dev", "--agent", &agent, "--listen", "127.0.0.1:0", "--db", &world.db, "--poll-ms", "200"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    let inbox = until(&mut lines, &mut seen, "inbox: ").await;
-    until(&mut lines, &mut seen, "watching ").await;
-    let url = inbox.split_whitespace().nth(1).unwrap().trim_end_matches('/').to_owned();
-    let token =
-        inbox.split_whitespace().find(|w| w.starts_with("tg_")).unwrap().trim_end_matches(',').to_owned();
+    let (mut child, mut lines, mut seen, url, token) = start_dev(&world).await;
     let client = |args: &[&str]| {
         let mut command = world.tollgate();
         command.args(args).args(["--url", &url]).env("TOLLGATE_TOKEN", &token);

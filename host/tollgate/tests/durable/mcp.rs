@@ -6,42 +6,18 @@
 
 use std::time::Duration;
 
+use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ErrorCode,
-    GetTaskParams, Implementation, ProtocolVersion, TaskPayload, TaskStatus,
+    GetTaskParams, Implementation, TaskPayload, TaskStatus,
 };
-use rmcp::service::{RoleClient, RunningService, ServiceError};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+use rmcp::service::ServiceError;
 use serde_json::{Value, json};
 
 use crate::served::{Served, add_principal};
 use crate::world::{Refund, World, api};
 
-type Client = RunningService<RoleClient, ClientConfig>;
-
-/// An MCP client of `url`'s `/mcp/{agent}` as the holder of `token`: one that declares the Tasks
-/// extension (the 2026-07-28 protocol, capabilities in each request), or a plain one (the
-/// `initialize` handshake, as the Claude Code CLI makes).
-async fn client(url: &str, agent: &str, token: &str, tasks: bool) -> Client {
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("{url}/mcp/{agent}")).auth_header(token),
-    );
-    let capabilities = if tasks {
-        ClientCapabilities::builder().enable_tasks().build()
-    } else {
-        ClientCapabilities::default()
-    };
-    let info = ClientConfig::new(capabilities, Implementation::new("tollgate-test", "1"));
-    if tasks {
-        let lifecycle =
-            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-        info.serve_with_lifecycle(transport, lifecycle).await.expect("an MCP client connects")
-    } else {
-        info.serve(transport).await.expect("an MCP client connects")
-    }
-}
+use tollgate_testing::mcp::{Client, client};
 
 fn call(tool: &str, arguments: Value) -> CallToolRequestParams {
     CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.as_object().unwrap().clone())
@@ -58,24 +34,40 @@ async fn complete(client: &Client, params: CallToolRequestParams) -> CallToolRes
     }
 }
 
+/// Polls `tasks/get` until the task ends (60 s at most; `what` names it in the failure).
+async fn terminal(client: &Client, task_id: &str, world: &World, what: &str) -> rmcp::model::DetailedTask {
+    let polled = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let got = client.peer().get_task(GetTaskParams::new(task_id.to_owned())).await.unwrap();
+            if got.task.status().is_terminal() {
+                return got.task;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    polled.await.unwrap_or_else(|_| panic!("{what}\n{}", world.diagnostics()))
+}
+
+/// Calls `params` until the answer is an outcome, not "awaits" nor "still running" (60 s at most).
+async fn settled(client: &Client, params: CallToolRequestParams, world: &World) -> CallToolResult {
+    let polled = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let result = complete(client, params.clone()).await;
+            if !text(&result).contains("awaits") && !text(&result).contains("still running") {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    polled.await.unwrap_or_else(|_| panic!("the call never settled\n{}", world.diagnostics()))
+}
+
 /// The JSON-RPC error of a call that must fail.
 fn rpc_error(outcome: Result<CallToolResponse, ServiceError>) -> (ErrorCode, String) {
     match outcome {
         Err(ServiceError::McpError(error)) => (error.code, error.message.to_string()),
         other => panic!("expected an MCP error, got {other:?}"),
     }
-}
-
-/// The agent's name, once its Worker registered it.
-async fn agent_name(url: &str, token: &str) -> String {
-    for _ in 0..300 {
-        let agents = api(reqwest::Client::new().get(format!("{url}/v1/agents")).bearer_auth(token)).await;
-        if let Some(name) = agents.body["agents"][0]["name"].as_str() {
-            return name.to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no agent registered at {url}")
 }
 
 async fn sessions_count(url: &str, token: &str) -> usize {
@@ -113,7 +105,7 @@ async fn a_plain_client_reads_at_once_and_a_refund_waits_in_the_inbox_then_runs_
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     let url = served.url.clone();
-    let agent = agent_name(&url, &carl).await;
+    let agent = served.agent_name(&carl).await;
     let carl_mcp = client(&url, &agent, &carl, false).await;
 
     let tools = carl_mcp.list_all_tools().await.expect("tools/list");
@@ -182,17 +174,7 @@ async fn a_plain_client_reads_at_once_and_a_refund_waits_in_the_inbox_then_runs_
     );
 
     decide(&url, &fina, &session, &interrupt, true, "ok").await;
-    let outcome = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let result = complete(&carl_mcp, call(REFUND, refund_args())).await;
-            if !text(&result).contains("awaits") && !text(&result).contains("still running") {
-                return result;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the refund never settled\n{}", world.diagnostics()));
+    let outcome = settled(&carl_mcp, call(REFUND, refund_args()), &world).await;
     assert_ne!(outcome.is_error, Some(true), "{outcome:?}");
     assert_eq!(world.payments.count(), 1, "approved: it ran once");
     for _ in 0..3 {
@@ -233,7 +215,7 @@ async fn a_tasks_client_gets_a_task_that_completes_with_the_rejection_and_other_
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     let url = served.url.clone();
-    let agent = agent_name(&url, &carl).await;
+    let agent = served.agent_name(&carl).await;
     let carl_mcp = client(&url, &agent, &carl, true).await;
 
     let read = match carl_mcp.call_tool_once(call("lookup_order", json!({"order_id": "7"}))).await.unwrap() {
@@ -266,17 +248,7 @@ async fn a_tasks_client_gets_a_task_that_completes_with_the_rejection_and_other_
 
     let interrupt = tollgate_engine::session::mcp::call_id(&task.task_id);
     decide(&url, &fina, &task.task_id, &interrupt, false, "not this order").await;
-    let done = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
-            if got.task.status().is_terminal() {
-                return got.task;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the task never completed\n{}", world.diagnostics()));
+    let done = terminal(&carl_mcp, &task.task_id, &world, "the task never completed").await;
     let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
     assert_eq!(result["isError"], true, "{result:?}");
     let said = result["content"][0]["text"].as_str().unwrap_or_default();
@@ -340,17 +312,7 @@ async fn a_task_survives_the_api_and_the_worker_being_killed_on_postgres_and_the
     let interrupt = tollgate_engine::session::mcp::call_id(&task.task_id);
     decide(&url, &fina, &task.task_id, &interrupt, true, "fine").await;
     let _worker = world.worker("w2");
-    let done = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
-            if got.task.status().is_terminal() {
-                return got.task;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the task never completed\n{}", world.diagnostics()));
+    let done = terminal(&carl_mcp, &task.task_id, &world, "the task never completed").await;
     let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
     assert_ne!(result["isError"], true, "{result:?}");
     assert_eq!(world.payments.count(), 1, "approved: it ran once");
@@ -406,7 +368,7 @@ async fn the_claude_cli_calls_tollgate_over_mcp_and_its_refund_waits_for_approva
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     let url = served.url.clone();
-    let agent = agent_name(&url, &carl).await;
+    let agent = served.agent_name(&carl).await;
     let config = world.dir.path().join("mcp.json");
     let servers = json!({"mcpServers": {"tollgate": {
         "type": "http",
@@ -486,17 +448,7 @@ async fn tollgate_mcp_serves_a_local_client_over_stdio_and_its_refund_is_approve
     let served = Served::start_api(&world, "api", &["--auth", file.to_str().unwrap()]).await;
     let interrupt = tollgate_engine::session::mcp::call_id(&session);
     decide(&served.url, &fina, &session, &interrupt, true, "ok").await;
-    let outcome = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let result = complete(&local, call(REFUND, refund_args())).await;
-            if !text(&result).contains("awaits") && !text(&result).contains("still running") {
-                return result;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the refund never settled\n{}", world.diagnostics()));
+    let outcome = settled(&local, call(REFUND, refund_args()), &world).await;
     assert_ne!(outcome.is_error, Some(true), "{outcome:?}");
     assert_eq!(world.payments.count(), 1, "approved: it ran once");
     drop(local);
@@ -525,7 +477,7 @@ async fn keys_agents_and_an_approvers_edit_hold_for_an_mcp_client() {
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     let url = served.url.clone();
-    let agent = agent_name(&url, &carl).await;
+    let agent = served.agent_name(&carl).await;
 
     let outsider = client(&url, &agent, &billing, false).await;
     let refused = outsider.list_all_tools().await;
@@ -593,23 +545,13 @@ async fn an_approval_deadline_rejects_an_mcp_call_nobody_decided_and_its_task_sa
     add_principal(&world, &file, "fina", &["approver"], &[]).await;
     let served =
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
-    let agent = agent_name(&served.url, &carl).await;
+    let agent = served.agent_name(&carl).await;
     let carl_mcp = client(&served.url, &agent, &carl, true).await;
     let task = match carl_mcp.call_tool_once(call(REFUND, refund_args())).await.unwrap() {
         CallToolResponse::Task(created) => created.task,
         other => panic!("expected a task, got {other:?}"),
     };
-    let done = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let got = carl_mcp.peer().get_task(GetTaskParams::new(task.task_id.clone())).await.unwrap();
-            if got.task.status().is_terminal() {
-                return got.task;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the deadline never fired\n{}", world.diagnostics()));
+    let done = terminal(&carl_mcp, &task.task_id, &world, "the deadline never fired").await;
     let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
     assert_eq!(result["isError"], true, "{result:?}");
     let said = result["content"][0]["text"].as_str().unwrap_or_default();
