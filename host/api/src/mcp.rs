@@ -273,24 +273,24 @@ impl AgentServer {
         };
         let session_id = session_id(agent, &caller.name, &tool.name, &key);
         let store = self.state.store.as_ref();
+        let key_reused = || {
+            invalid(format!(
+                "the idempotency key `{key}` was used before for another call of `{}` (other arguments): use a \
+                 new key",
+                tool.name
+            ))
+        };
+        // The request already stored, when the session exists (a retry, or a poll for the outcome).
+        let mut stored = None;
         if let Some(session) = store.session(&session_id).await.map_err(store_error)? {
             if session.agent_name.as_deref() != Some(agent) {
                 return Err(invalid(format!("session {session_id} belongs to another agent")));
             }
-            // A key names one call: the same key with other arguments is refused, not answered
-            // with the first call's outcome.
             let items = sessions::read_all_items_of_kind(store, &session_id, ItemKind::McpCall)
                 .await
                 .map_err(store_error)?;
             if let Some(item) = items.first() {
-                let stored = McpRequest::parse(item.body.get()).map_err(internal)?;
-                if canonical(&stored.arguments) != canonical(&arguments) {
-                    return Err(invalid(format!(
-                        "the idempotency key `{key}` was used before for another call of `{}` (other arguments): \
-                         use a new key",
-                        tool.name
-                    )));
-                }
+                stored = Some(McpRequest::parse(item.body.get()).map_err(internal)?);
             }
         } else {
             let to = sessions::resolve_agent(store, Some(agent), None, self.state.agent.as_ref())
@@ -300,24 +300,29 @@ impl AgentServer {
                 .await
                 .map_err(|e| internal(e.to_string()))?;
         }
-        let asked = McpRequest { tool_name: tool.name.clone(), arguments, requested_by: caller.name.clone() };
-        let message = UserMessage {
-            session_id: session_id.clone(),
-            client_key: "mcp-call".to_owned(),
-            item: convert::item(asked.item()),
-            wake: Some(convert::step(calls::request_step(&session_id))),
-            events: Vec::new(),
-        };
-        match store.send_user_message(message).await {
-            Ok(_) => {}
-            Err(StoreError::IdempotencyConflict { .. }) => {
-                return Err(invalid(format!(
-                    "the idempotency key `{key}` was used before for another call of `{}` (other arguments): \
-                     use a new key",
-                    tool.name
-                )));
+        match stored {
+            // A key names one call: the same key with other arguments is refused, not answered with
+            // the first call's outcome.
+            Some(stored) if canonical(&stored.arguments) != canonical(&arguments) => return Err(key_reused()),
+            // Stored already: nothing to write again.
+            Some(_) => {}
+            // A new call (or one whose session was created and whose request was not stored yet).
+            None => {
+                let asked =
+                    McpRequest { tool_name: tool.name.clone(), arguments, requested_by: caller.name.clone() };
+                let message = UserMessage {
+                    session_id: session_id.clone(),
+                    client_key: "mcp-call".to_owned(),
+                    item: convert::item(asked.item()),
+                    wake: Some(convert::step(calls::request_step(&session_id))),
+                    events: Vec::new(),
+                };
+                match store.send_user_message(message).await {
+                    Ok(_) => {}
+                    Err(StoreError::IdempotencyConflict { .. }) => return Err(key_reused()),
+                    Err(other) => return Err(store_error(other)),
+                }
             }
-            Err(other) => return Err(store_error(other)),
         }
         let progress = self.progress(&session_id, CALL_WAIT).await?;
         Ok(match progress {

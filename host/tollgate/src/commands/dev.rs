@@ -200,6 +200,10 @@ async fn keep_running_sessions(
     for status in ["running", "awaiting_approval"] {
         running.extend(store.list_sessions(Some(status), "", 10_000).await?);
     }
+    if running.is_empty() {
+        // Nothing to keep: no copy, no load, no version.
+        return Ok(None);
+    }
     let bundle = Bundle::read(agent)?;
     let folder = agent.file_name().context("the agent folder's name")?;
     let dir = tempfile::Builder::new().prefix("tollgate-dev-").tempdir()?;
