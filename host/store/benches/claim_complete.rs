@@ -99,6 +99,7 @@ async fn run_scoped(
     let scope = Arc::new(ClaimScope {
         agents: (0..agents).map(|a| format!("agent{a}")).collect(),
         digests: Vec::new(),
+        pinned_only: false,
     });
     let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();

@@ -677,7 +677,9 @@ where
         for name in &scope.agents {
             check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
         }
-        let pins: Vec<&str> = std::iter::once("").chain(scope.digests.iter().map(String::as_str)).collect();
+        // "" stands for unpinned.
+        let unpinned = (!scope.pinned_only).then_some("");
+        let pins: Vec<&str> = unpinned.into_iter().chain(scope.digests.iter().map(String::as_str)).collect();
         let pins = serde_json::to_string(&pins).expect("strings serialize");
         let agents = serde_json::to_string(&scope.agents).expect("strings serialize");
         let (worker, lease) = (worker_id.to_owned(), ms(lease));

@@ -196,8 +196,9 @@ pub trait Store: Send + Sync {
     async fn claim(&self, worker_id: &str, lease: Duration) -> Result<Option<Claimed>, StoreError>;
 
     /// As [`Store::claim`], but only steps of sessions this Worker may run: sessions of one of
-    /// `scope.agents`, unpinned (no agent digest, or one recorded with `pinned: false`) or pinned
-    /// to one of `scope.digests` (the locked bundles the Worker loaded). A step of another agent's
+    /// `scope.agents`, unpinned (no agent digest, or one recorded with `pinned: false`; not when
+    /// `scope.pinned_only`) or pinned to one of `scope.digests` (the locked bundles the Worker
+    /// loaded). A step of another agent's
     /// session, of a session pinned to another digest, or of a session that names no agent stays.
     /// One index range per agent and pin (`steps_due_agent`).
     async fn claim_for(

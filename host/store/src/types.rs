@@ -126,6 +126,9 @@ pub struct ClaimScope {
     pub agents: Vec<String>,
     /// The digests whose pinned sessions it may run (the locked bundles it loaded).
     pub digests: Vec<String>,
+    /// Only sessions pinned to one of `digests`, none unpinned: a Worker kept to finish the
+    /// sessions of a previous version (`tollgate dev`) takes no new session.
+    pub pinned_only: bool,
 }
 
 /// The longest agent name, in bytes.

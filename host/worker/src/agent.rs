@@ -261,6 +261,7 @@ impl Agent {
         ClaimScope {
             agents: vec![self.name.clone()],
             digests: if self.is_locked() { vec![self.digest.clone()] } else { Vec::new() },
+            pinned_only: false,
         }
     }
 
@@ -430,7 +431,7 @@ mod tests {
         let folder = canonical_name(dir.path());
         assert_eq!(
             unlocked.claim_scope(),
-            ClaimScope { agents: vec![folder.clone()], digests: vec![] },
+            ClaimScope { agents: vec![folder.clone()], digests: vec![], pinned_only: false },
             "an unlocked Worker runs its agent's unpinned sessions only"
         );
         assert!(!unlocked.session_agent().pinned);
@@ -441,7 +442,11 @@ mod tests {
         assert_eq!(locked.digest(), unlocked.digest(), "the same files, the same digest");
         assert_eq!(
             locked.claim_scope(),
-            ClaimScope { agents: vec![folder], digests: vec![locked.digest().to_owned()] }
+            ClaimScope {
+                agents: vec![folder],
+                digests: vec![locked.digest().to_owned()],
+                pinned_only: false
+            }
         );
         assert!(locked.session_agent().pinned);
 

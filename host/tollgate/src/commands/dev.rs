@@ -7,8 +7,9 @@
 //! - a changed `tollgate.toml` restarts the server on the same address: new sessions get the new
 //!   configuration, and the sessions with a turn in progress keep the one they started under. The
 //!   previous configuration (with the tools as they are) is locked, pushed into the store as the
-//!   agent's next version, those sessions are pinned to it, and a Worker of that version runs them
-//!   while dev runs ([`keep_running_sessions`]). Idle sessions take the new configuration.
+//!   agent's next version, those sessions are pinned to it, and a Worker of that version runs them,
+//!   and only them (`--pinned-only`: a new session is never its), while dev runs
+//!   ([`keep_running_sessions`]). Idle sessions take the new configuration.
 //!
 //! Each change is said on stdout as it is applied. The server's own log goes to stderr.
 
@@ -239,6 +240,8 @@ async fn keep_running_sessions(
         .arg("--bundle-cache")
         .arg(dir.path().join("cache"))
         .args(["--worker-id", &format!("dev-{name}@{}", pushed.version), "--poll-secs", "0.5"])
+        // The kept sessions only: a new session is the new configuration's.
+        .arg("--pinned-only")
         .envs(model.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())

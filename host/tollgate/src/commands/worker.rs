@@ -85,6 +85,10 @@ pub struct WorkerArgs {
     /// The box the agent's CLI runs in.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// Run only sessions pinned to the agent's version (`--agent-name NAME@K`, or a locked
+    /// `--agent`), never a new one: a Worker kept to finish what started on a previous version.
+    #[arg(long)]
+    pub pinned_only: bool,
 }
 
 /// Where the agent's CLIs run: each in a box of its own, or (explicitly) on the host.
@@ -269,6 +273,7 @@ pub async fn build_all(args: &WorkerArgs) -> anyhow::Result<(Vec<Worker>, Arc<dy
         warm_clis: args.warm_clis,
         warm_cli_ttl,
         sandbox: sandbox_mode,
+        pinned_only: args.pinned_only,
         ..WorkerConfig::default()
     };
     if let Some(id) = &args.worker_id {

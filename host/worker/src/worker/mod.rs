@@ -65,7 +65,7 @@ use tollgate_engine::events::EventKind;
 use tollgate_engine::session::{
     CallEntry, EngineError, FailureReason, ItemKind, RunState, StepInput, Transition,
 };
-use tollgate_store::{Claimed, CommitReceipt, Store, StoreError};
+use tollgate_store::{ClaimScope, Claimed, CommitReceipt, Store, StoreError};
 use tracing::{debug, error, info, warn};
 
 use crate::agent::Agent;
@@ -101,6 +101,8 @@ pub struct WorkerConfig {
     pub warm_cli_ttl: Duration,
     /// Whether the agent's CLIs run in boxes.
     pub sandbox: SandboxMode,
+    /// Runs only sessions pinned to the agent's digest, never an unpinned (new) one.
+    pub pinned_only: bool,
 }
 
 /// How a Worker runs its agent's CLIs.
@@ -166,6 +168,7 @@ impl Default for WorkerConfig {
             warm_clis: DEFAULT_WARM_CLIS,
             warm_cli_ttl: DEFAULT_WARM_CLI_TTL,
             sandbox: SandboxMode::None,
+            pinned_only: false,
         }
     }
 }
@@ -354,8 +357,9 @@ impl Worker {
         if stale > 0 {
             info!(removed = stale, "removed segment directories that stopped Workers left behind");
         }
-        // Only sessions of this agent: unpinned ones, and those pinned to its digest.
-        let scope = self.agent.claim_scope();
+        // Only sessions of this agent: unpinned ones (unless told not to), and those pinned to its
+        // digest.
+        let scope = ClaimScope { pinned_only: self.config.pinned_only, ..self.agent.claim_scope() };
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, agent = %self.agent.name(),
             agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
         let me = self.clone();

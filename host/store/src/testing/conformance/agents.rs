@@ -8,6 +8,7 @@ use crate::*;
 cases!(
     a_session_keeps_the_agent_it_was_created_with_and_lists_it,
     claim_for_takes_only_steps_of_its_agents_unpinned_or_pinned_to_its_digests,
+    a_pinned_only_claim_takes_no_unpinned_session,
     a_step_a_commit_enqueues_keeps_the_sessions_agent_and_pin,
     registering_an_agent_adopts_the_sessions_that_name_none_by_digest_or_as_the_only_agent,
     upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event,
@@ -47,14 +48,19 @@ fn scope(agents: &[&str], digests: &[&str]) -> ClaimScope {
     ClaimScope {
         agents: agents.iter().map(|a| (*a).to_owned()).collect(),
         digests: digests.iter().map(|d| (*d).to_owned()).collect(),
+        pinned_only: false,
     }
 }
 
 /// Claims with `claim_for(scope)` until nothing is due; the sessions of the claimed steps, sorted.
 async fn drain_for(store: &dyn Store, agents: &[&str], digests: &[&str]) -> Vec<String> {
-    let scope = scope(agents, digests);
+    drain_scope(store, &scope(agents, digests)).await
+}
+
+/// The same with any scope.
+async fn drain_scope(store: &dyn Store, scope: &ClaimScope) -> Vec<String> {
     let mut sessions = Vec::new();
-    while let Some(c) = store.claim_for("w", LONG, &scope).await.expect("claim_for") {
+    while let Some(c) = store.claim_for("w", LONG, scope).await.expect("claim_for") {
         sessions.push(c.step.session_id.clone());
     }
     sessions.sort();
@@ -120,6 +126,20 @@ async fn claim_for_takes_only_steps_of_its_agents_unpinned_or_pinned_to_its_dige
     assert!(matches!(bad, Err(StoreError::Invalid { .. })), "an empty digest: {bad:?}");
     let bad = s.claim_for("w", LONG, &scope(&["no name"], &[])).await;
     assert!(matches!(bad, Err(StoreError::Invalid { .. })), "a bad name: {bad:?}");
+}
+
+/// A Worker kept to finish a previous version's sessions (`tollgate dev`) takes only those pinned
+/// to it: a new (unpinned) session is left to the current version's Workers.
+async fn a_pinned_only_claim_takes_no_unpinned_session(h: Harness) {
+    let s = &*h.store;
+    session_of(s, "pa", Some(SUPPORT), pinned("sha256:a")).await;
+    session_of(s, "u", Some(SUPPORT), unpinned("sha256:u")).await;
+    session_of(s, "n", Some(SUPPORT), None).await;
+    let kept = ClaimScope { pinned_only: true, ..scope(&[SUPPORT], &["sha256:a"]) };
+    assert_eq!(drain_scope(s, &kept).await, ["pa"], "the pinned one only");
+    let nothing = ClaimScope { pinned_only: true, ..scope(&[SUPPORT], &[]) };
+    assert_eq!(drain_scope(s, &nothing).await, Vec::<String>::new(), "no digest, nothing");
+    assert_eq!(drain_for(s, &[SUPPORT], &[]).await, ["n", "u"], "the unpinned ones stayed for the others");
 }
 
 async fn a_step_a_commit_enqueues_keeps_the_sessions_agent_and_pin(h: Harness) {
