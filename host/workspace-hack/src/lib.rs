@@ -3,52 +3,127 @@
 //! `cargo build -p tollgate` and `scripts/test.sh`'s `cargo test` resolve one feature set, and the
 //! second compiles only the workspace's own crates and test targets.
 //!
-//! The test below compares the two builds' feature sets with `cargo tree`.
+//! The test below compares the two builds' unit graphs, what cargo compiles and why.
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::{BTreeSet, HashMap, HashSet};
     use std::process::Command;
 
-    /// `package → features` of a `cargo tree` over `args`.
-    fn features(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = Command::new(cargo)
-            .current_dir(root)
-            .args(["tree", "--locked", "--offline", "--prefix", "none", "--format", "{p}|{f}"])
-            .args(args)
-            .output()
-            .expect("cargo tree runs");
-        assert!(output.status.success(), "cargo tree {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-        let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for line in String::from_utf8_lossy(&output.stdout).lines() {
-            let Some((package, features)) = line.trim_end_matches(" (*)").split_once('|') else { continue };
-            let package = package.replace(" (proc-macro)", "");
-            map.entry(package)
-                .or_default()
-                .extend(features.split(',').filter(|f| !f.is_empty()).map(str::to_owned));
+    use serde_json::Value;
+
+    /// One compiled unit as cargo's fingerprint sees it: its package, features, mode, target and
+    /// profile settings, then the same of every unit it links, by id. A dependency whose own
+    /// features match in both builds is still compiled twice when something below it differs (a
+    /// proc macro's `serde` on the host side once recompiled `wasmtime` and everything above it).
+    type Unit = (String, Vec<usize>);
+
+    /// The units of both builds, each distinct one numbered once.
+    #[derive(Default)]
+    struct Units {
+        ids: HashMap<Unit, usize>,
+        all: Vec<Unit>,
+    }
+
+    impl Units {
+        fn id(&mut self, unit: Unit) -> usize {
+            if let Some(id) = self.ids.get(&unit) {
+                return *id;
+            }
+            self.all.push(unit.clone());
+            self.ids.insert(unit, self.all.len() - 1);
+            self.all.len() - 1
         }
-        map
+
+        /// The ids of every unit `cargo <args> --unit-graph` would compile. The unit graph is
+        /// unstable; `RUSTC_BOOTSTRAP` lets this one `cargo` call, which compiles nothing, print it.
+        fn of_build(&mut self, args: &[&str]) -> HashSet<usize> {
+            let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let output = Command::new(cargo)
+                .current_dir(root)
+                .env("RUSTC_BOOTSTRAP", "1")
+                .args(args)
+                .args(["--locked", "--offline", "--unit-graph", "-Z", "unstable-options"])
+                .output()
+                .expect("cargo runs");
+            assert!(output.status.success(), "cargo {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+            let graph: Value = serde_json::from_slice(&output.stdout).expect("the unit graph is JSON");
+            let units = graph["units"].as_array().expect("a list of units");
+            let mut ids: Vec<Option<usize>> = vec![None; units.len()];
+            // Units in dependency order: each one's dependencies are numbered before it.
+            let mut todo: Vec<(usize, bool)> = (0..units.len()).map(|index| (index, false)).collect();
+            while let Some((index, expanded)) = todo.pop() {
+                if ids[index].is_some() {
+                    continue;
+                }
+                let deps: Vec<usize> = units[index]["dependencies"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|dep| dep["index"].as_u64().expect("an index") as usize)
+                    .collect();
+                if !expanded {
+                    todo.push((index, true));
+                    todo.extend(deps.iter().map(|dep| (*dep, false)));
+                    continue;
+                }
+                let unit = &units[index];
+                let mut profile = unit["profile"].clone();
+                // `dev` for the demo, `test` for the tests: the settings are what count.
+                profile.as_object_mut().map(|p| p.remove("name"));
+                let package = unit["pkg_id"].as_str().unwrap_or_default();
+                let label = format!(
+                    "{} [{}] {} {} {profile}",
+                    // `crates.io-index#serde@1.0.229`, `api#tollgate-api@0.1.0`: short, and unique.
+                    package.rsplit_once('/').map_or(package, |(_, last)| last),
+                    unit["features"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    unit["mode"],
+                    unit["target"]["name"],
+                );
+                let mut links: Vec<usize> =
+                    deps.iter().map(|dep| ids[*dep].expect("numbered first")).collect();
+                links.sort_unstable();
+                ids[index] = Some(self.id((label, links)));
+            }
+            ids.into_iter().flatten().collect()
+        }
     }
 
     #[test]
-    fn the_demo_build_and_the_test_build_resolve_one_feature_set() {
-        let demo = features(&["-p", "tollgate", "-e", "normal,build"]);
-        let tests = features(&["-e", "normal,build,dev"]);
-        let differing: Vec<String> = demo
-            .iter()
-            .filter(|(package, _)| !package.starts_with("tollgate"))
-            .filter_map(|(package, wanted)| {
-                let more: Vec<&String> = tests.get(package)?.difference(wanted).collect();
-                (!more.is_empty()).then(|| format!("{package}: the test build adds {more:?}"))
+    fn the_test_build_compiles_no_dependency_of_the_demo_build_again() {
+        let mut units = Units::default();
+        let demo = units.of_build(&["build", "-p", "tollgate"]);
+        let tests = units.of_build(&["test", "--no-run"]);
+        let demo_labels: HashSet<&str> = demo.iter().map(|id| units.all[*id].0.as_str()).collect();
+        // A crate the demo compiled just so (a dependency, or one of ours), linked here with
+        // something else below it.
+        let recompiled: BTreeSet<String> = tests
+            .difference(&demo)
+            .map(|id| &units.all[*id])
+            .filter(|(label, _)| demo_labels.contains(label.as_str()))
+            .map(|(label, links)| {
+                let other: Vec<&str> = links
+                    .iter()
+                    .filter(|link| !demo.contains(*link))
+                    .map(|link| units.all[*link].0.split(" {").next().unwrap_or_default())
+                    .collect();
+                format!("{} links {}", label.split(" {").next().unwrap_or_default(), other.join(", "))
             })
             .collect();
         assert!(
-            differing.is_empty(),
-            "these dependencies would compile twice (once for the demo, once for the tests); add the \
-             features to host/workspace-hack/Cargo.toml:\n{}",
-            differing.join("\n")
+            recompiled.is_empty(),
+            "these dependencies would compile twice (once for the demo, once for the tests): the test \
+             build links them with something else below; add its features to \
+             host/workspace-hack/Cargo.toml ([build-dependencies] for what a proc macro or a build \
+             script links):\n{}",
+            recompiled.into_iter().collect::<Vec<_>>().join("\n")
         );
     }
 }
