@@ -42,6 +42,16 @@ pub fn tollgate_binary() -> PathBuf {
     dir.join("tollgate")
 }
 
+/// The compiled components every test's `tollgate` process shares (`target/tmp/cwasm-cache`, the
+/// folder the sandbox's own tests use): a component is compiled once per run of the suite, not
+/// once per test. Artifacts are keyed by the component's digest and the engine's settings, and
+/// written by rename, so processes side by side share the folder safely.
+pub fn component_cache() -> PathBuf {
+    let binary = tollgate_binary();
+    let target = binary.parent().and_then(Path::parent).expect("the binary sits in target/<profile>/");
+    target.join("tmp/cwasm-cache")
+}
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")

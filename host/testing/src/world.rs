@@ -191,11 +191,12 @@ impl World {
     }
 
     /// The `tollgate` binary with this world's environment: the pinned CLI, the mock model, a
-    /// refused proxy for everything else, the payments service, a private component cache.
+    /// refused proxy for everything else, the payments service, the suite's compiled components,
+    /// and its state and workspaces in the world's folder.
     pub fn tollgate(&self) -> tokio::process::Command {
-        let cache = self.dir.path().join("cache");
+        let private = self.dir.path().join("private");
         let mut command =
-            crate::chaos::tollgate_command(&self.cli, &self.mock.base_url(), &self.payments.url, &cache);
+            crate::chaos::tollgate_command(&self.cli, &self.mock.base_url(), &self.payments.url, &private);
         command.env("RUST_LOG", "info,tollgate::guest=debug");
         command
     }

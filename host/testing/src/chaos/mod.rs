@@ -248,7 +248,7 @@ impl Proc {
 
 /// The world of one run.
 struct World {
-    /// The run's directory (the agent, the logs, the component cache).
+    /// The run's directory (the agent, the logs, the Workers' state).
     dir: PathBuf,
     agent: PathBuf,
     cli: PathBuf,
@@ -267,7 +267,7 @@ impl World {
 
     fn command(&self) -> tokio::process::Command {
         let mut command =
-            tollgate_command(&self.cli, &self.mock.base_url(), &self.payments.url, &self.dir.join("cache"));
+            tollgate_command(&self.cli, &self.mock.base_url(), &self.payments.url, &self.dir.join("private"));
         command
             .env_remove("TOLLGATE_DB")
             .env("NO_COLOR", "1")
@@ -325,13 +325,14 @@ impl Drop for World {
 /// [`Report::ok`]).
 /// The `tollgate` binary with the tests' environment: the pinned CLI `cli`, the mock model at
 /// `model_url` (with a dummy key), a refused outbound proxy for everything else, the payments
-/// service at `payments_url`, the component cache `cache_dir`, and none of a developer's own
+/// service at `payments_url`, the suite's compiled components ([`crate::component_cache`]), its
+/// state under `private_dir` and the sessions' workspaces beside it, and none of a developer's own
 /// `TOLLGATE_*` token, listen or TLS settings. Shared with the durable tests' `World`.
 pub fn tollgate_command(
     cli: &Path,
     model_url: &str,
     payments_url: &str,
-    cache_dir: &Path,
+    private_dir: &Path,
 ) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(crate::tollgate_binary());
     for name in [
@@ -354,11 +355,11 @@ pub fn tollgate_command(
         .env("CLAUDE_CODE_MAX_RETRIES", "0")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("PAYMENTS_URL", payments_url)
-        .env("TOLLGATE_CACHE_DIR", cache_dir)
+        .env("TOLLGATE_CACHE_DIR", crate::component_cache())
         // A server's own token file and the client's lookup of it stay in the test's folder, and
         // so do the sessions' workspaces (a flag wins), never the shared `/tmp` default.
-        .env("XDG_STATE_HOME", cache_dir.join("state"))
-        .env("TOLLGATE_WORKSPACE_ROOT", cache_dir.parent().unwrap_or(cache_dir).join("workspaces"));
+        .env("XDG_STATE_HOME", private_dir.join("state"))
+        .env("TOLLGATE_WORKSPACE_ROOT", private_dir.parent().unwrap_or(private_dir).join("workspaces"));
     command
 }
 
