@@ -343,6 +343,9 @@ async fn build_one(
     lang: Lang,
     wasm: &Path,
 ) -> anyhow::Result<()> {
+    // Cargo's target folder: `CARGO_TARGET_DIR` when set (one folder shared by many builds, as
+    // cargo itself would), else the agent's own `target/`.
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| agent.join("target"), PathBuf::from);
     let mut command = match lang {
         Lang::Rust => {
             let mut command = tokio::process::Command::new("cargo");
@@ -350,7 +353,7 @@ async fn build_one(
                 .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
                 .arg(source.join("Cargo.toml"))
                 .arg("--target-dir")
-                .arg(agent.join("target"));
+                .arg(&target);
             command
         }
         Lang::Go => {
@@ -385,7 +388,7 @@ async fn build_one(
         );
     }
     if lang == Lang::Rust {
-        let built = agent.join(format!("target/wasm32-wasip2/release/{name}.wasm"));
+        let built = target.join(format!("wasm32-wasip2/release/{name}.wasm"));
         std::fs::copy(&built, wasm)
             .with_context(|| format!("copying {} to {}", built.display(), wasm.display()))?;
     }

@@ -5,8 +5,15 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn tollgate(args: &[&str]) -> Output {
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cwasm-cache");
-    Command::new(env!("CARGO_BIN_EXE_tollgate")).env("TOLLGATE_CACHE_DIR", cache).args(args).output().unwrap()
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .env("TOLLGATE_CACHE_DIR", tmp.join("cli-cwasm-cache"))
+        // One cargo target folder for every Rust tool these tests scaffold: their dependencies
+        // compile once.
+        .env("CARGO_TARGET_DIR", tmp.join("scaffolded-rust-tools"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn ok(output: &Output, what: &str) -> String {
