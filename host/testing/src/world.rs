@@ -18,8 +18,15 @@ use tollgate_mock_model::MockModel;
 pub use tollgate_mock_model::payments::Payments;
 use tollgate_store::{Event, Store};
 
-/// Workers start real CLIs (~240 MB, a core each): two tests at once at most.
-pub static SLOTS: Semaphore = Semaphore::const_new(2);
+/// How many worlds a test binary runs at once: `TOLLGATE_TEST_WORLDS`, default 2 (Workers start
+/// real CLIs, ~240 MB and most of a core each while they work).
+pub static WORLDS: LazyLock<u32> = LazyLock::new(|| {
+    std::env::var("TOLLGATE_TEST_WORLDS").ok().and_then(|n| n.parse().ok()).filter(|n| *n > 0).unwrap_or(2)
+});
+
+/// A slot per world that may run at once ([`WORLDS`]); a test that needs the machine to itself
+/// takes them all.
+pub static SLOTS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(*WORLDS as usize));
 
 pub use crate::root;
 

@@ -16,7 +16,7 @@ async fn twenty_sessions_keep_every_invariant_through_kills_a_stop_a_database_re
     let Some(cli) = world::real_cli("the chaos soak") else { return };
     let Some(cluster) = PgCluster::start_or_skip() else { return };
     // Three Workers with real CLIs take the whole machine: no other durable test at once.
-    let _machine = world::SLOTS.acquire_many(2).await.expect("never closed");
+    let _machine = world::SLOTS.acquire_many(*world::WORLDS).await.expect("never closed");
     let cfg = Config::small();
     let report =
         tokio::time::timeout(cfg.timeout + Duration::from_secs(120), chaos::run(&cfg, &cli, cluster))
