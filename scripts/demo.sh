@@ -7,14 +7,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Each stage says what it does; cargo shows its own progress. The first run compiles wasmtime
-# and the rest of the host from source: about 10-15 minutes on 2 cores, seconds afterwards.
+# and the rest of the host from source: about 8 minutes on 2 cores, seconds afterwards. The
+# installs and the example's components (their own cargo, their own target folder) run meanwhile.
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
-echo "== [1/4] bubblewrap (the agent's box) and the pinned Claude Code CLI (npm ci from the lockfile)" >&2
-scripts/install-bubblewrap.sh >/dev/null
-scripts/install-claude-cli.sh >/dev/null
-echo "== [2/4] the example agent's components (wasm32-wasip2; first run: 2-4 minutes)" >&2
-scripts/build-examples.sh
-echo "== [3/4] tollgate itself (first run: about 10 minutes on 2 cores; then seconds)" >&2
+mkdir -p target
+log=target/demo-setup.log
+echo "== [1/3] in the background: bubblewrap (the agent's box), the pinned Claude Code CLI (npm ci from the lockfile), the example agent's components (wasm32-wasip2)" >&2
+( scripts/install-bubblewrap.sh && scripts/install-claude-cli.sh && scripts/build-examples.sh ) >"$log" 2>&1 &
+setup=$!
+echo "== [2/3] tollgate itself (first run: about 8 minutes on 2 cores; then seconds)" >&2
 cargo build --locked -p tollgate
-echo "== [4/4] the demo" >&2
+if ! wait "$setup"; then
+  cat "$log" >&2
+  echo "demo.sh: installing or building the example failed (above; kept in $log)" >&2
+  exit 1
+fi
+tail -n 1 "$log" >&2
+echo "== [3/3] the demo" >&2
 exec target/debug/tollgate demo --agent examples/agents/support "$@"

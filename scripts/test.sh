@@ -2,15 +2,31 @@
 # The whole test suite. On a fresh clone it installs what the tests need first (scripts/setup.sh),
 # then runs every test of the workspace: unit, golden, integration (real guests built from source,
 # the real Claude Code CLI against the scripted mock model) and doc tests.
+#
+# The installs (downloads, mostly) run while the tests compile, and the test binaries run two at a
+# time (scripts/lib/run-tests.py; TOLLGATE_TEST_JOBS=1 runs them one after the other).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
-# The dependency tree: sources, licences, duplicate versions (deny.toml).
-scripts/check-deps.sh
+# The guests' target first: the tests' build compiles the Rust guests (host/test-guests).
+rustup target add wasm32-wasip2
+mkdir -p target
+setup_log=target/setup.log
+# Then everything else the tests need, and the dependency tree's check (sources, licences,
+# duplicate versions: deny.toml), in the background.
+( scripts/setup.sh && scripts/check-deps.sh ) >"$setup_log" 2>&1 &
+setup=$!
+# The tests' build: the runner below asks cargo for the same binaries again and finds them built.
+cargo test --locked --no-run
+if ! wait "$setup"; then
+  cat "$setup_log"
+  echo "test.sh: scripts/setup.sh or scripts/check-deps.sh failed (above; kept in $setup_log)" >&2
+  exit 1
+fi
+cat "$setup_log"
 # A missing CLI, PostgreSQL, Chromium or API contract checker must fail their tests, never skip them.
 export TOLLGATE_REQUIRE_REAL_CLI=1
 export TOLLGATE_REQUIRE_POSTGRES=1
 export TOLLGATE_REQUIRE_BROWSER=1
 export TOLLGATE_REQUIRE_SCHEMATHESIS=1
-cargo test --locked
+exec python3 scripts/lib/run-tests.py
