@@ -21,6 +21,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$1"
 OUT=$(cd "$1" && pwd)
 shift
+# One build of OUTDIR at a time: test binaries run side by side (scripts/lib/run-tests.py) and each
+# asks for the guests; the second waits, then finds them up to date.
+exec 9>"$OUT/.build.lock"
+flock 9
 LANGS=${*:-go js python}
 TOOLS=${TOLLGATE_TOOLS:-$ROOT/.tools}
 

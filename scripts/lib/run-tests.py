@@ -64,15 +64,16 @@ def build(root):
     return binaries
 
 
+def rank(binary):
+    """Where `binary` starts: its place in LONGEST_FIRST, else after all of those."""
+    key = f"{binary[0]} {binary[2]}"
+    return LONGEST_FIRST.index(key) if key in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     jobs = int(os.environ.get("TOLLGATE_TEST_JOBS", "2"))
-    binaries = build(root)
-    def rank(binary):
-        key = f"{binary[0]} {binary[2]}"
-        return LONGEST_FIRST.index(key) if key in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    binaries.sort(key=rank)
+    binaries = sorted(build(root), key=rank)
     logs = os.path.join(root, "target", "test-logs")
     os.makedirs(logs, exist_ok=True)
     cargo = os.environ.get("CARGO", "cargo")
@@ -116,8 +117,9 @@ def main():
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(run, binaries))
     print("\n== doc tests", flush=True)
+    doc_started = time.monotonic()
     doc = subprocess.run([cargo, "test", "--locked", "--no-fail-fast", "--doc"], cwd=root).returncode
-    results.append(("doc tests", doc, 0.0))
+    results.append(("doc tests", doc, time.monotonic() - doc_started))
 
     print(f"\nrun-tests: {time.monotonic() - started:.0f} s in all; the binaries that took over 5 s:")
     for label, code, seconds in sorted(results, key=lambda r: -r[2]):
