@@ -56,11 +56,15 @@ done
 
 # Whether $1 (a built component) is older than any of the other arguments' files: its source, its
 # SDK, the WIT, the installed toolchains. Rebuilding only then keeps repeated test runs fast.
+# Files only: a folder's time changes when anything comes or goes in it (Python's __pycache__ as a
+# build imports the source, `npm pack`'s passing wit-packed/), which would rebuild every guest of a
+# language, with new bytes to compile again, at every run. A deleted source file is not seen:
+# TOLLGATE_REBUILD=1 rebuilds everything.
 stale() {
   local dest=$1
   shift
   [ -f "$dest" ] || return 0
-  [ -n "$(find -L "$@" -path '*/node_modules' -prune -o -path '*/__pycache__' -prune -o -newer "$dest" -print -quit 2>/dev/null)" ]
+  [ -n "$(find -L "$@" -path '*/node_modules' -prune -o -path '*/__pycache__' -prune -o -type f -newer "$dest" -print -quit 2>/dev/null)" ]
 }
 
 # build LANG NAME SOURCE [MANIFEST]
