@@ -337,7 +337,7 @@ fn inherit_paths(
 /// that lives as long as the process. The child also checks, after setting the signal, that its
 /// parent is still this process: a Worker that died in between leaves no orphan.
 #[cfg(target_os = "linux")]
-fn spawn_dying_with_this_process(mut command: tokio::process::Command) -> std::io::Result<Child> {
+pub fn spawn_dying_with_this_process(mut command: tokio::process::Command) -> std::io::Result<Child> {
     use std::sync::OnceLock;
     use std::sync::mpsc as std_mpsc;
 
@@ -381,8 +381,9 @@ fn spawn_dying_with_this_process(mut command: tokio::process::Command) -> std::i
     answer.recv().map_err(|_| std::io::Error::other("the CLI spawner thread is gone"))?
 }
 
+/// Spawns `command` (elsewhere than Linux there is no parent-death signal: a plain spawn).
 #[cfg(not(target_os = "linux"))]
-fn spawn_dying_with_this_process(mut command: tokio::process::Command) -> std::io::Result<Child> {
+pub fn spawn_dying_with_this_process(mut command: tokio::process::Command) -> std::io::Result<Child> {
     command.spawn()
 }
 

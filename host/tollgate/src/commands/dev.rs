@@ -246,7 +246,10 @@ async fn keep_running_sessions(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .kill_on_drop(true);
-    kept.workers.push(worker.spawn().context("starting the previous configuration's Worker")?);
+    // Killed with dev, even by SIGKILL: it must not go on running sessions of a dev store alone.
+    let worker = tollgate_claude::transport::spawn_dying_with_this_process(worker)
+        .context("starting the previous configuration's Worker")?;
+    kept.workers.push(worker);
     kept.dirs.push(dir);
     // An upgrade pins only to a digest a Worker registered, locked.
     let registered = tokio::time::timeout(Duration::from_secs(60), async {

@@ -164,8 +164,31 @@ async fn dev_keeps_a_session_in_progress_on_the_configuration_it_started_under()
     assert!(fresh.status.success(), "{}", String::from_utf8_lossy(&fresh.stderr));
     let waiting = world.wait_for("new", "the new policy", |s| s.status == "awaiting_approval").await;
     assert_eq!(waiting.pending_interrupts[0].tool_name, "lookup_order");
+    // dev SIGKILLed (the other test stops it gracefully): the previous configuration's Worker
+    // dies with it instead of running this store's sessions alone.
+    let kept = || workers_pulling_from(&world.db);
+    assert!(!kept().is_empty(), "the kept Worker runs while dev does\n{seen}");
     // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(i32::try_from(child.id().unwrap()).unwrap(), libc::SIGTERM) };
-    let status = tokio::time::timeout(Duration::from_secs(40), child.wait()).await.unwrap().unwrap();
-    assert!(status.success(), "{status:?}");
+    unsafe { libc::kill(i32::try_from(child.id().unwrap()).unwrap(), libc::SIGKILL) };
+    child.wait().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !kept().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the kept Worker outlived dev: pids {:?}", kept());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The pids of Workers serving agents pulled from the store `db` (`--agent-name … --db db`): the
+/// one dev keeps for a previous configuration.
+fn workers_pulling_from(db: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let pulling = args.contains(&b"--agent-name".as_slice());
+            (pulling && args.contains(&db.as_bytes())).then_some(pid)
+        })
+        .collect()
 }
