@@ -7,7 +7,7 @@ half the suite's time, and the browser tests leave most of the machine idle whil
 Chromium. Measured on 2 cores, one at a time used 73% of the CPU over the run. This builds every
 test binary with one `cargo test --no-run` (the same unit graph as a plain `cargo test`, so
 nothing compiles twice), runs them in a pool (`TOLLGATE_TEST_JOBS`, default 2), longest first,
-each with the working directory and `CARGO_*` variables cargo gives it, then runs the doc tests.
+each with the working directory and `CARGO_*` variables cargo gives it, the doc tests among them.
 
 Each binary's output is printed whole when it ends (never interleaved with another's) and kept
 in target/test-logs/. Exits 1 when any binary or doc test failed, after running all of them, and
@@ -87,6 +87,19 @@ def main():
     printing = threading.Lock()
     print(f"run-tests: {len(binaries)} test binaries, {jobs} at a time", flush=True)
 
+    def logged(label, heading, command, cwd, env, log):
+        """Runs `command` with its output in `log`, then prints the log whole and the verdict."""
+        started = time.monotonic()
+        with open(log, "w") as out:
+            code = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        seconds = time.monotonic() - started
+        with printing:
+            print(f"\n== {heading}", flush=True)
+            with open(log) as text:
+                sys.stdout.write(text.read())
+            print(f"== {label}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {seconds:.0f} s", flush=True)
+        return label, code, seconds
+
     def run(binary):
         name, version, target, kind, manifest, executable = binary
         label = f"{name} {kind} {target}"
@@ -101,25 +114,22 @@ def main():
             CARGO_CRATE_NAME=target.replace("-", "_"),
             LD_LIBRARY_PATH=library_path,
         )
+        heading = f"{label} ({os.path.relpath(executable, root)})"
         log = os.path.join(logs, f"{name}-{kind}-{target}.log")
-        started = time.monotonic()
-        with open(log, "w") as out:
-            code = subprocess.run([executable], cwd=manifest_dir, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
-        seconds = time.monotonic() - started
-        with printing:
-            print(f"\n== {label} ({os.path.relpath(executable, root)})", flush=True)
-            with open(log) as text:
-                sys.stdout.write(text.read())
-            print(f"== {label}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {seconds:.0f} s", flush=True)
-        return label, code, seconds
+        return logged(label, heading, [executable], manifest_dir, env, log)
+
+    def doc_tests():
+        command = [cargo, "test", "--locked", "--no-fail-fast", "--doc"]
+        log = os.path.join(logs, "doc-tests.log")
+        return logged("doc tests", "doc tests (cargo test --doc)", command, root, os.environ, log)
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(run, binaries))
-    print("\n== doc tests", flush=True)
-    doc_started = time.monotonic()
-    doc = subprocess.run([cargo, "test", "--locked", "--no-fail-fast", "--doc"], cwd=root).returncode
-    results.append(("doc tests", doc, time.monotonic() - doc_started))
+        # The doc tests are one more job of the pool, after the longest binaries.
+        futures = [pool.submit(run, binary) for binary in binaries[:3]]
+        futures.append(pool.submit(doc_tests))
+        futures += [pool.submit(run, binary) for binary in binaries[3:]]
+        results = [future.result() for future in futures]
 
     print(f"\nrun-tests: {time.monotonic() - started:.0f} s in all; the binaries that took over 5 s:")
     for label, code, seconds in sorted(results, key=lambda r: -r[2]):
