@@ -52,6 +52,21 @@ pub fn component_cache() -> PathBuf {
     target.join("tmp/cwasm-cache")
 }
 
+/// The pids of the processes whose arguments (`/proc/PID/cmdline` split at its NULs, empty ones
+/// left out) satisfy `matches`. A process that ends while it is read is left out.
+pub fn processes(matches: impl Fn(&[&[u8]]) -> bool) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+        if matches(&args) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")

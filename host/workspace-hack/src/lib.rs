@@ -12,11 +12,11 @@ mod tests {
 
     use serde_json::Value;
 
-    /// One compiled unit as cargo's fingerprint sees it: its package, features, mode, target and
-    /// profile settings, then the same of every unit it links, by id. A dependency whose own
+    /// One compiled unit as cargo's fingerprint sees it: its package, features, mode and target (as
+    /// one name), its profile settings, then the same of every unit it links, by id. A dependency whose own
     /// features match in both builds is still compiled twice when something below it differs (a
     /// proc macro's `serde` on the host side once recompiled `wasmtime` and everything above it).
-    type Unit = (String, Vec<usize>);
+    type Unit = (String, String, Vec<usize>);
 
     /// The units of both builds, each distinct one numbered once.
     #[derive(Default)]
@@ -73,8 +73,8 @@ mod tests {
                 // `dev` for the demo, `test` for the tests: the settings are what count.
                 profile.as_object_mut().map(|p| p.remove("name"));
                 let package = unit["pkg_id"].as_str().unwrap_or_default();
-                let label = format!(
-                    "{} [{}] {} {} {profile}",
+                let name = format!(
+                    "{} [{}] {} {}",
                     // `crates.io-index#serde@1.0.229`, `api#tollgate-api@0.1.0`: short, and unique.
                     package.rsplit_once('/').map_or(package, |(_, last)| last),
                     unit["features"]
@@ -90,7 +90,7 @@ mod tests {
                 let mut links: Vec<usize> =
                     deps.iter().map(|dep| ids[*dep].expect("numbered first")).collect();
                 links.sort_unstable();
-                ids[index] = Some(self.id((label, links)));
+                ids[index] = Some(self.id((name, profile.to_string(), links)));
             }
             ids.into_iter().flatten().collect()
         }
@@ -101,20 +101,21 @@ mod tests {
         let mut units = Units::default();
         let demo = units.of_build(&["build", "-p", "tollgate"]);
         let tests = units.of_build(&["test", "--no-run"]);
-        let demo_labels: HashSet<&str> = demo.iter().map(|id| units.all[*id].0.as_str()).collect();
+        let demo_units: HashSet<(&str, &str)> =
+            demo.iter().map(|id| (units.all[*id].0.as_str(), units.all[*id].1.as_str())).collect();
         // A crate the demo compiled just so (a dependency, or one of ours), linked here with
         // something else below it.
         let recompiled: BTreeSet<String> = tests
             .difference(&demo)
             .map(|id| &units.all[*id])
-            .filter(|(label, _)| demo_labels.contains(label.as_str()))
-            .map(|(label, links)| {
+            .filter(|(name, profile, _)| demo_units.contains(&(name.as_str(), profile.as_str())))
+            .map(|(name, _, links)| {
                 let other: Vec<&str> = links
                     .iter()
                     .filter(|link| !demo.contains(*link))
-                    .map(|link| units.all[*link].0.split(" {").next().unwrap_or_default())
+                    .map(|link| units.all[*link].0.as_str())
                     .collect();
-                format!("{} links {}", label.split(" {").next().unwrap_or_default(), other.join(", "))
+                format!("{name} links {}", other.join(", "))
             })
             .collect();
         assert!(

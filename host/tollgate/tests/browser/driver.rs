@@ -291,15 +291,7 @@ impl Browser {
     /// The pids of this browser's processes: those started with its profile folder.
     fn processes(&self) -> Vec<i32> {
         let flag = format!("--user-data-dir={}", self._profile.path().display());
-        let mut pids = Vec::new();
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else { continue };
-            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            if cmdline.split(|b| *b == 0).any(|arg| arg == flag.as_bytes()) {
-                pids.push(pid);
-            }
-        }
-        pids
+        tollgate_testing::processes(|args| args.contains(&flag.as_bytes()))
     }
 
     /// SIGKILLs every process of this browser (a test that panicked never asked it to quit, and

@@ -180,15 +180,8 @@ async fn dev_keeps_a_session_in_progress_on_the_configuration_it_started_under()
 
 /// The pids of Workers serving agents pulled from the store `db` (`--agent-name … --db db`): the
 /// one dev keeps for a previous configuration.
-fn workers_pulling_from(db: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|entry| {
-            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let pulling = args.contains(&b"--agent-name".as_slice());
-            (pulling && args.contains(&db.as_bytes())).then_some(pid)
-        })
-        .collect()
+fn workers_pulling_from(db: &str) -> Vec<i32> {
+    tollgate_testing::processes(|args| {
+        args.contains(&b"--agent-name".as_slice()) && args.contains(&db.as_bytes())
+    })
 }

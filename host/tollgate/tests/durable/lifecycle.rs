@@ -375,16 +375,13 @@ async fn a_segment_that_loses_more_workers_than_allowed_fails_its_turn_as_worker
 
 /// The processes of `sleep <seconds>`, from `/proc`.
 fn sleeps(seconds: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
-        if args.len() == 2 && args[0].ends_with(b"sleep") && args[1] == seconds.as_bytes() && alive(pid) {
-            out.push(pid);
-        }
-    }
-    out
+    tollgate_testing::processes(|args| {
+        args.len() == 2 && args[0].ends_with(b"sleep") && args[1] == seconds.as_bytes()
+    })
+    .into_iter()
+    .filter_map(|pid| u32::try_from(pid).ok())
+    .filter(|pid| alive(*pid))
+    .collect()
 }
 
 /// A `Bash` command the CLI started is in its own process group and outlives the CLI, which dies

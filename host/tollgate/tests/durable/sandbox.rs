@@ -480,16 +480,7 @@ fn last_words(result: &str) -> &str {
 
 /// The pids of the processes whose command line contains `needle`.
 fn processes_with(needle: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if text.contains(needle) {
-            found.push(pid);
-        }
-    }
-    found
+    tollgate_testing::processes(|args| String::from_utf8_lossy(&args.join(&b' ')).contains(needle))
 }
 
 /// A Worker that is not root runs its boxes in a user namespace of its own uid, and hides its
