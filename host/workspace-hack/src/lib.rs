@@ -12,11 +12,26 @@ mod tests {
 
     use serde_json::Value;
 
-    /// One compiled unit as cargo's fingerprint sees it: its package, features, mode and target (as
-    /// one name), its profile settings, then the same of every unit it links, by id. A dependency whose own
+    /// One compiled unit as cargo's fingerprint sees it: its package, features, mode and target,
+    /// its profile settings, then the same of every unit it links, by id. A dependency whose own
     /// features match in both builds is still compiled twice when something below it differs (a
     /// proc macro's `serde` on the host side once recompiled `wasmtime` and everything above it).
-    type Unit = (String, String, Vec<usize>);
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct Unit {
+        /// `crates.io-index#serde@1.0.229`, `api#tollgate-api@0.1.0`: short, and unique.
+        package: String,
+        features: String,
+        /// How, and which target: `build lib serde`, `run-custom-build custom-build build-script-build`.
+        what: String,
+        profile: String,
+        links: Vec<usize>,
+    }
+
+    impl Unit {
+        fn name(&self) -> String {
+            format!("{} [{}] {}", self.package, self.features, self.what)
+        }
+    }
 
     /// The units of both builds, each distinct one numbered once.
     #[derive(Default)]
@@ -73,24 +88,28 @@ mod tests {
                 // `dev` for the demo, `test` for the tests: the settings are what count.
                 profile.as_object_mut().map(|p| p.remove("name"));
                 let package = unit["pkg_id"].as_str().unwrap_or_default();
-                let name = format!(
-                    "{} [{}] {} {}",
-                    // `crates.io-index#serde@1.0.229`, `api#tollgate-api@0.1.0`: short, and unique.
-                    package.rsplit_once('/').map_or(package, |(_, last)| last),
-                    unit["features"]
+                let mut links: Vec<usize> =
+                    deps.iter().map(|dep| ids[*dep].expect("numbered first")).collect();
+                links.sort_unstable();
+                let unit = Unit {
+                    package: package.rsplit_once('/').map_or(package, |(_, last)| last).to_owned(),
+                    features: unit["features"]
                         .as_array()
                         .into_iter()
                         .flatten()
                         .filter_map(Value::as_str)
                         .collect::<Vec<_>>()
                         .join(","),
-                    unit["mode"],
-                    unit["target"]["name"],
-                );
-                let mut links: Vec<usize> =
-                    deps.iter().map(|dep| ids[*dep].expect("numbered first")).collect();
-                links.sort_unstable();
-                ids[index] = Some(self.id((name, profile.to_string(), links)));
+                    what: format!(
+                        "{} {} {}",
+                        unit["mode"].as_str().unwrap_or_default(),
+                        unit["target"]["kind"][0].as_str().unwrap_or_default(),
+                        unit["target"]["name"].as_str().unwrap_or_default()
+                    ),
+                    profile: profile.to_string(),
+                    links,
+                };
+                ids[index] = Some(self.id(unit));
             }
             ids.into_iter().flatten().collect()
         }
@@ -101,21 +120,22 @@ mod tests {
         let mut units = Units::default();
         let demo = units.of_build(&["build", "-p", "tollgate"]);
         let tests = units.of_build(&["test", "--no-run"]);
-        let demo_units: HashSet<(&str, &str)> =
-            demo.iter().map(|id| (units.all[*id].0.as_str(), units.all[*id].1.as_str())).collect();
+        let demo_units: HashSet<(String, &str)> =
+            demo.iter().map(|id| (units.all[*id].name(), units.all[*id].profile.as_str())).collect();
         // A crate the demo compiled just so (a dependency, or one of ours), linked here with
         // something else below it.
         let recompiled: BTreeSet<String> = tests
             .difference(&demo)
             .map(|id| &units.all[*id])
-            .filter(|(name, profile, _)| demo_units.contains(&(name.as_str(), profile.as_str())))
-            .map(|(name, _, links)| {
-                let other: Vec<&str> = links
+            .filter(|unit| demo_units.contains(&(unit.name(), unit.profile.as_str())))
+            .map(|unit| {
+                let other: Vec<String> = unit
+                    .links
                     .iter()
                     .filter(|link| !demo.contains(*link))
-                    .map(|link| units.all[*link].0.as_str())
+                    .map(|link| units.all[*link].name())
                     .collect();
-                format!("{name} links {}", other.join(", "))
+                format!("{} links {}", unit.name(), other.join(", "))
             })
             .collect();
         assert!(
@@ -125,6 +145,30 @@ mod tests {
              host/workspace-hack/Cargo.toml ([build-dependencies] for what a proc macro or a build \
              script links):\n{}",
             recompiled.into_iter().collect::<Vec<_>>().join("\n")
+        );
+    }
+
+    #[test]
+    fn the_demo_build_compiles_no_dependency_twice() {
+        let mut units = Units::default();
+        let demo = units.of_build(&["build", "-p", "tollgate"]);
+        let mut seen: HashMap<(&str, &str), Vec<&Unit>> = HashMap::new();
+        for id in &demo {
+            let unit = &units.all[*id];
+            seen.entry((unit.package.as_str(), unit.what.as_str())).or_default().push(unit);
+        }
+        let twice: BTreeSet<String> = seen
+            .into_values()
+            .filter(|same| same.len() > 1)
+            .map(|same| same.iter().map(|unit| unit.name()).collect::<Vec<_>>().join("\n  and "))
+            .collect();
+        assert!(
+            twice.is_empty(),
+            "these dependencies compile twice in the demo build, once for proc macros and build \
+             scripts (the host side) and once for the code, with other features or with something \
+             else below: give them the same features in both sections of \
+             host/workspace-hack/Cargo.toml:\n{}",
+            twice.into_iter().collect::<Vec<_>>().join("\n")
         );
     }
 }
