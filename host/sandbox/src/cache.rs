@@ -14,18 +14,22 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use crate::function_cache::FunctionCache;
 
 /// The SHA-256 of `bytes`.
 pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
-use wasmtime::Engine;
-use wasmtime::component::Component;
 
-/// The wasmtime version the artifacts were compiled by (pinned in the workspace manifest).
-pub const WASMTIME_VERSION: &str = "48.0.8";
+/// The wasmtime version the artifacts were compiled by (pinned in the workspace manifest; a test
+/// checks it against `Cargo.lock`).
+pub const WASMTIME_VERSION: &str = "48.0.10";
 
 /// How a component was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +48,8 @@ pub enum CacheOutcome {
 #[derive(Clone, Debug)]
 pub(crate) struct ComponentCache {
     dir: Option<PathBuf>,
+    /// The engine's cache of compiled functions, flushed after each compile.
+    functions: Option<Arc<FunctionCache>>,
 }
 
 /// Feeds a `Hash` value into SHA-256.
@@ -59,8 +65,8 @@ impl Hasher for ShaHasher<'_> {
 }
 
 impl ComponentCache {
-    pub(crate) fn new(dir: Option<PathBuf>) -> Self {
-        Self { dir }
+    pub(crate) fn new(dir: Option<PathBuf>, functions: Option<Arc<FunctionCache>>) -> Self {
+        Self { dir, functions }
     }
 
     /// The artifact file for the component whose bytes hash to `sha256` on this engine.
@@ -100,7 +106,11 @@ impl ComponentCache {
                 }
             }
         }
-        let artifact = engine.precompile_component(wasm)?;
+        let artifact = engine.precompile_component(wasm);
+        if let Some(functions) = &self.functions {
+            functions.flush();
+        }
+        let artifact = artifact?;
         if let Err(error) = write_atomically(dir, &path, &artifact) {
             tracing::warn!(path = %path.display(), "cannot store the compiled component: {error}");
         }
@@ -110,7 +120,7 @@ impl ComponentCache {
     }
 }
 
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     // Unique per write: two loads of one component side by side in one process must not write
     // into the same temporary file.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -123,4 +133,16 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()
     ));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wasmtime_version_is_the_one_locked() {
+        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock")).unwrap();
+        let locked = lock.split("[[package]]\nname = \"wasmtime\"\nversion = \"").nth(1).unwrap();
+        assert_eq!(locked.split('"').next(), Some(WASMTIME_VERSION));
+    }
 }

@@ -40,7 +40,9 @@
 //!
 //! # Caveats
 //! - The first load of a component compiles it (0.1 s for Rust, seconds for JavaScript or Python);
-//!   later loads read the cached artifact (see [`SandboxConfig::cache_dir`]).
+//!   later loads read the cached artifact (see [`SandboxConfig::cache_dir`]). A new component of
+//!   a language seen before compiles only the functions not compiled before (the `function_cache`
+//!   module): not the interpreter or runtime every Python, JavaScript or Go tool embeds.
 //! - At most [`SandboxConfig::max_concurrent_calls`] calls run at once; the rest wait their turn.
 
 #![warn(missing_docs)]
@@ -50,6 +52,7 @@ pub mod allow;
 mod bindings;
 mod cache;
 mod error;
+mod function_cache;
 mod links;
 mod manifest;
 mod names;
@@ -82,6 +85,7 @@ pub use tools::{
 };
 
 use crate::cache::ComponentCache;
+use crate::function_cache::FunctionCache;
 use crate::state::HostState;
 
 /// How often the epoch ticker advances: the granularity of deadlines.
@@ -92,7 +96,8 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 pub struct SandboxConfig {
     /// Where compiled components are cached. Default: `$TOLLGATE_CACHE_DIR`, else
     /// `$XDG_CACHE_HOME/tollgate/components`, else `~/.cache/tollgate/components`; `None` compiles
-    /// on every load.
+    /// on every load. Compiled functions are cached in its `functions` folder, for components
+    /// that share code with one compiled before.
     pub cache_dir: Option<PathBuf>,
     /// Calls running at once; later calls wait. Default 32.
     pub max_concurrent_calls: u32,
@@ -184,6 +189,11 @@ impl Sandbox {
         wasm.epoch_interruption(true)
             .max_wasm_stack(1 << 20)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let functions =
+            config.cache_dir.as_ref().map(|dir| Arc::new(FunctionCache::new(dir.join("functions"))));
+        if let Some(functions) = &functions {
+            wasm.enable_incremental_compilation(functions.clone()).map_err(engine_error)?;
+        }
         let engine = Engine::new(&wasm).map_err(engine_error)?;
         spawn_epoch_ticker(&engine);
 
@@ -212,7 +222,7 @@ impl Sandbox {
             inner: Arc::new(SandboxInner {
                 engine,
                 linker,
-                cache: ComponentCache::new(config.cache_dir.clone()),
+                cache: ComponentCache::new(config.cache_dir.clone(), functions),
                 permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1) as usize)),
                 preparer,
                 config,

@@ -1,5 +1,7 @@
 //! Loading tool directories, and the clear errors for what can be wrong with one.
 
+use std::path::{Path, PathBuf};
+
 use tollgate_sandbox::{CacheOutcome, LoadError, ManifestFile, Manifests, Sandbox, SandboxConfig};
 use tollgate_test_guests as guests;
 
@@ -151,14 +153,96 @@ async fn the_second_load_reads_the_compile_cache_and_a_corrupt_artifact_is_repla
     let second = sandbox.load_tools(&dir.tools(), &Manifests::default()).await.unwrap();
     assert_eq!(second.components()[0].cache, CacheOutcome::Hit);
 
-    let artifact = std::fs::read_dir(cache.path()).unwrap().next().unwrap().unwrap().path();
-    std::fs::write(&artifact, b"garbage").unwrap();
+    std::fs::write(artifact(cache.path()), b"garbage").unwrap();
     let third = sandbox.load_tools(&dir.tools(), &Manifests::default()).await.unwrap();
     assert_eq!(third.components()[0].cache, CacheOutcome::Replaced);
     let output = third.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
     assert!(output.text().contains("4200"));
     let fourth = sandbox.load_tools(&dir.tools(), &Manifests::default()).await.unwrap();
     assert_eq!(fourth.components()[0].cache, CacheOutcome::Hit);
+}
+
+/// The one compiled component in the cache directory `dir`.
+fn artifact(dir: &Path) -> PathBuf {
+    let artifacts: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+    artifacts.into_iter().next().unwrap()
+}
+
+/// Removes every compiled component from the cache directory `dir`, keeping its functions.
+fn remove_artifacts(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cwasm") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+}
+
+/// The sizes of the packs of compiled functions in `dir/functions`, oldest first.
+fn packs(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir.join("functions")) else { return Vec::new() };
+    let mut packs: Vec<(std::time::SystemTime, u64)> = entries
+        .map(|entry| entry.unwrap().metadata().unwrap())
+        .map(|meta| (meta.modified().unwrap(), meta.len()))
+        .collect();
+    packs.sort();
+    packs.into_iter().map(|(_, len)| len).collect()
+}
+
+/// Two QuickJS tools share the JavaScript engine: the second compiles only its own functions. A
+/// component compiled again from the cached functions runs as written, and damaged functions are
+/// compiled again.
+#[tokio::test]
+async fn a_component_reuses_the_functions_compiled_for_another_and_a_damaged_one_is_compiled_again() {
+    let cache = tempfile::tempdir().unwrap();
+    let sandbox =
+        Sandbox::new(SandboxConfig { cache_dir: Some(cache.path().into()), ..SandboxConfig::default() })
+            .unwrap();
+    let orders = ToolsDir::new().component("orders", guests::built("js", "orders").to_str().unwrap());
+    let lookup = async |tools: &tollgate_sandbox::ToolSet| {
+        let output = tools.call("lookup_order", r#"{"order_id":"7"}"#, None).await.unwrap();
+        assert!(!output.is_error && output.text().contains("4200"), "{}", output.text());
+    };
+    lookup(&sandbox.load_tools(&orders.tools(), &Manifests::default()).await.unwrap()).await;
+    let first = packs(cache.path());
+    assert!(first.len() == 1 && first[0] > 1 << 20, "one pack of the engine's functions: {first:?}");
+
+    // Another QuickJS component: a few functions of its own.
+    let hostile = ToolsDir::new().component("hostile", guests::built("js", "hostile").to_str().unwrap());
+    sandbox.load_tools(&hostile.tools(), &Manifests::default()).await.unwrap();
+    let second = packs(cache.path());
+    assert!(second.len() == 2 && second[1] < first[0] / 4, "{second:?}");
+
+    // Compiled again from the cached functions (a few, about 5%, get another key on each compile
+    // and are compiled again), and it answers as written.
+    remove_artifacts(cache.path());
+    let again = sandbox.load_tools(&orders.tools(), &Manifests::default()).await.unwrap();
+    assert_eq!(again.components()[0].cache, CacheOutcome::Miss);
+    let third = packs(cache.path());
+    assert!(third.len() <= 3 && third[2..].iter().all(|len| *len < first[0] / 10), "{third:?}");
+    lookup(&again).await;
+
+    // Bytes flipped across the engine's functions: those are compiled again, into a new pack.
+    let path = std::fs::read_dir(cache.path().join("functions"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .max_by_key(|path| path.metadata().unwrap().len())
+        .unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    for tenth in 5..10 {
+        let at = bytes.len() * tenth / 10;
+        bytes[at] ^= 0x40;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    remove_artifacts(cache.path());
+    let rebuilt = sandbox.load_tools(&orders.tools(), &Manifests::default()).await.unwrap();
+    lookup(&rebuilt).await;
+    assert_eq!(packs(cache.path()).len(), third.len() + 1, "the damaged functions were compiled again");
 }
 
 #[tokio::test]
