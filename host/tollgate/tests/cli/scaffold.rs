@@ -7,7 +7,9 @@ use std::process::{Command, Output};
 fn tollgate(args: &[&str]) -> Output {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .env("TOLLGATE_CACHE_DIR", tmp.join("cli-cwasm-cache"))
+        // The suite's one compile cache: a scaffolded Python or JavaScript tool compiles only
+        // what the guests compiled before it do not share.
+        .env("TOLLGATE_CACHE_DIR", tollgate_testing::component_cache())
         // One cargo target folder for every Rust tool these tests scaffold: their dependencies
         // compile once.
         .env("CARGO_TARGET_DIR", tmp.join("scaffolded-rust-tools"))
