@@ -42,7 +42,7 @@
 //! - The first load of a component compiles it (0.1 s for Rust, seconds for JavaScript or Python);
 //!   later loads read the cached artifact (see [`SandboxConfig::cache_dir`]). A new component of
 //!   a language seen before compiles only the functions not compiled before (the `function_cache`
-//!   module): not the interpreter or runtime every Python, JavaScript or Go tool embeds.
+//!   module): not the interpreter every Python or JavaScript tool embeds.
 //! - At most [`SandboxConfig::max_concurrent_calls`] calls run at once; the rest wait their turn.
 
 #![warn(missing_docs)]
