@@ -18,16 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tollgate_sandbox::{CacheOutcome, Manifests, Sandbox, SandboxConfig};
+mod common;
 
-/// CPU time used so far by the whole process, every thread included.
-fn process_cpu() -> Duration {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec for clock_gettime to write.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
+use common::{percentile, process_cpu, run};
+use tollgate_sandbox::{CacheOutcome, Manifests, Sandbox, SandboxConfig};
 
 /// Loads the one component `wasm` with its functions cached in `functions` (a fresh component
 /// cache every time): its wall and CPU time.
@@ -51,11 +45,6 @@ async fn compile(wasm: &Path, functions: &Path, keep: &mut Vec<tempfile::TempDir
 /// Wall and CPU time of each round's compile.
 type Samples = Vec<(Duration, Duration)>;
 
-fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
 fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
@@ -65,8 +54,7 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
     let out = root.join("target/guests");
     eprintln!("building the Go, JavaScript and Python guests …");
-    let built = Command::new("bash").arg(root.join("scripts/build-guests.sh")).arg(&out).output().unwrap();
-    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    run(Command::new("bash").arg(root.join("scripts/build-guests.sh")).arg(&out));
 
     let languages = [("Python", "python"), ("JavaScript (StarlingMonkey)", "js"), ("Go", "go")];
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -106,13 +94,15 @@ fn main() {
         "| language | `payments`, empty cache: wall | CPU | `throwing` after it: wall | CPU | `throwing`, empty cache (baseline): wall | CPU | CPU ratio |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (label, samples) in &mut rows {
+    for (label, samples) in &rows {
         let cells: Vec<(Duration, Duration, Duration, Duration)> = samples
             .iter()
             .map(|s| {
                 let mut wall: Vec<Duration> = s.iter().map(|t| t.0).collect();
                 let mut cpu: Vec<Duration> = s.iter().map(|t| t.1).collect();
-                (median(&mut wall), *wall.last().unwrap(), median(&mut cpu), *cpu.last().unwrap())
+                wall.sort();
+                cpu.sort();
+                (percentile(&wall, 0.5), *wall.last().unwrap(), percentile(&cpu, 0.5), *cpu.last().unwrap())
             })
             .collect();
         let cell = |c: &(Duration, Duration, Duration, Duration)| {

@@ -36,6 +36,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{percentile, process_cpu, run};
 use tollgate_sandbox::{Manifests, Sandbox, SandboxConfig, ToolSet};
 
 struct Subject {
@@ -53,30 +56,8 @@ struct Subject {
     cpu: Vec<Duration>,
 }
 
-/// CPU time used so far by the whole process, every thread included.
-fn process_cpu() -> Duration {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec for clock_gettime to write.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
 fn mean(samples: &[Duration]) -> Duration {
     samples.iter().sum::<Duration>() / samples.len().max(1) as u32
-}
-
-fn run(cmd: &mut Command) {
-    let output = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    if !output.status.success() {
-        panic!(
-            "{cmd:?} failed ({}); install the guest toolchains with scripts/install-guest-toolchains.sh\n{}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    eprint!("{}", String::from_utf8_lossy(&output.stdout));
 }
 
 /// The engine column of the Rust row whose calls instantiate on their path.
@@ -84,11 +65,6 @@ const INLINE_ENGINE: &str = "wit-bindgen, prepared_instances = 0 (control)";
 
 /// Bytes the host writes between two Rust calls in the "after a host memory sweep" control row.
 const SWEEP_BYTES: usize = 16 << 20;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
 
 fn micros(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;

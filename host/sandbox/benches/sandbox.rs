@@ -31,12 +31,11 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{percentile, process_cpu};
 use tollgate_sandbox::{Manifests, Sandbox, SandboxConfig};
 use tollgate_test_guests as guests;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
 
 /// The resident set of the process, in bytes.
 fn rss() -> usize {
@@ -58,15 +57,6 @@ async fn rss_growth_of_16_calls(sandbox: &Sandbox, tools_dir: &std::path::Path) 
         tools.settled().await;
     }
     rss() as isize - before as isize
-}
-
-/// CPU time used so far by the whole process, every thread included.
-fn process_cpu() -> Duration {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec for clock_gettime to write.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 struct Row {
