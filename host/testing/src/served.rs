@@ -1,12 +1,10 @@
-//! `tollgate serve` as a child process on a [`World`]: started on a free port, its address read
-//! from stderr, its log kept beside the Workers' for [`World::diagnostics`]; and the `tollgate`
-//! client commands run against it.
+//! `tollgate serve` as a child process on a [`World`]: started on a free port, its stderr written
+//! by the server itself to a log beside the Workers' (for [`World::diagnostics`]), where its
+//! address is read; and the `tollgate` client commands run against it.
 
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
-
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::world::World;
 
@@ -67,41 +65,34 @@ impl Served {
         Self::listening(world, name, command, "tollgate API on ").await
     }
 
-    /// Spawns `command` and waits until its stderr says where it listens (after `prefix`).
+    /// Spawns `command` with its stderr written straight to `NAME.log` and waits until the log
+    /// says where it listens (after `prefix`). The server writes its log itself, so a line it
+    /// logged before answering a request is in the file when the answer arrives (a copy made by a
+    /// task of ours would lag behind).
     async fn listening(
         world: &World,
         name: &str,
         mut command: tokio::process::Command,
         prefix: &str,
     ) -> Served {
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true);
+        let path = world.dir.path().join(format!("{name}.log"));
+        let log = std::fs::File::create(&path).expect("log file");
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).kill_on_drop(true);
         let mut child = command.spawn().expect("start tollgate serve");
-        let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
-        let mut log =
-            tokio::fs::File::create(world.dir.path().join(format!("{name}.log"))).await.expect("log file");
-        let mut seen = String::new();
-        let url = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.expect("read stderr") {
-                let _ = log.write_all(format!("{line}\n").as_bytes()).await;
-                seen.push_str(&line);
-                seen.push('\n');
-                if let Some(rest) = line.strip_prefix(prefix) {
-                    return Some(rest.split_whitespace().next().expect("an address").to_owned());
-                }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let url = loop {
+            let seen = std::fs::read_to_string(&path).unwrap_or_default();
+            if let Some(rest) = seen.lines().find_map(|line| line.strip_prefix(prefix)) {
+                break rest.split_whitespace().next().expect("an address").to_owned();
             }
-            None
-        })
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| panic!("tollgate serve did not say where it listens; stderr:\n{seen}"));
-        // Keep draining stderr into the log, so the server never blocks on a full pipe.
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = log.write_all(format!("{line}\n").as_bytes()).await;
-                let _ = log.flush().await;
+            let exited = child.try_wait().expect("poll the server");
+            if exited.is_some() || tokio::time::Instant::now() > deadline {
+                let why = exited
+                    .map_or_else(|| "in 60 s".to_owned(), |status| format!("before it exited ({status})"));
+                panic!("tollgate serve did not say where it listens {why}; stderr:\n{seen}");
             }
-        });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         Served { url, child }
     }
 
