@@ -106,7 +106,10 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = command.spawn().context("starting tollgate serve")?;
+        // Killed with dev, even by SIGKILL: a server left behind holds the port and runs the
+        // store's sessions alone.
+        let mut child = tollgate_claude::transport::spawn_dying_with_this_process(command)
+            .context("starting tollgate serve")?;
         let mut lines = BufReader::new(child.stderr.take().context("its stderr")?).lines();
         let url = tokio::time::timeout(Duration::from_secs(60), async {
             while let Ok(Some(line)) = lines.next_line().await {

@@ -164,18 +164,33 @@ async fn dev_keeps_a_session_in_progress_on_the_configuration_it_started_under()
     assert!(fresh.status.success(), "{}", String::from_utf8_lossy(&fresh.stderr));
     let waiting = world.wait_for("new", "the new policy", |s| s.status == "awaiting_approval").await;
     assert_eq!(waiting.pending_interrupts[0].tool_name, "lookup_order");
-    // dev SIGKILLed (the other test stops it gracefully): the previous configuration's Worker
-    // dies with it instead of running this store's sessions alone.
-    let kept = || workers_pulling_from(&world.db);
-    assert!(!kept().is_empty(), "the kept Worker runs while dev does\n{seen}");
+    // dev SIGKILLed (the other test stops it gracefully): its server and the previous
+    // configuration's Worker die with it instead of running this store's sessions alone.
+    let (servers, kept) = (|| servers_of(&world.db), || workers_pulling_from(&world.db));
+    assert!(
+        !servers().is_empty() && !kept().is_empty(),
+        "dev's server and kept Worker run while dev does\n{seen}"
+    );
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(i32::try_from(child.id().unwrap()).unwrap(), libc::SIGKILL) };
     child.wait().await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !kept().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the kept Worker outlived dev: pids {:?}", kept());
+    while !kept().is_empty() || !servers().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "outlived dev: the kept Worker {:?}, the server {:?}",
+            kept(),
+            servers()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The pids of `tollgate serve` processes on the store `db`: the one dev runs.
+fn servers_of(db: &str) -> Vec<i32> {
+    tollgate_testing::processes(|args| {
+        args.get(1) == Some(&b"serve".as_slice()) && args.contains(&db.as_bytes())
+    })
 }
 
 /// The pids of Workers serving agents pulled from the store `db` (`--agent-name … --db db`): the
