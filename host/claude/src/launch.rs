@@ -288,6 +288,9 @@ pub const SCRATCH_PREFIX: &str = "tollgate-segment-";
 /// How a pre-started CLI's root directory name starts; the creating process's pid follows.
 pub const WARM_SCRATCH_PREFIX: &str = "tollgate-warm-";
 
+/// How the folder of a Worker's model proxy socket starts; the Worker's pid follows.
+pub const RUN_PREFIX: &str = "tollgate-run-";
+
 /// A directory only its owner can enter (`0700`).
 fn private_dir() -> std::fs::DirBuilder {
     let mut builder = std::fs::DirBuilder::new();
@@ -298,17 +301,22 @@ fn private_dir() -> std::fs::DirBuilder {
 /// Removes the scratch directories that dead processes left under `parent` (the system temp
 /// dir when `None`): a Worker killed by `SIGKILL` (or a power cut) cannot remove its own, and they
 /// hold transcripts. A directory is removed only when its name is `tollgate-segment-<pid>-…` (or
-/// a pre-started CLI's `tollgate-warm-<pid>-…`, or the `/etc` its boxes shared,
-/// `tollgate-box-etc-<pid>-…`), it
+/// a pre-started CLI's `tollgate-warm-<pid>-…`, the `/etc` its boxes shared,
+/// `tollgate-box-etc-<pid>-…`, or its model proxy's socket folder, `tollgate-run-<pid>-…`), it
 /// is this user's (or `boxes`', the user a root Worker gives its boxes' folders), and no process
-/// `<pid>` is alive; a directory of a live process (another
-/// Worker, or this one) is left alone. Returns how many were removed; a directory that cannot
-/// be removed is logged and skipped.
+/// `<pid>` is alive; a directory of a live process (another Worker, or this one) is left alone.
+/// Returns how many were removed; a directory that cannot be removed is logged and skipped.
 ///
-/// Before a directory goes, the processes its dead Worker's CLI left running are killed: a tool
-/// process the CLI started (a `Bash` command) is in its own process group and outlives the CLI,
-/// which dies with its Worker. They are found by their environment, which points into the
-/// directory (`HOME`, `TMPDIR`, `CLAUDE_CONFIG_DIR` are inherited from the CLI).
+/// Before a directory goes, the processes its dead Worker left running are killed (those of this
+/// user or of `boxes`):
+///
+/// - a tool process the CLI started (a `Bash` command) is in its own process group and outlives
+///   the CLI, which dies with its Worker. It is found by its environment, which points into the
+///   directory (`HOME`, `TMPDIR`, `CLAUDE_CONFIG_DIR` are inherited from the CLI);
+/// - a box the Worker died while starting: `bwrap`'s child waits for its parent to write its
+///   user namespace's maps, forever once that parent died with the Worker, and it has no
+///   parent-death signal of its own yet. It is found by its arguments, which name the folders
+///   it binds (`<dir>/egress.sock`, `<dir>/model.sock`, `<dir>`).
 ///
 /// # Caveats
 ///
@@ -329,9 +337,9 @@ pub fn remove_stale_scratch(parent: Option<&Path>, boxes: Option<u32>) -> usize 
         if !meta.is_dir() || !ours || process_alive(pid) {
             continue;
         }
-        let killed = kill_processes_under(&entry.path(), me);
+        let killed = kill_processes_under(&entry.path(), me, boxes);
         if killed > 0 {
-            tracing::info!(path = %entry.path().display(), killed, "killed the tool processes a dead Worker's CLI left running");
+            tracing::info!(path = %entry.path().display(), killed, "killed the processes a dead Worker left running");
         }
         match std::fs::remove_dir_all(entry.path()) {
             Ok(()) => removed += 1,
@@ -343,28 +351,32 @@ pub fn remove_stale_scratch(parent: Option<&Path>, boxes: Option<u32>) -> usize 
     removed
 }
 
-/// Kills (`SIGKILL`) the processes of user `uid` whose environment has a variable pointing into
-/// `dir` (`NAME=<dir>/…`); returns how many.
-fn kill_processes_under(dir: &Path, uid: u32) -> usize {
+/// Kills (`SIGKILL`) the processes of user `me` or `boxes` that name `dir` in an argument
+/// (`<dir>` or `<dir>/…`) or in an environment variable (`NAME=<dir>/…`); returns how many.
+fn kill_processes_under(dir: &Path, me: u32, boxes: Option<u32>) -> usize {
     use std::os::unix::ffi::OsStrExt;
-    let mut needle = b"=".to_vec();
-    needle.extend_from_slice(dir.as_os_str().as_bytes());
-    needle.push(b'/');
+    let dir = dir.as_os_str().as_bytes();
+    let under = |arg: &[u8]| arg.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest[0] == b'/');
+    let in_env = [b"=", dir, b"/"].concat();
     let Ok(processes) = std::fs::read_dir("/proc") else { return 0 };
     let mut killed = 0;
     for entry in processes.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<libc::pid_t>().ok()) else {
             continue;
         };
-        if entry.metadata().map(|m| m.uid()).ok() != Some(uid) {
+        let Some(uid) = entry.metadata().map(|m| m.uid()).ok() else { continue };
+        if uid != me && Some(uid) != boxes {
             continue;
         }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|b| *b == 0).any(|var| var.windows(needle.len()).any(|w| w == needle.as_slice())) {
-            // SAFETY: kill(2) has no memory effects.
-            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
-                killed += 1;
-            }
+        let read = |file: &str| std::fs::read(entry.path().join(file)).unwrap_or_default();
+        let (argv, environ) = (read("cmdline"), read("environ"));
+        let named = argv.split(|b| *b == 0).any(under)
+            || environ
+                .split(|b| *b == 0)
+                .any(|var| var.windows(in_env.len()).any(|w| w == in_env.as_slice()));
+        // SAFETY: kill(2) has no memory effects.
+        if named && unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+            killed += 1;
         }
     }
     killed
@@ -375,6 +387,7 @@ fn scratch_owner(name: &str) -> Option<u32> {
     let rest = name
         .strip_prefix(SCRATCH_PREFIX)
         .or_else(|| name.strip_prefix(WARM_SCRATCH_PREFIX))
+        .or_else(|| name.strip_prefix(RUN_PREFIX))
         .or_else(|| name.strip_prefix(tollgate_box::layout::SHARED_ETC_PREFIX))?;
     let (pid, random) = rest.split_once('-')?;
     if random.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
@@ -698,6 +711,8 @@ mod tests {
         let dead_etc =
             parent.path().join(format!("{}{dead_pid}-1f2e", tollgate_box::layout::SHARED_ETC_PREFIX));
         std::fs::create_dir_all(dead_etc.join("claude-code")).unwrap();
+        let dead_run = parent.path().join(format!("{RUN_PREFIX}{dead_pid}-9a8b"));
+        std::fs::create_dir_all(&dead_run).unwrap();
         let live_warm = ScratchDirs::create_warm(Some(parent.path())).unwrap();
         let unrelated = [
             parent.path().join(format!("{SCRATCH_PREFIX}abc123")),
@@ -707,14 +722,83 @@ mod tests {
         for dir in &unrelated {
             std::fs::create_dir(dir).unwrap();
         }
-        assert_eq!(remove_stale_scratch(Some(parent.path()), None), 3);
+        assert_eq!(remove_stale_scratch(Some(parent.path()), None), 4);
         assert!(!dead.exists(), "the dead process's directory is gone");
         assert!(!dead_warm.exists(), "and its warm CLI's");
         assert!(!dead_etc.exists(), "and its boxes' /etc");
+        assert!(!dead_run.exists(), "and its model proxy's socket folder");
         assert!(live.root().exists(), "a live process's directory stays");
         assert!(live_warm.root().exists(), "and its warm CLI's");
         for dir in &unrelated {
             assert!(dir.exists(), "{} is not a scratch directory of a pid", dir.display());
+        }
+    }
+
+    /// A child process, killed and reaped when dropped (a failed test leaves none behind).
+    struct Reaped(std::process::Child);
+
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// `tail -f FILE` with no environment: a process that names `FILE` only in its arguments,
+    /// once it runs `tail` (before its exec it still shows the test's arguments).
+    fn naming(file: &Path) -> Reaped {
+        let child = Reaped(
+            std::process::Command::new("tail")
+                .arg("-f")
+                .arg(file)
+                .env_clear()
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let started = std::time::Instant::now();
+        while !std::fs::read(format!("/proc/{}/cmdline", child.0.id())).unwrap().starts_with(b"tail\0") {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "tail never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child
+    }
+
+    #[test]
+    fn a_process_naming_a_dead_workers_folder_in_its_arguments_is_killed_before_the_folder_goes() {
+        use std::os::unix::process::ExitStatusExt;
+        let parent = tempfile::tempdir().unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = gone.id();
+        gone.wait().unwrap();
+        let dead = parent.path().join(format!("{RUN_PREFIX}{dead_pid}-abc123"));
+        let live = ScratchDirs::create(Some(parent.path())).unwrap();
+        std::fs::create_dir(&dead).unwrap();
+        // A file (not a folder: it stays) whose path starts with the dead folder's.
+        let alike = parent.path().join(format!("{RUN_PREFIX}{dead_pid}-abc123.keep"));
+        std::fs::write(&alike, "").unwrap();
+        let file = |dir: &Path| {
+            let file = dir.join("model.sock");
+            std::fs::write(&file, "").unwrap();
+            file
+        };
+        let mut in_dead = naming(&file(&dead));
+        let mut in_live = naming(&file(live.root()));
+        let mut in_alike = naming(&alike);
+        assert_eq!(remove_stale_scratch(Some(parent.path()), None), 1);
+        assert!(!dead.exists());
+        let started = std::time::Instant::now();
+        let status = loop {
+            match in_dead.0.try_wait().unwrap() {
+                Some(status) => break status.signal(),
+                None if started.elapsed() > std::time::Duration::from_secs(5) => break None,
+                None => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        };
+        assert_eq!(status, Some(libc::SIGKILL), "killed before the folder went");
+        for (what, child) in [("a live folder's", &mut in_live), ("a look-alike's", &mut in_alike)] {
+            assert!(child.0.try_wait().unwrap().is_none(), "{what} process is left alone");
         }
     }
 
@@ -723,6 +807,7 @@ mod tests {
         assert_eq!(scratch_owner("tollgate-segment-1234-Ab9xYz"), Some(1234));
         assert_eq!(scratch_owner("tollgate-warm-1234-Ab9xYz"), Some(1234));
         assert_eq!(scratch_owner("tollgate-box-etc-1234-1f2e"), Some(1234));
+        assert_eq!(scratch_owner("tollgate-run-1234-1f2e"), Some(1234));
         assert_eq!(scratch_owner("tollgate-segment-Ab9xYz"), None);
         assert_eq!(scratch_owner("tollgate-segment-0-x"), None);
         assert_eq!(scratch_owner("tollgate-segment--x"), None);

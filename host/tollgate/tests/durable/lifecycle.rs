@@ -4,7 +4,8 @@
 //! Worker removes a dead one's, poison steps end instead of looping, a session whose row cannot be
 //! read ends its turn with an error event, and a queued turn shows `running`. A segment whose
 //! Worker is SIGKILLed three times in a row still completes; one that loses more Workers than
-//! `max_lost_workers` fails its turn as `worker_stopped`.
+//! `max_lost_workers` fails its turn as `worker_stopped`. A box a SIGKILLed Worker left half-started
+//! is killed by the next Worker, which removes the dead one's model socket folder too.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -64,7 +65,12 @@ fn mode(path: &Path) -> u32 {
 
 /// The segment folders of process `pid` under `dir`.
 fn segment_folders(dir: &Path, pid: u32) -> Vec<PathBuf> {
-    let prefix = format!("tollgate-segment-{pid}-");
+    folders_of(dir, tollgate_claude::launch::SCRATCH_PREFIX, pid)
+}
+
+/// The folders in `dir` named `<prefix><pid>-…`.
+fn folders_of(dir: &Path, prefix: &str, pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("{prefix}{pid}-");
     std::fs::read_dir(dir)
         .expect("read the temp dir")
         .flatten()
@@ -306,6 +312,99 @@ async fn a_sigkilled_workers_cli_dies_with_it_and_the_next_worker_removes_its_pr
     assert!(segment_folders(&tmp, b.id()).is_empty(), "B removes its own folder after each segment");
 }
 
+/// SIGKILLs process `.0` when dropped.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0) {
+            // SAFETY: kill(2) has no memory effects.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A Worker SIGKILLed while `bwrap` starts a box leaves `bwrap`'s child behind: it waits on an
+/// eventfd for its parent (dead with the Worker) to write its user namespace's maps, forever, and
+/// has no parent-death signal of its own yet. Made here with the real `bwrap`, whose parent is held
+/// at that point by `--userns-block-fd`, then SIGKILLed. With the Worker, its model proxy's socket
+/// folder stays too. The next Worker kills the one and removes the other.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_worker_kills_a_box_a_sigkilled_worker_left_half_started_and_removes_its_socket_folder() {
+    use std::os::unix::process::CommandExt;
+    let Some(world) = World::new("half-started box", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let tmp = world.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let env = [("TMPDIR", tmp.to_str().unwrap())];
+    let a = world.worker_with_env("a", &env);
+    let a_pid = a.id();
+    // The model proxy starts with A's first segment.
+    world.send("s", "say hi").await;
+    world.wait_idle_after("s", 1).await;
+    let start = Instant::now();
+    let run = loop {
+        if let [run] = &folders_of(&tmp, tollgate_claude::launch::RUN_PREFIX, a_pid)[..] {
+            break run.clone();
+        }
+        assert!(start.elapsed() < GATE_WAIT, "A made no model socket folder\n{}", a.log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    // As the Worker starts a box: as the boxes' user when root, binding A's model socket.
+    let mut outer = std::process::Command::new("bwrap");
+    outer
+        .args([
+            "--unshare-all",
+            "--unshare-user",
+            "--die-with-parent",
+            "--info-fd",
+            "1",
+            "--userns-block-fd",
+            "0",
+        ])
+        .args(["--ro-bind", "/usr", "/usr", "--bind"])
+        .arg(run.join("model.sock"))
+        .args(["/run/tollgate/model.sock", "--", "/usr/bin/true"])
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        outer.uid(65534).gid(65534);
+    }
+    let mut outer = outer.spawn().expect("start bwrap");
+    let children = format!("/proc/{0}/task/{0}/children", outer.id());
+    let child: u32 = loop {
+        let listed = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = listed.split_whitespace().next() {
+            break pid.parse().unwrap();
+        }
+        assert!(start.elapsed() < GATE_WAIT, "bwrap made no child");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // Should the test fail, the child must not outlive it.
+    let _child = KillOnDrop(child);
+    outer.kill().unwrap();
+    outer.wait().unwrap();
+    a.kill().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(alive(child), "bwrap's child {child} waits for the parent that died");
+    assert!(run.exists(), "a SIGKILLed Worker cannot remove its socket folder");
+
+    let b = world.worker_with_env("b", &env);
+    wait_log(&b, "removed segment directories").await;
+    let killed = Instant::now();
+    while alive(child) {
+        assert!(killed.elapsed() < Duration::from_secs(5), "B left A's half-started box {child} running");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!run.exists(), "B removed A's model socket folder");
+    assert!(b.log_text().contains("killed the processes a dead Worker left running"), "{}", b.log_text());
+}
+
 /// SIGKILLs a Worker each time the session's segment reaches the mock (parked at `gate`),
 /// `kills` times in a row, each time starting the next Worker after; returns the last one.
 async fn kill_each_worker_it_lands_on(world: &World, gate: &str, kills: u64) -> WorkerProcess {
@@ -436,11 +535,7 @@ async fn a_bash_command_a_sigkilled_workers_cli_left_running_is_killed_by_the_ne
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(
-        b.log_text().contains("killed the tool processes a dead Worker's CLI left running"),
-        "{}",
-        b.log_text()
-    );
+    assert!(b.log_text().contains("killed the processes a dead Worker left running"), "{}", b.log_text());
     eprintln!("B killed {} process(es) A's CLI left running", orphans.len());
 }
 

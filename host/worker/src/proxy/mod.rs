@@ -53,12 +53,10 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
+use tollgate_claude::launch::RUN_PREFIX;
 
 use self::usage::{BodyKind, UsageScanner};
 use crate::metrics::{Metrics, TokenCounts};
-
-/// How the folder of the proxy's Unix socket starts; the process's pid follows.
-pub const RUN_PREFIX: &str = "tollgate-run-";
 
 /// The default upstream.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -368,7 +366,8 @@ impl ModelProxy {
 
     /// Serves `app` on `<temp>/tollgate-run-<pid>-XXXXXX/model.sock`: the folder `0700` (boxes get
     /// the socket as a descriptor), the socket `0666` (a box's user may connect through it; every
-    /// request still needs its segment's token).
+    /// request still needs its segment's token). The folder goes with the proxy; the next Worker
+    /// removes one a killed Worker left (`tollgate_claude::launch::remove_stale_scratch`).
     fn serve_socket(
         app: axum::Router,
     ) -> Result<(tempfile::TempDir, std::path::PathBuf, JoinHandle<()>), ProxyError> {
