@@ -52,6 +52,16 @@ pub fn component_cache() -> PathBuf {
     target.join("tmp/cwasm-cache")
 }
 
+/// Whether process `pid` runs: it exists and is not a zombie (one that only waits to be reaped;
+/// an orphan's may wait long where pid 1 does not reap).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state follows the last `)`.
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}
+
 /// The pids of the processes whose arguments (`/proc/PID/cmdline` split at its NULs, empty ones
 /// left out) satisfy `matches`. A process that ends while it is read is left out.
 pub fn processes(matches: impl Fn(&[&[u8]]) -> bool) -> Vec<i32> {

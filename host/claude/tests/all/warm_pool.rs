@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tollgate_claude::pool::{Signature, WarmCli, WarmPool};
 use tollgate_claude::{CliBinary, SegmentSpec};
+use tollgate_testing::alive;
 
 use crate::util::dir;
 
@@ -36,12 +37,6 @@ fn stand_in(scratch: &std::path::Path, model: &str) -> SegmentSpec {
 
 fn key(spec: &SegmentSpec) -> Signature {
     Signature::of(spec, &spec.cwd, &["ANTHROPIC_API_KEY"])
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z")
-    })
 }
 
 fn scratch_dirs(parent: &std::path::Path) -> usize {

@@ -14,21 +14,13 @@ use std::time::{Duration, Instant};
 use tollgate::sessions;
 use tollgate_store::StepState;
 use tollgate_store::testing::PgCluster;
+use tollgate_testing::alive;
 
 use crate::served::Served;
 use crate::world::{Refund, WorkerProcess, World};
 
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const GATE_WAIT: Duration = Duration::from_secs(60);
-
-/// Whether process `pid` runs (a zombie does not: it only waits to be reaped).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // `pid (comm) S …`: the state follows the last `)`.
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z"),
-        Err(_) => false,
-    }
-}
 
 /// Waits until `worker`'s log contains `text` (60 s at most).
 async fn wait_log(worker: &WorkerProcess, text: &str) {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::world::{Refund, WorkerProcess, World, plain};
+use tollgate_testing::alive;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -34,14 +35,6 @@ async fn logged(worker: &WorkerProcess, what: &str, n: usize) -> Vec<u32> {
         }
         assert!(start.elapsed() < WAIT, "{n} × {what:?} never logged:\n{}", worker.log_text());
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Whether process `pid` runs (a zombie does not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z"),
-        Err(_) => false,
     }
 }
 
