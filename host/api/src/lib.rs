@@ -30,14 +30,8 @@
 
 pub mod api;
 pub mod auth;
-pub mod convert;
-pub mod edits;
 pub mod mcp;
-pub mod media;
-pub mod metrics;
-pub mod process;
 pub mod serve;
-pub mod sessions;
 pub mod token;
 pub mod web;
 pub mod webhooks;

@@ -26,13 +26,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before any reqwest client (the webhooks') is built; then as `tollgate api` starts.
     tollgate_api_types::tls::install_crypto_provider();
-    tollgate_api::process::hide_process();
-    tollgate_api::process::private_files();
-    tollgate_api::process::init_logging(cli.verbose);
+    tollgate_process::setup::hide_process();
+    tollgate_process::setup::private_files();
+    tollgate_process::setup::init_logging(cli.verbose);
     let served = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
         .and_then(|runtime| runtime.block_on(tollgate_api::serve::api(cli.api)));
-    served.unwrap_or_else(|error| tollgate_api::process::report(&error))
+    served.unwrap_or_else(|error| tollgate_process::setup::report(&error))
 }

@@ -25,8 +25,6 @@
 //! The HTTP transport runs without MCP sessions (stateless), so any process on the store answers
 //! any request: `tasks/get` reads the store, and a task survives the process that created it.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,12 +45,12 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value};
 use tollgate_engine::session::mcp::{self as calls, McpRequest, PublishedTool};
-use tollgate_engine::session::{CallEntry, CallState, ItemKind, SessionStatus};
-use tollgate_store::{StoreError, UserMessage};
+use tollgate_engine::session::{CallEntry, CallState, SessionStatus};
+use tollgate_store::StoreError;
 
 use crate::api::ApiState;
-use crate::auth::{Action, Caller};
-use crate::{convert, sessions};
+use tollgate_sessions::error::ClientError;
+use tollgate_sessions::rights::{Action, Caller};
 
 /// The request `_meta` key whose string value is the call's idempotency key.
 pub const KEY_META: &str = "io.tollgate/idempotency-key";
@@ -66,29 +64,6 @@ pub const CALL_WAIT: Duration = Duration::from_secs(30);
 
 /// How often a Tasks client is asked to poll.
 const POLL_MS: u64 = 1000;
-
-/// What an approval-free read returned when it ran at once ([`InlineReads`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReadOutput {
-    /// The tool's text.
-    pub text: String,
-    /// Whether the tool reported an error (or did not run: its message).
-    pub is_error: bool,
-}
-
-/// A boxed future, for [`InlineReads`].
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// The sandbox of a process that loaded the agent (`tollgate serve`): its tools as loaded now,
-/// and approval-free reads run at once, with nothing stored.
-pub trait InlineReads: Send + Sync {
-    /// The agent this process loaded.
-    fn agent(&self) -> &str;
-    /// Its custom tools with their policies.
-    fn tools(&self) -> BoxFuture<'_, Result<Vec<PublishedTool>, String>>;
-    /// Runs `tool`, an approval-free read, with `arguments` (checked against its schema).
-    fn read<'a>(&'a self, tool: &'a str, arguments: &'a Value) -> BoxFuture<'a, ReadOutput>;
-}
 
 /// The `/mcp/{agent}` routes over `state`, with their own bearer check (a 401 names the scheme,
 /// as MCP clients expect).
@@ -199,13 +174,10 @@ impl AgentServer {
     /// Refuses a caller that may not use `agent` (or, `call`, may not call tools).
     fn check_caller(&self, caller: &Caller, agent: &str, call: bool) -> Result<(), ErrorData> {
         let rules = self.state.auth.rules();
-        let refused = |denied: crate::auth::Denied| {
-            ErrorData::new(ErrorCode::INVALID_REQUEST, format!("{denied}"), Some(Value::from("forbidden")))
-        };
         if call {
-            rules.allows(caller, Action::Write).map_err(refused)?;
+            rules.allows(caller, Action::Write).map_err(|denied| refused(&denied))?;
         }
-        rules.may_use_agent(caller, Some(agent)).map_err(refused)
+        rules.may_use_agent(caller, Some(agent)).map_err(|denied| refused(&denied))
     }
 
     /// The agent's tools: this process's, else those its Workers published.
@@ -249,7 +221,7 @@ impl AgentServer {
             )));
         };
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
-        crate::edits::check_edit(Some(&tool.input_schema), &arguments)
+        tollgate_sessions::edits::check_edit(Some(&tool.input_schema), &arguments)
             .map_err(|e| invalid(format!("the arguments of `{}` {}", tool.name, reason_of(e))))?;
         let key = request_key(&request, context_meta)?;
         if tool.is_inline_read()
@@ -268,61 +240,24 @@ impl AgentServer {
         let key = match key {
             Some(key) => key,
             // A read runs each time it is called.
-            None if tool.is_inline_read() => sessions::random_id(),
-            None => format!("args:{}", canonical(&arguments)),
+            None if tool.is_inline_read() => tollgate_sessions::ids::random_id(),
+            None => format!("args:{}", tollgate_sessions::service::canonical(&arguments)),
         };
         let session_id = session_id(agent, &caller.name, &tool.name, &key);
-        let store = self.state.store.as_ref();
-        let key_reused = || {
-            invalid(format!(
-                "the idempotency key `{key}` was used before for another call of `{}` (other arguments): use a \
-                 new key",
-                tool.name
-            ))
-        };
-        // The request already stored, when the session exists (a retry, or a poll for the outcome).
-        let mut stored = None;
-        if let Some(session) = store.session(&session_id).await.map_err(store_error)? {
-            if session.agent_name.as_deref() != Some(agent) {
-                return Err(invalid(format!("session {session_id} belongs to another agent")));
+        let asked = McpRequest { tool_name: tool.name.clone(), arguments, requested_by: caller.name.clone() };
+        match self.state.sessions().request_call(caller, agent, &session_id, asked).await {
+            Ok(_) => {}
+            Err(ClientError::KeyReused { .. }) => {
+                return Err(invalid(format!(
+                    "the idempotency key `{key}` was used before for another call of `{}` (other arguments): use \
+                     a new key",
+                    tool.name
+                )));
             }
-            let items = sessions::read_all_items_of_kind(store, &session_id, ItemKind::McpCall)
-                .await
-                .map_err(store_error)?;
-            if let Some(item) = items.first() {
-                stored = Some(McpRequest::parse(item.body.get()).map_err(internal)?);
-            }
-        } else {
-            let to = sessions::resolve_agent(store, Some(agent), None, self.state.agent.as_ref())
-                .await
-                .map_err(|e| invalid(e.to_string()))?;
-            sessions::start_by(store, &session_id, to, &caller.name)
-                .await
-                .map_err(|e| internal(e.to_string()))?;
-        }
-        match stored {
-            // A key names one call: the same key with other arguments is refused, not answered with
-            // the first call's outcome.
-            Some(stored) if canonical(&stored.arguments) != canonical(&arguments) => return Err(key_reused()),
-            // Stored already: nothing to write again.
-            Some(_) => {}
-            // A new call (or one whose session was created and whose request was not stored yet).
-            None => {
-                let asked =
-                    McpRequest { tool_name: tool.name.clone(), arguments, requested_by: caller.name.clone() };
-                let message = UserMessage {
-                    session_id: session_id.clone(),
-                    client_key: "mcp-call".to_owned(),
-                    item: convert::item(asked.item()),
-                    wake: Some(convert::step(calls::request_step(&session_id))),
-                    events: Vec::new(),
-                };
-                match store.send_user_message(message).await {
-                    Ok(_) => {}
-                    Err(StoreError::IdempotencyConflict { .. }) => return Err(key_reused()),
-                    Err(other) => return Err(store_error(other)),
-                }
-            }
+            Err(ClientError::Denied(denied)) => return Err(refused(&denied)),
+            Err(error @ ClientError::AgentUnavailable(_)) => return Err(invalid(error.to_string())),
+            Err(ClientError::Store(error)) => return Err(store_error(error)),
+            Err(other) => return Err(internal(other.to_string())),
         }
         let progress = self.progress(&session_id, CALL_WAIT).await?;
         Ok(match progress {
@@ -400,8 +335,9 @@ impl AgentServer {
             CallState::Succeeded { output } => CallToolResult::success(text(output.clone())),
             CallState::Failed { error } => CallToolResult::error(text(error.clone())),
             CallState::Rejected { message } => {
-                let decisions =
-                    sessions::decisions(self.state.store.as_ref(), session_id).await.map_err(store_error)?;
+                let decisions = tollgate_sessions::reads::decisions(self.state.store.as_ref(), session_id)
+                    .await
+                    .map_err(store_error)?;
                 let by = decisions
                     .iter()
                     .rev()
@@ -536,15 +472,21 @@ impl ServerHandler for AgentServer {
         let (caller, agent) = self.who(&context)?;
         self.check_caller(&caller, &agent, true)?;
         self.owned_task(&caller, &agent, &request.task_id).await?;
-        match sessions::cancel(self.state.store.as_ref(), &request.task_id, &caller.name).await {
+        match self.state.sessions().cancel(&caller, &request.task_id).await {
             Ok(_) => Ok(()),
             // Already settled: nothing to cancel, and the task says how it ended.
-            Err(sessions::ClientError::Store(
+            Err(ClientError::Store(
                 StoreError::NothingToCancel { .. } | StoreError::CancelPending { .. },
             )) => Ok(()),
+            Err(ClientError::Denied(denied)) => Err(refused(&denied)),
             Err(other) => Err(internal(other)),
         }
     }
+}
+
+/// A refusal as the MCP error a client reads: its text, tagged `forbidden`.
+fn refused(denied: &tollgate_sessions::rights::Denied) -> ErrorData {
+    ErrorData::new(ErrorCode::INVALID_REQUEST, format!("{denied}"), Some(Value::from("forbidden")))
 }
 
 /// The `tools/list` entry of a published tool.
@@ -582,7 +524,7 @@ fn request_key(
         context_meta.get(KEY_META).or_else(|| request.meta.as_ref().and_then(|meta| meta.get(KEY_META)));
     let Some(value) = value else { return Ok(None) };
     let key = value.as_str().ok_or_else(|| invalid(format!("`_meta.\"{KEY_META}\"` must be a string")))?;
-    sessions::check_client_key(KEY_META, key).map_err(|e| invalid(reason_of(e)))?;
+    tollgate_sessions::ids::check_client_key(KEY_META, key).map_err(|e| invalid(reason_of(e)))?;
     Ok(Some(key.to_owned()))
 }
 
@@ -600,27 +542,6 @@ pub fn session_id(agent: &str, principal: &str, tool: &str, key: &str) -> String
     format!("mcp-{}", &digest[..40])
 }
 
-/// `value` as JSON text with every object's keys sorted, so the same arguments in another order
-/// are the same call.
-fn canonical(value: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                let mut out = Map::new();
-                for key in keys {
-                    out.insert(key.clone(), sorted(&map[key]));
-                }
-                Value::Object(out)
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
-}
-
 fn session_meta(session_id: &str) -> MetaObject {
     let mut meta = JsonObject::new();
     meta.insert(SESSION_META.to_owned(), Value::from(session_id));
@@ -636,6 +557,7 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_sessions::service::canonical;
 
     #[test]
     fn the_same_arguments_in_another_order_are_the_same_call_and_each_part_of_the_id_counts() {

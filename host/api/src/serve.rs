@@ -17,8 +17,8 @@ use axum::Router;
 use clap::Args;
 
 use crate::api::{ApiState, router};
-use crate::process::StopSignals;
 use crate::tls::TlsListener;
+use tollgate_process::setup::StopSignals;
 
 /// Options of `tollgate api`.
 #[derive(Debug, Args)]

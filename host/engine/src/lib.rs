@@ -21,7 +21,8 @@
 //! stops their answers from doing so.
 //!
 //! [`session`] is the session state machine around it: what each step result changes and which
-//! step comes next, for the Worker to commit.
+//! step comes next, for the Worker to commit; [`views`] is a session as a client reads it (the
+//! snapshot, the calls needing attention, the receipts of the session calls).
 
 #![warn(missing_docs)]
 
@@ -43,3 +44,4 @@ pub mod session;
 pub mod summary;
 pub mod texts;
 pub mod tool_names;
+pub mod views;

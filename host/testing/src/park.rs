@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tollgate::sessions;
 use tollgate_engine::catalog::ToolKind;
 use tollgate_engine::gate::DeferredCall;
 use tollgate_engine::policy::{DeferredRun, Effect, Handling, ToolPolicy};
@@ -17,7 +16,7 @@ use tollgate_store::Store;
 /// `create_refund` (tool use `toolu_<session>`), leaving one open interrupt and one waiting step.
 /// The store must have no other claimable step.
 pub async fn park_on_approval(store: &dyn Store, session: &str) {
-    sessions::start(store, session).await.expect("start");
+    tollgate_sessions::writes::start(store, session).await.expect("start");
     park_started(store, session, json!({"order_id": "7", "amount_cents": 500})).await;
 }
 
@@ -25,7 +24,7 @@ pub async fn park_on_approval(store: &dyn Store, session: &str) {
 /// the store with an id the API would refuse), deferring `create_refund` with `arguments`.
 /// The store must have no other claimable step.
 pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_json::Value) {
-    sessions::send(store, session, "Refund order 7", None).await.expect("send");
+    tollgate_sessions::writes::send(store, session, "Refund order 7", None).await.expect("send");
     let claimed =
         store.claim("seeder", Duration::from_secs(60)).await.expect("claim").expect("the wake step");
     let StepInput::RunModel(step) = StepInput::parse(&claimed.step.kind, claimed.step.payload.get()).unwrap()
@@ -34,12 +33,12 @@ pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_jso
     };
     let row = store.session(session).await.unwrap().unwrap();
     let state = RunState::parse(row.run_state.get()).unwrap();
-    let (items, transcript) = sessions::plan_inputs(store, session).await.unwrap();
+    let (items, transcript) = tollgate_sessions::reads::plan_inputs(store, session).await.unwrap();
     let Plan::Run(run) = plan_run_model(
         &step,
         Claims::nth(1),
         &state,
-        &sessions::history(&items),
+        &tollgate_sessions::reads::history(&items),
         transcript,
         &[],
         &Limits::default(),
@@ -67,5 +66,8 @@ pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_jso
         cost_usd: None,
     };
     let transition = on_segment(&run, &state, &[] as &[CallEntry], deferred);
-    store.commit(&claimed, tollgate::convert::commit(transition)).await.expect("commit the deferral");
+    store
+        .commit(&claimed, tollgate_sessions::convert::commit(transition))
+        .await
+        .expect("commit the deferral");
 }

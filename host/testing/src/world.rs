@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tollgate::api::types::Snapshot;
-use tollgate::client::{SseEvent, SseParser};
-use tollgate::sessions;
+use tollgate_api::api::types::Snapshot;
+use tollgate_api_types::client::{SseEvent, SseParser};
 use tollgate_engine::session::client::HumanDecision;
 use tollgate_mock_model::MockModel;
 pub use tollgate_mock_model::payments::Payments;
@@ -87,8 +86,8 @@ impl World {
 
     async fn build(test: &str, refund: Refund, db: Option<&str>) -> Option<World> {
         let cli = real_cli(test)?;
-        // reqwest has no TLS provider of its own (see tollgate::tls): the tests' clients need it.
-        tollgate::tls::install_crypto_provider();
+        // reqwest has no TLS provider of its own (see tollgate_api_types::tls): the tests' clients need it.
+        tollgate_api_types::tls::install_crypto_provider();
         let slot = SLOTS.acquire().await.expect("never closed");
         let dir = tempfile::Builder::new().prefix("tollgate-durable-").tempdir().expect("temp dir");
         let agent = dir.path().join("agent");
@@ -270,8 +269,8 @@ impl World {
 
     /// Starts the session and sends `text`.
     pub async fn send(&self, session: &str, text: &str) {
-        sessions::start(self.store.as_ref(), session).await.expect("start");
-        sessions::send(self.store.as_ref(), session, text, None).await.expect("send");
+        tollgate_sessions::writes::start(self.store.as_ref(), session).await.expect("start");
+        tollgate_sessions::writes::send(self.store.as_ref(), session, text, None).await.expect("send");
     }
 
     /// Decides interrupt `id` under `key`.
@@ -282,12 +281,17 @@ impl World {
             updated_input: None,
             ..Default::default()
         };
-        sessions::resolve(self.store.as_ref(), session, id, &decision, Some(key)).await.expect("resolve");
+        tollgate_sessions::writes::resolve(self.store.as_ref(), session, id, &decision, Some(key))
+            .await
+            .expect("resolve");
     }
 
     /// The snapshot.
     pub async fn snapshot(&self, session: &str) -> Snapshot {
-        sessions::snapshot(self.store.as_ref(), session).await.expect("snapshot").expect("the session exists")
+        tollgate_sessions::reads::snapshot(self.store.as_ref(), session)
+            .await
+            .expect("snapshot")
+            .expect("the session exists")
     }
 
     /// Waits until the snapshot satisfies `done` (60 s at most), and returns it.
@@ -339,9 +343,9 @@ impl World {
         let store = self.store.as_ref();
         let row = store.session(session).await.expect("session").expect("the session exists");
         let state = tollgate_engine::session::RunState::parse(row.run_state.get()).expect("run state");
-        let items = sessions::read_all_items(store, session).await.expect("items");
+        let items = tollgate_sessions::reads::read_all_items(store, session).await.expect("items");
         let from_items: Vec<(String, String, bool)> =
-            tollgate_engine::session::view::messages(&sessions::history(&items), &state)
+            tollgate_engine::session::view::messages(&tollgate_sessions::reads::history(&items), &state)
                 .into_iter()
                 .map(|m| (m.role.to_owned(), m.text, m.pending))
                 .collect();
@@ -517,7 +521,7 @@ impl WorkerProcess {
 /// The generated OpenAPI document (the one `/openapi.json` serves).
 fn openapi() -> &'static Value {
     static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
-        serde_json::from_str(tollgate::api::openapi::document()).expect("the OpenAPI document is JSON")
+        serde_json::from_str(tollgate_api::api::openapi::document()).expect("the OpenAPI document is JSON")
     });
     &DOCUMENT
 }

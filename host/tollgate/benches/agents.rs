@@ -20,10 +20,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tollgate::agent::Agent;
-use tollgate::bundle::{Bundle, Lock};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 use tollgate_store::Store;
+use tollgate_worker::agent::Agent;
+use tollgate_worker::bundle::{Bundle, Lock};
 
 /// The example agent in `dir` named `name` (its `[agent] name`), locked.
 fn make_agent(dir: &Path, name: &str) {
@@ -81,7 +81,7 @@ async fn main() {
     make_agent(&folder, "support");
     let loaded = ready(&folder, &dir.path().join("warm-compile")).await;
     let pushed =
-        tollgate::pull::push(store, loaded.dir(), "support", loaded.digest(), "bench").await.unwrap();
+        tollgate_worker::pull::push(store, loaded.dir(), "support", loaded.digest(), "bench").await.unwrap();
     assert!(pushed.created);
     let (mut cold, mut warm, mut never, mut cached) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // Alternating, so a slow moment of the machine falls on every column alike.
@@ -94,12 +94,12 @@ async fn main() {
         ready(&folder, &dir.path().join("warm-compile")).await;
         warm.push(started.elapsed());
         let started = Instant::now();
-        let pulled = tollgate::pull::pull(store, "support", &fresh.join("bundles")).await.unwrap();
+        let pulled = tollgate_worker::pull::pull(store, "support", &fresh.join("bundles")).await.unwrap();
         assert!(pulled.fetched);
         ready(&pulled.dir, &fresh.join("pulled-compile")).await;
         never.push(started.elapsed());
         let started = Instant::now();
-        let pulled = tollgate::pull::pull(store, "support", &fresh.join("bundles")).await.unwrap();
+        let pulled = tollgate_worker::pull::pull(store, "support", &fresh.join("bundles")).await.unwrap();
         assert!(!pulled.fetched);
         ready(&pulled.dir, &fresh.join("pulled-compile")).await;
         cached.push(started.elapsed());
@@ -120,9 +120,9 @@ async fn main() {
         let at = dir.path().join("fleet").join(&name);
         make_agent(&at, &name);
         let agent = ready(&at, &dir.path().join("warm-compile")).await;
-        tollgate::pull::push(store, agent.dir(), &name, agent.digest(), "bench").await.unwrap();
+        tollgate_worker::pull::push(store, agent.dir(), &name, agent.digest(), "bench").await.unwrap();
         drop(agent);
-        let pulled = tollgate::pull::pull(store, &name, &cache).await.unwrap();
+        let pulled = tollgate_worker::pull::pull(store, &name, &cache).await.unwrap();
         agents.push(ready(&pulled.dir, &dir.path().join("warm-compile")).await);
     }
     let after = rss_mib();

@@ -115,7 +115,7 @@ impl Setup {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    tollgate::tls::install_crypto_provider();
+    tollgate_api_types::tls::install_crypto_provider();
     let pending = env_or("APPROVALS_PENDING", 1000) as usize;
     let samples = env_or("APPROVALS_SAMPLES", 15) as usize;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();

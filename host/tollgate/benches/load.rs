@@ -57,8 +57,8 @@ impl Latencies {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    // reqwest has no TLS provider of its own (see tollgate::tls).
-    tollgate::tls::install_crypto_provider();
+    // reqwest has no TLS provider of its own (see tollgate_api_types::tls).
+    tollgate_api_types::tls::install_crypto_provider();
     let sessions = env_or("LOAD_SESSIONS", 200) as usize;
     let timeout = Duration::from_secs(env_or("LOAD_TIMEOUT_SECS", 900));
     let concurrency = env_or("LOAD_CONCURRENCY", 4);

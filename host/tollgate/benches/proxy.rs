@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::metrics::Metrics;
-use tollgate::proxy::{Credential, ModelProxy, SpendLimit, Upstream};
 use tollgate_mock_model::MockModel;
+use tollgate_process::metrics::Metrics;
+use tollgate_worker::proxy::{Credential, ModelProxy, SpendLimit, Upstream};
 
 fn body() -> String {
     serde_json::json!({
@@ -61,7 +61,7 @@ async fn main() {
     .await
     .expect("the proxy starts");
     let token = proxy.register(SpendLimit::default());
-    tollgate::tls::install_crypto_provider();
+    tollgate_api_types::tls::install_crypto_provider();
     let client = reqwest::Client::builder().no_proxy().tcp_nodelay(true).build().unwrap();
     let direct_url = format!("{}/v1/messages?beta=true", mock.base_url());
     let proxied_url = format!("{}/v1/messages?beta=true", proxy.base_url());

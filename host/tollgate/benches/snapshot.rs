@@ -5,15 +5,15 @@
 //! The entries cycle through a real transcript of the pinned CLI
 //! (`host/protocol/tests/data/transcript/defer_resume_allow.jsonl`, 31 entries a turn,
 //! ~1.3 KB each: prompts, answers, attachments, bookkeeping), each with a fresh uuid, committed a
-//! turn at a time through `tollgate::convert::commit`'s parts (`messages`, `transcript`) as a
+//! turn at a time through `tollgate_sessions::convert::commit`'s parts (`messages`, `transcript`) as a
 //! Worker commits them. Rows, in one run:
 //!
-//! - "snapshot": `tollgate::sessions::snapshot`, what `GET /v1/sessions/{id}` and
+//! - "snapshot": `tollgate_sessions::reads::snapshot`, what `GET /v1/sessions/{id}` and
 //!   `tollgate session show` answer, reading the stored projection of the conversation.
 //! - "snapshot from the item log (before)": the same answer computed as before the projection
 //!   (every item read, `view::messages`): the baseline.
 //! - "resume transcript from its chunks": what a Worker does before it starts the CLI for a new
-//!   turn: `sessions::plan_inputs` (the transcript's chunks in resume form and the few items the
+//!   turn: `tollgate_sessions::reads::plan_inputs` (the transcript's chunks in resume form and the few items the
 //!   plan reads), `plan_run_model`, `write_resume_file` (the `.jsonl` the CLI resumes from).
 //! - "resume transcript from the item log (before)": the same file made as before the chunks
 //!   (every item read and parsed, each entry checked): the baseline. Both files are compared.
@@ -24,9 +24,9 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::{convert, sessions};
 use tollgate_engine::session::turn::{Claims, Plan, PlannedStart, TranscriptSource, plan_run_model};
 use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, view};
+use tollgate_sessions::convert;
 use tollgate_store::testing::PgCluster;
 use tollgate_store::{Commit, Finish, NewItem, Store, raw};
 
@@ -56,8 +56,8 @@ fn turn_entries() -> Vec<serde_json::Value> {
 /// bytes stored.
 async fn build(store: &dyn Store, entries: usize) -> usize {
     let template = turn_entries();
-    sessions::start(store, SESSION).await.unwrap();
-    sessions::send(store, SESSION, "hello", None).await.unwrap();
+    tollgate_sessions::writes::start(store, SESSION).await.unwrap();
+    tollgate_sessions::writes::send(store, SESSION, "hello", None).await.unwrap();
     let claimed = store.claim("bench", Duration::from_secs(600)).await.unwrap().expect("the wake step");
     let (mut written, mut bytes) = (0, 0);
     while written < entries {
@@ -103,8 +103,8 @@ async fn build(store: &dyn Store, entries: usize) -> usize {
 async fn snapshot_from_items(store: &dyn Store) -> usize {
     let session = store.session(SESSION).await.unwrap().unwrap();
     let state = RunState::parse(session.run_state.get()).unwrap();
-    let items = sessions::read_all_items(store, SESSION).await.unwrap();
-    let messages = view::messages(&sessions::history(&items), &state);
+    let items = tollgate_sessions::reads::read_all_items(store, SESSION).await.unwrap();
+    let messages = view::messages(&tollgate_sessions::reads::history(&items), &state);
     let calls = store.tool_calls(SESSION).await.unwrap();
     messages.len() + calls.len()
 }
@@ -133,9 +133,9 @@ async fn resume_transcript(
     let session = store.session(SESSION).await.unwrap().unwrap();
     let state = RunState::parse(session.run_state.get()).unwrap();
     let (items, source) = if chunks {
-        sessions::plan_inputs(store, SESSION).await.unwrap()
+        tollgate_sessions::reads::plan_inputs(store, SESSION).await.unwrap()
     } else {
-        (sessions::read_all_items(store, SESSION).await.unwrap(), TranscriptSource::Items)
+        (tollgate_sessions::reads::read_all_items(store, SESSION).await.unwrap(), TranscriptSource::Items)
     };
     assert_eq!(chunks, matches!(source, TranscriptSource::Chunks { .. }));
     let read = start.elapsed();
@@ -144,7 +144,7 @@ async fn resume_transcript(
         step,
         Claims::nth(1),
         &state,
-        &sessions::history(&items),
+        &tollgate_sessions::reads::history(&items),
         source,
         &calls,
         &Limits::default(),
@@ -181,12 +181,12 @@ async fn main() {
     for (name, url) in backends {
         let store = tollgate_store::open(&url).await.unwrap();
         let bytes = build(store.as_ref(), entries).await;
-        let snapshot = sessions::snapshot(store.as_ref(), SESSION).await.unwrap().unwrap();
+        let snapshot = tollgate_sessions::reads::snapshot(store.as_ref(), SESSION).await.unwrap().unwrap();
         assert_eq!(
             snapshot_from_items(store.as_ref()).await,
             snapshot.messages.len() + snapshot.tool_calls.len()
         );
-        sessions::send(store.as_ref(), SESSION, "next", None).await.unwrap();
+        tollgate_sessions::writes::send(store.as_ref(), SESSION, "next", None).await.unwrap();
         let claimed = store.claim("bench", Duration::from_secs(600)).await.unwrap().expect("the next turn");
         let step = StepInput::parse(&claimed.step.kind, claimed.step.payload.get()).unwrap();
         let (resume_dir, before_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -195,7 +195,7 @@ async fn main() {
         let (mut file_size, mut file_before) = (0, 0);
         for _ in 0..rounds {
             let start = Instant::now();
-            let snap = sessions::snapshot(store.as_ref(), SESSION).await.unwrap().unwrap();
+            let snap = tollgate_sessions::reads::snapshot(store.as_ref(), SESSION).await.unwrap().unwrap();
             fresh.push(start.elapsed());
             assert!(!snap.messages.is_empty());
             let start = Instant::now();

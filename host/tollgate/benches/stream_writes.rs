@@ -26,7 +26,6 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tollgate::sessions;
 use tollgate_store::testing::PgCluster;
 use tollgate_store::{Claimed, Commit, Finish, NewEvent, NewItem, NewLiveText, NewMessage, Store, raw};
 
@@ -168,8 +167,8 @@ async fn segment(
     times: &mut Vec<Duration>,
 ) -> Written {
     let block_bytes = env_or("STREAM_LIVE_BLOCK", LIVE_BLOCK_BYTES as u64) as usize;
-    sessions::start(store, session).await.unwrap();
-    sessions::send(store, session, "say something long", None).await.unwrap();
+    tollgate_sessions::writes::start(store, session).await.unwrap();
+    tollgate_sessions::writes::send(store, session, "say something long", None).await.unwrap();
     let claimed: Claimed = store.claim("bench", Duration::from_secs(600)).await.unwrap().expect("the step");
     let events_before = store.read_events(session, 0, 10_000).await.unwrap().len() as u64;
     let text = text_of(chars);

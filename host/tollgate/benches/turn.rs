@@ -340,7 +340,7 @@ fn quantile(times: &[Duration], q: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    tollgate::tls::install_crypto_provider();
+    tollgate_api_types::tls::install_crypto_provider();
     let rounds = env_or("BENCH_N", 10);
     let warmup = env_or("BENCH_WARMUP", 1);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();

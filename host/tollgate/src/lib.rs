@@ -1,13 +1,15 @@
 //! The `tollgate` binary's library: the command line over the workspace's crates. One module
 //! of its own, [`commands`] (one per subcommand); everything else it runs is another crate's:
 //!
-//! | crate | what it brings | re-exported here as |
-//! | --- | --- | --- |
-//! | `tollgate-api-types` | the API's wire types, its typed client, TLS | [`client`], [`tls`] (`api::types` too) |
-//! | `tollgate-api` | the HTTP API server, auth, the session calls, webhooks, the web inbox, metrics, the process set-up | [`api`], [`auth`], [`sessions`], [`convert`], [`media`], [`edits`], [`metrics`], [`web`], [`webhooks`] |
-//! | `tollgate-worker` | the Worker, the model and egress proxies, deadlines, telemetry, agent directories (links wasmtime) | [`worker`], [`proxy`], [`egress`], [`deadlines`], [`telemetry`], [`tool_runner`], [`agent`], [`config`], [`bundle`], [`pull`] |
+//! | crate | what the commands use of it |
+//! | --- | --- |
+//! | `tollgate-api-types` | the API's wire types, its typed client, TLS (`session`, `approvals`) |
+//! | `tollgate-api` | the HTTP API server, the auth file, webhooks, the web inbox (`serve`, `api`, `auth`) |
+//! | `tollgate-sessions` | the session service (`demo`, `serve`, `mcp`) |
+//! | `tollgate-process` | logging, stop signals, metrics, the error report (every command) |
+//! | `tollgate-worker` | the Worker, the model and egress proxies, deadlines, telemetry, agent directories (links wasmtime) |
 //!
-//! The re-exports keep the paths the tests and benches use (`tollgate::sessions`, …).
+//! Nothing is re-exported: the tests and benches name the crate a thing lives in.
 //!
 //! `main.rs` only parses arguments and reports errors; [`run`] dispatches. Exit codes: 0 success,
 //! 1 the tool answered with `is-error` (its output is still printed), 2 anything failed. The
@@ -17,13 +19,6 @@
 #![warn(missing_docs)]
 
 pub mod commands;
-
-pub use tollgate_api::process::hide_process;
-pub use tollgate_api::{api, auth, convert, edits, media, metrics, sessions, web, webhooks};
-pub use tollgate_api_types::{client, tls};
-pub use tollgate_worker::{
-    agent, bundle, config, deadlines, egress, proxy, pull, telemetry, tool_runner, worker,
-};
 
 use std::process::ExitCode;
 
@@ -82,18 +77,18 @@ pub struct Prepared {
 }
 
 /// Call first in `main`, before logging or telemetry start any thread. The process hides itself
-/// from other processes of its user ([`hide_process`]); the servers create files only they may
+/// from other processes of its user ([`tollgate_process::setup::hide_process`]); the servers create files only they may
 /// read (umask `077`: the store, its WAL, the token file, segment scratch).
 ///
 /// # Errors
 /// The demo could not bind its loopback ports.
 pub fn prepare(cli: &Cli) -> anyhow::Result<Prepared> {
-    hide_process();
+    tollgate_process::setup::hide_process();
     if matches!(
         cli.command,
         Command::Worker(_) | Command::Serve(_) | Command::Api(_) | Command::Mcp(_) | Command::Demo(_)
     ) {
-        tollgate_api::process::private_files();
+        tollgate_process::setup::private_files();
     }
     Ok(Prepared {
         demo: match &cli.command {

@@ -8,7 +8,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = tollgate::Cli::parse();
     // Before any reqwest client (the OTLP exporter's, the API client's) is built.
-    tollgate::tls::install_crypto_provider();
+    tollgate_api_types::tls::install_crypto_provider();
     let prepared = match tollgate::prepare(&cli) {
         Ok(prepared) => prepared,
         Err(error) => {
@@ -17,9 +17,9 @@ fn main() -> ExitCode {
         }
     };
     // Lives until `main` returns, after the runtime is gone: dropping it flushes the spans.
-    let _telemetry = tollgate::telemetry::init(cli.verbose);
+    let _telemetry = tollgate_worker::telemetry::init(cli.verbose);
     match tollgate::run(cli, prepared) {
         Ok(code) => code,
-        Err(error) => tollgate_api::process::report(&error),
+        Err(error) => tollgate_process::setup::report(&error),
     }
 }

@@ -35,7 +35,7 @@ use tollgate_store::{
 };
 use tracing::{info, warn};
 
-use crate::convert;
+use tollgate_sessions::convert;
 
 /// The longest sleep between two looks at the store: a new interrupt's deadline is seen within
 /// it, and a due one fires within it after its time.

@@ -19,8 +19,9 @@
 //! | [`bundle`] | an agent's files, their digests, the agent digest and `tollgate.lock` |
 //! | [`pull`] | agents' versions in the store: pushed from a folder, pulled into a cached folder |
 //!
-//! The session calls, the store conversions, images, edits and metrics it shares with the API are
-//! `tollgate-api`'s, imported at this crate's root under the names the modules use.
+//! The store conversions, images, edits and item reads it shares with the faces are the session
+//! service's (`tollgate-sessions`); the metrics it updates and the process set-up are
+//! `tollgate-process`'. It depends on no face.
 
 #![warn(missing_docs)]
 
@@ -35,5 +36,4 @@ pub mod telemetry;
 pub mod tool_runner;
 pub mod worker;
 
-use tollgate_api::{convert, edits, media, metrics, sessions};
 use tollgate_api_types::tls;

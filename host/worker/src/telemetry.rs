@@ -68,7 +68,7 @@ impl Drop for Telemetry {
     }
 }
 
-/// Sets up logging ([`tollgate_api::process::init_logging`]) and, when `OTEL_EXPORTER_OTLP_ENDPOINT` or
+/// Sets up logging ([`tollgate_process::setup::init_logging`]) and, when `OTEL_EXPORTER_OTLP_ENDPOINT` or
 /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_SDK_DISABLED` is not `true`), an OTLP
 /// span exporter over HTTP as the global tracer provider.
 ///
@@ -78,7 +78,7 @@ impl Drop for Telemetry {
 /// and timeout apply as the OpenTelemetry SDK reads them. An exporter that cannot be built is a
 /// warning, not an error.
 pub fn init(verbose: u8) -> Telemetry {
-    tollgate_api::process::init_logging(verbose);
+    tollgate_process::setup::init_logging(verbose);
     let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
     let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
     if disabled || !(set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) {
@@ -649,7 +649,12 @@ mod tests {
             requests: 3,
             failed: 1,
             refused: 1,
-            tokens: crate::metrics::TokenCounts { input: 10, output: 4, cache_creation: 2, cache_read: 5 },
+            tokens: tollgate_process::metrics::TokenCounts {
+                input: 10,
+                output: 4,
+                cache_creation: 2,
+                cache_read: 5,
+            },
             cost_usd: 0.25,
             errors: vec!["HTTP 529: overloaded_error: busy".into()],
             ..ProxySummary::default()

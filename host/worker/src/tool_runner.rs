@@ -1,5 +1,5 @@
 //! The sandbox's tool set as the segment's tool runner: [`SandboxTools`] implements
-//! [`tollgate_claude::tools::ToolRunner`] for a [`ToolSet`], the way [`crate::convert`] adapts the
+//! [`tollgate_claude::tools::ToolRunner`] for a [`ToolSet`], the way [`tollgate_sessions::convert`] adapts the
 //! engine's values to the store's. `tollgate-claude` does not depend on `tollgate-sandbox`; this
 //! binary, which uses both, joins them.
 //!

@@ -46,7 +46,7 @@ use super::input::Params;
 use super::openapi::ReadErrors;
 use super::types::{DecideRight, InboxEvent, InboxItem, InboxQuery, InterruptKey, StreamError};
 use super::{ApiError, ApiResult, ApiState, MAX_LIMIT, pending_interrupt};
-use crate::auth::Caller;
+use tollgate_sessions::rights::Caller;
 
 /// The re-read when no wake-up came (see the module's doc).
 const POLL: Duration = Duration::from_secs(5);

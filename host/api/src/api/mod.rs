@@ -35,7 +35,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tollgate_engine::session::client::{DecisionScope, HumanDecision};
-use tollgate_engine::session::{CallEntry, EngineError, SessionStatus};
+use tollgate_engine::session::{EngineError, SessionStatus};
 use tollgate_store::{Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -48,15 +48,16 @@ use self::types::{
     SendMessage, SessionPage, SessionRow, Snapshot, StoreHealth, UpgradeAll, UpgradeSession, Upgraded,
     UpgradedAll,
 };
-use crate::auth::Caller;
-use crate::metrics::Metrics;
-use crate::sessions::{self, ClientError};
+use tollgate_process::metrics::Metrics;
+use tollgate_sessions::error::ClientError;
+use tollgate_sessions::rights::Caller;
+use tollgate_sessions::service::{NewMessage, NewSession, Sessions};
 
 /// The largest request body accepted, but for a message's.
 pub const MAX_BODY: usize = 512 * 1024;
 
 /// The largest body of a route that takes a message (`POST /v1/sessions`, `…/messages`): its
-/// images, in base64, make it larger ([`crate::media::MAX_MESSAGE_IMAGE_BYTES`] decoded).
+/// images, in base64, make it larger ([`tollgate_sessions::media::MAX_MESSAGE_IMAGE_BYTES`] decoded).
 pub const MAX_MESSAGE_BODY: usize = 4 * 1024 * 1024;
 
 /// The session statuses `GET /v1/sessions?status=` filters by: the state machine's.
@@ -81,7 +82,7 @@ pub struct ApiState {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// The agent a new session belongs to when the request names none: the agent this process
     /// serves (`tollgate serve`), or `None` (`tollgate api`: the only agent the store knows).
-    pub agent: Option<sessions::ServingAgent>,
+    pub agent: Option<tollgate_sessions::agents::ServingAgent>,
     /// How this process's Worker runs the agent's CLIs (`bwrap`, `none`), shown by `/healthz`;
     /// `None` without a Worker (`tollgate api`).
     pub sandbox: Option<&'static str>,
@@ -92,7 +93,15 @@ pub struct ApiState {
     pub limits: edge::EdgeLimits,
     /// The sandbox of the agent this process loaded (`tollgate serve`): `/mcp/{agent}` lists its
     /// tools and runs approval-free reads at once; `None` in `tollgate api` ([`crate::mcp`]).
-    pub mcp_reads: Option<Arc<dyn crate::mcp::InlineReads>>,
+    pub mcp_reads: Option<Arc<dyn tollgate_sessions::inline_reads::InlineReads>>,
+}
+
+impl ApiState {
+    /// The session service over this state's store, rules and agent: every session call of the
+    /// API goes through it.
+    pub fn sessions(&self) -> Sessions {
+        Sessions::new(self.store.clone(), self.auth.rules(), self.agent.clone())
+    }
 }
 
 impl std::fmt::Debug for ApiState {
@@ -196,8 +205,8 @@ impl IntoResponse for ApiError {
 }
 
 /// The 403 code of a refusal.
-pub(crate) fn denied_code(denied: &crate::auth::Denied) -> ErrorCode {
-    use crate::auth::Denied;
+pub(crate) fn denied_code(denied: &tollgate_sessions::rights::Denied) -> ErrorCode {
+    use tollgate_sessions::rights::Denied;
     match denied {
         Denied::Role { .. } => ErrorCode::RoleRequired,
         Denied::Group { .. } => ErrorCode::GroupRequired,
@@ -207,9 +216,9 @@ pub(crate) fn denied_code(denied: &crate::auth::Denied) -> ErrorCode {
     }
 }
 
-impl From<crate::auth::Denied> for ApiError {
-    fn from(denied: crate::auth::Denied) -> Self {
-        use crate::auth::Denied;
+impl From<tollgate_sessions::rights::Denied> for ApiError {
+    fn from(denied: tollgate_sessions::rights::Denied) -> Self {
+        use tollgate_sessions::rights::Denied;
         let (message, code) = (denied.to_string(), denied_code(&denied));
         let needed = match denied {
             Denied::Role { roles, .. } => Some(roles.iter().map(|r| r.as_str().to_owned()).collect()),
@@ -232,8 +241,12 @@ impl From<ClientError> for ApiError {
                 other.to_string(),
             ),
             ClientError::Store(store) => store.into(),
+            ClientError::Denied(denied) => denied.into(),
             error @ ClientError::GrantNotFound { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, ErrorCode::GrantNotFound, error.to_string())
+            }
+            error @ ClientError::KeyReused { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::IdempotencyConflict, error.to_string())
             }
             error @ ClientError::AgentUnavailable(_) => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::AgentUnavailable, error.to_string())
@@ -310,13 +323,13 @@ type ApiResult = Result<Response, ApiError>;
 /// malformed key is refused before anything is written.
 fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<String>, ApiError> {
     if let Some(key) = &body_key {
-        sessions::check_client_key("client_key", key).map_err(ClientError::from)?;
+        tollgate_sessions::ids::check_client_key("client_key", key).map_err(ClientError::from)?;
     }
     let Some(value) = headers.get("idempotency-key") else { return Ok(body_key) };
     let value = value
         .to_str()
         .map_err(|_| ApiError::bad("Idempotency-Key", "the Idempotency-Key header must be ASCII"))?;
-    sessions::check_client_key("Idempotency-Key", value).map_err(ClientError::from)?;
+    tollgate_sessions::ids::check_client_key("Idempotency-Key", value).map_err(ClientError::from)?;
     Ok(Some(value.to_owned()))
 }
 
@@ -324,8 +337,8 @@ fn client_key(headers: &HeaderMap, body_key: Option<String>) -> Result<Option<St
 /// `…/messages` write, `…/interrupts/{id}` and `DELETE …/grants/{tool}` decide, `…/cancel`
 /// cancels, the upgrades operate. Anything else (a route
 /// that does not exist, a wrong method) counts as a read, so it gets its 404 or 405.
-fn action_of(method: &axum::http::Method, path: &str) -> crate::auth::Action {
-    use crate::auth::Action;
+fn action_of(method: &axum::http::Method, path: &str) -> tollgate_sessions::rights::Action {
+    use tollgate_sessions::rights::Action;
     let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
     if method == axum::http::Method::DELETE
         && matches!(parts.as_slice(), ["", "v1", "sessions", _, "grants", _])
@@ -355,7 +368,7 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// Authenticates every request but `/healthz` (401 without a known token), checks the caller's
 /// roles against what the request does (403 naming the roles needed), and hands the handlers the
-/// [`crate::auth::Caller`].
+/// [`tollgate_sessions::rights::Caller`].
 async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     // Liveness, and the API's contract (a client reads it before it has a token).
     if matches!(request.uri().path(), "/healthz" | "/openapi.json") {
@@ -474,32 +487,15 @@ async fn create_session(
     let images = checked_images(&request.images)?;
     let key = client_key(&headers, request.client_key.clone())?;
     let session_id = request.session_id.unwrap_or_else(new_session_id);
-    let agent = sessions::resolve_agent(
-        state.store.as_ref(),
-        request.agent.as_deref(),
-        request.agent_digest.as_deref(),
-        state.agent.as_ref(),
-    )
-    .await?;
-    state.auth.rules().may_use_agent(&caller, agent.name.as_deref())?;
-    if caller.agents.is_some()
-        && let Some(existing) = state.store.session(&session_id).await?
-    {
-        // Idempotent on the id, but not across agents the caller may not use.
-        state.auth.rules().may_use_agent(&caller, existing.agent_name.as_deref())?;
-    }
-    let created = sessions::start_by(state.store.as_ref(), &session_id, agent, &caller.name).await?;
-    let message = match &request.message {
-        Some(text) => {
-            // Idempotent on the id: the same first message under the same id is one message.
-            let key = key.unwrap_or_else(|| format!("create:{session_id}"));
-            let receipt =
-                sessions::send_with_images(state.store.as_ref(), &session_id, text, images, Some(&key))
-                    .await?;
-            Some(message_receipt(&receipt))
-        }
-        None => None,
+    let new = NewSession {
+        session_id,
+        agent: request.agent,
+        agent_digest: request.agent_digest,
+        message: request.message.map(|text| NewMessage { text, images, client_key: key }),
     };
+    let started = state.sessions().start(&caller, new).await?;
+    let (created, session_id) = (started.created, started.session_id);
+    let message = started.message.as_ref().map(message_receipt);
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(Created { created, message, session_id })).into_response())
 }
@@ -513,7 +509,7 @@ fn message_receipt(receipt: &tollgate_store::MessageReceipt) -> MessageReceipt {
 }
 
 fn new_session_id() -> String {
-    format!("session-{}", crate::sessions::random_id())
+    format!("session-{}", tollgate_sessions::ids::random_id())
 }
 
 /// `POST /v1/sessions/{id}/messages`.
@@ -533,6 +529,7 @@ fn new_session_id() -> String {
 )]
 async fn send_message(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<Vec<String>>, PathRejection>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
@@ -543,8 +540,8 @@ async fn send_message(
     let request: SendMessage = parse(&body)?;
     let images = checked_images(&request.images)?;
     let key = client_key(&headers, request.client_key)?;
-    let receipt =
-        sessions::send_with_images(state.store.as_ref(), &id, &request.text, images, key.as_deref()).await?;
+    let message = NewMessage { text: request.text, images, client_key: key };
+    let receipt = state.sessions().send(&caller, &id, message).await?;
     Ok((StatusCode::ACCEPTED, Json(message_receipt(&receipt))).into_response())
 }
 
@@ -552,10 +549,10 @@ async fn send_message(
 /// `image_too_large` when they are too many bytes together.
 fn checked_images(images: &[ImageBlock]) -> Result<Vec<tollgate_store::NewMedia>, ApiError> {
     let sources = images.iter().map(|i| (i.source.media_type.as_str(), i.source.data.as_str()));
-    crate::media::check_message_images(sources).map_err(|error| {
+    tollgate_sessions::media::check_message_images(sources).map_err(|error| {
         let field = error.field();
         match error {
-            crate::media::ImageError::TooLarge { .. } => ApiError {
+            tollgate_sessions::media::ImageError::TooLarge { .. } => ApiError {
                 field: Some(field),
                 ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::ImageTooLarge, error.to_string())
             },
@@ -652,38 +649,7 @@ async fn decide(
         },
         granted: None,
     };
-    // Who may decide: the caller's role, the tool's approver groups (stored with the interrupt
-    // when it opened: this process may not load the agent; an approval deadline's escalation
-    // replaces them) and who started the session. The decision is stored only if no escalation
-    // came between this check and it; after one, the check runs again on the new approvers.
-    let mut checked_again = false;
-    let receipt = loop {
-        let mut escalated_at = None;
-        if let Some(open) = state.store.interrupt(&id, &interrupt_id).await? {
-            let asked = types::ApprovalRequest::parse(open.request.get()).ok();
-            let tool = asked.as_ref().map_or("", |a| a.tool_name.as_str());
-            let approvers = asked.as_ref().map(|a| a.approvers.clone()).unwrap_or_default();
-            let starter = state.store.audit().started_by(&id).await?;
-            state.auth.rules().may_decide(&caller, &id, starter.as_deref(), tool, &approvers)?;
-            escalated_at = open.escalated_at;
-        }
-        let decided = sessions::resolve_as_of(
-            state.store.as_ref(),
-            &id,
-            &interrupt_id,
-            &decision,
-            key.as_deref(),
-            &caller.name,
-            escalated_at,
-        )
-        .await;
-        match decided {
-            Err(ClientError::Store(StoreError::InterruptEscalated { .. })) if !checked_again => {
-                checked_again = true;
-            }
-            other => break other?,
-        }
-    };
+    let receipt = state.sessions().decide(&caller, &id, &interrupt_id, &decision, key.as_deref()).await?;
     let answer = DecisionReceipt {
         approved: decision.approved,
         interrupt_id,
@@ -724,12 +690,7 @@ async fn cancel(
     if !body.is_empty() {
         parse::<types::CancelTurn>(&body)?;
     }
-    if state.store.session(&id).await?.is_none() {
-        return Err(ApiError::no_session(&id));
-    }
-    let starter = state.store.audit().started_by(&id).await?;
-    state.auth.rules().may_cancel(&caller, &id, starter.as_deref())?;
-    let receipt = sessions::cancel(state.store.as_ref(), &id, &caller.name).await?;
+    let receipt = state.sessions().cancel(&caller, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(receipt)).into_response())
 }
 
@@ -755,21 +716,7 @@ async fn revoke_grant(
 ) -> ApiResult {
     let [id, tool] = path_ids(path, ["id", "tool"])?;
     Params::parse(query.as_deref(), &[])?;
-    // Who may revoke: who may decide the tool (its approver groups, stored with the granting
-    // interrupts); revoking is no approval, so separation of duties does not apply.
-    let snapshot =
-        sessions::snapshot(state.store.as_ref(), &id).await?.ok_or_else(|| ApiError::no_session(&id))?;
-    let mut approvers: Vec<String> = Vec::new();
-    for listed in snapshot.grants.iter().filter(|g| g.revoked.is_none() && g.grant.tool_name == tool) {
-        if let Some(open) = state.store.interrupt(&id, &listed.grant.decision_id).await? {
-            let asked = types::ApprovalRequest::parse(open.request.get()).ok();
-            approvers.extend(asked.map(|a| a.approvers).unwrap_or_default());
-        }
-    }
-    approvers.sort();
-    approvers.dedup();
-    state.auth.rules().may_decide(&caller, &id, None, &tool, &approvers)?;
-    let receipt = sessions::revoke_grant(state.store.as_ref(), &id, &tool, &caller.name).await?;
+    let receipt = state.sessions().revoke_grant(&caller, &id, &tool).await?;
     Ok(Json(receipt).into_response())
 }
 
@@ -799,22 +746,7 @@ async fn check_call(
     let [id, call] = path_ids(path, ["id", "call"])?;
     Params::parse(query.as_deref(), &[])?;
     let request: CheckRequest = if body.is_empty() { CheckRequest::default() } else { parse(&body)? };
-    // A session of an agent the caller may not see does not exist for it, nor do its calls.
-    if visible_sessions(&state, &caller, [id.clone()]).await?.is_empty() {
-        return Err(ApiError::no_session(&id));
-    }
-    if state.store.session(&id).await?.is_none() {
-        return Err(ApiError::no_session(&id));
-    }
-    let Some(record) = state.store.tool_call(&id, &call).await? else {
-        return Err(StoreError::ToolCallNotFound { session_id: id, tool_call_id: call }.into());
-    };
-    let tool = CallEntry::parse(record.record.get()).map_err(ClientError::BadInput)?.tool_name;
-    // Who may check: an approver or admin of the session's agent; a check is no approval, so
-    // separation of duties does not apply.
-    state.auth.rules().may_decide(&caller, &id, None, &tool, &[])?;
-    let note = request.note.filter(|n| !n.trim().is_empty());
-    let receipt = sessions::mark_checked(state.store.as_ref(), &id, &call, &caller.name, note).await?;
+    let receipt = state.sessions().check(&caller, &id, &call, request.note).await?;
     Ok(Json(receipt).into_response())
 }
 
@@ -837,9 +769,7 @@ async fn list_attention(
 ) -> ApiResult {
     let params = Params::parse(query.as_deref(), &["limit"])?;
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
-    let calls = sessions::attention(state.store.as_ref(), limit).await?;
-    let visible = visible_sessions(&state, &caller, calls.iter().map(|c| c.session_id.clone())).await?;
-    let calls = calls.into_iter().filter(|c| visible.contains(&c.session_id)).collect();
+    let calls = state.sessions().attention(&caller, limit).await?;
     Ok(Json(AttentionList { calls }).into_response())
 }
 
@@ -858,19 +788,16 @@ async fn list_attention(
 )]
 async fn get_session(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<Vec<String>>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> ApiResult {
     let [id] = path_ids(path, ["id"])?;
     Params::parse(query.as_deref(), &[])?;
-    match sessions::snapshot(state.store.as_ref(), &id).await? {
-        Some(mut snapshot) => {
-            let unclaimed = state.store.unclaimed_steps(state.unclaimable_after, Some(&id)).await?;
-            snapshot.unclaimable_since = unclaimed.iter().map(|u| u.oldest_due_at).min();
-            Ok(Json::<Snapshot>(snapshot).into_response())
-        }
-        None => Err(ApiError::no_session(&id)),
-    }
+    let mut snapshot = state.sessions().snapshot(&caller, &id).await?;
+    let unclaimed = state.store.unclaimed_steps(state.unclaimable_after, Some(&id)).await?;
+    snapshot.unclaimable_since = unclaimed.iter().map(|u| u.oldest_due_at).min();
+    Ok(Json::<Snapshot>(snapshot).into_response())
 }
 
 /// `GET /v1/sessions`.
@@ -965,7 +892,7 @@ async fn upgrade_session(
     let [id] = path_ids(path, ["id"])?;
     Params::parse(query.as_deref(), &[])?;
     let request: UpgradeSession = parse(&body)?;
-    let receipt = sessions::upgrade(state.store.as_ref(), &id, &request.to).await?;
+    let receipt = tollgate_sessions::writes::upgrade(state.store.as_ref(), &id, &request.to).await?;
     Ok(Json(Upgraded {
         from: receipt.from.as_ref().map(|a| a.digest.clone()),
         from_pinned: receipt.from.as_ref().is_some_and(|a| a.pinned),
@@ -998,9 +925,9 @@ async fn upgrade_all(
 ) -> ApiResult {
     Params::parse(query.as_deref(), &[])?;
     let request: UpgradeAll = parse(&body)?;
-    sessions::check_digest("to", &request.to).map_err(ClientError::from)?;
+    tollgate_sessions::agents::check_digest("to", &request.to).map_err(ClientError::from)?;
     if let Some(from) = &request.from {
-        sessions::check_digest("from", from).map_err(ClientError::from)?;
+        tollgate_sessions::agents::check_digest("from", from).map_err(ClientError::from)?;
     }
     // Only the sessions of the agents that loaded `to` can move there.
     let known = state.store.agents().known_agents().await?;
@@ -1071,9 +998,9 @@ async fn list_interrupts(
     let page = state.store.open_interrupts(after.as_ref(), limit).await?;
     let next_after =
         (page.len() as i64 == limit).then(|| page.last().map(interrupt_cursor::encode)).flatten();
-    let only = agent.map(|agent| crate::auth::Caller {
+    let only = agent.map(|agent| tollgate_sessions::rights::Caller {
         agents: Some([agent.to_owned()].into()),
-        ..crate::auth::Caller::sole_admin("filter")
+        ..tollgate_sessions::rights::Caller::sole_admin("filter")
     });
     let mut visible = visible_sessions(&state, &caller, page.iter().map(|o| o.session_id.clone())).await?;
     if let Some(only) = &only {
@@ -1138,19 +1065,11 @@ fn pending_interrupt(open: tollgate_store::Interrupt) -> Result<PendingInterrupt
         summary: request.summary.clone(),
         review: request.review.clone(),
         approvals_required: request.approvals_required,
-        approvals: approvals_so_far(&open.approvals),
+        approvals: tollgate_sessions::reads::approvals_so_far(&open.approvals),
         request,
         deadline_at: open.deadline_at,
         escalated_at: open.escalated_at,
     })
-}
-
-/// The approvals an interrupt counted so far, as the API shows them.
-pub(crate) fn approvals_so_far(approvals: &[tollgate_store::Approval]) -> Vec<types::ApprovalSoFar> {
-    approvals
-        .iter()
-        .map(|a| types::ApprovalSoFar { principal: a.principal.clone(), approved_at: a.approved_at })
-        .collect()
 }
 
 /// `GET /v1/agents`.
@@ -1276,8 +1195,11 @@ async fn list_audit(
     let next_after =
         (entries.len() as i64 == query.limit).then(|| entries.last().map(|e| e.audit_id)).flatten();
     let visible = visible_sessions(&state, &caller, entries.iter().map(|e| e.session_id.clone())).await?;
-    let entries =
-        entries.into_iter().filter(|e| visible.contains(&e.session_id)).map(sessions::audit_record).collect();
+    let entries = entries
+        .into_iter()
+        .filter(|e| visible.contains(&e.session_id))
+        .map(tollgate_sessions::reads::audit_record)
+        .collect();
     Ok(Json(AuditPage { entries, next_after }).into_response())
 }
 
@@ -1360,7 +1282,7 @@ async fn healthz(State(state): State<ApiState>) -> Response {
     )
 )]
 async fn metrics(State(state): State<ApiState>) -> Response {
-    let figures = crate::metrics::StoreFigures {
+    let figures = tollgate_process::metrics::StoreFigures {
         open_interrupts: state.store.count_open_interrupts().await.ok(),
         open_interrupts_by_agent: state.store.open_interrupts_by_agent().await.ok(),
         unclaimable: state.store.unclaimed_steps(state.unclaimable_after, None).await.ok(),
@@ -1426,7 +1348,7 @@ mod tests {
 
     #[test]
     fn each_route_is_the_action_its_role_check_needs() {
-        use crate::auth::Action;
+        use tollgate_sessions::rights::Action;
         let post = axum::http::Method::POST;
         let get = axum::http::Method::GET;
         assert_eq!(action_of(&post, "/v1/sessions"), Action::Write);

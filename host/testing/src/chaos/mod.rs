@@ -43,7 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use sqlx::Row;
-use tollgate::client::{ApiClient, CallError};
+use tollgate_api_types::client::{ApiClient, CallError};
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::Payments;
 use tollgate_store::testing::PgCluster;
@@ -951,12 +951,13 @@ mod tests {
     // its `#[test]` functions, and a glob import would be unused there.
     #[test]
     fn a_worker_claim_line_parses_to_its_step_fence_and_time() {
-        let line = "2026-12-02T22:10:00.123456Z DEBUG tollgate::worker: claimed step=5 kind=RunModel session=chaos-1 attempt=2";
+        let line = "2026-12-02T22:10:00.123456Z DEBUG tollgate_worker::worker: claimed step=5 kind=RunModel session=chaos-1 attempt=2";
         let claim = super::parse_claim(line, "w0").expect("a claim");
         assert_eq!((claim.step_id, claim.fence), (5, 2));
         assert_eq!(claim.at_us, 1_796_249_400_123_456);
         assert!(
-            super::parse_claim("2026-12-02T22:10:00Z  INFO tollgate::worker: worker started", "w0").is_none()
+            super::parse_claim("2026-12-02T22:10:00Z  INFO tollgate_worker::worker: worker started", "w0")
+                .is_none()
         );
     }
 

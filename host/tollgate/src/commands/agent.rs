@@ -1,5 +1,5 @@
 //! `tollgate agent lock DIR [--check]`: pins an agent's files in `DIR/tollgate.lock`, or checks
-//! that they still match it. See [`crate::bundle`] for what the bundle is and the lock's format.
+//! that they still match it. See [`tollgate_worker::bundle`] for what the bundle is and the lock's format.
 //!
 //! `tollgate agent push|list|show|promote|rollback`: agents' versions in the store (see
 //! [`tollgate_store::versions`]): a folder pushed as the next version (locked first when it has no
@@ -13,8 +13,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 
-use crate::agent::{Agent, LockUse};
-use crate::bundle::{Bundle, Lock};
+use tollgate_worker::agent::{Agent, LockUse};
+use tollgate_worker::bundle::{Bundle, Lock};
 
 /// Options of `tollgate agent`.
 #[derive(Debug, Args)]
@@ -114,7 +114,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         AgentCommand::List { store } => list(out, &store).await,
         AgentCommand::Show { name, store } => show(out, &name, &store).await,
         AgentCommand::Promote { spec, share, store } => {
-            let (name, version) = crate::pull::parse_spec(&spec)?;
+            let (name, version) = tollgate_worker::pull::parse_spec(&spec)?;
             let version =
                 version.with_context(|| format!("{spec:?}: promote names a version, `{name}@K`"))?;
             let done = store.open().await?.versions().promote(name, version, share).await?;
@@ -149,7 +149,7 @@ async fn push(
         anyhow::bail!("the agent directory {} does not exist", dir.display());
     }
     let canonical = dir.canonicalize().with_context(|| dir.display().to_string())?;
-    if crate::bundle::Lock::read(&canonical)?.is_none() {
+    if tollgate_worker::bundle::Lock::read(&canonical)?.is_none() {
         let mut sink = Vec::new();
         lock(&mut sink, &canonical, false, false).await.context("nothing was pushed")?;
         writeln!(out, "locked {} first", canonical.display())?;
@@ -171,7 +171,7 @@ async fn push(
         None => agent.name().to_owned(),
     };
     let store = store.open().await?;
-    let pushed = crate::pull::push(store.as_ref(), &canonical, &name, agent.digest(), by).await?;
+    let pushed = tollgate_worker::pull::push(store.as_ref(), &canonical, &name, agent.digest(), by).await?;
     let current = if pushed.current { ", current" } else { "" };
     if pushed.created {
         writeln!(out, "pushed {name}@{} ({}){current}", pushed.version, agent.digest())?;
@@ -215,7 +215,7 @@ async fn show(out: &mut impl Write, name: &str, store: &StoreArg) -> anyhow::Res
         "VERSION", "CURRENT", "SESSIONS", "PUSHED BY", "PUSHED AT"
     )?;
     for v in &versions {
-        let at = crate::webhooks::rfc3339_ms(v.pushed_at);
+        let at = tollgate_api::webhooks::rfc3339_ms(v.pushed_at);
         let current = match (v.current, v.canary_share) {
             (true, _) => "yes".to_owned(),
             (false, Some(share)) => format!("{share}%"),
@@ -244,8 +244,9 @@ async fn lock(
     }
     let canonical = dir.canonicalize().with_context(|| dir.display().to_string())?;
     if check {
-        let lock = Lock::read(&canonical)?
-            .with_context(|| format!("{} has no {}", canonical.display(), crate::bundle::LOCK_FILE))?;
+        let lock = Lock::read(&canonical)?.with_context(|| {
+            format!("{} has no {}", canonical.display(), tollgate_worker::bundle::LOCK_FILE)
+        })?;
         let bundle = Bundle::read(&canonical)?;
         return match lock.verify(&bundle) {
             Ok(()) => {

@@ -1,6 +1,6 @@
 //! `tollgate approvals list|approve|reject`: the approvals inbox through the HTTP API.
 //!
-//! It owns what these commands print; the calls are [`crate::client`]'s and the connection
+//! It owns what these commands print; the calls are [`tollgate_api_types::client`]'s and the connection
 //! options are [`super::session::ClientArgs`].
 
 use std::io::Write;
@@ -133,8 +133,14 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
             }
         }
         ApprovalsCommand::Audit { session, principal, since, until, after, limit } => {
-            let query =
-                crate::api::types::AuditQuery { session_id: session, principal, since, until, after, limit };
+            let query = tollgate_api::api::types::AuditQuery {
+                session_id: session,
+                principal,
+                since,
+                until,
+                after,
+                limit,
+            };
             let page = client.audit(&query).await?;
             if args.client.json {
                 return print_json(out, &page);
@@ -155,7 +161,7 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
                 .transpose()
                 .map_err(|e| anyhow::anyhow!("--input is not JSON: {e}"))?;
             if for_session {
-                let scope = crate::api::types::DecideScope::Session;
+                let scope = tollgate_api::api::types::DecideScope::Session;
                 let receipt =
                     client.decide_in_scope(&session, &interrupt, true, None, input.as_ref(), scope).await?;
                 if args.client.json {
@@ -192,7 +198,7 @@ pub async fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
 /// Approves or rejects one interrupt and says what happened.
 async fn decide(
     out: &mut impl Write,
-    client: &crate::client::ApiClient,
+    client: &tollgate_api_types::client::ApiClient,
     flags: &ClientArgs,
     (session, interrupt): (&str, &str),
     (approved, message, input): (bool, Option<&str>, Option<&serde_json::Value>),

@@ -1,5 +1,5 @@
 //! `tollgate auth add NAME --role ROLE [--group G] --auth FILE`: adds a principal to an auth file
-//! (see [`crate::auth`]). It makes a random token, prints it once on stdout, and appends the
+//! (see [`tollgate_api::auth`]). It makes a random token, prints it once on stdout, and appends the
 //! principal with the token's sha256 only; the file is created `0600` when missing.
 //!
 //! The file is only ever appended to: every byte already there (comments, order, other
@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::auth::{self, Principals, Role};
+use tollgate_api::auth::{self, Principals};
+use tollgate_sessions::rights::Role;
 
 /// Options of `tollgate auth`.
 #[derive(Debug, Args)]

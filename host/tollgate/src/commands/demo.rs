@@ -26,9 +26,9 @@ use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::{Payments, Received};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 
-use crate::agent::Agent;
-use crate::sessions::{self, ServingAgent};
-use crate::worker::{Worker, WorkerConfig};
+use tollgate_sessions::agents::ServingAgent;
+use tollgate_worker::agent::Agent;
+use tollgate_worker::worker::{Worker, WorkerConfig};
 
 /// What the demo says.
 pub const PROMPT: &str = "Refund order 7";
@@ -71,7 +71,10 @@ pub struct Prepared {
 pub fn prepare() -> anyhow::Result<Prepared> {
     // Any credential the model proxy swaps in (an API key, an auth token, a subscription's OAuth
     // token) means Claude.
-    let offline = matches!(crate::proxy::Upstream::from_env().credential, crate::proxy::Credential::None);
+    let offline = matches!(
+        tollgate_worker::proxy::Upstream::from_env().credential,
+        tollgate_worker::proxy::Credential::None
+    );
     let mock_port = if offline {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // SAFETY: called from `main` before the runtime and any other thread exist.
@@ -164,8 +167,14 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
     println!("Store: {db}\n");
 
     let session = format!("demo-{}", std::process::id());
-    sessions::start_by(store.as_ref(), &session, (&serving).into(), tollgate_api::auth::LOCAL).await?;
-    sessions::send(store.as_ref(), &session, PROMPT, Some("demo-prompt")).await?;
+    tollgate_sessions::writes::start_by(
+        store.as_ref(),
+        &session,
+        (&serving).into(),
+        tollgate_sessions::rights::LOCAL,
+    )
+    .await?;
+    tollgate_sessions::writes::send(store.as_ref(), &session, PROMPT, Some("demo-prompt")).await?;
     println!("user> {PROMPT}");
 
     let started = Instant::now();
@@ -223,8 +232,14 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                         updated_input: None,
                         ..Default::default()
                     };
-                    sessions::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval"))
-                        .await?;
+                    tollgate_sessions::writes::resolve(
+                        store.as_ref(),
+                        &session,
+                        &id,
+                        &decision,
+                        Some("demo-approval"),
+                    )
+                    .await?;
                 }
                 Payload::ToolCallStarted(call) => println!(
                     "  -> {} runs once, in its own durable step (attempt {})",
@@ -248,8 +263,9 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
     }
     let _ = stop_tx.send(true);
     let completed = outcome?;
-    let snapshot =
-        sessions::snapshot(store.as_ref(), &session).await?.context("the demo session vanished")?;
+    let snapshot = tollgate_sessions::reads::snapshot(store.as_ref(), &session)
+        .await?
+        .context("the demo session vanished")?;
     if completed {
         let answer = snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.as_str());
         println!("\nFinal answer:\n{}\n", answer.unwrap_or("(none)"));

@@ -198,8 +198,8 @@ async fn keep_running_sessions(
     model: &[(String, String)],
     kept: &mut Kept,
 ) -> anyhow::Result<Option<String>> {
-    use crate::agent::{Agent, LockUse};
-    use crate::bundle::{Bundle, Lock};
+    use tollgate_worker::agent::{Agent, LockUse};
+    use tollgate_worker::bundle::{Bundle, Lock};
     let mut running = Vec::new();
     for status in ["running", "awaiting_approval"] {
         running.extend(store.list_sessions(Some(status), "", 10_000).await?);
@@ -236,7 +236,7 @@ async fn keep_running_sessions(
     let locked = Bundle::read(&snapshot)?;
     Lock::of(&locked).write(&snapshot)?;
     let digest = locked.digest.clone();
-    let pushed = crate::pull::push(store, &snapshot, &name, &digest, "tollgate:dev").await?;
+    let pushed = tollgate_worker::pull::push(store, &snapshot, &name, &digest, "tollgate:dev").await?;
     let mut worker = tokio::process::Command::new(std::env::current_exe().context("this program's path")?);
     worker
         .args(["worker", "--agent-name", &format!("{name}@{}", pushed.version), "--db", db])
@@ -296,7 +296,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     }
     build(&args.agent, &mut out).await?;
     // The model: Claude when a credential is set, else the scripted mock on loopback.
-    let offline = matches!(crate::proxy::Upstream::from_env().credential, crate::proxy::Credential::None);
+    let offline = matches!(
+        tollgate_worker::proxy::Upstream::from_env().credential,
+        tollgate_worker::proxy::Credential::None
+    );
     let (_mock, model) = if offline {
         let mock = MockModel::start().await.context("starting the mock model")?;
         let env = vec![

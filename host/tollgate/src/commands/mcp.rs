@@ -14,9 +14,10 @@ use clap::Args;
 
 use super::worker::{WorkerArgs, build};
 use tollgate_api::api::ApiState;
-use tollgate_api::auth::{Auth, Caller, Role};
+use tollgate_api::auth::Auth;
 use tollgate_api::mcp::AgentServer;
-use tollgate_api::sessions::ServingAgent;
+use tollgate_sessions::agents::ServingAgent;
+use tollgate_sessions::rights::{Caller, Role};
 
 /// Options of `tollgate mcp`.
 #[derive(Debug, Args)]
@@ -46,7 +47,7 @@ pub async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         sandbox: Some(worker.sandbox().name()),
         unclaimable_after: std::time::Duration::from_secs(60),
         limits: Default::default(),
-        mcp_reads: Some(Arc::new(crate::worker::mcp_calls::SandboxReads::new(agent.clone()))),
+        mcp_reads: Some(Arc::new(tollgate_worker::worker::mcp_calls::SandboxReads::new(agent.clone()))),
     };
     let caller = Caller {
         name: args.principal.clone(),
@@ -66,7 +67,7 @@ pub async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                 .await
         }
     });
-    let signals = tollgate_api::process::StopSignals::listen();
+    let signals = tollgate_process::setup::StopSignals::listen();
     let served = AgentServer::local(state, caller, agent.name()).serve_stdio(signals.nth(1)).await;
     let _ = stop_tx.send(true);
     served.map_err(|why| anyhow::anyhow!("the MCP server on stdio stopped: {why}"))?;

@@ -11,10 +11,10 @@ use clap::Args;
 pub use tollgate_api::serve::{ApiArgs, HttpArgs, api};
 
 use super::worker::{WorkerArgs, build};
-use crate::api::{ApiState, router};
-use crate::metrics::Metrics;
-use tollgate_api::process::StopSignals;
-use tollgate_api::sessions::ServingAgent;
+use tollgate_api::api::{ApiState, router};
+use tollgate_process::metrics::Metrics;
+use tollgate_process::setup::StopSignals;
+use tollgate_sessions::agents::ServingAgent;
 
 /// Options of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -38,7 +38,7 @@ pub struct ServeArgs {
 /// The store failed, or the folder changed since it was loaded.
 async fn push_served(
     store: &dyn tollgate_store::Store,
-    agent: &crate::agent::Agent,
+    agent: &tollgate_worker::agent::Agent,
     by: &str,
 ) -> anyhow::Result<String> {
     let name = agent.name();
@@ -48,7 +48,7 @@ async fn push_served(
             agent.dir().display()
         ));
     }
-    let pushed = crate::pull::push(store, agent.dir(), name, agent.digest(), by).await?;
+    let pushed = tollgate_worker::pull::push(store, agent.dir(), name, agent.digest(), by).await?;
     Ok(match (pushed.created, pushed.current) {
         (false, _) => format!("agent {name}@{} is this folder already; nothing was pushed", pushed.version),
         (true, true) => format!("pushed {name}@{} ({}), current", pushed.version, agent.digest()),
@@ -199,7 +199,7 @@ fn check_high_risk_approvers(
 }
 
 /// `digest sha256:… (locked)` or `(unlocked)`, for start-up lines.
-pub fn agent_note(agent: &crate::agent::Agent) -> String {
+pub fn agent_note(agent: &tollgate_worker::agent::Agent) -> String {
     let how = if agent.is_locked() { "locked" } else { "unlocked: tools/ is read at every step" };
     format!("digest {} ({how})", agent.digest())
 }

@@ -2,7 +2,7 @@
 //! person (or as JSON with `--json`).
 //!
 //! It owns what these commands print and how `watch` follows a stream (reconnecting with
-//! `Last-Event-ID`, stopping with `--until-idle` or `--until-waiting`); the calls themselves are [`crate::client`]'s.
+//! `Last-Event-ID`, stopping with `--until-idle` or `--until-waiting`); the calls themselves are [`tollgate_api_types::client`]'s.
 //! [`ClientArgs`] (`--url`, `--token`/`--token-file`, `--ca-cert`, `--json`) is shared with `tollgate approvals`.
 
 use std::collections::HashMap;
@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use tollgate_engine::events::{DecisionRecorded, EventKind, InterruptOpened};
 
-use crate::api::types::{CreateSession, ImageBlock, Snapshot, StreamEvent};
-use crate::client::{ApiClient, CallError};
+use tollgate_api::api::types::{CreateSession, ImageBlock, Snapshot, StreamEvent};
+use tollgate_api_types::client::{ApiClient, CallError};
 
 /// The API's address when neither `--url` nor `TOLLGATE_URL` is given.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
@@ -458,19 +458,19 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
 }
 
 /// One line per audit row: `<time> <principal> approved|rejected|escalated|expired|revoked|cancelled <tool> <interrupt> [input] [: reason]` (a cancel's `<interrupt>` is its turn, its tool `-`).
-pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<String> {
+pub fn decision_lines(decisions: &[tollgate_api::api::types::AuditRecord]) -> Vec<String> {
     decisions
         .iter()
         .map(|d| {
             let decision = match d.decision {
-                crate::api::types::AuditDecision::Approved => "approved",
-                crate::api::types::AuditDecision::Rejected => "rejected",
-                crate::api::types::AuditDecision::Escalated => "escalated",
-                crate::api::types::AuditDecision::Expired => "expired",
-                crate::api::types::AuditDecision::Revoked => "revoked",
-                crate::api::types::AuditDecision::Cancelled => "cancelled",
-                crate::api::types::AuditDecision::PartiallyApproved => "partially approved",
-                crate::api::types::AuditDecision::Checked => "checked",
+                tollgate_api::api::types::AuditDecision::Approved => "approved",
+                tollgate_api::api::types::AuditDecision::Rejected => "rejected",
+                tollgate_api::api::types::AuditDecision::Escalated => "escalated",
+                tollgate_api::api::types::AuditDecision::Expired => "expired",
+                tollgate_api::api::types::AuditDecision::Revoked => "revoked",
+                tollgate_api::api::types::AuditDecision::Cancelled => "cancelled",
+                tollgate_api::api::types::AuditDecision::PartiallyApproved => "partially approved",
+                tollgate_api::api::types::AuditDecision::Checked => "checked",
             };
             let input = d.input.as_ref().map(|i| format!(" {}", clip(&compact(i), 60))).unwrap_or_default();
             let edited = d
@@ -481,7 +481,7 @@ pub fn decision_lines(decisions: &[crate::api::types::AuditRecord]) -> Vec<Strin
             let reason = d.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
             format!(
                 "{} {} {decision} {} {}{input}{edited}{reason}",
-                crate::webhooks::rfc3339_ms(d.decided_at),
+                tollgate_api::webhooks::rfc3339_ms(d.decided_at),
                 d.principal,
                 d.tool_name.as_deref().unwrap_or("-"),
                 d.interrupt_id,

@@ -17,9 +17,9 @@ use tollgate_sandbox::{
     CacheOutcome, DeferredExecution, Manifests, OptionsContext, Sandbox, SandboxConfig, ToolInfo, ToolSet,
 };
 
-use crate::agent::{check_policy_names, default_effect_tools};
-use crate::config::AgentConfig;
 use tollgate_engine::policy::Policies;
+use tollgate_worker::agent::{check_policy_names, default_effect_tools};
+use tollgate_worker::config::AgentConfig;
 
 /// `tollgate tools …`
 #[derive(Debug, Args)]

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tollgate_api::process::StopSignals;
 use tollgate_claude::{CliBinary, CliLocator};
+use tollgate_process::setup::StopSignals;
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 
-use crate::agent::Agent;
-use crate::worker::{Worker, WorkerConfig};
+use tollgate_worker::agent::Agent;
+use tollgate_worker::worker::{Worker, WorkerConfig};
 
 /// Options of `tollgate worker`.
 #[derive(Debug, Args)]
@@ -77,10 +77,10 @@ pub struct WorkerArgs {
     /// Pre-started CLIs kept waiting for the next segment: after a new session's segment, one for
     /// the next new session; after a call deferred to a tool step, one for the resume. Each costs
     /// an idle CLI's memory (~200+ MB) until used or expired; 0 starts none.
-    #[arg(long, env = "TOLLGATE_WARM_CLIS", default_value_t = crate::worker::DEFAULT_WARM_CLIS)]
+    #[arg(long, env = "TOLLGATE_WARM_CLIS", default_value_t = tollgate_worker::worker::DEFAULT_WARM_CLIS)]
     pub warm_clis: usize,
     /// How long a pre-started CLI waits for a segment before it is killed, in seconds.
-    #[arg(long, env = "TOLLGATE_WARM_CLI_TTL_SECS", default_value_t = crate::worker::DEFAULT_WARM_CLI_TTL.as_secs_f64())]
+    #[arg(long, env = "TOLLGATE_WARM_CLI_TTL_SECS", default_value_t = tollgate_worker::worker::DEFAULT_WARM_CLI_TTL.as_secs_f64())]
     pub warm_cli_ttl_secs: f64,
     /// The box the agent's CLI runs in.
     #[command(flatten)]
@@ -126,8 +126,8 @@ impl SandboxArgs {
     ///
     /// # Errors
     /// A bad `--sandbox-user`, or no box can be made (what is missing and how to fix it).
-    pub fn mode(&self) -> anyhow::Result<crate::worker::SandboxMode> {
-        use crate::worker::{BoxSettings, SandboxMode};
+    pub fn mode(&self) -> anyhow::Result<tollgate_worker::worker::SandboxMode> {
+        use tollgate_worker::worker::{BoxSettings, SandboxMode};
         if self.sandbox == SandboxKind::None {
             tracing::warn!(
                 "--sandbox none: the agent's CLI and every command it runs are not boxed; they can read this \
@@ -205,7 +205,7 @@ pub async fn build(args: &WorkerArgs) -> anyhow::Result<(Worker, Arc<dyn tollgat
 /// A bad option, an agent that does not load or is not in the store, the store or the CLI not
 /// found.
 pub async fn build_all(args: &WorkerArgs) -> anyhow::Result<(Vec<Worker>, Arc<dyn tollgate_store::Store>)> {
-    crate::proxy::Upstream::from_env().check()?;
+    tollgate_worker::proxy::Upstream::from_env().check()?;
     let lease = secs("lease-secs", args.lease_secs)?;
     let heartbeat = secs("heartbeat-secs", args.heartbeat_secs)?;
     if heartbeat >= lease {
@@ -236,7 +236,7 @@ pub async fn build_all(args: &WorkerArgs) -> anyhow::Result<(Vec<Worker>, Arc<dy
             let cache = args.bundle_cache.clone().unwrap_or_else(default_bundle_cache);
             let mut agents: Vec<Agent> = Vec::new();
             for spec in specs {
-                let pulled = crate::pull::pull(store.as_ref(), spec, &cache).await?;
+                let pulled = tollgate_worker::pull::pull(store.as_ref(), spec, &cache).await?;
                 tracing::info!(agent = %pulled.version.name, version = pulled.version.version,
                     digest = %pulled.version.digest, folder = %pulled.dir.display(), fetched = pulled.fetched,
                     "pulled the agent from the store");
@@ -252,11 +252,12 @@ pub async fn build_all(args: &WorkerArgs) -> anyhow::Result<(Vec<Worker>, Arc<dy
         }
         (None, _) => anyhow::bail!("name the agent: --agent DIR or --agent-name NAME"),
     };
-    let workspace_root = args.workspace_root.clone().unwrap_or_else(crate::worker::default_workspace_root);
+    let workspace_root =
+        args.workspace_root.clone().unwrap_or_else(tollgate_worker::worker::default_workspace_root);
     let sqlite_file =
         url.strip_prefix("sqlite://").map(|rest| PathBuf::from(rest.split('?').next().unwrap_or(rest)));
     for agent in &agents {
-        crate::worker::workspace::check_root(&workspace_root, agent.dir(), sqlite_file.as_deref())
+        tollgate_worker::worker::workspace::check_root(&workspace_root, agent.dir(), sqlite_file.as_deref())
             .map_err(anyhow::Error::msg)?;
     }
     let locator = CliLocator { configured: args.claude.clone(), ..CliLocator::default() };

@@ -384,7 +384,7 @@ async fn assert_labelled(browser: &Browser) {
 }
 
 /// The stream's first event (30 s at most).
-async fn first_event(stream: &mut crate::world::ApiEvents) -> tollgate::client::SseEvent {
+async fn first_event(stream: &mut crate::world::ApiEvents) -> tollgate_api_types::client::SseEvent {
     tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             let mut events = stream.next().await.expect("the stream is open");

@@ -121,7 +121,8 @@ async fn a_subagents_read_runs_its_write_is_refused_and_its_transcript_and_calls
     assert_eq!(roles, ["user", "subagent", "assistant"], "{done:#?}");
     let subagent = &done.messages[1].text;
     assert!(subagent.starts_with("general-purpose: refund order 7\n\ncall lookup_order"), "{subagent}");
-    let items = tollgate::sessions::read_all_items(world.store.as_ref(), "features-subagent").await.unwrap();
+    let items =
+        tollgate_sessions::reads::read_all_items(world.store.as_ref(), "features-subagent").await.unwrap();
     assert_eq!(items.iter().filter(|i| i.kind == "subagent").count(), 1);
     let stored = world.store.read_transcript("features-subagent").await.unwrap().chunks.concat();
     assert!(!stored.contains(r#""isSidechain":true"#), "the resume transcript holds no subagent entry");

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
-use tollgate::api::types::{
+use tollgate_api::api::types::{
     CallState, Created, DeferredRun, ErrorBody, ErrorCode, ErrorDetail, MessageReceipt, Snapshot, ToolCall,
     ToolKind, Usage,
 };
@@ -221,7 +221,7 @@ async fn a_refund_approved_over_http_runs_once_and_the_event_stream_shows_each_s
     let openapi = api(http.get(format!("{url}/openapi.json"))).await;
     assert_eq!(openapi.status, 200);
     assert!(openapi.body["paths"]["/v1/sessions"].is_object(), "{}", openapi.text);
-    assert_eq!(openapi.text, tollgate::api::openapi::document(), "it serves the generated document");
+    assert_eq!(openapi.text, tollgate_api::api::openapi::document(), "it serves the generated document");
     // An open stream keeps SIGTERM waiting (see `sigterm_stops_the_server_while_an_event_stream_is_open`).
     streaming.abort();
     let _ = streaming.await;

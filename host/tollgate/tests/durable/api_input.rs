@@ -46,7 +46,7 @@ fn refused(answer: &Answer, status: u16, code: &str, field: &str, words: &[&str]
 }
 
 async fn server() -> (Pki, ApiServer, reqwest::Client) {
-    tollgate::tls::install_crypto_provider();
+    tollgate_api_types::tls::install_crypto_provider();
     let pki = Pki::new();
     let server = ApiServer::start(&pki.dir.path().join("api.db"), &["--insecure-open"], &[])
         .await

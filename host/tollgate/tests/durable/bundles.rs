@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sha2::Digest;
-use tollgate::sessions;
 use tollgate_store::testing::PgCluster;
 use tollgate_store::{AgentDigest, StepState};
 
@@ -82,7 +81,7 @@ async fn a_locked_agent_refuses_a_swapped_missing_or_unlisted_file_naming_it_and
 
     // A session for this bundle waits in the store while the bundle is tampered with.
     let pinned = AgentDigest { digest: digest.clone(), pinned: true };
-    sessions::start_under(world.store.as_ref(), "s", Some(pinned)).await.unwrap();
+    tollgate_sessions::writes::start_under(world.store.as_ref(), "s", Some(pinned)).await.unwrap();
     world.send("s", "say hello").await;
 
     let payments = agent.join("tools/payments.wasm");
@@ -152,7 +151,7 @@ async fn workers_of_two_bundles_on_one_postgres_database_each_run_only_their_own
         for i in 0..EACH {
             let id = format!("{prefix}{i}");
             let agent = digest.map(|d| AgentDigest { digest: d.clone(), pinned: true });
-            sessions::start_under(store, &id, agent).await.unwrap();
+            tollgate_sessions::writes::start_under(store, &id, agent).await.unwrap();
             world.send(&id, &format!("say hello {id}")).await;
             all.push(id);
         }

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tollgate::api::types::Snapshot;
+use tollgate_api::api::types::Snapshot;
 
 use crate::served::{Served, stdout_of};
 use crate::webhooks::Receiver;
@@ -164,7 +164,8 @@ async fn a_client_cancels_its_streaming_turn_through_an_api_process_and_the_work
     );
     assert!(done.live_text.is_none() && done.turn_id.is_none(), "{done:#?}");
     assert_eq!(done.last_turn_error, None);
-    let row = done.decisions.iter().find(|d| d.decision == tollgate::api::types::AuditDecision::Cancelled);
+    let row =
+        done.decisions.iter().find(|d| d.decision == tollgate_api::api::types::AuditDecision::Cancelled);
     let row = row.unwrap_or_else(|| panic!("an audit row: {:#?}", done.decisions));
     assert_eq!((row.principal.as_str(), row.interrupt_id.as_str()), ("carl", "turn-1"));
     assert_eq!(
@@ -286,7 +287,7 @@ async fn an_inline_write_keeps_its_record_when_its_turn_is_cancelled_and_runs_on
         r#"call record_credit {"order_id":"7","amount_cents":300} ;; drip 40 25 ;; hold after-write"#;
     world.send("done", committed).await;
     world.mock.wait_for_gate("after-write", Duration::from_secs(90)).await.expect("the final answer");
-    tollgate::sessions::cancel(store, "done", "carl").await.expect("cancel");
+    tollgate_sessions::writes::cancel(store, "done", "carl").await.expect("cancel");
     let done = cancelled(&world, "done", "turn-1").await;
     let credit = &done.tool_calls[0];
     assert_eq!(
@@ -303,7 +304,7 @@ async fn an_inline_write_keeps_its_record_when_its_turn_is_cancelled_and_runs_on
     world.send("s", crate::inline_writes::FLOW).await;
     world.payments.wait_for(2).await;
     assert_eq!(world.snapshot("s").await.tool_calls[0].state.name(), "started");
-    tollgate::sessions::cancel(store, "s", "carl").await.expect("cancel");
+    tollgate_sessions::writes::cancel(store, "s", "carl").await.expect("cancel");
     // The segment ended (its CLI interrupted, or killed after the grace) with the write held.
     let started = Instant::now();
     while w.log_text().matches("segment ran").count() < 2 {
@@ -325,7 +326,7 @@ async fn an_inline_write_keeps_its_record_when_its_turn_is_cancelled_and_runs_on
     world.send("k", crate::inline_writes::FLOW).await;
     world.payments.wait_for(3).await;
     w.kill().await;
-    tollgate::sessions::cancel(store, "k", "carl").await.expect("cancel");
+    tollgate_sessions::writes::cancel(store, "k", "carl").await.expect("cancel");
     world.payments.release();
     let _b = world.worker("b");
     let done = cancelled(&world, "k", "turn-1").await;
@@ -336,7 +337,7 @@ async fn an_inline_write_keeps_its_record_when_its_turn_is_cancelled_and_runs_on
         (finished["status"].as_str(), finished["deferred"].as_bool()),
         (Some("outcome_unknown"), Some(false))
     );
-    tollgate::sessions::send(store, "k", "recall", None).await.expect("send");
+    tollgate_sessions::writes::send(store, "k", "recall", None).await.expect("send");
     let answer = answered(&world, "k", 0).await;
     assert!(
         answer.contains("record_credit")
@@ -384,7 +385,7 @@ async fn on_postgresql_a_cancel_reaches_the_worker_process_during_a_segment_and_
     send(&url, "t0ken", "s", "say hello").await;
     assert_eq!(answered(&world, "s", 0).await, "said: hello");
     let cancels =
-        done.decisions.iter().filter(|d| d.decision == tollgate::api::types::AuditDecision::Cancelled);
+        done.decisions.iter().filter(|d| d.decision == tollgate_api::api::types::AuditDecision::Cancelled);
     assert_eq!(cancels.map(|d| d.interrupt_id.as_str()).collect::<Vec<_>>(), ["turn-1", "turn-2"]);
     served.stop().await;
 }

@@ -39,7 +39,7 @@ fn checker(test: &str, name: &str) -> Option<PathBuf> {
 }
 
 async fn server(pki: &Pki) -> ApiServer {
-    tollgate::tls::install_crypto_provider();
+    tollgate_api_types::tls::install_crypto_provider();
     ApiServer::start(&pki.dir.path().join("api.db"), &[], &[("TOLLGATE_TOKEN", TOKEN)])
         .await
         .expect("tollgate api starts")

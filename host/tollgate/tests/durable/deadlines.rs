@@ -75,7 +75,7 @@ async fn a_deadline_fires_after_its_worker_was_killed(world: World, firers: usiz
     let message = late.body["error"]["message"].as_str().unwrap_or_default().to_owned();
     assert!(
         message.contains(&deadline_at.to_string())
-            && message.contains(&tollgate::webhooks::rfc3339_ms(deadline_at)),
+            && message.contains(&tollgate_api::webhooks::rfc3339_ms(deadline_at)),
         "names the deadline: {message}"
     );
     let after = world.snapshot("s").await;
@@ -92,14 +92,14 @@ async fn a_deadline_fires_after_its_worker_was_killed(world: World, firers: usiz
     let expiry = tollgate_engine::texts::approval_expired(2, &[]);
     assert_eq!(
         done.tool_calls[0].state,
-        tollgate::api::types::CallState::Rejected { message: Some(expiry.clone()) }
+        tollgate_api::api::types::CallState::Rejected { message: Some(expiry.clone()) }
     );
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model saw the rejection");
     assert!(seen.starts_with(&format!("The user rejected this call: {expiry}")), "{seen}");
     assert!(is_error);
     let [decision] = done.decisions.as_slice() else { panic!("one audit row: {:?}", done.decisions) };
     assert_eq!(decision.principal, "tollgate:deadline");
-    assert_eq!(decision.decision, tollgate::api::types::AuditDecision::Expired);
+    assert_eq!(decision.decision, tollgate_api::api::types::AuditDecision::Expired);
     assert_eq!(decision.reason.as_deref(), Some(expiry.as_str()));
     assert!(decision.decided_at >= deadline_at, "fired after its time");
     let events = world.events("s").await;
@@ -221,9 +221,9 @@ async fn an_escalation_changes_who_may_decide_and_is_announced() {
     assert_eq!(world.payments.count(), 1, "the refund ran once");
 
     // The trail: escalated by the deadline, then approved by oncall.
-    let trail: Vec<(String, tollgate::api::types::AuditDecision)> =
+    let trail: Vec<(String, tollgate_api::api::types::AuditDecision)> =
         done.decisions.iter().map(|d| (d.principal.clone(), d.decision)).collect();
-    use tollgate::api::types::AuditDecision::{Approved, Escalated};
+    use tollgate_api::api::types::AuditDecision::{Approved, Escalated};
     assert_eq!(trail, [("tollgate:deadline".to_owned(), Escalated), ("olga".to_owned(), Approved)]);
     let events = world.events("s").await;
     let announced: Vec<Value> = events

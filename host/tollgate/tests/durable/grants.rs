@@ -94,7 +94,7 @@ async fn a_refund_allowed_for_the_session_lets_the_next_refund_run_unasked_until
     let revoked: Vec<_> = listed
         .decisions
         .iter()
-        .filter(|d| d.decision == tollgate::api::types::AuditDecision::Revoked)
+        .filter(|d| d.decision == tollgate_api::api::types::AuditDecision::Revoked)
         .collect();
     let [row] = revoked.as_slice() else { panic!("one revoked row: {:?}", listed.decisions) };
     assert_eq!((row.principal.as_str(), row.interrupt_id.as_str()), (principal.as_str(), first.as_str()));

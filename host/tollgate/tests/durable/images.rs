@@ -7,7 +7,6 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use tollgate::sessions;
 
 use crate::served::{Served, stdout_of};
 use crate::world::{Refund, World, api, root};
@@ -58,7 +57,7 @@ fn images_sent(world: &World, role: &str) -> Vec<String> {
 async fn assert_bytes_stored_once(world: &World, session: &str, bytes: &[u8]) {
     let text = base64::engine::general_purpose::STANDARD.encode(bytes);
     let store = world.store.as_ref();
-    let items = sessions::read_all_items(store, session).await.expect("items");
+    let items = tollgate_sessions::reads::read_all_items(store, session).await.expect("items");
     let holding: Vec<i64> = items.iter().filter(|i| i.body.get().contains(&text)).map(|i| i.seq).collect();
     assert!(holding.is_empty(), "items {holding:?} hold the image's bytes");
     let transcript = store.read_transcript(session).await.expect("transcript");

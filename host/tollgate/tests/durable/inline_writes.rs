@@ -10,7 +10,7 @@ use crate::world::{Refund, World};
 pub(crate) const FLOW: &str =
     r#"call lookup_order {"order_id":"7"} && call record_credit {"order_id":"7","amount_cents":300}"#;
 
-/// The test fault point of `tollgate::worker` (`inline_writes::FAULT_ENV`).
+/// The test fault point of `tollgate_worker::worker` (`inline_writes::FAULT_ENV`).
 const FAULT_ENV: &str = "TOLLGATE_TEST_FAULT";
 
 /// The example agent plus `record_credit` under the default policy of an approval-free
@@ -58,7 +58,7 @@ fn credit_call_ids(world: &World) -> Vec<String> {
         .collect()
 }
 
-fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate_api::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 

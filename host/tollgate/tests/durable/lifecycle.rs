@@ -11,7 +11,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tollgate::sessions;
 use tollgate_store::StepState;
 use tollgate_store::testing::PgCluster;
 use tollgate_testing::alive;
@@ -47,7 +46,7 @@ async fn wait_for_reclaim(world: &World, step_id: i64, fence: i64, since: Instan
     }
 }
 
-fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate_api::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 
@@ -580,7 +579,7 @@ async fn a_session_is_running_from_the_moment_its_turn_is_queued_until_the_last_
     );
     world.mock.wait_for_gate("r1", GATE_WAIT).await.expect("the segment reached the model");
     assert_eq!(world.snapshot("s").await.status, "running", "its first segment runs");
-    sessions::send(world.store.as_ref(), "s", "pause r2 ;; say second", None).await.unwrap();
+    tollgate_sessions::writes::send(world.store.as_ref(), "s", "pause r2 ;; say second", None).await.unwrap();
     world.mock.open_gate("r1");
     world.mock.wait_for_gate("r2", GATE_WAIT).await.expect("the queued turn started");
     let between = world.snapshot("s").await;
@@ -606,7 +605,7 @@ async fn a_session_whose_run_state_cannot_be_read_ends_each_turn_with_an_error_e
         return;
     };
     for session in ["not-json", "wrong-shape", "good"] {
-        sessions::start(world.store.as_ref(), session).await.unwrap();
+        tollgate_sessions::writes::start(world.store.as_ref(), session).await.unwrap();
     }
     let mut conn = raw_sqlite(&world).await;
     sqlx::query("UPDATE sessions SET run_state = '{broken' WHERE session_id = 'not-json'")
@@ -637,7 +636,9 @@ async fn a_session_whose_run_state_cannot_be_read_ends_each_turn_with_an_error_e
     };
     let _a = world.worker("a");
     for session in ["not-json", "wrong-shape", "good"] {
-        sessions::send(world.store.as_ref(), session, "say hi", Some("k1")).await.expect("accepted");
+        tollgate_sessions::writes::send(world.store.as_ref(), session, "say hi", Some("k1"))
+            .await
+            .expect("accepted");
     }
     let good = world.wait_idle_after("good", 1).await;
     assert_eq!(last_answer(&good), "said: hi", "{}", world.diagnostics());
@@ -667,7 +668,9 @@ async fn a_session_whose_run_state_cannot_be_read_ends_each_turn_with_an_error_e
     assert_eq!(readable.run_state.get(), r#"{"version":1,"turn_entries":7}"#);
 
     // Each later message fails its own turn once; nothing loops.
-    sessions::send(world.store.as_ref(), "not-json", "say again", Some("k2")).await.expect("accepted");
+    tollgate_sessions::writes::send(world.store.as_ref(), "not-json", "say again", Some("k2"))
+        .await
+        .expect("accepted");
     let start = Instant::now();
     while world.events("not-json").await.iter().filter(|e| e.kind == "turn_failed").count() < 2 {
         assert!(start.elapsed() < Duration::from_secs(30), "{}", world.diagnostics());

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tollgate::sessions::{self, ClientError};
 use tollgate_engine::session::client::HumanDecision;
+use tollgate_sessions::error::ClientError;
 use tollgate_store::StoreError;
 
 use crate::world::{Refund, World};
@@ -11,15 +11,15 @@ use crate::world::{Refund, World};
 const REFUND: &str = r#"call create_refund {"order_id":"7","amount_cents":500}"#;
 const GATE_WAIT: Duration = Duration::from_secs(60);
 
-fn pending_id(snapshot: &tollgate::api::types::Snapshot) -> String {
+fn pending_id(snapshot: &tollgate_api::api::types::Snapshot) -> String {
     snapshot.pending_interrupts[0].interrupt_id.clone()
 }
 
-fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate_api::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 
-async fn awaiting(world: &World, session: &str) -> tollgate::api::types::Snapshot {
+async fn awaiting(world: &World, session: &str) -> tollgate_api::api::types::Snapshot {
     world.wait_for(session, "the approval", |s| s.status == "awaiting_approval").await
 }
 
@@ -75,7 +75,7 @@ async fn an_approved_write_survives_a_worker_restart_runs_once_and_shows_in_the_
     world.decide("s", &id, true, None, "k1").await;
     world.decide("s", &id, true, None, "k1").await; // repeated: replayed, nothing new
     let other = HumanDecision { approved: false, message: None, updated_input: None, ..Default::default() };
-    let late = sessions::resolve(world.store.as_ref(), "s", &id, &other, Some("k2")).await;
+    let late = tollgate_sessions::writes::resolve(world.store.as_ref(), "s", &id, &other, Some("k2")).await;
     assert!(matches!(late, Err(ClientError::Store(StoreError::InterruptAlreadyResolved { .. }))), "{late:?}");
 
     let _b = world.worker("b");
@@ -129,7 +129,7 @@ async fn a_rejected_write_never_runs_and_the_model_reads_the_reason() {
     assert_eq!(done.tool_calls[0].state.name(), "rejected");
     assert_eq!(
         done.tool_calls[0].state,
-        tollgate::api::types::CallState::Rejected { message: Some("not this order".into()) }
+        tollgate_api::api::types::CallState::Rejected { message: Some("not this order".into()) }
     );
     let (seen, is_error) = world.tool_result_seen(&id).expect("the model saw a result");
     // The CLI may append its own `<system-reminder>` after a tool result.
@@ -139,7 +139,7 @@ async fn a_rejected_write_never_runs_and_the_model_reads_the_reason() {
 
 /// Approves the refund, SIGKILLs Worker A while the payments service holds the refund's request,
 /// and lets Worker B finish the turn. Returns the call's id and the final snapshot.
-async fn refund_killed_mid_call(world: &World) -> (String, tollgate::api::types::Snapshot) {
+async fn refund_killed_mid_call(world: &World) -> (String, tollgate_api::api::types::Snapshot) {
     world.payments.hold();
     let a = world.worker("a");
     world.send("s", REFUND).await;

@@ -30,7 +30,7 @@ async fn post(http: &reqwest::Client, url: &str, body: Value) -> (u16, Option<St
     (answer.status, retry, answer.body)
 }
 
-fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate_api::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 

@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tollgate::api::types::Snapshot;
+use tollgate_api::api::types::Snapshot;
 
 use crate::secrets::{bash_agent, bash_results};
 use crate::served::Served;

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::sessions;
 use tollgate_store::testing::PgCluster;
 
 use crate::park::park_on_approval;
@@ -94,7 +93,7 @@ async fn a_thousand_sessions_waiting_for_approval_cost_the_worker_no_process_and
 async fn a_future_version_or_corrupt_row_is_refused_by_name_and_nothing_else_is_lost() {
     let Some(world) = World::new("refused rows", Refund::SingleAttemptWithApproval).await else { return };
     for session in ["future", "corrupt", "good"] {
-        sessions::start(world.store.as_ref(), session).await.unwrap();
+        tollgate_sessions::writes::start(world.store.as_ref(), session).await.unwrap();
     }
     let path = world.db.strip_prefix("sqlite://").unwrap().to_owned();
     {
@@ -120,7 +119,7 @@ async fn a_future_version_or_corrupt_row_is_refused_by_name_and_nothing_else_is_
     let (future_before, corrupt_before) = (before("future").await, before("corrupt").await);
     let a = world.worker("a");
     for session in ["future", "corrupt", "good"] {
-        sessions::send(world.store.as_ref(), session, "say hi", Some("k1")).await.unwrap();
+        tollgate_sessions::writes::send(world.store.as_ref(), session, "say hi", Some("k1")).await.unwrap();
     }
     let good = world.wait_idle_after("good", 1).await;
     assert_eq!(good.messages.last().map(|m| m.text.as_str()), Some("said: hi"), "{}", world.diagnostics());
@@ -138,14 +137,16 @@ async fn a_future_version_or_corrupt_row_is_refused_by_name_and_nothing_else_is_
     }
     assert_eq!(before("future").await, future_before, "the refused row is unchanged");
     assert_eq!(before("corrupt").await, corrupt_before);
-    let future = sessions::snapshot(world.store.as_ref(), "future").await.unwrap_err().to_string();
+    let future =
+        tollgate_sessions::reads::snapshot(world.store.as_ref(), "future").await.unwrap_err().to_string();
     assert!(future.contains("version 2"), "{future}");
-    let corrupt = sessions::snapshot(world.store.as_ref(), "corrupt").await.unwrap_err().to_string();
+    let corrupt =
+        tollgate_sessions::reads::snapshot(world.store.as_ref(), "corrupt").await.unwrap_err().to_string();
     assert!(corrupt.contains("run state is corrupt"), "{corrupt}");
     // Their messages are kept. A newer Tollgate's row waits (parked) for a newer Worker; a corrupt
     // one ends its turn with an error event instead of waiting forever.
     for session in ["future", "corrupt"] {
-        let items = sessions::read_all_items(world.store.as_ref(), session).await.unwrap();
+        let items = tollgate_sessions::reads::read_all_items(world.store.as_ref(), session).await.unwrap();
         assert_eq!(items.len(), 1, "{session}: the message is stored");
     }
     let step = world.store.step_in_flight("future").await.unwrap().expect("the step is still there");

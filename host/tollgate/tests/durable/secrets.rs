@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tollgate::api::types::Snapshot;
-use tollgate::sessions;
+use tollgate_api::api::types::Snapshot;
 use tollgate_store::Store;
 
 use crate::world::{Refund, World};
@@ -49,8 +48,8 @@ fn worker(world: &World, db: &str, env: &[(&str, &str)]) -> tokio::process::Chil
 }
 
 async fn send(store: &dyn Store, session: &str, text: &str) {
-    let _ = sessions::start(store, session).await;
-    sessions::send(store, session, text, None).await.expect("send");
+    let _ = tollgate_sessions::writes::start(store, session).await;
+    tollgate_sessions::writes::send(store, session, text, None).await.expect("send");
 }
 
 /// Waits until `turns` turns of `session` ended, and returns its snapshot.
@@ -60,7 +59,10 @@ async fn turns_ended(world: &World, store: &dyn Store, session: &str, turns: usi
         let events = store.read_events(session, 0, 100_000).await.expect("events");
         let ended = events.iter().filter(|e| e.kind == "turn_completed" || e.kind == "turn_failed").count();
         if ended >= turns {
-            return sessions::snapshot(store, session).await.expect("snapshot").expect("exists");
+            return tollgate_sessions::reads::snapshot(store, session)
+                .await
+                .expect("snapshot")
+                .expect("exists");
         }
         assert!(
             start.elapsed() < Duration::from_secs(120),

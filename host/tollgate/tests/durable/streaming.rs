@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tollgate::client::SseEvent;
+use tollgate_api_types::client::SseEvent;
 
 use crate::served::Served;
 use crate::world::{Refund, World, api_events};

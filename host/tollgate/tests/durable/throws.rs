@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tollgate::api::types::Snapshot;
+use tollgate_api::api::types::Snapshot;
 use tollgate_mock_model::payments::Payments;
 
 use crate::world::{Refund, World};

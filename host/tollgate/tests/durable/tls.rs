@@ -236,7 +236,7 @@ async fn the_api_serves_https_and_the_cli_client_reaches_it_with_ca_cert() {
     assert_eq!(page["sessions"][0]["session_id"], "tls-1", "{page}");
 
     // Plain HTTP to the TLS port is not answered as HTTP.
-    tollgate::tls::install_crypto_provider();
+    tollgate_api_types::tls::install_crypto_provider();
     let plain = server.url.replace("https://", "http://");
     let answer = reqwest::Client::new().get(format!("{plain}/healthz")).send().await;
     assert!(answer.is_err(), "plain HTTP was answered: {answer:?}");

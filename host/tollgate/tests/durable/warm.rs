@@ -57,7 +57,7 @@ fn entries(dir: &Path, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn last_answer(snapshot: &tollgate::api::types::Snapshot) -> String {
+fn last_answer(snapshot: &tollgate_api::api::types::Snapshot) -> String {
     snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.clone()).unwrap_or_default()
 }
 

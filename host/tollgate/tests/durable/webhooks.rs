@@ -7,8 +7,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate::webhooks::config::decode_secret;
-use tollgate::webhooks::sign::{VerifyError, verify};
+use tollgate_api::webhooks::config::decode_secret;
+use tollgate_api::webhooks::sign::{VerifyError, verify};
 
 use crate::served::Served;
 use crate::world::{Refund, World};

@@ -56,7 +56,7 @@ use tokio::task::JoinHandle;
 use tollgate_claude::launch::RUN_PREFIX;
 
 use self::usage::{BodyKind, UsageScanner};
-use crate::metrics::{Metrics, TokenCounts};
+use tollgate_process::metrics::{Metrics, TokenCounts};
 
 /// The default upstream.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";

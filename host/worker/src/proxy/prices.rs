@@ -17,7 +17,7 @@
 //! | `opus` | 5 | 25 |
 //! | anything else | 15 | 75 |
 
-use crate::metrics::TokenCounts;
+use tollgate_process::metrics::TokenCounts;
 
 /// USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]

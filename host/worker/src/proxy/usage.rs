@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::metrics::TokenCounts;
+use tollgate_process::metrics::TokenCounts;
 
 /// The longest JSON body kept for its usage; a longer one passes through unread.
 pub const MAX_JSON_BODY: usize = 16 * 1024 * 1024;

@@ -191,7 +191,7 @@ async fn result_of(
     let Some(mut record) = call.record() else {
         return ToolResult::text(format!("{cli_name} has no record"), true);
     };
-    if let Err(err) = crate::media::load_record(store, session_id, &mut record).await {
+    if let Err(err) = tollgate_sessions::media::load_record(store, session_id, &mut record).await {
         // The record is committed: its result names the images not loaded.
         warn!(session = %session_id, error = %err, "the images of a recorded write were not read back");
     }

@@ -10,7 +10,7 @@ use tollgate_store::Claimed;
 use tracing::warn;
 
 use super::{StepError, Worker};
-use crate::edits;
+use tollgate_sessions::edits;
 
 /// The custom tools of `tools` as `/mcp/{agent}` lists them, with each one's policy in `worker`'s
 /// agent.
@@ -46,8 +46,12 @@ pub(super) async fn publish(worker: &Worker, tools: &ToolSet) {
 
 /// The session's request: its one `mcp_call` item.
 async fn request_of(worker: &Worker, session_id: &str) -> Result<McpRequest, StepError> {
-    let items =
-        crate::sessions::read_all_items_of_kind(worker.store.as_ref(), session_id, ItemKind::McpCall).await?;
+    let items = tollgate_sessions::reads::read_all_items_of_kind(
+        worker.store.as_ref(),
+        session_id,
+        ItemKind::McpCall,
+    )
+    .await?;
     let item = items
         .last()
         .ok_or_else(|| EngineError::Inconsistent(format!("MCP session {session_id} has no mcp_call item")))?;
@@ -148,12 +152,12 @@ impl SandboxReads {
     }
 }
 
-impl tollgate_api::mcp::InlineReads for SandboxReads {
+impl tollgate_sessions::inline_reads::InlineReads for SandboxReads {
     fn agent(&self) -> &str {
         self.agent.name()
     }
 
-    fn tools(&self) -> tollgate_api::mcp::BoxFuture<'_, Result<Vec<PublishedTool>, String>> {
+    fn tools(&self) -> tollgate_sessions::inline_reads::BoxFuture<'_, Result<Vec<PublishedTool>, String>> {
         Box::pin(async move { self.loaded().await.map(|(_, published)| published) })
     }
 
@@ -161,8 +165,8 @@ impl tollgate_api::mcp::InlineReads for SandboxReads {
         &'a self,
         tool: &'a str,
         arguments: &'a serde_json::Value,
-    ) -> tollgate_api::mcp::BoxFuture<'a, tollgate_api::mcp::ReadOutput> {
-        use tollgate_api::mcp::ReadOutput;
+    ) -> tollgate_sessions::inline_reads::BoxFuture<'a, tollgate_sessions::inline_reads::ReadOutput> {
+        use tollgate_sessions::inline_reads::ReadOutput;
         Box::pin(async move {
             let tools = match self.loaded().await {
                 Ok((tools, _)) => tools,

@@ -35,13 +35,12 @@ use tracing::{info, warn};
 use super::inline_writes::{Recorder, SegmentTools};
 use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
-use crate::convert;
-use crate::edits;
-use crate::media;
 use crate::proxy::{ProxySummary, SpendLimit};
-use crate::sessions;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
 use crate::tool_runner::SandboxTools;
+use tollgate_sessions::convert;
+use tollgate_sessions::edits;
+use tollgate_sessions::media;
 
 /// How often streamed text and events are written while a segment runs ([`flush_events`]).
 const EVENT_FLUSH: Duration = Duration::from_millis(200);
@@ -63,14 +62,14 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         ))
     })?;
     let state = RunState::parse(session.run_state.get())?;
-    let (items, transcript) = sessions::plan_inputs(store, session_id).await?;
+    let (items, transcript) = tollgate_sessions::reads::plan_inputs(store, session_id).await?;
     let calls = read_calls(store, session_id).await?;
     let claims = turn::Claims { attempt: claimed.step.attempt, lost: claimed.step.lost };
     let plan = turn::plan_run_model(
         step,
         claims,
         &state,
-        &sessions::history(&items),
+        &tollgate_sessions::reads::history(&items),
         transcript,
         &calls,
         &worker.agent.config.limits,
@@ -218,8 +217,10 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     if matches!(result, SegmentResult::Deferred { .. }) {
         // A grant revoked while the segment ran counts: read the session's revocations again.
-        let revocations = sessions::read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked).await?;
-        run.grants = grants::session_grants(&sessions::history(&revocations), &calls)?;
+        let revocations =
+            tollgate_sessions::reads::read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked)
+                .await?;
+        run.grants = grants::session_grants(&tollgate_sessions::reads::history(&revocations), &calls)?;
         // So does a decision made ahead in a batch: read where the turn's interrupts ahead stand.
         run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
     }

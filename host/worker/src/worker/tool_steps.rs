@@ -10,8 +10,8 @@ use tollgate_store::{Claimed, NewMedia};
 use tracing::{info, warn};
 
 use super::{StepError, Worker};
-use crate::media;
 use crate::telemetry::{Scope, ToolTrace};
+use tollgate_sessions::media;
 
 async fn load_call(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<CallEntry, StepError> {
     let session = &claimed.step.session_id;
@@ -53,7 +53,7 @@ pub(super) async fn decided_by(
     session_id: &str,
     interrupt_id: &str,
 ) -> Result<Option<GrantStamp>, StepError> {
-    let rows = crate::sessions::decisions(worker.store.as_ref(), session_id).await?;
+    let rows = tollgate_sessions::reads::decisions(worker.store.as_ref(), session_id).await?;
     Ok(rows
         .iter()
         .rev()

@@ -39,8 +39,8 @@ use tollgate_claude::pool::{Signature, WarmCli, WarmPool};
 use tracing::{debug, info, warn};
 
 use super::Worker;
-use crate::metrics::Metrics;
 use crate::proxy::{SegmentToken, SpendLimit};
+use tollgate_process::metrics::Metrics;
 
 /// The variable that differs per process: the model-proxy token.
 const PER_PROCESS: &[&str] = &["ANTHROPIC_API_KEY"];
