@@ -93,6 +93,8 @@ pub const IMAGE_NOT_LOADED: &str = "\n[image {digest} of this result could not b
 /// Tollgate wording for the reference adapters' rule ("Limits"): "Each tool use ID gets one
 /// PreToolUse decision per segment … A later PreToolUse for the same ID is denied and never
 /// replaces that decision", and "canUseTool denies every later request for that tool use ID".
+/// Narrower here: a repeated ask about the same call (tool and input) that was let run gets the
+/// same answer (`crate::gate`, "The rules"), since Claude Code asks again for paths it guards.
 pub const ALREADY_DECIDED: &str = "{tool} did not run. This tool use ID already has a decision in this \
 reply; call {tool} again with a new tool use.";
 

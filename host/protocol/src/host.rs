@@ -374,7 +374,8 @@ impl HookMatcher {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PermissionDecision {
-    /// Run the tool (no `can_use_tool` follows).
+    /// Run the tool (a `can_use_tool` about the same call follows only when it writes to a path the
+    /// CLI guards, such as `.claude/`).
     Allow,
     /// Do not run it; the model gets `PreToolUse:<tool> hook error: <reason>`.
     Deny,

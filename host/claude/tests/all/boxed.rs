@@ -271,3 +271,95 @@ async fn an_external_mcp_servers_configuration_reaches_the_cli_but_no_argv() {
     assert!(result.contains("argv-checked"), "{text}");
     assert!(!result.contains("/cmdline"), "a process of the box has the token in its argv\n{text}");
 }
+
+/// Commands that list and touch `.claude/` run when the policy lets every `Bash` run. The CLI
+/// guards that folder: after the gate's hook allowed a call that writes there, it asks
+/// `can_use_tool` about the same call again (CLI 2.1.328 does not ask again for the listing), and
+/// that repeated ask gets the hook's allow.
+#[tokio::test]
+async fn in_a_box_bash_calls_that_list_and_touch_dot_claude_run_when_the_policy_lets_bash_run() {
+    let Some((cli, _slot)) = real_cli("boxed_bash_touches_dot_claude").await else { return };
+    let mock = MockModel::start().await.expect("start the mock model");
+    let socket = model_socket(&mock);
+    let config = box_config(&mock, &socket);
+    let ws = workspace(&config);
+    std::fs::create_dir(ws.path().join(".claude")).unwrap();
+    std::fs::write(ws.path().join(".claude/notes-from-the-host.txt"), "kept").unwrap();
+    let script = format!(
+        "{} && {}",
+        bash("ls -la /workspace/.claude"),
+        bash("touch /workspace/.claude/touched && echo touched")
+    );
+    let spec = boxed(against_mock(SegmentSpec::fresh(cli, ws.path(), script), &mock), &config);
+    let (report, _) = run(spec, bash_gate(), example_tools(&Payments::start().await.unwrap())).await;
+    let text = describe_with(&report, &mock);
+    assert!(matches!(report.outcome, SegmentOutcome::Completed { .. }), "{text}");
+    let requests = mock.message_requests();
+    let calls = requests.iter().rev().nth(1).and_then(|asked| asked.reply.message());
+    let ids: Vec<String> = calls.iter().flat_map(|m| m.tool_uses()).map(|(id, _, _)| id.to_owned()).collect();
+    assert_eq!(ids.len(), 2, "{text}");
+    let outputs: Vec<(String, bool)> = ids
+        .iter()
+        .map(|id| last_tool_result(&mock, id).unwrap_or_else(|| panic!("no result for {id}\n{text}")))
+        .collect();
+    assert!(outputs[0].0.contains("notes-from-the-host.txt"), "the listing ran: {outputs:?}\n{text}");
+    assert_eq!(outputs[1], ("touched".to_owned(), false), "the touch ran\n{text}");
+    assert!(ws.path().join(".claude/touched").is_file(), "{text}");
+}
+
+/// What the model writes to `.claude/settings.json` in the box: hooks off, every tool allowed,
+/// bypass mode.
+const SETTINGS_PAST_THE_GATE: &str = r#"{"disableAllHooks":true,"permissions":{"allow":["Bash","Write","Edit"],"defaultMode":"bypassPermissions"}}"#;
+
+/// The model may write `.claude/settings.json` in the box (the policy lets every `Bash` run, and
+/// the CLI's repeated ask about that guarded path gets the hook's allow), yet it changes nothing.
+/// The running CLI, which reads the project's settings, still brings its next call to the gate
+/// after it had time to notice the file; the file stays in the box when the workspace is copied
+/// out; and a next segment that does find it in its workspace (planted here, as if the copy-out
+/// had kept it) brings its call to the gate too.
+#[tokio::test]
+async fn in_a_box_a_dot_claude_settings_file_the_model_writes_lets_no_later_call_past_the_gate() {
+    let Some((cli, _slot)) = real_cli("boxed_settings_file_changes_nothing").await else { return };
+    let mock = MockModel::start().await.expect("start the mock model");
+    let socket = model_socket(&mock);
+    let config = box_config(&mock, &socket);
+    let ws = workspace(&config);
+    let tools = example_tools(&Payments::start().await.unwrap());
+    let write = format!(
+        "call Write {}",
+        serde_json::json!({"file_path": "/workspace/past-the-gate.txt", "content": "written without the gate"})
+    );
+    let segment = |script: String| {
+        let mut spec = SegmentSpec::fresh(cli.clone(), ws.path(), script);
+        spec.setting_sources = Some(vec!["project".to_owned()]);
+        boxed(against_mock(spec, &mock), &config)
+    };
+    // `Bash` runs inline; `Write` has no policy, so it needs approval and defers.
+    let deferred_write = |report: &SegmentReport, segment: &str| {
+        let text = describe_with(report, &mock);
+        let SegmentOutcome::Deferred { call, .. } = &report.outcome else {
+            panic!("{segment}: the write did not defer\n{text}")
+        };
+        assert_eq!(call.tool_name, "Write", "{segment}\n{text}");
+        assert!(!ws.path().join("past-the-gate.txt").exists(), "{segment}: the write ran\n{text}");
+    };
+
+    let settings = format!(
+        "mkdir -p .claude && printf '%s' '{SETTINGS_PAST_THE_GATE}' > .claude/settings.json && sleep 2 && echo written"
+    );
+    let (report, _) =
+        run(segment(format!("{} && {write}", bash(&settings))), bash_gate(), tools.clone()).await;
+    let text = describe_with(&report, &mock);
+    let box_report = report.stats.box_report.as_ref().unwrap_or_else(|| panic!("no box report\n{text}"));
+    assert!(
+        box_report.left_behind.iter().any(|l| l.starts_with(".claude/settings.json: ")),
+        "the model wrote its settings file, and it stayed in the box: {box_report:?}\n{text}"
+    );
+    assert!(!ws.path().join(".claude/settings.json").exists(), "{text}");
+    deferred_write(&report, "the segment that wrote the settings");
+
+    std::fs::create_dir_all(ws.path().join(".claude")).unwrap();
+    std::fs::write(ws.path().join(".claude/settings.json"), SETTINGS_PAST_THE_GATE).unwrap();
+    let (report, _) = run(segment(write), bash_gate(), tools).await;
+    deferred_write(&report, "the next segment");
+}

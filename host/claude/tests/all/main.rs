@@ -12,7 +12,8 @@
 //!   CLIs (fresh, and a resume whose file is written after the spawn). Skipped
 //!   loudly when the CLI is not installed, unless `TOLLGATE_REQUIRE_REAL_CLI=1`.
 //! - `boxed`: the real CLI in its box: what its commands see, the workspace in and out, links
-//!   that point out of it left behind.
+//!   that point out of it left behind, commands that touch `.claude/` (which the CLI asks about
+//!   again after the hook's allow), and a settings file the model writes changing nothing.
 //! - `hooks`: the agent's own hooks against the pinned CLI, one test per event (`PreToolUse`,
 //!   `PostToolUse`, `UserPromptSubmit`, `Stop`, `SubagentStop`, `PreCompact`), and that no answer
 //!   lets a call past the gate.

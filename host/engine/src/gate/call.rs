@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::canonical::canonical;
 use super::{Channel, Decision, DenyReason};
 use crate::catalog::ToolRef;
 use crate::policy::ToolPolicy;
@@ -33,6 +34,8 @@ pub(super) struct CallState {
     pub(super) target: Target,
     /// The tool as the CLI names it.
     pub(super) tool_name: String,
+    /// The canonical text ([`canonical`]) of the input the first request asked about.
+    pub(super) input: String,
     /// The request that asked first.
     pub(super) channel: Channel,
     pub(super) phase: Phase,
@@ -92,5 +95,26 @@ impl CallState {
             Phase::AskingDecider => None,
             Phase::Decided(decided) => Some(decided.decision()),
         }
+    }
+
+    /// The answer to a repeated ask about this call, when it is the same call and its answer let
+    /// it run: the same decision again. The same call is the same tool with the input the gate
+    /// was first asked about, or with the input its answer gave the call (the CLI asks about the
+    /// input after `updatedInput`); key order does not matter ([`canonical`]). A repeated answer
+    /// grants nothing new: the custom tool server still runs a permitted call once.
+    ///
+    /// `None` (the caller denies, or repeats a denial) for another tool or input, for a deferred
+    /// call (it must not run inside the segment), and for a call waiting for the CLI decider.
+    pub(super) fn repeated(&self, tool_name: &str, input: &Value) -> Option<Decision> {
+        let Phase::Decided(decided) = &self.phase else { return None };
+        let answered = match decided {
+            Decided::Allowed { updated_input } => updated_input.as_ref(),
+            Decided::Inline { .. } | Decided::Recorded { .. } => None,
+            Decided::Replayed { record, .. } => Some(&record.arguments),
+            Decided::Deferred { .. } | Decided::Denied { .. } => return None,
+        };
+        let asked = canonical(input);
+        let same_input = asked == self.input || answered.is_some_and(|given| canonical(given) == asked);
+        (self.tool_name == tool_name && same_input).then(|| decided.decision())
     }
 }

@@ -2,6 +2,7 @@
 //! permits, and the check of the CLI's deferred call.
 
 use super::call::{CallState, Decided, Phase, Target};
+use super::canonical::canonical;
 use super::{
     Channel, CliDeciderQuery, CliToolDecision, Decision, DeferredCall, DenyReason, Gate, GateError,
     HeldBackCall, McpPermit, Next, Origin, ToolCall,
@@ -186,6 +187,7 @@ impl Gate {
                 let state = CallState {
                     target,
                     tool_name: call.tool_name.clone(),
+                    input: canonical(&call.input),
                     channel,
                     phase: Phase::AskingDecider,
                 };
@@ -211,7 +213,10 @@ impl Gate {
         self.settle(call, channel, target, decided)
     }
 
-    /// A second request under a decided tool use ID.
+    /// A second request under a decided tool use ID: the same call gets the answer that let it
+    /// run ([`CallState::repeated`]; the CLI asks `can_use_tool` again after a hook's allow for
+    /// calls that touch paths it guards, such as `.claude/`); a first denial is repeated as is;
+    /// anything else is denied.
     fn decide_again(&mut self, call: &ToolCall, channel: Channel) -> Decision {
         let already = Decision::deny(
             DenyReason::AlreadyDecided,
@@ -236,7 +241,7 @@ impl Gate {
                 decision
             }
             (Phase::Decided(first @ Decided::Denied { .. }), _, _) => first.decision(),
-            _ => already,
+            _ => state.repeated(&call.tool_name, &call.input).unwrap_or(already),
         }
     }
 
@@ -272,8 +277,13 @@ impl Gate {
 
     fn settle(&mut self, call: &ToolCall, channel: Channel, target: Target, decided: Decided) -> Next {
         let decision = decided.decision();
-        let state =
-            CallState { target, tool_name: call.tool_name.clone(), channel, phase: Phase::Decided(decided) };
+        let state = CallState {
+            target,
+            tool_name: call.tool_name.clone(),
+            input: canonical(&call.input),
+            channel,
+            phase: Phase::Decided(decided),
+        };
         self.calls.insert(call.tool_use_id.clone(), state);
         Next::Decided(decision)
     }

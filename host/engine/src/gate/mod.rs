@@ -24,7 +24,8 @@
 //! | a deferrable call inside a subagent | deny, [`crate::texts::CALL_FROM_MAIN_CONVERSATION`] |
 //! | the pending deferred call of a resumed segment | [`Decision::Replay`] of its record (custom tool: the MCP server serves the record; approved CLI tool: the CLI runs it with the recorded input); a rejected CLI tool is denied with the rejection text |
 //! | another recorded call, or another tool under the pending call's ID | deny, [`crate::texts::RECORDED_UNDER_THIS_ID`] |
-//! | a second decision under one tool use ID | deny, [`crate::texts::ALREADY_DECIDED`] (a first deny is repeated as is) |
+//! | the same call asked again (same tool use ID, tool and input) after an answer that let it run | the same answer ([`Decision::Allow`] with its `updated_input`, or [`Decision::Replay`]); a custom tool still runs once over MCP |
+//! | any other second decision under one tool use ID | deny, [`crate::texts::ALREADY_DECIDED`] (a first deny is repeated as is; a deferred call asked again is denied, see below) |
 //! | a new call of a custom tool the listing lacks | deny, [`crate::texts::TOOL_NOT_OFFERED`] |
 //! | a bare name that a custom tool also uses | deny, [`crate::texts::NAME_COLLISION`], and the segment fails ([`Gate::failure`]) |
 //!
@@ -36,8 +37,14 @@
 //! `can_use_tool` is the fallback for a call whose hook did not run, with the same rules, except
 //! that it cannot defer: a deferrable call is denied with the retry text (the reference adapters,
 //! "Limits": "If Claude Code ever ignores a defer and asks `can_use_tool` instead, the adapter
-//! denies the call with the same … message"). A `PreToolUse` allow is the call's one authorization,
-//! so a later `can_use_tool` for that ID is denied.
+//! denies the call with the same … message"). A `PreToolUse` allow is the call's one authorization.
+//! Claude Code asks `can_use_tool` about the same call again after the hook's allow when the call
+//! writes to a path it guards (a `Bash` command that writes under `.claude/`): that repeated ask
+//! is answered with the same allow. "The same call" is the same tool with the input the gate was
+//! first asked about or the input its answer gave (`updatedInput`, a replay's recorded
+//! arguments), compared by [`canonical`] text; another tool or input under the ID is denied. A
+//! deferred call asked again never runs: `can_use_tool` denies it with the retry text (and frees
+//! the segment's deferral), a second hook with [`crate::texts::ALREADY_DECIDED`].
 //!
 //! ```
 //! use serde_json::json;

@@ -319,6 +319,7 @@ fn a_second_pre_tool_use_for_a_decided_id_is_denied_and_keeps_the_first_decision
 
 #[test]
 fn a_deferred_id_asked_again_is_denied_and_stays_deferred() {
+    // Asked about the same tool and input: a deferred call never runs inside the segment.
     let mut gate = gate();
     assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__create_refund"), Decision::Defer);
     assert_eq!(
@@ -341,11 +342,55 @@ fn a_denied_id_asked_again_gets_the_same_denial() {
 // --- can_use_tool fallback ---
 
 #[test]
-fn can_use_tool_after_a_hook_allow_is_denied() {
+fn can_use_tool_after_a_hook_allow_for_another_input_or_tool_is_denied() {
     let mut gate = gate();
     assert_eq!(hook(&mut gate, "toolu_1", "Read"), allow());
-    assert_eq!(denial(&ask(&mut gate, "toolu_1", "Read")).1, DenyReason::AlreadyDecided);
+    let other_input = ToolCall::new("toolu_1", "Read", json!({ "id": "toolu_1", "offset": 10 }));
+    assert_eq!(
+        denial(&decided(gate.can_use_tool(&other_input))),
+        (
+            "Read did not run. This tool use ID already has a decision in this reply; \
+             call Read again with a new tool use.",
+            DenyReason::AlreadyDecided
+        )
+    );
+    assert_eq!(denial(&ask(&mut gate, "toolu_1", "Grep")).1, DenyReason::AlreadyDecided);
     assert_eq!(gate.decision("toolu_1"), Some(allow()));
+}
+
+#[test]
+fn can_use_tool_after_a_hook_allow_for_the_same_call_gets_the_same_allow() {
+    // Claude Code asks again after the hook's allow when a call touches a path it guards.
+    let mut gate = gate();
+    let first = ToolCall::new(
+        "toolu_1",
+        "Read",
+        json!({ "file_path": "/workspace/.claude/settings.json", "limit": 5 }),
+    );
+    assert_eq!(decided(gate.pre_tool_use(&first)), allow());
+    let reordered: Value =
+        serde_json::from_str(r#"{ "limit": 5, "file_path": "/workspace/.claude/settings.json" }"#).unwrap();
+    let again = ToolCall::new("toolu_1", "Read", reordered);
+    assert_eq!(decided(gate.can_use_tool(&again)), allow(), "key order does not matter");
+    assert_eq!(decided(gate.can_use_tool(&again)), allow(), "nor how often it asks");
+    assert_eq!(decided(gate.pre_tool_use(&first)), allow(), "nor which request asks");
+    assert_eq!(gate.decision("toolu_1"), Some(allow()));
+}
+
+#[test]
+fn a_repeated_ask_about_an_allowed_custom_call_gets_the_same_allow_but_no_second_run() {
+    let mut gate = gate();
+    assert_eq!(hook(&mut gate, "toolu_1", "mcp__tools__lookup_order"), allow());
+    assert_eq!(gate.permit_mcp_call(Some("toolu_1"), "lookup_order"), McpPermit::Run);
+    assert_eq!(ask(&mut gate, "toolu_1", "mcp__tools__lookup_order"), allow());
+    assert!(refused(&mut gate, Some("toolu_1"), "lookup_order"), "the permit was used");
+
+    assert_eq!(credit(&mut gate, "toolu_2", "7"), allow());
+    assert_eq!(credit(&mut gate, "toolu_2", "7"), allow());
+    assert!(matches!(gate.permit_mcp_call(Some("toolu_2"), "record_credit"), McpPermit::RunRecorded(_)));
+    assert_eq!(credit(&mut gate, "toolu_2", "7"), allow());
+    assert!(refused(&mut gate, Some("toolu_2"), "record_credit"), "a recorded write runs once");
+    assert_eq!(denial(&credit(&mut gate, "toolu_2", "8")).1, DenyReason::AlreadyDecided);
 }
 
 #[test]
@@ -522,17 +567,31 @@ fn the_pending_record_replays_even_when_listed_among_the_turn_records() {
 }
 
 #[test]
-fn a_second_decision_for_the_pending_call_is_denied() {
-    let mut gate = gate().resuming(refund_record(Outcome::Succeeded { output: "ok".to_owned() }));
-    assert!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund").is_allow());
-    assert_eq!(
-        denial(&hook(&mut gate, "toolu_refund", "mcp__tools__create_refund")).1,
-        DenyReason::AlreadyDecided
-    );
-    assert_eq!(
-        denial(&ask(&mut gate, "toolu_refund", "mcp__tools__create_refund")).1,
-        DenyReason::AlreadyDecided
-    );
+fn the_pending_call_asked_again_replays_the_same_record_served_once_and_nothing_else() {
+    let record = refund_record(Outcome::Succeeded { output: "ok".to_owned() });
+    let mut gate = gate().resuming(record.clone());
+    let replay = Decision::Replay(record);
+    assert_eq!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund"), replay);
+    // Asked again about the input the hook got, or the recorded arguments its answer gave.
+    assert_eq!(hook(&mut gate, "toolu_refund", "mcp__tools__create_refund"), replay);
+    let recorded = ToolCall::new("toolu_refund", "mcp__tools__create_refund", json!({ "order_id": "7" }));
+    assert_eq!(decided(gate.can_use_tool(&recorded)), replay);
+    assert!(matches!(gate.permit_mcp_call(Some("toolu_refund"), "create_refund"), McpPermit::Replay(_)));
+    assert_eq!(decided(gate.can_use_tool(&recorded)), replay);
+    assert!(refused(&mut gate, Some("toolu_refund"), "create_refund"), "the record is served once");
+    let other = ToolCall::new("toolu_refund", "mcp__tools__create_refund", json!({ "order_id": "8" }));
+    assert_eq!(denial(&decided(gate.can_use_tool(&other))).1, DenyReason::AlreadyDecided);
+}
+
+#[test]
+fn an_approved_cli_tool_asked_again_about_its_recorded_input_replays_again() {
+    let record = bash_record(Outcome::approved_cli_tool());
+    let mut gate = gate().resuming(record.clone());
+    assert_eq!(hook(&mut gate, "toolu_bash", "Bash"), Decision::Replay(record.clone()));
+    let recorded = ToolCall::new("toolu_bash", "Bash", json!({ "command": "make deploy" }));
+    assert_eq!(decided(gate.can_use_tool(&recorded)), Decision::Replay(record));
+    let edited = ToolCall::new("toolu_bash", "Bash", json!({ "command": "make deploy --force" }));
+    assert_eq!(denial(&decided(gate.can_use_tool(&edited))).1, DenyReason::AlreadyDecided);
 }
 
 #[test]
@@ -544,7 +603,8 @@ fn can_use_tool_answers_a_resumed_call_whose_hook_did_not_run_from_the_record_on
     let Decision::Replay(record) = &decision else { panic!("expected a replay, got {decision:?}") };
     assert_eq!(record.arguments, json!({ "order_id": "7" }), "the recorded arguments, never the CLI's input");
     assert!(matches!(gate.permit_mcp_call(Some("toolu_refund"), "create_refund"), McpPermit::Replay(_)));
-    assert_eq!(denial(&decided(gate.can_use_tool(&asked))).1, DenyReason::AlreadyDecided);
+    assert_eq!(decided(gate.can_use_tool(&asked)), decision, "the same call asked again");
+    assert!(refused(&mut gate, Some("toolu_refund"), "create_refund"), "the record is served once");
 }
 
 #[test]
@@ -681,6 +741,18 @@ fn the_cli_decider_may_rewrite_the_input() {
     let (_, decision) =
         decide_bash(Ok(Some(CliToolDecision::AllowWithInput(json!({ "command": "ls -la" })))));
     assert_eq!(decision, Decision::Allow { updated_input: Some(json!({ "command": "ls -la" })) });
+}
+
+#[test]
+fn a_rewritten_call_asked_again_gets_the_new_input_again_without_asking_the_decider() {
+    let (mut gate, decision) =
+        decide_bash(Ok(Some(CliToolDecision::AllowWithInput(json!({ "command": "ls -la" })))));
+    // Claude Code asks about the input after `updatedInput`; the first input is the same call too.
+    for input in [json!({ "command": "ls -la" }), json!({ "command": "ls" })] {
+        assert_eq!(decided(gate.can_use_tool(&ToolCall::new("toolu_1", "Bash", input))), decision);
+    }
+    let other = ToolCall::new("toolu_1", "Bash", json!({ "command": "rm -rf /" }));
+    assert_eq!(denial(&decided(gate.can_use_tool(&other))).1, DenyReason::AlreadyDecided);
 }
 
 #[test]
