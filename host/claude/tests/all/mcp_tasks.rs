@@ -371,7 +371,7 @@ fn sdk_answer(message: &Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn print_mode_declares_no_tasks_over_http_or_stdio_and_the_cli_entrypoint_is_renamed_sdk_cli() {
+async fn by_default_no_run_declares_tasks_over_http_stdio_or_in_process_and_cli_is_renamed_sdk_cli() {
     let Some((cli, _slot)) = real_cli("mcp_tasks: print mode, default settings").await else { return };
     let mock = MockModel::start().await.unwrap();
     let work = dir();
@@ -403,6 +403,20 @@ async fn print_mode_declares_no_tasks_over_http_or_stdio_and_the_cli_entrypoint_
             mock.message_requests().pop().unwrap().header("user-agent").unwrap_or_default().to_owned();
         assert!(agent.contains("(external, sdk-cli"), "{name}: {agent}");
     }
+
+    // Stream-json, as Tollgate runs it: the same, and the in-process server gets no capabilities.
+    let probe = Probe::http(work.path().join("stream")).await;
+    let home = home(false);
+    let config_dir = home.path().join(".claude");
+    let mut stream = Stream::start(&cli, &mock, home.path(), &config_dir, &probe.servers(), &[], None).await;
+    stream.prompt(SCRIPT_PROBE).await;
+    let result = stream.result().await;
+    assert_eq!(result["result"], "called mcp__probe__slow_write: ran now: hello", "{result}");
+    assert!(stream.finish().await.success());
+    let log = probe.log();
+    assert!(!log.is_empty() && log.iter().all(|entry| !declares_tasks(entry)), "stream: {log:#?}");
+    let initialize = stream.sdk.iter().find(|m| m["method"] == "initialize").unwrap();
+    assert_eq!(initialize["params"]["capabilities"], json!({}), "{initialize}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
