@@ -19,6 +19,9 @@
 //!   lets a call past the gate.
 //! - `subagents`: a `Task` subagent's read and (denied) write, its transcript and model calls;
 //!   the defer and resume cycle and two writes in one reply under `dontAsk`.
+//! - `mcp_tasks`: what the pinned CLI does with MCP Tasks (docs/PROTOCOL.md, "MCP Tasks"): which
+//!   settings declare them over HTTP, stdio and the in-process server, a task the CLI did not ask
+//!   for, a background task's result as a later notification, a task open at exit and resume.
 //! - `locate`: finding the binary and refusing unsupported versions.
 //! - `warm_pool`: the pool of pre-started CLIs with a stand-in process: keys, time to live, cap,
 //!   a process killed before the take. Fast; always run.
@@ -27,6 +30,7 @@ mod boxed;
 mod fake_cli;
 mod hooks;
 mod locate;
+mod mcp_tasks;
 mod real_cli;
 mod subagents;
 mod util;
