@@ -12,6 +12,13 @@ each with the working directory and `CARGO_*` variables cargo gives it, the doc 
 Each binary's output is printed whole when it ends (never interleaved with another's) and kept
 in target/test-logs/. Exits 1 when any binary or doc test failed, after running all of them, and
 prints a table of each binary's time.
+
+The suite's time is a budget. `scripts/lib/suite-times.tsv` is its record: each binary's seconds
+in a fresh clone's run on 2 cores (CI's machine), as the last change that measured it left them.
+The table printed at the end puts each binary's time beside its record and the difference, so a
+change reports the seconds it added (or saved); one that adds a binary or makes one slower updates
+the record in the same commit, with its figures in the commit message. Soaks and benchmarks are
+not test binaries of this suite: they run by hand (`cargo bench`, `cargo test -- --ignored`).
 """
 
 import json
@@ -36,6 +43,19 @@ LONGEST_FIRST = [
     "tollgate-store faults",
     "tollgate-store outbox",
 ]
+
+
+def record(root):
+    """The budget's record: {label: seconds} from scripts/lib/suite-times.tsv (empty without it)."""
+    path = os.path.join(root, "scripts", "lib", "suite-times.tsv")
+    seconds = {}
+    if os.path.exists(path):
+        with open(path) as rows:
+            for row in rows:
+                if row.strip() and not row.startswith("#"):
+                    label, value = row.rstrip("\n").split("\t")
+                    seconds[label] = float(value)
+    return seconds
 
 
 def build(root):
@@ -131,10 +151,20 @@ def main():
         futures += [pool.submit(run, binary) for binary in binaries[3:]]
         results = [future.result() for future in futures]
 
-    print(f"\nrun-tests: {time.monotonic() - started:.0f} s in all; the binaries that took over 5 s:")
+    budget = record(root)
+    print(f"\nrun-tests: {time.monotonic() - started:.0f} s in all; the binaries that took over 5 s, "
+          "beside their record (scripts/lib/suite-times.tsv):")
+    print(f"  {'now':>6}    {'record':>6}    {'added':>6}")
     for label, code, seconds in sorted(results, key=lambda r: -r[2]):
-        if seconds > 5 or code != 0:
-            print(f"  {seconds:6.0f} s  {'ok    ' if code == 0 else 'FAILED'}  {label}")
+        if seconds > 5 or code != 0 or label in budget:
+            was = budget.get(label)
+            was_text = f"{was:6.0f} s" if was is not None else "   new  "
+            added = f"{seconds - was:+6.0f} s" if was is not None else f"{seconds:+6.0f} s"
+            print(f"  {seconds:6.0f} s  {was_text}  {added}  {'ok    ' if code == 0 else 'FAILED'}  {label}")
+    with open(os.path.join(logs, "suite-times.tsv"), "w") as out:
+        out.write("# label\tseconds (this run; copy over scripts/lib/suite-times.tsv to update the record)\n")
+        for label, _, seconds in sorted(results):
+            out.write(f"{label}\t{seconds:.0f}\n")
     failed = [label for label, code, _ in results if code != 0]
     if failed:
         print(f"run-tests: FAILED: {', '.join(failed)}")

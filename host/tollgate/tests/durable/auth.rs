@@ -295,3 +295,60 @@ async fn serve_refuses_a_policy_whose_approvers_group_has_no_approver() {
         Served::start_with(&world, "serve", "127.0.0.1:0", &["--auth", file.to_str().unwrap()]).await;
     served.stop().await;
 }
+
+/// Who decides, decided once in the session service for every face: a face asks only a principal
+/// who may decide the call and otherwise tells its user who is awaited; the starter is refused
+/// under separation of duties and decides under the single-user setting
+/// (`separation_of_duties = false`). On the store alone: no CLI, no HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_session_service_asks_only_who_may_decide_and_names_who_is_awaited_otherwise() {
+    use std::sync::Arc;
+
+    use tollgate_engine::session::client::HumanDecision;
+    use tollgate_sessions::agents::SessionAgent;
+    use tollgate_sessions::error::ClientError;
+    use tollgate_sessions::rights::{Caller, Denied, Role, Rules};
+    use tollgate_sessions::service::{Deciders, Sessions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn tollgate_store::Store> =
+        Arc::new(tollgate_store::SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
+    tollgate_sessions::writes::start_by(store.as_ref(), "s-1", SessionAgent::default(), "carl")
+        .await
+        .unwrap();
+    tollgate_testing::park::park_started(
+        store.as_ref(),
+        "s-1",
+        json!({"order_id": "7", "amount_cents": 500}),
+    )
+    .await;
+    let person = |name: &str| Caller {
+        name: name.to_owned(),
+        roles: [Role::Client, Role::Approver].into(),
+        groups: Default::default(),
+        sole: false,
+        agents: None,
+    };
+    let (carl, dana) = (person("carl"), person("dana"));
+    let strict = Sessions::new(store.clone(), Rules::default(), None);
+    let single = Sessions::new(store.clone(), Rules { separation_of_duties: false }, None);
+
+    let awaited = strict.deciders(&carl, "s-1", "toolu_s-1").await.unwrap();
+    assert_eq!(
+        awaited,
+        Deciders::Awaited(
+            "waiting for approval by an approver other than carl, who started the session".into()
+        )
+    );
+    assert_eq!(strict.deciders(&dana, "s-1", "toolu_s-1").await.unwrap(), Deciders::Caller);
+    assert_eq!(single.deciders(&carl, "s-1", "toolu_s-1").await.unwrap(), Deciders::Caller);
+
+    let approve = HumanDecision { approved: true, ..HumanDecision::default() };
+    let refused = strict.decide(&carl, "s-1", "toolu_s-1", &approve, None).await.unwrap_err();
+    assert!(matches!(refused, ClientError::Denied(Denied::OwnSession { .. })), "{refused}");
+    let decided =
+        single.decide(&carl, "s-1", "toolu_s-1", &approve, None).await.expect("the starter decides");
+    assert!(!decided.replayed);
+    let snapshot = single.snapshot(&carl, "s-1").await.unwrap();
+    assert_eq!(snapshot.decisions.last().map(|d| d.principal.as_str()), Some("carl"));
+}
