@@ -19,7 +19,8 @@
 //!   no connection: a client that declared the MCP Tasks extension gets a task (its id is the
 //!   session's), `working` until the decision and then `completed` with the call's result (a
 //!   rejection is an error result with the approver's reason); any other client gets, at once, a
-//!   result that says the call awaits approval and names the interrupt, and a second call with
+//!   result that says the call awaits approval, names the interrupt and who is awaited (the
+//!   session service's `deciders`), and a second call with
 //!   the same arguments (or key) returns the outcome once decided.
 //!
 //! The HTTP transport runs without MCP sessions (stateless), so any process on the store answers
@@ -51,6 +52,7 @@ use tollgate_store::StoreError;
 use crate::api::ApiState;
 use tollgate_sessions::error::ClientError;
 use tollgate_sessions::rights::{Action, Caller};
+use tollgate_sessions::service::Deciders;
 
 /// The request `_meta` key whose string value is the call's idempotency key.
 pub const KEY_META: &str = "io.tollgate/idempotency-key";
@@ -114,8 +116,9 @@ pub struct AgentServer {
 enum Progress {
     /// It has its final record.
     Done(CallEntry),
-    /// It waits for a person.
-    Awaiting(CallEntry),
+    /// It waits for a person: who is awaited, as the session service says to the caller
+    /// ([`tollgate_sessions::service::Sessions::deciders`]).
+    Awaiting(CallEntry, String),
     /// It ended without a record (cancelled before it ran).
     Ended(String),
     /// It runs (or is queued) still.
@@ -259,9 +262,9 @@ impl AgentServer {
             Err(ClientError::Store(error)) => return Err(store_error(error)),
             Err(other) => return Err(internal(other.to_string())),
         }
-        let progress = self.progress(&session_id, CALL_WAIT).await?;
+        let progress = self.progress(caller, &session_id, CALL_WAIT).await?;
         Ok(match progress {
-            Progress::Running | Progress::Awaiting(_) if tasks => {
+            Progress::Running | Progress::Awaiting(..) if tasks => {
                 CallToolResponse::Task(CreateTaskResult::new(self.task(&session_id, &progress)))
             }
             other => self.answer(&session_id, &tool.name, other).await?.into(),
@@ -270,7 +273,12 @@ impl AgentServer {
 
     /// Where the call of `session_id` stands, waiting up to `wait` for it to settle or to wait on
     /// a person.
-    async fn progress(&self, session_id: &str, wait: Duration) -> Result<Progress, ErrorData> {
+    async fn progress(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        wait: Duration,
+    ) -> Result<Progress, ErrorData> {
         let store = self.state.store.as_ref();
         let call_id = calls::call_id(session_id);
         let deadline = tokio::time::Instant::now() + wait;
@@ -280,7 +288,18 @@ impl AgentServer {
                 let call = CallEntry::parse(record.record.get()).map_err(internal)?;
                 match &call.state {
                     state if state.outcome().is_some() => return Ok(Progress::Done(call)),
-                    CallState::PendingApproval => return Ok(Progress::Awaiting(call)),
+                    CallState::PendingApproval => {
+                        let deciders =
+                            self.state.sessions().deciders(caller, session_id, &call.tool_call_id).await;
+                        let awaited = match deciders {
+                            Ok(Deciders::Awaited(who)) => who,
+                            Ok(Deciders::Caller) => {
+                                "you may decide it yourself, in the inbox or over the API".to_owned()
+                            }
+                            Err(error) => return Err(internal(error)),
+                        };
+                        return Ok(Progress::Awaiting(call, awaited));
+                    }
                     CallState::Cancelled | CallState::Unused => {
                         return Ok(Progress::Ended(format!(
                             "{} was cancelled before it ran",
@@ -313,9 +332,9 @@ impl AgentServer {
         let text = |text: String| vec![ContentBlock::text(text)];
         let mut result = match progress {
             Progress::Done(call) => self.final_result(session_id, &call).await?,
-            Progress::Awaiting(call) => CallToolResult::success(text(format!(
-                "Not run yet: {tool} awaits a person's approval (interrupt {}). Nothing has happened so far. \
-                 Call {tool} again with the same arguments to get its outcome once it is decided.",
+            Progress::Awaiting(call, awaited) => CallToolResult::success(text(format!(
+                "Not run yet: {tool} awaits a person's approval (interrupt {}): {awaited}. Nothing has happened \
+                 so far. Call {tool} again with the same arguments to get its outcome once it is decided.",
                 call.tool_call_id
             ))),
             Progress::Running => CallToolResult::success(text(format!(
@@ -363,7 +382,9 @@ impl AgentServer {
     fn task(&self, session_id: &str, progress: &Progress) -> Task {
         let now = crate::webhooks::rfc3339_ms(now_ms());
         let message = match progress {
-            Progress::Awaiting(call) => format!("awaiting approval (interrupt {})", call.tool_call_id),
+            Progress::Awaiting(call, awaited) => {
+                format!("awaiting approval (interrupt {}): {awaited}", call.tool_call_id)
+            }
             Progress::Running => "running".to_owned(),
             Progress::Done(call) => call.state.name().to_owned(),
             Progress::Ended(why) => why.clone(),
@@ -377,10 +398,10 @@ impl AgentServer {
     async fn get(&self, caller: &Caller, agent: &str, task_id: &str) -> Result<GetTaskResult, ErrorData> {
         self.check_caller(caller, agent, false)?;
         self.owned_task(caller, agent, task_id).await?;
-        let progress = self.progress(task_id, Duration::ZERO).await?;
+        let progress = self.progress(caller, task_id, Duration::ZERO).await?;
         let task = self.task(task_id, &progress);
         let payload = match progress {
-            Progress::Running | Progress::Awaiting(_) => TaskPayload::Working,
+            Progress::Running | Progress::Awaiting(..) => TaskPayload::Working,
             Progress::Done(_) | Progress::Ended(_) => {
                 let tool = match &progress {
                     Progress::Done(call) => call.tool_name.clone(),

@@ -251,7 +251,7 @@ impl Sessions {
         let starter = store.audit().started_by(session_id).await?;
         Ok(match self.rules.may_decide(caller, session_id, starter.as_deref(), tool, &approvers) {
             Ok(()) => Deciders::Caller,
-            Err(denied) => Deciders::Awaited(crate::rights::awaited(&denied)),
+            Err(_) => Deciders::Awaited(crate::rights::awaited(self.rules, &approvers, starter.as_deref())),
         })
     }
 

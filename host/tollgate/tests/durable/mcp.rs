@@ -150,6 +150,11 @@ async fn a_plain_client_reads_at_once_and_a_refund_waits_in_the_inbox_then_runs_
     let waiting = complete(&carl_mcp, call(REFUND, refund_args())).await;
     let said = text(&waiting);
     assert!(said.contains("awaits a person's approval") && said.contains("mcpcall_"), "{said}");
+    // Carl started the call's session, so the session service names who else must decide it.
+    assert!(
+        said.contains("waiting for approval by an approver other than carl, who started the session"),
+        "{said}"
+    );
     let session = waiting.meta.as_ref().and_then(|m| m.get("io.tollgate/session")).and_then(Value::as_str);
     let session = session.expect("the session is named").to_owned();
     let interrupt = said.split("interrupt ").nth(1).unwrap().split(')').next().unwrap().to_owned();
