@@ -16,7 +16,7 @@ echo "== [1/3] in the background: bubblewrap (the agent's box), the pinned Claud
 ( scripts/install-bubblewrap.sh && scripts/install-claude-cli.sh && scripts/build-examples.sh ) >"$log" 2>&1 &
 setup=$!
 echo "== [2/3] tollgate itself (first run: about 8 minutes on 2 cores; then seconds)" >&2
-cargo build --locked -p tollgate
+cargo build --locked -p tollgate -p tollgate-mock-model
 if ! wait "$setup"; then
   cat "$log" >&2
   echo "demo.sh: installing or building the example failed (above; kept in $log)" >&2

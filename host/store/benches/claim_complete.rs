@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use sqlx::sqlite::SqliteSynchronous;
-use tollgate_store::testing::PgCluster;
 use tollgate_store::*;
+use tollgate_store_testing::PgCluster;
 
 const SESSIONS: usize = 200;
 const LEASE: Duration = Duration::from_secs(60);

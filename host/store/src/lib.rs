@@ -2,7 +2,7 @@
 //! embedded default: one WAL file beside the agent, zero set-up) and PostgreSQL (many Workers).
 //!
 //! Read [`Store`] first: its rustdoc is the contract every backend keeps and
-//! `testing::conformance` (feature `testing`) checks on both. Then [`Commit`], the one way a Worker changes a
+//! `tollgate_store_testing::conformance` (the `host/store/testing` crate) checks on both. Then [`Commit`], the one way a Worker changes a
 //! session. The store owns the *durable mechanics* only: sessions (status, run state, usage),
 //! the ordered append-only item log (user prompts, transcript entries by `uuid`), tool call
 //! records, interrupts, steps with leases and fences, events with a per-session seq, and client
@@ -15,8 +15,8 @@
 //! [`signal`] (wake-ups), [`outbox`] (webhook deliveries written with their events), [`sqlite`] and [`postgres`] (the backends: connections, pools,
 //! wake-ups across processes), and two private ones: `backend` (the one generic [`Store`]
 //! implementation both backends share) and `dialect` (what differs between their SQL, each
-//! dialect's statements rendered once); `testing` (feature `testing`: a throwaway PostgreSQL
-//! cluster and the conformance suite).
+//! dialect's statements rendered once). The throwaway PostgreSQL cluster and the conformance
+//! suite are a crate of their own (`tollgate-store-testing`), which only tests link.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tollgate_store::StoreError> {
@@ -105,8 +105,6 @@ pub mod outbox;
 pub mod postgres;
 pub mod signal;
 pub mod sqlite;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod types;
 pub mod versions;
 
@@ -137,7 +135,7 @@ pub const ROW_VERSION: i64 = 1;
 
 /// The durable store of sessions and their steps. `Send + Sync`; share it as `Arc<dyn Store>`.
 ///
-/// # Contract (every backend; checked by `testing::conformance` (feature `testing`))
+/// # Contract (every backend; checked by `tollgate_store_testing::conformance`)
 ///
 /// - **Committed before `Ok`.** Every method that writes returns `Ok` only after its transaction
 ///   committed durably; an `Err` means it wrote nothing, except a retryable error, after which

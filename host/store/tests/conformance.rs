@@ -1,12 +1,12 @@
-//! The store conformance suite (`tollgate_store::testing::conformance`) on each backend: SQLite on
+//! The store conformance suite (`tollgate_store_testing::conformance`) on each backend: SQLite on
 //! a fresh file per case, PostgreSQL on a fresh schema per case in one throwaway cluster.
 //!
 //! The PostgreSQL run needs the binaries (`scripts/install-postgres.sh`); without them it is
 //! skipped with a note, and it fails instead when `TOLLGATE_REQUIRE_POSTGRES=1`.
 
-use tollgate_store::testing::PgCluster;
-use tollgate_store::testing::conformance::{Harness, run_all};
 use tollgate_store::{SqliteStore, Store, StoreError};
+use tollgate_store_testing::PgCluster;
+use tollgate_store_testing::conformance::{Harness, run_all};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sqlite_store_keeps_the_store_contract() {

@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tollgate_store::testing::PgCluster;
 use tollgate_store::{
     NewItem, NewSession, NewStep, PgStore, SqliteStore, StepStart, Store, StoreError, UnavailableReason,
     UserMessage, raw,
 };
+use tollgate_store_testing::PgCluster;
 
 /// The longest a store may take to heal once its fault ended.
 const HEAL_WITHIN: Duration = Duration::from_secs(5);

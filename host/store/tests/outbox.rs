@@ -1,11 +1,11 @@
-//! The outbox conformance suite (`tollgate_store::testing::outbox`) on each backend: SQLite on a
+//! The outbox conformance suite (`tollgate_store_testing::outbox`) on each backend: SQLite on a
 //! fresh file per case, PostgreSQL on a fresh schema per case in one throwaway cluster (skipped
 //! without the binaries, a failure when `TOLLGATE_REQUIRE_POSTGRES=1`).
 
 use tollgate_store::SqliteStore;
-use tollgate_store::testing::PgCluster;
-use tollgate_store::testing::conformance::Harness;
-use tollgate_store::testing::outbox::run_all;
+use tollgate_store_testing::PgCluster;
+use tollgate_store_testing::conformance::Harness;
+use tollgate_store_testing::outbox::run_all;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sqlite_store_keeps_the_outbox_contract() {

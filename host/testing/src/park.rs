@@ -10,13 +10,14 @@ use tollgate_engine::gate::DeferredCall;
 use tollgate_engine::policy::{DeferredRun, Effect, Handling, ToolPolicy};
 use tollgate_engine::session::turn::{Claims, Plan, SegmentResult, on_segment, plan_run_model};
 use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, Usage};
+use tollgate_sessions::{reads, writes};
 use tollgate_store::Store;
 
 /// Starts `session` with a refund request and commits its first segment as deferred on
 /// `create_refund` (tool use `toolu_<session>`), leaving one open interrupt and one waiting step.
 /// The store must have no other claimable step.
 pub async fn park_on_approval(store: &dyn Store, session: &str) {
-    tollgate_sessions::writes::start(store, session).await.expect("start");
+    writes::start(store, session).await.expect("start");
     park_started(store, session, json!({"order_id": "7", "amount_cents": 500})).await;
 }
 
@@ -24,7 +25,7 @@ pub async fn park_on_approval(store: &dyn Store, session: &str) {
 /// the store with an id the API would refuse), deferring `create_refund` with `arguments`.
 /// The store must have no other claimable step.
 pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_json::Value) {
-    tollgate_sessions::writes::send(store, session, "Refund order 7", None).await.expect("send");
+    writes::send(store, session, "Refund order 7", None).await.expect("send");
     let claimed =
         store.claim("seeder", Duration::from_secs(60)).await.expect("claim").expect("the wake step");
     let StepInput::RunModel(step) = StepInput::parse(&claimed.step.kind, claimed.step.payload.get()).unwrap()
@@ -33,12 +34,12 @@ pub async fn park_started(store: &dyn Store, session: &str, arguments: serde_jso
     };
     let row = store.session(session).await.unwrap().unwrap();
     let state = RunState::parse(row.run_state.get()).unwrap();
-    let (items, transcript) = tollgate_sessions::reads::plan_inputs(store, session).await.unwrap();
+    let (items, transcript) = reads::plan_inputs(store, session).await.unwrap();
     let Plan::Run(run) = plan_run_model(
         &step,
         Claims::nth(1),
         &state,
-        &tollgate_sessions::reads::history(&items),
+        &reads::history(&items),
         transcript,
         &[],
         &Limits::default(),

@@ -15,6 +15,7 @@ use tollgate_api_types::client::{SseEvent, SseParser};
 use tollgate_engine::session::client::HumanDecision;
 use tollgate_mock_model::MockModel;
 pub use tollgate_mock_model::payments::Payments;
+use tollgate_sessions::{reads, writes};
 use tollgate_store::{Event, Store};
 
 /// How many worlds a test binary runs at once: `TOLLGATE_TEST_WORLDS`, default 2 (Workers start
@@ -269,8 +270,8 @@ impl World {
 
     /// Starts the session and sends `text`.
     pub async fn send(&self, session: &str, text: &str) {
-        tollgate_sessions::writes::start(self.store.as_ref(), session).await.expect("start");
-        tollgate_sessions::writes::send(self.store.as_ref(), session, text, None).await.expect("send");
+        writes::start(self.store.as_ref(), session).await.expect("start");
+        writes::send(self.store.as_ref(), session, text, None).await.expect("send");
     }
 
     /// Decides interrupt `id` under `key`.
@@ -281,17 +282,12 @@ impl World {
             updated_input: None,
             ..Default::default()
         };
-        tollgate_sessions::writes::resolve(self.store.as_ref(), session, id, &decision, Some(key))
-            .await
-            .expect("resolve");
+        writes::resolve(self.store.as_ref(), session, id, &decision, Some(key)).await.expect("resolve");
     }
 
     /// The snapshot.
     pub async fn snapshot(&self, session: &str) -> Snapshot {
-        tollgate_sessions::reads::snapshot(self.store.as_ref(), session)
-            .await
-            .expect("snapshot")
-            .expect("the session exists")
+        reads::snapshot(self.store.as_ref(), session).await.expect("snapshot").expect("the session exists")
     }
 
     /// Waits until the snapshot satisfies `done` (60 s at most), and returns it.
@@ -343,9 +339,9 @@ impl World {
         let store = self.store.as_ref();
         let row = store.session(session).await.expect("session").expect("the session exists");
         let state = tollgate_engine::session::RunState::parse(row.run_state.get()).expect("run state");
-        let items = tollgate_sessions::reads::read_all_items(store, session).await.expect("items");
+        let items = reads::read_all_items(store, session).await.expect("items");
         let from_items: Vec<(String, String, bool)> =
-            tollgate_engine::session::view::messages(&tollgate_sessions::reads::history(&items), &state)
+            tollgate_engine::session::view::messages(&reads::history(&items), &state)
                 .into_iter()
                 .map(|m| (m.role.to_owned(), m.text, m.pending))
                 .collect();

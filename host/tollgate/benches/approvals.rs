@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tollgate_mock_model::MockModel;
-use tollgate_store::testing::PgCluster;
+use tollgate_store_testing::PgCluster;
 
 use tollgate_testing::{agent, park, serve};
 

@@ -49,7 +49,7 @@ async fn main() -> ExitCode {
         eprintln!("chaos: the pinned CLI is not installed at {}; run scripts/setup.sh", cli.display());
         return ExitCode::from(2);
     }
-    let cluster = match tollgate_store::testing::PgCluster::start() {
+    let cluster = match tollgate_store_testing::PgCluster::start() {
         Ok(cluster) => cluster,
         Err(e) => {
             eprintln!("chaos: cannot start PostgreSQL: {e}");

@@ -143,7 +143,7 @@ async fn main() {
 
     // `tollgate api` + a Worker on PostgreSQL: reads are durable steps.
     let mut pg_row = None;
-    if let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() {
+    if let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() {
         let world =
             World::on_db("bench: mcp on PostgreSQL", Refund::SingleAttemptWithApproval, &cluster.url())
                 .await

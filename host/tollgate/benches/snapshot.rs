@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use tollgate_engine::session::turn::{Claims, Plan, PlannedStart, TranscriptSource, plan_run_model};
 use tollgate_engine::session::{CallEntry, Limits, RunState, StepInput, view};
 use tollgate_sessions::convert;
-use tollgate_store::testing::PgCluster;
 use tollgate_store::{Commit, Finish, NewItem, Store, raw};
+use tollgate_store_testing::PgCluster;
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -26,8 +26,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tollgate_store::testing::PgCluster;
 use tollgate_store::{Claimed, Commit, Finish, NewEvent, NewItem, NewLiveText, NewMessage, Store, raw};
+use tollgate_store_testing::PgCluster;
 
 /// The Worker's bound on unstored text (`run_model::LIVE_BLOCK_BYTES`); `STREAM_LIVE_BLOCK`
 /// tries another.

@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn the_test_build_compiles_no_dependency_of_the_demo_build_again() {
         let mut units = Units::default();
-        let demo = units.of_build(&["build", "-p", "tollgate"]);
+        let demo = units.of_build(&["build", "-p", "tollgate", "-p", "tollgate-mock-model"]);
         let tests = units.of_build(&["test", "--no-run"]);
         let demo_units: HashSet<(String, &str)> =
             demo.iter().map(|id| (units.all[*id].name(), units.all[*id].profile.as_str())).collect();
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn the_demo_build_compiles_no_dependency_twice() {
         let mut units = Units::default();
-        let demo = units.of_build(&["build", "-p", "tollgate"]);
+        let demo = units.of_build(&["build", "-p", "tollgate", "-p", "tollgate-mock-model"]);
         let mut seen: HashMap<(&str, &str), Vec<&Unit>> = HashMap::new();
         for id in &demo {
             let unit = &units.all[*id];
@@ -170,5 +170,35 @@ mod tests {
              host/workspace-hack/Cargo.toml:\n{}",
             twice.into_iter().collect::<Vec<_>>().join("\n")
         );
+    }
+
+    /// The shipped `tollgate` binary links no mock model and no store test harness: the demo and
+    /// `tollgate dev` start the mock as its own binary, and only tests link the harness crate.
+    #[test]
+    fn the_tollgate_binary_links_no_mock_model_and_no_store_test_harness() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let output = Command::new(cargo)
+            .current_dir(root)
+            .args([
+                "tree",
+                "--locked",
+                "--offline",
+                "-p",
+                "tollgate",
+                "--edges",
+                "normal",
+                "--prefix",
+                "none",
+            ])
+            .output()
+            .expect("cargo runs");
+        assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
+        let tree = String::from_utf8_lossy(&output.stdout);
+        let linked: BTreeSet<&str> = tree.lines().filter_map(|line| line.split_whitespace().next()).collect();
+        assert!(linked.contains("tollgate-worker"), "the tree is the binary's: {linked:?}");
+        for test_only in ["tollgate-mock-model", "tollgate-store-testing", "tollgate-testing"] {
+            assert!(!linked.contains(test_only), "the tollgate binary links {test_only}");
+        }
     }
 }

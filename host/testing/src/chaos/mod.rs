@@ -46,7 +46,7 @@ use sqlx::Row;
 use tollgate_api_types::client::{ApiClient, CallError};
 use tollgate_mock_model::MockModel;
 use tollgate_mock_model::payments::Payments;
-use tollgate_store::testing::PgCluster;
+use tollgate_store_testing::PgCluster;
 
 use self::check::{
     CallRow, Claim, EventRow, InterruptRow, Observed, Payment, ProcessNote, SessionRow, StepRow, Verdict,

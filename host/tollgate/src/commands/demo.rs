@@ -22,11 +22,11 @@ use clap::Args;
 use tollgate_claude::{CliBinary, CliLocator};
 use tollgate_engine::events::{EventKind, InterruptOpened, Payload};
 use tollgate_engine::session::client::HumanDecision;
-use tollgate_mock_model::MockModel;
-use tollgate_mock_model::payments::{Payments, Received};
 use tollgate_sandbox::{Sandbox, SandboxConfig};
 
+use super::mock::{MockOptions, MockProcess};
 use tollgate_sessions::agents::ServingAgent;
+use tollgate_sessions::{reads, writes};
 use tollgate_worker::agent::Agent;
 use tollgate_worker::worker::{Worker, WorkerConfig};
 
@@ -61,7 +61,7 @@ pub struct DemoArgs {
 #[derive(Debug)]
 pub struct Prepared {
     mock_port: Option<u16>,
-    payments: Option<TcpListener>,
+    payments_port: Option<u16>,
 }
 
 /// Chooses ports and sets the environment; call before any thread starts.
@@ -88,15 +88,14 @@ pub fn prepare() -> anyhow::Result<Prepared> {
         None
     };
     let payments = if std::env::var_os("PAYMENTS_URL").is_none() {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // SAFETY: as above.
-        unsafe { std::env::set_var("PAYMENTS_URL", format!("http://{}", listener.local_addr()?)) };
-        Some(listener)
+        unsafe { std::env::set_var("PAYMENTS_URL", format!("http://127.0.0.1:{port}")) };
+        Some(port)
     } else {
         None
     };
-    Ok(Prepared { mock_port, payments })
+    Ok(Prepared { mock_port, payments_port: payments })
 }
 
 /// Runs `tollgate demo`.
@@ -108,33 +107,32 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
             args.agent.display()
         );
     }
-    let _mock = match prepared.mock_port {
-        Some(port) => {
-            let mock = MockModel::start_on_port(port).await.context("starting the mock model")?;
-            mock.add_scenario(PROMPT, MOCK_SCRIPT);
+    // The mock model and the payments stand-in are one child process (`commands::mock`); with a
+    // credential and a `PAYMENTS_URL`, none.
+    let options = MockOptions {
+        port: prepared.mock_port.unwrap_or(0),
+        scenarios: vec![(PROMPT.to_owned(), MOCK_SCRIPT.to_owned())],
+        payments: prepared.payments_port,
+    };
+    let mock = if prepared.mock_port.is_some() || prepared.payments_port.is_some() {
+        let announce = |line: &str| println!("  {line}");
+        Some(MockProcess::start(&options, announce).await.context("starting the mock model")?)
+    } else {
+        None
+    };
+    match (&mock, prepared.mock_port) {
+        (Some(mock), Some(_)) => {
             println!(
                 "No model credential (ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or CLAUDE_CODE_OAUTH_TOKEN) is set: using the scripted mock model on {} (no network).",
-                mock.base_url()
+                mock.base_url
             );
             println!("  It answers {PROMPT:?} with: {MOCK_SCRIPT}");
-            Some(mock)
         }
-        None => {
-            println!("A model credential is set: using Claude.");
-            None
-        }
-    };
-    let _payments = match prepared.payments {
-        Some(listener) => {
-            let announce =
-                |r: &Received| println!("  [payments] POST Idempotency-Key={} {}", r.idempotency_key, r.body);
-            let payments =
-                Payments::serve(tokio::net::TcpListener::from_std(listener)?, Some(Box::new(announce)))?;
-            println!("A stand-in payments service listens on {}.", payments.url);
-            Some(payments)
-        }
-        None => None,
-    };
+        _ => println!("A model credential is set: using Claude."),
+    }
+    if let Some(url) = mock.as_ref().and_then(|mock| mock.payments_url.as_ref()) {
+        println!("A stand-in payments service listens on {url}.");
+    }
 
     let scratch = tempfile::Builder::new().prefix("tollgate-demo-").tempdir()?;
     let db =
@@ -167,14 +165,8 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
     println!("Store: {db}\n");
 
     let session = format!("demo-{}", std::process::id());
-    tollgate_sessions::writes::start_by(
-        store.as_ref(),
-        &session,
-        (&serving).into(),
-        tollgate_sessions::rights::LOCAL,
-    )
-    .await?;
-    tollgate_sessions::writes::send(store.as_ref(), &session, PROMPT, Some("demo-prompt")).await?;
+    writes::start_by(store.as_ref(), &session, (&serving).into(), tollgate_sessions::rights::LOCAL).await?;
+    writes::send(store.as_ref(), &session, PROMPT, Some("demo-prompt")).await?;
     println!("user> {PROMPT}");
 
     let started = Instant::now();
@@ -232,14 +224,7 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
                         updated_input: None,
                         ..Default::default()
                     };
-                    tollgate_sessions::writes::resolve(
-                        store.as_ref(),
-                        &session,
-                        &id,
-                        &decision,
-                        Some("demo-approval"),
-                    )
-                    .await?;
+                    writes::resolve(store.as_ref(), &session, &id, &decision, Some("demo-approval")).await?;
                 }
                 Payload::ToolCallStarted(call) => println!(
                     "  -> {} runs once, in its own durable step (attempt {})",
@@ -263,9 +248,7 @@ pub async fn run(args: DemoArgs, prepared: Prepared) -> anyhow::Result<ExitCode>
     }
     let _ = stop_tx.send(true);
     let completed = outcome?;
-    let snapshot = tollgate_sessions::reads::snapshot(store.as_ref(), &session)
-        .await?
-        .context("the demo session vanished")?;
+    let snapshot = reads::snapshot(store.as_ref(), &session).await?.context("the demo session vanished")?;
     if completed {
         let answer = snapshot.messages.iter().rev().find(|m| m.role == "assistant").map(|m| m.text.as_str());
         println!("\nFinal answer:\n{}\n", answer.unwrap_or("(none)"));

@@ -22,7 +22,6 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use clap::Args;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tollgate_mock_model::MockModel;
 
 /// Options of `tollgate dev`.
 #[derive(Debug, Args)]
@@ -301,15 +300,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         tollgate_worker::proxy::Credential::None
     );
     let (_mock, model) = if offline {
-        let mock = MockModel::start().await.context("starting the mock model")?;
+        let mock = super::mock::MockProcess::start(&super::mock::MockOptions::default(), |_| {})
+            .await
+            .context("starting the mock model")?;
         let env = vec![
-            ("ANTHROPIC_BASE_URL".to_owned(), mock.base_url()),
+            ("ANTHROPIC_BASE_URL".to_owned(), mock.base_url.clone()),
             ("ANTHROPIC_API_KEY".to_owned(), "tollgate-dev-mock".to_owned()),
         ];
         writeln!(
             out,
             "no model credential: the scripted mock model answers on {} (a message `say hello`, or `call TOOL {{json}}`)",
-            mock.base_url()
+            mock.base_url
         )?;
         (Some(mock), env)
     } else {

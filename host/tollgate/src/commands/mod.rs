@@ -7,6 +7,7 @@ pub mod auth;
 pub mod demo;
 pub mod dev;
 pub mod mcp;
+pub mod mock;
 pub mod scaffold;
 pub mod serve;
 pub mod session;

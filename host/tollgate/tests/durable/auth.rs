@@ -162,7 +162,7 @@ async fn only_an_approver_of_the_policys_group_who_did_not_start_the_session_dec
 /// stored. On PostgreSQL, with the `--token` shortcut beside the file (an ordinary admin there).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_api_without_the_agent_enforces_the_approvers_the_worker_stored_on_postgres() {
-    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
     let test = "auth: tollgate api on PostgreSQL";
     let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
         return;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sha2::Digest;
-use tollgate_store::testing::PgCluster;
 use tollgate_store::{AgentDigest, StepState};
+use tollgate_store_testing::PgCluster;
 
 use crate::served::{Served, stdout_of};
 use crate::world::{Refund, World, plain};

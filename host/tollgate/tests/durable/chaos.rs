@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use tollgate_store::testing::PgCluster;
+use tollgate_store_testing::PgCluster;
 
 use tollgate_testing::chaos::{self, Config};
 use tollgate_testing::world;

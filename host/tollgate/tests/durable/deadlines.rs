@@ -131,7 +131,7 @@ async fn a_two_second_deadline_rejects_the_call_after_its_worker_was_sigkilled_a
 
 #[tokio::test(flavor = "multi_thread")]
 async fn on_postgres_two_workers_started_after_the_deadline_fire_it_once() {
-    let Some(cluster) = tollgate_store::testing::PgCluster::start_or_skip() else { return };
+    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
     let test = "deadline: expiry on PostgreSQL, two firers";
     let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
         return;

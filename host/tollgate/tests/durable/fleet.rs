@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use tollgate_store::testing::PgCluster;
+use tollgate_store_testing::PgCluster;
 
 use crate::served::{Served, stdout_of};
 use crate::world::{Refund, World, plain};

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tollgate_store::StepState;
-use tollgate_store::testing::PgCluster;
+use tollgate_store_testing::PgCluster;
 use tollgate_testing::alive;
 
 use crate::served::Served;

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tollgate_store::testing::PgCluster;
+use tollgate_store_testing::PgCluster;
 
 use crate::served::Served;
 use crate::world::{Refund, World, api};

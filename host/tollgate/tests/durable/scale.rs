@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate_store::testing::PgCluster;
+use tollgate_store_testing::PgCluster;
 
 use crate::park::park_on_approval;
 use crate::world::{Refund, World};

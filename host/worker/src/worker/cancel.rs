@@ -25,6 +25,7 @@ use tollgate_store::{Claimed, PendingCancel, Store};
 use tracing::{info, warn};
 
 use super::{StepError, Worker};
+use tollgate_sessions::reads;
 
 /// The longest a running segment's Worker goes without reading the cancel request.
 pub const CANCEL_POLL: Duration = Duration::from_secs(2);
@@ -44,11 +45,10 @@ pub(super) async fn apply(
     })?;
     let state = RunState::parse(session.run_state.get())?;
     let step = StepInput::parse(&claimed.step.kind, claimed.step.payload.get())?;
-    let prompts = tollgate_sessions::reads::prompts_after(store, session_id, state.prompts_through).await?;
+    let prompts = reads::prompts_after(store, session_id, state.prompts_through).await?;
     let calls = super::run_model::read_calls(store, session_id).await?;
     let request = CancelRequest { requested_by: request.requested_by, requested_at: request.requested_at };
-    let mut transition =
-        on_cancel(&step, &state, &tollgate_sessions::reads::history(&prompts), &calls, &request)?;
+    let mut transition = on_cancel(&step, &state, &reads::history(&prompts), &calls, &request)?;
     if cost_usd > 0.0 {
         let mut next = transition.run_state.take().unwrap_or_else(|| state.clone());
         next.cost_usd += cost_usd;

@@ -11,6 +11,7 @@ use tracing::warn;
 
 use super::{StepError, Worker};
 use tollgate_sessions::edits;
+use tollgate_sessions::reads;
 
 /// The custom tools of `tools` as `/mcp/{agent}` lists them, with each one's policy in `worker`'s
 /// agent.
@@ -46,12 +47,7 @@ pub(super) async fn publish(worker: &Worker, tools: &ToolSet) {
 
 /// The session's request: its one `mcp_call` item.
 async fn request_of(worker: &Worker, session_id: &str) -> Result<McpRequest, StepError> {
-    let items = tollgate_sessions::reads::read_all_items_of_kind(
-        worker.store.as_ref(),
-        session_id,
-        ItemKind::McpCall,
-    )
-    .await?;
+    let items = reads::read_all_items_of_kind(worker.store.as_ref(), session_id, ItemKind::McpCall).await?;
     let item = items
         .last()
         .ok_or_else(|| EngineError::Inconsistent(format!("MCP session {session_id} has no mcp_call item")))?;

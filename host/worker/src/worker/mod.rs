@@ -72,6 +72,7 @@ use crate::agent::Agent;
 use crate::proxy::{ModelProxy, ProxyError, Upstream};
 use tollgate_process::metrics::Metrics;
 use tollgate_sessions::convert;
+use tollgate_sessions::reads;
 
 /// How long a step whose rows cannot be read waits before it is tried again.
 pub const PARKED_RETRY: Duration = Duration::from_secs(300);
@@ -615,20 +616,16 @@ impl Worker {
             Ok(records) => records.iter().filter_map(|r| CallEntry::parse(r.record.get()).ok()).collect(),
             Err(_) => Vec::new(),
         };
-        let prompts_seen =
-            tollgate_sessions::reads::read_all_items(store, &step.session_id).await.ok().map(|items| {
-                items
-                    .iter()
-                    .filter(|i| {
-                        matches!(
-                            ItemKind::parse(&i.kind),
-                            Some(ItemKind::UserPrompt | ItemKind::TurnFailureNote)
-                        )
-                    })
-                    .map(|i| i.seq)
-                    .max()
-                    .unwrap_or(0)
-            });
+        let prompts_seen = reads::read_all_items(store, &step.session_id).await.ok().map(|items| {
+            items
+                .iter()
+                .filter(|i| {
+                    matches!(ItemKind::parse(&i.kind), Some(ItemKind::UserPrompt | ItemKind::TurnFailureNote))
+                })
+                .map(|i| i.seq)
+                .max()
+                .unwrap_or(0)
+        });
         let turn_id = match StepInput::parse(&step.kind, step.payload.get()) {
             Ok(StepInput::RunModel(input)) => input.turn_id,
             Ok(

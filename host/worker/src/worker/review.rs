@@ -16,6 +16,7 @@ use tollgate_engine::session::{CallEntry, ItemKind, Transition};
 use tracing::warn;
 
 use super::Worker;
+use tollgate_sessions::reads;
 
 /// Reviews each interrupt `transition` opens, when the agent's factory exports `review`. `calls`
 /// are the session's calls (for the status of its deferred ones).
@@ -88,9 +89,7 @@ async fn stored_entries(
     if stored.chunked {
         return Ok(stored.chunks.iter().flat_map(|chunk| chunk.lines()).map(str::to_owned).collect());
     }
-    let items =
-        tollgate_sessions::reads::read_all_items_of_kind(store, session_id, ItemKind::ClaudeTranscript)
-            .await?;
+    let items = reads::read_all_items_of_kind(store, session_id, ItemKind::ClaudeTranscript).await?;
     Ok(items.iter().flat_map(|item| body_entries(item.body.get())).collect())
 }
 

@@ -41,6 +41,7 @@ use crate::tool_runner::SandboxTools;
 use tollgate_sessions::convert;
 use tollgate_sessions::edits;
 use tollgate_sessions::media;
+use tollgate_sessions::reads;
 
 /// How often streamed text and events are written while a segment runs ([`flush_events`]).
 const EVENT_FLUSH: Duration = Duration::from_millis(200);
@@ -62,14 +63,14 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
         ))
     })?;
     let state = RunState::parse(session.run_state.get())?;
-    let (items, transcript) = tollgate_sessions::reads::plan_inputs(store, session_id).await?;
+    let (items, transcript) = reads::plan_inputs(store, session_id).await?;
     let calls = read_calls(store, session_id).await?;
     let claims = turn::Claims { attempt: claimed.step.attempt, lost: claimed.step.lost };
     let plan = turn::plan_run_model(
         step,
         claims,
         &state,
-        &tollgate_sessions::reads::history(&items),
+        &reads::history(&items),
         transcript,
         &calls,
         &worker.agent.config.limits,
@@ -217,10 +218,8 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     }
     if matches!(result, SegmentResult::Deferred { .. }) {
         // A grant revoked while the segment ran counts: read the session's revocations again.
-        let revocations =
-            tollgate_sessions::reads::read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked)
-                .await?;
-        run.grants = grants::session_grants(&tollgate_sessions::reads::history(&revocations), &calls)?;
+        let revocations = reads::read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked).await?;
+        run.grants = grants::session_grants(&reads::history(&revocations), &calls)?;
         // So does a decision made ahead in a batch: read where the turn's interrupts ahead stand.
         run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
     }

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use super::{StepError, Worker};
 use crate::telemetry::{Scope, ToolTrace};
 use tollgate_sessions::media;
+use tollgate_sessions::reads;
 
 async fn load_call(worker: &Worker, claimed: &Claimed, step: &CallStep) -> Result<CallEntry, StepError> {
     let session = &claimed.step.session_id;
@@ -53,7 +54,7 @@ pub(super) async fn decided_by(
     session_id: &str,
     interrupt_id: &str,
 ) -> Result<Option<GrantStamp>, StepError> {
-    let rows = tollgate_sessions::reads::decisions(worker.store.as_ref(), session_id).await?;
+    let rows = reads::decisions(worker.store.as_ref(), session_id).await?;
     Ok(rows
         .iter()
         .rev()

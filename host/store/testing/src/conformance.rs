@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::*;
+use tollgate_store::*;
 
 /// A fresh store for one case, plus raw SQL access to it.
 pub struct Harness {

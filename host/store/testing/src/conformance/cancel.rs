@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Case, Harness, LONG, claimed_session, done, event, j, message, new_session, parked_on_i1};
-use crate::*;
+use tollgate_store::*;
 
 /// Every cancel case, by name (run after the store's own by [`super::run_all`]).
 pub const CASES: &[(&str, Case)] = &[
@@ -34,8 +34,8 @@ fn cancel(session: &str, by: &str) -> CancelRequest {
     }
 }
 
-fn cancelled_by(principal: &str) -> crate::audit::NewAuditEntry {
-    crate::audit::NewAuditEntry {
+fn cancelled_by(principal: &str) -> tollgate_store::audit::NewAuditEntry {
+    tollgate_store::audit::NewAuditEntry {
         principal: principal.into(),
         decision: AuditDecision::Cancelled,
         reason: Some("cancelled turn-1".into()),
@@ -114,7 +114,7 @@ async fn a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_co
         matches!(&refused, Err(StoreError::CancelPending { requested_by, .. }) if requested_by == "alice"),
         "{refused:?}"
     );
-    let entry = crate::audit::NewAuditEntry {
+    let entry = tollgate_store::audit::NewAuditEntry {
         decision: AuditDecision::Approved,
         reason: None,
         ..cancelled_by("bob")

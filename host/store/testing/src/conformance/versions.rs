@@ -1,9 +1,9 @@
-//! The conformance cases of [`crate::versions::AgentVersions`]: versions pushed once by content,
+//! The conformance cases of [`tollgate_store::versions::AgentVersions`]: versions pushed once by content,
 //! numbered per agent, promoted and rolled back, and bad bundles refused whole.
 
 use super::{Case, Harness, cases, j};
-use crate::versions::{MAX_BUNDLE_FILE, file_digest};
-use crate::*;
+use tollgate_store::versions::{MAX_BUNDLE_FILE, file_digest};
+use tollgate_store::*;
 
 cases!(
     a_pushed_bundle_is_a_numbered_version_kept_once_by_content_and_the_first_is_current,

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::conformance::{Case, Harness, cases, run_cases};
-use crate::*;
+use tollgate_store::*;
 
 cases![
     an_event_of_a_subscribed_kind_gets_one_delivery_per_webhook_with_its_transaction,

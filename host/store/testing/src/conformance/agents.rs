@@ -3,7 +3,7 @@
 //! registry adopts sessions from before names, and an upgrade pins only to what a Worker runs.
 
 use super::{Case, Harness, LONG, cases, done, j, message, parked_on_i1};
-use crate::*;
+use tollgate_store::*;
 
 cases!(
     a_session_keeps_the_agent_it_was_created_with_and_lists_it,

@@ -1,8 +1,8 @@
-//! The conformance cases of [`crate::audit::AuditLog`]: who started a session, and the audit
+//! The conformance cases of [`tollgate_store::audit::AuditLog`]: who started a session, and the audit
 //! trail written atomically with each decision, once.
 
 use super::{Case, Harness, LONG, claimed_session, event, j, new_session, parked_on_i1};
-use crate::*;
+use tollgate_store::*;
 
 /// Every audit case, by name (run after the store's own by [`super::run_all`]).
 pub const CASES: &[(&str, Case)] = &[

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Case, Harness, LONG, claimed_session, event, j, parked_on_i1};
-use crate::*;
+use tollgate_store::*;
 
 /// Every deadline case, by name (run after the store's own by [`super::run_all`]).
 pub const CASES: &[(&str, Case)] = &[

@@ -1,9 +1,9 @@
-//! The conformance cases of [`crate::media::MediaStore`]: images stored once per session by the
+//! The conformance cases of [`tollgate_store::media::MediaStore`]: images stored once per session by the
 //! digest of their bytes, read back byte for byte, and a user message's images stored with it.
 
 use super::{Case, Harness, claimed_session, done, entry, message, new_session, part};
-use crate::media::{NewMedia, digest_of};
-use crate::*;
+use tollgate_store::media::{NewMedia, digest_of};
+use tollgate_store::*;
 
 /// Every media case, by name (run after the store's own by [`super::run_all`]).
 pub const CASES: &[(&str, Case)] = &[
@@ -51,7 +51,10 @@ async fn an_image_is_stored_once_per_session_by_the_digest_of_its_bytes(h: Harne
     let unknown = s.media().put_media("nobody", &[png(3)]).await.unwrap_err();
     assert!(matches!(unknown, StoreError::SessionNotFound { .. }), "{unknown}");
     let empty = NewMedia { media_type: "image/png".into(), data: Vec::new() };
-    let huge = NewMedia { media_type: "image/png".into(), data: vec![0; crate::media::MAX_MEDIA_BYTES + 1] };
+    let huge = NewMedia {
+        media_type: "image/png".into(),
+        data: vec![0; tollgate_store::media::MAX_MEDIA_BYTES + 1],
+    };
     for bad in [empty, huge, NewMedia { media_type: String::new(), data: png_bytes(4) }] {
         let refused = s.media().put_media("a", &[png(5), bad]).await.unwrap_err();
         assert!(matches!(refused, StoreError::Invalid { .. }), "{refused}");

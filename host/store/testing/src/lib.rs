@@ -1,5 +1,5 @@
-//! Test support (feature `testing`): [`PgCluster`], a throwaway PostgreSQL on loopback, and
-//! [`conformance`], the one suite every [`crate::Store`] backend runs.
+//! Test support for the session store (tests only: no binary links it): [`PgCluster`], a throwaway PostgreSQL on loopback, and
+//! [`conformance`], the one suite every [`tollgate_store::Store`] backend runs.
 //!
 //! Read [`PgCluster::start`] first. It finds the PostgreSQL binaries (`TOLLGATE_PG_BIN`, else the
 //! newest `/usr/lib/postgresql/*/bin`, else `pg_config --bindir`), runs `initdb` into a temporary
@@ -25,7 +25,7 @@ use std::process::{Command, Output};
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::PgStore;
+use tollgate_store::PgStore;
 
 /// Why a cluster could not start.
 #[derive(Debug, thiserror::Error)]
