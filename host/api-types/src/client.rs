@@ -546,8 +546,7 @@ fn encode(text: &str, keep: &[u8]) -> String {
     out
 }
 
-// `axum::body::Bytes` is `bytes::Bytes`, the type reqwest streams, without another dependency.
-type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
+type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
 /// A session's live events. [`EventStream::next`] yields them in seq order; `None` when the
 /// server ended the response.

@@ -19,6 +19,7 @@
 //! | [`metrics`] | the Prometheus counters the Worker updates and `/metrics` renders |
 //! | [`process`] | what every process sets up alike: logging, stop signals, private files, the error report |
 //! | [`serve`] | the API as a process: where and how it listens (plain or TLS), `tollgate api` |
+//! | [`tls`] | the server's TLS: its certificate and key, the handshaking listener |
 //! | [`token`] | the API's bearer token as the server and the client commands take it |
 //! | [`web`] | the web inbox at `/`: HTML, CSS and JavaScript modules embedded in the binary |
 //! | [`webhooks`] | `[[webhooks]]`: signed deliveries from the store's outbox, retried with backoff |
@@ -32,8 +33,7 @@ pub mod api;
 pub mod auth;
 pub mod mcp;
 pub mod serve;
+pub mod tls;
 pub mod token;
 pub mod web;
 pub mod webhooks;
-
-use tollgate_api_types::tls;

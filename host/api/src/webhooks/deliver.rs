@@ -71,7 +71,7 @@ impl Deliverer {
             })
             .collect();
         outbox.subscribe_webhooks(&subscriptions).await?;
-        crate::tls::install_crypto_provider();
+        tollgate_api_types::tls::install_crypto_provider();
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
         let lease = hooks.iter().map(|h| h.timeout).max().unwrap_or_default() + LEASE_MARGIN;
         let mut random = [0u8; 4];

@@ -8,7 +8,9 @@
 //! `run_model` (a CLI segment) or `tool_steps` (approval, tool calls, resume), which ask
 //! `tollgate_engine::session` what the result changes. A Worker whose lease was lost (it was
 //! frozen, or the database clock moved past it) stops the step and can commit nothing: the store
-//! checks every write against the claim's fence.
+//! checks every write against the claim's fence. The claimed step's life (its heartbeat's cadence,
+//! and what the Worker does once it ended: nothing, end its turn, park it, hand it back, drop it)
+//! is `claimed`, a machine without I/O that `run_claimed` drives.
 //!
 //! A step of a session whose turn a client asked to cancel ends the turn `cancelled` instead of
 //! running, and a running segment is interrupted as soon as the request arrives (`cancel`).
@@ -48,6 +50,7 @@
 //!   session continued by a Worker on another host starts with an empty one.
 
 mod cancel;
+mod claimed;
 mod inline_writes;
 pub mod mcp_calls;
 mod review;
@@ -532,71 +535,61 @@ impl Worker {
             let claim = claimed.clone();
             let (lease, every) = (self.config.lease, self.config.heartbeat);
             tokio::spawn(async move {
-                let mut failures = 0u32;
+                let mut life = claimed::Lease::default();
                 loop {
-                    // After a failure, retry soon (backing off with jitter) so the lease is
-                    // extended as soon as the store is back, not one whole period later.
-                    let wait = if failures == 0 { every } else { backoff(failures, every.min(MAX_BACKOFF)) };
-                    tokio::time::sleep(wait).await;
-                    match store.heartbeat(&claim, lease).await {
-                        Ok(_) => failures = 0,
-                        Err(StoreError::LeaseLost { .. }) => {
-                            let _ = lost_tx.send(true);
-                            return;
-                        }
+                    tokio::time::sleep(claimed::wait_for(life.next(), every, MAX_BACKOFF)).await;
+                    let beat = match store.heartbeat(&claim, lease).await {
+                        Ok(_) => claimed::Beat::Renewed,
+                        Err(StoreError::LeaseLost { .. }) => claimed::Beat::Lost,
                         Err(err) => {
-                            failures += 1;
-                            warn!(error = %err, failures, "heartbeat failed; retrying before the lease expires");
+                            warn!(error = %err, failures = life.failures() + 1,
+                                "heartbeat failed; retrying before the lease expires");
+                            claimed::Beat::Failed
                         }
+                    };
+                    if !life.answered(beat) {
+                        let _ = lost_tx.send(true);
+                        return;
                     }
                 }
             })
         };
         let started = Instant::now();
         // Dropping the step's future stops it: a segment's CLI process group is killed.
-        let result = tokio::select! {
+        let mut result = tokio::select! {
             result = self.execute(&claimed) => result,
             _ = lost_rx.wait_for(|lost| *lost) => Err(StepError::LeaseLost),
             Ok(_) = release.wait_for(|release| *release) => Err(StepError::Released),
         };
         heartbeat.abort();
-        let result = match result {
-            Err(StepError::Engine(err)) if !is_newer(&err) => {
-                self.end_turn_on_unusable_rows(&claimed, err.to_string()).await
-            }
-            Err(StepError::Store(err @ StoreError::Corrupt { .. })) => {
-                self.end_turn_on_unusable_rows(&claimed, err.to_string()).await
-            }
-            other => other,
-        };
-        let outcome = match &result {
-            Ok(()) => "committed",
-            Err(StepError::LeaseLost) => "lease_lost",
-            Err(StepError::Engine(_)) => "parked",
-            Err(StepError::Store(_)) => "store_error",
-            Err(StepError::Released) => "released",
-        };
-        self.metrics.step(&claimed.step.kind, outcome, started.elapsed());
-        match result {
-            Err(StepError::Released) => self.release(&claimed).await,
-            Ok(()) => debug!(step = claimed.step.step_id, "committed"),
-            Err(StepError::LeaseLost) => warn!(
-                step = claimed.step.step_id,
-                kind = %claimed.step.kind,
-                session = %claimed.step.session_id,
+        let mut settled = claimed::settle(&result, false);
+        if let claimed::Settle::EndTurn(error) = settled {
+            result = self.end_turn_on_unusable_rows(&claimed, error).await;
+            settled = claimed::settle(&result, true);
+        }
+        self.metrics.step(&claimed.step.kind, settled.outcome(), started.elapsed());
+        let error = result.err().map(|e| e.to_string()).unwrap_or_default();
+        let step = &claimed.step;
+        match settled {
+            claimed::Settle::Release => self.release(&claimed).await,
+            claimed::Settle::Committed => debug!(step = step.step_id, "committed"),
+            claimed::Settle::LeaseLost => warn!(
+                step = step.step_id,
+                kind = %step.kind,
+                session = %step.session_id,
                 fence = claimed.fence,
                 "lease lost: the step's result was dropped, another Worker runs it"
             ),
-            Err(StepError::Engine(err)) => {
-                error!(step = claimed.step.step_id, session = %claimed.step.session_id, error = %err,
+            claimed::Settle::Park | claimed::Settle::EndTurn(_) => {
+                error!(step = step.step_id, session = %step.session_id, error = %error,
                     "the step's rows cannot be used by this build; parked for {} s, nothing was changed", PARKED_RETRY.as_secs());
                 let park = tollgate_store::Commit::finish(tollgate_store::Finish::Retry(PARKED_RETRY));
                 if let Err(err) = self.store.commit(&claimed, park).await {
                     warn!(error = %err, "could not park the step");
                 }
             }
-            Err(StepError::Store(err)) => {
-                warn!(step = claimed.step.step_id, error = %err, "the store failed; the step runs again when its lease expires");
+            claimed::Settle::StoreFailed => {
+                warn!(step = step.step_id, error = %error, "the store failed; the step runs again when its lease expires");
             }
         }
     }
@@ -710,11 +703,6 @@ impl Worker {
         }
         Ok(receipt)
     }
-}
-
-/// A row or step kind of a newer Tollgate: left for a newer Worker, not failed.
-fn is_newer(error: &EngineError) -> bool {
-    matches!(error, EngineError::FutureVersion { .. } | EngineError::UnknownStep { .. })
 }
 
 /// A turn failure that means its step failed every time it ran (not a limit it reached).
