@@ -21,6 +21,7 @@ const GUESTS: &[(&str, &str, &str, bool)] = &[
     ("tollgate-test-guest-chart", "tollgate_test_guest_chart", "CHART", false),
     ("tollgate-test-guest-factory-v1", "tollgate_test_guest_factory_v1", "FACTORY_V1", false),
     ("tollgate-test-guest-reviewer", "tollgate_test_guest_reviewer", "REVIEWER_FACTORY", false),
+    ("tollgate-test-guest-zero-writes", "tollgate_test_guest_zero_writes", "ZERO_WRITES", false),
     ("tollgate-test-guest-not-a-tool", "tollgate-test-guest-not-a-tool", "NOT_A_TOOL", true),
 ];
 

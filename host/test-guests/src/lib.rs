@@ -5,7 +5,8 @@
 //! (`hostile`: one tool per way to misbehave; `impostor`: a tool named `Bash`; `ledger`:
 //! `record_credit`, the chaos soak's approval-free idempotent write; `throwing`: writes that send a
 //! payment and then fail with an error they do not handle; `chart`: `render_chart`, a result with
-//! an image; `not-a-tool`: a WASI command, the wrong world) are all here. Add a guest to
+//! an image; `zero-writes`: zero-length writes in a loop to stdout, stderr and a request body;
+//! `not-a-tool`: a WASI command, the wrong world) are all here. Add a guest to
 //! `build.rs`'s `GUESTS` and to a test.
 
 #![warn(missing_docs)]

@@ -8,7 +8,8 @@
 //! - `host_memory`: a huge request body to a denied host, hoarded header sets;
 //! - `schemas`: input schemas that explode the validator, refused at load;
 //! - `names_and_logs`: built-in names in another case, forged log lines;
-//! - `secrets`: a config secret never reaches a log line.
+//! - `secrets`: a config secret never reaches a log line;
+//! - `zero_writes`: zero-length writes in a loop to stdout, stderr and a request body.
 
 #[path = "../all/util.rs"]
 #[allow(dead_code)]
@@ -18,6 +19,7 @@ mod host_memory;
 mod names_and_logs;
 mod schemas;
 mod secrets;
+mod zero_writes;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
