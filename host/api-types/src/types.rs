@@ -785,7 +785,8 @@ pub struct StreamError {
 /// The answer of `/healthz`.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct Health {
-    /// `ok`, `degraded` (reads work, but writes do not, or steps wait that no Worker claims) or
+    /// `ok`, `degraded` (reads work, but writes do not, steps wait that no Worker claims, or tool
+    /// components of this process's Worker did not load) or
     /// `down` (503).
     pub status: HealthStatus,
     /// The store's probes.
@@ -795,10 +796,25 @@ pub struct Health {
     #[serde(default)]
     #[schema(required = true)]
     pub unclaimable: Vec<Unclaimable>,
+    /// The tool components of this process's Worker's agent that did not load at its last look
+    /// at `tools/` (the others serve): the status is then `degraded`. Absent when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools_unavailable: Vec<ToolUnavailable>,
     /// How this process's Worker runs the agent's CLIs: `bwrap` (each in a box) or `none` (on the
     /// host, unboxed); absent without a Worker (`tollgate api`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+}
+
+/// A tool component that did not load.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+pub struct ToolUnavailable {
+    /// The agent.
+    pub agent: String,
+    /// The component (its file's stem in `tools/`).
+    pub component: String,
+    /// Why it did not load.
+    pub reason: String,
 }
 
 /// Steps of one agent that no Worker claimed for longer than the bound.
@@ -1024,6 +1040,7 @@ mod tests {
                 writable: false,
             },
             unclaimable: vec![Unclaimable { agent: "billing".into(), steps: 2, oldest_due_at: 7 }],
+            tools_unavailable: Vec::new(),
             sandbox: None,
         };
         assert_eq!(

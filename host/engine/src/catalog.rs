@@ -136,6 +136,9 @@ pub struct ToolCatalog {
     server_name: String,
     prefix: String,
     tools: BTreeMap<String, Annotations>,
+    /// The agent's tool components that did not load, with why: a call of a tool not listed names
+    /// them ([`crate::texts::TOOL_UNAVAILABLE`]).
+    unavailable: Vec<(String, String)>,
 }
 
 impl ToolCatalog {
@@ -154,7 +157,7 @@ impl ToolCatalog {
             return Err(CatalogError::InvalidServerName { name: server_name });
         }
         let prefix = format!("{MCP_PREFIX}{server_name}__");
-        Ok(Self { server_name, prefix, tools: BTreeMap::new() })
+        Ok(Self { server_name, prefix, tools: BTreeMap::new(), unavailable: Vec::new() })
     }
 
     /// The same catalog with one more custom tool.
@@ -184,6 +187,23 @@ impl ToolCatalog {
         }
         self.tools.insert(name, annotations);
         Ok(self)
+    }
+
+    /// The same catalog, knowing that tool component `component` did not load, for `reason`.
+    #[must_use]
+    pub fn with_unavailable(mut self, component: impl Into<String>, reason: impl Into<String>) -> Self {
+        self.unavailable.push((component.into(), reason.into()));
+        self
+    }
+
+    /// What the model reads for a new call of `name`, a custom tool the catalog does not list:
+    /// [`crate::texts::TOOL_UNAVAILABLE`] naming the unavailable components when there are any,
+    /// else [`crate::texts::TOOL_NOT_OFFERED`].
+    pub fn not_offered(&self, name: &str) -> String {
+        if self.unavailable.is_empty() {
+            return crate::texts::render(crate::texts::TOOL_NOT_OFFERED, name);
+        }
+        crate::texts::tool_unavailable(name, self.unavailable.iter().map(|(c, r)| (c.as_str(), r.as_str())))
     }
 
     /// The MCP server's name.

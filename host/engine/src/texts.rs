@@ -115,6 +115,29 @@ already has a recorded result; call {tool} again with a new tool use.";
 /// for tool sources.)
 pub const TOOL_NOT_OFFERED: &str = "{tool} did not run. This agent does not offer {tool} now.";
 
+/// What the model reads when it calls a custom tool that is not loaded while some of the agent's
+/// tool components are unavailable (a file in `tools/` that did not load): the tool is likely one
+/// of theirs. Rendered by [`tool_unavailable`]. Tollgate wording.
+pub const TOOL_UNAVAILABLE: &str = "{tool} did not run. This agent does not offer {tool} now: \
+    a tool component of this agent is unavailable, so its tools cannot be called until it is fixed: {components}.";
+
+/// [`TOOL_UNAVAILABLE`] for `tool`, naming each unavailable component with its reason
+/// (`(component, reason)`), each reason cut to 300 bytes.
+pub fn tool_unavailable<'a>(tool: &str, components: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let each: Vec<String> = components
+        .into_iter()
+        .map(|(component, reason)| {
+            let mut end = reason.len().min(300);
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            let cut = if end < reason.len() { "…" } else { "" };
+            format!("`{component}` ({}{cut})", &reason[..end])
+        })
+        .collect();
+    render(TOOL_UNAVAILABLE, tool).replace("{components}", &each.join("; "))
+}
+
 /// Denial of a Claude Code tool whose name a custom tool also uses; the segment then fails.
 ///
 /// Tollgate wording for the reference adapters' rule ("Limits"): "If a newer CLI adds a tool whose
@@ -362,6 +385,15 @@ mod tests {
     #[test]
     fn an_image_not_loaded_is_named_by_its_digest_on_a_line_of_its_own() {
         assert_eq!(image_not_loaded("sha256:ab"), "\n[image sha256:ab of this result could not be loaded]");
+    }
+
+    #[test]
+    fn an_unavailable_component_is_named_with_its_reason_cut_short() {
+        let long = "x".repeat(400);
+        let text = tool_unavailable("refund", [("payments", "not WebAssembly"), ("broken", long.as_str())]);
+        assert!(text.starts_with("refund did not run."), "{text}");
+        assert!(text.contains("`payments` (not WebAssembly); `broken` (xxx"), "{text}");
+        assert!(text.ends_with("x…)."), "{text}");
     }
 
     #[test]

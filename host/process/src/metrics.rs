@@ -51,6 +51,9 @@ struct Inner {
     model_cost_usd: f64,
     warm_clis: BTreeMap<&'static str, u64>,
     mcp_calls: BTreeMap<(String, &'static str), u64>,
+    /// The tool components of the Worker's agent that did not load at its last look, by agent:
+    /// `(component, reason)`. `None` until the Worker first looked.
+    unavailable_tools: Option<(String, Vec<(String, String)>)>,
 }
 
 /// Token counts of one response (the Messages API's `usage`).
@@ -117,6 +120,18 @@ impl Metrics {
         let mut inner = self.inner.lock().expect("metrics lock");
         *inner.steps.entry((kind.to_owned(), result)).or_default() += 1;
         inner.step_seconds.entry(kind.to_owned()).or_default().observe(took.as_secs_f64());
+    }
+
+    /// The tool components of `agent` (the Worker's) that did not load at its last look at
+    /// `tools/`, as `(component, reason)`; empty when every one loaded.
+    pub fn set_unavailable_tools(&self, agent: &str, components: Vec<(String, String)>) {
+        self.inner.lock().expect("metrics lock").unavailable_tools = Some((agent.to_owned(), components));
+    }
+
+    /// What [`Metrics::set_unavailable_tools`] set last: the agent and its unavailable components
+    /// (`None`: no Worker of this process looked at its tools yet).
+    pub fn unavailable_tools(&self) -> Option<(String, Vec<(String, String)>)> {
+        self.inner.lock().expect("metrics lock").unavailable_tools.clone()
     }
 
     /// A tool call trapped or ran out of time or memory in the sandbox.
@@ -190,6 +205,19 @@ impl Metrics {
                 let agent = agent.replace('\\', "\\\\").replace('"', "\\\"");
                 let _ = writeln!(out, "tollgate_waiting_approvals{{agent=\"{agent}\"}} {n}");
             }
+        }
+        if let Some((agent, components)) = self.unavailable_tools() {
+            out.push_str(
+                "# HELP tollgate_tool_components_unavailable Tool components of the agent this process's Worker \
+                 serves that did not load at its last look at tools/ (each named by /healthz and the log).\n",
+            );
+            out.push_str("# TYPE tollgate_tool_components_unavailable gauge\n");
+            let agent = agent.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "tollgate_tool_components_unavailable{{agent=\"{agent}\"}} {}",
+                components.len()
+            );
         }
         let mcp = self.inner.lock().expect("metrics lock").mcp_calls.clone();
         if !mcp.is_empty() {
@@ -401,6 +429,18 @@ mod tests {
         );
         assert!(text.contains(&format!("tollgate_sandbox_traps_total{{{labels}}} 1")), "{text}");
         assert!(text.contains("tollgate_open_interrupts 3"), "{text}");
+    }
+
+    #[test]
+    fn unavailable_tool_components_are_a_gauge_of_the_workers_agent_once_it_looked() {
+        let metrics = Metrics::default();
+        assert!(!metrics.render(&StoreFigures::default()).contains("tollgate_tool_components_unavailable"));
+        metrics.set_unavailable_tools("support", vec![("broken".into(), "not WebAssembly".into())]);
+        let text = metrics.render(&StoreFigures::default());
+        assert!(text.contains("tollgate_tool_components_unavailable{agent=\"support\"} 1"), "{text}");
+        metrics.set_unavailable_tools("support", Vec::new());
+        let text = metrics.render(&StoreFigures::default());
+        assert!(text.contains("tollgate_tool_components_unavailable{agent=\"support\"} 0"), "{text}");
     }
 
     #[test]

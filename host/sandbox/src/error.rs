@@ -123,6 +123,15 @@ pub enum CallError {
         /// The name asked for.
         tool: String,
     },
+    /// No loaded component has this tool, and some of the directory's components did not load:
+    /// it may be one of theirs.
+    #[error("{}", tollgate_engine::texts::tool_unavailable(tool, components.iter().map(|(c, r)| (c.as_str(), r.as_str()))))]
+    Unavailable {
+        /// The name asked for.
+        tool: String,
+        /// Each unavailable component and why it did not load.
+        components: Vec<(String, String)>,
+    },
     /// The arguments are not JSON.
     #[error("the arguments of `{tool}` are not valid JSON: {reason}")]
     InvalidJson {
@@ -238,6 +247,7 @@ impl CallError {
     pub fn tool(&self) -> &str {
         match self {
             CallError::UnknownTool { tool }
+            | CallError::Unavailable { tool, .. }
             | CallError::InvalidJson { tool, .. }
             | CallError::InvalidArguments { tool, .. }
             | CallError::Failed { tool, .. }

@@ -54,6 +54,7 @@ mod cache;
 mod error;
 mod function_cache;
 mod links;
+pub mod live;
 mod manifest;
 mod names;
 mod prepared;
@@ -75,13 +76,14 @@ pub use agent::{FactoryError, OptionsContext, OptionsFactory};
 pub use allow::{AllowListError, AllowedHosts};
 pub use cache::{CacheOutcome, WASMTIME_VERSION};
 pub use error::{CallError, LoadError};
+pub use live::{LiveTools, Readiness, readiness};
 pub use manifest::{ConfigSource, DirGrant, Limits, Manifest, ManifestError, ManifestFile, ResolvedDir};
 pub use names::check_tool_name;
 pub use reach::Reach;
 pub use tollgate_engine::policy::Annotations;
 pub use tools::{
-    CallReport, ComponentInfo, ComponentSource, Content, DeferredExecution, Manifests, ToolInfo, ToolOutput,
-    ToolSet,
+    CallReport, ComponentInfo, ComponentSource, Content, DeferredExecution, LoadedComponent, Manifests,
+    ToolInfo, ToolOutput, ToolSet, Unavailable,
 };
 
 use crate::cache::ComponentCache;

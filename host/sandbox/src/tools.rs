@@ -56,6 +56,26 @@ impl Manifests {
         self.entries.is_empty()
     }
 
+    /// Checks that every component named here is one of `stems`, the components of `dir`.
+    ///
+    /// # Errors
+    /// [`LoadError::ManifestWithoutComponent`] for the first that is not, with a did-you-mean.
+    pub fn check_components(&self, dir: &Path, stems: &[&str]) -> Result<(), LoadError> {
+        for (component, (_, origin, _)) in &self.entries {
+            if !stems.contains(&component.as_str()) {
+                let hint = tollgate_engine::tool_names::closest(component, stems.iter().copied())
+                    .map_or_else(String::new, |near| format!("; did you mean `[tools.{near}]`?"));
+                return Err(LoadError::ManifestWithoutComponent {
+                    origin: origin.clone(),
+                    component: component.clone(),
+                    dir: dir.to_path_buf(),
+                    hint,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Adds the manifest of `component`, written at `origin`, with relative paths against `base`.
     pub fn insert(
         &mut self,
@@ -226,9 +246,54 @@ impl Grants {
     }
 }
 
+/// One component loaded and checked on its own ([`Sandbox::load_component`]): what a tool set is
+/// assembled from, and what a directory keeps as a file's last good build. Cheap to clone.
+#[derive(Clone)]
+pub struct LoadedComponent(Arc<LoadedInner>);
+
+struct LoadedInner {
+    standby: Arc<Standby>,
+    info: ComponentInfo,
+    tools: Vec<LoadedTool>,
+}
+
+impl LoadedComponent {
+    /// What was loaded.
+    pub fn info(&self) -> &ComponentInfo {
+        &self.0.info
+    }
+}
+
+impl std::fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LoadedComponent").field(&self.0.info.name).finish()
+    }
+}
+
+/// A component file that serves no build of its own now: it did not load.
+#[derive(Clone, Debug)]
+pub struct Unavailable {
+    /// The component's name (the file stem).
+    pub component: String,
+    /// The `.wasm` file.
+    pub path: PathBuf,
+    /// Why it did not load.
+    pub reason: String,
+    /// Whether its last good build (of an earlier version of the file) still serves its tools.
+    pub serving_last_good: bool,
+}
+
+impl Unavailable {
+    /// A component that did not load for `reason`.
+    pub fn new(component: String, path: PathBuf, reason: String, serving_last_good: bool) -> Self {
+        Self { component, path, reason, serving_last_good }
+    }
+}
+
+#[derive(Clone)]
 struct LoadedTool {
     info: ToolInfo,
-    validator: jsonschema::Validator,
+    validator: Arc<jsonschema::Validator>,
     cost: SchemaCost,
     component: usize,
 }
@@ -246,6 +311,8 @@ struct ToolSetInner {
     tools: Vec<LoadedTool>,
     infos: Vec<ToolInfo>,
     by_name: HashMap<String, usize>,
+    /// The directory's components that did not load.
+    unavailable: Vec<Unavailable>,
     /// Jobs its calls left to the preparer and not done yet.
     pending: Arc<tokio::sync::watch::Sender<usize>>,
 }
@@ -404,6 +471,7 @@ impl Sandbox {
                 tools: Vec::new(),
                 infos: Vec::new(),
                 by_name: HashMap::new(),
+                unavailable: Vec::new(),
                 pending: Arc::new(tokio::sync::watch::Sender::new(0)),
             }),
         }
@@ -426,93 +494,142 @@ impl Sandbox {
         manifests: &Manifests,
     ) -> Result<ToolSet, LoadError> {
         let stems: Vec<&str> = sources.iter().filter_map(|f| f.path.file_stem()?.to_str()).collect();
-        for (component, (_, origin, _)) in &manifests.entries {
-            if !stems.contains(&component.as_str()) {
-                let hint = tollgate_engine::tool_names::closest(component, stems.iter().copied())
-                    .map_or_else(String::new, |near| format!("; did you mean `[tools.{near}]`?"));
-                return Err(LoadError::ManifestWithoutComponent {
-                    origin: origin.clone(),
-                    component: component.clone(),
-                    dir: dir.to_path_buf(),
-                    hint,
+        manifests.check_components(dir, &stems)?;
+        let mut loaded = Vec::new();
+        for source in sources {
+            loaded.push(self.load_component(source, manifests).await?);
+        }
+        match self.assemble_with(loaded, Vec::new()) {
+            (_, _, Some(clash)) => Err(clash),
+            (tools, _, None) => Ok(tools),
+        }
+    }
+
+    /// Loads one component on its own: compiles (or reads from the cache), links, lists and checks
+    /// its tools. Whether its tool names clash with another component's is [`Sandbox::assemble`]'s
+    /// check.
+    ///
+    /// # Errors
+    /// The first problem of this component, naming its file.
+    pub async fn load_component(
+        &self,
+        source: ComponentSource,
+        manifests: &Manifests,
+    ) -> Result<LoadedComponent, LoadError> {
+        let started = Instant::now();
+        let path = source.path.clone();
+        let name = source.name();
+        let manifest = self.manifest_for(&name, &source, manifests)?;
+        let (component, cache, size) = self.compile(&source)?;
+        drop(source);
+        let instance_pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
+        let pre = ToolProviderPre::new(instance_pre).map_err(|_| LoadError::WrongWorld {
+            path: path.clone(),
+            expected: TOOLS_EXPORT,
+            found: export_names(self, &component),
+        })?;
+        let grants = Grants::new(&name, manifest.clone());
+        let specs = self
+            .run(&grants, "list-tools", async |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance.tollgate_tool_tools().call_list_tools(&mut *store).await
+            })
+            .await
+            .map_err(|e| LoadError::ListFailed { path: path.clone(), reason: e.to_string() })?;
+        check_listing(&path, &specs)?;
+        let mut tools: Vec<LoadedTool> = Vec::new();
+        for spec in specs {
+            let tool = check_spec(&path, &name, spec)?;
+            if tools.iter().any(|t| t.info.name == tool.info.name) {
+                return Err(LoadError::DuplicateTool {
+                    tool: tool.info.name.clone(),
+                    first: path.clone(),
+                    second: path.clone(),
                 });
             }
+            tools.push(tool);
         }
+        let eligible = size <= self.inner.config.prepare_max_component_bytes;
+        let info = ComponentInfo {
+            name,
+            path,
+            size,
+            cache,
+            load_time: started.elapsed(),
+            manifest,
+            tools: tools.iter().map(|t| t.info.name.clone()).collect(),
+        };
+        Ok(LoadedComponent(Arc::new(LoadedInner {
+            standby: Arc::new(Standby::new(pre, grants, eligible)),
+            info,
+            tools,
+        })))
+    }
 
-        let mut components = Vec::new();
-        let mut component_infos = Vec::new();
+    /// A tool set of `components` (in the order given) and the `unavailable` ones: a component
+    /// listing a tool an earlier one lists is left out and added to the unavailable ones, last,
+    /// with its [`LoadError::DuplicateTool`].
+    pub fn assemble(
+        &self,
+        components: Vec<LoadedComponent>,
+        unavailable: Vec<Unavailable>,
+    ) -> (ToolSet, Vec<Unavailable>) {
+        let (tools, unavailable, _) = self.assemble_with(components, unavailable);
+        (tools, unavailable)
+    }
+
+    /// [`Sandbox::assemble`], and the first clash as an error.
+    fn assemble_with(
+        &self,
+        components: Vec<LoadedComponent>,
+        mut unavailable: Vec<Unavailable>,
+    ) -> (ToolSet, Vec<Unavailable>, Option<LoadError>) {
+        let mut first_clash = None;
+        let mut kept: Vec<LoadedComponent> = Vec::new();
         let mut tools: Vec<LoadedTool> = Vec::new();
         let mut by_name: HashMap<String, usize> = HashMap::new();
-        for source in sources {
-            let started = Instant::now();
-            let path = source.path.clone();
-            let name = source.name();
-            let manifest = self.manifest_for(&name, &source, manifests)?;
-            let (component, cache, size) = self.compile(&source)?;
-            drop(source);
-            let instance_pre = self
-                .inner
-                .linker
-                .instantiate_pre(&component)
-                .map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?;
-            let pre = ToolProviderPre::new(instance_pre).map_err(|_| LoadError::WrongWorld {
-                path: path.clone(),
-                expected: TOOLS_EXPORT,
-                found: export_names(self, &component),
-            })?;
-            let grants = Grants::new(&name, manifest.clone());
-            let specs = self
-                .run(&grants, "list-tools", async |store| {
-                    let instance = pre.instantiate_async(&mut *store).await?;
-                    instance.tollgate_tool_tools().call_list_tools(&mut *store).await
-                })
-                .await
-                .map_err(|e| LoadError::ListFailed { path: path.clone(), reason: e.to_string() })?;
-
-            let index = components.len();
-            check_listing(&path, &specs)?;
-            let mut names = Vec::new();
-            for spec in specs {
-                let tool = check_spec(&path, &name, spec)?;
-                if let Some(&other) = by_name.get(&tool.info.name) {
-                    // The first holder is an earlier component, or this one listing the name twice.
-                    let first = component_infos
-                        .get(tools[other].component)
-                        .map_or(&path, |c: &ComponentInfo| &c.path);
-                    return Err(LoadError::DuplicateTool {
-                        tool: tool.info.name.clone(),
-                        first: first.clone(),
-                        second: path.clone(),
-                    });
-                }
-                names.push(tool.info.name.clone());
-                by_name.insert(tool.info.name.clone(), tools.len());
-                tools.push(LoadedTool { component: index, ..tool });
-            }
-            let eligible = size <= self.inner.config.prepare_max_component_bytes;
-            components.push(Arc::new(Standby::new(pre, grants, eligible)));
-            component_infos.push(ComponentInfo {
-                name,
-                path,
-                size,
-                cache,
-                load_time: started.elapsed(),
-                manifest,
-                tools: names,
+        for component in components {
+            let clash = component.0.tools.iter().find_map(|tool| {
+                let &other = by_name.get(&tool.info.name)?;
+                Some((tool.info.name.clone(), kept[tools[other].component].0.info.path.clone()))
             });
+            if let Some((tool, first)) = clash {
+                let info = &component.0.info;
+                let error = LoadError::DuplicateTool { tool, first, second: info.path.clone() };
+                unavailable.push(Unavailable::new(
+                    info.name.clone(),
+                    info.path.clone(),
+                    error.to_string(),
+                    false,
+                ));
+                first_clash.get_or_insert(error);
+                continue;
+            }
+            let index = kept.len();
+            for tool in &component.0.tools {
+                by_name.insert(tool.info.name.clone(), tools.len());
+                tools.push(LoadedTool { component: index, ..tool.clone() });
+            }
+            kept.push(component);
         }
         let infos = tools.iter().map(|t| t.info.clone()).collect();
-        Ok(ToolSet {
+        let set = ToolSet {
             inner: Arc::new(ToolSetInner {
                 sandbox: self.clone(),
-                components,
-                component_infos,
+                components: kept.iter().map(|c| c.0.standby.clone()).collect(),
+                component_infos: kept.iter().map(|c| c.0.info.clone()).collect(),
                 tools,
                 infos,
                 by_name,
+                unavailable: unavailable.clone(),
                 pending: Arc::new(tokio::sync::watch::Sender::new(0)),
             }),
-        })
+        };
+        (set, unavailable, first_clash)
     }
 
     /// Drops `used` (a store whose call is over) and gives back the call's `permit` after it, off
@@ -610,7 +727,7 @@ fn check_spec(path: &Path, component: &str, spec: wit::ToolSpec) -> Result<Loade
             },
             component: component.to_string(),
         },
-        validator,
+        validator: Arc::new(validator),
         cost,
         component: 0,
     })
@@ -632,6 +749,23 @@ impl ToolSet {
         &self.inner.component_infos
     }
 
+    /// The directory's components that did not load (see [`crate::live`]).
+    pub fn unavailable(&self) -> &[Unavailable] {
+        &self.inner.unavailable
+    }
+
+    /// Why tool `name`, which no loaded component lists, cannot be called:
+    /// [`CallError::Unavailable`] when some components did not load, else
+    /// [`CallError::UnknownTool`].
+    pub fn not_loaded(&self, name: &str) -> CallError {
+        if self.inner.unavailable.is_empty() {
+            return CallError::UnknownTool { tool: name.to_string() };
+        }
+        let components =
+            self.inner.unavailable.iter().map(|u| (u.component.clone(), u.reason.clone())).collect();
+        CallError::Unavailable { tool: name.to_string(), components }
+    }
+
     /// How many of its components have an instance prepared for their next call now.
     pub fn prepared_instances(&self) -> usize {
         self.inner.components.iter().filter(|c| c.is_prepared()).count()
@@ -648,7 +782,7 @@ impl ToolSet {
     /// Checks `arguments` against tool `name`'s schema without calling it.
     pub fn validate(&self, name: &str, arguments: &str) -> Result<serde_json::Value, CallError> {
         let Some(&index) = self.inner.by_name.get(name) else {
-            return Err(CallError::UnknownTool { tool: name.to_string() });
+            return Err(self.not_loaded(name));
         };
         let tool = &self.inner.tools[index];
         let value: serde_json::Value = serde_json::from_str(arguments)

@@ -6,9 +6,10 @@
 //! checked either way.
 //!
 //! [`Agent::tools`]: a **locked** agent's tools are loaded once, from the bytes that were hashed
-//! and checked, and never read from disk again. An **unlocked** agent loads `tools/` anew for
-//! every segment attempt and tool step (a `.wasm` dropped into `tools/` takes effect at the next
-//! attempt). Either way [`Agent::digest`] is the agent digest of the files as read at
+//! and checked, and never read from disk again. An **unlocked** agent looks at `tools/` anew for
+//! every segment attempt and tool step, one component at a time (a `.wasm` dropped into `tools/`
+//! takes effect once it is stable, see [`tollgate_sandbox::live`]; one that does not load is
+//! unavailable, the others keep serving). Either way [`Agent::digest`] is the agent digest of the files as read at
 //! load: for an unlocked agent it describes the process's start, not a later hot-dropped tool.
 //!
 //! The configuration itself, `tollgate.toml`, is [`crate::config::AgentConfig`], parsed once by
@@ -98,7 +99,7 @@ pub fn default_effect_tools<'a>(policies: &Policies, tools: &'a ToolSet) -> Vec<
 
 #[cfg(test)]
 use tollgate_sandbox::SandboxConfig;
-use tollgate_sandbox::{FactoryError, OptionsContext, OptionsFactory, Sandbox, ToolSet};
+use tollgate_sandbox::{FactoryError, LiveTools, OptionsContext, OptionsFactory, Sandbox, ToolSet};
 use tollgate_store::{AgentDigest, ClaimScope};
 
 use crate::bundle::{Bundle, LOCK_FILE, Lock};
@@ -116,6 +117,8 @@ pub struct Agent {
     digest: String,
     /// A locked agent's tools, loaded once.
     pinned_tools: Option<ToolSet>,
+    /// An unlocked agent's `tools/`, looked at anew for every segment attempt and tool step.
+    live: LiveTools,
     /// `tollgate.toml` as loaded: its length and modification time (`None`: there was none).
     config_stamp: Option<(u64, std::time::SystemTime)>,
 }
@@ -219,6 +222,7 @@ impl Agent {
             factory,
             digest: bundle.digest,
             pinned_tools: locked.then_some(tools),
+            live: LiveTools::new(tools_dir),
         })
     }
 
@@ -271,19 +275,17 @@ impl Agent {
     }
 
     /// The tool components: a locked agent's, loaded once; else `tools/` as it is now (none when
-    /// it does not exist).
+    /// it does not exist), one component at a time ([`tollgate_sandbox::live`]): a component that
+    /// does not load is in [`ToolSet::unavailable`], serving its last good build if it had one,
+    /// and the others serve.
     ///
     /// # Errors
-    /// A component that does not load.
+    /// Only a `tools/` directory that cannot be read.
     pub async fn tools(&self) -> anyhow::Result<ToolSet> {
         if let Some(tools) = &self.pinned_tools {
             return Ok(tools.clone());
         }
-        let dir = self.dir.join("tools");
-        if !dir.exists() && self.config.manifests.is_empty() {
-            return Ok(self.sandbox.no_tools());
-        }
-        Ok(self.sandbox.load_tools(&dir, &self.config.manifests).await?)
+        Ok(self.live.load(&self.sandbox, &self.config.manifests).await?)
     }
 
     /// Whether the options factory decides built-in tool calls.

@@ -1223,7 +1223,7 @@ const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
     summary = "Liveness and store health: a read and a write probe that writes nothing (no auth)",
     security(()),
     responses(
-        (status = 200, description = "`ok`, or `degraded` when the store reads but cannot take a write (reason e.g. read_only, disk_full)", body = Health),
+        (status = 200, description = "`ok`, or `degraded` when the store reads but cannot take a write (reason e.g. read_only, disk_full), steps wait unclaimed, or tool components did not load (`tools_unavailable` names each)", body = Health),
         (status = 503, description = "`down`: the store cannot be read (reason e.g. unreachable, pool_timeout)", body = Health),
     )
 )]
@@ -1254,8 +1254,21 @@ async fn healthz(State(state): State<ApiState>) -> Response {
             .collect(),
             Err(_) => Vec::new(),
         };
+    // The Worker of this process names the tool components of its agent that did not load.
+    let tools_unavailable: Vec<types::ToolUnavailable> = state
+        .metrics
+        .unavailable_tools()
+        .map(|(agent, components)| {
+            components
+                .into_iter()
+                .map(|(component, reason)| types::ToolUnavailable { agent: agent.clone(), component, reason })
+                .collect()
+        })
+        .unwrap_or_default();
     let (status, http) = match (&read, &write) {
-        (Ok(()), Ok(())) if unclaimable.is_empty() => (HealthStatus::Ok, StatusCode::OK),
+        (Ok(()), Ok(())) if unclaimable.is_empty() && tools_unavailable.is_empty() => {
+            (HealthStatus::Ok, StatusCode::OK)
+        }
         (Ok(()), _) => (HealthStatus::Degraded, StatusCode::OK),
         (Err(_), _) => (HealthStatus::Down, StatusCode::SERVICE_UNAVAILABLE),
     };
@@ -1266,7 +1279,16 @@ async fn healthz(State(state): State<ApiState>) -> Response {
         reason: failed.map(reason),
         writable: write.is_ok(),
     };
-    (http, Json(Health { status, store, unclaimable, sandbox: state.sandbox.map(str::to_owned) }))
+    (
+        http,
+        Json(Health {
+            status,
+            store,
+            unclaimable,
+            tools_unavailable,
+            sandbox: state.sandbox.map(str::to_owned),
+        }),
+    )
         .into_response()
 }
 

@@ -169,7 +169,7 @@ impl Gate {
                 Decided::denied(DenyReason::NameCollision, texts::render(texts::NAME_COLLISION, name))
             }
             ToolRef::Custom { listed: false, .. } => {
-                Decided::denied(DenyReason::ToolNotOffered, texts::render(texts::TOOL_NOT_OFFERED, name))
+                Decided::denied(DenyReason::ToolNotOffered, self.catalog.not_offered(name))
             }
             ToolRef::Custom { name: custom, listed: true } => {
                 let annotations = self.catalog.annotations(custom);

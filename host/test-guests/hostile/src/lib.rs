@@ -426,6 +426,9 @@ struct Hostile;
 
 impl tollgate_guest::wit::exports::tollgate::tool::tools::Guest for Hostile {
     fn list_tools() -> Vec<tollgate_guest::wit::tollgate::tool::types::ToolSpec> {
+        if config::get("HOSTILE_LIST").as_deref() == Some("trap") {
+            panic!("list-tools traps, as HOSTILE_LIST = \"trap\" asks");
+        }
         let mut specs = tollgate_guest::__private::list_tools(TOOLS);
         if let Some(kind) = config::get("HOSTILE_SCHEMA")
             && let Some(spec) = specs.iter_mut().find(|s| s.name == "shape_shifter")

@@ -313,12 +313,22 @@ pub async fn build_agent(dir: &Path) -> anyhow::Result<ExitCode> {
     for (name, source, lang) in &found {
         let started = std::time::Instant::now();
         let wasm = tools.join(format!("{name}.wasm"));
-        build_one(&sdk, dir, name, source, *lang, &wasm).await?;
+        // Written under a temporary name (a leading `.`, which a running Worker never loads) and
+        // renamed into place: a Worker never reads a half-written component.
+        let partial = tools.join(format!(".{name}.wasm.tmp"));
+        build_one(&sdk, dir, name, source, *lang, &partial).await?;
         let manifest = source.join(format!("{name}.toml"));
         if manifest.is_file() {
-            std::fs::copy(&manifest, tools.join(format!("{name}.toml")))
+            let partial_manifest = tools.join(format!(".{name}.toml.tmp"));
+            std::fs::copy(&manifest, &partial_manifest)
                 .with_context(|| format!("copying {}", manifest.display()))?;
+            let placed = tools.join(format!("{name}.toml"));
+            std::fs::rename(&partial_manifest, &placed).with_context(|| {
+                format!("renaming {} to {}", partial_manifest.display(), placed.display())
+            })?;
         }
+        std::fs::rename(&partial, &wasm)
+            .with_context(|| format!("renaming {} to {}", partial.display(), wasm.display()))?;
         let size = std::fs::metadata(&wasm).with_context(|| wasm.display().to_string())?.len();
         writeln!(
             out,

@@ -14,7 +14,8 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use tollgate_sandbox::{
-    CacheOutcome, DeferredExecution, Manifests, OptionsContext, Sandbox, SandboxConfig, ToolInfo, ToolSet,
+    CacheOutcome, DeferredExecution, LiveTools, Manifests, OptionsContext, Sandbox, SandboxConfig, ToolInfo,
+    ToolSet,
 };
 
 use tollgate_engine::policy::Policies;
@@ -92,7 +93,8 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         ToolsCommand::List { dir, json } => {
             let layout = Layout::of(&dir)?;
-            let tools = layout.load(&sandbox).await?;
+            let tools = layout.load_each(&sandbox).await?;
+            warn_unavailable(&tools);
             if json {
                 serde_json::to_writer_pretty(&mut out, tools.tools())?;
                 writeln!(out)?;
@@ -103,7 +105,8 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
         }
         ToolsCommand::Call { dir, name, args, attempt, idempotency_key, json } => {
             let layout = Layout::of(&dir)?;
-            let tools = layout.load(&sandbox).await?;
+            let tools = layout.load_each(&sandbox).await?;
+            warn_unavailable(&tools);
             let execution = (attempt.is_some() || idempotency_key.is_some()).then(|| {
                 let mut execution = DeferredExecution::new(
                     "cli",
@@ -145,7 +148,7 @@ pub async fn check(dir: &Path, sandbox: Sandbox) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let layout = Layout::of(dir)?;
     writeln!(out, "{}", layout.described)?;
-    let tools = layout.load(&sandbox).await?;
+    let tools = layout.load_each(&sandbox).await?;
     for component in tools.components() {
         let how = match component.cache {
             CacheOutcome::Hit => "from cache",
@@ -199,8 +202,35 @@ pub async fn check(dir: &Path, sandbox: Sandbox) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
+    if !tools.unavailable().is_empty() {
+        // Each broken component, named with why: a Worker serves the others without it.
+        for broken in tools.unavailable() {
+            writeln!(
+                out,
+                "unavailable: {} ({}): {}",
+                broken.component,
+                broken.path.display(),
+                broken.reason
+            )?;
+        }
+        writeln!(
+            out,
+            "broken: {} of {} components did not load; {} tools from the others",
+            tools.unavailable().len(),
+            tools.components().len() + tools.unavailable().len(),
+            tools.tools().len()
+        )?;
+        return Ok(ExitCode::FAILURE);
+    }
     writeln!(out, "ok: {} components, {} tools", tools.components().len(), tools.tools().len())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Names each component of `tools` that did not load, on stderr: the others serve without it.
+fn warn_unavailable(tools: &ToolSet) {
+    for broken in tools.unavailable() {
+        eprintln!("unavailable: {} ({}): {}", broken.component, broken.path.display(), broken.reason);
+    }
 }
 
 /// Where the components, manifests and options factory of `DIR` are.
@@ -270,8 +300,14 @@ impl Layout {
         })
     }
 
-    async fn load(&self, sandbox: &Sandbox) -> anyhow::Result<ToolSet> {
-        Ok(sandbox.load_tools(&self.tools, &self.manifests).await?)
+    /// Every component of the directory that loads, and the others as [`ToolSet::unavailable`],
+    /// as a running Worker of an unlocked agent serves them.
+    async fn load_each(&self, sandbox: &Sandbox) -> anyhow::Result<ToolSet> {
+        let tools = LiveTools::new(self.tools.clone()).load(sandbox, &self.manifests).await?;
+        let mut stems: Vec<&str> = tools.components().iter().map(|c| c.name.as_str()).collect();
+        stems.extend(tools.unavailable().iter().map(|u| u.component.as_str()));
+        self.manifests.check_components(&self.tools, &stems)?;
+        Ok(tools)
     }
 }
 

@@ -71,6 +71,7 @@ mod api_input;
 mod approved_cli;
 mod auth;
 mod batches;
+mod broken_tools;
 mod bundles;
 mod cancel;
 mod chaos;

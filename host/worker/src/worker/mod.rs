@@ -370,6 +370,7 @@ impl Worker {
             register(me.store.clone(), me.agent.clone()).await;
             // Then its tools, for `/mcp/{agent}` of a process that loads no bundle.
             if let Ok(tools) = me.agent.tools().await {
+                report_unavailable(&me, &tools);
                 mcp_calls::publish(&me, &tools).await;
             }
         });
@@ -782,4 +783,12 @@ mod tests {
         let waits: std::collections::HashSet<_> = (0..20).map(|_| backoff(8, cap)).collect();
         assert!(waits.len() > 1, "no jitter: {waits:?}");
     }
+}
+
+/// Tells `/metrics` and `/healthz` of this process which of the agent's tool components did not
+/// load at the Worker's last look at `tools/` (the log names each once per change,
+/// [`tollgate_sandbox::live`]).
+pub(crate) fn report_unavailable(worker: &Worker, tools: &tollgate_sandbox::ToolSet) {
+    let components = tools.unavailable().iter().map(|u| (u.component.clone(), u.reason.clone())).collect();
+    worker.metrics.set_unavailable_tools(worker.agent.name(), components);
 }

@@ -122,6 +122,9 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let mut cli_run = CliRun::NotStarted;
     // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
     let tool_set = worker.agent.tools().await;
+    if let Ok(tools) = &tool_set {
+        super::report_unavailable(worker, tools);
+    }
     // A client's cancel interrupts the segment as soon as it arrives.
     let cancel = super::cancel::watch(worker.store.clone(), session_id);
     let recorder = Recorder::new(cancel.signal.clone());
@@ -414,6 +417,7 @@ async fn segment(
     let agent = &worker.agent;
     let failed =
         |error: String, retryable: bool| (SegmentResult::Failed { error, retryable }, CliRun::NotStarted);
+    let tool_set_unavailable = tools.unavailable().to_vec();
     let tools = SegmentTools::new(
         SandboxTools(tools.clone()),
         worker,
@@ -435,9 +439,13 @@ async fn segment(
         }
     };
     trace.requested_model(options.model.as_deref());
+    let unavailable = tool_set_unavailable;
     let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = tools;
     let catalog = match tollgate_claude::tools::catalog(DEFAULT_TOOL_SERVER_NAME, &runner.tools()) {
-        Ok(catalog) => catalog,
+        // A call of a tool of a component that did not load reads which one, and why.
+        Ok(catalog) => unavailable
+            .iter()
+            .fold(catalog, |catalog, u| catalog.with_unavailable(u.component.clone(), u.reason.clone())),
         Err(err) => return failed(format!("the agent's tools cannot be offered: {err}"), false),
     };
     // What the CLI reads back that holds images (the stored transcript, the prompts, recorded

@@ -106,7 +106,10 @@ pub(super) async fn call(
         Err(err) => {
             (ToolRun::Contained { message: format!("the agent's tools did not load: {err:#}") }, None)
         }
-        Ok(tools) => run_in_sandbox(worker, &tools, &call.tool_name, &call.arguments, &execution).await,
+        Ok(tools) => {
+            super::report_unavailable(worker, &tools);
+            run_in_sandbox(worker, &tools, &call.tool_name, &call.arguments, &execution).await
+        }
     };
     // What the tool wrote to stderr when it failed goes in its record, for operators (the model
     // reads the failure's message only).
@@ -137,7 +140,13 @@ pub(super) async fn run_in_sandbox(
     execution: &DeferredExecution,
 ) -> (ToolRun, Option<String>) {
     if tools.get(tool_name).is_none() {
-        let message = tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, tool_name);
+        // A tool of a component that did not load reads which one, and why.
+        let message = match tools.not_loaded(tool_name) {
+            CallError::UnknownTool { .. } => {
+                tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, tool_name)
+            }
+            unavailable => unavailable.to_string(),
+        };
         return (ToolRun::Refused { message }, None);
     }
     let report = tools.call_reporting(tool_name, &arguments.to_string(), Some(execution)).await;
@@ -199,6 +208,7 @@ fn tool_run_of(err: CallError, reach: Reach) -> ToolRun {
         CallError::UnknownTool { tool } => ToolRun::Refused {
             message: tollgate_engine::texts::render(tollgate_engine::texts::TOOL_NOT_OFFERED, &tool),
         },
+        unavailable @ CallError::Unavailable { .. } => ToolRun::Refused { message: unavailable.to_string() },
         other if reach == Reach::Contained => ToolRun::Contained { message: other.message_for_model() },
         CallError::Failed { message, .. } => ToolRun::Failed { message },
         other => ToolRun::Error { message: other.to_string() },
