@@ -765,6 +765,14 @@ fn backoff(failures: u32, cap: Duration) -> Duration {
     half + half.mul_f64((noise % 1000) as f64 / 1000.0)
 }
 
+/// Tells `/metrics` and `/healthz` of this process which of the agent's tool components did not
+/// load at the Worker's last look at `tools/` (the log names each once per change,
+/// [`tollgate_sandbox::live`]).
+pub(crate) fn report_unavailable(worker: &Worker, tools: &tollgate_sandbox::ToolSet) {
+    let components = tools.unavailable().iter().map(|u| (u.component.clone(), u.reason.clone())).collect();
+    worker.metrics.set_unavailable_tools(worker.agent.name(), components);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -783,12 +791,4 @@ mod tests {
         let waits: std::collections::HashSet<_> = (0..20).map(|_| backoff(8, cap)).collect();
         assert!(waits.len() > 1, "no jitter: {waits:?}");
     }
-}
-
-/// Tells `/metrics` and `/healthz` of this process which of the agent's tool components did not
-/// load at the Worker's last look at `tools/` (the log names each once per change,
-/// [`tollgate_sandbox::live`]).
-pub(crate) fn report_unavailable(worker: &Worker, tools: &tollgate_sandbox::ToolSet) {
-    let components = tools.unavailable().iter().map(|u| (u.component.clone(), u.reason.clone())).collect();
-    worker.metrics.set_unavailable_tools(worker.agent.name(), components);
 }
