@@ -8,8 +8,11 @@
 //!   starting with `.`) and renames it into place, as `tollgate build` does.
 //! - **When a file is read.** Once it is stable ([`readiness`]): its [`Stamp`] (length,
 //!   modification time, inode, and those of its `<name>.toml`) is the one seen at the last look,
-//!   or it was last modified at least [`SETTLE`] ago. At the first look every file counts. A file
-//!   whose stamp has not changed since it was last read is not read again.
+//!   or it was last modified at least [`SETTLE`] ago. At the first look every file counts. A look
+//!   that finds a file changed less than [`SETTLE`] ago waits out the rest of that time once and
+//!   looks again, so a build renamed into place a moment ago serves at once, and a file still
+//!   changing is left for a later look. A file whose stamp has not changed since it was last read
+//!   is not read again.
 //! - **What it serves.** Each file loads on its own ([`Sandbox::load_component`]). A file that
 //!   does not load is [`Unavailable`] with its reason; if an earlier version of it (same path)
 //!   loaded, that last good build keeps serving its tools, else it serves nothing. Every other
@@ -151,9 +154,27 @@ impl LiveTools {
     /// # Errors
     /// Only a directory that cannot be read.
     pub async fn load(&self, sandbox: &Sandbox, manifests: &Manifests) -> Result<ToolSet, LoadError> {
-        let listing = self.listing()?;
-        let now = SystemTime::now();
+        let mut listing = self.listing()?;
+        let mut now = SystemTime::now();
         let mut state = self.state.lock().await;
+        // A file that changed since the last look less than SETTLE ago may still be being written.
+        // Wait out its settling time once (at most SETTLE) and look again, so that a build just
+        // renamed into place (`tollgate build`, `tollgate dev`'s rebuild) serves this very look;
+        // a file still changing during the wait is still settling then.
+        let settling = listing
+            .iter()
+            .filter(|(path, name, stamp)| {
+                let seen = state.files.get(path).and_then(|file| file.seen.as_ref());
+                readiness(name, stamp, seen, !state.looked, now) == Readiness::Settling
+            })
+            .filter_map(|(.., stamp)| stamp.modified().and_then(|at| now.duration_since(at).ok()))
+            .map(|age| SETTLE.saturating_sub(age))
+            .max();
+        if let Some(wait) = settling {
+            tokio::time::sleep(wait.min(SETTLE)).await;
+            listing = self.listing()?;
+            now = SystemTime::now();
+        }
         let first_look = !std::mem::replace(&mut state.looked, true);
         let gone: Vec<PathBuf> =
             state.files.keys().filter(|path| !listing.iter().any(|(p, ..)| p == *path)).cloned().collect();
@@ -274,12 +295,11 @@ mod tests {
         std::fs::write(tools_dir.join("broken.wasm"), &bytes[..bytes.len() / 2]).unwrap();
         std::fs::remove_file(tools_dir.join("payments.wasm")).unwrap();
         std::fs::write(tools_dir.join("payments.wasm"), &bytes[..bytes.len() / 3]).unwrap();
-        // Still being written (changed since the last look, just now): not loaded yet.
-        let settling = live.load(&sandbox, &manifests).await.unwrap();
-        assert!(settling.unavailable().is_empty());
-        assert_eq!(names(&settling).len(), all, "payments keeps serving while it settles");
-        // Unchanged since the last look: loaded, and both fail.
+        // Changed a moment ago: the look waits out their settling time, finds them unchanged, loads
+        // them, and both fail.
+        let started = std::time::Instant::now();
         let tools = live.load(&sandbox, &manifests).await.unwrap();
+        assert!(started.elapsed() >= SETTLE / 2, "the look waited for the files to settle");
         let broken: Vec<(&str, bool)> =
             tools.unavailable().iter().map(|u| (u.component.as_str(), u.serving_last_good)).collect();
         assert_eq!(broken, [("broken", false), ("payments", true)]);
