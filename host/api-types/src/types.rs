@@ -7,11 +7,11 @@
 //!
 //! The wire format is the one the API has always sent, byte for byte. Objects that used to be
 //! built as JSON values have their fields declared in alphabetical order, the order they were sent
-//! in; objects that were nested in such a value go out through `sorted_keys`. An answer's `Option`
+//! in; objects that were nested in such a value go out through `tollgate_engine::views::sorted_keys`. An answer's `Option`
 //! goes out as `null`, never left out, so the schema marks it required (and nullable); a request's
 //! may be left out.
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
@@ -31,12 +31,6 @@ pub use tollgate_engine::views::{
     CheckReceipt, DecidedAhead, Grant, GrantRevocation, LiveText, Message, PendingApproval, RevokeReceipt,
     SessionGrant, Snapshot, ToolCall, TurnCancelled,
 };
-
-/// Serializes `value` with its object keys sorted (through a JSON value, whose maps are sorted):
-/// the order of the objects the API sent nested in a JSON value before it had types.
-fn sorted_keys<T: Serialize, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
-    serde_json::to_value(value).map_err(serde::ser::Error::custom)?.serialize(serializer)
-}
 
 // ---- Requests ----
 
@@ -338,7 +332,7 @@ pub struct Created {
     /// `false` when the session existed.
     pub created: bool,
     /// The first message's receipt, when one was sent.
-    #[serde(serialize_with = "sorted_keys")]
+    #[serde(serialize_with = "tollgate_engine::views::sorted_keys")]
     #[schema(required = true)]
     pub message: Option<MessageReceipt>,
     /// The session's id (the one given, or a fresh one).

@@ -244,7 +244,7 @@ impl AgentServer {
             Some(key) => key,
             // A read runs each time it is called.
             None if tool.is_inline_read() => tollgate_sessions::ids::random_id(),
-            None => format!("args:{}", tollgate_sessions::service::canonical(&arguments)),
+            None => format!("args:{}", tollgate_engine::gate::canonical::canonical(&arguments)),
         };
         let session_id = session_id(agent, &caller.name, &tool.name, &key);
         let asked = McpRequest { tool_name: tool.name.clone(), arguments, requested_by: caller.name.clone() };
@@ -578,7 +578,7 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_sessions::service::canonical;
+    use tollgate_engine::gate::canonical::canonical;
 
     #[test]
     fn the_same_arguments_in_another_order_are_the_same_call_and_each_part_of_the_id_counts() {

@@ -14,8 +14,12 @@ use crate::review::Review;
 use crate::session::{CallState, Usage};
 
 /// Serializes `value` with its object keys sorted (through a JSON value, whose maps are sorted):
-/// the order of the objects the API sent nested in a JSON value before it had types.
-fn sorted_keys<T: Serialize, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+/// the order of the objects the API sent nested in a JSON value before it had types. For
+/// `#[serde(serialize_with = ...)]`, here and in `tollgate-api-types`.
+///
+/// # Errors
+/// `value` does not serialize.
+pub fn sorted_keys<T: Serialize, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
     serde_json::to_value(value).map_err(serde::ser::Error::custom)?.serialize(serializer)
 }
 

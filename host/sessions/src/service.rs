@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use tollgate_engine::approval::ApprovalRequest;
+use tollgate_engine::gate::canonical::same_input;
 use tollgate_engine::session::CallEntry;
 use tollgate_engine::session::ItemKind;
 use tollgate_engine::session::client::HumanDecision;
@@ -71,6 +72,13 @@ pub struct Started {
     pub created: bool,
     /// Its first message's receipt, when one was given.
     pub message: Option<MessageReceipt>,
+}
+
+/// What deciding an interrupt depends on ([`Sessions::asked`]).
+struct Asked {
+    tool: String,
+    approvers: Vec<String>,
+    starter: Option<String>,
 }
 
 /// Who may decide a pending call, as far as one caller is concerned ([`Sessions::deciders`]).
@@ -197,11 +205,14 @@ impl Sessions {
         loop {
             let mut escalated_at = None;
             if let Some(open) = store.interrupt(session_id, interrupt_id).await? {
-                let asked = ApprovalRequest::parse(open.request.get()).ok();
-                let tool = asked.as_ref().map_or("", |a| a.tool_name.as_str());
-                let approvers = asked.as_ref().map(|a| a.approvers.clone()).unwrap_or_default();
-                let starter = store.audit().started_by(session_id).await?;
-                self.rules.may_decide(caller, session_id, starter.as_deref(), tool, &approvers)?;
+                let asked = self.asked(session_id, &open).await?;
+                self.rules.may_decide(
+                    caller,
+                    session_id,
+                    asked.starter.as_deref(),
+                    &asked.tool,
+                    &asked.approvers,
+                )?;
                 escalated_at = open.escalated_at;
             }
             let decided = writes::resolve_as_of(
@@ -245,13 +256,11 @@ impl Sessions {
             }
             .into());
         };
-        let asked = ApprovalRequest::parse(open.request.get()).ok();
-        let tool = asked.as_ref().map_or("", |a| a.tool_name.as_str());
-        let approvers = asked.as_ref().map(|a| a.approvers.clone()).unwrap_or_default();
-        let starter = store.audit().started_by(session_id).await?;
-        Ok(match self.rules.may_decide(caller, session_id, starter.as_deref(), tool, &approvers) {
+        let asked = self.asked(session_id, &open).await?;
+        let starter = asked.starter.as_deref();
+        Ok(match self.rules.may_decide(caller, session_id, starter, &asked.tool, &asked.approvers) {
             Ok(()) => Deciders::Caller,
-            Err(_) => Deciders::Awaited(crate::rights::awaited(self.rules, &approvers, starter.as_deref())),
+            Err(_) => Deciders::Awaited(crate::rights::awaited(self.rules, &asked.approvers, starter)),
         })
     }
 
@@ -397,7 +406,7 @@ impl Sessions {
                 // A key names one call: the same key with other arguments is refused, not answered
                 // with the first call's outcome.
                 let stored = McpRequest::parse(item.body.get())?;
-                return if canonical(&stored.arguments) == canonical(&request.arguments) {
+                return if same_input(&stored.arguments, &request.arguments) {
                     Ok(false)
                 } else {
                     Err(reused())
@@ -421,6 +430,18 @@ impl Sessions {
         }
     }
 
+    /// What deciding the open interrupt `open` of `session_id` depends on: its tool and approver
+    /// groups (stored with the interrupt when it opened, replaced by an escalation) and who
+    /// started the session. [`Self::decide`] and [`Self::deciders`] ask the rules with it.
+    async fn asked(&self, session_id: &str, open: &tollgate_store::Interrupt) -> Result<Asked, ClientError> {
+        let asked = ApprovalRequest::parse(open.request.get()).ok();
+        Ok(Asked {
+            tool: asked.as_ref().map(|a| a.tool_name.clone()).unwrap_or_default(),
+            approvers: asked.map(|a| a.approvers).unwrap_or_default(),
+            starter: self.store.audit().started_by(session_id).await?,
+        })
+    }
+
     /// Refuses a session the caller may not see (a principal limited to other agents) as not
     /// found; one that does not exist passes, for the store call to name.
     async fn visible(&self, caller: &Caller, session_id: &str) -> Result<(), ClientError> {
@@ -434,20 +455,4 @@ impl Sessions {
             _ => Ok(()),
         }
     }
-}
-
-/// `value` as canonical JSON text: object keys sorted, at every depth.
-pub fn canonical(value: &serde_json::Value) -> String {
-    fn sorted(value: &serde_json::Value) -> serde_json::Value {
-        match value {
-            serde_json::Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                serde_json::Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&map[k]))).collect())
-            }
-            serde_json::Value::Array(items) => serde_json::Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
 }
