@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -12,47 +11,37 @@ use tollgate_claude::{
     AppHook, AppHookFuture, CliDecider, DeciderFuture, SegmentEvent, SegmentOutcome, SegmentSpec, Start,
     run_segment, run_segment_on,
 };
-use tollgate_engine::catalog::{DEFAULT_TOOL_SERVER_NAME, ToolKind};
-use tollgate_engine::events::{
-    EventKind, Payload, TextBlock, ToolCallFinished, ToolCallStarted, TurnStarted,
-};
+use tollgate_engine::catalog::DEFAULT_TOOL_SERVER_NAME;
+use tollgate_engine::events::{Payload, TurnStarted};
 use tollgate_engine::gate::Gate;
 use tollgate_engine::hooks::HookCall;
 use tollgate_engine::session::batches::AheadState;
 use tollgate_engine::session::client::parse_decision;
 use tollgate_engine::session::inline;
-use tollgate_engine::session::tools::{CliRun, on_cli_run};
-use tollgate_engine::session::turn::{self, Plan, PlannedStart, SegmentResult, SegmentRun};
+use tollgate_engine::session::tools::CliRun;
+use tollgate_engine::session::turn::{self, PlannedStart, SegmentResult, SegmentRun};
 use tollgate_engine::session::{
-    CallEntry, FailureReason, ItemKind, NewEvent, NewItem, RunModelStep, RunState, StepKind, Transition,
-    Usage, grants, subagents,
+    CallEntry, ItemKind, NewItem, RunModelStep, RunState, Usage, grants, subagents,
 };
 use tollgate_protocol::TranscriptEntry;
 use tollgate_sandbox::{OptionsContext, ToolSet};
-use tollgate_store::{Claimed, NewLiveText};
+use tollgate_store::Claimed;
 use tracing::{info, warn};
 
+use super::flush::flush_events;
 use super::inline_writes::{Recorder, SegmentTools};
+use super::model_step::{Effect, EndRead, EndReads, Ended, Grants, ModelStep, Rows, Warm};
 use super::{StepError, Worker, warm, workspace};
 use crate::agent::Agent;
-use crate::proxy::{ProxySummary, SpendLimit};
+use crate::proxy::SpendLimit;
 use crate::telemetry::{InlineTools, Scope, SegmentTrace};
 use crate::tool_runner::SandboxTools;
 use tollgate_sessions::convert;
-use tollgate_sessions::edits;
 use tollgate_sessions::media;
 use tollgate_sessions::reads;
 
-/// How often streamed text and events are written while a segment runs ([`flush_events`]).
-const EVENT_FLUSH: Duration = Duration::from_millis(200);
-
-/// The unstored text at which a flush stores it as a `text_delta` block, so the live-text row it
-/// overwrites stays at most about this long (plus one flush of text). A smaller bound stores more
-/// rows, a larger one rewrites more bytes each flush: bench `stream_writes` measured 512, 1024
-/// and 2048, and 512 is the one whose PostgreSQL WAL per segment is no larger than before
-/// (0.9-1.0x, 1.2x and 1.8x for a 24,000-character reply) while rows still drop ~9x.
-const LIVE_BLOCK_BYTES: usize = 512;
-
+/// Runs a `RunModel` step: drives its [`ModelStep`] machine, reading, running the segment and
+/// writing what it asks.
 pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep) -> Result<(), StepError> {
     let session_id = &claimed.step.session_id;
     let store = worker.store.as_ref();
@@ -66,26 +55,134 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let (items, transcript) = reads::plan_inputs(store, session_id).await?;
     let calls = read_calls(store, session_id).await?;
     let claims = turn::Claims { attempt: claimed.step.attempt, lost: claimed.step.lost };
-    let plan = turn::plan_run_model(
-        step,
-        claims,
-        &state,
-        &reads::history(&items),
-        transcript,
-        &calls,
-        &worker.agent.config.limits,
-    )?;
-    let mut run = match plan {
-        Plan::Finish(transition) => {
-            let mut transition = *transition;
-            inline::settle_on_turn_failure(&mut transition, &calls);
-            worker.commit(claimed, transition).await?;
-            return Ok(());
+    let config = &worker.agent.config;
+    let rows = Rows { state, history: &reads::history(&items), transcript, calls: &calls };
+    let (mut machine, mut effect) = ModelStep::plan(&config.policies, step, claims, rows, &config.limits)?;
+    let mut ran = None;
+    loop {
+        effect = match effect {
+            Effect::RunSegment => {
+                let (ended, segment) = segment(worker, claimed, step, &calls, &mut machine).await;
+                let effect = machine.notify_ended(ended);
+                let result = machine.result().expect("the segment ended");
+                let run = machine.run_ref();
+                log_end(session_id, &run.turn_id, run.attempt, result);
+                ran = Some(segment.finish(result).await?);
+                effect
+            }
+            Effect::ReadEnd(reads) => {
+                let turn_id = machine.run_ref().turn_id.clone();
+                machine.notify_end_read(read_end(worker, session_id, machine.state(), &turn_id, reads).await?)
+            }
+            Effect::Cancel { request, cost_usd } => {
+                // A write whose tool call still runs gets its record first.
+                if let Some(ran) = &ran {
+                    ran.recorder.settle().await;
+                }
+                return super::cancel::apply(worker, claimed, request, cost_usd).await;
+            }
+            Effect::Review(mut transition) => {
+                super::review::review_approvals(worker, session_id, &mut transition, machine.calls()).await;
+                machine.notify_reviewed(*transition)
+            }
+            Effect::Commit(transition) => {
+                let outcome = worker.commit(claimed, *transition).await.map(|_| ());
+                machine.notify_committed(outcome)?
+            }
+            Effect::Prestart(warm) => {
+                if let Some(next) = ran.and_then(|ran| ran.next_warm) {
+                    next.start(worker, warm).await;
+                }
+                return Ok(());
+            }
+            Effect::Done => return Ok(()),
         }
-        Plan::Run(run) => run,
-    };
-    info!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, resume = ?step.resume, "segment starting");
+    }
+}
 
+/// Logs a segment that failed or stopped at a limit.
+fn log_end(session_id: &str, turn_id: &str, attempt: i64, result: &SegmentResult) {
+    match result {
+        SegmentResult::Failed { error, retryable } => {
+            warn!(session = %session_id, turn = %turn_id, attempt, retryable, error = %error, "segment failed");
+        }
+        SegmentResult::LimitReached { error, reason } => {
+            warn!(session = %session_id, turn = %turn_id, attempt, reason = reason.as_str(), error = %error, "segment stopped at a limit");
+        }
+        SegmentResult::Completed { .. } | SegmentResult::Deferred { .. } => {}
+    }
+}
+
+/// Reads where the session stands at the segment's end, as `reads` asks ([`EndReads`]).
+async fn read_end(
+    worker: &Worker,
+    session_id: &str,
+    state: &RunState,
+    turn_id: &str,
+    reads: EndReads,
+) -> Result<EndRead, StepError> {
+    let store = worker.store.as_ref();
+    let cancel = if reads.cancel { store.pending_cancel(session_id).await? } else { None };
+    if cancel.is_some() {
+        return Ok(EndRead { cancel, ..EndRead::default() });
+    }
+    // Inline writes recorded during the segment count in its end (a failing turn's note).
+    let calls = read_calls(store, session_id).await?;
+    let grants = if reads.grants {
+        let revocations = reads::read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked).await?;
+        let grants = grants::session_grants(&reads::history(&revocations), &calls)?;
+        Some(Grants { grants, ahead: ahead_states(worker, session_id, state, turn_id).await? })
+    } else {
+        None
+    };
+    Ok(EndRead { cancel, calls, grants })
+}
+
+/// What runs beside a segment while it runs: its trace, the writer of what it streams, the
+/// recorder of its inline writes and the launch to pre-start after it.
+struct Running {
+    trace: SegmentTrace,
+    flusher: tokio::task::JoinHandle<Result<InlineTools, StepError>>,
+    recorder: Recorder,
+    next_warm: Option<NextWarm>,
+}
+
+/// A segment that ran: what a cancel waits for, and the launch to pre-start after it.
+struct Ran {
+    recorder: Recorder,
+    next_warm: Option<NextWarm>,
+}
+
+impl Running {
+    /// Waits until every streamed event is written, and ends the trace with `result`.
+    async fn finish(self, result: &SegmentResult) -> Result<Ran, StepError> {
+        let Running { trace, flusher, recorder, next_warm } = self;
+        let tools = match flusher.await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(err)) => return Err(err),
+            Err(join) => {
+                warn!(error = %join, "the event writer stopped");
+                InlineTools::default()
+            }
+        };
+        trace.finish(result, tools);
+        Ok(Ran { recorder, next_warm })
+    }
+}
+
+/// Runs the planned segment with the model proxy's access, the agent's tools and a watch for a
+/// client's cancel, and says how it ended. Never fails: every problem is a failed segment.
+async fn segment(
+    worker: &Worker,
+    claimed: &Claimed,
+    step: &RunModelStep,
+    calls: &[CallEntry],
+    machine: &mut ModelStep<'_>,
+) -> (Ended, Running) {
+    let session_id = &claimed.step.session_id;
+    let spent_before_usd = machine.state().cost_usd;
+    let run = machine.run_mut();
+    info!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, resume = ?step.resume, "segment starting");
     let mut trace = SegmentTrace::start(Scope {
         session_id: session_id.clone(),
         turn_id: run.turn_id.clone(),
@@ -108,18 +205,11 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     ));
     // The segment's access to the model: a token of the Worker's proxy, revoked when it is dropped
     // below, once the CLI is gone.
-    let limit = SpendLimit {
-        limit_usd: worker.agent.config.limits.spend_limit_usd,
-        spent_before_usd: state.cost_usd,
-    };
+    let limit = SpendLimit { limit_usd: worker.agent.config.limits.spend_limit_usd, spent_before_usd };
     let access = match worker.model_proxy().await {
         Ok(proxy) => Ok((proxy.base_url(), proxy.register(limit))),
         Err(err) => Err(err.to_string()),
     };
-    // A warm CLI the segment ran on came with its own token: the segment's accounting is that one's.
-    let mut warm_token = None;
-    let mut next_warm = None;
-    let mut cli_run = CliRun::NotStarted;
     // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
     let tool_set = worker.agent.tools().await;
     if let Ok(tools) = &tool_set {
@@ -128,145 +218,40 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     // A client's cancel interrupts the segment as soon as it arrives.
     let cancel = super::cancel::watch(worker.store.clone(), session_id);
     let recorder = Recorder::new(cancel.signal.clone());
-    // The transcripts of the subagents that ran in the segment, stored with its end.
-    let mut subagent_items = Vec::new();
-    let result = match (&access, &tool_set) {
+    let mut recording = Recording { claimed, calls, recorder: recorder.clone(), subagents: Vec::new() };
+    let mut model = None;
+    let (result, cli_run) = match (&access, &tool_set) {
         (Ok((base_url, token)), Ok(tools)) => {
-            let mut model =
+            let mut access =
                 ModelAccess { base_url, token: token.token(), limit, warm_token: None, next_warm: None };
-            let mut recording =
-                Recording { claimed, calls: &calls, recorder: recorder.clone(), subagents: Vec::new() };
-            let result;
-            (result, cli_run) =
-                segment(worker, &mut run, tools, events_tx, &mut trace, &mut model, &mut recording).await;
-            (warm_token, next_warm) = (model.warm_token, model.next_warm);
-            subagent_items = recording.subagents;
-            result
+            let ran = run_cli(worker, run, tools, events_tx, &mut trace, &mut access, &mut recording).await;
+            model = Some(access);
+            ran
         }
         (Err(error), _) => {
-            drop(events_tx);
-            SegmentResult::Failed { error: error.clone(), retryable: true }
+            (SegmentResult::Failed { error: error.clone(), retryable: true }, CliRun::NotStarted)
         }
         (_, Err(err)) => {
-            drop(events_tx);
-            SegmentResult::Failed {
-                error: format!("the agent's tools did not load: {err:#}"),
-                retryable: true,
-            }
+            let error = format!("the agent's tools did not load: {err:#}");
+            (SegmentResult::Failed { error, retryable: true }, CliRun::NotStarted)
         }
     };
-    let summary = match &warm_token {
+    drop(cancel);
+    // A warm CLI the segment ran on came with its own token: the segment's accounting is that one's.
+    let (warm_token, next_warm) = model.map_or((None, None), |model| (model.warm_token, model.next_warm));
+    let proxy = match &warm_token {
         Some(token) => Some(token.summary()),
         None => access.as_ref().ok().map(|(_, token)| token.summary()),
     };
-    drop(warm_token);
-    drop(access);
-    let result = match &summary {
-        Some(summary) => {
-            trace.proxied(summary);
-            with_proxy_accounting(result, summary)
-        }
-        None => result,
+    if let Some(summary) = &proxy {
+        trace.proxied(summary);
+    }
+    let schemas = match &tool_set {
+        Ok(tools) => tools.tools().iter().map(|t| (t.name.clone(), t.input_schema.clone())).collect(),
+        Err(_) => Vec::new(),
     };
-    // A failed segment's requests cost money too: they count against the limit.
-    let failed_cost = match (&result, &summary) {
-        (SegmentResult::Failed { .. } | SegmentResult::LimitReached { .. }, Some(summary)) => {
-            summary.cost_usd
-        }
-        _ => 0.0,
-    };
-    // Every streamed event is written before the segment's end.
-    let tools = match flusher.await {
-        Ok(Ok(tools)) => tools,
-        Ok(Err(err)) => return Err(err),
-        Err(join) => {
-            warn!(error = %join, "the event writer stopped");
-            InlineTools::default()
-        }
-    };
-    trace.finish(&result, tools);
-    drop(cancel);
-    // A cancel asked while the segment ran wins over how it ended, unless the turn completed.
-    let asked = match &result {
-        SegmentResult::Completed { .. } => None,
-        _ => store.pending_cancel(session_id).await?,
-    };
-    if let Some(request) = asked {
-        // A write whose tool call still runs gets its record first.
-        recorder.settle().await;
-        let cost = summary.as_ref().map_or(0.0, |summary| summary.cost_usd);
-        return super::cancel::apply(worker, claimed, request, cost).await;
-    }
-    match &result {
-        SegmentResult::Failed { error, retryable } => {
-            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, retryable, error = %error, "segment failed");
-        }
-        SegmentResult::LimitReached { error, reason } => {
-            warn!(session = %session_id, turn = %run.turn_id, attempt = run.attempt, reason = reason.as_str(), error = %error, "segment stopped at a limit");
-        }
-        _ => {}
-    }
-    // Inline writes recorded during the segment count in its end (a failing turn's note).
-    let mut calls = read_calls(store, session_id).await?;
-    // So does the run of the approved CLI call the segment resumed: its record comes from it.
-    let cli_record = step
-        .resume
-        .as_ref()
-        .and_then(|id| calls.iter().find(|call| &call.tool_call_id == id && call.turn_id == run.turn_id))
-        .and_then(|call| on_cli_run(call, cli_run));
-    if let Some((recorded, _)) = &cli_record
-        && let Some(call) = calls.iter_mut().find(|call| call.tool_call_id == recorded.tool_call_id)
-    {
-        *call = recorded.clone();
-    }
-    if matches!(result, SegmentResult::Deferred { .. }) {
-        // A grant revoked while the segment ran counts: read the session's revocations again.
-        let revocations = reads::read_all_items_of_kind(store, session_id, ItemKind::GrantRevoked).await?;
-        run.grants = grants::session_grants(&reads::history(&revocations), &calls)?;
-        // So does a decision made ahead in a batch: read where the turn's interrupts ahead stand.
-        run.ahead_states = ahead_states(worker, session_id, &state, &run.turn_id).await?;
-    }
-    let prestart = next_warm.and_then(|next| next.after(&result));
-    let ran = matches!(result, SegmentResult::Completed { .. } | SegmentResult::Deferred { .. });
-    let mut transition = turn::on_segment(&run, &state, &calls, result);
-    if let Some((recorded, finished)) = cli_record {
-        transition.calls.push(recorded);
-        transition.events.insert(0, finished);
-    }
-    if ran {
-        subagents::place(&mut transition.items, subagent_items);
-    }
-    inline::settle_on_turn_failure(&mut transition, &calls);
-    // The API may not load the agent: the interrupt carries who may decide it.
-    turn::with_approvers(&mut transition, &worker.agent.config.policies);
-    // ... and its approval deadline, which any Worker fires from the stored request.
-    turn::with_deadlines(&mut transition, &worker.agent.config.policies);
-    // ... and the sentence an approver reads first.
-    turn::with_summaries(&mut transition, &worker.agent.config.policies);
-    // ... and the factory's review of the call, with the approvers a high risk needs.
-    super::review::review_approvals(worker, session_id, &mut transition, &calls).await;
-    // ... and the schema an approver's edit must fit.
-    if !transition.interrupts.is_empty() {
-        let custom = tool_set.as_ref().map(|tools| tools.tools()).unwrap_or_default();
-        edits::with_input_schemas(&mut transition, |tool, kind| match kind {
-            ToolKind::Custom => custom.iter().find(|t| t.name == tool).map(|t| t.input_schema.clone()),
-            ToolKind::Cli => edits::cli_tool_schema(tool),
-        });
-    }
-    if failed_cost > 0.0 {
-        let mut next = transition.run_state.take().unwrap_or_else(|| state.clone());
-        next.cost_usd += failed_cost;
-        transition.run_state = Some(next);
-    }
-    let runs_unattended = transition
-        .steps
-        .iter()
-        .any(|step| [StepKind::CallTool, StepKind::CallSingleAttemptTool].contains(&step.kind));
-    worker.commit(claimed, transition).await?;
-    if let Some(prestart) = prestart {
-        prestart.start(worker, runs_unattended).await;
-    }
-    Ok(())
+    let ended = Ended { result, cli_run, proxy, subagents: recording.subagents, schemas };
+    (ended, Running { trace, flusher, recorder, next_warm })
 }
 
 /// Where the turn's unused interrupts opened ahead stand
@@ -338,64 +323,20 @@ struct ModelAccess<'a> {
 struct NextWarm {
     spec: SegmentSpec,
     cwd: warm::Cwd,
-    fresh: bool,
 }
 
 impl NextWarm {
-    /// What to pre-start after a segment that ended with `result`: after a completed fresh
-    /// segment, a fresh CLI for the next new session; after a deferred one, a `--resume` of its
-    /// session (started only if the call's next step runs without approval).
-    fn after(self, result: &SegmentResult) -> Option<Prestart> {
-        match result {
-            SegmentResult::Completed { .. } if self.fresh => Some(Prestart { next: self, resume: None }),
-            SegmentResult::Deferred { session_id, .. } => {
-                Some(Prestart { next: self, resume: Some(session_id.clone()) })
+    /// Starts the CLI the step's machine asked for: a resume at once, while the tool step runs; a
+    /// fresh one once the Worker has no step in hand.
+    async fn start(self, worker: &Worker, which: Warm) {
+        let NextWarm { mut spec, cwd } = self;
+        match which {
+            Warm::Resume(session_id) => {
+                spec.start = Start::Resume { session_id, transcript: Default::default(), prompt: None };
+                warm::prestart(worker, spec, &cwd, false).await;
             }
-            _ => None,
+            Warm::Fresh => warm::prestart_when_idle(worker, spec, cwd),
         }
-    }
-}
-
-/// A CLI to pre-start after the commit.
-struct Prestart {
-    next: NextWarm,
-    /// The session a resume continues; `None` for a fresh CLI.
-    resume: Option<String>,
-}
-
-impl Prestart {
-    /// Starts it: a resume at once, while the tool step runs, and only when `runs_unattended`
-    /// (the deferred call's next step is a tool call, not a human's decision: nothing holds a
-    /// process for a human); a fresh one once the Worker has no step in hand.
-    async fn start(self, worker: &Worker, runs_unattended: bool) {
-        let Prestart { mut next, resume } = self;
-        match resume {
-            Some(session_id) if runs_unattended => {
-                next.spec.start = Start::Resume { session_id, transcript: Default::default(), prompt: None };
-                warm::prestart(worker, next.spec, &next.cwd, false).await;
-            }
-            Some(_) => {}
-            None => warm::prestart_when_idle(worker, next.spec, next.cwd),
-        }
-    }
-}
-
-/// The segment's result with what the proxy measured: a segment the proxy stopped at the spend
-/// limit fails with that reason (not retried), and the cost of a completed or deferred one is the
-/// proxy's (every request priced, [`crate::proxy::prices`]) when its requests went through it.
-fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> SegmentResult {
-    if let Some(reason) = &summary.stopped {
-        return SegmentResult::LimitReached { error: reason.clone(), reason: FailureReason::SpendLimit };
-    }
-    let measured = |cli: Option<f64>| if summary.requests > 0 { Some(summary.cost_usd) } else { cli };
-    match result {
-        SegmentResult::Completed { session_id, result, entries, usage, cost_usd } => {
-            SegmentResult::Completed { session_id, result, entries, usage, cost_usd: measured(cost_usd) }
-        }
-        SegmentResult::Deferred { session_id, call, entries, usage, cost_usd } => {
-            SegmentResult::Deferred { session_id, call, entries, usage, cost_usd: measured(cost_usd) }
-        }
-        failed @ (SegmentResult::Failed { .. } | SegmentResult::LimitReached { .. }) => failed,
     }
 }
 
@@ -404,7 +345,7 @@ fn with_proxy_accounting(result: SegmentResult, summary: &ProxySummary) -> Segme
 /// problem is a failed segment the state machine retries or turns into the turn's error. The
 /// stored transcript moves out of `run.start` into the resume file's text (it can be megabytes;
 /// nothing reads it from `run` afterwards).
-async fn segment(
+async fn run_cli(
     worker: &Worker,
     run: &mut SegmentRun,
     tools: &ToolSet,
@@ -417,14 +358,6 @@ async fn segment(
     let agent = &worker.agent;
     let failed =
         |error: String, retryable: bool| (SegmentResult::Failed { error, retryable }, CliRun::NotStarted);
-    let tool_set_unavailable = tools.unavailable().to_vec();
-    let tools = SegmentTools::new(
-        SandboxTools(tools.clone()),
-        worker,
-        recording.claimed,
-        &run.turn_id,
-        &recording.recorder,
-    );
     let ctx = OptionsContext {
         session_id: session_id.to_owned(),
         turn_id: run.turn_id.clone(),
@@ -439,94 +372,25 @@ async fn segment(
         }
     };
     trace.requested_model(options.model.as_deref());
-    let unavailable = tool_set_unavailable;
-    let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = tools;
-    let catalog = match tollgate_claude::tools::catalog(DEFAULT_TOOL_SERVER_NAME, &runner.tools()) {
-        // A call of a tool of a component that did not load reads which one, and why.
-        Ok(catalog) => unavailable
-            .iter()
-            .fold(catalog, |catalog, u| catalog.with_unavailable(u.component.clone(), u.reason.clone())),
-        Err(err) => return failed(format!("the agent's tools cannot be offered: {err}"), false),
+    let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = SegmentTools::new(
+        SandboxTools(tools.clone()),
+        worker,
+        recording.claimed,
+        &run.turn_id,
+        &recording.recorder,
+    );
+    let (gate, start) = match gate_and_start(worker, session_id, run, tools, &runner, recording.calls).await {
+        Ok(both) => both,
+        Err((error, retryable)) => return failed(error, retryable),
     };
-    // What the CLI reads back that holds images (the stored transcript, the prompts, recorded
-    // results) gets their bytes from the store first; a failed read fails the attempt.
-    let store = worker.store.as_ref();
-    let mut inline_writes = inline::unseen_writes(run, recording.calls);
-    if let Err(err) = load_replayed_images(store, session_id, run, &mut inline_writes).await {
-        return failed(err.to_string(), true);
-    }
-    let mut gate = Gate::new(agent.config.policies.clone(), catalog)
-        .with_turn_records(run.turn_records.iter().cloned())
-        .with_inline_writes(inline_writes);
-    if agent.has_cli_policy() {
-        gate = gate.with_cli_decider();
-    }
     let fresh = matches!(run.start, PlannedStart::Fresh { .. });
-    let start = match &mut run.start {
-        PlannedStart::Fresh { prompts } => match media::user_prompt(store, session_id, prompts).await {
-            Ok(prompt) => Start::Fresh { prompt },
-            Err(err) => return failed(err.to_string(), true),
-        },
-        PlannedStart::NewTurn { session_id: cli_session, transcript, prompts } => {
-            let prompt = media::user_prompt(store, session_id, prompts).await;
-            let restored = media::restore_transcript(store, session_id, transcript).await;
-            match (prompt, restored) {
-                (Ok(prompt), Ok(())) => Start::Resume {
-                    session_id: cli_session.clone(),
-                    transcript: convert::resume_text(std::mem::take(transcript)),
-                    prompt: Some(prompt),
-                },
-                (Err(err), _) | (_, Err(err)) => return failed(err.to_string(), true),
-            }
-        }
-        PlannedStart::ResumeCall { session_id: cli_session, transcript, pending } => {
-            if let Err(err) = media::restore_transcript(store, session_id, transcript).await {
-                return failed(err.to_string(), true);
-            }
-            gate = gate.resuming(pending.clone());
-            Start::Resume {
-                session_id: cli_session.clone(),
-                transcript: convert::resume_text(std::mem::take(transcript)),
-                prompt: None,
-            }
-        }
+    let (mut spec, cwd_kind) = match launch(worker, session_id, &options, start, model).await {
+        Ok(launch) => launch,
+        Err(error) => return failed(error, true),
     };
-    let (cwd, cwd_kind) = match &options.cwd {
-        Some(cwd) => (cwd.into(), warm::Cwd::Named),
-        None => {
-            let root = worker.workspace_root();
-            (root.join(workspace::folder_name(session_id)), warm::Cwd::Session { root })
-        }
-    };
-    let mut spec = SegmentSpec::with_start(worker.cli.clone(), cwd, start);
-    match worker.box_config().await {
-        Ok(Some(config)) => {
-            let copy_workspace = matches!(cwd_kind, warm::Cwd::Session { .. });
-            spec.sandbox = Some(tollgate_claude::SegmentBox { config, copy_workspace });
-        }
-        Ok(None) => warn!(session = %session_id,
-            "this segment's CLI runs without a box (--sandbox none): the agent's commands reach whatever the Worker's user can"),
-        Err(err) => return failed(err.to_string(), true),
-    }
-    spec.env.extend(cli_settings_env());
-    spec.env.extend(model_env(model.base_url, model.token, |name| std::env::var_os(name)));
-    apply_options(&mut spec, &options);
-    // The agent's own hooks: registered with the launch (a warm CLI must have the same ones),
-    // asked of the options factory with this segment's context.
-    spec.app_hook_matchers.clone_from(&options.hooks);
-    // The per-session system prompt (the example factory names the session) goes in `initialize`,
-    // so every session of the agent has the same launch and a warm CLI can serve it.
-    prompts_to_initialize(&mut spec);
-    spec.timeout = agent.config.segment_timeout;
-    let box_owner = spec.sandbox.as_ref().and_then(|b| b.config.user.owner());
     spec.cancel = Some(recording.recorder.cancelled());
-    if let warm::Cwd::Session { root } = &cwd_kind
-        && let Err(err) = workspace::prepare(root, session_id, box_owner)
-    {
-        return failed(err, true);
-    }
     let taken = warm::take(worker, &spec, &cwd_kind, fresh, model.limit);
-    model.next_warm = Some(NextWarm { spec: spec.clone(), cwd: cwd_kind, fresh });
+    model.next_warm = Some(NextWarm { spec: spec.clone(), cwd: cwd_kind });
     if agent.has_cli_policy() {
         spec.cli_decider = Some(Arc::new(FactoryDecider { agent: agent.clone() }));
     }
@@ -549,36 +413,141 @@ async fn segment(
         to_initialized_ms = ?report.stats.to_initialized.map(|d| d.as_millis()),
         to_claimed_ms = ?report.stats.to_claimed.map(|d| d.as_millis()),
         total_ms = report.stats.total.as_millis() as u64, "segment ran");
+    let cli_run = report.stats.resumed_cli_call.clone();
+    (segment_result(worker, session_id, &run.turn_id, report, recording).await, cli_run)
+}
+
+/// The segment's gate (its policies, the turn's records, the inline writes an earlier attempt
+/// made, the call it resumes) and how its CLI starts, with the images the CLI reads back (the
+/// stored transcript, the prompts, recorded results) loaded from the store first. An error says
+/// whether another attempt may do better.
+async fn gate_and_start(
+    worker: &Worker,
+    session_id: &str,
+    run: &mut SegmentRun,
+    tools: &ToolSet,
+    runner: &Arc<dyn tollgate_claude::tools::ToolRunner>,
+    calls: &[CallEntry],
+) -> Result<(Gate, Start), (String, bool)> {
+    let agent = &worker.agent;
+    let catalog = match tollgate_claude::tools::catalog(DEFAULT_TOOL_SERVER_NAME, &runner.tools()) {
+        // A call of a tool of a component that did not load reads which one, and why.
+        Ok(catalog) => tools
+            .unavailable()
+            .iter()
+            .fold(catalog, |catalog, u| catalog.with_unavailable(u.component.clone(), u.reason.clone())),
+        Err(err) => return Err((format!("the agent's tools cannot be offered: {err}"), false)),
+    };
+    let store = worker.store.as_ref();
+    let retry = |err: &dyn std::fmt::Display| (err.to_string(), true);
+    let mut inline_writes = inline::unseen_writes(run, calls);
+    load_replayed_images(store, session_id, run, &mut inline_writes).await.map_err(|e| retry(&e))?;
+    let mut gate = Gate::new(agent.config.policies.clone(), catalog)
+        .with_turn_records(run.turn_records.iter().cloned())
+        .with_inline_writes(inline_writes);
+    if agent.has_cli_policy() {
+        gate = gate.with_cli_decider();
+    }
+    let start = match &mut run.start {
+        PlannedStart::Fresh { prompts } => Start::Fresh {
+            prompt: media::user_prompt(store, session_id, prompts).await.map_err(|e| retry(&e))?,
+        },
+        PlannedStart::NewTurn { session_id: cli_session, transcript, prompts } => {
+            let prompt = media::user_prompt(store, session_id, prompts).await.map_err(|e| retry(&e))?;
+            media::restore_transcript(store, session_id, transcript).await.map_err(|e| retry(&e))?;
+            Start::Resume {
+                session_id: cli_session.clone(),
+                transcript: convert::resume_text(std::mem::take(transcript)),
+                prompt: Some(prompt),
+            }
+        }
+        PlannedStart::ResumeCall { session_id: cli_session, transcript, pending } => {
+            media::restore_transcript(store, session_id, transcript).await.map_err(|e| retry(&e))?;
+            gate = gate.resuming(pending.clone());
+            Start::Resume {
+                session_id: cli_session.clone(),
+                transcript: convert::resume_text(std::mem::take(transcript)),
+                prompt: None,
+            }
+        }
+    };
+    Ok((gate, start))
+}
+
+/// The CLI's launch: where it runs (the options' `cwd`, else the session's workspace, made
+/// ready), in which box, with what environment (the Worker's CLI settings, the model proxy's
+/// access, the options'), the agent's hooks and its system prompt in `initialize`.
+async fn launch(
+    worker: &Worker,
+    session_id: &str,
+    options: &tollgate_engine::options::CheckedOptions,
+    start: Start,
+    model: &ModelAccess<'_>,
+) -> Result<(SegmentSpec, warm::Cwd), String> {
+    let (cwd, cwd_kind) = match &options.cwd {
+        Some(cwd) => (cwd.into(), warm::Cwd::Named),
+        None => {
+            let root = worker.workspace_root();
+            (root.join(workspace::folder_name(session_id)), warm::Cwd::Session { root })
+        }
+    };
+    let mut spec = SegmentSpec::with_start(worker.cli.clone(), cwd, start);
+    match worker.box_config().await.map_err(|err| err.to_string())? {
+        Some(config) => {
+            let copy_workspace = matches!(cwd_kind, warm::Cwd::Session { .. });
+            spec.sandbox = Some(tollgate_claude::SegmentBox { config, copy_workspace });
+        }
+        None => warn!(session = %session_id,
+            "this segment's CLI runs without a box (--sandbox none): the agent's commands reach whatever the Worker's user can"),
+    }
+    spec.env.extend(cli_settings_env());
+    spec.env.extend(model_env(model.base_url, model.token, |name| std::env::var_os(name)));
+    apply_options(&mut spec, options);
+    // The agent's own hooks: registered with the launch (a warm CLI must have the same ones),
+    // asked of the options factory with this segment's context.
+    spec.app_hook_matchers.clone_from(&options.hooks);
+    // The per-session system prompt (the example factory names the session) goes in `initialize`,
+    // so every session of the agent has the same launch and a warm CLI can serve it.
+    prompts_to_initialize(&mut spec);
+    spec.timeout = worker.agent.config.segment_timeout;
+    let box_owner = spec.sandbox.as_ref().and_then(|b| b.config.user.owner());
+    if let warm::Cwd::Session { root } = &cwd_kind {
+        workspace::prepare(root, session_id, box_owner)?;
+    }
+    Ok((spec, cwd_kind))
+}
+
+/// How the segment ended, as the engine takes it: its transcript entries stored with their images
+/// by reference (each image once in the session's media), its usage counted with its subagents'
+/// model calls; the subagents' transcripts go to `recording`.
+async fn segment_result(
+    worker: &Worker,
+    session_id: &str,
+    turn_id: &str,
+    report: tollgate_claude::SegmentReport,
+    recording: &mut Recording<'_>,
+) -> SegmentResult {
+    let store = worker.store.as_ref();
     let cost_usd = report.stats.result.as_ref().and_then(|r| r.total_cost_usd);
     // Every model call of the segment counts, its subagents' included (distinct message IDs).
     let model_calls =
         i64::try_from(report.stats.model_calls + report.stats.subagent_model_calls).unwrap_or(i64::MAX);
-    let usage_of = |u: &tollgate_protocol::Usage| {
-        let total = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
-        Usage {
-            input_tokens: i64::try_from(total).unwrap_or(i64::MAX),
-            cached_input_tokens: i64::try_from(u.cache_read_input_tokens).unwrap_or(i64::MAX),
-            output_tokens: i64::try_from(u.output_tokens).unwrap_or(i64::MAX),
-            model_calls,
-        }
-    };
     let raw =
         |entries: &[TranscriptEntry]| -> Vec<_> { entries.iter().map(|e| e.as_raw().to_owned()).collect() };
     recording.subagents = report
         .outcome
         .subagents()
         .iter()
-        .map(|subagent| subagents::subagent_item(&run.turn_id, &subagent.agent_id, &raw(&subagent.entries)))
+        .map(|subagent| subagents::subagent_item(turn_id, &subagent.agent_id, &raw(&subagent.entries)))
         .collect();
-    // Stored with their images by reference: each image once in the session's media.
-    let result = match report.outcome {
+    match report.outcome {
         SegmentOutcome::Completed { session_id: cli_session, result, entries, usage, .. } => {
             match media::store_entries(store, session_id, raw(&entries)).await {
                 Ok(entries) => SegmentResult::Completed {
                     session_id: cli_session,
                     result,
                     entries,
-                    usage: usage_of(&usage),
+                    usage: usage_of(&usage, model_calls),
                     cost_usd,
                 },
                 Err(err) => SegmentResult::Failed { error: err.to_string(), retryable: true },
@@ -590,12 +559,33 @@ async fn segment(
                     session_id: cli_session,
                     call,
                     entries,
-                    usage: usage_of(&usage),
+                    usage: usage_of(&usage, model_calls),
                     cost_usd,
                 },
                 Err(err) => SegmentResult::Failed { error: err.to_string(), retryable: true },
             }
         }
+        other => unfinished(other),
+    }
+}
+
+/// A segment's usage as the session counts it: every input token (cached or not), the cached
+/// ones, the output, and its `model_calls`.
+fn usage_of(usage: &tollgate_protocol::Usage, model_calls: i64) -> Usage {
+    let total = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens;
+    Usage {
+        input_tokens: i64::try_from(total).unwrap_or(i64::MAX),
+        cached_input_tokens: i64::try_from(usage.cache_read_input_tokens).unwrap_or(i64::MAX),
+        output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+        model_calls,
+    }
+}
+
+/// A segment that did not answer: failed (with the tail of the CLI's stderr when its error does
+/// not say it), stopped at a limit, or cancelled — then its step applies the cancel request
+/// instead, and without one (never: only this step's commit clears it) another attempt runs.
+fn unfinished(outcome: SegmentOutcome) -> SegmentResult {
+    match outcome {
         SegmentOutcome::Failed { error } => match error.limit_reason() {
             Some(reason) => SegmentResult::LimitReached { error: error.to_string(), reason },
             None => {
@@ -610,8 +600,6 @@ async fn segment(
                 SegmentResult::Failed { error: text, retryable }
             }
         },
-        // Its step applies the cancel request instead; without one (never: only this step's
-        // commit clears it) another attempt runs.
         SegmentOutcome::Cancelled { killed } => SegmentResult::Failed {
             error: format!(
                 "the segment was cancelled{}",
@@ -622,8 +610,7 @@ async fn segment(
         other => {
             SegmentResult::Failed { error: format!("unexpected segment outcome {other:?}"), retryable: true }
         }
-    };
-    (result, report.stats.resumed_cli_call)
+    }
 }
 
 /// Loads the bytes of the images the segment may replay: its turn's records (the resumed call's
@@ -735,258 +722,8 @@ impl AppHook for FactoryHooks {
     }
 }
 
-/// Writes what the segment streams, every [`EVENT_FLUSH`], under the claim (so a reader tells
-/// this attempt's text from a retried one's by step and fence), and times the inline tool calls
-/// for their spans.
-///
-/// # Why text is written this way (write amplification of streaming)
-///
-/// The model's thinking is stored the same way as its text, as `reasoning_delta` blocks with
-/// their own offsets (a block of one also ends where the other stream takes over), but has no
-/// live row: a client sees it block by block.
-///
-/// Streamed text used to be a `text_delta` event per flush: a fenced transaction (session lock,
-/// step fence, event row, seq) every 200 ms and a row per 200 ms of text, kept for ever beside the
-/// transcript that holds the same text. Now:
-///
-/// - **Live**: every flush that has new text overwrites the session's one live-text row
-///   ([`tollgate_store::Store::put_live_text`]: one fenced statement, no event, no seq) with the
-///   text not stored as events yet, and where it starts. It wakes the session's readers
-///   (in-process, and PostgreSQL `NOTIFY` for an API in another process), which send the new
-///   text to SSE clients that asked for it (`?live=true`) and show the whole text in the
-///   snapshot (`live_text`). The commit that ends the step deletes the row: by then the text is
-///   in the transcript and the projection.
-/// - **Stored**: one `text_delta` event per text block, with `offset`, its start in the
-///   segment's text in characters: a block ends at the next tool event, at the segment's end, or
-///   when the unstored text reaches [`LIVE_BLOCK_BYTES`] (512). So a client resuming with
-///   `Last-Event-ID` still replays every text the log had (fewer, larger events), one that saw
-///   the live text drops what it has by offset, and a live write stays bounded (it never rewrites
-///   the whole of a long reply, which would cost bytes quadratic in its length).
-///
-/// A stale claim writes neither: both are checked against the fence, and `LeaseLost` stops
-/// the segment's writer.
-async fn flush_events(
-    worker: Worker,
-    claimed: Claimed,
-    turn_id: String,
-    attempt: i64,
-    mut pending: Vec<NewEvent>,
-    mut rx: mpsc::UnboundedReceiver<SegmentEvent>,
-) -> Result<InlineTools, StepError> {
-    let mut tools = InlineTools::default();
-    let mut streams = Streams::default();
-    let mut open = true;
-    while open {
-        let deadline = tokio::time::sleep(EVENT_FLUSH);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                event = rx.recv() => match event {
-                    Some(event) => {
-                        tools.on_event(&event);
-                        push_event(&mut pending, &mut streams, &turn_id, attempt, event);
-                    }
-                    None => { open = false; break; }
-                },
-                () = &mut deadline => break,
-            }
-        }
-        for stream in [&mut streams.reasoning, &mut streams.text] {
-            if !open || stream.unstored_bytes() >= LIVE_BLOCK_BYTES {
-                pending.extend(stream.block_event(&turn_id, attempt));
-            }
-        }
-        let text = &mut streams.text;
-        // The live row first, from what the log has so far: it covers the blocks about to be
-        // committed, so a reader never finds the log ahead of it with a gap between.
-        if open && text.unwritten() {
-            match worker.store.put_live_text(&claimed, &text.live(&turn_id, attempt)).await {
-                Ok(()) => text.written(),
-                // A hint for readers: the next flush writes the text again.
-                Err(err) if err.is_retryable() => warn!(error = %err, "the live text was not written"),
-                Err(err) => return Err(err.into()),
-            }
-        }
-        if !pending.is_empty() {
-            let mut keep = Transition::keep();
-            keep.events = std::mem::take(&mut pending);
-            let kinds: Vec<EventKind> = keep.events.iter().map(|e| e.kind).collect();
-            let receipt = worker.commit(&claimed, keep).await?;
-            if text.from_seq.is_none() {
-                text.from_seq = kinds
-                    .iter()
-                    .zip(&receipt.event_seqs)
-                    .find_map(|(kind, seq)| (*kind == EventKind::TextDelta).then_some(*seq));
-            }
-            text.committed = text.stored;
-        }
-    }
-    Ok(tools)
-}
-
-/// What a segment streams as text-like blocks: its text (also written live) and its thinking.
-#[derive(Debug)]
-struct Streams {
-    text: StreamedText,
-    reasoning: StreamedText,
-}
-
-impl Default for Streams {
-    fn default() -> Self {
-        Streams {
-            text: StreamedText::of(Payload::TextDelta),
-            reasoning: StreamedText::of(Payload::ReasoningDelta),
-        }
-    }
-}
-
-impl Streams {
-    /// The `text_delta` and `reasoning_delta` events of what is not stored yet, in the order it
-    /// streamed (at most one of them has any: a change of stream stores the other's block).
-    fn block_events(&mut self, turn_id: &str, attempt: i64) -> impl Iterator<Item = NewEvent> {
-        let reasoning = self.reasoning.block_event(turn_id, attempt);
-        reasoning.into_iter().chain(self.text.block_event(turn_id, attempt))
-    }
-}
-
-/// The text a segment streamed: all of it, how much of it the event log has (and from which
-/// seq), and how much the live-text row has. The same for its thinking, stored as
-/// `reasoning_delta` blocks (and written to no live row).
-#[derive(Debug)]
-struct StreamedText {
-    /// The event of its stored blocks: `text_delta` or `reasoning_delta`.
-    event: fn(TextBlock) -> Payload,
-    /// Every text delta so far, joined.
-    whole: String,
-    /// Characters of `whole`.
-    chars: usize,
-    /// Bytes and characters of `whole` in `text_delta` events (committed or about to be).
-    stored: (usize, usize),
-    /// Bytes and characters of `whole` in committed `text_delta` events: where the live row starts.
-    committed: (usize, usize),
-    /// The seq of the first of them.
-    from_seq: Option<i64>,
-    /// Bytes of `whole` the live-text row covers (stored or in its text).
-    live: usize,
-}
-
-impl StreamedText {
-    fn of(event: fn(TextBlock) -> Payload) -> Self {
-        StreamedText {
-            event,
-            whole: String::new(),
-            chars: 0,
-            stored: (0, 0),
-            committed: (0, 0),
-            from_seq: None,
-            live: 0,
-        }
-    }
-
-    fn push(&mut self, delta: &str) {
-        self.whole.push_str(delta);
-        self.chars += delta.chars().count();
-    }
-
-    /// The block event of the text not stored yet (`None` when there is none), which is then
-    /// stored.
-    fn block_event(&mut self, turn_id: &str, attempt: i64) -> Option<NewEvent> {
-        let (bytes, chars) = self.stored;
-        if bytes == self.whole.len() {
-            return None;
-        }
-        let block = &self.whole[bytes..];
-        let block = TextBlock {
-            turn_id: turn_id.to_owned(),
-            attempt,
-            offset: u64::try_from(chars).unwrap_or(u64::MAX),
-            text: block.to_owned(),
-        };
-        let event = (self.event)(block).into();
-        self.stored = (self.whole.len(), self.chars);
-        Some(event)
-    }
-
-    fn unstored_bytes(&self) -> usize {
-        self.whole.len() - self.stored.0
-    }
-
-    /// The live-text row: the text after the committed blocks, and where it starts.
-    fn live(&self, turn_id: &str, attempt: i64) -> NewLiveText {
-        NewLiveText {
-            turn_id: turn_id.to_owned(),
-            attempt,
-            offset: i64::try_from(self.committed.1).unwrap_or(i64::MAX),
-            from_seq: self.from_seq,
-            text: self.whole[self.committed.0..].to_owned(),
-        }
-    }
-
-    fn unwritten(&self) -> bool {
-        self.live != self.whole.len()
-    }
-
-    fn written(&mut self) {
-        self.live = self.whole.len();
-    }
-}
-
-fn push_event(
-    pending: &mut Vec<NewEvent>,
-    streams: &mut Streams,
-    turn_id: &str,
-    attempt: i64,
-    event: SegmentEvent,
-) {
-    match event {
-        SegmentEvent::TextDelta { text: delta } => {
-            // The thinking before the text goes first, so the log keeps the order it streamed in.
-            pending.extend(streams.reasoning.block_event(turn_id, attempt));
-            streams.text.push(&delta);
-        }
-        SegmentEvent::ReasoningDelta { text: delta } => {
-            pending.extend(streams.text.block_event(turn_id, attempt));
-            streams.reasoning.push(&delta);
-        }
-        SegmentEvent::ToolCallStarted { tool_use_id, name, kind, input } => {
-            // The text before the call goes first, so the log keeps the order it streamed in.
-            pending.extend(streams.block_events(turn_id, attempt));
-            pending.push(
-                Payload::ToolCallStarted(ToolCallStarted {
-                    turn_id: turn_id.to_owned(),
-                    tool_call_id: tool_use_id,
-                    tool_name: name,
-                    kind: Some(kind),
-                    arguments: input,
-                    attempt,
-                    deferred: false,
-                })
-                .into(),
-            );
-        }
-        SegmentEvent::ToolCallFinished { tool_use_id, name, kind, is_error } => {
-            pending.extend(streams.block_events(turn_id, attempt));
-            pending.push(
-                Payload::ToolCallFinished(ToolCallFinished {
-                    turn_id: turn_id.to_owned(),
-                    attempt: Some(attempt),
-                    tool_call_id: tool_use_id,
-                    tool_name: name,
-                    kind: Some(kind),
-                    status: if is_error { "failed" } else { "succeeded" }.to_owned(),
-                    deferred: false,
-                })
-                .into(),
-            );
-        }
-        other => warn!(event = ?other, "an unknown segment event was dropped"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
@@ -1007,119 +744,5 @@ mod tests {
         assert!(env.iter().all(|(_, v)| v != "sk-real"));
         let direct = model_env("http://127.0.0.1:5", "t", |_| None);
         assert_eq!(direct.len(), 2, "no outbound proxy, no NO_PROXY");
-    }
-
-    #[test]
-    fn a_segment_stopped_at_the_spend_limit_fails_for_good_and_a_proxied_one_costs_what_the_proxy_measured() {
-        let completed = || SegmentResult::Completed {
-            session_id: "c".into(),
-            result: "ok".into(),
-            entries: Vec::new(),
-            usage: Usage::default(),
-            cost_usd: Some(9.0),
-        };
-        let mut summary = ProxySummary { requests: 2, cost_usd: 0.5, ..ProxySummary::default() };
-        match with_proxy_accounting(completed(), &summary) {
-            SegmentResult::Completed { cost_usd, .. } => assert_eq!(cost_usd, Some(0.5)),
-            other => panic!("{other:?}"),
-        }
-        summary.stopped = Some("the session's spend limit of $1 was reached".into());
-        match with_proxy_accounting(completed(), &summary) {
-            SegmentResult::LimitReached { error, reason } => {
-                assert!(error.contains("spend limit of $1 was reached"));
-                assert_eq!(reason, FailureReason::SpendLimit);
-            }
-            other => panic!("{other:?}"),
-        }
-        let unproxied = ProxySummary::default();
-        match with_proxy_accounting(completed(), &unproxied) {
-            SegmentResult::Completed { cost_usd, .. } => assert_eq!(cost_usd, Some(9.0)),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn streamed_text_is_stored_once_per_block_with_its_offset_in_characters() {
-        let mut pending = Vec::new();
-        let mut streams = Streams::default();
-        let delta = |t: &str| SegmentEvent::TextDelta { text: t.into() };
-        push_event(&mut pending, &mut streams, "t1", 2, delta("Héllo"));
-        push_event(&mut pending, &mut streams, "t1", 2, delta(", "));
-        assert!(pending.is_empty(), "text alone waits for its block's end");
-        let text = &mut streams.text;
-        assert!(text.unwritten());
-        assert_eq!((text.live("t1", 2).offset, text.live("t1", 2).text.as_str()), (0, "Héllo, "));
-        text.written();
-        assert!(!text.unwritten(), "the live row has it all");
-        let started = SegmentEvent::ToolCallStarted {
-            tool_use_id: "tu1".into(),
-            name: "lookup".into(),
-            kind: ToolKind::Custom,
-            input: json!({"order_id": "7"}),
-        };
-        push_event(&mut pending, &mut streams, "t1", 2, started);
-        push_event(&mut pending, &mut streams, "t1", 2, delta("wörld"));
-        let text = &mut streams.text;
-        pending.extend(text.block_event("t1", 2));
-        assert_eq!(text.block_event("t1", 2).map(|e| e.payload), None, "nothing is stored twice");
-        let kinds: Vec<&str> = pending.iter().map(|e| e.kind.as_str()).collect();
-        assert_eq!(kinds, ["text_delta", "tool_call_started", "text_delta"]);
-        assert_eq!(
-            pending[0].payload,
-            json!({"turn_id": "t1", "attempt": 2, "offset": 0, "text": "Héllo, "})
-        );
-        assert_eq!(pending[2].payload, json!({"turn_id": "t1", "attempt": 2, "offset": 7, "text": "wörld"}));
-        assert_eq!(text.whole, "Héllo, wörld");
-        assert_eq!(text.unstored_bytes(), 0);
-        push_event(&mut pending, &mut streams, "t1", 2, delta("!"));
-        let text = &mut streams.text;
-        let live = text.live("t1", 2);
-        assert_eq!((live.offset, live.text.as_str()), (0, "Héllo, wörld!"), "nothing is committed yet");
-        text.committed = text.stored;
-        let live = text.live("t1", 2);
-        assert_eq!((live.offset, live.text.as_str()), (12, "!"), "the tail after the committed blocks");
-    }
-
-    #[test]
-    fn thinking_is_stored_as_reasoning_blocks_in_the_order_it_streamed_between_text_and_tool_calls() {
-        let mut pending = Vec::new();
-        let mut streams = Streams::default();
-        let think = |t: &str| SegmentEvent::ReasoningDelta { text: t.into() };
-        let say = |t: &str| SegmentEvent::TextDelta { text: t.into() };
-        push_event(&mut pending, &mut streams, "t1", 1, think("Let me "));
-        push_event(&mut pending, &mut streams, "t1", 1, think("löök."));
-        assert!(pending.is_empty(), "thinking alone waits for its block's end");
-        push_event(&mut pending, &mut streams, "t1", 1, say("Reading."));
-        let read = SegmentEvent::ToolCallStarted {
-            tool_use_id: "tu1".into(),
-            name: "Read".into(),
-            kind: ToolKind::Cli,
-            input: json!({"file_path": "/etc/hostname"}),
-        };
-        push_event(&mut pending, &mut streams, "t1", 1, read);
-        push_event(&mut pending, &mut streams, "t1", 1, think("Done."));
-        let finished = SegmentEvent::ToolCallFinished {
-            tool_use_id: "tu1".into(),
-            name: "Read".into(),
-            kind: ToolKind::Cli,
-            is_error: false,
-        };
-        push_event(&mut pending, &mut streams, "t1", 1, finished);
-        let kinds: Vec<&str> = pending.iter().map(|e| e.kind.as_str()).collect();
-        assert_eq!(
-            kinds,
-            ["reasoning_delta", "text_delta", "tool_call_started", "reasoning_delta", "tool_call_finished"]
-        );
-        assert_eq!(
-            pending[0].payload,
-            json!({"turn_id": "t1", "attempt": 1, "offset": 0, "text": "Let me löök."})
-        );
-        assert_eq!(pending[3].payload, json!({"turn_id": "t1", "attempt": 1, "offset": 12, "text": "Done."}));
-        assert_eq!(
-            pending[2].payload,
-            json!({"turn_id": "t1", "attempt": 1, "tool_call_id": "tu1", "tool_name": "Read", "kind": "cli",
-                "arguments": {"file_path": "/etc/hostname"}, "deferred": false})
-        );
-        assert_eq!(pending[4].payload["status"], "succeeded");
     }
 }
