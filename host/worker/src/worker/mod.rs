@@ -51,8 +51,11 @@
 
 mod cancel;
 mod claimed;
+mod claiming;
+mod flush;
 mod inline_writes;
 pub mod mcp_calls;
+mod model_step;
 mod review;
 mod run_model;
 mod tool_steps;
@@ -352,6 +355,90 @@ impl Worker {
         let mut work = self.store.work_signal();
         let mut tasks = tokio::task::JoinSet::new();
         let (release_tx, release_rx) = watch::channel(false);
+        let beside = self.start().await;
+        // Only sessions of this agent: unpinned ones (unless told not to), and those pinned to its
+        // digest.
+        let scope = ClaimScope { pinned_only: self.config.pinned_only, ..self.agent.claim_scope() };
+        let mut claiming = claiming::Claiming::new(Instant::now());
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+                () = &mut shutdown => break,
+            };
+            while tasks.try_join_next().is_some() {}
+            let claim = self.store.claim_for(&self.config.worker_id, self.config.lease, &scope);
+            tokio::pin!(claim);
+            let claimed = tokio::select! {
+                claimed = &mut claim => claimed,
+                () = &mut shutdown => {
+                    // The claim may be taken already: give it a moment, and hand it back.
+                    if let Ok(Ok(Some(claimed))) = tokio::time::timeout(Duration::from_secs(2), claim).await {
+                        self.release(&claimed).await;
+                    }
+                    break;
+                }
+            };
+            let answer = match &claimed {
+                Ok(Some(_)) => claiming::Answer::Claimed,
+                Ok(None) => claiming::Answer::Empty,
+                Err(_) => claiming::Answer::Failed,
+            };
+            let (next, recovered) = claiming.answered(answer, Instant::now());
+            if let Some(failures) = recovered {
+                info!(failures, "claims work again");
+            }
+            let wait = match (next, claimed) {
+                (claiming::Next::Run, Ok(Some(claimed))) => {
+                    let (worker, release) = (self.clone(), release_rx.clone());
+                    tasks.spawn(async move {
+                        worker.run_claimed(claimed, release).await;
+                        drop(permit);
+                    });
+                    continue;
+                }
+                (claiming::Next::Idle(idle), _) => {
+                    drop(permit);
+                    self.idle(idle, &mut claiming).await;
+                    None
+                }
+                (claiming::Next::Backoff { failures }, claimed) => {
+                    drop(permit);
+                    let wait = backoff(failures, self.config.poll.min(MAX_BACKOFF));
+                    let error = claimed.err().map(|e| e.to_string()).unwrap_or_default();
+                    warn!(%error, failures, retry_in_ms = wait.as_millis() as u64, "claim failed; trying again");
+                    Some(wait)
+                }
+                (claiming::Next::Run, _) => unreachable!("a step is run only when one was claimed"),
+            };
+            // Until work is signalled (or one poll), or the back-off's wait.
+            let wait = async {
+                match wait {
+                    None => {
+                        let _ = work.wait(self.config.poll).await;
+                    }
+                    Some(wait) => tokio::time::sleep(wait).await,
+                }
+            };
+            tokio::select! {
+                () = wait => {}
+                () = &mut shutdown => break,
+            }
+        }
+        for task in beside {
+            task.abort();
+        }
+        self.drain(tasks, hurry, release_tx).await;
+        if let Some(pool) = &self.warm {
+            pool.clear();
+        }
+        info!(worker = %self.config.worker_id, "worker stopped");
+    }
+
+    /// What starts with the claim loop: segment folders of stopped Workers are removed, and the
+    /// tasks that run beside the claims start (the agent's registration, then its tools'; the
+    /// approval deadlines).
+    async fn start(&self) -> [tokio::task::JoinHandle<()>; 2] {
         let boxes = match &self.config.sandbox {
             SandboxMode::Boxed(settings) => settings.user.owner().map(|(uid, _)| uid),
             SandboxMode::None => None,
@@ -360,9 +447,6 @@ impl Worker {
         if stale > 0 {
             info!(removed = stale, "removed segment directories that stopped Workers left behind");
         }
-        // Only sessions of this agent: unpinned ones (unless told not to), and those pinned to its
-        // digest.
-        let scope = ClaimScope { pinned_only: self.config.pinned_only, ..self.agent.claim_scope() };
         info!(worker = %self.config.worker_id, concurrency = self.config.concurrency, agent = %self.agent.name(),
             agent_digest = %self.agent.digest(), locked = self.agent.is_locked(), "worker started");
         let me = self.clone();
@@ -387,117 +471,63 @@ impl Worker {
             pushed.map_or_else(|| self.agent.digest().chars().take(19).collect(), |k| k.to_string());
         self.metrics.set_agent(self.agent.name(), &version);
         // Approval deadlines fire beside the claims, on the database clock (`crate::deadlines`).
-        let deadlines = {
-            let store = self.store.clone();
-            tokio::spawn(async move { crate::deadlines::run(store.as_ref(), std::future::pending()).await })
+        let store = self.store.clone();
+        let deadlines =
+            tokio::spawn(async move { crate::deadlines::run(store.as_ref(), std::future::pending()).await });
+        [registration, deadlines]
+    }
+
+    /// What an idle Worker does before it waits for work, as [`claiming::Idle`] says.
+    async fn idle(&self, idle: claiming::Idle, claiming: &mut claiming::Claiming) {
+        if idle.check_config && self.agent.config_changed_on_disk() {
+            claiming.config_changed();
+            warn!(file = %self.agent.config.path.display(),
+                "the agent's configuration changed on disk; this Worker keeps the one it loaded \
+                 (policies, grants, limits): restart it to apply");
+        }
+        // Sessions created without a name while this agent's registration was in flight.
+        if idle.adopt {
+            match self.store.agents().adopt_unnamed(self.agent.name(), self.agent.digest()).await {
+                Ok(adopted) => {
+                    if let Some(adopted @ 1..) = adopted {
+                        info!(agent = %self.agent.name(), adopted, "adopted sessions that named no agent");
+                    }
+                    claiming.adopted(adopted, Instant::now());
+                }
+                Err(err) => warn!(error = %err, "adopting sessions that name no agent failed"),
+            }
+        }
+    }
+
+    /// Lets the steps in hand finish for [`WorkerConfig::drain`] (or until `hurry`), then stops
+    /// and releases those left.
+    async fn drain(
+        &self,
+        mut tasks: tokio::task::JoinSet<()>,
+        hurry: impl std::future::Future<Output = ()>,
+        release: watch::Sender<bool>,
+    ) {
+        if tasks.is_empty() {
+            return;
+        }
+        info!(
+            steps = tasks.len(),
+            drain_secs = self.config.drain.as_secs_f64(),
+            "worker stopping: no new claims; finishing the steps in hand"
+        );
+        let all_done = async { while tasks.join_next().await.is_some() {} };
+        let drained = tokio::select! {
+            drained = tokio::time::timeout(self.config.drain, all_done) => drained.is_ok(),
+            () = hurry => {
+                info!("asked again to stop: cutting the drain short");
+                false
+            }
         };
-        tokio::pin!(shutdown);
-        // Claims failed in a row (the store is unavailable): the retry backs off with jitter.
-        let mut claim_failures = 0u32;
-        // Whether the log said `tollgate.toml` changed on disk (once).
-        let mut config_change_told = false;
-        // When to look for sessions to adopt next (see `AgentRegistry::adopt_unnamed`).
-        let mut next_adoption = std::time::Instant::now();
-        loop {
-            let permit = tokio::select! {
-                permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-                () = &mut shutdown => break,
-            };
-            while tasks.try_join_next().is_some() {}
-            let claim = self.store.claim_for(&self.config.worker_id, self.config.lease, &scope);
-            tokio::pin!(claim);
-            let claimed = tokio::select! {
-                claimed = &mut claim => claimed,
-                () = &mut shutdown => {
-                    // The claim may be taken already: give it a moment, and hand it back.
-                    if let Ok(Ok(Some(claimed))) = tokio::time::timeout(Duration::from_secs(2), claim).await {
-                        self.release(&claimed).await;
-                    }
-                    break;
-                }
-            };
-            if claimed.is_ok() && claim_failures > 0 {
-                info!(failures = claim_failures, "claims work again");
-                claim_failures = 0;
-            }
-            match claimed {
-                Ok(Some(claimed)) => {
-                    let worker = self.clone();
-                    let release = release_rx.clone();
-                    tasks.spawn(async move {
-                        worker.run_claimed(claimed, release).await;
-                        drop(permit);
-                    });
-                }
-                Ok(None) => {
-                    drop(permit);
-                    if !config_change_told && self.agent.config_changed_on_disk() {
-                        config_change_told = true;
-                        warn!(file = %self.agent.config.path.display(),
-                            "the agent's configuration changed on disk; this Worker keeps the one it loaded \
-                             (policies, grants, limits): restart it to apply");
-                    }
-                    // Sessions created without a name while this agent's registration was in flight.
-                    // Sessions no rule places (several agents, a digest nobody registered) stay
-                    // unnamed: then try again only now and then, not at every poll.
-                    if std::time::Instant::now() >= next_adoption {
-                        match self.store.agents().adopt_unnamed(self.agent.name(), self.agent.digest()).await
-                        {
-                            Ok(None) => {}
-                            Ok(Some(0)) => next_adoption = std::time::Instant::now() + ADOPTION_RETRY,
-                            Ok(Some(adopted)) => {
-                                info!(agent = %self.agent.name(), adopted, "adopted sessions that named no agent");
-                            }
-                            Err(err) => warn!(error = %err, "adopting sessions that name no agent failed"),
-                        }
-                    }
-                    tokio::select! {
-                        _ = work.wait(self.config.poll) => {}
-                        () = &mut shutdown => break,
-                    }
-                }
-                Err(err) => {
-                    drop(permit);
-                    claim_failures += 1;
-                    let wait = backoff(claim_failures, self.config.poll.min(MAX_BACKOFF));
-                    warn!(error = %err, failures = claim_failures, retry_in_ms = wait.as_millis() as u64,
-                        "claim failed; trying again");
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = &mut shutdown => break,
-                    }
-                }
-            }
+        if !drained {
+            warn!(steps = tasks.len(), "the drain is over: stopping the steps in hand and releasing them");
+            let _ = release.send(true);
+            while tasks.join_next().await.is_some() {}
         }
-        deadlines.abort();
-        registration.abort();
-        if !tasks.is_empty() {
-            info!(
-                steps = tasks.len(),
-                drain_secs = self.config.drain.as_secs_f64(),
-                "worker stopping: no new claims; finishing the steps in hand"
-            );
-            let all_done = async { while tasks.join_next().await.is_some() {} };
-            let drained = tokio::select! {
-                drained = tokio::time::timeout(self.config.drain, all_done) => drained.is_ok(),
-                () = hurry => {
-                    info!("asked again to stop: cutting the drain short");
-                    false
-                }
-            };
-            if !drained {
-                warn!(
-                    steps = tasks.len(),
-                    "the drain is over: stopping the steps in hand and releasing them"
-                );
-                let _ = release_tx.send(true);
-                while tasks.join_next().await.is_some() {}
-            }
-        }
-        if let Some(pool) = &self.warm {
-            pool.clear();
-        }
-        info!(worker = %self.config.worker_id, "worker stopped");
     }
 
     /// Hands `claimed` back so another Worker claims it at once; a claim that is already stale
@@ -744,9 +774,6 @@ async fn register(store: Arc<dyn Store>, agent: Arc<Agent>) {
         }
     }
 }
-
-/// How long a Worker waits before trying again to adopt sessions that no rule placed.
-const ADOPTION_RETRY: Duration = Duration::from_secs(30);
 
 /// The longest wait between retries of a failed claim or heartbeat (and never more than the
 /// poll interval, resp. the heartbeat period): short, so work resumes within seconds of the
