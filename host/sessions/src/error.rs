@@ -31,6 +31,14 @@ pub enum ClientError {
         /// The call's session.
         session_id: String,
     },
+    /// The session holds no image of that digest.
+    #[error("session `{session_id}` holds no image {digest}")]
+    MediaNotFound {
+        /// The session.
+        session_id: String,
+        /// The digest asked for.
+        digest: String,
+    },
     /// No agent the store knows fits what a new session asked for (named none of several, an
     /// unknown name, a digest no Worker loaded or loaded unlocked); nothing was written.
     #[error("{0}")]

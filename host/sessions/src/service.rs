@@ -11,13 +11,15 @@ use std::sync::Arc;
 
 use tollgate_engine::approval::ApprovalRequest;
 use tollgate_engine::gate::canonical::same_input;
-use tollgate_engine::session::CallEntry;
 use tollgate_engine::session::ItemKind;
 use tollgate_engine::session::client::HumanDecision;
 use tollgate_engine::session::mcp::{self as mcp_calls, McpRequest};
+use tollgate_engine::session::{CallEntry, EngineError};
 use tollgate_engine::views::{AttentionItem, CancelReceipt, CheckReceipt, RevokeReceipt, Snapshot};
+use tollgate_store::media::Media;
 use tollgate_store::{
-    MessageReceipt, NewMedia, ResolveReceipt, Session, Store, StoreError, UpgradeReceipt, UserMessage,
+    MessageReceipt, NewMedia, ResolveReceipt, Session, SessionSummary, Store, StoreError, UpgradeReceipt,
+    UserMessage,
 };
 
 use crate::agents::{ServingAgent, resolve_agent};
@@ -72,6 +74,28 @@ pub struct Started {
     pub created: bool,
     /// Its first message's receipt, when one was given.
     pub message: Option<MessageReceipt>,
+}
+
+/// Which sessions [`Sessions::list`] lists: a page by id.
+#[derive(Clone, Debug, Default)]
+pub struct SessionFilter {
+    /// Only sessions of this status.
+    pub status: Option<String>,
+    /// Only sessions of this agent.
+    pub agent: Option<String>,
+    /// The sessions after this id (the `next_after` of the page before).
+    pub after: String,
+    /// At most this many (the face bounds it).
+    pub limit: i64,
+}
+
+/// A page of [`Sessions::list`].
+#[derive(Clone, Debug)]
+pub struct SessionList {
+    /// The sessions the caller sees, by id, each with the pushed version its digest is, if any.
+    pub sessions: Vec<(SessionSummary, Option<i64>)>,
+    /// The `after` of the next page, when there may be one.
+    pub next_after: Option<String>,
 }
 
 /// What deciding an interrupt depends on ([`Sessions::asked`]).
@@ -345,6 +369,62 @@ impl Sessions {
         self.rules.may_decide(caller, session_id, None, &tool, &[])?;
         let note = note.filter(|n| !n.trim().is_empty());
         Ok(writes::mark_checked(self.store.as_ref(), session_id, tool_call_id, &caller.name, note).await?)
+    }
+
+    /// A page of the sessions `caller` sees, as `filter` asks, each with the pushed version of the
+    /// agent its digest is (read once per agent of the page).
+    ///
+    /// # Errors
+    /// [`ClientError::Denied`]; the store failed.
+    pub async fn list(&self, caller: &Caller, filter: SessionFilter) -> Result<SessionList, ClientError> {
+        self.rules.allows(caller, Action::Read)?;
+        let store = self.store.as_ref();
+        let page = store.list_sessions(filter.status.as_deref(), &filter.after, filter.limit).await?;
+        let next_after =
+            (page.len() as i64 == filter.limit).then(|| page.last().map(|s| s.session_id.clone()));
+        let page: Vec<SessionSummary> = page
+            .into_iter()
+            .filter(|s| caller.sees_agent(s.agent_name.as_deref()))
+            .filter(|s| filter.agent.as_ref().is_none_or(|agent| s.agent_name.as_ref() == Some(agent)))
+            .collect();
+        let mut versions = std::collections::BTreeMap::new();
+        let mut names: Vec<&str> = page.iter().filter_map(|s| s.agent_name.as_deref()).collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            for version in store.versions().agent_versions(name).await? {
+                versions.insert((version.name, version.digest), version.version);
+            }
+        }
+        let sessions = page
+            .into_iter()
+            .map(|s| {
+                let version = match (&s.agent_name, &s.agent) {
+                    (Some(name), Some(agent)) => versions.get(&(name.clone(), agent.digest.clone())).copied(),
+                    _ => None,
+                };
+                (s, version)
+            })
+            .collect();
+        Ok(SessionList { sessions, next_after: next_after.flatten() })
+    }
+
+    /// The image `digest` of session `session_id`, as `caller` may read it.
+    ///
+    /// # Errors
+    /// [`ClientError::Denied`]; a malformed digest (bad input naming `digest`); the session not
+    /// found (or not visible); [`ClientError::MediaNotFound`]; the store failed.
+    pub async fn media(&self, caller: &Caller, session_id: &str, digest: &str) -> Result<Media, ClientError> {
+        self.rules.allows(caller, Action::Read)?;
+        if !tollgate_protocol::media::is_digest(digest) {
+            let reason = "the digest must be `sha256:` and 64 lowercase hex digits".to_owned();
+            return Err(EngineError::BadInput { field: "digest", reason }.into());
+        }
+        self.session(caller, session_id).await?;
+        self.store.media().media(session_id, digest).await?.ok_or_else(|| ClientError::MediaNotFound {
+            session_id: session_id.to_owned(),
+            digest: digest.to_owned(),
+        })
     }
 
     /// Up to `limit` tool calls that need attention across the sessions `caller` sees, oldest

@@ -57,7 +57,7 @@ pub enum Command {
     /// Serve the HTTP API with a Worker in the same process (SQLite beside the agent by default).
     Serve(Box<commands::serve::ServeArgs>),
     /// Serve the HTTP API only (Workers run elsewhere, on the same PostgreSQL database).
-    Api(commands::serve::ApiArgs),
+    Api(tollgate_api::serve::ApiArgs),
     /// Serve an agent's tools to one local MCP client over stdio, with a Worker in the process.
     Mcp(Box<commands::mcp::McpArgs>),
     /// Start, message, show and watch sessions through the HTTP API.
@@ -113,7 +113,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Agent(args) => commands::agent::run(args).await,
             Command::Worker(args) => commands::worker::run(args).await,
             Command::Serve(args) => commands::serve::serve(*args).await,
-            Command::Api(args) => commands::serve::api(args).await,
+            Command::Api(args) => tollgate_api::serve::api(args).await,
             Command::Mcp(args) => commands::mcp::run(*args).await,
             Command::Session(args) => commands::session::run(args).await,
             Command::Approvals(args) => commands::approvals::run(args).await,

@@ -35,5 +35,3 @@ pub mod pull;
 pub mod telemetry;
 pub mod tool_runner;
 pub mod worker;
-
-use tollgate_api_types::tls;

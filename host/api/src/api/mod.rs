@@ -251,6 +251,9 @@ impl From<ClientError> for ApiError {
             error @ ClientError::AgentUnavailable(_) => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::AgentUnavailable, error.to_string())
             }
+            error @ ClientError::MediaNotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::MediaNotFound, error.to_string())
+            }
         }
     }
 }
@@ -581,24 +584,13 @@ fn checked_images(images: &[ImageBlock]) -> Result<Vec<tollgate_store::NewMedia>
 )]
 async fn get_media(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<Vec<String>>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> ApiResult {
     let [id, digest] = path_ids(path, ["id", "digest"])?;
     Params::parse(query.as_deref(), &[])?;
-    if !tollgate_protocol::media::is_digest(&digest) {
-        return Err(ApiError::bad("digest", "the digest must be `sha256:` and 64 lowercase hex digits"));
-    }
-    if state.store.session(&id).await?.is_none() {
-        return Err(ApiError::no_session(&id));
-    }
-    let Some(media) = state.store.media().media(&id, &digest).await? else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            ErrorCode::MediaNotFound,
-            format!("session `{id}` holds no image {digest}"),
-        ));
-    };
+    let media = state.sessions().media(&caller, &id, &digest).await?;
     // Stored only with a media type this API took (or the CLI sent the model): an image type.
     let media_type = header::HeaderValue::from_str(&media.media_type)
         .unwrap_or(header::HeaderValue::from_static("application/octet-stream"));
@@ -831,31 +823,18 @@ async fn list_sessions(
         ));
     }
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
-    let list = state.store.list_sessions(status.as_deref(), after, limit).await?;
-    let next_after =
-        (list.len() as i64 == limit).then(|| list.last().map(|s| s.session_id.clone())).flatten();
-    let list: Vec<_> = list
-        .into_iter()
-        .filter(|s| caller.sees_agent(s.agent_name.as_deref()))
-        .filter(|s| agent.is_none_or(|agent| s.agent_name.as_deref() == Some(agent)))
-        .collect();
-    // The pushed versions of the agents on this page, once each: which version a digest is.
-    let mut versions: std::collections::BTreeMap<(String, String), i64> = std::collections::BTreeMap::new();
-    let mut names: Vec<&str> = list.iter().filter_map(|s| s.agent_name.as_deref()).collect();
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
-        for version in state.store.versions().agent_versions(name).await? {
-            versions.insert((version.name, version.digest), version.version);
-        }
-    }
+    let filter = tollgate_sessions::service::SessionFilter {
+        status,
+        agent: agent.map(str::to_owned),
+        after: after.to_owned(),
+        limit,
+    };
+    let list = state.sessions().list(&caller, filter).await?;
     let sessions = list
+        .sessions
         .into_iter()
-        .map(|s| SessionRow {
-            agent_version: match (&s.agent_name, &s.agent) {
-                (Some(name), Some(agent)) => versions.get(&(name.clone(), agent.digest.clone())).copied(),
-                _ => None,
-            },
+        .map(|(s, agent_version)| SessionRow {
+            agent_version,
             agent: s.agent_name,
             agent_digest: s.agent.as_ref().map(|a| a.digest.clone()),
             agent_pinned: s.agent.as_ref().is_some_and(|a| a.pinned),
@@ -865,6 +844,7 @@ async fn list_sessions(
             updated_at: s.updated_at,
         })
         .collect();
+    let next_after = list.next_after;
     Ok(Json(SessionPage { next_after, sessions }).into_response())
 }
 

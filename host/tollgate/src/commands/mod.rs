@@ -1,5 +1,6 @@
-//! One module per `tollgate` subcommand; each has an `Args` struct and an async `run`. `token`
-//! (`tollgate_api::token`) reads the API's bearer token for the server and the client commands alike.
+//! One module per `tollgate` subcommand; each has an `Args` struct and an async `run`. `tollgate
+//! api` is `tollgate_api::serve`'s, and `tollgate_api::token` reads the API's bearer token for the
+//! server and the client commands alike.
 
 pub mod agent;
 pub mod approvals;
@@ -13,5 +14,3 @@ pub mod serve;
 pub mod session;
 pub mod tools;
 pub mod worker;
-
-pub use tollgate_api::token;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-pub use tollgate_api::serve::{ApiArgs, HttpArgs, api};
+use tollgate_api::serve::HttpArgs;
 
 use super::worker::{WorkerArgs, build};
 use tollgate_api::api::{ApiState, router};

@@ -56,7 +56,7 @@ impl ClientArgs {
     /// The URL is not an `http://` or `https://` URL, the token file or the CA certificate
     /// cannot be used.
     pub fn client(&self) -> anyhow::Result<ApiClient> {
-        let mut token = super::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
+        let mut token = tollgate_api::token::resolve(self.token.as_deref(), self.token_file.as_deref())?;
         if token.is_none() {
             token = self.generated_token()?;
         }
@@ -68,10 +68,10 @@ impl ClientArgs {
     fn generated_token(&self) -> anyhow::Result<Option<String>> {
         let Ok(url) = reqwest::Url::parse(self.url.trim()) else { return Ok(None) };
         let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return Ok(None) };
-        let Some(path) = super::token::generated_path(host, port).filter(|p| p.exists()) else {
+        let Some(path) = tollgate_api::token::generated_path(host, port).filter(|p| p.exists()) else {
             return Ok(None);
         };
-        Ok(Some(super::token::read_token_file(&path)?))
+        Ok(Some(tollgate_api::token::read_token_file(&path)?))
     }
 
     /// `--url URL` when it is not the default (and `--ca-cert PEM` when given), for commands

@@ -322,6 +322,13 @@ pub enum ProxyError {
     Client(#[source] reqwest::Error),
 }
 
+/// Makes `ring` the process's rustls provider, once (reqwest is built without one of its own; an
+/// `https://` upstream needs it); later calls do nothing.
+pub fn install_crypto_provider() {
+    // Fails only when a provider is installed already, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl ModelProxy {
     /// Starts on `127.0.0.1` at a free port, forwarding to `upstream` and recording into `metrics`.
     ///
@@ -332,7 +339,7 @@ impl ModelProxy {
             tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.map_err(ProxyError::Bind)?;
         let addr = listener.local_addr().map_err(ProxyError::Bind)?;
         // An `https://` upstream (the real API) needs rustls' crypto provider.
-        crate::tls::install_crypto_provider();
+        install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
             .pool_idle_timeout(Duration::from_secs(60))
@@ -743,7 +750,7 @@ mod tests {
     }
 
     async fn post(base: &str, key: Option<&str>, body: String) -> (u16, String, Vec<u8>) {
-        crate::tls::install_crypto_provider();
+        super::install_crypto_provider();
         let mut request = reqwest::Client::new()
             .post(format!("{base}/v1/messages?beta=true"))
             .header("content-type", "application/json")
