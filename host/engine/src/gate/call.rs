@@ -62,7 +62,7 @@ pub(super) enum Decided {
     Recorded { used: bool, run: super::RecordedRun },
     /// The pending call of a resumed segment, answered from its record. A custom tool's record is
     /// served over MCP once.
-    Replayed { record: ToolCallRecord, served: bool },
+    Replayed { record: Box<ToolCallRecord>, served: bool },
     /// The segment's one deferred call, recorded under this policy.
     Deferred { policy: ToolPolicy },
     /// Not run; the model reads `message`.
@@ -79,7 +79,7 @@ impl Decided {
         match self {
             Decided::Allowed { updated_input } => Decision::Allow { updated_input: updated_input.clone() },
             Decided::Inline { .. } | Decided::Recorded { .. } => Decision::Allow { updated_input: None },
-            Decided::Replayed { record, .. } => Decision::Replay(record.clone()),
+            Decided::Replayed { record, .. } => Decision::Replay((**record).clone()),
             Decided::Deferred { .. } => Decision::Defer,
             Decided::Denied { message, reason } => {
                 Decision::Deny { message: message.clone(), reason: *reason }

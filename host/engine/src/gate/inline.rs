@@ -116,10 +116,10 @@ impl Gate {
         match self.inline.meet(&call.tool_use_id, tool, &call.input) {
             Some(InlineWrite { tool_call_id, arguments, outcome: Some(outcome), images, .. }) => {
                 Decided::Replayed {
-                    record: ToolCallRecord {
+                    record: Box::new(ToolCallRecord {
                         images,
                         ..ToolCallRecord::new(tool_call_id, tool, ToolKind::Custom, arguments, outcome)
-                    },
+                    }),
                     served: false,
                 }
             }

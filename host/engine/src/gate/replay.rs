@@ -78,7 +78,7 @@ fn replay(pending: &ToolCallRecord, tool: ToolRef<'_>, call: &ToolCall) -> Decid
     }
     match (&pending.outcome, pending.kind) {
         (_, ToolKind::Custom) | (Outcome::Succeeded { .. }, ToolKind::Cli) => {
-            Decided::Replayed { record: pending.clone(), served: false }
+            Decided::Replayed { record: Box::new(pending.clone()), served: false }
         }
         (Outcome::Rejected { message }, ToolKind::Cli) => {
             Decided::denied(DenyReason::Rejected, texts::rejection(message.as_deref()))
