@@ -18,8 +18,8 @@ use tollgate_engine::session::{CallEntry, EngineError};
 use tollgate_engine::views::{AttentionItem, CancelReceipt, CheckReceipt, RevokeReceipt, Snapshot};
 use tollgate_store::media::Media;
 use tollgate_store::{
-    MessageReceipt, NewMedia, ResolveReceipt, Session, SessionSummary, Store, StoreError, UpgradeReceipt,
-    UserMessage,
+    Event, EventSignal, MessageReceipt, NewMedia, ResolveReceipt, Session, SessionSummary, Store, StoreError,
+    UpgradeReceipt, UserMessage,
 };
 
 use crate::agents::{ServingAgent, resolve_agent};
@@ -407,6 +407,30 @@ impl Sessions {
             })
             .collect();
         Ok(SessionList { sessions, next_after: next_after.flatten() })
+    }
+
+    /// Up to `limit` of the session's events after seq `after`, in order, as `caller` may read
+    /// them; [`Sessions::event_signal`] wakes a follower when more are stored.
+    ///
+    /// # Errors
+    /// [`ClientError::Denied`]; the session not found (or not visible); the store failed.
+    pub async fn events(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, ClientError> {
+        self.rules.allows(caller, Action::Read)?;
+        self.session(caller, session_id).await?;
+        Ok(self.store.read_events(session_id, after, limit).await?)
+    }
+
+    /// What wakes a follower of the session's events (in this process, and across processes on
+    /// PostgreSQL or the SQLite file); a follower reads again after each wake-up, and now and then
+    /// without one (a wake-up may be lost).
+    pub fn event_signal(&self, session_id: &str) -> EventSignal {
+        self.store.event_signal(session_id)
     }
 
     /// The image `digest` of session `session_id`, as `caller` may read it.

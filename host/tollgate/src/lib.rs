@@ -5,7 +5,8 @@
 //! | --- | --- |
 //! | `tollgate-api-types` | the API's wire types, its typed client, TLS (`session`, `approvals`) |
 //! | `tollgate-api` | the HTTP API server, the auth file, webhooks, the web inbox (`serve`, `api`, `auth`) |
-//! | `tollgate-sessions` | the session service (`demo`, `serve`, `mcp`) |
+//! | `tollgate-sessions` | the session service (`demo`, `serve`, `mcp`, `acp`) |
+//! | `tollgate-acp` | the ACP face (`acp`) |
 //! | `tollgate-process` | logging, stop signals, metrics, the error report (every command) |
 //! | `tollgate-worker` | the Worker, the model and egress proxies, deadlines, telemetry, agent directories (links wasmtime) |
 //!
@@ -60,6 +61,8 @@ pub enum Command {
     Api(tollgate_api::serve::ApiArgs),
     /// Serve an agent's tools to one local MCP client over stdio, with a Worker in the process.
     Mcp(Box<commands::mcp::McpArgs>),
+    /// Be an ACP agent over stdio (for editors and ACP runners), with a Worker in the process.
+    Acp(Box<commands::acp::AcpArgs>),
     /// Start, message, show and watch sessions through the HTTP API.
     Session(commands::session::SessionArgs),
     /// List, approve and reject the tool calls waiting for a decision, through the HTTP API.
@@ -86,7 +89,12 @@ pub fn prepare(cli: &Cli) -> anyhow::Result<Prepared> {
     tollgate_process::setup::hide_process();
     if matches!(
         cli.command,
-        Command::Worker(_) | Command::Serve(_) | Command::Api(_) | Command::Mcp(_) | Command::Demo(_)
+        Command::Worker(_)
+            | Command::Serve(_)
+            | Command::Api(_)
+            | Command::Mcp(_)
+            | Command::Acp(_)
+            | Command::Demo(_)
     ) {
         tollgate_process::setup::private_files();
     }
@@ -115,6 +123,7 @@ pub fn run(cli: Cli, prepared: Prepared) -> anyhow::Result<ExitCode> {
             Command::Serve(args) => commands::serve::serve(*args).await,
             Command::Api(args) => tollgate_api::serve::api(args).await,
             Command::Mcp(args) => commands::mcp::run(*args).await,
+            Command::Acp(args) => commands::acp::run(*args).await,
             Command::Session(args) => commands::session::run(args).await,
             Command::Approvals(args) => commands::approvals::run(args).await,
             Command::Auth(args) => commands::auth::run(args),

@@ -2,6 +2,7 @@
 //! api` is `tollgate_api::serve`'s, and `tollgate_api::token` reads the API's bearer token for the
 //! server and the client commands alike.
 
+pub mod acp;
 pub mod agent;
 pub mod approvals;
 pub mod auth;
