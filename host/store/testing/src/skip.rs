@@ -1,0 +1,107 @@
+//! What a test does when a real dependency it needs is missing: it **fails**, naming what is
+//! missing and how to install it, unless `TOLLGATE_SKIP_MISSING` names that dependency, when it
+//! skips and says so on stderr. A skip is never silent.
+//!
+//! `TOLLGATE_SKIP_MISSING` is a comma-separated list of [`Dependency`] names: `cli` (the real
+//! Claude Code CLI), `postgres`, `schemathesis`, `browser` (Chromium and chromedriver), or `all`.
+//! It only lets a *missing* dependency skip: a test whose dependency is installed runs. An
+//! unknown name fails the test, so a typo cannot turn tests into skips.
+//!
+//! ```text
+//! TOLLGATE_SKIP_MISSING=cli,browser cargo test -p tollgate --test durable
+//! ```
+//!
+//! `scripts/setup.sh` installs every dependency; each also has its own script (named in the
+//! failure).
+
+/// A real dependency some tests need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Dependency {
+    /// The real Claude Code CLI (`scripts/install-claude-cli.sh`).
+    Cli,
+    /// PostgreSQL's server binaries (`scripts/install-postgres.sh`).
+    Postgres,
+    /// schemathesis, the OpenAPI contract checker (`scripts/install-api-checks.sh`).
+    Schemathesis,
+    /// Chromium and chromedriver (`scripts/install-chromium.sh`).
+    Browser,
+}
+
+/// The variable naming the dependencies whose absence skips a test instead of failing it.
+pub const SKIP_MISSING: &str = "TOLLGATE_SKIP_MISSING";
+
+impl Dependency {
+    /// Every dependency, in the order the docs list them.
+    pub const ALL: [Dependency; 4] =
+        [Dependency::Cli, Dependency::Postgres, Dependency::Schemathesis, Dependency::Browser];
+
+    /// Its name in `TOLLGATE_SKIP_MISSING`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dependency::Cli => "cli",
+            Dependency::Postgres => "postgres",
+            Dependency::Schemathesis => "schemathesis",
+            Dependency::Browser => "browser",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Dependency::Cli => "the real Claude Code CLI",
+            Dependency::Postgres => "PostgreSQL",
+            Dependency::Schemathesis => "schemathesis",
+            Dependency::Browser => "Chromium and chromedriver",
+        }
+    }
+
+    fn installer(self) -> &'static str {
+        match self {
+            Dependency::Cli => "scripts/install-claude-cli.sh",
+            Dependency::Postgres => "scripts/install-postgres.sh",
+            Dependency::Schemathesis => "scripts/install-api-checks.sh",
+            Dependency::Browser => "scripts/install-chromium.sh",
+        }
+    }
+
+    /// Whether `TOLLGATE_SKIP_MISSING` lets a test skip when this dependency is missing.
+    ///
+    /// # Panics
+    /// When the variable names something that is not a dependency (or is not Unicode).
+    pub fn may_skip(self) -> bool {
+        let Some(value) = std::env::var_os(SKIP_MISSING) else { return false };
+        let value = value.to_str().unwrap_or_else(|| panic!("{SKIP_MISSING} is not Unicode: {value:?}"));
+        let mut named = false;
+        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let known = name == "all" || Dependency::ALL.iter().any(|d| d.name() == name);
+            assert!(
+                known,
+                "{SKIP_MISSING}={value}: unknown `{name}`; the names are all, {}",
+                Dependency::ALL.map(Dependency::name).join(", ")
+            );
+            named |= name == "all" || name == self.name();
+        }
+        named
+    }
+}
+
+/// What `test` does on finding `dependency` missing (`detail`: what was looked for, where):
+/// returns, after printing `!! SKIPPED …` on stderr, when `TOLLGATE_SKIP_MISSING` names it, so
+/// the caller returns at once; panics otherwise, naming what is missing, how to install it and
+/// how to skip instead.
+///
+/// # Panics
+/// Unless `TOLLGATE_SKIP_MISSING` names `dependency` (or `all`).
+#[track_caller]
+pub fn missing(dependency: Dependency, test: &str, detail: &str) {
+    let (what, name, installer) = (dependency.what(), dependency.name(), dependency.installer());
+    if dependency.may_skip() {
+        eprintln!("!! SKIPPED {test}: {what} is missing ({detail}); {SKIP_MISSING} names `{name}`");
+        return;
+    }
+    panic!(
+        "{test} needs {what}, which is missing ({detail}).\n\
+         Install it with {installer} (scripts/setup.sh installs everything), \
+         or set {SKIP_MISSING}={name} to skip the tests that need it."
+    );
+}
