@@ -1,6 +1,6 @@
 //! What a test does when a real dependency it needs is missing: it **fails**, naming what is
 //! missing and how to install it, unless `TOLLGATE_SKIP_MISSING` names that dependency, when it
-//! skips and says so on stderr. A skip is never silent.
+//! skips and says so on stderr (past libtest's capture). A skip is never silent.
 //!
 //! `TOLLGATE_SKIP_MISSING` is a comma-separated list of [`Dependency`] names: `cli` (the real
 //! Claude Code CLI), `postgres`, `schemathesis`, `browser` (Chromium and chromedriver), or `all`.
@@ -96,7 +96,11 @@ impl Dependency {
 pub fn missing(dependency: Dependency, test: &str, detail: &str) {
     let (what, name, installer) = (dependency.what(), dependency.name(), dependency.installer());
     if dependency.may_skip() {
-        eprintln!("!! SKIPPED {test}: {what} is missing ({detail}); {SKIP_MISSING} names `{name}`");
+        // Straight to the process's stderr: libtest captures `eprintln!` of a passing test, and a
+        // skip must show under a plain `cargo test` too.
+        let note =
+            format!("!! SKIPPED {test}: {what} is missing ({detail}); {SKIP_MISSING} names `{name}`\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), note.as_bytes());
         return;
     }
     panic!(
