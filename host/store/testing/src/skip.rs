@@ -5,7 +5,8 @@
 //! `TOLLGATE_SKIP_MISSING` is a comma-separated list of [`Dependency`] names: `cli` (the real
 //! Claude Code CLI), `postgres`, `schemathesis`, `browser` (Chromium and chromedriver), or `all`.
 //! It only lets a *missing* dependency skip: a test whose dependency is installed runs. An
-//! unknown name fails the test, so a typo cannot turn tests into skips.
+//! unknown name fails the test that finds its dependency missing, so a typo cannot turn a
+//! failure into a skip.
 //!
 //! ```text
 //! TOLLGATE_SKIP_MISSING=cli,browser cargo test -p tollgate --test durable
@@ -22,7 +23,8 @@ pub enum Dependency {
     Cli,
     /// PostgreSQL's server binaries (`scripts/install-postgres.sh`).
     Postgres,
-    /// schemathesis, the OpenAPI contract checker (`scripts/install-api-checks.sh`).
+    /// schemathesis and openapi-spec-validator, the OpenAPI contract checkers
+    /// (`scripts/install-api-checks.sh`).
     Schemathesis,
     /// Chromium and chromedriver (`scripts/install-chromium.sh`).
     Browser,
@@ -50,7 +52,7 @@ impl Dependency {
         match self {
             Dependency::Cli => "the real Claude Code CLI",
             Dependency::Postgres => "PostgreSQL",
-            Dependency::Schemathesis => "schemathesis",
+            Dependency::Schemathesis => "the API contract checkers (schemathesis, openapi-spec-validator)",
             Dependency::Browser => "Chromium and chromedriver",
         }
     }
@@ -71,17 +73,21 @@ impl Dependency {
     pub fn may_skip(self) -> bool {
         let Some(value) = std::env::var_os(SKIP_MISSING) else { return false };
         let value = value.to_str().unwrap_or_else(|| panic!("{SKIP_MISSING} is not Unicode: {value:?}"));
+        self.named_in(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Whether the list `value` (as in `TOLLGATE_SKIP_MISSING`) names this dependency or `all`;
+    /// an error naming the unknown entry and the known ones when it names anything else.
+    fn named_in(self, value: &str) -> Result<bool, String> {
         let mut named = false;
         for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let known = name == "all" || Dependency::ALL.iter().any(|d| d.name() == name);
-            assert!(
-                known,
-                "{SKIP_MISSING}={value}: unknown `{name}`; the names are all, {}",
-                Dependency::ALL.map(Dependency::name).join(", ")
-            );
+            if name != "all" && !Dependency::ALL.iter().any(|d| d.name() == name) {
+                let known = Dependency::ALL.map(Dependency::name).join(", ");
+                return Err(format!("{SKIP_MISSING}={value}: unknown `{name}`; the names are all, {known}"));
+            }
             named |= name == "all" || name == self.name();
         }
-        named
+        Ok(named)
     }
 }
 
@@ -98,14 +104,28 @@ pub fn missing(dependency: Dependency, test: &str, detail: &str) {
     if dependency.may_skip() {
         // Straight to the process's stderr: libtest captures `eprintln!` of a passing test, and a
         // skip must show under a plain `cargo test` too.
-        let note =
-            format!("!! SKIPPED {test}: {what} is missing ({detail}); {SKIP_MISSING} names `{name}`\n");
+        let note = format!("!! SKIPPED {test}: {what} not found ({detail}); {SKIP_MISSING} names `{name}`\n");
         let _ = std::io::Write::write_all(&mut std::io::stderr(), note.as_bytes());
         return;
     }
     panic!(
-        "{test} needs {what}, which is missing ({detail}).\n\
+        "{test} needs {what}, not found ({detail}).\n\
          Install it with {installer} (scripts/setup.sh installs everything), \
          or set {SKIP_MISSING}={name} to skip the tests that need it."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dependency::*;
+
+    #[test]
+    fn the_list_names_dependencies_or_all_and_refuses_anything_else() {
+        assert_eq!(Postgres.named_in("cli, postgres"), Ok(true));
+        assert_eq!(Browser.named_in("cli,postgres"), Ok(false));
+        assert_eq!(Schemathesis.named_in("all"), Ok(true));
+        assert_eq!(Cli.named_in(""), Ok(false));
+        let typo = Postgres.named_in("postgres,chrome").unwrap_err();
+        assert!(typo.contains("unknown `chrome`") && typo.contains("browser"), "{typo}");
+    }
 }
