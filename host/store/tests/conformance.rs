@@ -1,30 +1,15 @@
-//! The store conformance suite (`tollgate_store_testing::conformance`) on each backend: SQLite on
-//! a fresh file per case, PostgreSQL on a fresh schema per case in one throwaway cluster.
+//! The store conformance suite (`tollgate_store_testing::conformance`) on each backend, one test
+//! per case per backend: `sqlite::<case>` on a fresh file, `postgres::<case>` on a fresh schema
+//! of this binary's one throwaway cluster. Run one case alone by its path:
+//! `cargo test -p tollgate-store --test conformance postgres::events_continue_after_a_seq`.
 //!
-//! The PostgreSQL run needs the binaries (`scripts/install-postgres.sh`); without them it is
-//! skipped with a note, and it fails instead when `TOLLGATE_REQUIRE_POSTGRES=1`.
+//! The PostgreSQL tests need the binaries (`scripts/install-postgres.sh`); without them they fail,
+//! unless `TOLLGATE_SKIP_MISSING=postgres`, where they skip, saying so.
 
 use tollgate_store::{SqliteStore, Store, StoreError};
 use tollgate_store_testing::PgCluster;
-use tollgate_store_testing::conformance::{Harness, run_all};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_sqlite_store_keeps_the_store_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_owned();
-    run_all(|case| {
-        let path = root.join(format!("{case}.db"));
-        async move { Harness::sqlite(SqliteStore::open(&path).await.expect("open SQLite store")) }
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_postgres_store_keeps_the_store_contract() {
-    let Some(cluster) = PgCluster::start_or_skip() else { return };
-    let cluster = &cluster;
-    run_all(|case| async move { Harness::postgres(cluster.store(case, 8).await) }).await;
-}
+tollgate_store_testing::store_conformance_tests!();
 
 #[tokio::test]
 async fn reopening_a_sqlite_file_keeps_its_sessions_and_migrates_once() {
@@ -85,7 +70,7 @@ fn idle_session(id: &str) -> tollgate_store::NewSession {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_message_wakes_a_worker_of_another_store_handle_through_notify() {
     use tollgate_store::{NewItem, NewStep, UserMessage, raw};
-    let Some(cluster) = PgCluster::start_or_skip() else { return };
+    let Some(cluster) = PgCluster::shared() else { return };
     let api = cluster.store("notify", 2).await;
     let worker = tollgate_store::PgStore::connect_with(cluster.schema_options("notify").await.unwrap(), 2)
         .await
@@ -287,7 +272,7 @@ async fn a_sqlite_cancel_request_wakes_the_worker_of_another_handle_on_the_same_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_cancel_request_wakes_the_worker_of_another_handle_through_notify() {
-    let Some(cluster) = PgCluster::start_or_skip() else { return };
+    let Some(cluster) = PgCluster::shared() else { return };
     let api = cluster.store("cancel", 2).await;
     let worker = tollgate_store::PgStore::connect_with(cluster.schema_options("cancel").await.unwrap(), 2)
         .await

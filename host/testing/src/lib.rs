@@ -10,6 +10,9 @@
 //! - [`park`]: sessions parked on an approval by the thousand, straight through the store.
 //! - [`chaos`]: the chaos soak's harness and its checker, run small by a test and whole by a bench.
 //! - [`ts_sdk`]: where the benches find the official TypeScript Agent SDK they measure against.
+//! - [`skip`]: what a test does when a real dependency (the CLI, PostgreSQL, schemathesis, a
+//!   browser) is missing: it fails, unless `TOLLGATE_SKIP_MISSING` names it (re-exported from
+//!   `tollgate-store-testing`, the support crate every test support crate reaches).
 //!
 //! The `tollgate` binary these start is the one Cargo built for the test or bench that runs them
 //! ([`tollgate_binary`]).
@@ -24,6 +27,8 @@ pub mod serve;
 pub mod served;
 pub mod ts_sdk;
 pub mod world;
+
+pub use tollgate_store_testing::skip;
 
 use std::path::{Path, PathBuf};
 

@@ -30,18 +30,16 @@ pub static SLOTS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(*WORLDS 
 
 pub use crate::root;
 
-/// The pinned CLI, or `None` (loudly) when it is not installed and not required.
+/// The pinned CLI; or `None` (after `!! SKIPPED`) when it is not installed and
+/// `TOLLGATE_SKIP_MISSING` names `cli`, a failure when it is not installed otherwise
+/// ([`crate::skip`]).
 pub fn real_cli(test: &str) -> Option<PathBuf> {
     let pinned = root().join(tollgate_claude::cli::PINNED_INSTALL);
     if pinned.exists() {
         return Some(pinned);
     }
-    let message = format!(
-        "!! SKIPPED {test}: the real Claude Code CLI is not installed at {}; run scripts/install-claude-cli.sh",
-        pinned.display()
-    );
-    assert!(std::env::var("TOLLGATE_REQUIRE_REAL_CLI").as_deref() != Ok("1"), "{message}");
-    eprintln!("{message}");
+    let detail = format!("not installed at {}", pinned.display());
+    crate::skip::missing(crate::skip::Dependency::Cli, test, &detail);
     None
 }
 

@@ -9,8 +9,8 @@
 //!   (`lookup_order`, `create_refund`: an in-test runner answering as the example guests do; the
 //!   guests themselves run in the `tollgate` crate's tests): inline reads, defer and resume,
 //!   rejections, Bash, rewritten input, two writes in one reply, four resumes in a row, pre-started
-//!   CLIs (fresh, and a resume whose file is written after the spawn). Skipped
-//!   loudly when the CLI is not installed, unless `TOLLGATE_REQUIRE_REAL_CLI=1`.
+//!   CLIs (fresh, and a resume whose file is written after the spawn). A failure when the CLI is
+//!   not installed, unless `TOLLGATE_SKIP_MISSING` names `cli`, when they skip loudly.
 //! - `boxed`: the real CLI in its box: what its commands see, the workspace in and out, links
 //!   that point out of it left behind, commands that touch `.claude/` (which the CLI asks about
 //!   again after the hook's allow), and a settings file the model writes changing nothing.

@@ -29,20 +29,16 @@ pub fn fake_cli() -> CliBinary {
     CliBinary::unchecked(env!("CARGO_BIN_EXE_fake-claude"))
 }
 
-/// The pinned real CLI with its version checked, plus a slot; `None` (after a loud message) when
-/// it is not installed and not required.
+/// The pinned real CLI with its version checked, plus a slot; `None` (after `!! SKIPPED`) when it
+/// is not installed and `TOLLGATE_SKIP_MISSING` names `cli`, a failure when it is not installed
+/// otherwise ([`tollgate_testing::skip`]).
 pub async fn real_cli(test: &str) -> Option<(CliBinary, SemaphorePermit<'static>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let locator = CliLocator { workspace_root: Some(root.clone()), ..CliLocator::default() };
     let pinned = root.join(tollgate_claude::cli::PINNED_INSTALL);
     if !pinned.exists() {
-        let message = format!(
-            "\n!! SKIPPED {test}: the real Claude Code CLI is not installed at {}\n!! Run scripts/install-claude-cli.sh \
-             (TOLLGATE_REQUIRE_REAL_CLI=1 makes this a failure).\n",
-            pinned.display()
-        );
-        assert!(std::env::var("TOLLGATE_REQUIRE_REAL_CLI").as_deref() != Ok("1"), "{message}");
-        eprintln!("{message}");
+        let detail = format!("not installed at {}", pinned.display());
+        tollgate_testing::skip::missing(tollgate_testing::skip::Dependency::Cli, test, &detail);
         return None;
     }
     let cli =

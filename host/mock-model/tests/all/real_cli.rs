@@ -2,9 +2,9 @@
 //! the CLI reads.
 //!
 //! The CLI is `tools/claude-cli/node_modules/.bin/claude`, installed by `scripts/install-claude-cli.sh`.
-//! When it is missing the tests print a loud SKIP and pass, unless `TOLLGATE_REQUIRE_REAL_CLI=1`, which
-//! makes a missing CLI a failure (set it where the install step ran). The stream-json frames are written
-//! and read by hand here; the protocol crate owns the real types.
+//! When it is missing the tests fail, naming what to install, unless `TOLLGATE_SKIP_MISSING` names `cli`,
+//! when they skip with a loud `!! SKIPPED` (`tollgate_store_testing::skip`). The stream-json frames are
+//! written and read by hand here; the protocol crate owns the real types.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -23,24 +23,15 @@ fn cli_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/claude-cli/node_modules/.bin/claude")
 }
 
-/// The installed CLI, or `None` after a loud message (a failure when the CLI is required).
+/// The installed CLI; or `None` (after `!! SKIPPED`) when it is missing and `TOLLGATE_SKIP_MISSING`
+/// names `cli`, a failure when it is missing otherwise.
 fn installed_cli(test: &str) -> Option<PathBuf> {
     let path = cli_path();
     if path.exists() {
         return Some(path);
     }
-    let message = format!(
-        "\n\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-         !! SKIPPED {test}: the real Claude Code CLI is not installed at\n\
-         !!   {}\n\
-         !! Run scripts/install-claude-cli.sh (TOLLGATE_REQUIRE_REAL_CLI=1 makes this fail).\n\
-         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n",
-        path.display()
-    );
-    if std::env::var_os("TOLLGATE_REQUIRE_REAL_CLI").is_some_and(|value| value == "1") {
-        panic!("{message}");
-    }
-    eprintln!("{message}");
+    let detail = format!("not installed at {}", path.display());
+    tollgate_store_testing::skip::missing(tollgate_store_testing::skip::Dependency::Cli, test, &detail);
     None
 }
 

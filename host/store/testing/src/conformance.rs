@@ -1,19 +1,25 @@
-//! The conformance suite: one function per rule of the [`crate::Store`] contract, run on every
-//! backend by [`run_all`].
+//! The conformance suite: one function per rule of the [`tollgate_store::Store`] contract, each a test of
+//! its own on every backend.
 //!
-//! Read [`run_all`] first. A backend's test gives it a closure that makes a fresh, empty
-//! [`Harness`] per case (a new SQLite file, a new PostgreSQL schema). Every case runs even when
-//! an earlier one failed; the run then panics naming each failed case with its message.
+//! Read the one list of cases first (`__store_conformance_cases!` below). It makes [`cases`],
+//! a function per case, and a backend's test binary turns it into one test per case per
+//! backend with [`store_conformance_tests!`](crate::store_conformance_tests): `sqlite::<case>`
+//! on a fresh SQLite file, `postgres::<case>` on a fresh schema of the binary's one shared
+//! cluster ([`crate::suite`]). A name listed and not written, or a case written and not listed,
+//! fails to compile.
 //!
 //! # Caveats
 //!
 //! - Lease expiry is waited for by polling `claim` with a deadline (leases are on the database
 //!   clock), never by sleeping a fixed time.
 //! - [`Harness::exec`] runs raw SQL to damage rows; the SQL must be valid on both dialects.
+//! - Cases run in parallel (libtest's threads), each on its own store: no case may rely on
+//!   another's rows or on the machine being idle.
+
+// A case written and not in the list is dead code: a compile error, not a case that never runs.
+#![deny(dead_code)]
 
 use std::collections::HashSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,111 +95,105 @@ mod deadlines;
 mod media;
 mod versions;
 
-/// One case of a suite: an async function of a fresh harness.
-pub(crate) type Case = fn(Harness) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+// The cases written in the files above, so that the one list below names them all alike.
+use agents::*;
+use audit::*;
+use cancel::*;
+use deadlines::*;
+use media::*;
+use versions::*;
 
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {
-        /// Every case, by name.
-        pub const CASES: &[(&str, Case)] = &[$((stringify!($name), |h| Box::pin($name(h)))),*];
+/// The one list of the store's conformance cases: it makes [`cases`] here and, through
+/// [`store_conformance_tests!`](crate::store_conformance_tests), one test per case per backend.
+///
+/// A name listed and not written fails to compile (the table of [`cases`] calls it); a case
+/// written and not listed fails to compile too (this module denies dead code).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_conformance_cases {
+    ($($then:tt)+) => {
+        $($then)+! { conformance:
+            a_new_session_reads_back_with_its_run_state_byte_exact,
+            a_queued_step_is_claimed_once_with_attempt_one_and_fence_one,
+            an_expired_lease_is_reclaimed_with_a_higher_attempt_and_fence,
+            a_claim_that_takes_over_an_expired_lease_counts_a_lost_claim_and_a_retry_or_release_does_not,
+            a_stale_fence_commits_nothing_and_returns_lease_lost,
+            a_heartbeat_extends_the_lease_so_no_one_else_claims_the_step,
+            a_commit_applies_items_records_interrupts_steps_session_and_events_together,
+            a_commit_that_would_put_two_steps_in_flight_writes_nothing,
+            transcript_entries_are_stored_once_by_uuid_and_byte_exact,
+            events_continue_after_a_seq,
+            send_user_message_is_idempotent_under_a_client_key,
+            resolve_interrupt_queues_the_waiting_step_once_under_a_client_key,
+            a_conditional_step_is_enqueued_only_when_new_items_arrived,
+            a_retry_queues_the_step_again_and_keeps_its_attempt_count,
+            a_corrupted_row_is_refused_with_a_clear_error_and_nothing_else_is_lost,
+            a_future_version_row_is_refused_and_never_claimed,
+            a_queued_step_wakes_a_waiting_worker,
+            an_appended_event_wakes_a_reader_of_that_session,
+            concurrent_workers_never_claim_a_step_twice,
+            sessions_waiting_for_approval_are_rows_only,
+            open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated,
+            messages_are_projected_in_the_commit_of_their_items_and_parts_of_one_message_join,
+            a_session_from_before_the_projection_reads_as_unprojected,
+            transcript_chunks_keep_the_lines_of_the_items_a_commit_stored_in_order,
+            a_session_from_before_the_chunks_reads_as_unchunked,
+            items_are_read_by_kind_in_order,
+            sessions_are_listed_in_id_order_by_page_and_status,
+            a_released_claim_is_claimable_at_once_with_the_same_attempt_and_stays_fenced,
+            a_released_claim_wakes_a_waiting_worker,
+            releasing_a_stale_claim_changes_nothing,
+            a_step_sets_the_session_status_only_when_it_is_enqueued,
+            interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_decided_one_is_queued_at_once,
+            live_text_is_one_overwritten_row_read_only_while_its_claim_holds_the_step,
+            a_stale_fence_cannot_write_live_text_over_the_attempt_that_replaced_it,
+            a_live_text_write_wakes_a_reader_of_that_session,
+            // agents.rs
+            a_session_keeps_the_agent_it_was_created_with_and_lists_it,
+            claim_for_takes_only_steps_of_its_agents_unpinned_or_pinned_to_its_digests,
+            a_pinned_only_claim_takes_no_unpinned_session,
+            a_step_a_commit_enqueues_keeps_the_sessions_agent_and_pin,
+            registering_an_agent_adopts_the_sessions_that_name_none_by_digest_or_as_the_only_agent,
+            upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event,
+            an_upgrade_no_worker_could_serve_is_refused_and_nothing_is_written,
+            a_running_session_is_not_upgraded_and_nothing_is_written,
+            published_tools_are_read_from_the_newest_registration_and_bad_ones_are_refused,
+            // audit.rs
+            a_session_records_who_started_it_once,
+            a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none,
+            a_decision_whose_audit_row_fails_is_not_decided_at_all,
+            audit_rows_cannot_be_updated_or_deleted,
+            the_audit_trail_is_paged_and_filtered_by_session_principal_and_time,
+            an_interrupt_needing_two_approvers_counts_each_principal_once,
+            approvers_deciding_at_once_are_counted_one_after_the_other,
+            a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row,
+            // deadlines.rs
+            a_deadline_is_set_on_the_database_clock_and_found_once_it_passed,
+            an_expiry_rejects_once_with_its_audit_row_events_and_queued_step,
+            a_decision_after_the_deadline_is_refused_even_before_anyone_fired_it,
+            a_deadline_that_is_not_due_or_moved_is_not_fired_and_nothing_is_written,
+            an_escalation_replaces_the_request_and_sets_the_second_deadline_once,
+            firers_and_a_human_racing_on_one_deadline_leave_exactly_one_decision,
+            a_revocation_message_writes_one_revoked_audit_row_and_a_replay_none,
+            // cancel.rs
+            a_cancel_request_needs_a_step_in_flight_and_is_kept_once,
+            a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_commit_clears_it,
+            a_step_committed_waiting_while_a_cancel_is_pending_is_queued_at_once,
+            a_cancel_request_wakes_the_readers_of_that_session,
+            a_commit_that_clears_a_cancel_with_an_audit_row_writes_both_or_neither,
+            // media.rs
+            an_image_is_stored_once_per_session_by_the_digest_of_its_bytes,
+            a_message_and_its_images_are_stored_together_or_not_at_all,
+            a_messages_images_are_kept_with_its_projection_and_not_merged,
+            // versions.rs
+            a_pushed_bundle_is_a_numbered_version_kept_once_by_content_and_the_first_is_current,
+            promote_and_rollback_change_what_new_sessions_get_and_refuse_what_does_not_exist,
+            a_bundle_the_store_cannot_keep_is_refused_naming_the_file_and_nothing_is_stored,
+        }
     };
 }
-pub(crate) use cases;
 
-cases![
-    a_new_session_reads_back_with_its_run_state_byte_exact,
-    a_queued_step_is_claimed_once_with_attempt_one_and_fence_one,
-    an_expired_lease_is_reclaimed_with_a_higher_attempt_and_fence,
-    a_claim_that_takes_over_an_expired_lease_counts_a_lost_claim_and_a_retry_or_release_does_not,
-    a_stale_fence_commits_nothing_and_returns_lease_lost,
-    a_heartbeat_extends_the_lease_so_no_one_else_claims_the_step,
-    a_commit_applies_items_records_interrupts_steps_session_and_events_together,
-    a_commit_that_would_put_two_steps_in_flight_writes_nothing,
-    transcript_entries_are_stored_once_by_uuid_and_byte_exact,
-    events_continue_after_a_seq,
-    send_user_message_is_idempotent_under_a_client_key,
-    resolve_interrupt_queues_the_waiting_step_once_under_a_client_key,
-    a_conditional_step_is_enqueued_only_when_new_items_arrived,
-    a_retry_queues_the_step_again_and_keeps_its_attempt_count,
-    a_corrupted_row_is_refused_with_a_clear_error_and_nothing_else_is_lost,
-    a_future_version_row_is_refused_and_never_claimed,
-    a_queued_step_wakes_a_waiting_worker,
-    an_appended_event_wakes_a_reader_of_that_session,
-    concurrent_workers_never_claim_a_step_twice,
-    sessions_waiting_for_approval_are_rows_only,
-    open_interrupts_are_read_by_pages_in_order_with_none_missed_or_repeated,
-    messages_are_projected_in_the_commit_of_their_items_and_parts_of_one_message_join,
-    a_session_from_before_the_projection_reads_as_unprojected,
-    transcript_chunks_keep_the_lines_of_the_items_a_commit_stored_in_order,
-    a_session_from_before_the_chunks_reads_as_unchunked,
-    items_are_read_by_kind_in_order,
-    sessions_are_listed_in_id_order_by_page_and_status,
-    a_released_claim_is_claimable_at_once_with_the_same_attempt_and_stays_fenced,
-    a_released_claim_wakes_a_waiting_worker,
-    releasing_a_stale_claim_changes_nothing,
-    a_step_sets_the_session_status_only_when_it_is_enqueued,
-    interrupts_opened_ahead_are_closed_only_while_open_and_a_wait_on_a_decided_one_is_queued_at_once,
-    live_text_is_one_overwritten_row_read_only_while_its_claim_holds_the_step,
-    a_stale_fence_cannot_write_live_text_over_the_attempt_that_replaced_it,
-    a_live_text_write_wakes_a_reader_of_that_session,
-];
-
-/// Runs every case, each on a fresh harness from `fresh(case_name)`.
-///
-/// # Panics
-/// After all cases ran, when any failed; the message names each failed case.
-pub async fn run_all<F, Fut>(fresh: F)
-where
-    F: Fn(&'static str) -> Fut,
-    Fut: Future<Output = Harness>,
-{
-    let cases = CASES
-        .iter()
-        .chain(agents::CASES)
-        .chain(audit::CASES)
-        .chain(deadlines::CASES)
-        .chain(cancel::CASES)
-        .chain(media::CASES)
-        .chain(versions::CASES);
-    run_cases("conformance", cases, fresh).await;
-}
-
-/// Runs `cases` of the suite `suite`, each on a fresh harness from `fresh(case_name)`, every one
-/// even after a failure.
-///
-/// # Panics
-/// After all cases ran, when any failed; the message names each failed case.
-pub(crate) async fn run_cases<F, Fut>(
-    suite: &str,
-    cases: impl IntoIterator<Item = &'static (&'static str, Case)>,
-    fresh: F,
-) where
-    F: Fn(&'static str) -> Fut,
-    Fut: Future<Output = Harness>,
-{
-    let mut failed = Vec::new();
-    for (name, case) in cases {
-        let harness = fresh(name).await;
-        let started = std::time::Instant::now();
-        match tokio::spawn(case(harness)).await {
-            Ok(()) => eprintln!("ok   {name} ({} ms)", started.elapsed().as_millis()),
-            Err(e) => {
-                let msg = e
-                    .try_into_panic()
-                    .ok()
-                    .and_then(|p| {
-                        p.downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    })
-                    .unwrap_or_else(|| "cancelled".into());
-                eprintln!("FAIL {name}: {msg}");
-                failed.push(format!("{name}: {msg}"));
-            }
-        }
-    }
-    assert!(failed.is_empty(), "{} {suite} case(s) failed:\n{}", failed.len(), failed.join("\n"));
-}
+__store_conformance_cases!(crate::suite::case_table);
 
 // ---------------------------------------------------------------- helpers
 

@@ -1,5 +1,7 @@
-//! Test support for the session store (tests only: no binary links it): [`PgCluster`], a throwaway PostgreSQL on loopback, and
-//! [`conformance`], the one suite every [`tollgate_store::Store`] backend runs.
+//! Test support for the session store (tests only: no binary links it): [`PgCluster`], a throwaway PostgreSQL on loopback,
+//! [`conformance`], the one suite every [`tollgate_store::Store`] backend runs (one test per case
+//! per backend, [`suite`]), and [`skip`], what every test does when a real dependency it needs
+//! (PostgreSQL, the CLI, schemathesis, a browser) is missing.
 //!
 //! Read [`PgCluster::start`] first. It finds the PostgreSQL binaries (`TOLLGATE_PG_BIN`, else the
 //! newest `/usr/lib/postgresql/*/bin`, else `pg_config --bindir`), runs `initdb` into a temporary
@@ -11,17 +13,23 @@
 //!
 //! # Caveats
 //!
-//! - Missing binaries are a [`ClusterError::NotInstalled`]; [`PgCluster::start_or_skip`] turns it
-//!   into a skip, **unless `TOLLGATE_REQUIRE_POSTGRES=1`**, where it panics so the test fails.
-//! - A test process killed by SIGKILL leaves its server running (its directory is under the
-//!   system temp dir, named `tollgate-pg-*`).
+//! - Missing binaries are a [`ClusterError::NotInstalled`]; [`PgCluster::start_or_skip`] and
+//!   [`PgCluster::shared`] make it a test failure, **unless `TOLLGATE_SKIP_MISSING` names
+//!   `postgres`** ([`skip`]), where the test skips, saying so.
+//! - A test process killed by SIGKILL leaves the servers of its [`PgCluster::start`]s running
+//!   (their directories are under the system temp dir, named `tollgate-pg-*`); the
+//!   [`PgCluster::shared`] one is stopped by a watchdog process even then.
 
 pub mod conformance;
 pub mod outbox;
+pub mod skip;
+pub mod suite;
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{ChildStdin, Command, Output, Stdio};
+use std::sync::OnceLock;
 
 use sqlx::postgres::PgConnectOptions;
 
@@ -118,24 +126,80 @@ impl PgCluster {
         Ok(())
     }
 
-    /// [`PgCluster::start`], or `None` (with a note on stderr) when PostgreSQL is not installed
-    /// and `TOLLGATE_REQUIRE_POSTGRES` is not `1`.
+    /// [`PgCluster::start`], or `None` (with `!! SKIPPED` on stderr) when PostgreSQL is not
+    /// installed and `TOLLGATE_SKIP_MISSING` names `postgres` ([`skip`]).
     ///
     /// # Panics
-    /// When the cluster cannot start and PostgreSQL is required, or when it is installed but fails.
+    /// When PostgreSQL is not installed and may not be skipped, or when it is installed but the
+    /// cluster cannot start.
+    #[track_caller]
     pub fn start_or_skip() -> Option<Self> {
         match PgCluster::start() {
             Ok(c) => Some(c),
-            Err(ClusterError::NotInstalled)
-                if std::env::var("TOLLGATE_REQUIRE_POSTGRES").as_deref() != Ok("1") =>
-            {
-                eprintln!(
-                    "SKIPPED: PostgreSQL is not installed (set TOLLGATE_REQUIRE_POSTGRES=1 to fail instead)"
-                );
+            Err(ClusterError::NotInstalled) => {
+                skip::missing(skip::Dependency::Postgres, &current_test(), NOT_INSTALLED);
                 None
             }
             Err(e) => panic!("cannot start the throwaway PostgreSQL cluster: {e}"),
         }
+    }
+
+    /// The test binary's one cluster, started by the first test that asks and shared by all
+    /// (each on its own schema, [`PgCluster::store`]); or `None` (with `!! SKIPPED` on stderr)
+    /// when PostgreSQL is not installed and `TOLLGATE_SKIP_MISSING` names `postgres`.
+    ///
+    /// A static is never dropped, so the cluster is stopped and its directory removed by a
+    /// watchdog (`sh`, reading a pipe this process holds): when the process ends, however it
+    /// ends, the pipe closes and the watchdog runs `pg_ctl stop -m immediate` and `rm -rf`.
+    ///
+    /// # Panics
+    /// When PostgreSQL is not installed and may not be skipped, or when it is installed but the
+    /// cluster cannot start.
+    #[track_caller]
+    pub fn shared() -> Option<&'static PgCluster> {
+        static SHARED: OnceLock<Result<(PgCluster, ChildStdin), ClusterError>> = OnceLock::new();
+        let started = SHARED.get_or_init(|| {
+            let cluster = PgCluster::start()?;
+            let watchdog = cluster.watchdog()?;
+            Ok((cluster, watchdog))
+        });
+        match started {
+            Ok((cluster, _)) => Some(cluster),
+            Err(ClusterError::NotInstalled) => {
+                skip::missing(skip::Dependency::Postgres, &current_test(), NOT_INSTALLED);
+                None
+            }
+            Err(e) => panic!("cannot start the shared throwaway PostgreSQL cluster: {e}"),
+        }
+    }
+
+    /// Spawns the process that stops the cluster and removes its directory once the returned
+    /// pipe closes (see [`PgCluster::shared`]).
+    fn watchdog(&self) -> Result<ChildStdin, ClusterError> {
+        let data = self.data_dir();
+        let mut stop: Vec<&std::ffi::OsStr> = Vec::new();
+        if self.as_postgres_user {
+            stop.extend(["runuser", "-u", "postgres", "--"].map(std::ffi::OsStr::new));
+        }
+        let pg_ctl = self.bin.join("pg_ctl");
+        stop.push(pg_ctl.as_os_str());
+        stop.extend(["-D", path_str(&data), "-m", "immediate", "-w", "stop"].map(std::ffi::OsStr::new));
+        // In a process group of its own, and deaf to signals, so a ^C or a kill of the test's
+        // group that ends the tests does not end the watchdog before it has cleaned up.
+        let mut child = Command::new("sh")
+            .args(["-c", r#"trap '' INT HUP TERM; cat >/dev/null; "$@"; rm -rf "$0""#])
+            .process_group(0)
+            .arg(self.dir.path())
+            .args(stop)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| ClusterError::Command {
+                command: "sh (the cluster's watchdog)".into(),
+                detail: e.to_string(),
+            })?;
+        Ok(child.stdin.take().expect("piped stdin"))
     }
 
     /// The URL of the cluster's `postgres` database.
@@ -219,6 +283,15 @@ impl Drop for PgCluster {
             eprintln!("could not stop the throwaway PostgreSQL cluster: {e}");
         }
     }
+}
+
+/// What is missing when [`find_bin`] finds nothing.
+const NOT_INSTALLED: &str =
+    "no initdb/pg_ctl in $TOLLGATE_PG_BIN, /usr/lib/postgresql/*/bin or `pg_config --bindir`";
+
+/// The running test's name (libtest names its threads after their tests).
+fn current_test() -> String {
+    std::thread::current().name().unwrap_or("this test").to_owned()
 }
 
 fn path_str(p: &Path) -> &str {

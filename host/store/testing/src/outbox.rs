@@ -1,34 +1,35 @@
-//! The outbox conformance suite: one function per rule of the [`crate::Outbox`] contract, run on
-//! every backend by [`run_all`] with the same fresh [`Harness`] per case as the store suite.
+//! The outbox conformance suite: one function per rule of the [`tollgate_store::Outbox`]
+//! contract, each a test of its own on every backend through
+//! [`outbox_conformance_tests!`](crate::outbox_conformance_tests), with the same fresh
+//! [`Harness`] per case as the store suite.
 //!
 //! Lease expiry is waited for by polling a claim with a deadline, never by a fixed sleep.
 
-use std::future::Future;
+// A case written and not in the list is dead code: a compile error, not a case that never runs.
+#![deny(dead_code)]
+
 use std::time::Duration;
 
-use super::conformance::{Case, Harness, cases, run_cases};
+use super::conformance::Harness;
 use tollgate_store::*;
 
-cases![
-    an_event_of_a_subscribed_kind_gets_one_delivery_per_webhook_with_its_transaction,
-    a_claimed_delivery_is_leased_to_one_claimer_until_its_lease_ends,
-    a_failed_attempt_is_due_again_after_its_delay_with_its_error,
-    a_delivered_row_is_never_claimed_again_and_a_stale_claim_writes_nothing,
-    a_delivery_given_up_is_failed_for_good_with_its_last_error,
-    concurrent_claimers_never_get_the_same_delivery,
-];
-
-/// Runs every case, each on a fresh harness from `fresh(case_name)`.
-///
-/// # Panics
-/// After all cases ran, when any failed; the message names each failed case.
-pub async fn run_all<F, Fut>(fresh: F)
-where
-    F: Fn(&'static str) -> Fut,
-    Fut: Future<Output = Harness>,
-{
-    run_cases("outbox", CASES, fresh).await;
+/// The one list of the outbox's conformance cases (see the store's, in [`crate::conformance`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __outbox_conformance_cases {
+    ($($then:tt)+) => {
+        $($then)+! { outbox:
+            an_event_of_a_subscribed_kind_gets_one_delivery_per_webhook_with_its_transaction,
+            a_claimed_delivery_is_leased_to_one_claimer_until_its_lease_ends,
+            a_failed_attempt_is_due_again_after_its_delay_with_its_error,
+            a_delivered_row_is_never_claimed_again_and_a_stale_claim_writes_nothing,
+            a_delivery_given_up_is_failed_for_good_with_its_last_error,
+            concurrent_claimers_never_get_the_same_delivery,
+        }
+    };
 }
+
+__outbox_conformance_cases!(crate::suite::case_table);
 
 // ---------------------------------------------------------------- helpers
 

@@ -43,16 +43,17 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// Starts chromedriver and a browser session, or `None` (loudly) when Chromium is not
-    /// installed and `TOLLGATE_REQUIRE_BROWSER` is not `1`.
+    /// Starts chromedriver and a browser session; or `None` (after `!! SKIPPED`) when Chromium
+    /// is not installed and `TOLLGATE_SKIP_MISSING` names `browser`, a failure when it is not
+    /// installed otherwise.
     pub async fn start(test: &str, dir: &Path) -> Option<Browser> {
         let Some((chromium, driver)) = installed() else {
-            let message = format!(
-                "!! SKIPPED {test}: chromium and chromedriver are not installed; run scripts/setup.sh \
-                 (Debian packages chromium and chromium-driver)"
+            let detail = "no chromium and chromedriver (Debian packages chromium and chromium-driver)";
+            tollgate_store_testing::skip::missing(
+                tollgate_store_testing::skip::Dependency::Browser,
+                test,
+                detail,
             );
-            assert!(std::env::var("TOLLGATE_REQUIRE_BROWSER").as_deref() != Ok("1"), "{message}");
-            eprintln!("{message}");
             return None;
         };
         let port = {

@@ -29,8 +29,8 @@
 //!   selected rows (each its own audited decision); the figure "keystrokes and seconds to decide
 //!   20 pending refunds by keyboard", Tab-only against the `j`/`a` shortcuts.
 //!
-//! Without Chromium the tests skip with a message; `TOLLGATE_REQUIRE_BROWSER=1` makes that a
-//! failure (as `scripts/test.sh` does).
+//! Without Chromium the tests fail, naming what to install, unless `TOLLGATE_SKIP_MISSING` names
+//! `browser`, when they skip with a message (`tollgate_store_testing::skip`).
 
 mod a11y;
 mod activity;

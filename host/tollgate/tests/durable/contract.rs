@@ -6,8 +6,9 @@
 //! hold, and why).
 //!
 //! Both come from PyPI into `.tools/api-venv` (`scripts/install-api-checks.sh`, run by
-//! `scripts/setup.sh`). Without them the tests skip with a message;
-//! `TOLLGATE_REQUIRE_SCHEMATHESIS=1` (set by `scripts/test.sh`) makes that a failure.
+//! `scripts/setup.sh`). Without them the tests fail, naming what to install, unless
+//! `TOLLGATE_SKIP_MISSING` names `schemathesis`, when they skip with a message
+//! (`tollgate_store_testing::skip`).
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -21,20 +22,21 @@ const TOKEN: &str = "contract-test-token-4f1d2c";
 /// How long Schemathesis fuzzes, in seconds (its `--max-time`).
 const FUZZ_SECS: u32 = 60;
 
-/// The checker `name` from `.tools/api-venv/bin`, or `None` (with a message) when it is not
-/// installed and `TOLLGATE_REQUIRE_SCHEMATHESIS` is not `1`.
+/// The checker `name` from `.tools/api-venv/bin`; or `None` (after `!! SKIPPED`) when it is not
+/// installed and `TOLLGATE_SKIP_MISSING` names `schemathesis`, a failure when it is not installed
+/// otherwise.
 fn checker(test: &str, name: &str) -> Option<PathBuf> {
     let tools = std::env::var_os("TOLLGATE_TOOLS").map_or_else(|| root().join(".tools"), PathBuf::from);
     let path = tools.join("api-venv/bin").join(name);
     if path.exists() {
         return Some(path);
     }
-    let message = format!(
-        "!! SKIPPED {test}: {name} is not installed at {}; run scripts/install-api-checks.sh",
-        path.display()
+    let detail = format!("{name} is not installed at {}", path.display());
+    tollgate_store_testing::skip::missing(
+        tollgate_store_testing::skip::Dependency::Schemathesis,
+        test,
+        &detail,
     );
-    assert!(std::env::var("TOLLGATE_REQUIRE_SCHEMATHESIS").as_deref() != Ok("1"), "{message}");
-    eprintln!("{message}");
     None
 }
 

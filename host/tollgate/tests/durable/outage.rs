@@ -11,7 +11,7 @@
 //! says `degraded`, writes answer 503 `read-only`, and all heals within seconds of `chattr -i`.
 //!
 //! The outage lasts `TOLLGATE_OUTAGE_SECS` (default 8). The 20 s figure:
-//! `TOLLGATE_OUTAGE_SECS=20 TOLLGATE_REQUIRE_REAL_CLI=1 TOLLGATE_REQUIRE_POSTGRES=1 cargo test -p tollgate --test durable outage -- --nocapture`.
+//! `TOLLGATE_OUTAGE_SECS=20 cargo test -p tollgate --test durable outage -- --nocapture`.
 
 use std::time::{Duration, Instant};
 

@@ -2,20 +2,8 @@
 //! a Worker claims only its agents' sessions (unpinned, or pinned to a digest it loaded), the
 //! registry adopts sessions from before names, and an upgrade pins only to what a Worker runs.
 
-use super::{Case, Harness, LONG, cases, done, j, message, parked_on_i1};
+use super::{Harness, LONG, done, j, message, parked_on_i1};
 use tollgate_store::*;
-
-cases!(
-    a_session_keeps_the_agent_it_was_created_with_and_lists_it,
-    claim_for_takes_only_steps_of_its_agents_unpinned_or_pinned_to_its_digests,
-    a_pinned_only_claim_takes_no_unpinned_session,
-    a_step_a_commit_enqueues_keeps_the_sessions_agent_and_pin,
-    registering_an_agent_adopts_the_sessions_that_name_none_by_digest_or_as_the_only_agent,
-    upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event,
-    an_upgrade_no_worker_could_serve_is_refused_and_nothing_is_written,
-    a_running_session_is_not_upgraded_and_nothing_is_written,
-    published_tools_are_read_from_the_newest_registration_and_bad_ones_are_refused,
-);
 
 const SUPPORT: &str = "support";
 const BILLING: &str = "billing";
@@ -67,7 +55,7 @@ async fn drain_scope(store: &dyn Store, scope: &ClaimScope) -> Vec<String> {
     sessions
 }
 
-async fn a_session_keeps_the_agent_it_was_created_with_and_lists_it(h: Harness) {
+pub(super) async fn a_session_keeps_the_agent_it_was_created_with_and_lists_it(h: Harness) {
     let s = &*h.store;
     let cases = [
         ("a", Some(SUPPORT), pinned("sha256:a")),
@@ -98,7 +86,7 @@ async fn a_session_keeps_the_agent_it_was_created_with_and_lists_it(h: Harness) 
     assert!(s.session("d").await.unwrap().is_none(), "nothing was written");
 }
 
-async fn claim_for_takes_only_steps_of_its_agents_unpinned_or_pinned_to_its_digests(h: Harness) {
+pub(super) async fn claim_for_takes_only_steps_of_its_agents_unpinned_or_pinned_to_its_digests(h: Harness) {
     let s = &*h.store;
     session_of(s, "pa", Some(SUPPORT), pinned("sha256:a")).await;
     session_of(s, "pb", Some(SUPPORT), pinned("sha256:b")).await;
@@ -130,7 +118,7 @@ async fn claim_for_takes_only_steps_of_its_agents_unpinned_or_pinned_to_its_dige
 
 /// A Worker kept to finish a previous version's sessions (`tollgate dev`) takes only those pinned
 /// to it: a new (unpinned) session is left to the current version's Workers.
-async fn a_pinned_only_claim_takes_no_unpinned_session(h: Harness) {
+pub(super) async fn a_pinned_only_claim_takes_no_unpinned_session(h: Harness) {
     let s = &*h.store;
     session_of(s, "pa", Some(SUPPORT), pinned("sha256:a")).await;
     session_of(s, "u", Some(SUPPORT), unpinned("sha256:u")).await;
@@ -142,7 +130,7 @@ async fn a_pinned_only_claim_takes_no_unpinned_session(h: Harness) {
     assert_eq!(drain_for(s, &[SUPPORT], &[]).await, ["n", "u"], "the unpinned ones stayed for the others");
 }
 
-async fn a_step_a_commit_enqueues_keeps_the_sessions_agent_and_pin(h: Harness) {
+pub(super) async fn a_step_a_commit_enqueues_keeps_the_sessions_agent_and_pin(h: Harness) {
     let s = &*h.store;
     session_of(s, "pa", Some(SUPPORT), pinned("sha256:a")).await;
     let c = s.claim_for("w", LONG, &scope(&[SUPPORT], &["sha256:a"])).await.unwrap().expect("pa's step");
@@ -158,7 +146,9 @@ async fn a_step_a_commit_enqueues_keeps_the_sessions_agent_and_pin(h: Harness) {
     assert_eq!((resumed.step.session_id.as_str(), resumed.step.kind.as_str()), ("pa", "ResumeTurn"));
 }
 
-async fn registering_an_agent_adopts_the_sessions_that_name_none_by_digest_or_as_the_only_agent(h: Harness) {
+pub(super) async fn registering_an_agent_adopts_the_sessions_that_name_none_by_digest_or_as_the_only_agent(
+    h: Harness,
+) {
     let s = &*h.store;
     let registry = s.agents();
     // Sessions from before names: one recorded support's digest, one nothing.
@@ -210,7 +200,9 @@ async fn waiting_under(store: &dyn Store, id: &str, digest: &str) -> i64 {
     store.commit(&c, parked_on_i1()).await.unwrap().step_ids[0].unwrap()
 }
 
-async fn upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event(h: Harness) {
+pub(super) async fn upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_records_an_event(
+    h: Harness,
+) {
     let s = &*h.store;
     for digest in ["sha256:a", "sha256:b"] {
         s.agents().register_agent(SUPPORT, digest, true).await.unwrap();
@@ -257,7 +249,7 @@ async fn upgrading_a_waiting_session_moves_its_steps_to_the_new_digest_and_recor
     assert!(s.claim_for("w", LONG, &support("sha256:b")).await.unwrap().is_some());
 }
 
-async fn an_upgrade_no_worker_could_serve_is_refused_and_nothing_is_written(h: Harness) {
+pub(super) async fn an_upgrade_no_worker_could_serve_is_refused_and_nothing_is_written(h: Harness) {
     let s = &*h.store;
     s.agents().register_agent(SUPPORT, "sha256:a", true).await.unwrap();
     s.agents().register_agent(SUPPORT, "sha256:dev", false).await.unwrap();
@@ -293,7 +285,7 @@ async fn an_upgrade_no_worker_could_serve_is_refused_and_nothing_is_written(h: H
     );
 }
 
-async fn a_running_session_is_not_upgraded_and_nothing_is_written(h: Harness) {
+pub(super) async fn a_running_session_is_not_upgraded_and_nothing_is_written(h: Harness) {
     let s = &*h.store;
     s.agents().register_agent(SUPPORT, "sha256:b", true).await.unwrap();
     session_of(s, "s", Some(SUPPORT), pinned("sha256:a")).await;
@@ -313,7 +305,9 @@ async fn a_running_session_is_not_upgraded_and_nothing_is_written(h: Harness) {
     assert!(matches!(s.upgrade_session("s", "").await, Err(StoreError::Invalid { .. })));
 }
 
-async fn published_tools_are_read_from_the_newest_registration_and_bad_ones_are_refused(h: Harness) {
+pub(super) async fn published_tools_are_read_from_the_newest_registration_and_bad_ones_are_refused(
+    h: Harness,
+) {
     let registry = h.store.agents();
     assert_eq!(registry.agent_tools(SUPPORT).await.unwrap(), None, "nothing published");
     registry.register_agent(SUPPORT, "sha256:a", false).await.unwrap();

@@ -1,32 +1,8 @@
 //! The conformance cases of [`tollgate_store::audit::AuditLog`]: who started a session, and the audit
 //! trail written atomically with each decision, once.
 
-use super::{Case, Harness, LONG, claimed_session, event, j, new_session, parked_on_i1};
+use super::{Harness, LONG, claimed_session, event, j, new_session, parked_on_i1};
 use tollgate_store::*;
-
-/// Every audit case, by name (run after the store's own by [`super::run_all`]).
-pub const CASES: &[(&str, Case)] = &[
-    ("a_session_records_who_started_it_once", |h| Box::pin(a_session_records_who_started_it_once(h))),
-    ("a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none", |h| {
-        Box::pin(a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none(h))
-    }),
-    ("a_decision_whose_audit_row_fails_is_not_decided_at_all", |h| {
-        Box::pin(a_decision_whose_audit_row_fails_is_not_decided_at_all(h))
-    }),
-    ("audit_rows_cannot_be_updated_or_deleted", |h| Box::pin(audit_rows_cannot_be_updated_or_deleted(h))),
-    ("the_audit_trail_is_paged_and_filtered_by_session_principal_and_time", |h| {
-        Box::pin(the_audit_trail_is_paged_and_filtered_by_session_principal_and_time(h))
-    }),
-    ("an_interrupt_needing_two_approvers_counts_each_principal_once", |h| {
-        Box::pin(an_interrupt_needing_two_approvers_counts_each_principal_once(h))
-    }),
-    ("approvers_deciding_at_once_are_counted_one_after_the_other", |h| {
-        Box::pin(approvers_deciding_at_once_are_counted_one_after_the_other(h))
-    }),
-    ("a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row", |h| {
-        Box::pin(a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row(h))
-    }),
-];
 
 /// A session `id` whose tool calls `unknown`, `failed` and `fine` have those outcomes.
 async fn with_outcomes(store: &dyn Store, id: &str) {
@@ -44,7 +20,9 @@ async fn with_outcomes(store: &dyn Store, id: &str) {
     store.commit(&c, commit).await.expect("record the outcomes");
 }
 
-async fn a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row(h: Harness) {
+pub(super) async fn a_call_needing_attention_is_listed_until_marked_checked_once_with_an_audit_row(
+    h: Harness,
+) {
     let s = &*h.store;
     with_outcomes(s, "s").await;
     let attention = |calls: Vec<AttentionCall>| -> Vec<(String, String)> {
@@ -109,7 +87,7 @@ fn approve(session: &str, key: &str) -> Resolution {
     }
 }
 
-async fn an_interrupt_needing_two_approvers_counts_each_principal_once(h: Harness) {
+pub(super) async fn an_interrupt_needing_two_approvers_counts_each_principal_once(h: Harness) {
     let s = &*h.store;
     // Both parked first: a resolved interrupt queues its session's step, which the next claim
     // would take.
@@ -160,7 +138,7 @@ async fn an_interrupt_needing_two_approvers_counts_each_principal_once(h: Harnes
     assert_eq!(closed.resolution.map(|r| r.get().to_owned()).as_deref(), Some(r#"{"approved":false}"#));
 }
 
-async fn approvers_deciding_at_once_are_counted_one_after_the_other(h: Harness) {
+pub(super) async fn approvers_deciding_at_once_are_counted_one_after_the_other(h: Harness) {
     let s = &*h.store;
     for (session, required) in [("two", 2), ("three", 3)] {
         parked_needing(s, session, required).await;
@@ -236,7 +214,7 @@ async fn parked(store: &dyn Store, id: &str) {
     store.commit(&c, parked_on_i1()).await.expect("park on i1");
 }
 
-async fn a_session_records_who_started_it_once(h: Harness) {
+pub(super) async fn a_session_records_who_started_it_once(h: Harness) {
     let s = &*h.store;
     assert!(s.audit().create_session_by(session("a"), "alice").await.unwrap());
     assert!(!s.audit().create_session_by(session("a"), "bob").await.unwrap(), "it existed");
@@ -250,7 +228,7 @@ async fn a_session_records_who_started_it_once(h: Harness) {
     assert!(s.session("c").await.unwrap().is_none(), "nothing written");
 }
 
-async fn a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none(h: Harness) {
+pub(super) async fn a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none(h: Harness) {
     let s = &*h.store;
     parked(s, "s").await;
     let opened = s.interrupt("s", "i1").await.unwrap().expect("open");
@@ -319,7 +297,7 @@ async fn parked_again(s: &dyn Store) {
     s.commit(&resumed, park).await.expect("park on i2");
 }
 
-async fn a_decision_whose_audit_row_fails_is_not_decided_at_all(h: Harness) {
+pub(super) async fn a_decision_whose_audit_row_fails_is_not_decided_at_all(h: Harness) {
     let s = &*h.store;
     parked(s, "s").await;
     let invalid =
@@ -348,7 +326,7 @@ async fn a_decision_whose_audit_row_fails_is_not_decided_at_all(h: Harness) {
     assert_eq!(h.count("SELECT count(*) FROM audit").await, 1);
 }
 
-async fn audit_rows_cannot_be_updated_or_deleted(h: Harness) {
+pub(super) async fn audit_rows_cannot_be_updated_or_deleted(h: Harness) {
     let s = &*h.store;
     parked(s, "s").await;
     s.audit()
@@ -364,7 +342,7 @@ async fn audit_rows_cannot_be_updated_or_deleted(h: Harness) {
     assert_eq!((rows[0].principal.as_str(), rows[0].decision), ("alice", AuditDecision::Rejected));
 }
 
-async fn the_audit_trail_is_paged_and_filtered_by_session_principal_and_time(h: Harness) {
+pub(super) async fn the_audit_trail_is_paged_and_filtered_by_session_principal_and_time(h: Harness) {
     let s = &*h.store;
     for id in ["s1", "s2", "s3"] {
         parked(s, id).await;

@@ -4,27 +4,8 @@
 
 use std::time::Duration;
 
-use super::{Case, Harness, LONG, claimed_session, done, event, j, message, new_session, parked_on_i1};
+use super::{Harness, LONG, claimed_session, done, event, j, message, new_session, parked_on_i1};
 use tollgate_store::*;
-
-/// Every cancel case, by name (run after the store's own by [`super::run_all`]).
-pub const CASES: &[(&str, Case)] = &[
-    ("a_cancel_request_needs_a_step_in_flight_and_is_kept_once", |h| {
-        Box::pin(a_cancel_request_needs_a_step_in_flight_and_is_kept_once(h))
-    }),
-    ("a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_commit_clears_it", |h| {
-        Box::pin(a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_commit_clears_it(h))
-    }),
-    ("a_step_committed_waiting_while_a_cancel_is_pending_is_queued_at_once", |h| {
-        Box::pin(a_step_committed_waiting_while_a_cancel_is_pending_is_queued_at_once(h))
-    }),
-    ("a_cancel_request_wakes_the_readers_of_that_session", |h| {
-        Box::pin(a_cancel_request_wakes_the_readers_of_that_session(h))
-    }),
-    ("a_commit_that_clears_a_cancel_with_an_audit_row_writes_both_or_neither", |h| {
-        Box::pin(a_commit_that_clears_a_cancel_with_an_audit_row_writes_both_or_neither(h))
-    }),
-];
 
 fn cancel(session: &str, by: &str) -> CancelRequest {
     CancelRequest {
@@ -51,7 +32,7 @@ fn applied() -> Commit {
     Commit { cancel: CancelChange::Clear { audit: Some(("turn-1".into(), cancelled_by("alice"))) }, ..done() }
 }
 
-async fn a_cancel_request_needs_a_step_in_flight_and_is_kept_once(h: Harness) {
+pub(super) async fn a_cancel_request_needs_a_step_in_flight_and_is_kept_once(h: Harness) {
     let s = &*h.store;
     new_session(s, "s").await;
     let idle = s.request_cancel(cancel("s", "alice")).await;
@@ -92,7 +73,9 @@ async fn a_cancel_request_needs_a_step_in_flight_and_is_kept_once(h: Harness) {
     assert!(matches!(over, Err(StoreError::NothingToCancel { .. })), "the turn is over: {over:?}");
 }
 
-async fn a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_commit_clears_it(h: Harness) {
+pub(super) async fn a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_commit_clears_it(
+    h: Harness,
+) {
     let s = &*h.store;
     let c = claimed_session(s, "s").await;
     s.commit(&c, parked_on_i1()).await.unwrap();
@@ -148,7 +131,7 @@ async fn a_cancel_request_queues_a_waiting_step_and_refuses_decisions_until_a_co
     assert!(matches!(late, Err(StoreError::InterruptAlreadyResolved { .. })), "{late:?}");
 }
 
-async fn a_step_committed_waiting_while_a_cancel_is_pending_is_queued_at_once(h: Harness) {
+pub(super) async fn a_step_committed_waiting_while_a_cancel_is_pending_is_queued_at_once(h: Harness) {
     let s = &*h.store;
     let c = claimed_session(s, "s").await;
     let receipt = s.request_cancel(cancel("s", "alice")).await.unwrap();
@@ -168,7 +151,7 @@ async fn a_step_committed_waiting_while_a_cancel_is_pending_is_queued_at_once(h:
     assert_eq!(s.pending_cancel("s").await.unwrap(), None);
 }
 
-async fn a_cancel_request_wakes_the_readers_of_that_session(h: Harness) {
+pub(super) async fn a_cancel_request_wakes_the_readers_of_that_session(h: Harness) {
     let s = h.store.clone();
     let c = claimed_session(&*s, "s").await;
     new_session(&*s, "other").await;
@@ -181,7 +164,7 @@ async fn a_cancel_request_wakes_the_readers_of_that_session(h: Harness) {
     s.commit(&c, applied()).await.unwrap();
 }
 
-async fn a_commit_that_clears_a_cancel_with_an_audit_row_writes_both_or_neither(h: Harness) {
+pub(super) async fn a_commit_that_clears_a_cancel_with_an_audit_row_writes_both_or_neither(h: Harness) {
     let s = &*h.store;
     let c = claimed_session(s, "s").await;
     s.request_cancel(cancel("s", "alice")).await.unwrap();

@@ -4,33 +4,8 @@
 
 use std::time::Duration;
 
-use super::{Case, Harness, LONG, claimed_session, event, j, parked_on_i1};
+use super::{Harness, LONG, claimed_session, event, j, parked_on_i1};
 use tollgate_store::*;
-
-/// Every deadline case, by name (run after the store's own by [`super::run_all`]).
-pub const CASES: &[(&str, Case)] = &[
-    ("a_deadline_is_set_on_the_database_clock_and_found_once_it_passed", |h| {
-        Box::pin(a_deadline_is_set_on_the_database_clock_and_found_once_it_passed(h))
-    }),
-    ("an_expiry_rejects_once_with_its_audit_row_events_and_queued_step", |h| {
-        Box::pin(an_expiry_rejects_once_with_its_audit_row_events_and_queued_step(h))
-    }),
-    ("a_decision_after_the_deadline_is_refused_even_before_anyone_fired_it", |h| {
-        Box::pin(a_decision_after_the_deadline_is_refused_even_before_anyone_fired_it(h))
-    }),
-    ("a_deadline_that_is_not_due_or_moved_is_not_fired_and_nothing_is_written", |h| {
-        Box::pin(a_deadline_that_is_not_due_or_moved_is_not_fired_and_nothing_is_written(h))
-    }),
-    ("an_escalation_replaces_the_request_and_sets_the_second_deadline_once", |h| {
-        Box::pin(an_escalation_replaces_the_request_and_sets_the_second_deadline_once(h))
-    }),
-    ("firers_and_a_human_racing_on_one_deadline_leave_exactly_one_decision", |h| {
-        Box::pin(firers_and_a_human_racing_on_one_deadline_leave_exactly_one_decision(h))
-    }),
-    ("a_revocation_message_writes_one_revoked_audit_row_and_a_replay_none", |h| {
-        Box::pin(a_revocation_message_writes_one_revoked_audit_row_and_a_replay_none(h))
-    }),
-];
 
 /// Session `id` parked on interrupt `i1` with `deadline`.
 async fn parked_with(s: &dyn Store, id: &str, deadline: Option<Duration>) {
@@ -102,7 +77,7 @@ fn human(session: &str, key: &str) -> (Resolution, NewAuditEntry) {
     (r, entry("alice", AuditDecision::Approved))
 }
 
-async fn a_deadline_is_set_on_the_database_clock_and_found_once_it_passed(h: Harness) {
+pub(super) async fn a_deadline_is_set_on_the_database_clock_and_found_once_it_passed(h: Harness) {
     let s = &*h.store;
     parked_with(s, "later", Some(Duration::from_secs(60))).await;
     parked_with(s, "never", None).await;
@@ -123,7 +98,7 @@ async fn a_deadline_is_set_on_the_database_clock_and_found_once_it_passed(h: Har
     assert_eq!(listed, ["soon"], "only the due one, never the one without a deadline");
 }
 
-async fn an_expiry_rejects_once_with_its_audit_row_events_and_queued_step(h: Harness) {
+pub(super) async fn an_expiry_rejects_once_with_its_audit_row_events_and_queued_step(h: Harness) {
     let s = &*h.store;
     parked_with(s, "s", Some(Duration::from_millis(1))).await;
     let at = due(s, "s").await;
@@ -158,7 +133,7 @@ async fn an_expiry_rejects_once_with_its_audit_row_events_and_queued_step(h: Har
     assert_eq!(step.step.interrupt_id.as_deref(), Some("i1"));
 }
 
-async fn a_decision_after_the_deadline_is_refused_even_before_anyone_fired_it(h: Harness) {
+pub(super) async fn a_decision_after_the_deadline_is_refused_even_before_anyone_fired_it(h: Harness) {
     let s = &*h.store;
     parked_with(s, "s", Some(Duration::from_millis(1))).await;
     let at = due(s, "s").await;
@@ -182,7 +157,7 @@ async fn a_decision_after_the_deadline_is_refused_even_before_anyone_fired_it(h:
     assert!(!s.audit().resolve_interrupt_as(early, who).await.unwrap().replayed);
 }
 
-async fn a_deadline_that_is_not_due_or_moved_is_not_fired_and_nothing_is_written(h: Harness) {
+pub(super) async fn a_deadline_that_is_not_due_or_moved_is_not_fired_and_nothing_is_written(h: Harness) {
     let s = &*h.store;
     parked_with(s, "s", Some(Duration::from_secs(60))).await;
     let at = s.interrupt("s", "i1").await.unwrap().and_then(|i| i.deadline_at).expect("a deadline");
@@ -212,7 +187,7 @@ async fn a_deadline_that_is_not_due_or_moved_is_not_fired_and_nothing_is_written
     assert_eq!(h.count("SELECT count(*) FROM audit").await, 0);
 }
 
-async fn an_escalation_replaces_the_request_and_sets_the_second_deadline_once(h: Harness) {
+pub(super) async fn an_escalation_replaces_the_request_and_sets_the_second_deadline_once(h: Harness) {
     let s = &*h.store;
     parked_with(s, "s", Some(Duration::from_millis(1))).await;
     let at = due(s, "s").await;
@@ -256,7 +231,7 @@ async fn an_escalation_replaces_the_request_and_sets_the_second_deadline_once(h:
     assert!(!receipt.replayed);
 }
 
-async fn firers_and_a_human_racing_on_one_deadline_leave_exactly_one_decision(h: Harness) {
+pub(super) async fn firers_and_a_human_racing_on_one_deadline_leave_exactly_one_decision(h: Harness) {
     let s = h.store.clone();
     for round in 0..5 {
         let id: &'static str = ["r0", "r1", "r2", "r3", "r4"][round];
@@ -310,7 +285,7 @@ async fn firers_and_a_human_racing_on_one_deadline_leave_exactly_one_decision(h:
     }
 }
 
-async fn a_revocation_message_writes_one_revoked_audit_row_and_a_replay_none(h: Harness) {
+pub(super) async fn a_revocation_message_writes_one_revoked_audit_row_and_a_replay_none(h: Harness) {
     let s = &*h.store;
     parked_with(s, "s", None).await;
     let message = UserMessage {

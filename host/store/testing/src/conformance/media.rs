@@ -1,22 +1,9 @@
 //! The conformance cases of [`tollgate_store::media::MediaStore`]: images stored once per session by the
 //! digest of their bytes, read back byte for byte, and a user message's images stored with it.
 
-use super::{Case, Harness, claimed_session, done, entry, message, new_session, part};
+use super::{Harness, claimed_session, done, entry, message, new_session, part};
 use tollgate_store::media::{NewMedia, digest_of};
 use tollgate_store::*;
-
-/// Every media case, by name (run after the store's own by [`super::run_all`]).
-pub const CASES: &[(&str, Case)] = &[
-    ("an_image_is_stored_once_per_session_by_the_digest_of_its_bytes", |h| {
-        Box::pin(an_image_is_stored_once_per_session_by_the_digest_of_its_bytes(h))
-    }),
-    ("a_message_and_its_images_are_stored_together_or_not_at_all", |h| {
-        Box::pin(a_message_and_its_images_are_stored_together_or_not_at_all(h))
-    }),
-    ("a_messages_images_are_kept_with_its_projection_and_not_merged", |h| {
-        Box::pin(a_messages_images_are_kept_with_its_projection_and_not_merged(h))
-    }),
-];
 
 /// Bytes that are not valid UTF-8 (a PNG's signature), so a text column would mangle them.
 fn png_bytes(tail: u8) -> Vec<u8> {
@@ -29,7 +16,7 @@ fn png(tail: u8) -> NewMedia {
     NewMedia { media_type: "image/png".into(), data: png_bytes(tail) }
 }
 
-async fn an_image_is_stored_once_per_session_by_the_digest_of_its_bytes(h: Harness) {
+pub(super) async fn an_image_is_stored_once_per_session_by_the_digest_of_its_bytes(h: Harness) {
     let s = &*h.store;
     new_session(s, "a").await;
     new_session(s, "b").await;
@@ -62,7 +49,7 @@ async fn an_image_is_stored_once_per_session_by_the_digest_of_its_bytes(h: Harne
     assert_eq!(h.count("SELECT count(*) FROM media").await, 2, "a refused call stores none of its images");
 }
 
-async fn a_message_and_its_images_are_stored_together_or_not_at_all(h: Harness) {
+pub(super) async fn a_message_and_its_images_are_stored_together_or_not_at_all(h: Harness) {
     let s = &*h.store;
     new_session(s, "m").await;
     let sent = s.media().send_user_message_with_media(message("m", "k1", "look"), &[png(1)]).await.unwrap();
@@ -81,7 +68,7 @@ async fn a_message_and_its_images_are_stored_together_or_not_at_all(h: Harness) 
     assert_eq!(h.count("SELECT count(*) FROM media").await, 1);
 }
 
-async fn a_messages_images_are_kept_with_its_projection_and_not_merged(h: Harness) {
+pub(super) async fn a_messages_images_are_kept_with_its_projection_and_not_merged(h: Harness) {
     let s = &*h.store;
     let c = claimed_session(s, "p").await;
     let images = r#"[{"digest":"sha256:aa","media_type":"image/png"}]"#;

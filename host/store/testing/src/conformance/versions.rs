@@ -1,15 +1,9 @@
 //! The conformance cases of [`tollgate_store::versions::AgentVersions`]: versions pushed once by content,
 //! numbered per agent, promoted and rolled back, and bad bundles refused whole.
 
-use super::{Case, Harness, cases, j};
+use super::{Harness, j};
 use tollgate_store::versions::{MAX_BUNDLE_FILE, file_digest};
 use tollgate_store::*;
-
-cases!(
-    a_pushed_bundle_is_a_numbered_version_kept_once_by_content_and_the_first_is_current,
-    promote_and_rollback_change_what_new_sessions_get_and_refuse_what_does_not_exist,
-    a_bundle_the_store_cannot_keep_is_refused_naming_the_file_and_nothing_is_stored,
-);
 
 fn bundle(name: &str, digest: &str, files: &[(&str, &[u8])]) -> NewVersion {
     NewVersion {
@@ -20,7 +14,9 @@ fn bundle(name: &str, digest: &str, files: &[(&str, &[u8])]) -> NewVersion {
     }
 }
 
-async fn a_pushed_bundle_is_a_numbered_version_kept_once_by_content_and_the_first_is_current(h: Harness) {
+pub(super) async fn a_pushed_bundle_is_a_numbered_version_kept_once_by_content_and_the_first_is_current(
+    h: Harness,
+) {
     let v = h.store.versions();
     let first =
         bundle("support", "sha256:one", &[("tollgate.toml", b"[agent]\n"), ("tools/a.wasm", b"wasm")]);
@@ -73,7 +69,9 @@ async fn a_pushed_bundle_is_a_numbered_version_kept_once_by_content_and_the_firs
     assert!(v.agent_versions("nobody").await.unwrap().is_empty());
 }
 
-async fn promote_and_rollback_change_what_new_sessions_get_and_refuse_what_does_not_exist(h: Harness) {
+pub(super) async fn promote_and_rollback_change_what_new_sessions_get_and_refuse_what_does_not_exist(
+    h: Harness,
+) {
     let v = h.store.versions();
     for (digest, text) in [("sha256:one", b"1"), ("sha256:two", b"2"), ("sha256:three", b"3")] {
         v.push_version(bundle("support", digest, &[("tollgate.toml", text)])).await.unwrap();
@@ -133,7 +131,9 @@ async fn promote_and_rollback_change_what_new_sessions_get_and_refuse_what_does_
     assert_eq!(v.rollout("nobody").await.unwrap(), None);
 }
 
-async fn a_bundle_the_store_cannot_keep_is_refused_naming_the_file_and_nothing_is_stored(h: Harness) {
+pub(super) async fn a_bundle_the_store_cannot_keep_is_refused_naming_the_file_and_nothing_is_stored(
+    h: Harness,
+) {
     let v = h.store.versions();
     let big = vec![0u8; MAX_BUNDLE_FILE + 1];
     let cases: Vec<(NewVersion, &str)> = vec![
