@@ -94,8 +94,6 @@
 //! - A waiting session (e.g. awaiting approval) is rows only: one `waiting` step, one open
 //!   interrupt; no task, no connection, no lease.
 
-#![warn(missing_docs)]
-
 pub mod agents;
 pub mod audit;
 pub mod deadlines;

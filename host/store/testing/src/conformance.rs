@@ -1,4 +1,4 @@
-//! The conformance suite: one function per rule of the [`crate::Store`] contract, run on every
+//! The conformance suite: one function per rule of the [`tollgate_store::Store`] contract, run on every
 //! backend by [`run_all`].
 //!
 //! Read [`run_all`] first. A backend's test gives it a closure that makes a fresh, empty

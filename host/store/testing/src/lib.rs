@@ -16,6 +16,8 @@
 //! - A test process killed by SIGKILL leaves its server running (its directory is under the
 //!   system temp dir, named `tollgate-pg-*`).
 
+#![forbid(unsafe_code)]
+
 pub mod conformance;
 pub mod outbox;
 

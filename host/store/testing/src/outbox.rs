@@ -1,4 +1,4 @@
-//! The outbox conformance suite: one function per rule of the [`crate::Outbox`] contract, run on
+//! The outbox conformance suite: one function per rule of the [`tollgate_store::Outbox`] contract, run on
 //! every backend by [`run_all`] with the same fresh [`Harness`] per case as the store suite.
 //!
 //! Lease expiry is waited for by polling a claim with a deadline, never by a fixed sleep.
