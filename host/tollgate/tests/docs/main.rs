@@ -4,7 +4,8 @@
 //!   its path, and every dependency arrow between the workspace's crates), its lists of step kinds
 //!   against `StepKind::ALL`, and every code item it names against the source.
 //!
-//! Each test reads files and runs at most one `cargo metadata`; none builds anything.
+//! Each test reads files and runs `cargo metadata` or `tollgate --help`; none builds anything.
 
 mod architecture;
+mod guide;
 mod util;
