@@ -314,3 +314,37 @@ fn the_route_reference_is_generated_from_the_openapi_snapshot_and_names_every_ro
     );
     assert!(Path::new(&path).exists());
 }
+
+#[test]
+fn every_route_the_pages_name_is_in_the_openapi_document() {
+    let document = openapi();
+    let paths = document["paths"].as_object().expect("paths");
+    let mut named = 0;
+    let mut wrong = Vec::new();
+    // docs/PROTOCOL.md and ARCHITECTURE.md also name the Messages API's routes the model proxy serves.
+    for page in pages().into_iter().filter(|page| page == "README.md" || page.starts_with("docs/guide/")) {
+        let text = read(&page);
+        // In code spans (`POST /v1/sessions/{id}/cancel`) and in table rows' first cells.
+        let rows =
+            text.lines().filter_map(|line| line.strip_prefix("| `")).map(|rest| rest.split('`').next());
+        let spans = code_spans(&text).into_iter().map(Some);
+        for candidate in spans.chain(rows).flatten() {
+            let mut words = candidate.split_whitespace();
+            let (Some(method), Some(path), None) = (words.next(), words.next(), words.next()) else {
+                continue;
+            };
+            if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method) || !path.starts_with('/') {
+                continue;
+            }
+            named += 1;
+            let path = path.split('?').next().unwrap_or(path);
+            let known =
+                paths.get(path).is_some_and(|operations| operations.get(method.to_lowercase()).is_some());
+            if !known {
+                wrong.push(format!("{page}: `{method} {path}`"));
+            }
+        }
+    }
+    assert!(named > 20, "the pages name the API's routes");
+    assert!(wrong.is_empty(), "routes the docs name that the OpenAPI document lacks:\n{}", wrong.join("\n"));
+}
