@@ -348,3 +348,47 @@ fn every_route_the_pages_name_is_in_the_openapi_document() {
     assert!(named > 20, "the pages name the API's routes");
     assert!(wrong.is_empty(), "routes the docs name that the OpenAPI document lacks:\n{}", wrong.join("\n"));
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn every_link_between_the_pages_leads_to_a_file_and_heading() {
+    let mut wrong = Vec::new();
+    for page in pages() {
+        let text = read(&page);
+        let folder = Path::new(&page).parent().unwrap_or(Path::new("")).to_path_buf();
+        for (at, _) in text.match_indices("](") {
+            let target = text[at + 2..].split(')').next().unwrap_or_default();
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let file =
+                if file.is_empty() { page.clone() } else { folder.join(file).to_string_lossy().into_owned() };
+            let Ok(linked) = std::fs::read_to_string(root().join(&file)) else {
+                if !root().join(&file).is_dir() {
+                    wrong.push(format!("{page}: ({target}): no file {file}"));
+                }
+                continue;
+            };
+            let headings: Vec<String> = linked
+                .lines()
+                .filter_map(|line| line.strip_prefix('#'))
+                .map(|h| anchor(h.trim_start_matches('#')))
+                .collect();
+            if !fragment.is_empty() && !headings.iter().any(|heading| *heading == fragment) {
+                wrong.push(format!("{page}: ({target}): no heading #{fragment} in {file}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "links that lead nowhere:\n{}", wrong.join("\n"));
+}
