@@ -20,12 +20,14 @@ setup_log=target/setup.log
 setup=$!
 # The code's checks, before the tests' build: formatting, clippy with warnings denied, and rustdoc
 # with warnings denied (broken links, bad code blocks; `missing_docs` is denied in Cargo.toml's
-# [workspace.lints]). clippy and rustdoc share their dependencies' check metadata, which the tests'
-# build below does not use, so none of them rebuilds anything of another's. Each check's seconds go
-# to target/test-logs/checks.tsv, and the runner puts them beside their record.
+# [workspace.lints]). clippy and rustdoc share the dependencies' check metadata (rustdoc checks the
+# workspace's own crates again: clippy's metadata is its own); the tests' build needs code, not
+# metadata, so it neither reuses nor redoes theirs. Each check's seconds go to
+# target/test-logs/checks.tsv, and the runner puts them beside their record.
 mkdir -p target/test-logs
 checks=target/test-logs/checks.tsv
 : >"$checks"
+export TOLLGATE_CHECK_TIMES=$PWD/$checks
 check() {
   local label=$1 started=$SECONDS
   shift
