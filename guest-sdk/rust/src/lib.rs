@@ -48,7 +48,7 @@
 //!   idempotent write is attempted again, a single-attempt write is recorded `outcome_unknown`),
 //!   with the panic message.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 #[cfg(feature = "http")]
 pub mod http;

@@ -5,7 +5,7 @@
 //! and `tollgate approvals` commands, a test) builds on this crate alone. The server
 //! (`tollgate-api`) answers with the same types, and the OpenAPI document is generated from them.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod client;
 pub mod tls;

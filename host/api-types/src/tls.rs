@@ -69,7 +69,7 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Reads a PEM file of at most [`MAX_PEM_BYTES`].
+/// Reads a PEM file of at most `MAX_PEM_BYTES` (1 MiB).
 ///
 /// # Errors
 /// The file cannot be read, or is larger.

@@ -45,7 +45,7 @@
 //!   to it (nobody else could decide); beside an auth file it is an ordinary admin without groups.
 //! - [`OPEN`] (`tollgate:open`): every caller of an API started with neither a token nor an auth
 //!   file (loopback development), with the same exemption.
-//! - [`LOCAL`] (`tollgate:local`): sessions a process starts on the store directly (the demo,
+//! - [`LOCAL`](tollgate_sessions::rights::LOCAL) (`tollgate:local`): sessions a process starts on the store directly (the demo,
 //!   tests), not through the API.
 //!
 //! Names with `:` cannot appear in an auth file, so these never collide with a file's principals.

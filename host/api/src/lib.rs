@@ -1,23 +1,16 @@
 //! The HTTP API server: its routes over the store (sessions, messages, decisions, snapshots, the
 //! approvals inbox, live events, health, metrics, the OpenAPI document), the web inbox, who may
-//! call it, the signed webhooks it sends, and the session calls every write goes through.
+//! call it, `/mcp/{agent}` and the signed webhooks it sends.
 //!
-//! It runs no step and links no sandbox: a process that only serves the API (`tollgate api`)
-//! needs nothing from the Worker. The Worker (`tollgate-worker`) builds on this crate's session
-//! calls and store conversions ([`sessions`], [`convert`], [`media`], [`edits`]) and updates its
-//! [`metrics`].
+//! It is a face: every session call maps onto `tollgate_sessions::service::Sessions`, which
+//! checks the caller's rights and makes the store writes. It runs no step and links no sandbox: a
+//! process that only serves the API (`tollgate api`) needs nothing from the Worker.
 //!
 //! | module | owns |
 //! | --- | --- |
 //! | [`api`] | the HTTP API: sessions, approvals, live events, health, metrics |
 //! | [`auth`] | principals and roles: the auth file, tokens by hash, who may decide what (401 vs 403) |
-//! | [`sessions`] | client calls: start, send, resolve, snapshot |
-//! | [`convert`] | the state machine's values as the store's |
-//! | [`media`] | images: a message's checked and stored, a transcript's by reference and back, a record's for its replay |
-//! | [`edits`] | an approver's edited input, checked against the tool's input schema |
 //! | [`mcp`] | `/mcp/{agent}`: the agent's tools to any MCP client, under its policies, records and approvals |
-//! | [`metrics`] | the Prometheus counters the Worker updates and `/metrics` renders |
-//! | [`process`] | what every process sets up alike: logging, stop signals, private files, the error report |
 //! | [`serve`] | the API as a process: where and how it listens (plain or TLS), `tollgate api` |
 //! | [`tls`] | the server's TLS: its certificate and key, the handshaking listener |
 //! | [`token`] | the API's bearer token as the server and the client commands take it |
@@ -27,7 +20,7 @@
 //! The wire types, the client and TLS are `tollgate-api-types`'. The package's binary,
 //! `tollgate-api` (`main.rs`), is `tollgate api` without the Worker: the API alone, no wasmtime.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod auth;

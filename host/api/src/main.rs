@@ -7,6 +7,8 @@
 //! Worker out: this package cannot depend on `tollgate-worker` (which depends on it), and building
 //! this binary compiles no wasmtime at all.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

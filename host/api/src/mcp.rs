@@ -3,13 +3,13 @@
 //!
 //! Read [`AgentServer`] first. Every request names a principal by its bearer token (the API's
 //! principals; role `client` or `admin` calls tools, `viewer` and `approver` may only list them).
-//! `tools/list` gives the agent's custom tools: the ones this process loaded ([`InlineReads`], in
+//! `tools/list` gives the agent's custom tools: the ones this process loaded ([`InlineReads`](tollgate_sessions::inline_reads::InlineReads), in
 //! `tollgate serve`), else the ones its Workers published in the store (`tollgate api`, which
 //! loads no bundle). `tools/call` checks the tool and its arguments against its schema before
 //! anything is stored (a bad call is a JSON-RPC `invalid_params` error), then:
 //!
 //! - an approval-free read runs at once, in this process's sandbox when it has one
-//!   ([`InlineReads`]); otherwise it is a durable step a Worker runs, as every other call;
+//!   ([`InlineReads`](tollgate_sessions::inline_reads::InlineReads)); otherwise it is a durable step a Worker runs, as every other call;
 //! - every other call is a session of its own (`tollgate_engine::session::mcp`), created once per
 //!   (agent, principal, tool, key): the key is the request's `_meta["io.tollgate/idempotency-key"]`,
 //!   else the tool's canonical arguments, so a client that retries a request, or calls again with

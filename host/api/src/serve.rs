@@ -55,7 +55,7 @@ pub struct HttpArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "TOLLGATE_TLS_KEY", value_name = "PEM")]
     pub tls_key: Option<PathBuf>,
-    /// Send signed webhooks as this TOML file's `[[webhooks]]` say (see the README, "Webhooks");
+    /// Send signed webhooks as this TOML file's `[[webhooks]]` say (see docs/guide/http-api.md, "Webhooks");
     /// its subscriptions replace those in the store.
     #[arg(long, env = "TOLLGATE_WEBHOOKS", value_name = "FILE")]
     pub webhooks: Option<PathBuf>,

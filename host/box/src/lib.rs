@@ -37,8 +37,6 @@
 //!   it for that long. The `tmpfs` mounts have their own caps and are not counted in it.
 //! - A workspace is copied in and out on every segment: a large workspace costs that copy.
 
-#![warn(missing_docs)]
-
 pub mod bwrap;
 pub mod config;
 pub mod copy;

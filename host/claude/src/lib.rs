@@ -34,8 +34,6 @@
 //! - An application hook can add context, block or stop, and rewrite a call's input, which is sent
 //!   without a permission decision: only the gate allows and defers ([`app_hooks`]).
 
-#![warn(missing_docs)]
-
 mod answer;
 pub mod app_hooks;
 pub mod cli;

@@ -24,7 +24,7 @@
 //! step comes next, for the Worker to commit; [`views`] is a session as a client reads it (the
 //! snapshot, the calls needing attention, the receipts of the session calls).
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 #[macro_use]
 mod names;

@@ -39,7 +39,7 @@
 //! tools (with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` the CLI makes no tool-less requests of
 //! its own).
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod gates;

@@ -9,6 +9,8 @@
 //! (`[payments] POST Idempotency-Key=<key> <body>`). Gates and the request log are reachable over
 //! HTTP under `/__mock/` (see the library's `server` module docs). Stops on Ctrl-C or SIGTERM.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 
 use anyhow::Context;

@@ -10,7 +10,5 @@
 //! It serves no HTTP and links no sandbox, so a face and the Worker can both depend on it without
 //! depending on each other (it reads the store's types only, for the figures `/metrics` shows).
 
-#![warn(missing_docs)]
-
 pub mod metrics;
 pub mod setup;

@@ -36,7 +36,7 @@
 //! # Ok::<(), tollgate_protocol::ProtocolError>(())
 //! ```
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod control;
 mod error;

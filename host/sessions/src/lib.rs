@@ -41,7 +41,7 @@
 //!
 //! It links no HTTP server, no sandbox and no CLI runner.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod agents;
 pub mod convert;

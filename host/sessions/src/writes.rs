@@ -58,7 +58,7 @@ pub async fn start_under(
     start_by(store, session_id, SessionAgent { name, digest: agent }, rights::LOCAL).await
 }
 
-/// Creates the session unless it exists, for `agent` (see [`resolve_agent`]), recording
+/// Creates the session unless it exists, for `agent` (see [`crate::agents::resolve_agent`]), recording
 /// `principal` as who started it (an existing session keeps its agent and its starter): separation
 /// of duties keeps them from deciding its interrupts.
 ///

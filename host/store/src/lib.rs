@@ -39,45 +39,26 @@
 //!
 //! # Schema
 //!
-//! Migrations per backend (`migrations/{sqlite,postgres}/000N_*.sql`, same tables, types
-//! differ): `sessions`, `items` (PK `(session_id, seq)`, unique `(session_id, uuid)`), `steps`
-//! (partial index `steps_due(due_at) WHERE state IN ('queued','claimed')` serves both fresh
-//! work and expired leases; partial unique `steps_in_flight(session_id) WHERE state IN
-//! ('queued','claimed','waiting')` keeps one step in flight per session), `events` (PK
-//! `(session_id, seq)`), `interrupts` (partial index on open ones), `tool_calls`,
-//! `idempotency_keys`. Migration 0002 adds the agent a session runs under
-//! (`sessions.agent_digest`, `sessions.agent_pinned`) and `steps.pin` (`''`: any Worker, else the
-//! pinned digest, copied from the session when a step is inserted) with the partial index
-//! `steps_due_pin(pin, due_at) WHERE state IN ('queued','claimed')` (dropped by 0013) that [`Store::claim_for`]
-//! scans. Migration 0004 adds the webhook outbox (`webhook_subscriptions`, `webhook_deliveries` and a
-//! trigger on `events`; see [`outbox`]). Migration 0005 adds approval deadlines (`interrupts.deadline_at`,
-//! `interrupts.escalated_at`, the partial index `interrupts_deadline(deadline_at) WHERE state = 'open'
-//! AND deadline_at IS NOT NULL`; see [`deadlines`]) and widens the audit trail's decisions to
-//! `escalated`, `expired` and `revoked` (SQLite rebuilds the table keeping rows, ids and triggers).
-//! Migration 0007 adds the conversation's projection (`messages`, `sessions.unprojected`, the index
-//! `items_kind(session_id, kind, seq)`; see [`Store::read_messages`]); migration 0009 the
-//! transcript in resume form (`transcript_chunks`, `sessions.unchunked`; see
-//! [`Store::read_transcript`]); migration 0010 the pending cancel request
-//! (`sessions.cancel_requested_by`, `sessions.cancel_requested_at`; see [`Store::request_cancel`])
-//! and the audit trail's `cancelled` decision; migration 0011 `steps.lost`, the claims of a step that were
-//! lost (a later claim took it over after its lease expired; see [`Step::lost`]). Migration 0008 adds `live_text` (PK `session_id`): a running
-//! segment's streamed text, one overwritten row per session ([`Store::put_live_text`]), instead
-//! of an event per flush; `text_offset` and `from_seq` say where its text continues what the
-//! event log has. Migration 0012 adds `media` (PK `(session_id, digest)`): images stored once
-//! per session by digest, the bytes in a `blob`/`bytea` column ([`media::MediaStore`]), and
-//! `messages.images`, a message's images by reference. Migration 0013 names each session's agent
-//! (`sessions.agent_name`, copied onto `steps.agent` as the pin is), replaces `steps_due_pin` with
-//! `steps_due_agent(agent, pin, due_at) WHERE state IN ('queued','claimed')`, and adds the agents
-//! registry `agent_digests` (PK `(name, digest)`; see [`agents`]); migration 0014 agents' versions
-//! (`bundle_files` by digest, `agent_versions` PK `(name, version)` unique `(name, digest)`,
-//! `agent_current`; see [`versions`]); migration 0015 `interrupts.approvals`, the approvals so far
-//! of an interrupt that needs several approvers, and the audit trail's `partially_approved`
-//! decision (see [`AuditLog::resolve_interrupt_as`]); migration 0016 `checked_calls` (PK
-//! `(session_id, tool_call_id)`), the check marks of tool calls that needed attention, a partial
-//! index of the calls that do, and the trail's `checked` decision (see [`AuditLog::mark_checked`]);
-//! migration 0017 `agent_digests.tools`, the custom tools a Worker loaded from the bundle (see
-//! [`agents::AgentRegistry::publish_tools`]). JSON columns are `text` on both backends
-//! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
+//! One migration list per backend (`migrations/{sqlite,postgres}/NNNN_*.sql`: the same tables,
+//! the types differ; `migrations/README.md` says what each migration added). The tables:
+//!
+//! | table | key | read through |
+//! | --- | --- | --- |
+//! | `sessions` | `session_id` | [`Store`] |
+//! | `items` | `(session_id, seq)`, unique `(session_id, uuid)` | [`Store`] |
+//! | `steps` | `step_id`; `steps_due(due_at)` and `steps_due_agent(agent, pin, due_at)` over queued and claimed steps serve fresh work and expired leases; `steps_in_flight(session_id)` keeps one step in flight per session | [`Store::claim`], [`Store::claim_for`] |
+//! | `events` | `(session_id, seq)` | [`Store`] |
+//! | `interrupts`, `tool_calls`, `idempotency_keys` | by session | [`Store`] |
+//! | `messages`, `transcript_chunks`, `live_text` | by session | [`Store::read_messages`], [`Store::read_transcript`], [`Store::put_live_text`] |
+//! | `audit`, `checked_calls` | append-only (triggers refuse `UPDATE` and `DELETE` on `audit`) | [`AuditLog`] |
+//! | `webhook_subscriptions`, `webhook_deliveries` | the outbox a trigger on `events` fills | [`outbox`] |
+//! | `media` | `(session_id, digest)` | [`media::MediaStore`] |
+//! | `agent_digests` | `(name, digest)` | [`agents`] |
+//! | `bundle_files`, `agent_versions`, `agent_current` | by digest, `(name, version)`, name | [`versions`] |
+//!
+//! JSON columns are `text` on both backends (never `jsonb`, which would re-serialize). Every row
+//! but those of `idempotency_keys` and `webhook_subscriptions` carries `row_version` (now
+//! [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
 //!
@@ -93,8 +74,6 @@
 //!   could let a single-attempt step run twice.
 //! - A waiting session (e.g. awaiting approval) is rows only: one `waiting` step, one open
 //!   interrupt; no task, no connection, no lease.
-
-#![warn(missing_docs)]
 
 pub mod agents;
 pub mod audit;

@@ -16,7 +16,7 @@
 //! loss; the store bench (`claim_complete`) prints what `FULL` costs.
 //!
 //! **Group commit.** A step's commit, its claim, heartbeat and release go through
-//! [`crate::group`]: the writes queued while one batch was being flushed share the next
+//! `crate::group`: the writes queued while one batch was being flushed share the next
 //! transaction and its one fsync, each answered only once that is durable. A claim, heartbeat
 //! or release needs no flush of its own (losing it in a power cut is its lease running out, and
 //! its Worker died in the same power cut); the next flushed commit makes it durable too. Other

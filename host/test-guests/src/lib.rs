@@ -9,7 +9,7 @@
 //! `not-a-tool`: a WASI command, the wrong world) are all here. Add a guest to
 //! `build.rs`'s `GUESTS` and to a test.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 

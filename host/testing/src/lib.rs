@@ -17,8 +17,6 @@
 //! The `tollgate` binary these start is the one Cargo built for the test or bench that runs them
 //! ([`tollgate_binary`]).
 
-#![warn(missing_docs)]
-
 pub mod agent;
 pub mod chaos;
 pub mod mcp;

@@ -17,8 +17,6 @@
 //! package's other binary is `tollgate-box` (the box's init). `tollgate api` without the Worker is
 //! the `tollgate-api` package's binary: built there, it compiles and links no wasmtime.
 
-#![warn(missing_docs)]
-
 pub mod commands;
 
 use std::process::ExitCode;

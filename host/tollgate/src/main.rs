@@ -1,6 +1,8 @@
 //! The `tollgate` binary: parses the command line, runs it, and turns an error into a message on
 //! stderr and an exit code. Everything else lives in the library (`tollgate::run`).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

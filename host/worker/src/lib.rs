@@ -23,8 +23,6 @@
 //! service's (`tollgate-sessions`); the metrics it updates and the process set-up are
 //! `tollgate-process`'. It depends on no face.
 
-#![warn(missing_docs)]
-
 pub mod agent;
 pub mod bundle;
 pub mod config;

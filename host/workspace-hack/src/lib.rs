@@ -5,6 +5,8 @@
 //!
 //! The test below compares the two builds' unit graphs, what cargo compiles and why.
 
+#![forbid(unsafe_code)]
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeSet, HashMap, HashSet};

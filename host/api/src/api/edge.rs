@@ -1,7 +1,7 @@
 //! What a replica behind a load balancer needs around every request: its trace context, a bound on
 //! how many run at once and on how long each may take, and one access log line.
 //!
-//! Read [`edge`] first, the middleware. A request's W3C `traceparent` header (when it parses, see
+//! Read `edge` first, the middleware. A request's W3C `traceparent` header (when it parses, see
 //! [`TraceContext::parse`]) gives its trace id; otherwise the request starts a trace. Every log
 //! line of the request is inside a `request` span carrying `trace_id`, and the response carries
 //! `traceparent` with the trace id and this request's own span id, so a caller joins its trace to
@@ -33,7 +33,7 @@ use tracing::Instrument;
 use super::ApiError;
 use super::types::ErrorCode;
 
-/// The bounds of [`edge`].
+/// The bounds of the `edge` middleware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgeLimits {
     /// The longest a handler may run before its request is answered 503 `request_timeout`.

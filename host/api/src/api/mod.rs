@@ -2,7 +2,7 @@
 //! events over Server-Sent Events, health, metrics and the OpenAPI document.
 //!
 //! [`router`] builds it over a store (with the web inbox's files, [`crate::web`], at `/`); `tollgate serve` runs it beside a Worker and `tollgate api`
-//! alone. Every write goes through [`crate::sessions`], so the state machine's rules and the
+//! alone. Every write goes through `tollgate_sessions::service::Sessions`, so the state machine's rules and the
 //! store's idempotency hold for HTTP clients too. Every body is a type of [`types`]; the OpenAPI
 //! document is generated from those types and the handlers' `#[utoipa::path]` attributes
 //! ([`openapi`], served at `/openapi.json`, kept as the snapshot `snapshots/openapi.snap` beside this file).

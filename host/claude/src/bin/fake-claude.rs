@@ -20,6 +20,8 @@
 //!
 //! `claude --version` prints `FAKE_CLAUDE_VERSION` (default `2.1.328`) and ` (Claude Code)`.
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, Write};
 use std::time::Duration;
 

@@ -84,6 +84,7 @@ pub struct CapturedLog {
 }
 
 impl CapturedLog {
+    /// Starts capturing, until the value is dropped.
     pub fn start() -> Self {
         let buffer = Arc::new(Mutex::new(Vec::new()));
         let writer = SharedBuffer(buffer.clone());
@@ -96,6 +97,7 @@ impl CapturedLog {
         Self { buffer, _guard: tracing::subscriber::set_default(subscriber) }
     }
 
+    /// Everything logged so far, as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.buffer.lock().unwrap()).into_owned()
     }

@@ -16,7 +16,7 @@
 //! where
 //!     B: Backend<Db = DB>,
 //!     DB: OutboxDialect,
-//! { … }
+//! { /* … */ }
 //! ```
 //!
 //! # Caveats
@@ -25,7 +25,7 @@
 //!   unused bound costs nothing. A new bound type goes here, once.
 //! - The generated bounds name `::sqlx`: the crate using the attribute depends on sqlx.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 use quote::quote;

@@ -20,6 +20,8 @@
 //!   (their directories are under the system temp dir, named `tollgate-pg-*`); the
 //!   [`PgCluster::shared`] one is stopped by a watchdog process even then.
 
+#![forbid(unsafe_code)]
+
 pub mod conformance;
 pub mod outbox;
 pub mod skip;

@@ -4,6 +4,8 @@
 //! It answers `chart: <title>` and the PNG `red-bar.png` beside this crate (16×12 pixels, a red
 //! bar on white), whatever the title: the tests know its bytes and their digest.
 
+#![forbid(unsafe_code)]
+
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tollgate_guest::{CallError, Output, tool};

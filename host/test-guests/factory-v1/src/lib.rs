@@ -5,16 +5,19 @@
 //! the model overridable through the `MODEL` config key. `decide-cli-tool` is a `Bash` allow-list
 //! as code: read-only commands run, `rm` is refused, anything else waits for a human.
 
-wit_bindgen::generate!({
-    path: "wit",
-    world: "tollgate:agent/options-factory-with-cli-policy@0.1.0",
-    generate_all,
-});
+/// The bindings wit-bindgen generates for the world (private: nothing outside uses them).
+mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "tollgate:agent/options-factory-with-cli-policy@0.1.0",
+        generate_all,
+    });
+}
 
-use exports::tollgate::agent::cli_policy::Guest as CliPolicy;
-use exports::tollgate::agent::options::Guest as Options;
-use tollgate::agent::types::{AgentOptions, Decision, OptionsContext};
-use tollgate::tool::{config, log};
+use bindings::exports::tollgate::agent::cli_policy::Guest as CliPolicy;
+use bindings::exports::tollgate::agent::options::Guest as Options;
+use bindings::tollgate::agent::types::{AgentOptions, Decision, OptionsContext};
+use bindings::tollgate::tool::{config, log};
 
 struct Factory;
 
@@ -65,4 +68,4 @@ impl CliPolicy for Factory {
     }
 }
 
-export!(Factory);
+bindings::export!(Factory with_types_in bindings);

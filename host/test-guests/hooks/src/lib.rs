@@ -13,16 +13,19 @@
 //! With the config key `HOOKS_MISBEHAVE` set, every answer also carries a rewrite, which only
 //! `pre-tool-use` takes: the other events' answers are then refused by the host.
 
-wit_bindgen::generate!({
-    path: "wit",
-    world: "tollgate:agent/options-factory-with-hooks@0.2.0",
-    generate_all,
-});
+/// The bindings wit-bindgen generates for the world (private: nothing outside uses them).
+mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "tollgate:agent/options-factory-with-hooks@0.2.0",
+        generate_all,
+    });
+}
 
-use exports::tollgate::agent::hooks::{Guest as Hooks, HookAnswer, HookInput};
-use exports::tollgate::agent::options::Guest as Options;
-use tollgate::agent::types::{AgentOptions, HookEvent, HookMatcher, OptionsContext};
-use tollgate::tool::config;
+use bindings::exports::tollgate::agent::hooks::{Guest as Hooks, HookAnswer, HookInput};
+use bindings::exports::tollgate::agent::options::Guest as Options;
+use bindings::tollgate::agent::types::{AgentOptions, HookEvent, HookMatcher, OptionsContext};
+use bindings::tollgate::tool::config;
 
 struct Factory;
 
@@ -119,4 +122,4 @@ impl Hooks for Factory {
     }
 }
 
-export!(Factory);
+bindings::export!(Factory with_types_in bindings);

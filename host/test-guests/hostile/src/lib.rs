@@ -7,6 +7,8 @@
 //! a `$ref` loop that never moves into the value), and config `HOSTILE_NAME` lists one more tool
 //! under that name (a built-in's, in another letter case).
 
+#![forbid(unsafe_code)]
+
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tollgate_guest::http::Request;

@@ -8,6 +8,8 @@
 //! claim sent each request. Outcomes as the example `create_refund`: 2xx → the answer; 4xx → a
 //! refusal the model reads; 5xx or no connection → retryable.
 
+#![forbid(unsafe_code)]
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tollgate_guest::http::{HttpError, Request};

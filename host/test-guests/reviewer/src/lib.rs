@@ -10,18 +10,21 @@
 //! | `flood` | 50 notes of 2,000 characters each, risk `high` |
 //! | anything else, or none | risk `medium` and a note per recent tool record: `<tool> <status>` |
 
-wit_bindgen::generate!({
-    path: "wit",
-    world: "tollgate:agent/options-factory-with-review@0.3.0",
-    generate_all,
-});
+/// The bindings wit-bindgen generates for the world (private: nothing outside uses them).
+mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "tollgate:agent/options-factory-with-review@0.3.0",
+        generate_all,
+    });
+}
 
-use exports::tollgate::agent::options::Guest as Options;
-use exports::tollgate::agent::review::{
+use bindings::exports::tollgate::agent::options::Guest as Options;
+use bindings::exports::tollgate::agent::review::{
     Guest as Review, PendingCall, ReviewAnswer, Risk, ToolRecord, ToolStatus,
 };
-use tollgate::agent::types::{AgentOptions, OptionsContext};
-use tollgate::tool::config;
+use bindings::tollgate::agent::types::{AgentOptions, OptionsContext};
+use bindings::tollgate::tool::config;
 
 struct Factory;
 
@@ -80,4 +83,4 @@ impl Review for Factory {
     }
 }
 
-export!(Factory);
+bindings::export!(Factory with_types_in bindings);

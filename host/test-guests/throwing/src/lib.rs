@@ -6,6 +6,8 @@
 //! (`guest-sdk/*/test-cases/throwing*`). The three names only let one agent give the same handler
 //! three policies (single attempt, inline idempotent, deferred idempotent).
 
+#![forbid(unsafe_code)]
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tollgate_guest::http::Request;

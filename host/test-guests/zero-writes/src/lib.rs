@@ -11,6 +11,8 @@
 //! comes first, and answers how many writes it made; a write the host refuses ends it early with
 //! a failure that says so. A trap ends the call.
 
+#![forbid(unsafe_code)]
+
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tollgate_guest::{CallError, tool};

@@ -9,7 +9,7 @@
 //!   previous configuration (with the tools as they are) is locked, pushed into the store as the
 //!   agent's next version, those sessions are pinned to it, and a Worker of that version runs them,
 //!   and only them (`--pinned-only`: a new session is never its), while dev runs
-//!   ([`keep_running_sessions`]). Idle sessions take the new configuration.
+//!   (`keep_running_sessions`). Idle sessions take the new configuration.
 //!
 //! Each change is said on stdout as it is applied. The server's own log goes to stderr.
 

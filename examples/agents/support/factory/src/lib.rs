@@ -8,28 +8,31 @@
 //! total is a high risk ("refund exceeds the order total of €54.00"), within it a low one, and a
 //! refund of an order the session never looked up a medium one.
 
-wit_bindgen::generate!({
-    path: "wit",
-    inline: "
-        package example:support;
+/// The bindings wit-bindgen generates for the world (private: nothing outside uses them).
+mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        inline: "
+            package example:support;
 
-        world support-factory {
-            include tollgate:agent/options-factory-with-cli-policy@0.3.0;
-            export tollgate:agent/review@0.3.0;
-        }
-    ",
-    world: "example:support/support-factory",
-    generate_all,
-});
+            world support-factory {
+                include tollgate:agent/options-factory-with-cli-policy@0.3.0;
+                export tollgate:agent/review@0.3.0;
+            }
+        ",
+        world: "example:support/support-factory",
+        generate_all,
+    });
+}
 
-use exports::tollgate::agent::cli_policy::Guest as CliPolicy;
-use exports::tollgate::agent::options::Guest as Options;
-use exports::tollgate::agent::review::{
+use bindings::exports::tollgate::agent::cli_policy::Guest as CliPolicy;
+use bindings::exports::tollgate::agent::options::Guest as Options;
+use bindings::exports::tollgate::agent::review::{
     Guest as Review, PendingCall, ReviewAnswer, Risk, ToolRecord, ToolStatus,
 };
+use bindings::tollgate::agent::types::{AgentOptions, Decision, OptionsContext};
+use bindings::tollgate::tool::{config, log};
 use serde_json::Value;
-use tollgate::agent::types::{AgentOptions, Decision, OptionsContext};
-use tollgate::tool::{config, log};
 
 struct Factory;
 
@@ -132,7 +135,7 @@ fn money(cents: u64, currency: &str) -> String {
     let units = (cents / 100).to_string();
     let mut grouped = String::new();
     for (i, digit) in units.chars().enumerate() {
-        if i > 0 && (units.len() - i) % 3 == 0 {
+        if i > 0 && (units.len() - i).is_multiple_of(3) {
             grouped.push(',');
         }
         grouped.push(digit);
@@ -146,4 +149,4 @@ fn money(cents: u64, currency: &str) -> String {
     }
 }
 
-export!(Factory);
+bindings::export!(Factory with_types_in bindings);

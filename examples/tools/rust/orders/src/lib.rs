@@ -4,6 +4,8 @@
 //! is a tool-level error the model reads. The same tool is written in Go, JavaScript and Python
 //! under `examples/tools/`, and the cross-language test checks they all answer alike.
 
+#![forbid(unsafe_code)]
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tollgate_guest::{Output, tool};

@@ -5,6 +5,8 @@
 //! payments service can drop a repeat. Outcomes: 2xx → the service's answer; 4xx → a refusal the
 //! model reads; 5xx or no connection → a retryable error; a request the host denies → failed.
 
+#![forbid(unsafe_code)]
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tollgate_guest::http::{HttpError, Request};
