@@ -271,15 +271,24 @@ fn route_reference(document: &Value) -> String {
         if let Some(responses) = operation["responses"].as_object() {
             out.push_str("\n| status | body | meaning |\n| --- | --- | --- |\n");
             for (status, response) in responses {
+                // Every media type, sorted: the order of the document's map depends on
+                // serde_json's features in the build, the reference must not.
                 let body = response["content"]
                     .as_object()
-                    .and_then(|content| content.iter().next())
-                    .map(|(media, content)| {
-                        if media == "application/json" {
-                            schema_name(&content["schema"])
-                        } else {
-                            format!("`{media}`")
-                        }
+                    .filter(|content| !content.is_empty())
+                    .map(|content| {
+                        let mut media: Vec<String> = content
+                            .iter()
+                            .map(|(media, content)| {
+                                if media == "application/json" {
+                                    schema_name(&content["schema"])
+                                } else {
+                                    format!("`{media}`")
+                                }
+                            })
+                            .collect();
+                        media.sort();
+                        media.join(", ")
                     })
                     .unwrap_or_else(|| "—".to_owned());
                 out.push_str(&format!(
