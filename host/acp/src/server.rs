@@ -331,7 +331,7 @@ async fn ask_once(face: &Face, cx: &ConnectionTo<Client>, id: &str, interrupt_id
     match face.sessions.deciders(caller, id, interrupt_id).await {
         Ok(Deciders::Caller) => {}
         Ok(Deciders::Awaited(who)) => {
-            let text = format!("Waiting for approval by {who} (call {interrupt_id}).");
+            let text = format!("The call {interrupt_id} is {who}.");
             return notify(
                 cx,
                 id,

@@ -65,6 +65,7 @@
 //! - `webhooks`: `tollgate serve --webhooks` delivering signed events to a loopback receiver that
 //!   fails the first attempts, across a SIGKILL of the server.
 
+mod acp;
 mod agent_features;
 mod api;
 mod api_input;
