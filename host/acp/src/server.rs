@@ -235,6 +235,17 @@ async fn load_session(
     for interrupt_id in open {
         ask(face, cx, &id, &interrupt_id)?;
     }
+    // A turn in progress (its Worker may have died with the last client's process) goes on: its
+    // updates follow the replay until it ends.
+    if face.sessions.snapshot(&face.caller, &id).await.map_err(error)?.turn_id.is_some() {
+        let (face, task_cx) = (face.clone(), cx.clone());
+        cx.spawn(async move {
+            if let Err(error) = follow(&face, &task_cx, &id, after, None).await {
+                warn!(session = %id, %error, "the loaded session's turn was not followed to its end");
+            }
+            Ok(())
+        })?;
+    }
     Ok(LoadSessionResponse::new())
 }
 
@@ -256,30 +267,47 @@ async fn run_prompt(
 ) -> Result<PromptResponse, Error> {
     let id = request.session_id.to_string();
     let message = message_of(request.prompt)?;
-    let caller = &face.caller;
-    let snapshot = face.sessions.snapshot(caller, &id).await.map_err(error)?;
-    let mut after = snapshot.next_event_seq - 1;
-    let receipt = face.sessions.send(caller, &id, message).await.map_err(error)?;
-    let mut signal = face.sessions.event_signal(&id);
+    let snapshot = face.sessions.snapshot(&face.caller, &id).await.map_err(error)?;
+    let after = snapshot.next_event_seq - 1;
+    let receipt = face.sessions.send(&face.caller, &id, message).await.map_err(error)?;
+    match follow(face, cx, &id, after, Some(receipt.item_seq)).await? {
+        TurnEnd::Stopped(reason) => Ok(PromptResponse::new(reason)),
+        TurnEnd::Failed { reason, error } => Err(Error::new(ErrorCode::INTERNAL_ERROR, error)
+            .data(serde_json::json!({"reason": reason.as_str(), "session_id": id}))),
+    }
+}
+
+/// Follows session `id`'s events after seq `after` as `session/update`s, asking the approvals
+/// they await, until the end of the turn that answers the prompt of item seq `prompt` (any turn's
+/// end when `None`), which it returns.
+async fn follow(
+    face: &Face,
+    cx: &ConnectionTo<Client>,
+    id: &str,
+    mut after: i64,
+    prompt: Option<i64>,
+) -> Result<TurnEnd, Error> {
+    let mut signal = face.sessions.event_signal(id);
     // The turn that started after the message was stored: the one that may answer it.
     let mut turn: Option<String> = None;
     loop {
-        let page = face.sessions.events(caller, &id, after, PAGE).await.map_err(error)?;
+        let page = face.sessions.events(&face.caller, id, after, PAGE).await.map_err(error)?;
         for event in &page {
             after = event.seq;
             let Some(payload) = updates::parse(&event.kind, event.payload.get()).map_err(internal)? else {
                 continue;
             };
-            if matches!(payload, Payload::UserMessage(_)) {
+            if matches!(payload, Payload::UserMessage(_)) && prompt.is_some() {
                 continue; // The client sent it.
             }
-            notify_all(cx, &id, updates::updates(&payload))?;
+            notify_all(cx, id, updates::updates(&payload))?;
             match &payload {
                 Payload::TurnStarted(started) if turn.is_none() => turn = Some(started.turn_id.clone()),
-                Payload::ApprovalAwaited(awaited) => ask(face, cx, &id, &awaited.interrupt_id)?,
+                Payload::ApprovalAwaited(awaited) => ask(face, cx, id, &awaited.interrupt_id)?,
                 _ => {}
             }
             let Some(end) = updates::turn_end(&payload) else { continue };
+            let Some(prompt) = prompt else { return Ok(end) };
             let ended_turn = match &payload {
                 Payload::TurnCompleted(p) => Some(p.turn_id.as_str()),
                 Payload::TurnCancelled(p) => Some(p.turn_id.as_str()),
@@ -288,17 +316,12 @@ async fn run_prompt(
             };
             // A turn answers the message when its end took it in (completed or cancelled turns
             // move the session's prompts on), or when it is the turn that started after it.
-            let answered = answered_through(face, &id).await? >= receipt.item_seq;
+            let answered = answered_through(face, id).await? >= prompt;
             let ours = turn.as_deref().is_some_and(|t| Some(t) == ended_turn);
-            if !answered && !ours {
-                turn = None;
-                continue;
+            if answered || ours {
+                return Ok(end);
             }
-            return match end {
-                TurnEnd::Stopped(reason) => Ok(PromptResponse::new(reason)),
-                TurnEnd::Failed { reason, error } => Err(Error::new(ErrorCode::INTERNAL_ERROR, error)
-                    .data(serde_json::json!({"reason": reason.as_str(), "session_id": id}))),
-            };
+            turn = None;
         }
         if page.is_empty() {
             signal.wait(POLL).await;

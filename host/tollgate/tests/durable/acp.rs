@@ -96,6 +96,7 @@ async fn client<T: Send + 'static>(
     body: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<T, agent_client_protocol::Error> + Send + 'static,
 ) -> Result<T, agent_client_protocol::Error> {
     let (updates, asked) = (seen.updates.clone(), seen.asked.clone());
+    let held = Arc::new(Mutex::new(Vec::new()));
     let run = Client
         .v1()
         .name("test-editor")
@@ -109,6 +110,11 @@ async fn client<T: Send + 'static>(
         .on_receive_request(
             async move |request: RequestPermissionRequest, responder, _cx| {
                 asked.lock().unwrap().push(serde_json::to_value(&request).unwrap());
+                if answer == PermissionOptionKind::RejectAlways {
+                    // Never offered: this client never answers, and keeps the question open.
+                    held.lock().unwrap().push(responder);
+                    return Ok(());
+                }
                 let chosen = request.options.iter().find(|o| o.kind == answer).map(|o| o.option_id.clone());
                 let outcome = match chosen {
                     Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
@@ -251,4 +257,69 @@ async fn under_separation_of_duties_the_client_reads_who_is_awaited_and_its_canc
     assert!(seen.asked.lock().unwrap().is_empty(), "carl may not decide: he is not asked");
     assert!(seen.text().contains("waiting for approval by an approver"), "{}", seen.text());
     assert_eq!(world.payments.count(), 0, "cancelled: the refund never ran");
+}
+
+/// The process is SIGKILLed (its Worker with it) while the refund waits for the client's answer:
+/// a new `tollgate acp` loads the session, asks the permission again, and answering it runs the
+/// refund once and follows the turn to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permission_pending_when_the_process_is_killed_is_asked_again_after_load_and_runs_once() {
+    let Some(world) = World::new("acp: killed while asking", Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let first = Seen::default();
+    let mut child = start(&world, "acp-killed", "carl", &[]);
+    let pid = child.id().expect("it runs");
+    let watched = first.clone();
+    // This client never answers: the question is still open when the process dies.
+    let session = client(&mut child, &first, PermissionOptionKind::RejectAlways, async move |cx| {
+        cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+        let session = cx.send_request(NewSessionRequest::new("/tmp")).block_task().await?.session_id;
+        let _prompt = cx.send_request(PromptRequest::new(session.clone(), text(REFUND)));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while watched.asked.lock().unwrap().is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "never asked: {:?}", watched.kinds());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        assert!(killed.unwrap().success());
+        Ok(session.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    assert_eq!(world.payments.count(), 0, "nothing ran: the call waits for a decision");
+
+    let second = Seen::default();
+    let mut again = start(&world, "acp-after", "carl", &[]);
+    let (id, store) = (session.clone(), world.store.clone());
+    client(&mut again, &second, PermissionOptionKind::AllowOnce, async move |cx| {
+        cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+        cx.send_request(LoadSessionRequest::new(id.clone(), "/tmp")).block_task().await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let session = store.session(&id).await.unwrap().unwrap();
+            if session.status == "idle" {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the turn did not end: {}", session.status);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // The follower's last updates come with the turn's end.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!("{e:?}: {}", std::fs::read_to_string(world.dir.path().join("acp-after.log")).unwrap())
+    });
+    assert_eq!(second.asked.lock().unwrap().len(), 1, "asked again, once");
+    assert_eq!(world.payments.count(), 1, "answered after the kill: it ran once");
+    let completed = second
+        .updates
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|u| u["sessionUpdate"] == "tool_call_update" && u["rawOutput"]["status"] == "succeeded");
+    assert!(completed, "the loaded session's turn is followed to its end: {:?}", second.kinds());
 }
