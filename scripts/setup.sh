@@ -17,3 +17,4 @@ scripts/install-postgres.sh
 scripts/install-chromium.sh
 scripts/install-axe-core.sh
 scripts/install-lighthouse.sh
+scripts/install-acp-clients.sh

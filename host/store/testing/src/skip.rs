@@ -3,7 +3,8 @@
 //! skips and says so on stderr (past libtest's capture). A skip is never silent.
 //!
 //! `TOLLGATE_SKIP_MISSING` is a comma-separated list of [`Dependency`] names: `cli` (the real
-//! Claude Code CLI), `postgres`, `schemathesis`, `browser` (Chromium and chromedriver), or `all`.
+//! Claude Code CLI), `postgres`, `schemathesis`, `browser` (Chromium and chromedriver), `acp` (the
+//! ACP clients the ACP face is tested with), or `all`.
 //! It only lets a *missing* dependency skip: a test whose dependency is installed runs. An
 //! unknown name fails the test that finds its dependency missing, so a typo cannot turn a
 //! failure into a skip.
@@ -28,6 +29,8 @@ pub enum Dependency {
     Schemathesis,
     /// Chromium and chromedriver (`scripts/install-chromium.sh`).
     Browser,
+    /// The ACP clients nobody here wrote that drive `tollgate acp` (`scripts/install-acp-clients.sh`).
+    AcpClients,
 }
 
 /// The variable naming the dependencies whose absence skips a test instead of failing it.
@@ -35,8 +38,13 @@ pub const SKIP_MISSING: &str = "TOLLGATE_SKIP_MISSING";
 
 impl Dependency {
     /// Every dependency, in the order the docs list them.
-    pub const ALL: [Dependency; 4] =
-        [Dependency::Cli, Dependency::Postgres, Dependency::Schemathesis, Dependency::Browser];
+    pub const ALL: [Dependency; 5] = [
+        Dependency::Cli,
+        Dependency::Postgres,
+        Dependency::Schemathesis,
+        Dependency::Browser,
+        Dependency::AcpClients,
+    ];
 
     /// Its name in `TOLLGATE_SKIP_MISSING`.
     pub fn name(self) -> &'static str {
@@ -45,6 +53,7 @@ impl Dependency {
             Dependency::Postgres => "postgres",
             Dependency::Schemathesis => "schemathesis",
             Dependency::Browser => "browser",
+            Dependency::AcpClients => "acp",
         }
     }
 
@@ -54,6 +63,7 @@ impl Dependency {
             Dependency::Postgres => "PostgreSQL",
             Dependency::Schemathesis => "the API contract checkers (schemathesis, openapi-spec-validator)",
             Dependency::Browser => "Chromium and chromedriver",
+            Dependency::AcpClients => "the ACP clients (acpx)",
         }
     }
 
@@ -63,6 +73,7 @@ impl Dependency {
             Dependency::Postgres => "scripts/install-postgres.sh",
             Dependency::Schemathesis => "scripts/install-api-checks.sh",
             Dependency::Browser => "scripts/install-chromium.sh",
+            Dependency::AcpClients => "scripts/install-acp-clients.sh",
         }
     }
 

@@ -323,3 +323,61 @@ async fn a_permission_pending_when_the_process_is_killed_is_asked_again_after_lo
         .any(|u| u["sessionUpdate"] == "tool_call_update" && u["rawOutput"]["status"] == "succeeded");
     assert!(completed, "the loaded session's turn is followed to its end: {:?}", second.kinds());
 }
+
+/// `acpx` (npm, pinned in `tools/acpx`), the headless ACP client nobody here wrote, runs the refund
+/// through `tollgate acp` with its own permission handling answering the approval: the refund runs
+/// once and acpx prints the agent's answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn acpx_runs_the_refund_through_tollgate_acp_and_answers_its_approval_over_acp() {
+    let acpx = tollgate_testing::root().join("tools/acpx/node_modules/.bin/acpx");
+    if !acpx.exists() {
+        tollgate_testing::skip::missing(
+            tollgate_testing::skip::Dependency::AcpClients,
+            "acp::acpx_runs_the_refund",
+            &format!("{} is not installed", acpx.display()),
+        );
+        return;
+    }
+    let Some(world) = World::new("acp: acpx drives the refund", Refund::SingleAttemptWithApproval).await
+    else {
+        return;
+    };
+    let tollgate = world.tollgate();
+    let std = tollgate.as_std();
+    let agent = format!(
+        "{} acp --agent {} --db {} --as carl --poll-secs 0.2 --worker-id acpx",
+        std.get_program().to_string_lossy(),
+        world.agent.display(),
+        world.db
+    );
+    let home = world.dir.path().join("acpx-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut command = tokio::process::Command::new(&acpx);
+    for (name, value) in std.get_envs() {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    command
+        .env("HOME", &home)
+        .current_dir(world.dir.path())
+        .args(["--agent", &agent, "--approve-all", "--format", "json", "--timeout", "180", "exec", REFUND])
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(240), command.output())
+        .await
+        .expect("acpx ends in time")
+        .expect("acpx runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "acpx failed: {stdout}\n{stderr}");
+    assert_eq!(world.payments.count(), 1, "approved through acpx: it ran once\n{stdout}\n{stderr}");
+    assert!(stdout.contains("create_refund"), "acpx saw the tool call: {stdout}");
+    let sessions = world.store.list_sessions(None, "", 10).await.unwrap();
+    assert_eq!(sessions.len(), 1, "one session");
+    let session = &sessions[0].session_id;
+    assert_eq!(world.store.audit().started_by(session).await.unwrap().as_deref(), Some("carl"));
+    let decided = world.store.read_events(session, 0, 10_000).await.unwrap();
+    let decision = decided.iter().find(|e| e.kind == "decision_recorded").expect("a decision was recorded");
+    assert!(decision.payload.get().contains("\"principal\":\"carl\""), "{}", decision.payload.get());
+}
