@@ -11,12 +11,14 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation, InitializeRequest,
-    InitializeResponse, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
-    McpCapabilities, NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
-    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionCapabilities, SessionInfo, SessionListCapabilities, SessionNotification, SessionUpdate,
-    TextContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    ContentChunk, DeleteSessionRequest, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities,
+    PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities, SessionInfo,
+    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, SessionUpdate, TextContent,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
 };
 use agent_client_protocol::{Agent, Client, ConnectTo, Error, ErrorCode};
 use tollgate_engine::events::Payload;
@@ -60,6 +62,7 @@ pub async fn serve(face: Face, transport: impl ConnectTo<Agent> + 'static) -> Re
     let face = Arc::new(face);
     let (new, prompt, load, list, cancel) =
         (face.clone(), face.clone(), face.clone(), face.clone(), face.clone());
+    let (resume, close) = (face.clone(), face.clone());
     Agent
         .v1()
         .name("tollgate")
@@ -90,6 +93,37 @@ pub async fn serve(face: Face, transport: impl ConnectTo<Agent> + 'static) -> Re
                 cx.spawn(async move {
                     responder.respond_with_result(load_session(&face, &task_cx, request).await)
                 })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ResumeSessionRequest, responder, cx: ConnectionTo<Client>| {
+                let face = resume.clone();
+                let task_cx = cx.clone();
+                cx.spawn(async move {
+                    responder.respond_with_result(resume_session(&face, &task_cx, request).await)
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: CloseSessionRequest, responder, _cx| {
+                // The session is durable: closing it here frees nothing but the client's view.
+                let closed = close.sessions.session(&close.caller, &request.session_id.to_string()).await;
+                responder.respond_with_result(closed.map(|_| CloseSessionResponse::new()).map_err(error))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: DeleteSessionRequest, responder, _cx| {
+                responder.respond_with_error(Error::new(
+                    ErrorCode::INVALID_REQUEST,
+                    format!(
+                        "session `{}` is not deleted: a Tollgate session's records are its audit trail \
+                         (every call, decision and outcome); the operator's retention removes them",
+                        request.session_id
+                    ),
+                ))
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -126,7 +160,12 @@ fn initialize(request: &InitializeRequest) -> InitializeResponse {
         .load_session(true)
         .prompt_capabilities(PromptCapabilities::new().image(true))
         .mcp_capabilities(McpCapabilities::new())
-        .session_capabilities(SessionCapabilities::new().list(SessionListCapabilities::new()));
+        .session_capabilities(
+            SessionCapabilities::new()
+                .list(SessionListCapabilities::new())
+                .resume(SessionResumeCapabilities::new())
+                .close(SessionCloseCapabilities::new()),
+        );
     InitializeResponse::new(version)
         .agent_capabilities(capabilities)
         .agent_info(Implementation::new("tollgate", env!("CARGO_PKG_VERSION")).title("Tollgate"))
@@ -135,14 +174,7 @@ fn initialize(request: &InitializeRequest) -> InitializeResponse {
 /// `session/new`: a Tollgate session of the agent. The agent works in its own workspace, not in
 /// the client's `cwd`.
 async fn new_session(face: &Face, request: NewSessionRequest) -> Result<NewSessionResponse, Error> {
-    if let Some(server) = request.mcp_servers.first() {
-        return Err(invalid(format!(
-            "mcpServers: this agent does not reach the client's MCP servers yet ({} given, the first `{}`); start \
-             the session without them",
-            request.mcp_servers.len(),
-            server_name(server)
-        )));
-    }
+    no_mcp_servers(&request.mcp_servers)?;
     let new = NewSession {
         session_id: format!("session-{}", tollgate_sessions::ids::random_id()),
         agent: face.agent.clone(),
@@ -210,18 +242,37 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 }
 
 /// `session/load`: the stored conversation replayed as `session/update`s (from the store, in
-/// whatever process), then the approvals still open asked again.
+/// whatever process), then [`attach`].
 async fn load_session(
     face: &Face,
     cx: &ConnectionTo<Client>,
     request: LoadSessionRequest,
 ) -> Result<LoadSessionResponse, Error> {
-    let id = request.session_id.to_string();
-    face.sessions.session(&face.caller, &id).await.map_err(error)?;
+    no_mcp_servers(&request.mcp_servers)?;
+    attach(face, cx, &request.session_id.to_string(), true).await?;
+    Ok(LoadSessionResponse::new())
+}
+
+/// `session/resume`: [`attach`] without the replay.
+async fn resume_session(
+    face: &Face,
+    cx: &ConnectionTo<Client>,
+    request: ResumeSessionRequest,
+) -> Result<ResumeSessionResponse, Error> {
+    no_mcp_servers(&request.mcp_servers)?;
+    attach(face, cx, &request.session_id.to_string(), false).await?;
+    Ok(ResumeSessionResponse::new())
+}
+
+/// Attaches the client to session `id` (replaying its events as updates when `replay`): the
+/// approvals still open are asked again, and a turn in progress (its Worker may have died with
+/// the last client's process: it goes on on any Worker) is followed to its end.
+async fn attach(face: &Face, cx: &ConnectionTo<Client>, id: &str, replay: bool) -> Result<(), Error> {
+    face.sessions.session(&face.caller, id).await.map_err(error)?;
     let mut after = 0;
     let mut open = Vec::new();
     loop {
-        let page = face.sessions.events(&face.caller, &id, after, PAGE).await.map_err(error)?;
+        let page = face.sessions.events(&face.caller, id, after, PAGE).await.map_err(error)?;
         let Some(last) = page.last() else { break };
         after = last.seq;
         for event in &page {
@@ -229,24 +280,37 @@ async fn load_session(
                 continue;
             };
             track_open(&mut open, &payload);
-            notify_all(cx, &id, updates::updates(&payload))?;
+            if replay {
+                notify_all(cx, id, updates::updates(&payload))?;
+            }
         }
     }
     for interrupt_id in open {
-        ask(face, cx, &id, &interrupt_id)?;
+        ask(face, cx, id, &interrupt_id)?;
     }
-    // A turn in progress (its Worker may have died with the last client's process) goes on: its
-    // updates follow the replay until it ends.
-    if face.sessions.snapshot(&face.caller, &id).await.map_err(error)?.turn_id.is_some() {
-        let (face, task_cx) = (face.clone(), cx.clone());
+    if face.sessions.snapshot(&face.caller, id).await.map_err(error)?.turn_id.is_some() {
+        let (face, task_cx, id) = (face.clone(), cx.clone(), id.to_owned());
         cx.spawn(async move {
             if let Err(error) = follow(&face, &task_cx, &id, after, None).await {
-                warn!(session = %id, %error, "the loaded session's turn was not followed to its end");
+                warn!(session = %id, %error, "the session's turn was not followed to its end");
             }
             Ok(())
         })?;
     }
-    Ok(LoadSessionResponse::new())
+    Ok(())
+}
+
+/// The client's MCP servers are not reached yet: an error naming the first, if any.
+fn no_mcp_servers(servers: &[agent_client_protocol::v1::schema::McpServer]) -> Result<(), Error> {
+    match servers.first() {
+        None => Ok(()),
+        Some(server) => Err(invalid(format!(
+            "mcpServers: this agent does not reach the client's MCP servers yet ({} given, the first `{}`); \
+             attach the session without them",
+            servers.len(),
+            server_name(server)
+        ))),
+    }
 }
 
 /// Keeps `open` the interrupts opened and not resolved so far.

@@ -10,10 +10,11 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    AudioContent, CancelNotification, ContentBlock, InitializeRequest, ListSessionsRequest,
-    LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest, PermissionOptionKind, PromptRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-    SessionNotification, StopReason, TextContent,
+    AudioContent, CancelNotification, CloseSessionRequest, ContentBlock, DeleteSessionRequest,
+    InitializeRequest, ListSessionsRequest, LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest,
+    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, ResumeSessionRequest, SelectedPermissionOutcome, SessionNotification,
+    StopReason, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines};
 use futures_util::StreamExt;
@@ -195,6 +196,11 @@ async fn an_acp_client_answers_the_refunds_permission_it_runs_once_and_another_p
         let listed = cx.send_request(ListSessionsRequest::new()).block_task().await?;
         assert!(listed.sessions.iter().any(|s| s.session_id.to_string() == id), "{listed:?}");
         cx.send_request(LoadSessionRequest::new(id.clone(), "/elsewhere")).block_task().await?;
+        cx.send_request(ResumeSessionRequest::new(id.clone(), "/elsewhere")).block_task().await?;
+        cx.send_request(CloseSessionRequest::new(id.clone())).block_task().await?;
+        let kept = cx.send_request(DeleteSessionRequest::new(id.clone())).block_task().await;
+        let kept = kept.expect_err("a session is not deleted");
+        assert!(kept.message.contains("audit trail"), "{kept:?}");
 
         let unknown = cx.send_request(PromptRequest::new("no-such-session", text("hi"))).block_task().await;
         let unknown = unknown.expect_err("an unknown session is an error");
@@ -271,10 +277,14 @@ async fn a_permission_pending_when_the_process_is_killed_is_asked_again_after_lo
     let mut child = start(&world, "acp-killed", "carl", &[]);
     let pid = child.id().expect("it runs");
     let watched = first.clone();
-    // This client never answers: the question is still open when the process dies.
-    let session = client(&mut child, &first, PermissionOptionKind::RejectAlways, async move |cx| {
+    let named = Arc::new(Mutex::new(None));
+    let name = named.clone();
+    // This client never answers: the question is still open when the process dies. The kill may
+    // end the connection before the body does: the session's id is kept before it.
+    let killed = client(&mut child, &first, PermissionOptionKind::RejectAlways, async move |cx| {
         cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
         let session = cx.send_request(NewSessionRequest::new("/tmp")).block_task().await?.session_id;
+        *name.lock().unwrap() = Some(session.to_string());
         let _prompt = cx.send_request(PromptRequest::new(session.clone(), text(REFUND)));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         while watched.asked.lock().unwrap().is_empty() {
@@ -283,11 +293,11 @@ async fn a_permission_pending_when_the_process_is_killed_is_asked_again_after_lo
         }
         let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         assert!(killed.unwrap().success());
-        Ok(session.to_string())
+        Ok(())
     })
-    .await
-    .unwrap_or_else(|e| panic!("{e:?}"));
+    .await;
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let session = named.lock().unwrap().clone().unwrap_or_else(|| panic!("no session: {killed:?}"));
     assert_eq!(world.payments.count(), 0, "nothing ran: the call waits for a decision");
 
     let second = Seen::default();
