@@ -76,7 +76,9 @@
 //! `(session_id, tool_call_id)`), the check marks of tool calls that needed attention, a partial
 //! index of the calls that do, and the trail's `checked` decision (see [`AuditLog::mark_checked`]);
 //! migration 0017 `agent_digests.tools`, the custom tools a Worker loaded from the bundle (see
-//! [`agents::AgentRegistry::publish_tools`]). JSON columns are `text` on both backends
+//! [`agents::AgentRegistry::publish_tools`]); migration 0018 `tools_unavailable` (PK `(agent,
+//! worker)`), the tool components each Worker could not load (see
+//! [`agents::AgentRegistry::report_unavailable_tools`]). JSON columns are `text` on both backends
 //! (never `jsonb`, which would re-serialize). Every row carries `row_version` (now [`ROW_VERSION`] = 1).
 //!
 //! # Caveats
@@ -115,7 +117,10 @@ mod group;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use agents::{AgentRegistry, AgentTools, KnownAgent, Registration};
+pub use agents::{
+    AgentRegistry, AgentTools, KnownAgent, MAX_WORKER_ID, Registration, UnavailableComponent,
+    UnavailableTools,
+};
 pub use audit::{
     AttentionCall, AuditDecision, AuditEntry, AuditLog, AuditQuery, CallCheck, CheckMark, CheckReceipt,
     NewAuditEntry,
