@@ -144,6 +144,14 @@ pub struct UnavailableTools {
     pub reported_at: i64,
 }
 
+/// How often a Worker repeats a report of unavailable components that is still true (and looks
+/// at its tools while idle).
+pub const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a report counts after it was made: a Worker that repeats it misses two
+/// [`REPORT_EVERY`] before readers take it for gone.
+pub const REPORT_FRESH: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// The longest Worker id a report takes, in bytes.
 pub const MAX_WORKER_ID: usize = 200;
 
