@@ -826,7 +826,8 @@ pub struct ToolUnavailable {
     #[serde(default)]
     #[schema(required = true)]
     pub serving_last_good: bool,
-    /// Since when the Worker reports it so (ms since the epoch, the store's clock).
+    /// The Worker has reported it unavailable without a break at least since then (ms since the
+    /// epoch, the store's clock: when that Worker's list of unavailable components last changed).
     #[serde(default)]
     #[schema(required = true)]
     pub since: i64,

@@ -99,7 +99,8 @@ pub trait AgentRegistry: Send + Sync {
     /// Records that Worker `worker`, serving agent `name` from bundle `digest`, could not load
     /// `components` at its last look at `tools/` (its report replaces the one before; none removes
     /// it). `changed_at` moves only when the list or the digest changed; `reported_at` moves at
-    /// every report, so a Worker repeating an unchanged report says it is still there.
+    /// every report, so a Worker repeating an unchanged report says it is still there. Reports not
+    /// repeated for [`FORGET_AFTER`] are removed.
     async fn report_unavailable_tools(
         &self,
         name: &str,
@@ -152,6 +153,11 @@ pub const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(30)
 /// [`REPORT_EVERY`] before readers take it for gone.
 pub const REPORT_FRESH: std::time::Duration = std::time::Duration::from_secs(90);
 
+/// How long a report not repeated stays in the store before the next report (of any Worker)
+/// removes it: long after readers stopped counting it ([`REPORT_FRESH`]), so an operator can still
+/// find in the database what a Worker that died had reported.
+pub const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// The longest Worker id a report takes, in bytes.
 pub const MAX_WORKER_ID: usize = 200;
 
@@ -188,6 +194,8 @@ struct AgentStatements {
     report_unavailable: &'static str,
     /// Removes the report of `$1` agent, `$2` worker.
     clear_unavailable: &'static str,
+    /// Removes the reports not repeated for [`FORGET_AFTER`] (their Workers are long gone).
+    forget_unavailable: &'static str,
     /// The reports made within `$1` ms of now.
     unavailable: &'static str,
 }
@@ -234,6 +242,11 @@ fn statements<DB: Dialect>() -> &'static AgentStatements {
             )
             .leak(),
             clear_unavailable: "DELETE FROM tools_unavailable WHERE agent = $1 AND worker = $2",
+            forget_unavailable: format!(
+                "DELETE FROM tools_unavailable WHERE reported_at < {now} - {}",
+                FORGET_AFTER.as_millis()
+            )
+            .leak(),
             unavailable: format!(
                 "SELECT agent, worker, row_version, digest, components, changed_at, reported_at
                  FROM tools_unavailable WHERE reported_at >= {now} - $1 ORDER BY agent, worker"
@@ -424,6 +437,8 @@ where
             });
         }
         let sql = statements::<DB>();
+        // Workers killed without a word leave reports nobody reads: the next report removes them.
+        sqlx::query(sql.forget_unavailable).execute(self.write_pool()).await?;
         if components.is_empty() {
             sqlx::query(sql.clear_unavailable).bind(name).bind(worker).execute(self.write_pool()).await?;
             return Ok(());

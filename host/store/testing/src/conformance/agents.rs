@@ -389,6 +389,11 @@ async fn unavailable_tools_are_one_report_per_worker_read_while_fresh_and_remove
         registry.unavailable_tools(fresh).await.unwrap().into_iter().map(|r| r.worker).collect();
     assert_eq!(left, ["w-3"]);
 
+    // Long after, the next report of any Worker removes it.
+    h.exec("UPDATE tools_unavailable SET reported_at = reported_at - 90000000 WHERE worker = 'w-2'").await;
+    registry.report_unavailable_tools(SUPPORT, "w-3", "sha256:a", &one).await.unwrap();
+    assert_eq!(h.count("SELECT count(*) FROM tools_unavailable").await, 1, "w-3's only");
+
     // Bad input is refused, naming what was wrong; nothing is written.
     let long = "w".repeat(MAX_WORKER_ID + 1);
     for (name, worker, digest) in [
