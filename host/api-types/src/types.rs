@@ -686,6 +686,10 @@ pub struct AgentInfo {
     pub versions: Vec<AgentVersionInfo>,
     /// The bundles its Workers and servers loaded, by first load.
     pub loaded: Vec<LoadedBundle>,
+    /// Its tool components that a Worker could not load, as `/healthz` names them.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub tools_unavailable: Vec<ToolUnavailable>,
 }
 
 /// A version of an agent in the store.

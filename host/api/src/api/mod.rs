@@ -1095,6 +1095,9 @@ async fn list_agents(
     names.extend(state.store.versions().pushed_agents().await?);
     names.sort();
     names.dedup();
+    let unavailable = unavailable_components(
+        state.store.agents().unavailable_tools(tollgate_store::agents::REPORT_FRESH).await?,
+    );
     let mut agents = Vec::new();
     for name in names.into_iter().filter(|name| caller.sees_agent(Some(name))) {
         let versions: Vec<types::AgentVersionInfo> = state
@@ -1124,7 +1127,8 @@ async fn list_agents(
             })
             .collect();
         let current = versions.iter().find(|v| v.current).map(|v| v.version);
-        agents.push(types::AgentInfo { name, current, versions, loaded });
+        let tools_unavailable = unavailable.iter().filter(|u| u.agent == name).cloned().collect();
+        agents.push(types::AgentInfo { name, current, versions, loaded, tools_unavailable });
     }
     Ok(Json(types::AgentList { agents }).into_response())
 }

@@ -152,7 +152,8 @@ async fn an_outcome_unknown_refund_is_loud_on_its_session_page_and_in_the_inbox_
 
 /// A tool component a Worker could not load is named in the inbox's "Needs attention" section by
 /// a `tollgate api` with no Worker of its own (from the Worker's report in the store): which
-/// component of which agent, which Worker, and why, shown as text.
+/// component of which agent, which Worker, and why, shown as text; and under its agent on the
+/// Agents page.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unavailable_tool_component_is_named_in_the_inbox_of_a_standalone_api() {
     let _one = ONE_BROWSER.lock().await;
@@ -173,6 +174,8 @@ async fn an_unavailable_tool_component_is_named_in_the_inbox_of_a_standalone_api
         .report_unavailable_tools("agent", "worker-7", "sha256:abc", &[broken])
         .await
         .unwrap();
+    // Its Worker registered the agent (the Agents page lists the agents the store knows).
+    world.store.agents().register_agent("agent", "sha256:abc", false).await.unwrap();
     let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;
     browser.sign_in(&served.url, "t0ken", "tollgate:token").await;
     browser.client.goto(&format!("{}/#/inbox", served.url)).await.unwrap();
@@ -202,5 +205,21 @@ async fn an_unavailable_tool_component_is_named_in_the_inbox_of_a_standalone_api
     browser.screenshot("inbox-tool-unavailable").await;
     browser.assert_no_console_errors("the inbox with an unavailable tool component").await;
     browser.assert_axe_clean("the inbox with an unavailable tool component").await;
+
+    // The Agents page says it too, under the agent.
+    browser.client.goto(&format!("{}/#/agents", served.url)).await.unwrap();
+    let row = browser
+        .until(
+            "the component on the agents page",
+            "const r = document.querySelector('section[data-agent=\"agent\"] table.unavailable tbody tr[data-component=\"truncated\"]'); return r && [...r.querySelectorAll('td')].map((d) => d.textContent);",
+            vec![],
+        )
+        .await;
+    let cells: Vec<&str> = row.as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!((cells[0], cells[1]), ("truncated", "worker-7"), "{row}");
+    assert!(cells[3].ends_with(reason), "{row}");
+    browser.screenshot("agents-tool-unavailable").await;
+    browser.assert_no_console_errors("the agents page with an unavailable tool component").await;
+    browser.assert_axe_clean("the agents page with an unavailable tool component").await;
     served.stop().await;
 }
