@@ -432,6 +432,11 @@ pub struct CheckRequest {
 pub struct AttentionList {
     /// The calls that need attention, oldest change first (at most `limit`).
     pub calls: Vec<AttentionItem>,
+    /// The tool components of the caller's agents that a Worker could not load, as `/healthz`
+    /// names them: until mended, the model cannot use their tools.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub tools_unavailable: Vec<ToolUnavailable>,
 }
 
 /// A page of `GET /v1/sessions`, by id.
@@ -681,6 +686,10 @@ pub struct AgentInfo {
     pub versions: Vec<AgentVersionInfo>,
     /// The bundles its Workers and servers loaded, by first load.
     pub loaded: Vec<LoadedBundle>,
+    /// Its tool components that a Worker could not load, as `/healthz` names them.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub tools_unavailable: Vec<ToolUnavailable>,
 }
 
 /// A version of an agent in the store.
@@ -780,7 +789,7 @@ pub struct StreamError {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct Health {
     /// `ok`, `degraded` (reads work, but writes do not, steps wait that no Worker claims, or tool
-    /// components of this process's Worker did not load) or
+    /// components of a Worker did not load) or
     /// `down` (503).
     pub status: HealthStatus,
     /// The store's probes.
@@ -790,8 +799,9 @@ pub struct Health {
     #[serde(default)]
     #[schema(required = true)]
     pub unclaimable: Vec<Unclaimable>,
-    /// The tool components of this process's Worker's agent that did not load at its last look
-    /// at `tools/` (the others serve): the status is then `degraded`. Absent when there is none.
+    /// The tool components that a Worker of any agent on this store could not load at its last
+    /// look at `tools/` (the others serve), as the Workers report them to the store, by agent,
+    /// component and Worker: the status is then `degraded`. Absent when there is none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools_unavailable: Vec<ToolUnavailable>,
     /// How this process's Worker runs the agent's CLIs: `bwrap` (each in a box) or `none` (on the
@@ -800,7 +810,8 @@ pub struct Health {
     pub sandbox: Option<String>,
 }
 
-/// A tool component that did not load.
+/// A tool component that a Worker could not load: the model reads that its tools are
+/// unavailable when it calls one, until the file is mended.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct ToolUnavailable {
     /// The agent.
@@ -809,6 +820,21 @@ pub struct ToolUnavailable {
     pub component: String,
     /// Why it did not load.
     pub reason: String,
+    /// The Worker that reported it (its `--worker-id`; Workers of one agent may see different
+    /// files).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub worker: String,
+    /// Whether its last good build (an earlier version of the file) still serves its tools; else
+    /// the component serves nothing.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub serving_last_good: bool,
+    /// The Worker has reported it unavailable without a break at least since then (ms since the
+    /// epoch, the store's clock: when that Worker's list of unavailable components last changed).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub since: i64,
 }
 
 /// Steps of one agent that no Worker claimed for longer than the bound.

@@ -206,18 +206,26 @@ impl Metrics {
                 let _ = writeln!(out, "tollgate_waiting_approvals{{agent=\"{agent}\"}} {n}");
             }
         }
+        // The store's reports, for every agent; this process's Worker's own look for its agent
+        // when the store has none of it (0 once it looked: the series exists before a failure).
+        let mut unavailable: BTreeMap<String, usize> = BTreeMap::new();
         if let Some((agent, components)) = self.unavailable_tools() {
+            unavailable.insert(agent, components.len());
+        }
+        for (agent, n) in store.tools_unavailable.iter().flatten() {
+            unavailable.insert(agent.clone(), *n);
+        }
+        if !unavailable.is_empty() {
             out.push_str(
-                "# HELP tollgate_tool_components_unavailable Tool components of the agent this process's Worker \
-                 serves that did not load at its last look at tools/ (each named by /healthz and the log).\n",
+                "# HELP tollgate_tool_components_unavailable Tool components of each agent that a Worker \
+                 could not load at its last look at tools/ (distinct names across its Workers' reports; \
+                 each named by /healthz, the inbox and the log).\n",
             );
             out.push_str("# TYPE tollgate_tool_components_unavailable gauge\n");
-            let agent = agent.replace('\\', "\\\\").replace('"', "\\\"");
-            let _ = writeln!(
-                out,
-                "tollgate_tool_components_unavailable{{agent=\"{agent}\"}} {}",
-                components.len()
-            );
+            for (agent, n) in &unavailable {
+                let agent = agent.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "tollgate_tool_components_unavailable{{agent=\"{agent}\"}} {n}");
+            }
         }
         let mcp = self.inner.lock().expect("metrics lock").mcp_calls.clone();
         if !mcp.is_empty() {
@@ -385,6 +393,24 @@ pub struct StoreFigures {
     pub open_interrupts_by_agent: Option<Vec<(String, i64)>>,
     /// Steps due and unclaimed for longer than the bound, by agent.
     pub unclaimable: Option<Vec<tollgate_store::UnclaimedSteps>>,
+    /// Tool components that Workers could not load, by agent ([`unavailable_by_agent`]).
+    pub tools_unavailable: Option<Vec<(String, usize)>>,
+}
+
+/// How many distinct tool components the Workers' `reports` name, by agent (a component broken
+/// for two Workers of one agent counts once), and 0 for each of the `known` agents they do not
+/// name.
+pub fn unavailable_by_agent(
+    reports: &[tollgate_store::UnavailableTools],
+    known: &[&str],
+) -> Vec<(String, usize)> {
+    let mut names: BTreeMap<&str, std::collections::BTreeSet<&str>> =
+        known.iter().map(|agent| (*agent, std::collections::BTreeSet::new())).collect();
+    for report in reports {
+        let entry = names.entry(report.agent.as_str()).or_default();
+        entry.extend(report.components.iter().map(|c| c.component.as_str()));
+    }
+    names.into_iter().map(|(agent, components)| (agent.to_owned(), components.len())).collect()
 }
 
 #[cfg(test)]
@@ -405,6 +431,7 @@ mod tests {
                 steps: 2,
                 oldest_due_at: 1,
             }]),
+            tools_unavailable: None,
         };
         let text = metrics.render(&figures);
         assert!(text.contains("tollgate_unclaimable_steps{agent=\"bil\\\"ling\"} 2"), "{text}");
@@ -441,6 +468,52 @@ mod tests {
         metrics.set_unavailable_tools("support", Vec::new());
         let text = metrics.render(&StoreFigures::default());
         assert!(text.contains("tollgate_tool_components_unavailable{agent=\"support\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn the_stores_reports_count_each_agents_distinct_components_across_its_workers() {
+        let report = |agent: &str, worker: &str, names: &[&str]| tollgate_store::UnavailableTools {
+            agent: agent.into(),
+            worker: worker.into(),
+            digest: "sha256:a".into(),
+            components: names
+                .iter()
+                .map(|name| tollgate_store::UnavailableComponent {
+                    component: (*name).into(),
+                    reason: "not a component".into(),
+                    serving_last_good: false,
+                })
+                .collect(),
+            changed_at: 1,
+            reported_at: 2,
+        };
+        let reports = [
+            report("billing", "w-1", &["ledger"]),
+            report("support", "w-1", &["trapping", "truncated"]),
+            report("support", "w-2", &["truncated"]),
+        ];
+        let by_agent = unavailable_by_agent(&reports, &["orders", "support"]);
+        assert_eq!(
+            by_agent,
+            [("billing".to_owned(), 1), ("orders".to_owned(), 0), ("support".to_owned(), 2)]
+        );
+        // A process without a Worker (tollgate api) shows them; a Worker's own look counts for its
+        // agent only while the store has no report of it.
+        let metrics = Metrics::default();
+        metrics.set_unavailable_tools("support", Vec::new());
+        let text =
+            metrics.render(&StoreFigures { tools_unavailable: Some(by_agent), ..StoreFigures::default() });
+        for line in [
+            "tollgate_tool_components_unavailable{agent=\"billing\"} 1",
+            "tollgate_tool_components_unavailable{agent=\"support\"} 2",
+            "tollgate_tool_components_unavailable{agent=\"orders\"} 0",
+        ] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
+        let api = Metrics::default();
+        let text =
+            api.render(&StoreFigures { tools_unavailable: Some(Vec::new()), ..StoreFigures::default() });
+        assert!(!text.contains("tollgate_tool_components_unavailable"), "nothing to say: {text}");
     }
 
     #[test]

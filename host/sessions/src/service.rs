@@ -464,6 +464,21 @@ impl Sessions {
         Ok(visible)
     }
 
+    /// The reports of the Workers of the agents `caller` sees that some tool components did not
+    /// load ([`tollgate_store::AgentRegistry::unavailable_tools`], those fresher than
+    /// [`tollgate_store::agents::REPORT_FRESH`]), by agent, then Worker.
+    ///
+    /// # Errors
+    /// [`ClientError::Denied`]; the store failed, or a report is corrupt.
+    pub async fn tools_unavailable(
+        &self,
+        caller: &Caller,
+    ) -> Result<Vec<tollgate_store::UnavailableTools>, ClientError> {
+        self.rules.allows(caller, Action::Read)?;
+        let reports = self.store.agents().unavailable_tools(tollgate_store::agents::REPORT_FRESH).await?;
+        Ok(reports.into_iter().filter(|report| caller.sees_agent(Some(&report.agent))).collect())
+    }
+
     /// Pins the session to the agent digest `to`.
     ///
     /// # Errors

@@ -9,6 +9,11 @@
 //! pinned to a digest (only a locked bundle's Workers claim pinned sessions), and which agent a
 //! session from before agents had names belongs to.
 //!
+//! Beside the rows, what Workers learned loading the bundle, for the processes that never load it:
+//! the custom tools ([`AgentRegistry::publish_tools`]), and each Worker's tool components that did
+//! not load ([`AgentRegistry::report_unavailable_tools`], one row per agent and Worker while it
+//! has any, read back only while fresh).
+//!
 //! It does not decide what a request means (the API does) nor run anything: a session's agent name
 //! is copied onto its steps, and [`crate::Store::claim_for`] claims by it.
 //!
@@ -90,7 +95,71 @@ pub trait AgentRegistry: Send + Sync {
     /// The tools last published for agent `name`, from the digest registered last among those
     /// with tools; `Ok(None)` when no Worker published any.
     async fn agent_tools(&self, name: &str) -> Result<Option<AgentTools>, StoreError>;
+
+    /// Records that Worker `worker`, serving agent `name` from bundle `digest`, could not load
+    /// `components` at its last look at `tools/` (its report replaces the one before; none removes
+    /// it). `changed_at` moves only when the list or the digest changed; `reported_at` moves at
+    /// every report, so a Worker repeating an unchanged report says it is still there. Reports not
+    /// repeated for [`FORGET_AFTER`] are removed.
+    async fn report_unavailable_tools(
+        &self,
+        name: &str,
+        worker: &str,
+        digest: &str,
+        components: &[UnavailableComponent],
+    ) -> Result<(), StoreError>;
+
+    /// Every report of [`AgentRegistry::report_unavailable_tools`] made within `fresh` of now (DB
+    /// clock; an older one is a Worker that stopped without removing it), by agent, then Worker.
+    async fn unavailable_tools(
+        &self,
+        fresh: std::time::Duration,
+    ) -> Result<Vec<UnavailableTools>, StoreError>;
 }
+
+/// A tool component a Worker could not load (see [`AgentRegistry::report_unavailable_tools`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UnavailableComponent {
+    /// Its name (its file's stem in `tools/`).
+    pub component: String,
+    /// Why it did not load.
+    pub reason: String,
+    /// Whether its last good build (an earlier version of the file) still serves its tools.
+    pub serving_last_good: bool,
+}
+
+/// One Worker's report of the tool components it could not load ([`AgentRegistry::unavailable_tools`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnavailableTools {
+    /// The agent.
+    pub agent: String,
+    /// The Worker (its id in claims and logs).
+    pub worker: String,
+    /// The bundle's digest it serves.
+    pub digest: String,
+    /// The components, as reported (never empty).
+    pub components: Vec<UnavailableComponent>,
+    /// When the list last changed (DB clock, ms).
+    pub changed_at: i64,
+    /// When the Worker last reported it.
+    pub reported_at: i64,
+}
+
+/// How often a Worker repeats a report of unavailable components that is still true (and looks
+/// at its tools while idle).
+pub const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a report counts after it was made: a Worker that repeats it misses two
+/// [`REPORT_EVERY`] before readers take it for gone.
+pub const REPORT_FRESH: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// How long a report not repeated stays in the store before the next report (of any Worker)
+/// removes it: long after readers stopped counting it ([`REPORT_FRESH`]), so an operator can still
+/// find in the database what a Worker that died had reported.
+pub const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The longest Worker id a report takes, in bytes.
+pub const MAX_WORKER_ID: usize = 200;
 
 /// The tools a Worker published for an agent ([`AgentRegistry::agent_tools`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +190,14 @@ struct AgentStatements {
     publish_tools: &'static str,
     /// The newest registration of `$1` with tools.
     tools: &'static str,
+    /// Sets the report of `$1` agent, `$2` worker: `$3` digest, `$4` components, `$5` row version.
+    report_unavailable: &'static str,
+    /// Removes the report of `$1` agent, `$2` worker.
+    clear_unavailable: &'static str,
+    /// Removes the reports not repeated for [`FORGET_AFTER`] (their Workers are long gone).
+    forget_unavailable: &'static str,
+    /// The reports made within `$1` ms of now.
+    unavailable: &'static str,
 }
 
 fn statements<DB: Dialect>() -> &'static AgentStatements {
@@ -152,6 +229,29 @@ fn statements<DB: Dialect>() -> &'static AgentStatements {
             tools:
                 "SELECT digest, row_version, tools FROM agent_digests WHERE name = $1 AND tools IS NOT NULL
                  ORDER BY last_seen_at DESC, digest LIMIT 1",
+            report_unavailable: format!(
+                "INSERT INTO tools_unavailable (agent, worker, row_version, digest, components, changed_at,
+                     reported_at)
+                 VALUES ($1, $2, $5, $3, $4, {now}, {now})
+                 ON CONFLICT (agent, worker) DO UPDATE SET row_version = excluded.row_version,
+                     digest = excluded.digest, components = excluded.components,
+                     changed_at = CASE WHEN tools_unavailable.components = excluded.components
+                         AND tools_unavailable.digest = excluded.digest
+                         THEN tools_unavailable.changed_at ELSE excluded.changed_at END,
+                     reported_at = excluded.reported_at"
+            )
+            .leak(),
+            clear_unavailable: "DELETE FROM tools_unavailable WHERE agent = $1 AND worker = $2",
+            forget_unavailable: format!(
+                "DELETE FROM tools_unavailable WHERE reported_at < {now} - {}",
+                FORGET_AFTER.as_millis()
+            )
+            .leak(),
+            unavailable: format!(
+                "SELECT agent, worker, row_version, digest, components, changed_at, reported_at
+                 FROM tools_unavailable WHERE reported_at >= {now} - $1 ORDER BY agent, worker"
+            )
+            .leak(),
         }
     }
     static SQLITE: LazyLock<AgentStatements> = LazyLock::new(|| render(<sqlx::Sqlite as Dialect>::NOW));
@@ -320,6 +420,70 @@ where
             });
         }
         Ok(())
+    }
+
+    async fn report_unavailable_tools(
+        &self,
+        name: &str,
+        worker: &str,
+        digest: &str,
+        components: &[UnavailableComponent],
+    ) -> Result<(), StoreError> {
+        check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
+        crate::backend::check_digest(digest)?;
+        if worker.is_empty() || worker.len() > MAX_WORKER_ID {
+            return Err(StoreError::Invalid {
+                what: format!("a Worker id must be 1 to {MAX_WORKER_ID} bytes, not {}", worker.len()),
+            });
+        }
+        let sql = statements::<DB>();
+        // Workers killed without a word leave reports nobody reads: the next report removes them.
+        sqlx::query(sql.forget_unavailable).execute(self.write_pool()).await?;
+        if components.is_empty() {
+            sqlx::query(sql.clear_unavailable).bind(name).bind(worker).execute(self.write_pool()).await?;
+            return Ok(());
+        }
+        let text = serde_json::to_string(components).expect("components serialize");
+        sqlx::query(sql.report_unavailable)
+            .bind(name)
+            .bind(worker)
+            .bind(digest)
+            .bind(text.as_str())
+            .bind(ROW_VERSION)
+            .execute(self.write_pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn unavailable_tools(
+        &self,
+        fresh: std::time::Duration,
+    ) -> Result<Vec<UnavailableTools>, StoreError> {
+        let fresh = i64::try_from(fresh.as_millis()).unwrap_or(i64::MAX / 2);
+        let rows =
+            sqlx::query(statements::<DB>().unavailable).bind(fresh).fetch_all(self.read_pool()).await?;
+        rows.iter()
+            .map(|row| {
+                let agent: String = row.try_get("agent")?;
+                let worker: String = row.try_get("worker")?;
+                let key = format!("{agent}/{worker}");
+                check_row_version("tools_unavailable", &key, row.try_get("row_version")?)?;
+                let text: String = row.try_get("components")?;
+                let components = serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                    table: "tools_unavailable",
+                    key: key.clone(),
+                    detail: format!("components: {e}"),
+                })?;
+                Ok(UnavailableTools {
+                    agent,
+                    worker,
+                    digest: row.try_get("digest")?,
+                    components,
+                    changed_at: row.try_get("changed_at")?,
+                    reported_at: row.try_get("reported_at")?,
+                })
+            })
+            .collect()
     }
 
     async fn agent_tools(&self, name: &str) -> Result<Option<AgentTools>, StoreError> {

@@ -54,6 +54,7 @@
 //! | `webhook_subscriptions`, `webhook_deliveries` | the outbox a trigger on `events` fills | [`outbox`] |
 //! | `media` | `(session_id, digest)` | [`media::MediaStore`] |
 //! | `agent_digests` | `(name, digest)` | [`agents`] |
+//! | `tools_unavailable` | `(agent, worker)`: the tool components each Worker could not load | [`agents::AgentRegistry::report_unavailable_tools`] |
 //! | `bundle_files`, `agent_versions`, `agent_current` | by digest, `(name, version)`, name | [`versions`] |
 //!
 //! JSON columns are `text` on both backends (never `jsonb`, which would re-serialize). Every row

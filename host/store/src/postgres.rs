@@ -324,5 +324,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0017_agent_tools.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            18,
+            "tools_unavailable".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0018_tools_unavailable.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -494,5 +494,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0017_agent_tools.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            18,
+            "tools_unavailable".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0018_tools_unavailable.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

@@ -32,9 +32,21 @@ use tollgate_engine::policy::{Policies, PolicySource};
 pub fn check_policy_names(path: &Path, policies: &Policies, tools: &ToolSet) -> anyhow::Result<()> {
     let custom: Vec<&str> = tools.tools().iter().map(|tool| tool.name.as_str()).collect();
     let unknown = tollgate_engine::tool_names::unknown_tools(policies.tool_names(), &custom);
+    // A component that did not load and has no last good build serves no tools: a policy may name
+    // one of them. Said loudly, but the other components still serve.
+    let dark: Vec<&str> =
+        tools.unavailable().iter().filter(|u| !u.serving_last_good).map(|u| u.component.as_str()).collect();
     if !unknown.is_empty() {
         let each: Vec<String> = unknown.iter().map(ToString::to_string).collect();
-        bail!("{}: [policies]: {}", path.display(), each.join("; "))
+        if dark.is_empty() {
+            bail!("{}: [policies]: {}", path.display(), each.join("; "))
+        }
+        tracing::warn!(
+            "{}: [policies]: {}; they may be tools of the unavailable component(s) {}, checked when they load",
+            path.display(),
+            each.join("; "),
+            dark.join(", ")
+        );
     }
     for (name, summary) in policies.summaries() {
         let Some(tool) = tools.tools().iter().find(|tool| tool.name == name) else { continue };
@@ -149,12 +161,14 @@ impl std::fmt::Debug for Agent {
 
 impl Agent {
     /// Loads `dir`: its `tollgate.toml` (optional for a directory of tools only), the options
-    /// factory, and one trial load of `tools/` so a broken component is reported now.
+    /// factory, and a first load of `tools/` so a broken component is reported now. A locked
+    /// agent's components must all load; an unlocked agent's that do not are unavailable (the log
+    /// names each, [`Agent::tools`] lists them) and the others serve, as when one breaks later.
     ///
     /// # Errors
     /// A missing directory, an unreadable or invalid configuration (a
     /// [`crate::config::ConfigError`] naming the file, line and key), an options factory that
-    /// does not load.
+    /// does not load, a locked agent's component that does not load.
     pub async fn load(dir: &Path, sandbox: Sandbox) -> anyhow::Result<Agent> {
         Self::load_with(dir, sandbox, LockUse::Verify).await
     }
@@ -203,13 +217,25 @@ impl Agent {
             (None, _) => None,
         };
         let tools_dir = dir.join("tools");
+        let live = LiveTools::new(tools_dir.clone());
         let tools = if !tools_dir.exists() && config.manifests.is_empty() {
             sandbox.no_tools()
-        } else {
+        } else if locked {
+            // A locked bundle is all or nothing: what was hashed and checked must load.
             sandbox
                 .load_tool_sources(&tools_dir, bundle.tools, &config.manifests)
                 .await
                 .context("loading the agent's tools")?
+        } else {
+            // The first look at an unlocked agent's tools/: a component that does not load is
+            // unavailable (named in the log, and by the Worker's reports) and the others serve,
+            // as when one breaks later.
+            drop(bundle.tools);
+            let tools = live.load(&sandbox, &config.manifests).await.context("loading the agent's tools")?;
+            let mut stems: Vec<&str> = tools.components().iter().map(|c| c.name.as_str()).collect();
+            stems.extend(tools.unavailable().iter().map(|u| u.component.as_str()));
+            config.manifests.check_components(&tools_dir, &stems).context("loading the agent's tools")?;
+            tools
         };
         check_policy_names(&config.path, &config.policies, &tools)?;
         let config_stamp = stamp(&config.path);
@@ -222,7 +248,7 @@ impl Agent {
             factory,
             digest: bundle.digest,
             pinned_tools: locked.then_some(tools),
-            live: LiveTools::new(tools_dir),
+            live,
         })
     }
 
@@ -286,6 +312,20 @@ impl Agent {
             return Ok(tools.clone());
         }
         Ok(self.live.load(&self.sandbox, &self.config.manifests).await?)
+    }
+
+    /// [`Agent::tools`] when every component loads: what a lock pins must all load.
+    ///
+    /// # Errors
+    /// A `tools/` directory that cannot be read; each component that did not load, with why.
+    pub async fn every_tool(&self) -> anyhow::Result<ToolSet> {
+        let tools = self.tools().await?;
+        if !tools.unavailable().is_empty() {
+            let each: Vec<String> =
+                tools.unavailable().iter().map(|u| format!("`{}`: {}", u.component, u.reason)).collect();
+            bail!("tool components did not load: {}", each.join("; "));
+        }
+        Ok(tools)
     }
 
     /// Whether the options factory decides built-in tool calls.
@@ -469,6 +509,45 @@ mod tests {
         std::fs::write(dir.path().join("tools/dropped.wasm"), b"junk").unwrap();
         let error = format!("{:#}", Agent::load(dir.path(), sandbox()).await.unwrap_err());
         assert!(error.contains("tools/dropped.wasm is not in the lock"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_broken_component_at_load_is_unavailable_and_the_others_serve_unless_the_agent_is_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let tools = dir.path().join("tools");
+        std::fs::create_dir(&tools).unwrap();
+        std::fs::copy(tollgate_test_guests::ORDERS, tools.join("orders.wasm")).unwrap();
+        let bytes = std::fs::read(tollgate_test_guests::PAYMENTS).unwrap();
+        std::fs::write(tools.join("payments.wasm"), &bytes[..bytes.len() / 2]).unwrap();
+        // A policy for a tool of the broken component: it may be one of its tools, so no refusal.
+        let config =
+            "[options]\nmodel = \"m\"\n\n[policies]\ncreate_refund = { effect = \"non_idempotent_write\" }\n";
+        std::fs::write(dir.path().join(CONFIG_FILE), config).unwrap();
+        let sandbox = || Sandbox::new(SandboxConfig { cache_dir: None, ..SandboxConfig::default() }).unwrap();
+
+        let agent = Agent::load(dir.path(), sandbox()).await.expect("the other components serve");
+        let loaded = agent.tools().await.unwrap();
+        assert!(loaded.get("lookup_order").is_some(), "orders serves");
+        let unavailable: Vec<&str> = loaded.unavailable().iter().map(|u| u.component.as_str()).collect();
+        assert_eq!(unavailable, ["payments"]);
+        assert!(loaded.unavailable()[0].reason.contains("payments.wasm"), "{:?}", loaded.unavailable());
+        let refused = format!("{:#}", agent.every_tool().await.unwrap_err());
+        assert!(refused.contains("tool components did not load: `payments`: "), "{refused}");
+
+        // A misspelled policy with nothing unavailable is still refused.
+        std::fs::copy(tollgate_test_guests::PAYMENTS, tools.join("payments.wasm")).unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), config.replace("create_refund", "create_refnd"))
+            .unwrap();
+        let error = format!("{:#}", Agent::load(dir.path(), sandbox()).await.unwrap_err());
+        assert!(error.contains("[policies]") && error.contains("create_refnd"), "{error}");
+
+        // A locked bundle is all or nothing.
+        std::fs::write(dir.path().join(CONFIG_FILE), config).unwrap();
+        std::fs::write(tools.join("payments.wasm"), &bytes[..bytes.len() / 2]).unwrap();
+        let canonical = dir.path().canonicalize().unwrap();
+        Lock::of(&Bundle::read(&canonical).unwrap()).write(&canonical).unwrap();
+        let error = format!("{:#}", Agent::load(dir.path(), sandbox()).await.unwrap_err());
+        assert!(error.contains("loading the agent's tools") && error.contains("payments.wasm"), "{error}");
     }
 
     #[tokio::test]

@@ -762,7 +762,8 @@ async fn list_attention(
     let params = Params::parse(query.as_deref(), &["limit"])?;
     let limit = params.int("limit", 1, MAX_LIMIT)?.unwrap_or(100);
     let calls = state.sessions().attention(&caller, limit).await?;
-    Ok(Json(AttentionList { calls }).into_response())
+    let tools_unavailable = unavailable_components(state.sessions().tools_unavailable(&caller).await?);
+    Ok(Json(AttentionList { calls, tools_unavailable }).into_response())
 }
 
 /// `GET /v1/sessions/{id}`.
@@ -1074,6 +1075,9 @@ async fn list_agents(
     names.extend(state.store.versions().pushed_agents().await?);
     names.sort();
     names.dedup();
+    let unavailable = unavailable_components(
+        state.store.agents().unavailable_tools(tollgate_store::agents::REPORT_FRESH).await?,
+    );
     let mut agents = Vec::new();
     for name in names.into_iter().filter(|name| caller.sees_agent(Some(name))) {
         let versions: Vec<types::AgentVersionInfo> = state
@@ -1103,7 +1107,8 @@ async fn list_agents(
             })
             .collect();
         let current = versions.iter().find(|v| v.current).map(|v| v.version);
-        agents.push(types::AgentInfo { name, current, versions, loaded });
+        let tools_unavailable = unavailable.iter().filter(|u| u.agent == name).cloned().collect();
+        agents.push(types::AgentInfo { name, current, versions, loaded, tools_unavailable });
     }
     Ok(Json(types::AgentList { agents }).into_response())
 }
@@ -1234,17 +1239,20 @@ async fn healthz(State(state): State<ApiState>) -> Response {
             .collect(),
             Err(_) => Vec::new(),
         };
-    // The Worker of this process names the tool components of its agent that did not load.
-    let tools_unavailable: Vec<types::ToolUnavailable> = state
-        .metrics
-        .unavailable_tools()
-        .map(|(agent, components)| {
-            components
-                .into_iter()
-                .map(|(component, reason)| types::ToolUnavailable { agent: agent.clone(), component, reason })
-                .collect()
-        })
-        .unwrap_or_default();
+    // Every Worker on this store reports the tool components it could not load.
+    let tools_unavailable = match &read {
+        Ok(()) => unavailable_components(
+            tokio::time::timeout(
+                HEALTH_TIMEOUT,
+                state.store.agents().unavailable_tools(tollgate_store::agents::REPORT_FRESH),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        ),
+        Err(_) => Vec::new(),
+    };
     let (status, http) = match (&read, &write) {
         (Ok(()), Ok(())) if unclaimable.is_empty() && tools_unavailable.is_empty() => {
             (HealthStatus::Ok, StatusCode::OK)
@@ -1272,6 +1280,27 @@ async fn healthz(State(state): State<ApiState>) -> Response {
         .into_response()
 }
 
+/// The components of the Workers' `reports`, one entry per component and Worker, by agent,
+/// component, then Worker.
+fn unavailable_components(reports: Vec<tollgate_store::UnavailableTools>) -> Vec<types::ToolUnavailable> {
+    let mut each: Vec<types::ToolUnavailable> = reports
+        .into_iter()
+        .flat_map(|report| {
+            let (agent, worker, since) = (report.agent, report.worker, report.changed_at);
+            report.components.into_iter().map(move |c| types::ToolUnavailable {
+                agent: agent.clone(),
+                component: c.component,
+                reason: c.reason,
+                worker: worker.clone(),
+                serving_last_good: c.serving_last_good,
+                since,
+            })
+        })
+        .collect();
+    each.sort_by(|a, b| (&a.agent, &a.component, &a.worker).cmp(&(&b.agent, &b.component, &b.worker)));
+    each
+}
+
 /// `GET /metrics`.
 #[utoipa::path(
     get,
@@ -1288,6 +1317,17 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         open_interrupts: state.store.count_open_interrupts().await.ok(),
         open_interrupts_by_agent: state.store.open_interrupts_by_agent().await.ok(),
         unclaimable: state.store.unclaimed_steps(state.unclaimable_after, None).await.ok(),
+        // Every agent a Worker registered has the series, 0 while none reports a component.
+        tools_unavailable: match (
+            state.store.agents().unavailable_tools(tollgate_store::agents::REPORT_FRESH).await,
+            state.store.agents().known_agents().await,
+        ) {
+            (Ok(reports), Ok(known)) => {
+                let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+                Some(tollgate_process::metrics::unavailable_by_agent(&reports, &names))
+            }
+            _ => None,
+        },
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&figures)).into_response()
 }

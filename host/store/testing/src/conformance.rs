@@ -158,6 +158,7 @@ macro_rules! __store_conformance_cases {
             an_upgrade_no_worker_could_serve_is_refused_and_nothing_is_written,
             a_running_session_is_not_upgraded_and_nothing_is_written,
             published_tools_are_read_from_the_newest_registration_and_bad_ones_are_refused,
+            unavailable_tools_are_one_report_per_worker_read_while_fresh_and_removed_when_none,
             // audit.rs
             a_session_records_who_started_it_once,
             a_decision_writes_exactly_one_audit_row_and_a_replay_writes_none,

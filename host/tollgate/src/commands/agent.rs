@@ -268,6 +268,10 @@ async fn lock(
     let agent = Agent::load_with(&canonical, sandbox, LockUse::Ignore)
         .await
         .with_context(|| format!("{} does not load; nothing was locked", canonical.display()))?;
+    agent
+        .every_tool()
+        .await
+        .with_context(|| format!("{} does not load; nothing was locked", canonical.display()))?;
     // Read again: what is locked is exactly what was hashed now, and it must be what loaded.
     let bundle = Bundle::read(&canonical)?;
     if bundle.digest != agent.digest() {

@@ -221,6 +221,8 @@ async fn keep_running_sessions(
     let previous = Agent::load_with(&snapshot, sandbox, LockUse::Ignore)
         .await
         .context("the previous tollgate.toml does not load")?;
+    // It is locked and pushed below: every component must load.
+    previous.every_tool().await.context("the previous tollgate.toml does not load")?;
     let name = previous.name().to_owned();
     let ours: Vec<String> = running
         .into_iter()

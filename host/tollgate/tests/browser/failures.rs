@@ -1,6 +1,7 @@
 //! Failures are loud: a refund whose outcome is unknown shows as a banner at the top of its
 //! session page and in the inbox's "Needs attention" section until an approver marks it checked
-//! with what they found (audited); a client may not; an empty audit trail says so.
+//! with what they found (audited); a client may not; an empty audit trail says so. A tool
+//! component a Worker could not load is named in the same section.
 
 use serde_json::json;
 
@@ -147,4 +148,78 @@ async fn an_outcome_unknown_refund_is_loud_on_its_session_page_and_in_the_inbox_
     world.payments.release();
     browser.assert_no_console_errors("checking a call").await;
     browser.stop().await;
+}
+
+/// A tool component a Worker could not load is named in the inbox's "Needs attention" section by
+/// a `tollgate api` with no Worker of its own (from the Worker's report in the store): which
+/// component of which agent, which Worker, and why, shown as text; and under its agent on the
+/// Agents page.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unavailable_tool_component_is_named_in_the_inbox_of_a_standalone_api() {
+    let _one = ONE_BROWSER.lock().await;
+    let test = "browser: an unavailable tool component";
+    let Some(world) = World::new(test, Refund::SingleAttemptWithApproval).await else {
+        return;
+    };
+    let Some(browser) = Browser::start(test, world.dir.path()).await else { return };
+    let reason = "tools/truncated.wasm cannot be loaded: <img src=x onerror=alert(1)> is not WebAssembly";
+    let broken = tollgate_store::UnavailableComponent {
+        component: "truncated".into(),
+        reason: reason.into(),
+        serving_last_good: false,
+    };
+    world
+        .store
+        .agents()
+        .report_unavailable_tools("agent", "worker-7", "sha256:abc", &[broken])
+        .await
+        .unwrap();
+    // Its Worker registered the agent (the Agents page lists the agents the store knows).
+    world.store.agents().register_agent("agent", "sha256:abc", false).await.unwrap();
+    let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;
+    browser.sign_in(&served.url, "t0ken", "tollgate:token").await;
+    browser.client.goto(&format!("{}/#/inbox", served.url)).await.unwrap();
+    let listed = browser
+        .until(
+            "the component under needs-attention",
+            "const s = document.getElementById('attention'); return s && !s.hidden && [...s.querySelectorAll('.tool-unavailable')].map((i) => [i.dataset.agent, i.dataset.component, i.querySelector('strong').textContent, i.textContent, i.querySelectorAll('img').length]);",
+            vec![],
+        )
+        .await;
+    let [agent, component, strong, text, images] = &listed[0].as_array().unwrap()[..] else {
+        panic!("one component: {listed}")
+    };
+    assert_eq!(
+        (agent, component, strong, images),
+        (&json!("agent"), &json!("truncated"), &json!("truncated"), &json!(0))
+    );
+    let text = text.as_str().unwrap();
+    assert!(
+        text.starts_with("Tool component truncated of agent agent \u{b7} Worker worker-7 \u{b7} since "),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(&format!("did not load; its tools are unavailable to the model: {reason}")),
+        "{text}"
+    );
+    browser.screenshot("inbox-tool-unavailable").await;
+    browser.assert_no_console_errors("the inbox with an unavailable tool component").await;
+    browser.assert_axe_clean("the inbox with an unavailable tool component").await;
+
+    // The Agents page says it too, under the agent.
+    browser.client.goto(&format!("{}/#/agents", served.url)).await.unwrap();
+    let row = browser
+        .until(
+            "the component on the agents page",
+            "const r = document.querySelector('section[data-agent=\"agent\"] table.unavailable tbody tr[data-component=\"truncated\"]'); return r && [...r.querySelectorAll('td')].map((d) => d.textContent);",
+            vec![],
+        )
+        .await;
+    let cells: Vec<&str> = row.as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!((cells[0], cells[1]), ("truncated", "worker-7"), "{row}");
+    assert!(cells[3].ends_with(reason), "{row}");
+    browser.screenshot("agents-tool-unavailable").await;
+    browser.assert_no_console_errors("the agents page with an unavailable tool component").await;
+    browser.assert_axe_clean("the agents page with an unavailable tool component").await;
+    served.stop().await;
 }

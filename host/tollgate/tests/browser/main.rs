@@ -17,7 +17,8 @@
 //!   the server when undone), focus moving to the next card, a confirmation above the refund
 //!   policy's threshold, Reject as a form, "Approve for this session" in a secondary menu.
 //! - `failures`: a refund whose outcome is unknown as a banner on its session page; an empty
-//!   audit trail that says so.
+//!   audit trail that says so; a tool component a Worker could not load, named in the inbox and on the
+//!   Agents page of a `tollgate api` without a Worker.
 //! - `images`: a message's image on the session page, fetched with the token.
 //! - `inbox`: a refund approved through the page with an edited amount (paid as edited), a
 //!   rejection whose reason the model reads, an approver outside the tool's group shown disabled

@@ -71,7 +71,7 @@ use tollgate_engine::events::EventKind;
 use tollgate_engine::session::{
     CallEntry, EngineError, FailureReason, ItemKind, RunState, StepInput, Transition,
 };
-use tollgate_store::{ClaimScope, Claimed, CommitReceipt, Store, StoreError};
+use tollgate_store::{ClaimScope, Claimed, CommitReceipt, Store, StoreError, UnavailableComponent};
 use tracing::{debug, error, info, warn};
 
 use crate::agent::Agent;
@@ -196,7 +196,13 @@ pub struct Worker {
     in_hand: Arc<std::sync::atomic::AtomicUsize>,
     /// The tools this Worker last published for `/mcp/{agent}` ([`mcp_calls::publish`]), as JSON.
     published_tools: Arc<tokio::sync::Mutex<Option<String>>>,
+    /// The unavailable tool components this Worker last reported to the store, and when
+    /// ([`report_unavailable`]); `None` before the first report.
+    reported_unavailable: Arc<tokio::sync::Mutex<Option<Reported>>>,
 }
+
+/// A report of unavailable tool components a Worker made to the store, and when.
+type Reported = (Vec<UnavailableComponent>, Instant);
 
 /// Counts a step in hand while it lives.
 struct InHand(Arc<std::sync::atomic::AtomicUsize>);
@@ -263,6 +269,7 @@ impl Worker {
             warm,
             in_hand: Arc::default(),
             published_tools: Arc::default(),
+            reported_unavailable: Arc::default(),
         }
     }
 
@@ -432,6 +439,19 @@ impl Worker {
         if let Some(pool) = &self.warm {
             pool.clear();
         }
+        // A Worker that stopped serves nothing: its report of unavailable components goes too.
+        if self.reported_unavailable.lock().await.as_ref().is_some_and(|(reported, _)| !reported.is_empty()) {
+            let agent = &self.agent;
+            let cleared = self
+                .store
+                .agents()
+                .report_unavailable_tools(agent.name(), &self.config.worker_id, agent.digest(), &[])
+                .await;
+            if let Err(error) = cleared {
+                warn!(%error, "removing this Worker's report of unavailable tool components failed; it \
+                    goes stale on its own");
+            }
+        }
         info!(worker = %self.config.worker_id, "worker stopped");
     }
 
@@ -452,10 +472,20 @@ impl Worker {
         let me = self.clone();
         let registration = tokio::spawn(async move {
             register(me.store.clone(), me.agent.clone()).await;
-            // Then its tools, for `/mcp/{agent}` of a process that loads no bundle.
-            if let Ok(tools) = me.agent.tools().await {
-                report_unavailable(&me, &tools);
-                mcp_calls::publish(&me, &tools).await;
+            // Then its tools, for `/mcp/{agent}` of a process that loads no bundle, and those that
+            // did not load. An idle Worker looks again now and then: a file broken or mended while
+            // no session runs is reported, and a report still true is repeated, so readers tell
+            // it from one a Worker killed without a word left behind.
+            let mut first = true;
+            loop {
+                if let Ok(tools) = me.agent.tools().await {
+                    report_unavailable(&me, &tools).await;
+                    if first {
+                        mcp_calls::publish(&me, &tools).await;
+                    }
+                }
+                first = false;
+                tokio::time::sleep(tollgate_store::agents::REPORT_EVERY).await;
             }
         });
         // The series this Worker counts carry its agent and version: its number when the bundle
@@ -792,17 +822,73 @@ fn backoff(failures: u32, cap: Duration) -> Duration {
     half + half.mul_f64((noise % 1000) as f64 / 1000.0)
 }
 
-/// Tells `/metrics` and `/healthz` of this process which of the agent's tool components did not
-/// load at the Worker's last look at `tools/` (the log names each once per change,
-/// [`tollgate_sandbox::live`]).
-pub(crate) fn report_unavailable(worker: &Worker, tools: &tollgate_sandbox::ToolSet) {
-    let components = tools.unavailable().iter().map(|u| (u.component.clone(), u.reason.clone())).collect();
-    worker.metrics.set_unavailable_tools(worker.agent.name(), components);
+/// Reports which of the agent's tool components did not load at the Worker's last look at
+/// `tools/` (the log names each once per change, [`tollgate_sandbox::live`]): to this process's
+/// `/metrics`, and to the store for every API process (`/healthz`, `/metrics`, the inbox) when the
+/// list changed, or is not empty and was last reported [`tollgate_store::agents::REPORT_EVERY`]
+/// ago or more. A report the store did not take is tried again at the next look.
+pub(crate) async fn report_unavailable(worker: &Worker, tools: &tollgate_sandbox::ToolSet) {
+    let components: Vec<UnavailableComponent> = tools
+        .unavailable()
+        .iter()
+        .map(|u| UnavailableComponent {
+            component: u.component.clone(),
+            reason: u.reason.clone(),
+            serving_last_good: u.serving_last_good,
+        })
+        .collect();
+    let named = components.iter().map(|c| (c.component.clone(), c.reason.clone())).collect();
+    worker.metrics.set_unavailable_tools(worker.agent.name(), named);
+    let mut last = worker.reported_unavailable.lock().await;
+    if !report_due(last.as_ref().map(|(reported, at)| (reported.as_slice(), at.elapsed())), &components) {
+        return;
+    }
+    let agent = &worker.agent;
+    let reported = worker
+        .store
+        .agents()
+        .report_unavailable_tools(agent.name(), &worker.config.worker_id, agent.digest(), &components)
+        .await;
+    match reported {
+        Ok(()) => *last = Some((components, Instant::now())),
+        Err(error) => warn!(agent = %agent.name(), %error,
+            "reporting the agent's unavailable tool components to the store failed; trying again at the next look"),
+    }
+}
+
+/// Whether a Worker reports `now` to the store, given what it reported last and how long ago
+/// (`None`: nothing yet, so its first report also clears one an earlier run left).
+fn report_due(last: Option<(&[UnavailableComponent], Duration)>, now: &[UnavailableComponent]) -> bool {
+    match last {
+        None => true,
+        Some((reported, age)) => {
+            reported != now || (!now.is_empty() && age >= tollgate_store::agents::REPORT_EVERY)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_goes_to_the_store_when_it_changed_or_is_due_again_never_per_step() {
+        let broken = |name: &str| UnavailableComponent {
+            component: name.into(),
+            reason: "not a component".into(),
+            serving_last_good: false,
+        };
+        let one = [broken("truncated")];
+        let every = tollgate_store::agents::REPORT_EVERY;
+        let soon = Duration::from_secs(1);
+        assert!(report_due(None, &[]), "the first report clears what an earlier run left");
+        assert!(report_due(None, &one));
+        assert!(!report_due(Some((&one, soon)), &one), "unchanged: not at every step");
+        assert!(report_due(Some((&one, every)), &one), "still true: repeated now and then");
+        assert!(report_due(Some((&one, soon)), &[broken("truncated"), broken("trapping")]), "changed");
+        assert!(report_due(Some((&one, soon)), &[]), "mended");
+        assert!(!report_due(Some((&[], every * 10)), &[]), "nothing to say, nothing repeated");
+    }
 
     #[test]
     fn retries_back_off_exponentially_with_jitter_up_to_the_cap() {

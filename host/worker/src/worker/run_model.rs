@@ -213,7 +213,7 @@ async fn segment(
     // Loaded once: the segment serves them, and an interrupt it opens carries their schemas.
     let tool_set = worker.agent.tools().await;
     if let Ok(tools) = &tool_set {
-        super::report_unavailable(worker, tools);
+        super::report_unavailable(worker, tools).await;
     }
     // A client's cancel interrupts the segment as soon as it arrives.
     let cancel = super::cancel::watch(worker.store.clone(), session_id);

@@ -107,7 +107,7 @@ pub(super) async fn call(
             (ToolRun::Contained { message: format!("the agent's tools did not load: {err:#}") }, None)
         }
         Ok(tools) => {
-            super::report_unavailable(worker, &tools);
+            super::report_unavailable(worker, &tools).await;
             run_in_sandbox(worker, &tools, &call.tool_name, &call.arguments, &execution).await
         }
     };

@@ -333,3 +333,81 @@ pub(super) async fn published_tools_are_read_from_the_newest_registration_and_ba
     assert_eq!(registry.agent_tools(SUPPORT).await.unwrap().unwrap().digest, "sha256:b");
     assert_eq!(registry.agent_tools(BILLING).await.unwrap(), None);
 }
+
+pub(super) async fn unavailable_tools_are_one_report_per_worker_read_while_fresh_and_removed_when_none(h: Harness) {
+    let registry = h.store.agents();
+    let fresh = std::time::Duration::from_secs(60);
+    assert_eq!(registry.unavailable_tools(fresh).await.unwrap(), [], "nothing reported");
+    let broken = |name: &str, last_good: bool| UnavailableComponent {
+        component: name.into(),
+        reason: format!("{name}.wasm: not a component"),
+        serving_last_good: last_good,
+    };
+    let one = [broken("truncated", false)];
+    registry.report_unavailable_tools(SUPPORT, "w-1", "sha256:a", &one).await.unwrap();
+    registry.report_unavailable_tools(BILLING, "w-2", "sha256:b", &[broken("ledger", true)]).await.unwrap();
+    let read = registry.unavailable_tools(fresh).await.unwrap();
+    let rows: Vec<(&str, &str, &str)> =
+        read.iter().map(|r| (r.agent.as_str(), r.worker.as_str(), r.digest.as_str())).collect();
+    assert_eq!(rows, [(BILLING, "w-2", "sha256:b"), (SUPPORT, "w-1", "sha256:a")], "by agent");
+    assert_eq!(read[1].components, one, "read back as written");
+    assert!(read[0].components[0].serving_last_good);
+    let first = read[1].clone();
+    assert_eq!(first.changed_at, first.reported_at);
+
+    // The same list again moves only reported_at; a longer one moves changed_at too.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    registry.report_unavailable_tools(SUPPORT, "w-1", "sha256:a", &one).await.unwrap();
+    let again = registry.unavailable_tools(fresh).await.unwrap().pop().unwrap();
+    assert_eq!(again.changed_at, first.changed_at, "unchanged");
+    assert!(again.reported_at > first.reported_at, "{again:?} after {first:?}");
+    let two = [broken("trapping", false), broken("truncated", false)];
+    registry.report_unavailable_tools(SUPPORT, "w-1", "sha256:a", &two).await.unwrap();
+    let changed = registry.unavailable_tools(fresh).await.unwrap().pop().unwrap();
+    assert!(changed.changed_at > first.changed_at);
+    assert_eq!(changed.components, two);
+    // Another Worker of the same agent has its own report.
+    registry.report_unavailable_tools(SUPPORT, "w-3", "sha256:a", &one).await.unwrap();
+    assert_eq!(registry.unavailable_tools(fresh).await.unwrap().len(), 3);
+
+    // None removes the Worker's report, and only its own.
+    registry.report_unavailable_tools(SUPPORT, "w-1", "sha256:a", &[]).await.unwrap();
+    let left: Vec<String> =
+        registry.unavailable_tools(fresh).await.unwrap().into_iter().map(|r| r.worker).collect();
+    assert_eq!(left, ["w-2", "w-3"]);
+
+    // A report older than the bound is a Worker gone without a word: not read.
+    h.exec("UPDATE tools_unavailable SET reported_at = reported_at - 120000 WHERE worker = 'w-2'").await;
+    let left: Vec<String> =
+        registry.unavailable_tools(fresh).await.unwrap().into_iter().map(|r| r.worker).collect();
+    assert_eq!(left, ["w-3"]);
+
+    // Long after, the next report of any Worker removes it.
+    h.exec("UPDATE tools_unavailable SET reported_at = reported_at - 90000000 WHERE worker = 'w-2'").await;
+    registry.report_unavailable_tools(SUPPORT, "w-3", "sha256:a", &one).await.unwrap();
+    assert_eq!(h.count("SELECT count(*) FROM tools_unavailable").await, 1, "w-3's only");
+
+    // Bad input is refused, naming what was wrong; nothing is written.
+    let long = "w".repeat(MAX_WORKER_ID + 1);
+    for (name, worker, digest) in [
+        ("", "w-4", "sha256:a"),
+        (SUPPORT, "", "sha256:a"),
+        (SUPPORT, &long, "sha256:a"),
+        (SUPPORT, "w-4", ""),
+    ] {
+        let refused = registry.report_unavailable_tools(name, worker, digest, &one).await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid { .. })),
+            "{name:?} {worker:?} {digest:?}: {refused:?}"
+        );
+    }
+    assert_eq!(registry.unavailable_tools(fresh).await.unwrap().len(), 1);
+
+    // A damaged row is refused with a clear error.
+    h.exec("UPDATE tools_unavailable SET components = 'not json'").await;
+    let corrupt = registry.unavailable_tools(fresh).await;
+    assert!(
+        matches!(&corrupt, Err(StoreError::Corrupt { table: "tools_unavailable", key, .. }) if key == "support/w-3"),
+        "{corrupt:?}"
+    );
+}

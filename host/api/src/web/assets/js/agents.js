@@ -1,8 +1,10 @@
 // The agents page: GET /v1/agents, each agent with its versions in the store (current, canary,
-// sessions on each, who pushed it and when) and the bundles its Workers loaded.
+// sessions on each, who pushed it and when), the bundles its Workers loaded, and its tool
+// components a Worker could not load.
 
 import { call, seg } from './api.js';
 import { el, when } from './dom.js';
+import { describeUnavailable } from './attention.js';
 
 /** Mounts the page in `view`. Returns its unmount. */
 export function mount(view) {
@@ -52,6 +54,18 @@ function section(agent) {
     parts.push(el('div', { class: 'table-wrap' }, el('table', { class: 'loaded' },
       el('caption', { text: `Bundles ${agent.name}'s Workers loaded` }),
       el('thead', {}, el('tr', {}, ...['Digest', 'Lock', 'Last loaded'].map((h) => el('th', { scope: 'col', text: h })))),
+      el('tbody', {}, ...rows))));
+  }
+  const broken = agent.tools_unavailable || [];
+  if (broken.length) {
+    const rows = broken.map((u) => el('tr', { 'data-component': u.component },
+      el('td', { text: u.component }),
+      el('td', { text: u.worker }),
+      el('td', { text: when(u.since) }),
+      el('td', { text: describeUnavailable(u) })));
+    parts.push(el('div', { class: 'table-wrap' }, el('table', { class: 'unavailable' },
+      el('caption', { text: `Tool components of ${agent.name} that did not load` }),
+      el('thead', {}, el('tr', {}, ...['Component', 'Worker', 'Since', 'Why'].map((h) => el('th', { scope: 'col', text: h })))),
       el('tbody', {}, ...rows))));
   }
   return el('section', { class: 'agent', 'data-agent': agent.name }, ...parts);

@@ -1,7 +1,9 @@
 // Tool calls that need attention: a call whose outcome is unknown (it may have taken effect) or
 // that failed stays loud, in the inbox's "Needs attention" section (GET /v1/attention) and on its
 // session page, until an approver or admin marks it checked with what they found
-// (POST /v1/sessions/{id}/calls/{call}/check, audited as `checked`).
+// (POST /v1/sessions/{id}/calls/{call}/check, audited as `checked`). The same section names each
+// tool component a Worker could not load (`tools_unavailable`, as /healthz does), until the file
+// is mended: nothing to mark, the Worker's next look clears it.
 
 import { call, seg } from './api.js';
 import { clear, el, notify, uid, when } from './dom.js';
@@ -11,6 +13,14 @@ export function describeStatus(c) {
   return c.status === 'outcome_unknown'
     ? 'outcome unknown: it may have taken effect; check the system it acts on before trying again'
     : `failed${c.error ? `: ${c.error}` : ''}`;
+}
+
+/** What an unavailable tool component means for the sessions of its agent, and why it is so. */
+export function describeUnavailable(u) {
+  const serving = u.serving_last_good
+    ? 'its last good build still serves its tools'
+    : 'its tools are unavailable to the model';
+  return `did not load; ${serving}: ${u.reason}`;
 }
 
 /** Whether the signed-in principal may mark calls checked (approver or admin). */
@@ -67,7 +77,7 @@ export function mountAttention(view, me) {
   const heading = el('h2', { id: 'attention-h', text: 'Needs attention' });
   const list = el('ul', { class: 'attention-list', id: 'attention-list' });
   const section = el('section', { class: 'attention', id: 'attention', 'aria-labelledby': 'attention-h', hidden: true },
-    heading, el('p', { class: 'hint', text: 'Tool calls whose outcome is unknown or that failed, until someone checks them.' }), list);
+    heading, el('p', { class: 'hint', text: 'Tool calls whose outcome is unknown or that failed, until someone checks them; tool components that did not load, until their file is mended.' }), list);
   view.append(section);
   let alive = true;
 
@@ -85,6 +95,12 @@ export function mountAttention(view, me) {
     if (!alive) return;
     const focused = document.activeElement && list.contains(document.activeElement);
     clear(list);
+    const broken = page.tools_unavailable || [];
+    for (const u of broken) {
+      list.append(el('li', { class: 'attention-item tool-unavailable', 'data-agent': u.agent, 'data-component': u.component },
+        el('p', {}, 'Tool component ', el('strong', { text: u.component }), ` of agent ${u.agent} \u00b7 Worker ${u.worker} \u00b7 since ${when(u.since)}`),
+        el('p', { class: 'status', text: describeUnavailable(u) })));
+    }
     for (const item of page.calls) {
       const c = item.call;
       const link = el('a', { href: `#/session/${encodeURIComponent(item.session_id)}`, text: item.session_id });
@@ -94,7 +110,7 @@ export function mountAttention(view, me) {
         checkForm(me, item.session_id, c, () => setTimeout(load, 800)));
       list.append(row);
     }
-    section.hidden = page.calls.length === 0;
+    section.hidden = page.calls.length === 0 && broken.length === 0;
     if (focused) { const first = list.querySelector('input'); if (first) first.focus(); }
   }
 
