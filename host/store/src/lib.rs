@@ -95,7 +95,10 @@ mod group;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use agents::{AgentRegistry, AgentTools, KnownAgent, Registration};
+pub use agents::{
+    AgentRegistry, AgentTools, KnownAgent, MAX_WORKER_ID, Registration, UnavailableComponent,
+    UnavailableTools,
+};
 pub use audit::{
     AttentionCall, AuditDecision, AuditEntry, AuditLog, AuditQuery, CallCheck, CheckMark, CheckReceipt,
     NewAuditEntry,

@@ -334,7 +334,9 @@ pub(super) async fn published_tools_are_read_from_the_newest_registration_and_ba
     assert_eq!(registry.agent_tools(BILLING).await.unwrap(), None);
 }
 
-pub(super) async fn unavailable_tools_are_one_report_per_worker_read_while_fresh_and_removed_when_none(h: Harness) {
+pub(super) async fn unavailable_tools_are_one_report_per_worker_read_while_fresh_and_removed_when_none(
+    h: Harness,
+) {
     let registry = h.store.agents();
     let fresh = std::time::Duration::from_secs(60);
     assert_eq!(registry.unavailable_tools(fresh).await.unwrap(), [], "nothing reported");
