@@ -203,4 +203,36 @@ mod tests {
             assert!(!linked.contains(test_only), "the tollgate binary links {test_only}");
         }
     }
+
+    /// No dependency of the workspace turns on serde_json's `preserve_order`: the house writes its
+    /// stored forms (event payloads, approval requests, hook answers) and the OpenAPI document
+    /// through serde_json's maps, sorted by key only while that feature is off, and Cargo would
+    /// turn it on for the whole build if one crate asked (the ACP SDK does: `vendor/README.md`).
+    #[test]
+    fn no_dependency_turns_on_serde_jsons_preserve_order() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let output = Command::new(cargo)
+            .current_dir(root)
+            .args([
+                "tree",
+                "--locked",
+                "--offline",
+                "--workspace",
+                "--all-targets",
+                "--edges",
+                "features",
+                "--invert",
+                "serde_json",
+            ])
+            .output()
+            .expect("cargo runs");
+        assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
+        let tree = String::from_utf8_lossy(&output.stdout);
+        assert!(tree.contains("serde_json feature \"default\""), "the tree is serde_json's features: {tree}");
+        assert!(
+            !tree.contains("serde_json feature \"preserve_order\""),
+            "a dependency turns on serde_json's preserve_order (look for what asks for it):\n{tree}"
+        );
+    }
 }
