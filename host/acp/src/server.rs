@@ -335,7 +335,12 @@ async fn run_prompt(
     let after = snapshot.next_event_seq - 1;
     let receipt = face.sessions.send(&face.caller, &id, message).await.map_err(error)?;
     match follow(face, cx, &id, after, Some(receipt.item_seq)).await? {
-        TurnEnd::Stopped(reason) => Ok(PromptResponse::new(reason)),
+        TurnEnd::Stopped(reason) => {
+            // What the turn used: the session's totals now, less those when the prompt came.
+            let now = face.sessions.snapshot(&face.caller, &id).await.map_err(error)?.usage;
+            let used = updates::usage_between(&snapshot.usage, &now);
+            Ok(PromptResponse::new(reason).usage(used))
+        }
         TurnEnd::Failed { reason, error } => Err(Error::new(ErrorCode::INTERNAL_ERROR, error)
             .data(serde_json::json!({"reason": reason.as_str(), "session_id": id}))),
     }

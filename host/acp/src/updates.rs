@@ -7,7 +7,7 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::json;
 use tollgate_engine::events::{EventKind, Payload};
-use tollgate_engine::session::FailureReason;
+use tollgate_engine::session::{FailureReason, Usage};
 
 /// The updates a stored event of `kind` with `payload` is to a client: text and thinking as
 /// chunks, a tool call as `tool_call` then `tool_call_update`s (its status, and the record's
@@ -125,6 +125,16 @@ pub fn turn_end(payload: &Payload) -> Option<TurnEnd> {
     }
 }
 
+/// The tokens a turn used, from the session's totals `before` and `after` it, as ACP counts them:
+/// input (cached reads included), output, and the cached reads on their own.
+pub fn usage_between(before: &Usage, after: &Usage) -> agent_client_protocol::v1::schema::Usage {
+    let count = |after: i64, before: i64| u64::try_from(after - before).unwrap_or(0);
+    let input = count(after.input_tokens, before.input_tokens);
+    let output = count(after.output_tokens, before.output_tokens);
+    let cached = count(after.cached_input_tokens, before.cached_input_tokens);
+    agent_client_protocol::v1::schema::Usage::new(input + output, input, output).cached_read_tokens(cached)
+}
+
 /// Reads a stored event's payload by its stored kind; `None` for a kind this build does not know
 /// (a newer Tollgate's), which a client is not shown.
 ///
@@ -194,6 +204,17 @@ mod tests {
                 "deferred": false}),
         );
         assert_eq!(done["status"], "completed");
+    }
+
+    #[test]
+    fn a_turns_usage_is_the_sessions_totals_after_less_before() {
+        let before = Usage { input_tokens: 100, cached_input_tokens: 40, output_tokens: 10, model_calls: 1 };
+        let after = Usage { input_tokens: 350, cached_input_tokens: 140, output_tokens: 60, model_calls: 3 };
+        let used = serde_json::to_value(usage_between(&before, &after)).unwrap();
+        assert_eq!(
+            used,
+            json!({"totalTokens": 300, "inputTokens": 250, "outputTokens": 50, "cachedReadTokens": 100})
+        );
     }
 
     #[test]

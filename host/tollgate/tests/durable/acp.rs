@@ -152,6 +152,8 @@ async fn an_acp_client_answers_the_refunds_permission_it_runs_once_and_another_p
         let new = cx.send_request(NewSessionRequest::new("/home/editor/project")).block_task().await?;
         let session = new.session_id;
         let answer = cx.send_request(PromptRequest::new(session.clone(), text(REFUND))).block_task().await?;
+        let usage = answer.usage.expect("the answer carries the turn's usage");
+        assert!(usage.output_tokens > 0 && usage.total_tokens >= usage.output_tokens, "{usage:?}");
         Ok((session.to_string(), answer.stop_reason))
     })
     .await
