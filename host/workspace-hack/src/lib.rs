@@ -178,25 +178,7 @@ mod tests {
     /// `tollgate dev` start the mock as its own binary, and only tests link the harness crate.
     #[test]
     fn the_tollgate_binary_links_no_mock_model_and_no_store_test_harness() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = Command::new(cargo)
-            .current_dir(root)
-            .args([
-                "tree",
-                "--locked",
-                "--offline",
-                "-p",
-                "tollgate",
-                "--edges",
-                "normal",
-                "--prefix",
-                "none",
-            ])
-            .output()
-            .expect("cargo runs");
-        assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
-        let tree = String::from_utf8_lossy(&output.stdout);
+        let tree = cargo_tree(&["-p", "tollgate", "--edges", "normal", "--prefix", "none"]);
         let linked: BTreeSet<&str> = tree.lines().filter_map(|line| line.split_whitespace().next()).collect();
         assert!(linked.contains("tollgate-worker"), "the tree is the binary's: {linked:?}");
         for test_only in ["tollgate-mock-model", "tollgate-store-testing", "tollgate-testing"] {
@@ -210,29 +192,25 @@ mod tests {
     /// turn it on for the whole build if one crate asked (the ACP SDK does: `vendor/README.md`).
     #[test]
     fn no_dependency_turns_on_serde_jsons_preserve_order() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = Command::new(cargo)
-            .current_dir(root)
-            .args([
-                "tree",
-                "--locked",
-                "--offline",
-                "--workspace",
-                "--all-targets",
-                "--edges",
-                "features",
-                "--invert",
-                "serde_json",
-            ])
-            .output()
-            .expect("cargo runs");
-        assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
-        let tree = String::from_utf8_lossy(&output.stdout);
+        let tree = cargo_tree(&["--workspace", "--edges", "features", "--invert", "serde_json"]);
         assert!(tree.contains("serde_json feature \"default\""), "the tree is serde_json's features: {tree}");
         assert!(
             !tree.contains("serde_json feature \"preserve_order\""),
             "a dependency turns on serde_json's preserve_order (look for what asks for it):\n{tree}"
         );
+    }
+
+    /// What `cargo tree --locked --offline` with `args` prints, run at the workspace's root.
+    fn cargo_tree(args: &[&str]) -> String {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let output = Command::new(cargo)
+            .current_dir(root)
+            .args(["tree", "--locked", "--offline"])
+            .args(args)
+            .output()
+            .expect("cargo runs");
+        assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
     }
 }

@@ -54,16 +54,7 @@ pub async fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
     };
     eprintln!("tollgate ACP agent on stdio (agent {}, as {})", agent.name(), args.principal);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let worker_task = tokio::spawn({
-        let mut stop = stop_rx.clone();
-        async move {
-            worker
-                .run(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        }
-    });
+    let worker_task = super::worker::spawn_until(worker, stop_rx.clone());
     let face = tollgate_acp::Face::new(sessions, caller, Some(agent.name().to_owned()));
     let signals = tollgate_process::setup::StopSignals::listen();
     let served = tokio::select! {

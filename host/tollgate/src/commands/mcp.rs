@@ -57,16 +57,7 @@ pub async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         agents: None,
     };
     eprintln!("tollgate MCP server on stdio (agent {}, as {})", agent.name(), args.principal);
-    let worker_task = tokio::spawn({
-        let mut stop = stop_rx.clone();
-        async move {
-            worker
-                .run(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        }
-    });
+    let worker_task = super::worker::spawn_until(worker, stop_rx.clone());
     let signals = tollgate_process::setup::StopSignals::listen();
     let served = AgentServer::local(state, caller, agent.name()).serve_stdio(signals.nth(1)).await;
     let _ = stop_tx.send(true);

@@ -339,6 +339,21 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs `worker` in a task of its own until `stop` turns true: the Worker in the process of
+/// `tollgate mcp` and `tollgate acp`, stopped when their client goes away.
+pub fn spawn_until(
+    worker: tollgate_worker::worker::Worker,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        worker
+            .run(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
