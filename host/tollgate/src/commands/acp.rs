@@ -38,8 +38,11 @@ pub struct AcpArgs {
 
 /// Runs `tollgate acp`: until stdin closes, or SIGINT/SIGTERM.
 pub async fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
-    tollgate_api::auth::check_name(&args.principal)
-        .map_err(|why| anyhow::anyhow!("--as {:?}: {why}", args.principal))?;
+    // The default, the local user's reserved name when $USER is unset, is no principal's name.
+    if args.principal != tollgate_sessions::rights::LOCAL {
+        tollgate_api::auth::check_name(&args.principal)
+            .map_err(|why| anyhow::anyhow!("--as {:?}: {why}", args.principal))?;
+    }
     let (worker, store) = build(&args.worker).await?;
     let agent = worker.agent().clone();
     let serving = ServingAgent { name: agent.name().to_owned(), digest: agent.session_agent() };

@@ -1,4 +1,4 @@
-//! `tollgate worker` and `tollgate serve` without a way to reach the model: refused at start, the
+//! `tollgate worker`, `serve`, `mcp` and `acp` without a way to reach the model: refused at start, the
 //! error saying which variable to set, before the store is opened; any one credential (or an
 //! `ANTHROPIC_BASE_URL`) lets them past that check.
 
@@ -24,6 +24,10 @@ fn a_worker_without_a_model_credential_refuses_to_start_and_names_the_variables_
     for command in [
         vec!["worker", "--agent", agent, "--db", &db],
         vec!["serve", "--agent", agent, "--db", &db, "--listen", "127.0.0.1:0"],
+        // The stdio faces, with no $USER: the local principal is the default, and stdout stays
+        // the protocol's (empty).
+        vec!["mcp", "--agent", agent, "--db", &db],
+        vec!["acp", "--agent", agent, "--db", &db],
     ] {
         let output = tollgate(&command, &[("ANTHROPIC_API_KEY", " ")]);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -37,6 +41,7 @@ fn a_worker_without_a_model_credential_refuses_to_start_and_names_the_variables_
             assert!(first.contains(name), "{command:?} names {name}: {first}");
         }
         assert!(!dir.path().join("tollgate.db").exists(), "{command:?}: refused before the store opened");
+        assert!(output.stdout.is_empty(), "{command:?} wrote to stdout: {:?}", output.stdout);
     }
     // Each way to reach the model gets past the check (and on to the missing agent directory).
     for var in ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"]
