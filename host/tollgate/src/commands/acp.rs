@@ -34,6 +34,11 @@ pub struct AcpArgs {
     /// (another approver does; the client is told who is awaited).
     #[arg(long)]
     pub separate_duties: bool,
+    /// Check the configuration an editor starts this with (the agent, its tools, the store, the
+    /// model credential, the CLI, the box), print what it found and exit, speaking no ACP: 0 when
+    /// everything would serve, 2 otherwise.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Runs `tollgate acp`: until stdin closes, or SIGINT/SIGTERM.
@@ -45,6 +50,9 @@ pub async fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
     }
     let (worker, store) = build(&args.worker).await?;
     let agent = worker.agent().clone();
+    if args.check {
+        return check(&worker, &args).await;
+    }
     let serving = ServingAgent { name: agent.name().to_owned(), digest: agent.session_agent() };
     let rules = Rules { separation_of_duties: args.separate_duties };
     let sessions = Sessions::new(store, rules, Some(serving));
@@ -68,4 +76,35 @@ pub async fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
     served.map_err(|why| anyhow::anyhow!("the ACP connection on stdio stopped: {why}"))?;
     worker_task.await.context("the Worker stopped")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tollgate acp --check`: what the configuration serves, on stdout (no ACP is spoken), once the
+/// Worker was built (the agent, the store, the credential and the CLI were found, or the command
+/// already failed naming what is wrong).
+async fn check(worker: &tollgate_worker::worker::Worker, args: &AcpArgs) -> anyhow::Result<ExitCode> {
+    let agent = worker.agent();
+    let tools = agent.tools().await?;
+    let names: Vec<&str> = tools.tools().iter().map(|t| t.name.as_str()).collect();
+    println!(
+        "agent {} ({}), {} custom tool(s): {}",
+        agent.name(),
+        agent.digest(),
+        names.len(),
+        names.join(", ")
+    );
+    println!("sandbox: {}", worker.sandbox().name());
+    let decides = if args.separate_duties {
+        "another approver decides its approvals (--separate-duties)"
+    } else {
+        "it decides the approvals of the sessions it starts"
+    };
+    println!("as {}: {decides}", args.principal);
+    if tools.unavailable().is_empty() {
+        println!("ok: an editor may start `tollgate acp` with these options");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for unavailable in tools.unavailable() {
+        eprintln!("unavailable: tool component `{}`: {}", unavailable.component, unavailable.reason);
+    }
+    Ok(ExitCode::from(2))
 }

@@ -4,6 +4,7 @@
 //! - `scaffold`: `tollgate new tool` and `tollgate build`, one tool per language, outside the repository.
 //! - `tools`: `tollgate tools list|call|check`.
 
+mod acp;
 mod logins;
 mod scaffold;
 mod tools;
