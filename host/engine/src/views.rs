@@ -266,6 +266,40 @@ pub enum AuditDecision {
     Checked,
 }
 
+impl AuditDecision {
+    /// Every decision, in the order of the store schema's CHECK.
+    pub const ALL: [AuditDecision; 8] = [
+        AuditDecision::Approved,
+        AuditDecision::Rejected,
+        AuditDecision::Escalated,
+        AuditDecision::Expired,
+        AuditDecision::Revoked,
+        AuditDecision::Cancelled,
+        AuditDecision::PartiallyApproved,
+        AuditDecision::Checked,
+    ];
+
+    /// The stored and wire name: `approved`, `rejected`, `escalated`, `expired`, `revoked`,
+    /// `cancelled`, `partially_approved` or `checked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditDecision::Approved => "approved",
+            AuditDecision::Rejected => "rejected",
+            AuditDecision::Escalated => "escalated",
+            AuditDecision::Expired => "expired",
+            AuditDecision::Revoked => "revoked",
+            AuditDecision::Cancelled => "cancelled",
+            AuditDecision::PartiallyApproved => "partially_approved",
+            AuditDecision::Checked => "checked",
+        }
+    }
+
+    /// The decision stored as `text`, if it is one.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == text)
+    }
+}
+
 /// One approval of a call that needs several approvers, made before the last one decided it.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -428,4 +462,19 @@ pub struct AttentionItem {
     pub call: ToolCall,
     /// When its record last changed (ms since the epoch, database clock).
     pub updated_at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_audit_decisions_stored_name_is_its_wire_name_and_reads_back() {
+        for decision in AuditDecision::ALL {
+            let wire = serde_json::to_value(decision).unwrap();
+            assert_eq!(wire, decision.as_str(), "one spelling for the store and the wire");
+            assert_eq!(AuditDecision::parse(decision.as_str()), Some(decision));
+        }
+        assert_eq!(AuditDecision::parse("approve"), None);
+    }
 }

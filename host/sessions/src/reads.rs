@@ -11,8 +11,8 @@ use tollgate_engine::session::{CallEntry, CallState, ItemKind, RunState, grants}
 use tollgate_store::{AuditQuery, Item, Store, StoreError};
 
 use tollgate_engine::views::{
-    AttentionItem, AuditDecision, AuditRecord, CallCheck, CancelRequested, DecidedAhead, Grant,
-    GrantRevocation, LiveText, Message, PendingApproval, SessionGrant, Snapshot, ToolCall, TurnCancelled,
+    AttentionItem, AuditRecord, CallCheck, CancelRequested, DecidedAhead, Grant, GrantRevocation, LiveText,
+    Message, PendingApproval, SessionGrant, Snapshot, ToolCall, TurnCancelled,
 };
 
 pub(crate) fn cancel_requested(pending: tollgate_store::PendingCancel) -> CancelRequested {
@@ -64,16 +64,7 @@ pub fn audit_record(entry: tollgate_store::AuditEntry) -> AuditRecord {
         session_id: entry.session_id,
         interrupt_id: entry.interrupt_id,
         principal: entry.principal,
-        decision: match entry.decision {
-            tollgate_store::AuditDecision::Approved => AuditDecision::Approved,
-            tollgate_store::AuditDecision::Rejected => AuditDecision::Rejected,
-            tollgate_store::AuditDecision::Escalated => AuditDecision::Escalated,
-            tollgate_store::AuditDecision::Expired => AuditDecision::Expired,
-            tollgate_store::AuditDecision::Revoked => AuditDecision::Revoked,
-            tollgate_store::AuditDecision::Cancelled => AuditDecision::Cancelled,
-            tollgate_store::AuditDecision::PartiallyApproved => AuditDecision::PartiallyApproved,
-            tollgate_store::AuditDecision::Checked => AuditDecision::Checked,
-        },
+        decision: entry.decision,
         reason: entry.reason,
         tool_name: entry.tool_name,
         input: json(entry.input),

@@ -35,66 +35,13 @@ use crate::*;
 /// The longest principal name, reason text or tool name the trail takes, in bytes.
 pub const MAX_AUDIT_TEXT: usize = 4096;
 
-/// What a decision was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuditDecision {
-    /// The call may run.
-    Approved,
-    /// The call is refused.
-    Rejected,
-    /// The approval deadline passed and the call went to other approvers (schema 5); the
-    /// principal is the deadline's (`tollgate:deadline`).
-    Escalated,
-    /// The approval deadline passed and the call was refused (schema 5); the principal is the
-    /// deadline's (`tollgate:deadline`), the reason the text the model reads.
-    Expired,
-    /// A session grant made by a decision on this interrupt was revoked (schema 5); the principal
-    /// is who revoked it.
-    Revoked,
-    /// A turn was cancelled (schema 10): the principal is who asked, and the row's
-    /// `interrupt_id` holds the turn's id ([`crate::Store::request_cancel`], [`crate::CancelChange`]).
-    Cancelled,
-    /// An approval that counted but did not decide yet (schema 15): the interrupt's request asks
-    /// for more approvers (`approvals_required`) than have approved so far.
-    PartiallyApproved,
-    /// A person marked a tool call that needed attention (its outcome unknown, or failed) as
-    /// checked (schema 16; [`AuditLog::mark_checked`]): the row's `interrupt_id` holds the tool
-    /// call's id, its reason the person's note.
-    Checked,
-}
-
-impl AuditDecision {
-    /// Every decision, in the order of the schema's CHECK.
-    pub const ALL: [AuditDecision; 8] = [
-        AuditDecision::Approved,
-        AuditDecision::Rejected,
-        AuditDecision::Escalated,
-        AuditDecision::Expired,
-        AuditDecision::Revoked,
-        AuditDecision::Cancelled,
-        AuditDecision::PartiallyApproved,
-        AuditDecision::Checked,
-    ];
-
-    /// The stored name: `approved`, `rejected`, `escalated`, `expired`, `revoked`, `cancelled`,
-    /// `partially_approved` or `checked`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditDecision::Approved => "approved",
-            AuditDecision::Rejected => "rejected",
-            AuditDecision::Escalated => "escalated",
-            AuditDecision::Expired => "expired",
-            AuditDecision::Revoked => "revoked",
-            AuditDecision::Cancelled => "cancelled",
-            AuditDecision::PartiallyApproved => "partially_approved",
-            AuditDecision::Checked => "checked",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.as_str() == text)
-    }
-}
+/// What a decision was: the engine's (`tollgate_engine::views::AuditDecision`), stored by its
+/// name. The schema's CHECK lists [`AuditDecision::ALL`]: approved and rejected (schema 1),
+/// escalated, expired and revoked (schema 5; escalated and expired by the deadline's principal
+/// `tollgate:deadline`, revoked by who revoked the grant), cancelled (schema 10: the row's
+/// `interrupt_id` holds the turn's id), partially approved (schema 15) and checked (schema 16:
+/// the row's `interrupt_id` holds the tool call's id, its reason the person's note).
+pub use tollgate_engine::views::AuditDecision;
 
 /// The audit row a decision writes ([`AuditLog::resolve_interrupt_as`]); the session, the
 /// interrupt and the time (database clock) come from the decision itself.
