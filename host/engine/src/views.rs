@@ -37,22 +37,9 @@ pub struct Grant {
     pub decision_id: String,
 }
 
-/// The decision made ahead in a batch that a call ran under (or waits on), like a session
-/// grant: its interrupt, its batch, and who decided it when (docs/ARCHITECTURE.md, "Glossary").
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct DecidedAhead {
-    /// The interrupt opened ahead (its audit row in `decisions` names it).
-    pub decision_id: String,
-    /// Its batch: the interrupt id of the call deferred beside it.
-    pub batch_id: String,
-    /// The principal who decided (absent while open, or for an `unused` call).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decided_by: Option<String>,
-    /// When (ms since the epoch: the decision's audit row).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decided_at: Option<i64>,
-}
+/// The decision made ahead in a batch that a call ran under (or waits on): the one type the
+/// call's record stores and the snapshot shows.
+pub use crate::session::batches::AheadRef as DecidedAhead;
 
 /// A session grant as the snapshot lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]

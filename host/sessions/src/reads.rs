@@ -11,8 +11,8 @@ use tollgate_engine::session::{CallEntry, CallState, ItemKind, RunState, grants}
 use tollgate_store::{AuditQuery, Item, Store, StoreError};
 
 use tollgate_engine::views::{
-    AttentionItem, AuditRecord, CallCheck, CancelRequested, DecidedAhead, Grant, GrantRevocation, LiveText,
-    Message, PendingApproval, SessionGrant, Snapshot, ToolCall, TurnCancelled,
+    AttentionItem, AuditRecord, CallCheck, CancelRequested, Grant, GrantRevocation, LiveText, Message,
+    PendingApproval, SessionGrant, Snapshot, ToolCall, TurnCancelled,
 };
 
 pub(crate) fn cancel_requested(pending: tollgate_store::PendingCancel) -> CancelRequested {
@@ -270,12 +270,7 @@ fn tool_call(call: CallEntry) -> ToolCall {
         grants_session: call.grants_session.map(grant),
         approved_under: call.approved_under.map(grant),
         batch_id: call.batch_id,
-        decided_ahead: call.decided_ahead.map(|a| DecidedAhead {
-            decision_id: a.decision_id,
-            batch_id: a.batch_id,
-            decided_by: a.decided_by,
-            decided_at: a.decided_at,
-        }),
+        decided_ahead: call.decided_ahead,
         kind: call.kind,
         requires_approval: call.requires_approval,
         runs_in: call.runs_in,

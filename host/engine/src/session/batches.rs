@@ -55,15 +55,17 @@ pub struct AheadCall {
     pub used_by: Option<String>,
 }
 
-/// The decision made ahead that a call ran under (or waits on): like a session grant's
-/// [`super::grants::GrantRef`], the decision's id and who decided when.
+/// The decision made ahead in a batch that a call ran under (or waits on), like a session
+/// grant: its interrupt, its batch, and who decided it when (docs/ARCHITECTURE.md, "Glossary").
+// Stored in the call's record, and shown as is in the snapshot (`DecidedAhead` on the wire).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = DecidedAhead))]
 pub struct AheadRef {
-    /// The interrupt opened ahead (its audit row names the decision too).
+    /// The interrupt opened ahead (its audit row in `decisions` names it).
     pub decision_id: String,
-    /// Its batch.
+    /// Its batch: the interrupt id of the call deferred beside it.
     pub batch_id: String,
-    /// The principal who decided (`None` while open, for a closed one, or when unknown).
+    /// The principal who decided (absent while open, or for an `unused` call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
     /// When (ms since the epoch: the decision's audit row).
