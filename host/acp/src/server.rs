@@ -206,7 +206,7 @@ async fn list_sessions(face: &Face, request: ListSessionsRequest) -> Result<List
         .sessions
         .into_iter()
         .map(|(session, _)| {
-            let updated = chrono_millis(session.updated_at);
+            let updated = rfc3339_millis(session.updated_at);
             SessionInfo::new(session.session_id, PathBuf::from("/")).updated_at(updated)
         })
         .collect();
@@ -214,7 +214,7 @@ async fn list_sessions(face: &Face, request: ListSessionsRequest) -> Result<List
 }
 
 /// Milliseconds since the epoch as RFC 3339 (UTC).
-fn chrono_millis(ms: i64) -> String {
+fn rfc3339_millis(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -255,27 +255,28 @@ async fn resume_session(
 /// approvals still open are asked again, and a turn in progress (its Worker may have died with
 /// the last client's process: it goes on on any Worker) is followed to its end.
 async fn attach(face: &Face, cx: &ConnectionTo<Client>, id: &str, replay: bool) -> Result<(), Error> {
-    face.sessions.session(&face.caller, id).await.map_err(error)?;
-    let mut after = 0;
-    let mut open = Vec::new();
-    loop {
-        let page = face.sessions.events(&face.caller, id, after, PAGE).await.map_err(error)?;
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        for event in &page {
-            let Some(payload) = updates::parse(&event.kind, event.payload.get()).map_err(internal)? else {
-                continue;
-            };
-            track_open(&mut open, &payload);
-            if replay {
-                notify_all(cx, id, updates::updates(&payload))?;
+    // One read says what is open and where the log stood; the replay reads on to its end, and
+    // the follower of a turn in progress goes on from whichever is later.
+    let snapshot = face.sessions.snapshot(&face.caller, id).await.map_err(error)?;
+    let mut after = snapshot.next_event_seq - 1;
+    if replay {
+        let mut seq = 0;
+        loop {
+            let page = face.sessions.events(&face.caller, id, seq, PAGE).await.map_err(error)?;
+            let Some(last) = page.last() else { break };
+            seq = last.seq;
+            for event in &page {
+                if let Some(payload) = updates::parse(&event.kind, event.payload.get()).map_err(internal)? {
+                    notify_all(cx, id, updates::updates(&payload))?;
+                }
             }
         }
+        after = after.max(seq);
     }
-    for interrupt_id in open {
-        ask(face, cx, id, &interrupt_id)?;
+    for pending in &snapshot.pending_interrupts {
+        ask(face, cx, id, &pending.interrupt_id)?;
     }
-    if face.sessions.snapshot(&face.caller, id).await.map_err(error)?.turn_id.is_some() {
+    if snapshot.turn_id.is_some() {
         let (face, task_cx, id) = (face.clone(), cx.clone(), id.to_owned());
         cx.spawn(async move {
             if let Err(error) = follow(&face, &task_cx, &id, after, None).await {
@@ -297,16 +298,6 @@ fn no_mcp_servers(servers: &[agent_client_protocol::v1::schema::McpServer]) -> R
             servers.len(),
             server_name(server)
         ))),
-    }
-}
-
-/// Keeps `open` the interrupts opened and not resolved so far.
-fn track_open(open: &mut Vec<String>, payload: &Payload) {
-    match payload {
-        Payload::InterruptOpened(opened) => open.push(opened.interrupt_id.clone()),
-        Payload::InterruptResolved(resolved) => open.retain(|id| *id != resolved.interrupt_id),
-        Payload::TurnCompleted(_) | Payload::TurnFailed(_) | Payload::TurnCancelled(_) => open.clear(),
-        _ => {}
     }
 }
 
