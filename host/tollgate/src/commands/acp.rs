@@ -43,11 +43,7 @@ pub struct AcpArgs {
 
 /// Runs `tollgate acp`: until stdin closes, or SIGINT/SIGTERM.
 pub async fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
-    // The default, the local user's reserved name when $USER is unset, is no principal's name.
-    if args.principal != tollgate_sessions::rights::LOCAL {
-        tollgate_api::auth::check_name(&args.principal)
-            .map_err(|why| anyhow::anyhow!("--as {:?}: {why}", args.principal))?;
-    }
+    super::check_local_principal(&args.principal)?;
     let (worker, store) = build(&args.worker).await?;
     let agent = worker.agent().clone();
     if args.check {

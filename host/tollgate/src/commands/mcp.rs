@@ -33,11 +33,7 @@ pub struct McpArgs {
 
 /// Runs `tollgate mcp`: until stdin closes, or SIGINT/SIGTERM.
 pub async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
-    // The default, the local user's reserved name when $USER is unset, is no principal's name.
-    if args.principal != tollgate_sessions::rights::LOCAL {
-        tollgate_api::auth::check_name(&args.principal)
-            .map_err(|why| anyhow::anyhow!("--as {:?}: {why}", args.principal))?;
-    }
+    super::check_local_principal(&args.principal)?;
     let (worker, store) = build(&args.worker).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let agent = worker.agent().clone();

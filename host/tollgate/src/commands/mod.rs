@@ -15,3 +15,15 @@ pub mod serve;
 pub mod session;
 pub mod tools;
 pub mod worker;
+
+/// Checks the `--as` name of a stdio face (`tollgate mcp`, `tollgate acp`): a principal's name,
+/// or the local user's reserved name `tollgate:local`, the default when `$USER` is unset.
+///
+/// # Errors
+/// Another name that is not a principal's, naming the rule.
+pub fn check_local_principal(name: &str) -> anyhow::Result<()> {
+    if name == tollgate_sessions::rights::LOCAL {
+        return Ok(());
+    }
+    tollgate_api::auth::check_name(name).map_err(|why| anyhow::anyhow!("--as {name:?}: {why}"))
+}
