@@ -162,9 +162,9 @@ async fn only_an_approver_of_the_policys_group_who_did_not_start_the_session_dec
 /// stored. On PostgreSQL, with the `--token` shortcut beside the file (an ordinary admin there).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_api_without_the_agent_enforces_the_approvers_the_worker_stored_on_postgres() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let test = "auth: tollgate api on PostgreSQL";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     restrict_refunds_to_finance(&world);

@@ -316,9 +316,9 @@ async fn a_repeat_of_a_call_still_open_ahead_waits_on_that_interrupt() {
 /// still waited on a person once.
 #[tokio::test(flavor = "multi_thread")]
 async fn on_postgres_a_worker_sigkilled_after_the_batch_is_used_runs_nothing_twice() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let test = "batch: SIGKILL on PostgreSQL";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;

@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde_json::Value;
 use sha2::Digest;
 use tollgate_store::{AgentDigest, StepState};
-use tollgate_store_testing::PgCluster;
 
 use crate::served::{Served, stdout_of};
 use crate::world::{Refund, World, plain};
@@ -133,10 +132,9 @@ async fn a_locked_agent_refuses_a_swapped_missing_or_unlisted_file_naming_it_and
 
 #[tokio::test(flavor = "multi_thread")]
 async fn workers_of_two_bundles_on_one_postgres_database_each_run_only_their_own_sessions() {
-    let Some(cluster) = PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let Some(world) =
-        World::on_db("bundles: two bundles on PostgreSQL", Refund::SingleAttemptWithApproval, &cluster.url())
-            .await
+        World::on_db("bundles: two bundles on PostgreSQL", Refund::SingleAttemptWithApproval, &db).await
     else {
         return;
     };

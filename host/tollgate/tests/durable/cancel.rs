@@ -350,9 +350,9 @@ async fn an_inline_write_keeps_its_record_when_its_turn_is_cancelled_and_runs_on
 
 #[tokio::test(flavor = "multi_thread")]
 async fn on_postgresql_a_cancel_reaches_the_worker_process_during_a_segment_and_during_an_approval() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let test = "cancel: api and worker processes on PostgreSQL";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;

@@ -131,9 +131,9 @@ async fn a_two_second_deadline_rejects_the_call_after_its_worker_was_sigkilled_a
 
 #[tokio::test(flavor = "multi_thread")]
 async fn on_postgres_two_workers_started_after_the_deadline_fire_it_once() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let test = "deadline: expiry on PostgreSQL, two firers";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     a_deadline_fires_after_its_worker_was_killed(world, 2).await;

@@ -207,9 +207,9 @@ async fn an_approver_edits_a_bash_command_only_the_edited_command_runs_and_the_m
 /// nothing stored, and the accepted one runs on the Worker.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_api_without_the_agent_checks_an_edit_against_the_stored_schema_on_postgres() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let test = "edit: tollgate api on PostgreSQL";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     let served = Served::start_api(&world, "api", &["--token", "t0ken"]).await;

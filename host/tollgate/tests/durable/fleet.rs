@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use tollgate_store_testing::PgCluster;
-
 use crate::served::{Served, stdout_of};
 use crate::world::{Refund, World, plain};
 
@@ -145,10 +143,9 @@ async fn a_worker_of_another_agent_on_the_same_sqlite_store_runs_none_of_its_ses
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_of_another_agent_on_the_same_postgres_database_runs_none_of_its_sessions() {
-    let Some(cluster) = PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let Some(world) =
-        World::on_db("fleet: two agents on PostgreSQL", Refund::SingleAttemptWithApproval, &cluster.url())
-            .await
+        World::on_db("fleet: two agents on PostgreSQL", Refund::SingleAttemptWithApproval, &db).await
     else {
         return;
     };

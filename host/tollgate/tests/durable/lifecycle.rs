@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tollgate_store::StepState;
-use tollgate_store_testing::PgCluster;
 use tollgate_testing::alive;
 
 use crate::served::Served;
@@ -106,9 +105,8 @@ async fn a_second_sigterm_cuts_the_drain_short_and_releases_the_step() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_with_drain_zero_hands_a_running_segment_to_another_worker_at_once() {
-    let Some(cluster) = PgCluster::start_or_skip() else { return };
-    let Some(world) = World::on_db("drain handover", Refund::SingleAttemptWithApproval, &cluster.url()).await
-    else {
+    let Some(db) = crate::pg_database().await else { return };
+    let Some(world) = World::on_db("drain handover", Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     const LEASE_SECS: u64 = 10;

@@ -102,3 +102,27 @@ mod warm;
 mod webhooks;
 
 use tollgate_testing::{park, served, world};
+
+/// The URL of a fresh, empty database of its own in the binary's one PostgreSQL cluster
+/// ([`tollgate_store_testing::PgCluster::shared`]); or `None` (after `!! SKIPPED`) when
+/// PostgreSQL is not installed and `TOLLGATE_SKIP_MISSING` names `postgres`.
+///
+/// A database, not a schema: `NOTIFY` reaches only the listeners of its own database, so two
+/// tests at once never wake each other's Workers. `CREATE DATABASE` takes a fraction of a second
+/// where a cluster of one's own (`initdb`, start, stop) took about two. A test that stops or
+/// restarts PostgreSQL (`outage`, `chaos`) keeps a cluster of its own.
+async fn pg_database() -> Option<String> {
+    use sqlx::Connection;
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let cluster = tollgate_store_testing::PgCluster::shared()?;
+    let name = format!("t{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut conn = sqlx::PgConnection::connect(&cluster.url()).await.expect("connect to the shared cluster");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .execute(&mut conn)
+        .await
+        .expect("create the test's database");
+    conn.close().await.expect("close");
+    let url = cluster.url();
+    let base = url.strip_suffix("/postgres").expect("the cluster's URL names the postgres database");
+    Some(format!("{base}/{name}"))
+}

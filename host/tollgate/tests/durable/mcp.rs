@@ -267,9 +267,9 @@ async fn a_tasks_client_gets_a_task_that_completes_with_the_rejection_and_other_
 /// API answers `tasks/get` with the same state, and after the approval the refund runs once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_survives_the_api_and_the_worker_being_killed_on_postgres_and_the_refund_runs_once() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let test = "mcp: tollgate api + a Worker on PostgreSQL";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     let file = world.dir.path().join("auth.toml");

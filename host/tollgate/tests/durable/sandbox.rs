@@ -159,7 +159,7 @@ fn reach_attacks(attacked: &Attacked, pg_port: u16) -> Vec<(&'static str, String
 
 #[tokio::test(flavor = "multi_thread")]
 async fn in_its_box_the_agent_reaches_nothing_of_the_worker_the_store_the_api_or_other_sessions() {
-    let Some(pg) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(pg) = tollgate_store_testing::PgCluster::shared() else { return };
     let pg_port: u16 = pg
         .url()
         .rsplit(':')

@@ -3,16 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate_store_testing::PgCluster;
-
 use crate::park::park_on_approval;
 use crate::world::{Refund, World};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_workers_on_one_postgres_database_finish_fifty_sessions_and_run_no_step_twice() {
-    let Some(cluster) = PgCluster::start_or_skip() else { return };
-    let Some(world) =
-        World::on_db("two workers on PostgreSQL", Refund::SingleAttemptWithApproval, &cluster.url()).await
+    let Some(db) = crate::pg_database().await else { return };
+    let Some(world) = World::on_db("two workers on PostgreSQL", Refund::SingleAttemptWithApproval, &db).await
     else {
         return;
     };

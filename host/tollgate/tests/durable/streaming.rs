@@ -208,9 +208,9 @@ async fn a_long_reply_streams_live_shows_in_the_snapshot_and_is_stored_once_unde
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_reply_streams_live_from_a_worker_to_an_api_process_on_postgres() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
+    let Some(db) = crate::pg_database().await else { return };
     let test = "streaming: api and worker on PostgreSQL";
-    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &cluster.url()).await else {
+    let Some(world) = World::on_db(test, Refund::SingleAttemptWithApproval, &db).await else {
         return;
     };
     let served = Served::start_api(&world, "api", &["--insecure-open"]).await;

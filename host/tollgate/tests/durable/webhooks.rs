@@ -295,9 +295,8 @@ async fn a_receiver_that_fails_twice_gets_every_event_signed_with_stable_ids_acr
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_servers_on_postgres_send_each_event_once() {
-    let Some(cluster) = tollgate_store_testing::PgCluster::start_or_skip() else { return };
-    let Some(world) =
-        World::on_db("webhooks on PostgreSQL", Refund::SingleAttemptWithApproval, &cluster.url()).await
+    let Some(db) = crate::pg_database().await else { return };
+    let Some(world) = World::on_db("webhooks on PostgreSQL", Refund::SingleAttemptWithApproval, &db).await
     else {
         return;
     };
