@@ -1,7 +1,10 @@
 //! An approved CLI tool's record comes from what it did, with the real CLI: the support agent's
 //! options factory sends a `Bash` command with `|` or `&` to a human; once approved, the resumed
 //! segment's CLI runs it, and the call is recorded from the CLI's tool result (`succeeded` with
-//! its output, `failed` with its error), or `outcome_unknown` when the segment ended without one.
+//! its output, `failed` with its error), or `outcome_unknown` when the segment ended without one
+//! (its CLI killed while the command ran).
+
+use std::time::Duration;
 
 use crate::world::{Refund, World};
 
@@ -55,14 +58,53 @@ async fn an_approved_bash_call_whose_segment_ends_without_its_result_is_outcome_
     else {
         return;
     };
-    // The command outlives the segment: its CLI is stopped before it reports a result.
-    let config = std::fs::read_to_string(world.agent.join("tollgate.toml")).expect("config");
-    let config = config.replace("[agent]\n", "[agent]\nsegment_timeout_secs = 20\n");
-    std::fs::write(world.agent.join("tollgate.toml"), config).expect("write config");
-    let _a = world.worker("a");
-    let (status, _) = approve_and_record(&world, "cut", "tail -f /dev/null | cat").await;
+    let a = world.worker("a");
+    // A command that outlives its segment: once it runs, its CLI is SIGKILLed, so the segment
+    // ends before the CLI reports a result (as one cut at its timeout does: the segment's
+    // machine records that the gate let the call run, `CliRun::NoResult`).
+    let marker = format!("296.{}", std::process::id());
+    let command = format!("sleep {marker} | cat");
+    let killer = async {
+        let start = std::time::Instant::now();
+        let running = loop {
+            let running = tollgate_testing::processes(|args| {
+                args.len() == 2 && args[0].ends_with(b"sleep") && args[1] == marker.as_bytes()
+            });
+            if !running.is_empty() {
+                break running;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "the command never ran\n{}",
+                world.diagnostics()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // The Worker's child the command runs under: the segment's CLI (or its box).
+        let mut pid = u32::try_from(running[0]).expect("a pid");
+        let children = a.children();
+        while !children.contains(&pid) {
+            pid = parent(pid).unwrap_or_else(|| panic!("the command does not run under A: {children:?}"));
+        }
+        // SAFETY: kill(2) of the segment's CLI.
+        unsafe { libc::kill(i32::try_from(pid).expect("a pid"), libc::SIGKILL) };
+        running
+    };
+    let (recorded, running) = tokio::join!(approve_and_record(&world, "cut", &command), killer);
+    let (status, _) = recorded;
     assert_eq!(status, "outcome_unknown", "it ran, and nobody saw how it ended\n{}", world.diagnostics());
-    let id = world.bash_call_id("tail -f /dev/null | cat");
+    let id = world.bash_call_id(&command);
     let (seen, is_error) = world.tool_result_seen(&id).expect("the next attempt told the model");
     assert!(is_error && seen.contains("is unknown"), "{seen}");
+    for pid in running {
+        // SAFETY: kill(2) of the command this test started, should its segment have left it.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// The parent of process `pid`, from `/proc/PID/stat` (`pid (comm) S ppid …`).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok().filter(|ppid| *ppid > 1)
 }

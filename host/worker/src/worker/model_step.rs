@@ -350,7 +350,7 @@ mod tests {
     use serde_json::value::RawValue;
     use tollgate_engine::gate::DeferredCall;
     use tollgate_engine::policy::{DeferredRun, Effect as Kind, Handling, ToolPolicy};
-    use tollgate_engine::session::{ItemKind, Usage};
+    use tollgate_engine::session::{CallState, ItemKind, Usage};
 
     use super::*;
 
@@ -525,6 +525,78 @@ mod tests {
         assert!(
             matches!(step.notify_committed(Ok(())), Ok(Effect::Prestart(Warm::Resume(id))) if id == "cli-1")
         );
+    }
+
+    /// An approved `Bash` call, as the turn's first segment deferred it to a human and the human
+    /// approved it: the run state and calls its resumed segment is planned from.
+    fn an_approved_bash_call(policies: &Policies) -> (RunState, Vec<CallEntry>) {
+        let (mut step, _) = planned(policies, &[prompt()]);
+        let call = DeferredCall {
+            tool_use_id: "toolu_bash".into(),
+            tool_name: "Bash".into(),
+            kind: ToolKind::Cli,
+            arguments: json!({"command": "sleep 296 | cat"}),
+            policy: ToolPolicy { effect: Kind::NonIdempotentWrite, requires_approval: true },
+            handling: Handling::Deferred { requires_approval: true, runs_in: DeferredRun::ResumedSegment },
+            held_back: Vec::new(),
+        };
+        let result = SegmentResult::Deferred {
+            session_id: "cli-1".into(),
+            call,
+            entries: Vec::new(),
+            usage: Usage::default(),
+            cost_usd: None,
+        };
+        step.notify_ended(ended(result, None));
+        let read = EndRead { grants: Some(Default::default()), ..EndRead::default() };
+        let Effect::Review(deferred) = step.notify_end_read(read) else { panic!("it waits for approval") };
+        let deferred = committed(step.notify_reviewed(*deferred));
+        let approved = tollgate_engine::session::tools::on_approval(
+            &deferred.calls[0],
+            &tollgate_engine::session::client::HumanDecision { approved: true, ..Default::default() },
+        );
+        (deferred.run_state.expect("the turn is in progress"), approved.calls)
+    }
+
+    #[test]
+    fn an_approved_cli_call_whose_resumed_segment_ended_without_its_result_is_recorded_outcome_unknown() {
+        let policies = Policies::default();
+        let (state, calls) = an_approved_bash_call(&policies);
+        assert_eq!(calls[0].state, CallState::Queued, "approved, not run yet");
+        let (seq, body) = prompt();
+        let resumed = |cli_run: CliRun, result: SegmentResult| {
+            let history = [HistoryItem { seq, kind: Some(ItemKind::UserPrompt), body: &body }];
+            let rows = Rows {
+                state: state.clone(),
+                history: &history,
+                transcript: TranscriptSource::Items,
+                calls: &calls,
+            };
+            let step = RunModelStep { turn_id: Some("turn-1".into()), resume: Some("toolu_bash".into()) };
+            let (mut step, effect) =
+                ModelStep::plan(&policies, &step, Claims::nth(1), rows, &Limits::default()).unwrap();
+            assert!(matches!(effect, Effect::RunSegment), "{effect:?}");
+            step.notify_ended(Ended { cli_run, ..ended(result, None) });
+            committed(step.notify_end_read(EndRead { calls: calls.clone(), ..EndRead::default() }))
+        };
+        // The CLI was let run it, and its segment was cut (killed, or at its timeout) before the
+        // CLI reported a result: it may have run.
+        let cut = SegmentResult::Failed { error: "the CLI exited early".into(), retryable: true };
+        let transition = resumed(CliRun::NoResult, cut.clone());
+        let recorded =
+            transition.calls.iter().rev().find(|c| c.tool_call_id == "toolu_bash").expect("its record");
+        assert_eq!(recorded.state, CallState::OutcomeUnknown, "{recorded:?}");
+        assert_eq!(events(&transition)[0], "tool_call_finished", "{:?}", events(&transition));
+        assert!(events(&transition).contains(&"attempt_failed"), "the next attempt tells the model");
+        // Cut before the gate let the CLI run it: still approved, for the next attempt to run.
+        let transition = resumed(CliRun::NotStarted, cut);
+        assert!(transition.calls.iter().all(|c| c.tool_call_id != "toolu_bash"), "{:?}", transition.calls);
+        // Its result, as the CLI reported it: the record.
+        let failed = CliRun::Result { text: "No such file".into(), is_error: true };
+        let transition = resumed(failed, answered(None).result);
+        let recorded =
+            transition.calls.iter().rev().find(|c| c.tool_call_id == "toolu_bash").expect("its record");
+        assert_eq!(recorded.state, CallState::Failed { error: "No such file".into() });
     }
 
     #[test]
