@@ -708,25 +708,37 @@ async fn serve_without_a_token_makes_one_only_its_user_reads_and_the_client_find
     served.stop().await;
 }
 
-/// Commands that spin: unboxed they run as long as they like (24 s of CPU); in a box whose
-/// `cpu_secs` is 10 they are stopped once the box has used that much CPU time, and the turn fails
-/// saying so.
+/// Commands that spin: unboxed they run as long as they like (12 s of CPU, past the box's limit);
+/// in a box whose `cpu_secs` is 10 they are stopped once the box has used that much CPU time, and
+/// the turn fails saying so.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spinning_command_is_stopped_at_the_boxs_cpu_limit() {
     for mode in [Mode::Unboxed, Mode::Boxed] {
         let cpu = |_: &World, config: String| config + "\n[sandbox]\ncpu_secs = 10\n";
         let Some(attacked) = Attacked::start(&format!("cpu {mode:?}"), mode, cpu).await else { return };
-        // Two spinners, one per core; in the box they would spin for 100 s but for the limit.
-        let seconds = if mode == Mode::Boxed { 100 } else { 12 };
-        let spin = format!(
-            "for i in 1 2; do timeout {seconds} sh -c 'while :; do :; done' & done; wait; echo spun-{seconds}s"
-        );
+        // Two spinners, one per core. Unboxed, each spins until it has used 6 s of CPU time (its
+        // own `ulimit -t`: 12 s in all, past the box's 10, however loaded the machine); in the
+        // box they would spin for 100 s each but for the limit.
+        let spin = match mode {
+            Mode::Unboxed => {
+                "for i in 1 2; do timeout 60 sh -c 'ulimit -t 6; while :; do :; done' & done; \
+                              wait; echo spun-6s-of-cpu-each"
+            }
+            Mode::Boxed => {
+                "for i in 1 2; do timeout 100 sh -c 'while :; do :; done' & done; wait; echo spun-100s"
+            }
+        }
+        .to_owned();
         let (snapshot, results) = attacked.bash("s", &[spin], 1).await;
         let error = snapshot.last_turn_error.clone().unwrap_or_default();
         println!("finding: {mode:?} spin on both cores: {} {error}", last_words(&results[0]));
         match mode {
             Mode::Unboxed => {
-                assert!(results[0].contains("spun-12s") && error.is_empty(), "{}\n{error}", results[0])
+                assert!(
+                    results[0].contains("spun-6s-of-cpu-each") && error.is_empty(),
+                    "{}\n{error}",
+                    results[0]
+                )
             }
             Mode::Boxed => assert!(error.contains("cpu limit"), "{error}\n{}", attacked.world.diagnostics()),
         }
