@@ -384,6 +384,7 @@ where
             due_at: row.try_get("due_at")?,
             interrupt_id: row.try_get("interrupt_id")?,
             output: output.map(|o| stored_json("steps", &key, "output", o)).transpose()?,
+            created_at: row.try_get("created_at")?,
         })
     }
 

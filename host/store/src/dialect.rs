@@ -62,7 +62,7 @@ impl Dialect for sqlx::Sqlite {
                              {only_pins}
                          ORDER BY due_at LIMIT 1)
                      RETURNING step_id, session_id, row_version, kind, payload, state, interrupt_id,
-                         due_at, attempt, fence, lost, output"
+                         due_at, attempt, fence, lost, output, created_at"
                 )
             };
             Statements::render(
@@ -108,7 +108,7 @@ impl Dialect for sqlx::Postgres {
                          lost = s.lost + (CASE WHEN s.state = 'claimed' THEN 1 ELSE 0 END), updated_at = {now}
                      FROM c WHERE s.step_id = c.step_id
                      RETURNING s.step_id, s.session_id, s.row_version, s.kind, s.payload, s.state,
-                         s.interrupt_id, s.due_at, s.attempt, s.fence, s.lost, s.output"
+                         s.interrupt_id, s.due_at, s.attempt, s.fence, s.lost, s.output, s.created_at"
                 )
             };
             Statements::render(
@@ -133,7 +133,7 @@ impl Dialect for sqlx::Postgres {
 }
 
 /// The columns of a step, as [`crate::backend`] decodes them.
-const STEP_COLUMNS: &str = "step_id, session_id, row_version, kind, payload, state, interrupt_id, due_at, attempt, fence, lost, output";
+const STEP_COLUMNS: &str = "step_id, session_id, row_version, kind, payload, state, interrupt_id, due_at, attempt, fence, lost, output, created_at";
 
 /// The columns of an interrupt, as [`crate::backend`] decodes them.
 const INTERRUPT_COLUMNS: &str =

@@ -261,6 +261,8 @@ pub struct Step {
     pub interrupt_id: Option<String>,
     /// Done: the output given to [`Finish::Done`].
     pub output: Option<Box<RawValue>>,
+    /// When it was enqueued (DB clock, ms); a retry or a new claim keeps it.
+    pub created_at: i64,
 }
 
 /// How a new step starts.

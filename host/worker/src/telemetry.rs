@@ -1,9 +1,10 @@
 //! The binary's telemetry: logs on stderr and, when an OTLP endpoint is set, OpenTelemetry spans
 //! of the Worker's segments and tool calls.
 //!
-//! Read [`init`] first (what is exported, and when), then [`SegmentTrace`] (one `chat` span per
-//! `RunModel` attempt, with an `execute_tool` child per inline tool call) and [`ToolTrace`] (one
-//! `execute_tool` span per deferred tool call attempt). The attribute lists are built by pure
+//! Read [`init`] first (what is exported, and when), then [`turn_trace`] and [`TurnSpan`] (one
+//! `invoke_agent` span per turn, the parent of all the turn's spans), [`SegmentTrace`] (one `chat`
+//! span per `RunModel` attempt, with an `execute_tool` child per inline tool call) and
+//! [`ToolTrace`] (one `execute_tool` span per deferred tool call attempt). The attribute lists are built by pure
 //! functions ([`model_call_metadata`], [`segment_span`], [`tool_span`]) that the tests check without
 //! an exporter. This module does not own the facts it reads: [`SegmentStats`] collects them from
 //! the CLI's frames.
@@ -15,6 +16,7 @@
 //!
 //! | span | kind | set when |
 //! | --- | --- | --- |
+//! | `invoke_agent {agent}` | INTERNAL | the turn ended (completed, failed or cancelled), by the Worker that committed its end, with the turn's stored start and ids ([`TurnTrace`]) |
 //! | `chat {model}` | CLIENT, with usage | the segment made exactly one model call |
 //! | `chat {model}` | INTERNAL, no usage | it made none or several (an inline tool call, subagents) |
 //! | `execute_tool {tool}` | INTERNAL | an inline call (child of its segment; a custom tool or a CLI tool such as `Read`, `Bash` or an external MCP server's, `tollgate.tool.kind` `custom` or `cli`) or a deferred call attempt |
@@ -31,18 +33,30 @@
 //!   drop it outside the async runtime).
 //! - Without `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` the global
 //!   tracer is a no-op and building spans costs next to nothing.
+//! - A turn spans segments, Workers and days, so its span cannot be held open: its ids and start
+//!   are fixed when it starts ([`turn_trace`], from its first step's row, so every attempt on any
+//!   Worker derives the same), stored with the turn once a segment defers a call, and the
+//!   `invoke_agent` span is emitted when the turn ends, with that start. Its children are
+//!   exported as they end, before it. A turn begun by a build without traces has none: its spans
+//!   are roots, as before.
 //! - A segment's span is built when the segment ends (its kind and name depend on what the CLI
 //!   reported), with the start time it recorded; a Worker killed mid-segment exports nothing for it.
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::time::SystemTime;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer,
+};
 use opentelemetry::{Array, Context, InstrumentationScope, KeyValue, StringValue, Value, global};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracerProvider};
+use sha2::{Digest, Sha256};
 use tollgate_claude::{SegmentEvent, SegmentStats};
 use tollgate_engine::catalog::ToolKind;
+use tollgate_engine::session::TurnTrace;
 use tollgate_engine::session::tools::ToolRun;
 use tollgate_engine::session::turn::SegmentResult;
 use tracing::warn;
@@ -98,9 +112,147 @@ pub fn init(verbose: u8) -> Telemetry {
     }
     .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
     .build();
-    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .with_id_generator(TurnIds::default())
+        .build();
     global::set_tracer_provider(provider.clone());
+    EXPORTING.store(true, Ordering::Relaxed);
     Telemetry { provider: Some(provider) }
+}
+
+/// Set once [`init`] installed an exporter.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported: a Worker reads a turn's stored trace only then.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The ids the next span built on this thread gets instead of random ones ([`TurnIds`]).
+    static NEXT_IDS: Cell<(Option<TraceId>, Option<SpanId>)> = const { Cell::new((None, None)) };
+}
+
+/// Random ids, except for the span [`TurnSpan::record`] builds: the SDK gives a span the ids its
+/// generator makes, and a turn's `invoke_agent` span must have the ids fixed when the turn started.
+#[derive(Debug, Default)]
+struct TurnIds(RandomIdGenerator);
+
+impl IdGenerator for TurnIds {
+    fn new_trace_id(&self) -> TraceId {
+        let (trace, span) = NEXT_IDS.get();
+        NEXT_IDS.set((None, span));
+        trace.unwrap_or_else(|| self.0.new_trace_id())
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        let (trace, span) = NEXT_IDS.get();
+        NEXT_IDS.set((trace, None));
+        span.unwrap_or_else(|| self.0.new_span_id())
+    }
+}
+
+/// The trace of the turn that `step_id` (its session's step, enqueued at `created_at_ms` on the
+/// store's clock) starts: its ids derived from the step, so that every attempt of the step on any
+/// Worker gets the same, and its start the moment the step was enqueued.
+pub fn turn_trace(session_id: &str, step_id: i64, created_at_ms: i64) -> TurnTrace {
+    let digest = Sha256::new()
+        .chain_update(b"tollgate turn trace\0")
+        .chain_update(session_id.as_bytes())
+        .chain_update([0])
+        .chain_update(step_id.to_be_bytes())
+        .chain_update(created_at_ms.to_be_bytes())
+        .finalize();
+    let mut trace_id = [0u8; 16];
+    let mut span_id = [0u8; 8];
+    trace_id.copy_from_slice(&digest[..16]);
+    span_id.copy_from_slice(&digest[16..24]);
+    // All zeros is the one invalid id (a chance of 2^-128 and 2^-64).
+    trace_id[15] |= u8::from(trace_id == [0; 16]);
+    span_id[7] |= u8::from(span_id == [0; 8]);
+    TurnTrace { trace_id: hex::encode(trace_id), span_id: hex::encode(span_id), started_at_ms: created_at_ms }
+}
+
+/// The context a turn's spans are children of: its `invoke_agent` span, exported when the turn
+/// ends (a root when the turn has no trace).
+fn turn_context(trace: Option<&TurnTrace>) -> Context {
+    let ids =
+        trace.and_then(|t| Some((TraceId::from_hex(&t.trace_id).ok()?, SpanId::from_hex(&t.span_id).ok()?)));
+    match ids {
+        Some((trace_id, span_id)) => Context::new().with_remote_span_context(SpanContext::new(
+            trace_id,
+            span_id,
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        )),
+        None => Context::new(),
+    }
+}
+
+/// How a turn ended, as its `invoke_agent` span says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// It answered.
+    Completed,
+    /// It failed, for this reason (a `turn_failed` reason).
+    Failed(String),
+    /// A client cancelled it.
+    Cancelled,
+}
+
+/// The `invoke_agent` span of turn `turn_id` of session `session_id`, run by `agent`.
+pub fn turn_span(agent: &str, session_id: &str, turn_id: &str, end: &TurnEnd) -> SpanPlan {
+    let outcome = match end {
+        TurnEnd::Completed => "completed",
+        TurnEnd::Failed(_) => "failed",
+        TurnEnd::Cancelled => "cancelled",
+    };
+    let mut attributes = vec![
+        KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+        KeyValue::new("gen_ai.agent.name", agent.to_owned()),
+        KeyValue::new("gen_ai.conversation.id", session_id.to_owned()),
+        KeyValue::new("tollgate.session.id", session_id.to_owned()),
+        KeyValue::new("tollgate.turn.id", turn_id.to_owned()),
+        KeyValue::new("tollgate.turn.outcome", outcome),
+    ];
+    let error = match end {
+        TurnEnd::Failed(reason) => {
+            attributes.push(KeyValue::new("error.type", reason.clone()));
+            Some(format!("the turn failed: {reason}"))
+        }
+        _ => None,
+    };
+    SpanPlan { name: format!("invoke_agent {agent}"), kind: SpanKind::Internal, attributes, error }
+}
+
+/// A turn's `invoke_agent` span, emitted when the turn ends.
+#[derive(Debug)]
+pub struct TurnSpan {
+    /// The turn's trace.
+    pub trace: TurnTrace,
+    /// Its span.
+    pub plan: SpanPlan,
+}
+
+impl TurnSpan {
+    /// Exports the span, from the turn's stored start to now, with the turn's ids.
+    pub fn record(self) {
+        let (Ok(trace_id), Ok(span_id)) =
+            (TraceId::from_hex(&self.trace.trace_id), SpanId::from_hex(&self.trace.span_id))
+        else {
+            warn!(trace = ?self.trace, "a turn's stored trace ids do not parse; its span is not exported");
+            return;
+        };
+        let start = u64::try_from(self.trace.started_at_ms)
+            .map_or(SystemTime::UNIX_EPOCH, |ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        let end = SystemTime::now().max(start);
+        NEXT_IDS.set((Some(trace_id), Some(span_id)));
+        self.plan.record(&Context::new(), start, end);
+        NEXT_IDS.set((None, None));
+    }
 }
 
 fn tracer() -> global::BoxedTracer {
@@ -118,6 +270,8 @@ pub struct Scope {
     pub turn_id: String,
     /// The step's attempt (1, 2, …).
     pub attempt: i64,
+    /// The turn's trace: the span's parent is its `invoke_agent` span.
+    pub turn: Option<TurnTrace>,
 }
 
 impl Scope {
@@ -418,7 +572,7 @@ impl SegmentTrace {
         if let Some(summary) = &self.proxy {
             plan.attributes.extend(proxy_attributes(summary));
         }
-        let parent = plan.record(&Context::new(), self.started, end);
+        let parent = plan.record(&turn_context(self.scope.turn.as_ref()), self.started, end);
         for call in tools.done {
             let tool = ToolIdentity { name: &call.name, call_id: &call.id, kind: call.kind };
             tool_span(&self.scope, tool, false, call.outcome, None).record(&parent, call.start, call.end);
@@ -503,7 +657,7 @@ impl ToolTrace {
         let tool =
             ToolIdentity { name: &self.tool_name, call_id: &self.tool_call_id, kind: ToolKind::Custom };
         tool_span(&self.scope, tool, true, ToolOutcome::of_run(run), error).record(
-            &Context::new(),
+            &turn_context(self.scope.turn.as_ref()),
             self.started,
             SystemTime::now(),
         );
@@ -518,7 +672,7 @@ mod tests {
     use super::*;
 
     fn scope() -> Scope {
-        Scope { session_id: "s".into(), turn_id: "t1".into(), attempt: 2 }
+        Scope { session_id: "s".into(), turn_id: "t1".into(), attempt: 2, turn: None }
     }
 
     fn stats(model_calls: usize, subagent_model_calls: usize, provider: &str) -> SegmentStats {
@@ -552,6 +706,67 @@ mod tests {
 
     fn text(value: &str) -> Value {
         Value::from(value.to_owned())
+    }
+
+    #[test]
+    fn a_turns_trace_is_the_same_for_every_attempt_of_its_first_step_and_differs_between_turns() {
+        let first = turn_trace("s", 41, 1_700_000_000_000);
+        assert_eq!(first, turn_trace("s", 41, 1_700_000_000_000), "any Worker derives the same");
+        assert_eq!(first.trace_id.len(), 32);
+        assert_eq!(first.span_id.len(), 16);
+        assert!(TraceId::from_hex(&first.trace_id).is_ok_and(|id| id != TraceId::INVALID));
+        assert!(SpanId::from_hex(&first.span_id).is_ok_and(|id| id != SpanId::INVALID));
+        assert_eq!(first.started_at_ms, 1_700_000_000_000);
+        for other in [turn_trace("s", 42, 1_700_000_000_000), turn_trace("t", 41, 1_700_000_000_000)] {
+            assert_ne!(other.trace_id, first.trace_id);
+            assert_ne!(other.span_id, first.span_id);
+        }
+        // A session deleted and made again under the same id, whose store gave a step the same
+        // id: another start, another trace.
+        assert_ne!(turn_trace("s", 41, 1_700_000_000_001).trace_id, first.trace_id);
+    }
+
+    #[test]
+    fn a_turns_span_names_the_agent_the_session_and_how_it_ended() {
+        let done = turn_span("support", "s-1", "turn-2", &TurnEnd::Completed);
+        assert_eq!(done.name, "invoke_agent support");
+        assert_eq!(done.kind, SpanKind::Internal);
+        assert_eq!(done.attribute("gen_ai.operation.name"), Some(&text("invoke_agent")));
+        assert_eq!(done.attribute("gen_ai.agent.name"), Some(&text("support")));
+        assert_eq!(done.attribute("gen_ai.conversation.id"), Some(&text("s-1")));
+        assert_eq!(done.attribute("tollgate.turn.id"), Some(&text("turn-2")));
+        assert_eq!(done.attribute("tollgate.turn.outcome"), Some(&text("completed")));
+        assert_eq!((done.attribute("error.type"), done.error), (None, None));
+
+        let failed = turn_span("support", "s-1", "turn-2", &TurnEnd::Failed("spend_limit".into()));
+        assert_eq!(failed.attribute("tollgate.turn.outcome"), Some(&text("failed")));
+        assert_eq!(failed.attribute("error.type"), Some(&text("spend_limit")));
+        assert!(failed.error.is_some_and(|e| e.contains("spend_limit")));
+        let cancelled = turn_span("support", "s-1", "turn-2", &TurnEnd::Cancelled);
+        assert_eq!(cancelled.attribute("tollgate.turn.outcome"), Some(&text("cancelled")));
+    }
+
+    #[test]
+    fn the_id_generator_gives_the_turns_ids_once_then_random_ones() {
+        let ids = TurnIds::default();
+        let trace = TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+        let span = SpanId::from_hex("00f067aa0ba902b7").unwrap();
+        NEXT_IDS.set((Some(trace), Some(span)));
+        assert_eq!(ids.new_span_id(), span);
+        assert_eq!(ids.new_trace_id(), trace);
+        assert_ne!(ids.new_span_id(), span);
+        assert_ne!(ids.new_trace_id(), trace);
+    }
+
+    #[test]
+    fn a_span_of_a_turn_with_a_trace_is_a_child_of_its_invoke_agent_span() {
+        let trace = turn_trace("s", 1, 5);
+        let cx = turn_context(Some(&trace));
+        let parent = cx.span().span_context().clone();
+        assert_eq!(parent.trace_id().to_string(), trace.trace_id);
+        assert_eq!(parent.span_id().to_string(), trace.span_id);
+        assert!(parent.is_sampled());
+        assert!(!turn_context(None).span().span_context().is_valid(), "no trace: a root");
     }
 
     #[test]

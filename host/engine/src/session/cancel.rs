@@ -236,7 +236,12 @@ mod tests {
     /// Turn 2 is suspended on a deferred call.
     fn suspended() -> RunState {
         RunState {
-            turn: Some(TurnState { turn_id: "turn-2".into(), prompts_upto: 3, ahead: Vec::new() }),
+            turn: Some(TurnState {
+                turn_id: "turn-2".into(),
+                prompts_upto: 3,
+                ahead: Vec::new(),
+                trace: None,
+            }),
             turns_ended: 1,
             prompts_through: 1,
             session_id: Some("cli-1".into()),

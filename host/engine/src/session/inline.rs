@@ -215,6 +215,7 @@ mod tests {
             prompts_upto: 1,
             grants: Vec::new(),
             ahead_states: Vec::new(),
+            trace: None,
         }
     }
 

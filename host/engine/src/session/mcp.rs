@@ -155,7 +155,8 @@ pub fn on_request(
         )
     };
     let mut next = state.clone();
-    next.turn = Some(TurnState { turn_id: step.turn_id.clone(), prompts_upto: 0, ahead: Vec::new() });
+    next.turn =
+        Some(TurnState { turn_id: step.turn_id.clone(), prompts_upto: 0, ahead: Vec::new(), trace: None });
     let Some(policy) = policy else {
         let error = texts::render(texts::TOOL_NOT_OFFERED, &request.tool_name);
         let call = entry(false, DeferredRun::CallTool, CallState::Failed { error });

@@ -244,6 +244,23 @@ pub struct TurnState {
     /// The turn's interrupts opened ahead, in batches ([`batches`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ahead: Vec<batches::AheadCall>,
+    /// The turn's trace, fixed when it started (absent for a turn a build without traces began).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TurnTrace>,
+}
+
+/// Where a turn's spans belong: the trace and the `invoke_agent` span every `chat` and
+/// `execute_tool` span of the turn is a child of, and when the turn started. A turn spans
+/// segments, Workers and days: it is fixed when the turn starts, stored with the turn once a
+/// segment defers a call, and the span is emitted with this start when the turn ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnTrace {
+    /// The W3C trace id, 32 lowercase hex digits.
+    pub trace_id: String,
+    /// The `invoke_agent` span's id, 16 lowercase hex digits.
+    pub span_id: String,
+    /// When the turn started (its first step was queued), Unix ms on the store's clock.
+    pub started_at_ms: i64,
 }
 
 impl Default for RunState {

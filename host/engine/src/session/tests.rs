@@ -217,10 +217,82 @@ fn a_write_that_needs_approval_waits_as_a_row_on_its_interrupt() {
     assert_eq!(t.steps[0].start, Start::OnInterrupt("toolu_1".into()));
     assert_eq!(t.calls[0].state, CallState::PendingApproval);
     let next = t.run_state.unwrap();
-    assert_eq!(next.turn, Some(TurnState { turn_id: "turn-1".into(), prompts_upto: 1, ahead: Vec::new() }));
+    assert_eq!(
+        next.turn,
+        Some(TurnState { turn_id: "turn-1".into(), prompts_upto: 1, ahead: Vec::new(), trace: None })
+    );
     assert_eq!(next.session_id.as_deref(), Some("cli-1"));
     assert_eq!(next.turn_entries.len(), 2);
     assert!(t.events.iter().any(|e| e.kind == EventKind::InterruptOpened));
+}
+
+fn trace(span_id: &str) -> TurnTrace {
+    TurnTrace {
+        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+        span_id: span_id.into(),
+        started_at_ms: 1_000,
+    }
+}
+
+#[test]
+fn the_trace_a_new_turn_starts_with_is_stored_when_it_defers_and_kept_by_its_resumed_segments() {
+    let rows = [prompt(1, "refund order 7")];
+    let mut run = run_of(plan(&RunModelStep::default(), 1, &RunState::default(), &rows, &[]));
+    assert_eq!(run.trace, None, "a new turn's trace is the Worker's to fix");
+    run.trace = Some(trace("b7ad6b7169203331"));
+    let call =
+        deferred("create_refund", Effect::NonIdempotentWrite, DeferredRun::CallSingleAttemptTool, true);
+    let t = on_segment(
+        &run,
+        &RunState::default(),
+        &[],
+        SegmentResult::Deferred {
+            session_id: "cli-1".into(),
+            call,
+            entries: vec![entry(r#"{"type":"assistant","uuid":"a1"}"#)],
+            usage: Usage::default(),
+            cost_usd: None,
+        },
+    );
+    let state = t.run_state.unwrap();
+    assert_eq!(state.turn.as_ref().and_then(|turn| turn.trace.clone()), Some(trace("b7ad6b7169203331")));
+    // The stored form names it, and reads back.
+    let stored = state.to_raw();
+    assert!(stored.get().contains(r#""trace":{"trace_id":"0af7651916cd43dd8448eb211c80319c""#), "{stored}");
+    assert_eq!(RunState::parse(stored.get()).unwrap().turn, state.turn);
+
+    // The resumed segment plans with the stored trace, whichever Worker claims it.
+    let recorded = CallEntry::new(
+        "toolu_1",
+        "create_refund",
+        ToolKind::Custom,
+        json!({"order_id": "7"}),
+        "turn-1",
+        CallState::Succeeded { output: "done".into() },
+    );
+    let resumed = run_of(plan(&resume_step(), 1, &state, &rows, &[recorded]));
+    assert_eq!(resumed.trace, Some(trace("b7ad6b7169203331")));
+
+    // A transition that already carries the turn's trace keeps it.
+    let mut again = Transition::new(Finish::Keep);
+    again.run_state = Some(state.clone());
+    turn::with_trace(&mut again, &trace("00f067aa0ba902b7"));
+    assert_eq!(again.run_state.unwrap().turn.unwrap().trace, Some(trace("b7ad6b7169203331")));
+    // One without gets it.
+    let mut fresh = Transition::new(Finish::Keep);
+    fresh.run_state = Some(RunState {
+        turn: Some(TurnState { turn_id: "turn-1".into(), prompts_upto: 0, ahead: Vec::new(), trace: None }),
+        ..RunState::default()
+    });
+    turn::with_trace(&mut fresh, &trace("00f067aa0ba902b7"));
+    assert_eq!(fresh.run_state.unwrap().turn.unwrap().trace, Some(trace("00f067aa0ba902b7")));
+}
+
+#[test]
+fn a_turn_state_stored_before_traces_reads_without_one() {
+    let stored = r#"{"version":1,"session_id":"cli-1","turn_entries":[],"turn":{"turn_id":"turn-1","prompts_upto":1}}"#;
+    let state = RunState::parse(stored).unwrap();
+    assert_eq!(state.turn.unwrap().trace, None);
 }
 
 #[test]

@@ -135,6 +135,9 @@ pub struct SegmentRun {
     /// Where the turn's interrupts opened ahead stand (by interrupt id), read by the Worker when
     /// the segment ends ([`super::batches`]); one missing counts as open.
     pub ahead_states: Vec<(String, AheadState)>,
+    /// The turn's trace: the stored one of a turn in progress, else (a new turn) the Worker's
+    /// for the turn's first step; stored with the turn when the segment defers a call.
+    pub trace: Option<super::TurnTrace>,
 }
 
 impl SegmentRun {
@@ -374,6 +377,7 @@ pub fn plan_run_model(
         prompts_upto,
         grants,
         ahead_states: Vec::new(),
+        trace: state.turn.as_ref().and_then(|turn| turn.trace.clone()),
     })))
 }
 
@@ -391,6 +395,14 @@ fn replayed(call: &CallEntry) -> Option<ToolCallRecord> {
 
 pub(super) fn is_prompt(kind: Option<ItemKind>) -> bool {
     matches!(kind, Some(ItemKind::UserPrompt | ItemKind::TurnFailureNote))
+}
+
+/// Stores `trace` with the turn the transition leaves in progress, unless that turn has its trace
+/// already: a turn's trace is fixed by the step that started it.
+pub fn with_trace(t: &mut Transition, trace: &super::TurnTrace) {
+    if let Some(turn) = t.run_state.as_mut().and_then(|state| state.turn.as_mut()) {
+        turn.trace.get_or_insert_with(|| trace.clone());
+    }
 }
 
 /// Stamps each tool approval interrupt the transition opens (and its `interrupt_opened` event)
@@ -586,7 +598,12 @@ fn call_deferred(
     } else {
         approved_as_deferred(&mut t, &entry);
     }
-    next.turn = Some(TurnState { turn_id: run.turn_id.clone(), prompts_upto: run.prompts_upto, ahead });
+    next.turn = Some(TurnState {
+        turn_id: run.turn_id.clone(),
+        prompts_upto: run.prompts_upto,
+        ahead,
+        trace: run.trace.clone(),
+    });
     t.run_state = Some(next);
     t
 }

@@ -368,6 +368,13 @@ async fn a_claim_that_takes_over_an_expired_lease_counts_a_lost_claim_and_a_retr
     assert_eq!((fifth.step.attempt, fifth.step.lost), (4, 2));
     let stored = s.step(fifth.step.step_id).await.unwrap().unwrap();
     assert_eq!((stored.attempt, stored.lost), (4, 2), "the stored row says the same");
+    // Every claim reads when the step was enqueued, whatever came of the claims before it (a
+    // turn's start, for its trace).
+    assert!(first.step.created_at > 0);
+    for claim in [&second, &third, &fourth, &fifth] {
+        assert_eq!(claim.step.created_at, first.step.created_at);
+    }
+    assert_eq!(stored.created_at, first.step.created_at);
 }
 
 async fn a_stale_fence_commits_nothing_and_returns_lease_lost(h: Harness) {

@@ -49,9 +49,15 @@ impl Collector {
 
     /// Waits (30 s at most) until a span named `name` arrived, and returns it.
     async fn wait_for(&self, name: &str, world: &World) -> Value {
+        self.wait_for_named(name, world, |n| n == name).await
+    }
+
+    /// Waits (30 s at most) until a span whose name `matches` arrived, and returns it.
+    async fn wait_for_named(&self, what: &str, world: &World, matches: impl Fn(&str) -> bool) -> Value {
+        let name = what;
         let start = Instant::now();
         loop {
-            if let Some(span) = self.spans().into_iter().find(|s| s["name"] == name) {
+            if let Some(span) = self.spans().into_iter().find(|s| s["name"].as_str().is_some_and(&matches)) {
                 return span;
             }
             assert!(
@@ -201,27 +207,45 @@ async fn a_turn_with_an_inline_read_exports_an_internal_chat_span_with_the_tool_
     assert_eq!(attr(&tool, "tollgate.session.id"), Some("s".into()), "{text}");
     assert_eq!(tool["traceId"], chat["traceId"], "{text}");
     assert_eq!(tool["parentSpanId"], chat["spanId"], "{text}");
+
+    // The segment is the child of its turn's span, which the turn's end exports.
+    let turn = collector.wait_for_named("invoke_agent", &world, |n| n.starts_with("invoke_agent ")).await;
+    assert_eq!(chat["traceId"], turn["traceId"], "{text}\n{turn:#}");
+    assert_eq!(chat["parentSpanId"], turn["spanId"], "{text}\n{turn:#}");
+    assert_eq!(attr(&turn, "tollgate.turn.outcome"), Some("completed".into()), "{turn:#}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_approved_write_exports_a_deferred_execute_tool_span_and_sigterm_flushes_every_span() {
+async fn a_turn_across_two_workers_is_one_invoke_agent_span_over_its_chat_and_deferred_execute_tool_spans() {
     let Some(world) = World::new("tracing a deferred write", Refund::SingleAttemptWithApproval).await else {
         return;
     };
     let collector = Collector::start().await;
-    // A minute's batch delay: nothing is sent before the Worker stops, so the flush on exit sends it.
+    // A minute's batch delay: nothing is sent before a Worker stops, so the flush on exit sends it.
     let env = otel_env(&collector, "60000");
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // Worker `a` runs the segment that defers the refund, then stops while the turn waits.
     let a = world.worker_with_env("a", &env);
     world.send("s", r#"call create_refund {"order_id":"7","amount_cents":500}"#).await;
     let waiting = world.wait_for("s", "the approval", |s| s.status == "awaiting_approval").await;
     let id = waiting.pending_interrupts[0].interrupt_id.clone();
+    assert!(collector.spans().is_empty(), "exported before the Worker stopped: {:#?}", collector.spans());
+    a.terminate().await;
+    let from_a = collector.spans().len();
+    assert!(from_a > 0, "SIGTERM flushes the deferring segment's span\n{}", world.diagnostics());
+    // Worker `b` runs the approved call and the resumed segment that ends the turn.
+    let b = world.worker_with_env("b", &env);
     world.decide("s", &id, true, None, "k").await;
     let done = world.wait_idle_after("s", 1).await;
     assert_eq!(done.last_turn_error, None, "{}", world.diagnostics());
-    assert!(collector.spans().is_empty(), "exported before the Worker stopped: {:#?}", collector.spans());
+    assert_eq!(
+        collector.spans().len(),
+        from_a,
+        "exported before the Worker stopped: {:#?}",
+        collector.spans()
+    );
 
-    a.terminate().await;
+    b.terminate().await;
     let spans = collector.spans();
     let names: Vec<&str> = spans.iter().filter_map(|s| s["name"].as_str()).collect();
     let tool = spans
@@ -239,4 +263,43 @@ async fn an_approved_write_exports_a_deferred_execute_tool_span_and_sigterm_flus
         .filter_map(|s| attr(s, "tollgate.segment.outcome"))
         .collect();
     assert_eq!(outcomes, [Value::from("deferred"), Value::from("completed")], "{names:?}");
+
+    // The turn: one `invoke_agent` span, the root of the segments' and the call's spans from both
+    // Workers, from the turn's start (before the first segment's) to its end.
+    let turns: Vec<&Value> =
+        spans.iter().filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with("invoke_agent "))).collect();
+    assert_eq!(turns.len(), 1, "one turn, one span: {names:?}");
+    let turn = turns[0];
+    let text = format!("{turn:#}");
+    assert_eq!(attr(turn, "gen_ai.operation.name"), Some("invoke_agent".into()), "{text}");
+    assert_eq!(attr(turn, "gen_ai.conversation.id"), Some("s".into()), "{text}");
+    assert_eq!(attr(turn, "tollgate.turn.outcome"), Some("completed".into()), "{text}");
+    assert_eq!(
+        turn["name"],
+        format!(
+            "invoke_agent {}",
+            attr(turn, "gen_ai.agent.name").and_then(|n| n.as_str().map(str::to_owned)).unwrap_or_default()
+        ),
+        "{text}"
+    );
+    assert!(turn["parentSpanId"].as_str().is_none_or(str::is_empty), "a root: {text}");
+    let nanos = |span: &Value, key: &str| -> u128 {
+        match &span[key] {
+            Value::String(n) => n.parse().unwrap_or_default(),
+            n => n.as_u64().map(u128::from).unwrap_or_default(),
+        }
+    };
+    let children: Vec<&Value> = spans
+        .iter()
+        .filter(|s| {
+            s["name"].as_str().is_some_and(|n| n.starts_with("chat") || n == "execute_tool create_refund")
+        })
+        .collect();
+    assert_eq!(children.len(), 3, "{names:?}");
+    for child in children {
+        assert_eq!(child["traceId"], turn["traceId"], "{child:#}\n{text}");
+        assert_eq!(child["parentSpanId"], turn["spanId"], "{child:#}\n{text}");
+        assert!(nanos(turn, "startTimeUnixNano") <= nanos(child, "startTimeUnixNano"), "{child:#}\n{text}");
+        assert!(nanos(turn, "endTimeUnixNano") >= nanos(child, "endTimeUnixNano"), "{child:#}\n{text}");
+    }
 }

@@ -52,6 +52,8 @@ pub(super) struct SegmentTools {
     pub(super) worker: Worker,
     pub(super) claimed: Claimed,
     pub(super) turn_id: String,
+    /// The turn's trace, the parent of the writes' spans.
+    pub(super) turn: Option<TurnTrace>,
     /// Turns `true` when a client cancels the turn: no attempt of a write starts after that.
     pub(super) cancel: tokio::sync::watch::Receiver<bool>,
     /// Held (read) by every write while it runs, so the step can wait for them to end.
@@ -59,19 +61,20 @@ pub(super) struct SegmentTools {
 }
 
 impl SegmentTools {
-    /// The tools of `sandbox`, recording under `claimed` for `turn_id` (see [`Recorder`]).
+    /// The tools of `sandbox`, recording under `claimed` for `run`'s turn (see [`Recorder`]).
     pub(super) fn new(
         sandbox: SandboxTools,
         worker: &Worker,
         claimed: &Claimed,
-        turn_id: &str,
+        run: &SegmentRun,
         recorder: &Recorder,
     ) -> Arc<Self> {
         Arc::new(SegmentTools {
             sandbox,
             worker: worker.clone(),
             claimed: claimed.clone(),
-            turn_id: turn_id.to_owned(),
+            turn_id: run.turn_id.clone(),
+            turn: run.trace.clone(),
             cancel: recorder.cancel.clone(),
             in_flight: recorder.in_flight.clone(),
         })
@@ -118,7 +121,12 @@ impl SegmentTools {
                 attempt: attempt_u32,
                 idempotency_key,
             };
-            let scope = Scope { session_id: session_id.clone(), turn_id: self.turn_id.clone(), attempt };
+            let scope = Scope {
+                session_id: session_id.clone(),
+                turn_id: self.turn_id.clone(),
+                attempt,
+                turn: self.turn.clone(),
+            };
             let trace = ToolTrace::start(scope, name, &entry.tool_call_id);
             let (run, stderr) =
                 tool_steps::run_in_sandbox(&self.worker, &self.sandbox.0, name, arguments, &execution).await;

@@ -68,6 +68,9 @@ pub(super) async fn request(worker: &Worker, claimed: &Claimed, step: &CallStep)
     let policies = &worker.agent.config.policies;
     let policy = info.as_ref().map(|info| policies.resolve(&info.name, Some(&info.annotations)));
     let mut transition = mcp::on_request(&state, step, &request, policy);
+    if let Some(trace) = super::first_step_trace(claimed) {
+        turn::with_trace(&mut transition, &trace);
+    }
     turn::with_approvers(&mut transition, policies);
     turn::with_deadlines(&mut transition, policies);
     turn::with_summaries(&mut transition, policies);

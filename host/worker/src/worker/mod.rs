@@ -69,13 +69,15 @@ use tokio::sync::{Semaphore, watch};
 use tollgate_claude::CliBinary;
 use tollgate_engine::events::EventKind;
 use tollgate_engine::session::{
-    CallEntry, EngineError, FailureReason, ItemKind, RunState, StepInput, Transition,
+    CallEntry, EngineError, FailureReason, ItemKind, NewEvent, RunModelStep, RunState, StepInput, StepKind,
+    Transition, TurnState, TurnTrace,
 };
 use tollgate_store::{ClaimScope, Claimed, CommitReceipt, Store, StoreError, UnavailableComponent};
 use tracing::{debug, error, info, warn};
 
 use crate::agent::Agent;
 use crate::proxy::{ModelProxy, ProxyError, Upstream};
+use crate::telemetry::{self, TurnEnd, TurnSpan};
 use tollgate_process::metrics::Metrics;
 use tollgate_sessions::convert;
 use tollgate_sessions::reads;
@@ -739,6 +741,7 @@ impl Worker {
                 FailureReason::parse(reason).map_or("other", FailureReason::as_str)
             })
             .collect();
+        let turn_span = self.turn_span(claimed, &transition).await;
         let commit = convert::commit(transition);
         // A store that is unavailable (a database restart, a full disk) is retried, backing off
         // with jitter, for as long as the lease: the step's work (a segment's model calls) is kept
@@ -762,7 +765,43 @@ impl Worker {
                 self.metrics.poison_step(&claimed.step.kind);
             }
         }
+        if let Some(span) = turn_span {
+            span.record();
+        }
         Ok(receipt)
+    }
+
+    /// The `invoke_agent` span of the turn `transition` ends, when it ends one and spans are
+    /// exported: with the trace stored with the turn, or the one its first step fixed when that
+    /// step ends it.
+    async fn turn_span(&self, claimed: &Claimed, transition: &Transition) -> Option<TurnSpan> {
+        if !telemetry::exporting() {
+            return None;
+        }
+        let (turn_id, end) = transition.events.iter().find_map(turn_end)?;
+        let session_id = &claimed.step.session_id;
+        let stored = self.stored_turn(session_id).await.filter(|turn| turn.turn_id == turn_id);
+        let trace = match stored {
+            Some(turn) => turn.trace?,
+            None => first_step_trace(claimed)?,
+        };
+        let plan = telemetry::turn_span(self.agent.name(), session_id, &turn_id, &end);
+        Some(TurnSpan { trace, plan })
+    }
+
+    /// The stored trace of `session_id`'s turn in progress, when spans are exported.
+    pub(crate) async fn stored_turn_trace(&self, session_id: &str) -> Option<TurnTrace> {
+        if !telemetry::exporting() {
+            return None;
+        }
+        self.stored_turn(session_id).await?.trace
+    }
+
+    /// `session_id`'s turn in progress as stored (`None` also when its row cannot be read: a
+    /// span is not worth failing a step for).
+    async fn stored_turn(&self, session_id: &str) -> Option<TurnState> {
+        let session = self.store.session(session_id).await.ok()??;
+        RunState::parse(session.run_state.get()).ok()?.turn
     }
 }
 
@@ -865,6 +904,33 @@ fn report_due(last: Option<(&[UnavailableComponent], Duration)>, now: &[Unavaila
             reported != now || (!now.is_empty() && age >= tollgate_store::agents::REPORT_EVERY)
         }
     }
+}
+
+/// The turn an event ends, and how.
+fn turn_end(event: &NewEvent) -> Option<(String, TurnEnd)> {
+    let end = match event.kind {
+        EventKind::TurnCompleted => TurnEnd::Completed,
+        EventKind::TurnCancelled => TurnEnd::Cancelled,
+        EventKind::TurnFailed => {
+            TurnEnd::Failed(event.payload["reason"].as_str().unwrap_or("other").to_owned())
+        }
+        _ => return None,
+    };
+    Some((event.payload["turn_id"].as_str()?.to_owned(), end))
+}
+
+/// The trace a turn's first step fixes ([`telemetry::turn_trace`]): a new turn's `RunModel`, or an
+/// MCP client's call.
+pub(crate) fn first_step_trace(claimed: &Claimed) -> Option<TurnTrace> {
+    let step = &claimed.step;
+    let first = match StepKind::parse(&step.kind)? {
+        StepKind::RunModel => {
+            serde_json::from_str::<RunModelStep>(step.payload.get()).ok()?.turn_id.is_none()
+        }
+        StepKind::McpCall => true,
+        _ => false,
+    };
+    first.then(|| telemetry::turn_trace(&step.session_id, step.step_id, step.created_at))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use tollgate_engine::session::turn::{self, Claims, HistoryItem, Plan, PlannedSta
 use tollgate_engine::session::turn::{SegmentResult, TranscriptSource};
 use tollgate_engine::session::{
     CallEntry, EngineError, FailureReason, Limits, NewItem, RunModelStep, RunState, StepKind, Transition,
-    inline, subagents,
+    TurnTrace, inline, subagents,
 };
 use tollgate_sessions::edits;
 use tollgate_store::PendingCancel;
@@ -194,6 +194,15 @@ impl<'a> ModelStep<'a> {
     /// When no segment was planned: a driver that did not get [`Effect::RunSegment`].
     pub(crate) fn run_mut(&mut self) -> &mut SegmentRun {
         self.run.as_mut().expect("RunSegment was asked: a segment is planned")
+    }
+
+    /// Gives the planned segment `trace` when its turn has none yet: the trace the turn's first
+    /// step fixes, stored with the turn if the segment defers a call. A turn in progress keeps its
+    /// stored one.
+    pub(crate) fn start_trace(&mut self, trace: TurnTrace) {
+        if let Some(run) = self.run.as_mut() {
+            run.trace.get_or_insert(trace);
+        }
     }
 
     /// The planned segment, until its end is read.
@@ -597,6 +606,27 @@ mod tests {
         let recorded =
             transition.calls.iter().rev().find(|c| c.tool_call_id == "toolu_bash").expect("its record");
         assert_eq!(recorded.state, CallState::Failed { error: "No such file".into() });
+    }
+
+    #[test]
+    fn the_trace_a_new_turn_starts_with_is_stored_with_the_turn_its_segment_defers() {
+        let policies = Policies::default();
+        let trace = |span: &str| TurnTrace {
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            span_id: span.into(),
+            started_at_ms: 7,
+        };
+        let (mut step, _) = planned(&policies, &[prompt()]);
+        step.start_trace(trace("00f067aa0ba902b7"));
+        // A second call keeps the first: the turn's first step fixed it.
+        step.start_trace(trace("53995c3f42cd8ad8"));
+        assert_eq!(step.run_ref().trace, Some(trace("00f067aa0ba902b7")));
+        step.notify_ended(ended(deferred(false), None));
+        let transition = committed(
+            step.notify_end_read(EndRead { grants: Some(Default::default()), ..EndRead::default() }),
+        );
+        let turn = transition.run_state.and_then(|state| state.turn).expect("the turn goes on");
+        assert_eq!(turn.trace, Some(trace("00f067aa0ba902b7")));
     }
 
     #[test]

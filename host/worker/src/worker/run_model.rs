@@ -58,6 +58,9 @@ pub(super) async fn run(worker: &Worker, claimed: &Claimed, step: &RunModelStep)
     let config = &worker.agent.config;
     let rows = Rows { state, history: &reads::history(&items), transcript, calls: &calls };
     let (mut machine, mut effect) = ModelStep::plan(&config.policies, step, claims, rows, &config.limits)?;
+    if let Some(trace) = super::first_step_trace(claimed) {
+        machine.start_trace(trace);
+    }
     let mut ran = None;
     loop {
         effect = match effect {
@@ -187,6 +190,7 @@ async fn segment(
         session_id: session_id.clone(),
         turn_id: run.turn_id.clone(),
         attempt: run.attempt,
+        turn: run.trace.clone(),
     });
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut first = Vec::new();
@@ -372,13 +376,8 @@ async fn run_cli(
         }
     };
     trace.requested_model(options.model.as_deref());
-    let runner: Arc<dyn tollgate_claude::tools::ToolRunner> = SegmentTools::new(
-        SandboxTools(tools.clone()),
-        worker,
-        recording.claimed,
-        &run.turn_id,
-        &recording.recorder,
-    );
+    let runner: Arc<dyn tollgate_claude::tools::ToolRunner> =
+        SegmentTools::new(SandboxTools(tools.clone()), worker, recording.claimed, run, &recording.recorder);
     let (gate, start) = match gate_and_start(worker, session_id, run, tools, &runner, recording.calls).await {
         Ok(both) => both,
         Err((error, retryable)) => return failed(error, retryable),

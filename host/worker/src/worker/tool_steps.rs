@@ -98,8 +98,12 @@ pub(super) async fn call(
         attempt,
         idempotency_key: key,
     };
-    let scope =
-        Scope { session_id: session.clone(), turn_id: call.turn_id.clone(), attempt: i64::from(attempt) };
+    let scope = Scope {
+        session_id: session.clone(),
+        turn_id: call.turn_id.clone(),
+        attempt: i64::from(attempt),
+        turn: worker.stored_turn_trace(session).await,
+    };
     let trace = ToolTrace::start(scope, &call.tool_name, &call.tool_call_id);
     let (run, stderr) = match worker.agent.tools().await {
         // Nothing ran.
