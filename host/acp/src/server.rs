@@ -507,7 +507,7 @@ fn error(error: ClientError) -> Error {
         ClientError::Store(StoreError::SessionNotFound { .. } | StoreError::InterruptNotFound { .. })
         | ClientError::MediaNotFound { .. }
         | ClientError::GrantNotFound { .. } => Error::new(ErrorCode::RESOURCE_NOT_FOUND, error.to_string()),
-        ClientError::Denied(_) | ClientError::AgentUnavailable(_) => {
+        ClientError::Denied(_) | ClientError::AgentUnavailable(_) | ClientError::ForkRefused { .. } => {
             Error::new(ErrorCode::INVALID_REQUEST, error.to_string())
         }
         ClientError::Store(_) => Error::new(ErrorCode::INTERNAL_ERROR, error.to_string()),

@@ -288,6 +288,22 @@ impl ApiClient {
         self.call(Method::GET, "/v1/audit", |r| r.query(query)).await
     }
 
+    /// `POST /v1/sessions/{id}/fork`: a new session whose history is this one's up to the end of
+    /// turn `fork.at_turn`.
+    ///
+    /// # Errors
+    /// See [`CallError`]; a turn that does not exist is [`CallError::Api`] with status 404
+    /// `turn_not_found`, one still running, waiting for approval or with open tasks 409
+    /// `fork_refused`.
+    pub async fn fork(
+        &self,
+        id: &str,
+        fork: &crate::types::ForkSession,
+    ) -> Result<crate::types::Forked, CallError> {
+        let path = format!("/v1/sessions/{}/fork", segment(id));
+        self.call(Method::POST, &path, |r| r.json(fork)).await
+    }
+
     /// `POST /v1/sessions/{id}/upgrade`: pins a waiting or idle session to the agent digest `to`.
     ///
     /// # Errors

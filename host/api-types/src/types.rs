@@ -28,8 +28,8 @@ pub use tollgate_engine::review::{Review, Risk};
 pub use tollgate_engine::session::{CallState, Usage};
 pub use tollgate_engine::views::{
     ApprovalSoFar, AttentionItem, AuditDecision, AuditRecord, CallCheck, CancelReceipt, CancelRequested,
-    CheckReceipt, DecidedAhead, Grant, GrantRevocation, LiveText, Message, PendingApproval, RevokeReceipt,
-    SessionGrant, Snapshot, ToolCall, TurnCancelled,
+    CheckReceipt, DecidedAhead, ForkedFrom, Grant, GrantRevocation, LiveText, Message, PendingApproval,
+    RevokeReceipt, SessionGrant, Snapshot, ToolCall, TurnCancelled,
 };
 
 // ---- Requests ----
@@ -224,6 +224,31 @@ impl DecideScope {
     }
 }
 
+/// `POST /v1/sessions/{id}/fork`: a new session whose history is this one's up to the end of
+/// turn `at_turn`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkSession {
+    /// The turn to fork at, from 1: the fork's history ends with it. It must have ended (not the
+    /// turn running or waiting for approval now, none of its calls open).
+    #[schema(minimum = 1)]
+    pub at_turn: i64,
+    /// The fork's id: 1-200 of letters, digits and `-_.:/@`; generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9._:/@-]{1,200}$")]
+    pub session_id: Option<String>,
+    /// The agent version the fork runs under (a name, `NAME@K` or a digest); absent: the
+    /// original's agent and digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200)]
+    pub agent_version: Option<String>,
+    /// A dry fork: its write calls never run; each is answered from the original's record of the
+    /// same tool with the same input, or refused. Otherwise (the default) a fork taken before a
+    /// write (a refund) runs it again under the fork's own key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry: bool,
+}
+
 /// `POST /v1/sessions/{id}/upgrade`: the agent digest to pin the session to.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -336,6 +361,15 @@ pub struct Created {
     #[schema(required = true)]
     pub message: Option<MessageReceipt>,
     /// The session's id (the one given, or a fresh one).
+    pub session_id: String,
+}
+
+/// The answer of `POST /v1/sessions/{id}/fork` (201).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Forked {
+    /// Where its history comes from.
+    pub forked_from: ForkedFrom,
+    /// The fork's id.
     pub session_id: String,
 }
 
@@ -958,6 +992,13 @@ pub enum ErrorCode {
     AgentUnavailable,
     /// 409: the interrupt's turn is being cancelled, so it is decided by nobody.
     TurnCancelling,
+    /// 404: the session has no such turn (a fork's `at_turn`).
+    TurnNotFound,
+    /// 409: the turn cannot be forked at: it is still running, waits for approval, has open
+    /// tasks, or stored no answer (named in `message`).
+    ForkRefused,
+    /// 409: a session with the id asked for exists already.
+    SessionExists,
     /// 503: the store cannot take the request now (a `Retry-After` header says when to retry).
     StoreUnavailable,
     /// 503: the server runs as many requests at once as it takes; retry (here or on another
@@ -1003,6 +1044,9 @@ impl ErrorCode {
             ErrorCode::NoTurnRunning => "no_turn_running",
             ErrorCode::AgentUnavailable => "agent_unavailable",
             ErrorCode::TurnCancelling => "turn_cancelling",
+            ErrorCode::TurnNotFound => "turn_not_found",
+            ErrorCode::ForkRefused => "fork_refused",
+            ErrorCode::SessionExists => "session_exists",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::RequestTimeout => "request_timeout",
@@ -1123,6 +1167,7 @@ mod tests {
             unclaimable_since: None,
             decisions: Vec::new(),
             grants: Vec::new(),
+            forked_from: None,
         };
         let text = wire(&snapshot);
         assert_eq!(
@@ -1170,6 +1215,9 @@ mod tests {
             ErrorCode::NoTurnRunning,
             ErrorCode::AgentUnavailable,
             ErrorCode::TurnCancelling,
+            ErrorCode::TurnNotFound,
+            ErrorCode::ForkRefused,
+            ErrorCode::SessionExists,
             ErrorCode::StoreUnavailable,
             ErrorCode::Overloaded,
             ErrorCode::RequestTimeout,

@@ -142,6 +142,26 @@ pub struct Snapshot {
     /// segment ends its text is in `messages` and this is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_text: Option<LiveText>,
+    /// The session and turn this session was forked from, when it is a fork (absent otherwise):
+    /// its history is that session's up to the end of that turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
+}
+
+/// Where a fork's history comes from ([`Snapshot::forked_from`], and the answer to a fork).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ForkedFrom {
+    /// The session it was forked from.
+    pub session: String,
+    /// The turn of that session it was forked at (its history ends with that turn).
+    pub turn: i64,
+    /// A dry fork: its writes are answered from the original's records or refused, never run.
+    pub dry: bool,
+    /// Who forked it.
+    pub forked_by: String,
+    /// When (ms since the epoch, database clock).
+    pub forked_at: i64,
 }
 
 /// A turn that ended cancelled ([`Snapshot::last_turn_cancelled`]).
@@ -251,11 +271,15 @@ pub enum AuditDecision {
     /// A tool call that needed attention (outcome unknown, or failed) was marked checked
     /// (principal: who checked; `interrupt_id` is the call's id; `reason` their note).
     Checked,
+    /// The session was forked from another at one of its turns (principal: who forked it; the
+    /// row's session is the fork, `interrupt_id` the turn forked at, `reason` says from which
+    /// session and whether the fork is dry).
+    Forked,
 }
 
 impl AuditDecision {
     /// Every decision, in the order of the store schema's CHECK.
-    pub const ALL: [AuditDecision; 8] = [
+    pub const ALL: [AuditDecision; 9] = [
         AuditDecision::Approved,
         AuditDecision::Rejected,
         AuditDecision::Escalated,
@@ -264,10 +288,11 @@ impl AuditDecision {
         AuditDecision::Cancelled,
         AuditDecision::PartiallyApproved,
         AuditDecision::Checked,
+        AuditDecision::Forked,
     ];
 
     /// The stored and wire name: `approved`, `rejected`, `escalated`, `expired`, `revoked`,
-    /// `cancelled`, `partially_approved` or `checked`.
+    /// `cancelled`, `partially_approved`, `checked` or `forked`.
     pub fn as_str(self) -> &'static str {
         match self {
             AuditDecision::Approved => "approved",
@@ -278,6 +303,7 @@ impl AuditDecision {
             AuditDecision::Cancelled => "cancelled",
             AuditDecision::PartiallyApproved => "partially_approved",
             AuditDecision::Checked => "checked",
+            AuditDecision::Forked => "forked",
         }
     }
 

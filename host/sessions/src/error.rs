@@ -43,4 +43,13 @@ pub enum ClientError {
     /// unknown name, a digest no Worker loaded or loaded unlocked); nothing was written.
     #[error("{0}")]
     AgentUnavailable(String),
+    /// The turn asked for cannot be forked at (no such turn, still running, waiting for
+    /// approval, open tasks, no stored answer); nothing was written.
+    #[error("session `{session_id}` cannot be forked there: {refusal}")]
+    ForkRefused {
+        /// The original.
+        session_id: String,
+        /// Why.
+        refusal: tollgate_engine::session::fork::ForkRefusal,
+    },
 }

@@ -1,5 +1,5 @@
 //! The session service: every call a face makes on a session — start, send, decide (approve,
-//! reject, edit), cancel, snapshot, list, attention, check, media, grants — over the store, taking
+//! reject, edit), cancel, fork, snapshot, list, attention, check, media, grants — over the store, taking
 //! and returning domain values (the engine's and the store's), with the caller's rights checked
 //! here once.
 //!
@@ -31,13 +31,14 @@
 //! the caller ([`rights::Rules`], adding an [`rights::Action`] when no existing one fits), then
 //! makes one store write in [`writes`] (or read in [`reads`]) whose state change comes from
 //! `tollgate_engine::session`. Every face then maps that one method; no face reads or writes the
-//! store for it. The calls later work adds, so that no face invents its own:
+//! store for it. [`service::Sessions::fork`] is one made this way (HTTP and the command line map
+//! it; ACP's `session/fork` and the Managed Agents API would map the same method). The calls later
+//! work adds, so that no face invents its own:
 //!
 //! | call | adds | faces that map it |
 //! | --- | --- | --- |
 //! | a client-run tool's result | `Sessions::submit_tool_result`: the result of a call the client ran (ACP's client tools, a Managed Agents `user.custom_tool_result`) recorded as the call's record | ACP, Managed Agents |
 //! | a reconcile | `Sessions::reconcile`: a tool's own answer to an `outcome_unknown` call, or a person's, recorded like a check | HTTP, the inbox, Managed Agents |
-//! | a fork | `Sessions::fork`: a new session whose history is another's up to a turn | HTTP, ACP (`session/fork`), Managed Agents |
 //!
 //! It links no HTTP server, no sandbox and no CLI runner.
 

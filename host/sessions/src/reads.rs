@@ -200,6 +200,7 @@ pub async fn snapshot(store: &dyn Store, session_id: &str) -> Result<Option<Snap
         decisions: decisions(store, session_id).await?,
         grants,
         live_text: live_text(store, session_id).await?,
+        forked_from: store.lineage(session_id).await?.map(forked_from),
     }))
 }
 
@@ -242,6 +243,17 @@ async fn live_text(store: &dyn Store, session_id: &str) -> Result<Option<LiveTex
         text,
         updated_at: live.updated_at,
     }))
+}
+
+/// A fork's lineage as the API shows it.
+pub fn forked_from(lineage: tollgate_store::Lineage) -> tollgate_engine::views::ForkedFrom {
+    tollgate_engine::views::ForkedFrom {
+        session: lineage.parent_id,
+        turn: lineage.turn,
+        dry: lineage.dry,
+        forked_by: lineage.forked_by,
+        forked_at: lineage.created_at,
+    }
 }
 
 fn grant(grant: grants::GrantRef) -> Grant {

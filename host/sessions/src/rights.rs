@@ -88,6 +88,9 @@ pub enum Action {
     Cancel,
     /// Upgrade sessions to another agent.
     Operate,
+    /// Fork a session at a turn into a new one ([`crate::service::Sessions::fork`]): a client's
+    /// or an admin's, as starting a session is (a fork taken before a write runs it again).
+    Fork,
 }
 
 impl Action {
@@ -99,6 +102,7 @@ impl Action {
             Action::Decide => &[Role::Approver, Role::Admin],
             Action::Cancel => &[Role::Client, Role::Approver, Role::Admin],
             Action::Operate => &[Role::Admin],
+            Action::Fork => &[Role::Client, Role::Admin],
         }
     }
 
@@ -109,6 +113,7 @@ impl Action {
             Action::Decide => "decide interrupts",
             Action::Cancel => "cancel turns",
             Action::Operate => "upgrade sessions",
+            Action::Fork => "fork sessions",
         }
     }
 }
@@ -362,14 +367,15 @@ mod tests {
     fn each_role_allows_exactly_its_actions() {
         let rules = Rules::default();
         let table = [
-            (Role::Viewer, [true, false, false, false, false]),
-            (Role::Client, [true, true, false, true, false]),
-            (Role::Approver, [true, false, true, true, false]),
-            (Role::Admin, [true, true, true, true, true]),
+            (Role::Viewer, [true, false, false, false, false, false]),
+            (Role::Client, [true, true, false, true, false, true]),
+            (Role::Approver, [true, false, true, true, false, false]),
+            (Role::Admin, [true, true, true, true, true, true]),
         ];
         for (role, allowed) in table {
             let who = caller("p", &[role], &[]);
-            let actions = [Action::Read, Action::Write, Action::Decide, Action::Cancel, Action::Operate];
+            let actions =
+                [Action::Read, Action::Write, Action::Decide, Action::Cancel, Action::Operate, Action::Fork];
             for (action, ok) in actions.into_iter().zip(allowed) {
                 assert_eq!(rules.allows(&who, action).is_ok(), ok, "{role} {action:?}");
             }

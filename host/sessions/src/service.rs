@@ -54,6 +54,20 @@ pub struct NewSession {
     pub message: Option<NewMessage>,
 }
 
+/// A fork, as a face asks for it ([`Sessions::fork`]).
+#[derive(Clone, Debug, Default)]
+pub struct NewFork {
+    /// The fork's id (the face mints one when the client named none).
+    pub session_id: String,
+    /// The original's turn to fork at, from 1: the fork's history ends with it.
+    pub at_turn: i64,
+    /// The agent version to run the fork under (a name, `NAME@K` or a digest); `None`: the
+    /// original's agent and digest.
+    pub agent_version: Option<String>,
+    /// A dry fork: its writes are answered from the original's records or refused, never run.
+    pub dry: bool,
+}
+
 /// A user message, as a face hands it over.
 #[derive(Clone, Debug, Default)]
 pub struct NewMessage {
@@ -477,6 +491,40 @@ impl Sessions {
         self.rules.allows(caller, Action::Read)?;
         let reports = self.store.agents().unavailable_tools(tollgate_store::agents::REPORT_FRESH).await?;
         Ok(reports.into_iter().filter(|report| caller.sees_agent(Some(&report.agent))).collect())
+    }
+
+    /// Forks the session `session_id` at the end of its turn `fork.at_turn` into the new session
+    /// `fork.session_id`, as `caller`: its history is the original's up to there (shared, not
+    /// copied); it has no grants, no spend, `caller` as its starter and a `forked` audit row; it
+    /// runs under the original's agent and digest unless `fork.agent_version` names another (a
+    /// name, `NAME@K` or a digest, as [`resolve_agent`] reads it). Writes recorded before the
+    /// turn are history and never run again; the fork's own calls get their own keys, so a fork
+    /// taken before a write runs it again, unless it is dry (the Worker then answers its writes
+    /// from the original's records or refuses them).
+    ///
+    /// # Errors
+    /// [`ClientError::Denied`] (the role, or an agent the caller may not use); the session is not
+    /// found; [`ClientError::ForkRefused`] (no such turn, still running, waiting for approval,
+    /// open tasks); the fork's id exists ([`StoreError::SessionExists`]); bad input. Nothing is
+    /// written then.
+    pub async fn fork(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        fork: NewFork,
+    ) -> Result<tollgate_store::Lineage, ClientError> {
+        self.rules.allows(caller, Action::Fork)?;
+        let original = self.session(caller, session_id).await?;
+        let store = self.store.as_ref();
+        let agent = match fork.agent_version.as_deref() {
+            Some(version) => resolve_agent(store, Some(version), None, None).await?,
+            None => crate::agents::SessionAgent {
+                name: original.agent_name.clone(),
+                digest: original.agent.clone(),
+            },
+        };
+        self.rules.may_use_agent(caller, agent.name.as_deref())?;
+        writes::fork(store, &original, fork.at_turn, &fork.session_id, agent, &caller.name, fork.dry).await
     }
 
     /// Pins the session to the agent digest `to`.

@@ -1,5 +1,5 @@
 //! The session calls that write, on a store: start, send, decide, cancel, revoke a grant, mark a
-//! call checked, upgrade. Each is one store transaction; the rules are `tollgate_engine::session`'s.
+//! call checked, upgrade, fork. Each is one store transaction; the rules are `tollgate_engine::session`'s.
 //! Who may make them is [`crate::service::Sessions`]' check, made before these run.
 
 use crate::agents::{SessionAgent, check_digest};
@@ -82,6 +82,63 @@ pub async fn start_by(
         agent_name: agent.name,
     };
     Ok(store.audit().create_session_by(session, principal).await?)
+}
+
+/// Forks `original` at turn `at_turn` into the new session `fork_id`, under `agent`, by
+/// `principal` (its starter): where the turn ends and the fork's run state are
+/// [`tollgate_engine::session::fork::plan`]'s, from the original's items, calls, run state and step
+/// in flight; the rows are [`Store::fork_session`]'s, in one transaction.
+///
+/// # Errors
+/// A bad id; [`ClientError::ForkRefused`] (nothing written); the original is not found; the fork's
+/// id exists; the store failed, or a row is corrupt.
+pub async fn fork(
+    store: &dyn Store,
+    original: &tollgate_store::Session,
+    at_turn: i64,
+    fork_id: &str,
+    agent: SessionAgent,
+    principal: &str,
+    dry: bool,
+) -> Result<tollgate_store::Lineage, ClientError> {
+    use tollgate_engine::session::fork::{self, ForkItem, Original};
+    check_id("session_id", fork_id)?;
+    if let Some(digest) = &agent.digest {
+        check_digest("agent_version", &digest.digest)?;
+    }
+    let sid = original.session_id.as_str();
+    let state = RunState::parse(original.run_state.get())?;
+    let mut calls = Vec::new();
+    for record in store.tool_calls(sid).await? {
+        calls.push(CallEntry::parse(record.record.get())?);
+    }
+    let busy = store.step_in_flight(sid).await?.is_some();
+    let items = crate::reads::read_all_items(store, sid).await?;
+    let items: Vec<ForkItem<'_>> = items
+        .iter()
+        .map(|item| ForkItem {
+            seq: item.seq,
+            kind: ItemKind::parse(&item.kind),
+            turn_id: item.turn_id.as_deref(),
+            body: item.body.get(),
+        })
+        .collect();
+    let awaiting_approval = original.status == SessionStatus::AwaitingApproval.as_str();
+    let now = Original { state: &state, busy, awaiting_approval, calls: &calls };
+    let plan = fork::plan(now, &items, at_turn)
+        .map_err(|refusal| ClientError::ForkRefused { session_id: sid.to_owned(), refusal })?;
+    let new = tollgate_store::NewFork {
+        session_id: fork_id.to_owned(),
+        parent_id: sid.to_owned(),
+        turn: at_turn,
+        through_item_seq: plan.through_item_seq,
+        run_state: plan.run_state.to_raw(),
+        agent: agent.digest,
+        agent_name: agent.name,
+        forked_by: principal.to_owned(),
+        dry,
+    };
+    Ok(store.fork_session(new).await?)
 }
 
 /// Pins the session to the agent digest `to` (see [`Store::upgrade_session`]).

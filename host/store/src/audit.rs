@@ -40,7 +40,8 @@ pub const MAX_AUDIT_TEXT: usize = 4096;
 /// escalated, expired and revoked (schema 5; escalated and expired by the deadline's principal
 /// `tollgate:deadline`, revoked by who revoked the grant), cancelled (schema 10: the row's
 /// `interrupt_id` holds the turn's id), partially approved (schema 15) and checked (schema 16:
-/// the row's `interrupt_id` holds the tool call's id, its reason the person's note).
+/// the row's `interrupt_id` holds the tool call's id, its reason the person's note) and forked
+/// (schema 20: the row's session is the fork, its `interrupt_id` the turn forked at).
 pub use tollgate_engine::views::AuditDecision;
 
 /// The audit row a decision writes ([`AuditLog::resolve_interrupt_as`]); the session, the

@@ -812,6 +812,140 @@ where
         Ok(())
     }
 
+    async fn fork_session(&self, fork: NewFork) -> Result<Lineage, StoreError> {
+        check_run_state(&fork.run_state)?;
+        if let Some(agent) = &fork.agent {
+            check_digest(&agent.digest)?;
+        }
+        if let Some(name) = &fork.agent_name {
+            check_agent_name(name).map_err(|what| StoreError::Invalid { what })?;
+        }
+        let entry = crate::audit::NewAuditEntry {
+            principal: fork.forked_by.clone(),
+            decision: AuditDecision::Forked,
+            reason: Some(format!(
+                "forked from session {} at turn {}{}",
+                fork.parent_id,
+                fork.turn,
+                if fork.dry { " (dry: writes answered from its records or refused)" } else { "" }
+            )),
+            tool_name: None,
+            input: None,
+            edited_input: None,
+        };
+        crate::audit::check_entry(&entry)?;
+        if fork.turn < 1 || fork.through_item_seq < 0 {
+            return Err(StoreError::Invalid {
+                what: format!(
+                    "a fork is taken at a turn from 1 and an item seq from 0, not turn {} and item {}",
+                    fork.turn, fork.through_item_seq
+                ),
+            });
+        }
+        let sql = DB::statements();
+        let (fid, pid, cut) = (fork.session_id.as_str(), fork.parent_id.as_str(), fork.through_item_seq);
+        let mut tx = self.begin_write().await?;
+        let Some(parent) = sqlx::query(sql.fork_source).bind(pid).fetch_optional(&mut *tx).await? else {
+            return Err(StoreError::SessionNotFound { session_id: pid.to_owned() });
+        };
+        check_row_version("sessions", pid, parent.try_get("row_version")?)?;
+        let next_item_seq: i64 = parent.try_get("next_item_seq")?;
+        if cut >= next_item_seq {
+            return Err(StoreError::Invalid {
+                what: format!(
+                    "session `{pid}` has {} items: a fork cannot inherit up to item {cut}",
+                    next_item_seq - 1
+                ),
+            });
+        }
+        // The parent's own rows start after its own cut, if it is a fork itself.
+        let base = sqlx::query(sql.lineage).bind(pid).fetch_optional(&mut *tx).await?;
+        let (base_item, base_message): (i64, i64) = match &base {
+            Some(row) => (row.try_get("through_item_seq")?, row.try_get("through_message_seq")?),
+            None => (0, 0),
+        };
+        let message_cut: i64 =
+            sqlx::query(sql.message_cut).bind(pid).bind(cut).fetch_one(&mut *tx).await?.try_get("n")?;
+        let created = sqlx::query(sql.create_fork_session)
+            .bind(fid)
+            .bind(ROW_VERSION)
+            .bind("idle")
+            .bind(fork.run_state.get())
+            .bind(fork.agent.as_ref().map(|a| a.digest.as_str()))
+            .bind(fork.agent.as_ref().is_some_and(|a| a.pinned))
+            .bind(fork.agent_name.as_deref())
+            .bind(fork.forked_by.as_str())
+            .bind(cut + 1)
+            .bind(parent.try_get::<i64, _>("unprojected")?)
+            .bind(parent.try_get::<i64, _>("unchunked")?)
+            .execute(&mut *tx)
+            .await?;
+        if DB::rows_affected(&created) != 1 {
+            return Err(StoreError::SessionExists { session_id: fid.to_owned() });
+        }
+        sqlx::query(sql.inherit_ranges)
+            .bind(fid)
+            .bind(pid)
+            .bind(cut)
+            .bind(message_cut)
+            .bind(ROW_VERSION)
+            .execute(&mut *tx)
+            .await?;
+        if cut > base_item {
+            sqlx::query(sql.insert_range)
+                .bind(fid)
+                .bind(cut)
+                .bind(base_item)
+                .bind(ROW_VERSION)
+                .bind(pid)
+                .bind(base_message)
+                .bind(message_cut.max(base_message))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let created_at: i64 = sqlx::query(sql.insert_fork)
+            .bind(fid)
+            .bind(pid)
+            .bind(ROW_VERSION)
+            .bind(fork.turn)
+            .bind(cut)
+            .bind(message_cut)
+            .bind(fork.dry)
+            .bind(fork.forked_by.as_str())
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("created_at")?;
+        crate::audit::insert(&mut tx, fid, &format!("turn-{}", fork.turn), &entry).await?;
+        tx.commit().await?;
+        Ok(Lineage {
+            session_id: fork.session_id,
+            parent_id: fork.parent_id,
+            turn: fork.turn,
+            through_item_seq: cut,
+            through_message_seq: message_cut,
+            dry: fork.dry,
+            forked_by: fork.forked_by,
+            created_at,
+        })
+    }
+
+    async fn lineage(&self, session_id: &str) -> Result<Option<Lineage>, StoreError> {
+        let row =
+            sqlx::query(DB::statements().lineage).bind(session_id).fetch_optional(self.read_pool()).await?;
+        let Some(row) = row else { return Ok(None) };
+        check_row_version("forks", session_id, row.try_get("row_version")?)?;
+        Ok(Some(Lineage {
+            session_id: row.try_get("session_id")?,
+            parent_id: row.try_get("parent_id")?,
+            turn: row.try_get("turn")?,
+            through_item_seq: row.try_get("through_item_seq")?,
+            through_message_seq: row.try_get("through_message_seq")?,
+            dry: row.try_get("dry")?,
+            forked_by: row.try_get("forked_by")?,
+            created_at: row.try_get("created_at")?,
+        }))
+    }
+
     async fn step(&self, step_id: i64) -> Result<Option<Step>, StoreError> {
         let row = sqlx::query(DB::statements().step).bind(step_id).fetch_optional(self.read_pool()).await?;
         row.map(|r| Sql::<DB>::decode_step(&r)).transpose()

@@ -218,6 +218,26 @@ pub(crate) struct Statements {
     /// `$6` pinned, `$7` agent name) unless it exists.
     pub create_session: &'static str,
 
+    // Forks (`Store::fork_session`), in the fork's transaction.
+    /// Session `$1`'s `row_version`, `next_item_seq`, `unprojected` and `unchunked`.
+    pub fork_source: &'static str,
+    /// The highest message seq (`n`, 0: none) session `$1` reads, its own or through its
+    /// lineage, whose item is at most `$2`.
+    pub message_cut: &'static str,
+    /// Creates fork `$1` (`$2` row version, `$3` status, `$4` run state, `$5` agent digest, `$6`
+    /// pinned, `$7` agent name, `$8` starter, `$9` next item seq, `$10` unprojected, `$11`
+    /// unchunked) unless it exists.
+    pub create_fork_session: &'static str,
+    /// Gives fork `$1` the history ranges of its parent `$2` that begin before item `$3`, cut at
+    /// item `$3` and message `$4` (`$5` row version).
+    pub inherit_ranges: &'static str,
+    /// Adds a history range to session `$1`: items (`$3`, `$2`] and messages (`$6`, `$7`] of
+    /// session `$5` (`$4` row version).
+    pub insert_range: &'static str,
+    /// Records fork `$1` of parent `$2` (`$3` row version, `$4` turn, `$5` item cut, `$6` message
+    /// cut, `$7` dry, `$8` who forked it); returns `created_at`.
+    pub insert_fork: &'static str,
+
     // Claims, one statement each.
     /// Claims the oldest due step for worker `$1` with a lease of `$2` ms, rows up to version
     /// `$3`; returns the step's columns.
@@ -272,6 +292,8 @@ pub(crate) struct Statements {
     pub unclaimed_steps: &'static str,
     /// Session `$1`'s live text while the claim that wrote it holds its step.
     pub live_text: &'static str,
+    /// Session `$1`'s fork row (none: it is no fork).
+    pub lineage: &'static str,
 
     // Cancel requests.
     /// Session `$1`'s pending cancel request: `cancel_requested_by` (null: none),
@@ -306,15 +328,26 @@ impl Statements {
                 "UPDATE sessions SET updated_at = {now} WHERE session_id = $1
                  RETURNING next_item_seq, next_event_seq, row_version"
             )),
+            // A uuid the session's inherited history holds is a repeat too (a fork's history).
             append_item: keep(format!(
                 "INSERT INTO items (session_id, seq, row_version, kind, uuid, turn_id, body, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, {now}) ON CONFLICT DO NOTHING"
+                 SELECT $1, $2, $3, $4, $5, $6, $7, {now}
+                 WHERE $5 IS NULL OR NOT EXISTS (SELECT 1 FROM fork_history h
+                     JOIN items i ON i.session_id = h.source_id AND i.uuid = $5
+                         AND i.seq > h.after_seq AND i.seq <= h.through_seq
+                     WHERE h.session_id = $1)
+                 ON CONFLICT DO NOTHING"
             )),
             append_event: keep(format!(
                 "INSERT INTO events (session_id, seq, row_version, kind, payload, step_id, fence, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, {now})"
             )),
-            item_after: "SELECT 1 FROM items WHERE session_id = $1 AND seq > $2 AND kind = $3 LIMIT 1",
+            item_after: "SELECT 1 AS found FROM items WHERE session_id = $1 AND seq > $2 AND kind = $3
+                 UNION ALL
+                 SELECT 1 AS found FROM fork_history h JOIN items i ON i.session_id = h.source_id
+                     AND i.seq > h.after_seq AND i.seq <= h.through_seq
+                 WHERE h.session_id = $1 AND i.seq > $2 AND i.kind = $3
+                 LIMIT 1",
             insert_step_or_skip: keep(format!("{insert_step} ON CONFLICT DO NOTHING RETURNING step_id")),
             insert_step: keep(format!("{insert_step} RETURNING step_id")),
             save_session: keep(format!(
@@ -408,7 +441,9 @@ impl Statements {
             insert_message: keep(format!(
                 "INSERT INTO messages (session_id, seq, row_version, role, merge_key, text, item_seq, images,
                      created_at)
-                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7, {now}
+                 SELECT $1,
+                     COALESCE(MAX(seq), (SELECT through_message_seq FROM forks WHERE session_id = $1), 0) + 1,
+                     $2, $3, $4, $5, $6, $7, {now}
                  FROM messages WHERE session_id = $1"
             )),
             insert_transcript_chunk: keep(format!(
@@ -419,6 +454,36 @@ impl Statements {
                 "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
                      agent_digest, agent_pinned, agent_name)
                  VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6, $7) ON CONFLICT DO NOTHING"
+            )),
+            fork_source: "SELECT row_version, next_item_seq, unprojected, unchunked FROM sessions
+                 WHERE session_id = $1",
+            message_cut: "SELECT COALESCE(MAX(seq), 0) AS n FROM (
+                     SELECT seq FROM (SELECT seq FROM messages WHERE session_id = $1 AND item_seq <= $2
+                         ORDER BY seq DESC LIMIT 1) own
+                     UNION ALL
+                     SELECT seq FROM (SELECT m.seq FROM fork_history h JOIN messages m
+                         ON m.session_id = h.source_id AND m.seq > h.after_message_seq
+                             AND m.seq <= h.through_message_seq
+                         WHERE h.session_id = $1 AND m.item_seq <= $2 ORDER BY m.seq DESC LIMIT 1) inherited
+                 ) cut",
+            create_fork_session: keep(format!(
+                "INSERT INTO sessions (session_id, row_version, status, run_state, created_at, updated_at,
+                     agent_digest, agent_pinned, agent_name, started_by, next_item_seq, unprojected, unchunked)
+                 VALUES ($1, $2, $3, $4, {now}, {now}, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING"
+            )),
+            inherit_ranges: "INSERT INTO fork_history (session_id, through_seq, row_version, source_id, after_seq,
+                     after_message_seq, through_message_seq)
+                 SELECT $1, CASE WHEN through_seq < $3 THEN through_seq ELSE $3 END, $5, source_id, after_seq,
+                     after_message_seq,
+                     CASE WHEN through_message_seq < $4 THEN through_message_seq ELSE $4 END
+                 FROM fork_history WHERE session_id = $2 AND after_seq < $3",
+            insert_range: "INSERT INTO fork_history (session_id, through_seq, row_version, source_id, after_seq,
+                     after_message_seq, through_message_seq)
+                 VALUES ($1, $2, $4, $5, $3, $6, $7)",
+            insert_fork: keep(format!(
+                "INSERT INTO forks (session_id, row_version, parent_id, turn, through_item_seq,
+                     through_message_seq, dry, forked_by, created_at)
+                 VALUES ($1, $3, $2, $4, $5, $6, $7, $8, {now}) RETURNING created_at"
             )),
             claim: keep(claim),
             claim_for: keep(claim_for),
@@ -438,20 +503,44 @@ impl Statements {
                  FROM sessions WHERE session_id = $1",
             step: keep(format!("SELECT {STEP_COLUMNS} FROM steps WHERE step_id = $1")),
             items: "SELECT seq, row_version, kind, uuid, turn_id, body, created_at FROM items
-                 WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                 WHERE session_id = $1 AND seq > $2
+                 UNION ALL
+                 SELECT i.seq, i.row_version, i.kind, i.uuid, i.turn_id, i.body, i.created_at
+                 FROM fork_history h JOIN items i ON i.session_id = h.source_id
+                     AND i.seq > h.after_seq AND i.seq <= h.through_seq
+                 WHERE h.session_id = $1 AND i.seq > $2
+                 ORDER BY seq LIMIT $3",
             events: "SELECT seq, row_version, kind, payload, step_id, fence, created_at FROM events
                  WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
             interrupt: keep(format!(
                 "SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = $1 AND interrupt_id = $2"
             )),
             items_of_kind: "SELECT seq, row_version, kind, uuid, turn_id, body, created_at FROM items
-                 WHERE session_id = $1 AND kind = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+                 WHERE session_id = $1 AND kind = $2 AND seq > $3
+                 UNION ALL
+                 SELECT i.seq, i.row_version, i.kind, i.uuid, i.turn_id, i.body, i.created_at
+                 FROM fork_history h JOIN items i ON i.session_id = h.source_id AND i.kind = $2
+                     AND i.seq > h.after_seq AND i.seq <= h.through_seq
+                 WHERE h.session_id = $1 AND i.seq > $3
+                 ORDER BY seq LIMIT $4",
             unprojected: "SELECT unprojected FROM sessions WHERE session_id = $1",
             unchunked: "SELECT unchunked FROM sessions WHERE session_id = $1",
             transcript_chunks: "SELECT item_seq, row_version, cli_session_id, lines FROM transcript_chunks
-                 WHERE session_id = $1 ORDER BY item_seq",
+                 WHERE session_id = $1
+                 UNION ALL
+                 SELECT c.item_seq, c.row_version, c.cli_session_id, c.lines
+                 FROM fork_history h JOIN transcript_chunks c ON c.session_id = h.source_id
+                     AND c.item_seq > h.after_seq AND c.item_seq <= h.through_seq
+                 WHERE h.session_id = $1
+                 ORDER BY item_seq",
             messages: "SELECT seq, row_version, role, text, images, item_seq, created_at FROM messages
-                 WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
+                 WHERE session_id = $1 AND seq < $2
+                 UNION ALL
+                 SELECT m.seq, m.row_version, m.role, m.text, m.images, m.item_seq, m.created_at
+                 FROM fork_history h JOIN messages m ON m.session_id = h.source_id
+                     AND m.seq > h.after_message_seq AND m.seq <= h.through_message_seq
+                 WHERE h.session_id = $1 AND m.seq < $2
+                 ORDER BY seq DESC LIMIT $3",
             sessions: "SELECT session_id, row_version, status, created_at, updated_at, agent_digest, agent_pinned,
                      agent_name
                  FROM sessions
@@ -484,6 +573,9 @@ impl Statements {
                      l.from_seq, l.text, l.updated_at
                  FROM live_text l JOIN steps s ON s.step_id = l.step_id AND s.fence = l.fence
                  WHERE l.session_id = $1 AND s.state = 'claimed'",
+            lineage: "SELECT session_id, row_version, parent_id, turn, through_item_seq, through_message_seq, dry,
+                     forked_by, created_at
+                 FROM forks WHERE session_id = $1",
             pending_cancel: "SELECT cancel_requested_by, cancel_requested_at FROM sessions WHERE session_id = $1",
             request_cancel: keep(format!(
                 "UPDATE sessions SET cancel_requested_by = $2, cancel_requested_at = {now}
@@ -537,6 +629,12 @@ mod tests {
             insert_message,
             insert_transcript_chunk,
             create_session,
+            fork_source,
+            message_cut,
+            create_fork_session,
+            inherit_ranges,
+            insert_range,
+            insert_fork,
             claim,
             claim_for,
             heartbeat,
@@ -560,6 +658,7 @@ mod tests {
             step_in_flight,
             unclaimed_steps,
             live_text,
+            lineage,
             pending_cancel,
             request_cancel,
             clear_cancel,
@@ -595,6 +694,12 @@ mod tests {
             ("insert_message", *insert_message),
             ("insert_transcript_chunk", *insert_transcript_chunk),
             ("create_session", *create_session),
+            ("fork_source", *fork_source),
+            ("message_cut", *message_cut),
+            ("create_fork_session", *create_fork_session),
+            ("inherit_ranges", *inherit_ranges),
+            ("insert_range", *insert_range),
+            ("insert_fork", *insert_fork),
             ("claim", *claim),
             ("claim_for", *claim_for),
             ("heartbeat", *heartbeat),
@@ -618,6 +723,7 @@ mod tests {
             ("step_in_flight", *step_in_flight),
             ("unclaimed_steps", *unclaimed_steps),
             ("live_text", *live_text),
+            ("lineage", *lineage),
             ("pending_cancel", *pending_cancel),
             ("request_cancel", *request_cancel),
             ("clear_cancel", *clear_cancel),

@@ -194,6 +194,12 @@ pub enum StoreError {
         /// Its status.
         status: String,
     },
+    /// A fork was asked under the id of a session that exists already. Nothing was written.
+    #[error("session `{session_id}` exists already: a fork is a new session; nothing was written")]
+    SessionExists {
+        /// The id asked for.
+        session_id: String,
+    },
     /// The caller passed something the store refuses (e.g. a run state without a `version`).
     #[error("invalid input: {what}")]
     Invalid {

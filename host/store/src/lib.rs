@@ -56,6 +56,7 @@
 //! | `agent_digests` | `(name, digest)` | [`agents`] |
 //! | `tools_unavailable` | `(agent, worker)`: the tool components each Worker could not load | [`agents::AgentRegistry::report_unavailable_tools`] |
 //! | `bundle_files`, `agent_versions`, `agent_current` | by digest, `(name, version)`, name | [`versions`] |
+//! | `forks`, `fork_history` | the fork; `(session_id, through_seq)`: the ranges of other sessions' items, messages and chunks a fork reads | [`Store::fork_session`], [`Store::lineage`] |
 //!
 //! JSON columns are `text` on both backends (never `jsonb`, which would re-serialize). Every row
 //! but those of `idempotency_keys` and `webhook_subscriptions` carries `row_version` (now
@@ -219,6 +220,32 @@ pub trait Store: Send + Sync {
     async fn release(&self, claimed: &Claimed) -> Result<(), StoreError> {
         self.commit(claimed, Commit::finish(Finish::Retry(Duration::ZERO))).await.map(drop)
     }
+
+    /// Creates `fork.session_id`, a **fork** of `fork.parent_id`: an idle session whose history
+    /// is the parent's items up to `fork.through_item_seq`, shared, not copied. In one
+    /// transaction: the session row (usage from zero, `fork.forked_by` as its starter, its next
+    /// item seq `through_item_seq + 1`), its `forks` row, its history ranges (`fork_history`: the
+    /// parent's own, cut there, and those the parent inherits, so a fork of a fork reads no
+    /// chain) and one [`AuditDecision::Forked`] audit row (its `interrupt_id` is `turn-<turn>`).
+    /// It inserts as many rows for a history of 10,000 items as for one of 100: 3 and one per
+    /// session its history reads from.
+    ///
+    /// From then on every history read of the fork reads through its ranges: [`Store::read_items`],
+    /// [`Store::read_items_of_kind`], [`Store::read_messages`] (messages up to the parent's last
+    /// one whose item is inherited), [`Store::read_transcript`] (chunks up to the cut),
+    /// [`media::MediaStore::media`], and the uuids a commit skips as repeats. Its events, steps,
+    /// interrupts, tool call records, grants, idempotency keys and checks are its own: it starts
+    /// with none. The parent is never changed. A session a fork names or reads from cannot be
+    /// deleted (the database refuses it); deleting a fork deletes its lineage rows.
+    ///
+    /// What a cut means (the end of a turn) is the caller's: the store checks only that the
+    /// parent holds the item. [`StoreError::SessionNotFound`] (no parent),
+    /// [`StoreError::SessionExists`], [`StoreError::Invalid`] (a cut beyond the parent's items, a
+    /// turn below 1, a bad run state or name): nothing is written.
+    async fn fork_session(&self, fork: NewFork) -> Result<Lineage, StoreError>;
+
+    /// The session's lineage when it is a fork, else `Ok(None)` (also for a missing session).
+    async fn lineage(&self, session_id: &str) -> Result<Option<Lineage>, StoreError>;
 
     /// The step, or `Ok(None)`.
     async fn step(&self, step_id: i64) -> Result<Option<Step>, StoreError>;

@@ -84,7 +84,8 @@ pub struct Media {
 ///   unknown session is [`StoreError::SessionNotFound`]; an empty or oversized image, or an empty
 ///   media type, is [`StoreError::Invalid`]; nothing is stored then.
 /// - [`MediaStore::media`] returns `Ok(None)` for a digest the session does not hold, whichever
-///   session holds it.
+///   session holds it; a fork holds the images of the sessions its history reads from
+///   ([`crate::Store::fork_session`]), and the row returned names the session that stored it.
 /// - [`MediaStore::send_user_message_with_media`] is [`Store::send_user_message`] with the images
 ///   stored in the same transaction: both or neither; a replay (same client key and message)
 ///   stores nothing.
@@ -109,7 +110,8 @@ struct MediaStatements {
     /// Inserts `$1` session, `$2` digest, `$3` row version, `$4` media type, `$5` size, `$6` data
     /// unless the row exists.
     insert: &'static str,
-    /// The image of session `$1` with digest `$2`.
+    /// The image of session `$1` with digest `$2`: its own, else one a session its history reads
+    /// from holds (a fork's).
     select: &'static str,
 }
 
@@ -122,7 +124,12 @@ fn statements<DB: Dialect>() -> &'static MediaStatements {
             )
             .leak(),
             select: "SELECT session_id, digest, row_version, media_type, data, created_at FROM media
-                 WHERE session_id = $1 AND digest = $2",
+                 WHERE session_id = $1 AND digest = $2
+                 UNION ALL
+                 SELECT m.session_id, m.digest, m.row_version, m.media_type, m.data, m.created_at
+                 FROM fork_history h JOIN media m ON m.session_id = h.source_id AND m.digest = $2
+                 WHERE h.session_id = $1
+                 LIMIT 1",
         }
     }
     static SQLITE: LazyLock<MediaStatements> = LazyLock::new(|| render(<sqlx::Sqlite as Dialect>::NOW));

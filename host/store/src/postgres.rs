@@ -331,5 +331,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0018_tools_unavailable.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            20,
+            "forks".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0020_forks.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

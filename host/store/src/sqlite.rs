@@ -501,5 +501,12 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0018_tools_unavailable.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            20,
+            "forks".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0020_forks.sql").into_sql_str(),
+            false,
+        ),
     ])
 }

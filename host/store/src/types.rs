@@ -107,6 +107,53 @@ pub struct NewSession {
     pub agent_name: Option<String>,
 }
 
+/// A fork to create ([`crate::Store::fork_session`]): a new session whose history is the
+/// parent's items up to `through_item_seq`, read through, never copied.
+#[derive(Clone, Debug)]
+pub struct NewFork {
+    /// The fork's id (a new session).
+    pub session_id: String,
+    /// The session it is forked from.
+    pub parent_id: String,
+    /// The parent's turn it is forked at (from 1; the store keeps it, the state machine means it).
+    pub turn: i64,
+    /// The parent's last item the fork inherits (0: none); its own items start after it.
+    pub through_item_seq: i64,
+    /// The fork's run state: a JSON object with an integer `version`.
+    pub run_state: Box<RawValue>,
+    /// The digest it runs under.
+    pub agent: Option<AgentDigest>,
+    /// The agent it belongs to.
+    pub agent_name: Option<String>,
+    /// Who forked it: recorded as its starter and in its `forked` audit row (1 to
+    /// [`crate::audit::MAX_AUDIT_TEXT`] bytes).
+    pub forked_by: String,
+    /// A dry fork: its writes are answered from the parent's records or refused (the Worker's
+    /// rule; the store only keeps the mark).
+    pub dry: bool,
+}
+
+/// Where a fork's history comes from ([`crate::Store::lineage`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lineage {
+    /// The fork.
+    pub session_id: String,
+    /// The session it was forked from.
+    pub parent_id: String,
+    /// The parent's turn it was forked at.
+    pub turn: i64,
+    /// The parent's last item it inherits.
+    pub through_item_seq: i64,
+    /// The parent's last message (of the projection, [`StoredMessage::seq`]) it inherits.
+    pub through_message_seq: i64,
+    /// A dry fork.
+    pub dry: bool,
+    /// Who forked it.
+    pub forked_by: String,
+    /// When (DB clock, ms).
+    pub created_at: i64,
+}
+
 /// Steps of one agent due and unclaimed for longer than a bound ([`crate::Store::unclaimed_steps`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnclaimedSteps {

@@ -35,6 +35,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tollgate_engine::session::client::{DecisionScope, HumanDecision};
+use tollgate_engine::session::fork::ForkRefusal;
 use tollgate_engine::session::{EngineError, SessionStatus};
 use tollgate_store::{Store, StoreError, UnavailableReason};
 use utoipa_axum::router::OpenApiRouter;
@@ -140,6 +141,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(get_media))
         .routes(routes!(decide))
         .routes(routes!(cancel))
+        .routes(routes!(fork))
         .routes(routes!(revoke_grant))
         .routes(routes!(check_call))
         .routes(routes!(list_attention))
@@ -254,6 +256,13 @@ impl From<ClientError> for ApiError {
             error @ ClientError::MediaNotFound { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, ErrorCode::MediaNotFound, error.to_string())
             }
+            ClientError::ForkRefused { ref refusal, .. } => {
+                let (status, code) = match refusal {
+                    ForkRefusal::NoSuchTurn { .. } => (StatusCode::NOT_FOUND, ErrorCode::TurnNotFound),
+                    _ => (StatusCode::CONFLICT, ErrorCode::ForkRefused),
+                };
+                ApiError::new(status, code, error.to_string())
+            }
         }
     }
 }
@@ -290,6 +299,9 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Invalid { .. } => {
                 ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, text)
+            }
+            StoreError::SessionExists { .. } => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::SessionExists, text)
             }
             StoreError::SessionBusy { .. } => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::SessionBusy, text)
@@ -355,6 +367,7 @@ fn action_of(method: &axum::http::Method, path: &str) -> tollgate_sessions::righ
         ["", "v1", "sessions"] | ["", "v1", "sessions", _, "messages"] => Action::Write,
         ["", "v1", "sessions", _, "interrupts", _] => Action::Decide,
         ["", "v1", "sessions", _, "cancel"] => Action::Cancel,
+        ["", "v1", "sessions", _, "fork"] => Action::Fork,
         ["", "v1", "sessions", _, "upgrade"] | ["", "v1", "agent-upgrades"] => Action::Operate,
         _ => Action::Read,
     }
@@ -684,6 +697,44 @@ async fn cancel(
     }
     let receipt = state.sessions().cancel(&caller, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(receipt)).into_response())
+}
+
+/// `POST /v1/sessions/{id}/fork`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/fork",
+    tag = "sessions",
+    summary = "Fork the session at a turn: a new idle session whose history is this one's up to the end of that turn (shared, not copied), with no grants, no spend, the caller as its starter and a `forked` audit row; it runs under this session's agent version unless `agent_version` names one. Writes recorded before the turn are never run again, but the fork's own calls get their own keys: a fork taken before a write (a refund) runs it again unless `dry`, whose writes are answered from this session's records of the same call or refused",
+    params(openapi::SessionId),
+    request_body = types::ForkSession,
+    responses(
+        (status = 201, description = "Forked: send the fork a message to start its next turn; its snapshot's `forked_from` names this session and turn", body = types::Forked),
+        (status = 403, description = "`role_required`: forking needs the role `client` or `admin`; `agent_not_allowed`: an agent the principal may not use", body = ErrorBody),
+        (status = 404, description = "`session_not_found`, or `turn_not_found`: the session has no such turn (from 1 to its turn in progress)", body = ErrorBody),
+        (status = 409, description = "`fork_refused`: the turn is still running, waits for approval, has open tasks, or stored no answer (fork at an earlier turn); `session_exists`: the fork's id is taken; `agent_unavailable`: no agent fits `agent_version`. Nothing is stored", body = ErrorBody),
+        openapi::WriteErrors,
+    )
+)]
+async fn fork(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    path: Result<Path<Vec<String>>, PathRejection>,
+    RawQuery(query): RawQuery,
+    JsonBody(body): JsonBody,
+) -> ApiResult {
+    let [id] = path_ids(path, ["id"])?;
+    Params::parse(query.as_deref(), &[])?;
+    let request: types::ForkSession = parse(&body)?;
+    let new = tollgate_sessions::service::NewFork {
+        session_id: request.session_id.unwrap_or_else(new_session_id),
+        at_turn: request.at_turn,
+        agent_version: request.agent_version,
+        dry: request.dry,
+    };
+    let lineage = state.sessions().fork(&caller, &id, new).await?;
+    let session_id = lineage.session_id.clone();
+    let forked_from = tollgate_sessions::reads::forked_from(lineage);
+    Ok((StatusCode::CREATED, Json(types::Forked { forked_from, session_id })).into_response())
 }
 
 /// `DELETE /v1/sessions/{id}/grants/{tool}`.
@@ -1397,6 +1448,7 @@ mod tests {
         assert_eq!(action_of(&post, "/v1/sessions/s/messages"), Action::Write);
         assert_eq!(action_of(&post, "/v1/sessions/s/interrupts/i"), Action::Decide);
         assert_eq!(action_of(&post, "/v1/sessions/s/cancel"), Action::Cancel);
+        assert_eq!(action_of(&post, "/v1/sessions/s/fork"), Action::Fork);
         assert_eq!(action_of(&axum::http::Method::DELETE, "/v1/sessions/s/grants/t"), Action::Decide);
         assert_eq!(action_of(&post, "/v1/sessions/s/upgrade"), Action::Operate);
         assert_eq!(action_of(&post, "/v1/agent-upgrades"), Action::Operate);

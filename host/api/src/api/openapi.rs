@@ -24,7 +24,7 @@ mod limits;
     info(
         title = "Tollgate API",
         version = "0.1.0",
-        description = "Durable Claude Code sessions with gated tool calls. Bearer-token auth on every route but /healthz when the server has a token or an auth file: 401 `unauthorized` when no principal has the token, 403 when the principal's roles (viewer reads; client also starts sessions and sends messages; approver also decides; admin does everything), the tool's approver groups or separation of duties (nobody decides an interrupt of a session they started) refuse the request, naming what is needed. Every error is an ErrorBody that names the field, query parameter or limit that was wrong. A route that does not exist answers 404 `not_found`, a method a route does not take 405 `method_not_allowed`, both as an ErrorBody."
+        description = "Durable Claude Code sessions with gated tool calls. Bearer-token auth on every route but /healthz when the server has a token or an auth file: 401 `unauthorized` when no principal has the token, 403 when the principal's roles (viewer reads; client also starts sessions, sends messages and forks sessions; approver also decides; admin does everything), the tool's approver groups or separation of duties (nobody decides an interrupt of a session they started) refuse the request, naming what is needed. Every error is an ErrorBody that names the field, query parameter or limit that was wrong. A route that does not exist answers 404 `not_found`, a method a route does not take 405 `method_not_allowed`, both as an ErrorBody."
     ),
     modifiers(&BearerScheme),
     security(("bearer" = [])),

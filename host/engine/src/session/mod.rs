@@ -20,6 +20,7 @@
 //! | `ResumeTurn` | [`tools::on_resume_turn`] |
 //! | a recorded inline write inside `RunModel` | [`inline::unseen_writes`], [`inline::begin`] → run the tool → [`inline::on_result`] |
 //! | any step of a turn a client cancels | [`cancel::request_event`] → the step sees the request → [`cancel::on_cancel`] |
+//! | a client forks the session at a turn | [`fork::plan`]: where the turn ends and the fork's run state |
 //!
 //! # Stored formats (the reference adapters' wire contract)
 //!
@@ -39,6 +40,7 @@
 pub mod batches;
 pub mod cancel;
 pub mod client;
+pub mod fork;
 pub mod grants;
 pub mod inline;
 pub mod mcp;

@@ -92,6 +92,7 @@ mod agents;
 mod audit;
 mod cancel;
 mod deadlines;
+mod forks;
 mod media;
 mod versions;
 
@@ -100,6 +101,7 @@ use agents::*;
 use audit::*;
 use cancel::*;
 use deadlines::*;
+use forks::*;
 use media::*;
 use versions::*;
 
@@ -190,6 +192,11 @@ macro_rules! __store_conformance_cases {
             a_pushed_bundle_is_a_numbered_version_kept_once_by_content_and_the_first_is_current,
             promote_and_rollback_change_what_new_sessions_get_and_refuse_what_does_not_exist,
             a_bundle_the_store_cannot_keep_is_refused_naming_the_file_and_nothing_is_stored,
+            // forks.rs
+            a_fork_reads_its_parents_history_up_to_the_cut_and_writes_its_own_after_it,
+            a_fork_of_a_fork_reads_through_both_and_inserts_rows_by_depth_not_by_length,
+            a_session_a_fork_reads_from_cannot_be_deleted_and_the_fork_can,
+            a_fork_the_store_refuses_writes_nothing,
         }
     };
 }

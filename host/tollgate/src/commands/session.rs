@@ -141,6 +141,28 @@ pub enum SessionCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// Fork a session at a turn: a new idle session whose history is this one's up to the end of
+    /// turn N (shared, not copied), with no grants, no spend and you as its starter. Writes
+    /// recorded before the turn never run again, but the fork's own calls do: a fork taken before
+    /// a refund will refund again, unless `--dry`.
+    Fork {
+        /// The session to fork.
+        id: String,
+        /// The turn to fork at (from 1): one that ended, not the turn running or waiting now.
+        #[arg(long, value_name = "N")]
+        at_turn: i64,
+        /// Dry: the fork's write calls never run; each is answered from this session's record of
+        /// the same tool with the same input, or refused.
+        #[arg(long)]
+        dry: bool,
+        /// The fork's id (default: a fresh one).
+        #[arg(long = "id", value_name = "FORK_ID")]
+        fork_id: Option<String>,
+        /// The agent version the fork runs under (a name, `NAME@K` or a digest; default: this
+        /// session's).
+        #[arg(long)]
+        agent_version: Option<String>,
+    },
     /// Show a session: status, messages, pending approvals, tool calls, usage.
     Show {
         /// The session.
@@ -256,6 +278,26 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<ExitCode> {
                 }
                 (None, None) => writeln!(out, "the turn of session {id} completed before the cancel")?,
             }
+        }
+        SessionCommand::Fork { id, at_turn, dry, fork_id, agent_version } => {
+            let request =
+                tollgate_api::api::types::ForkSession { at_turn, session_id: fork_id, agent_version, dry };
+            let forked = client.fork(&id, &request).await?;
+            if args.client.json {
+                return print_json(out, &forked);
+            }
+            let dry = if forked.forked_from.dry {
+                " (dry: its writes are answered from records or refused)"
+            } else {
+                ""
+            };
+            writeln!(out, "session {} forked from {id} at turn {at_turn}{dry}", forked.session_id)?;
+            writeln!(
+                out,
+                "send: tollgate session send {} MESSAGE{}",
+                shell_word(&forked.session_id),
+                args.client.url_flag()
+            )?;
         }
         SessionCommand::Show { id } => {
             let snapshot = client.snapshot(&id).await?;
@@ -380,6 +422,10 @@ fn show(out: &mut impl Write, snapshot: &Snapshot, args: &ClientArgs) -> anyhow:
     if let Some(asked) = &snapshot.cancel_requested {
         writeln!(out, "cancelling: asked by {}", asked.requested_by)?;
     }
+    if let Some(from) = &snapshot.forked_from {
+        let dry = if from.dry { " (dry)" } else { "" };
+        writeln!(out, "forked from {} at turn {} by {}{dry}", from.session, from.turn, from.forked_by)?;
+    }
     writeln!(out)?;
     if snapshot.messages.is_empty() {
         writeln!(out, "(no messages)")?;
@@ -471,6 +517,7 @@ pub fn decision_lines(decisions: &[tollgate_api::api::types::AuditRecord]) -> Ve
                 tollgate_api::api::types::AuditDecision::Cancelled => "cancelled",
                 tollgate_api::api::types::AuditDecision::PartiallyApproved => "partially approved",
                 tollgate_api::api::types::AuditDecision::Checked => "checked",
+                tollgate_api::api::types::AuditDecision::Forked => "forked",
             };
             let input = d.input.as_ref().map(|i| format!(" {}", clip(&compact(i), 60))).unwrap_or_default();
             let edited = d

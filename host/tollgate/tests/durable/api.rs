@@ -571,6 +571,7 @@ fn the_openapi_check_refuses_answers_the_document_does_not_allow() {
         unclaimable_since: None,
         decisions: Vec::new(),
         grants: Vec::new(),
+        forked_from: None,
     };
     let good = serde_json::to_value(&snapshot).unwrap();
     let check = |status: u16, body: &Value| {

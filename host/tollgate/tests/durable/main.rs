@@ -10,6 +10,9 @@
 //! - `bundles`: pinned agent bundles: a swapped component refused, Workers of two bundles on one
 //!   PostgreSQL each running their own sessions, a waiting session upgraded to another bundle.
 //! - `dev`: `tollgate dev`: a scaffolded tool served with the mock model, rebuilt and reloaded on change.
+//! - `fork`: a session forked at a turn through the CLI and HTTP: before a refund (refunding
+//!   again), while the original waits for its approval, dry (answered from the original's
+//!   record, nothing run), after it (never run again), a fork of a fork; refused input.
 //! - `fleet`: agents on one store: a session names its agent, and a Worker of another agent on
 //!   the same SQLite or PostgreSQL store runs none of its sessions.
 //! - `api`: the HTTP API and the `tollgate session|approvals` client against `tollgate serve`.
@@ -82,6 +85,7 @@ mod deadlines;
 mod dev;
 mod edits;
 mod fleet;
+mod fork;
 mod grants;
 mod images;
 mod inline_writes;

@@ -135,7 +135,8 @@ pub(super) async fn call(
 
 /// Runs a custom tool with its `deferred-execution` and says how the run ended, with what the
 /// guest wrote to stderr when it failed by its own report (a traceback: for the record, not the
-/// model).
+/// model). In a dry fork nothing runs: the original's record answers, or the call is refused
+/// ([`tollgate_engine::session::fork::dry_answer`]).
 pub(super) async fn run_in_sandbox(
     worker: &Worker,
     tools: &ToolSet,
@@ -143,6 +144,15 @@ pub(super) async fn run_in_sandbox(
     arguments: &serde_json::Value,
     execution: &DeferredExecution,
 ) -> (ToolRun, Option<String>) {
+    match dry_original(worker, &execution.session_id).await {
+        Ok(None) => {}
+        Ok(Some(records)) => {
+            info!(session = %execution.session_id, tool = tool_name, "a dry fork's write: answered from the original's records");
+            return (tollgate_engine::session::fork::dry_answer(tool_name, arguments, &records), None);
+        }
+        // Nothing ran, and nothing may run before the fork is known not to be dry.
+        Err(message) => return (ToolRun::Contained { message }, None),
+    }
     if tools.get(tool_name).is_none() {
         // A tool of a component that did not load reads which one, and why.
         let message = match tools.not_loaded(tool_name) {
@@ -195,6 +205,17 @@ pub(super) async fn run_in_sandbox(
             (tool_run_of(err, report.reach), stderr)
         }
     }
+}
+
+/// The calls of the session's original when the session is a dry fork (`None`: it is not one).
+async fn dry_original(worker: &Worker, session_id: &str) -> Result<Option<Vec<CallEntry>>, String> {
+    let unread =
+        |err: &dyn std::fmt::Display| format!("whether this session is a dry fork could not be read: {err}");
+    let lineage = worker.store.lineage(session_id).await.map_err(|e| unread(&e))?;
+    let Some(lineage) = lineage.filter(|l| l.dry) else { return Ok(None) };
+    let records = worker.store.tool_calls(&lineage.parent_id).await.map_err(|e| unread(&e))?;
+    // A record that does not parse answers nothing: the call is refused rather than run.
+    Ok(Some(records.iter().filter_map(|r| CallEntry::parse(r.record.get()).ok()).collect()))
 }
 
 /// How a sandbox error is recorded ([`tollgate_engine::session::tools::settle`] decides what each

@@ -1,8 +1,10 @@
 // A session: its conversation with live text, what the model thought and did inline (its
 // thinking and its inline tool calls, from the event log), a banner for calls that failed or whose
 // outcome is unknown, its tool calls and their records, the
-// audit trail, usage and cost, the last turn's error or cancel, a box to send a message, and a
-// button that cancels the turn in progress.
+// audit trail, usage and cost, the last turn's error or cancel, a box to send a message, a
+// button that cancels the turn in progress, a form that forks the session at a turn (with the
+// warning that a fork taken before a refund will refund again, unless dry), and where a fork's
+// history comes from.
 
 import { call, image, seg, stream, storedEvents } from './api.js';
 import { clear, el, notify, pretty, when } from './dom.js';
@@ -12,6 +14,9 @@ const REFRESH_ON = new Set(['user_message', 'turn_started', 'turn_completed', 't
   'tool_call_finished', 'interrupt_opened', 'interrupt_resolved', 'decision_recorded', 'attempt_failed', 'agent_upgraded',
   'cancel_requested', 'turn_cancelled']);
 const TURN_ENDS = new Set(['turn_completed', 'turn_failed', 'turn_cancelled']);
+// Said where the fork button is (issue: a fork's own calls get their own keys).
+const FORK_WARNING = 'A fork taken before a refund will refund again: the fork\'s own calls run under their own keys. Check Dry to answer writes from this session\'s records or refuse them.';
+const FORK_DRY_NOTE = 'Dry: the fork\'s writes never run; each is answered from this session\'s record of the same call, or refused.';
 
 /** Mounts the session `id` in `view` for the principal `me`; returns its unmount. */
 export function mount(view, id, me) {
@@ -35,17 +40,32 @@ export function mount(view, id, me) {
   const stopWhy = el('p', { class: 'why', id: 'cancel-why' });
   const stopResult = el('p', { class: 'result', id: 'cancel-result', role: 'status' });
   const cancelled = el('p', { class: 'notice', id: 'last-turn-cancelled' });
+  const lineage = el('p', { class: 'notice', id: 'forked-from', hidden: true });
+  // A fork: a client or admin forks (the API decides: this only greys the form out).
+  const mayFork = me.roles.includes('client') || me.roles.includes('admin');
+  const forkTurn = el('input', { type: 'number', id: 'fork-turn', name: 'at_turn', min: '1', step: '1', required: true, disabled: !mayFork, 'aria-describedby': 'fork-warning fork-why' });
+  const forkDry = el('input', { type: 'checkbox', id: 'fork-dry', name: 'dry', disabled: !mayFork, 'aria-describedby': 'fork-warning' });
+  const forkButton = el('button', { type: 'submit', id: 'fork-button', disabled: !mayFork, text: 'Fork at this turn', 'aria-describedby': 'fork-warning fork-why' });
+  const forkWarning = el('p', { class: 'warning', id: 'fork-warning', role: 'note', text: FORK_WARNING });
+  const forkWhy = el('p', { class: 'why', id: 'fork-why', text: mayFork ? '' : `Forking needs the role client or admin; ${me.name} has ${me.roles.join(', ') || 'none'}.` });
+  const forkResult = el('p', { class: 'result', id: 'fork-result', role: 'status' });
+  const forkForm = el('form', { class: 'fork', id: 'fork-form' },
+    el('label', { for: 'fork-turn', text: 'Turn' }), forkTurn,
+    el('label', { for: 'fork-dry' }, forkDry, ' Dry: answer writes from this session\'s records, or refuse them'),
+    el('div', { class: 'actions' }, forkButton), forkWarning, forkWhy, forkResult);
   // Calls that failed or may have run without anyone seeing how they ended: loud, at the top.
   const failures = el('div', { class: 'banner', id: 'call-failures', role: 'alert' });
   // Calls someone checked: quiet, with who and what they found.
   const checkedNotes = el('ul', { class: 'checked-calls', id: 'checked-calls', 'aria-label': 'Checked tool calls', hidden: true });
-  view.append(title, failures, checkedNotes, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
+  view.append(title, failures, checkedNotes, lineage, facts, error, cancelled, el('div', { class: 'actions' }, stop), stopWhy, stopResult,
     el('section', { class: 'panel', 'aria-labelledby': 'conv-h' }, el('h3', { id: 'conv-h', text: 'Conversation' }), messages, form),
     el('section', { class: 'panel', 'aria-labelledby': 'activity-h' }, el('h3', { id: 'activity-h', text: 'Thinking and inline tool calls' }), activity),
     el('section', { class: 'panel', 'aria-labelledby': 'calls-h' }, el('h3', { id: 'calls-h', text: 'Tool calls' }), calls),
     el('section', { class: 'panel', 'aria-labelledby': 'audit-h' }, el('h3', { id: 'audit-h', text: 'Audit trail' }),
       el('div', { class: 'table-wrap' }, el('table', {}, el('thead', {}, el('tr', {}, ...['When', 'Who', 'Decision', 'Tool', 'Reason', 'Input'].map((h) => el('th', { scope: 'col', text: h })))), audit)),
-      el('h4', { text: 'Grants (allow for this session)' }), grants));
+      el('h4', { text: 'Grants (allow for this session)' }), grants),
+    el('section', { class: 'panel', 'aria-labelledby': 'fork-h' }, el('h3', { id: 'fork-h', text: 'Fork' }),
+      el('p', { class: 'hint', text: 'A new session whose history is this one up to the end of the turn; it has no grants and no spend, and you start it.' }), forkForm));
 
   const path = `/v1/sessions/${seg(id)}`;
   let alive = true, live = null, refreshing = null, again = false;
@@ -81,6 +101,28 @@ export function mount(view, id, me) {
     return [false, `Cancelling needs the role client, approver or admin; ${me.name} has ${me.roles.join(', ') || 'none'}.`];
   }
 
+  forkDry.addEventListener('change', () => {
+    forkWarning.textContent = forkDry.checked ? FORK_DRY_NOTE : FORK_WARNING;
+    forkWarning.classList.toggle('dry', forkDry.checked);
+  });
+  forkForm.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const turn = Number(forkTurn.value);
+    if (!Number.isInteger(turn) || turn < 1) return;
+    forkButton.disabled = true;
+    forkResult.classList.remove('failed');
+    clear(forkResult);
+    try {
+      const forked = await call('POST', `${path}/fork`, { at_turn: turn, dry: forkDry.checked });
+      forkResult.append(`Forked at turn ${turn}: `, el('a', { href: `#/session/${seg(forked.session_id)}`, id: 'fork-link', text: forked.session_id }));
+      notify(`Session ${id} forked at turn ${turn}`);
+    } catch (e) {
+      forkResult.classList.add('failed');
+      forkResult.textContent = e.describe ? e.describe() : String(e);
+    }
+    forkButton.disabled = !mayFork;
+  });
+
   stop.addEventListener('click', async () => {
     stop.disabled = true;
     stopResult.classList.remove('failed');
@@ -99,6 +141,13 @@ export function mount(view, id, me) {
     const [mayCancel, whyNot] = cancelRight(s);
     stop.disabled = !mayCancel;
     stopWhy.textContent = whyNot;
+    clear(lineage);
+    lineage.hidden = !s.forked_from;
+    if (s.forked_from) {
+      const from = s.forked_from;
+      lineage.append('Forked from ', el('a', { href: `#/session/${seg(from.session)}`, text: from.session }),
+        ` at turn ${from.turn} by ${from.forked_by}${from.dry ? ' (dry: its writes are answered from records or refused)' : ''}.`);
+    }
     cancelled.textContent = s.last_turn_cancelled ? `Last turn (${s.last_turn_cancelled.turn_id}) cancelled by ${s.last_turn_cancelled.cancelled_by}.` : '';
     clear(facts);
     const usage = s.usage || {};
