@@ -210,7 +210,9 @@ async fn main() {
     let pool = sqlite.raw_pool().clone();
     let count = move |sql: String| -> Count {
         let pool = pool.clone();
-        Box::pin(async move { sqlx::query_scalar::<_, i64>(&sql).fetch_one(&pool).await.unwrap() })
+        Box::pin(async move {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(&pool).await.unwrap()
+        })
     };
     let mut figures = Vec::new();
     for entries in [100, 10_000] {
@@ -223,7 +225,9 @@ async fn main() {
             let pool = pg.raw_pool().clone();
             let count = move |sql: String| -> Count {
                 let pool = pool.clone();
-                Box::pin(async move { sqlx::query_scalar::<_, i64>(&sql).fetch_one(&pool).await.unwrap() })
+                Box::pin(async move {
+                    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(&pool).await.unwrap()
+                })
             };
             let mut figures = Vec::new();
             for entries in [100, 10_000] {

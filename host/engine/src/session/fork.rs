@@ -304,7 +304,12 @@ mod tests {
         );
         assert!(matches!(plan(original(&state, &[]), &items, 0), Err(ForkRefusal::NoSuchTurn { .. })));
         let running = RunState {
-            turn: Some(TurnState { turn_id: "turn-3".into(), prompts_upto: 9, ahead: Vec::new() }),
+            turn: Some(TurnState {
+                turn_id: "turn-3".into(),
+                prompts_upto: 9,
+                ahead: Vec::new(),
+                trace: None,
+            }),
             ..ended(2)
         };
         let busy = Original { busy: true, ..original(&running, &[]) };
