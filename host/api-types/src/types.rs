@@ -232,6 +232,7 @@ pub struct ForkSession {
     /// The turn to fork at, from 1: the fork's history ends with it. It must have ended (not the
     /// turn running or waiting for approval now, none of its calls open).
     #[schema(minimum = 1)]
+    #[serde(deserialize_with = "whole_number")]
     pub at_turn: i64,
     /// The fork's id: 1-200 of letters, digits and `-_.:/@`; generated when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -240,7 +241,7 @@ pub struct ForkSession {
     /// The agent version the fork runs under (a name, `NAME@K` or a digest); absent: the
     /// original's agent and digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(pattern = "^([A-Za-z0-9][A-Za-z0-9_-]{0,63}(@[0-9]{1,9})?|sha256:[0-9a-f]{64})$")]
     pub agent_version: Option<String>,
     /// A dry fork: its write calls never run; each is answered from the original's record of the
     /// same tool with the same input, or refused. Otherwise (the default) a fork taken before a
@@ -1226,5 +1227,36 @@ mod tests {
         ] {
             assert_eq!(wire(&code), format!("\"{code}\""));
         }
+    }
+}
+
+/// A whole number, also written with a zero fraction (`3.0`): JSON Schema's `integer`, which the
+/// API document promises, admits both.
+fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    use serde::de::Error as _;
+    let number = serde_json::Number::deserialize(deserializer)?;
+    if let Some(n) = number.as_i64() {
+        return Ok(n);
+    }
+    match number.as_f64() {
+        // i64::MAX as f64 rounds up to 2^63, which is out of range.
+        Some(f) if f.fract() == 0.0 && f >= -(2f64.powi(63)) && f < 2f64.powi(63) => Ok(f as i64),
+        _ => Err(D::Error::custom(format!("expected a whole number, found {number}"))),
+    }
+}
+
+#[cfg(test)]
+mod whole_number_tests {
+    use super::ForkSession;
+
+    #[test]
+    fn a_turn_may_be_written_with_a_zero_fraction_but_not_with_another() {
+        let fork = |body: &str| serde_json::from_str::<ForkSession>(body).map(|f| f.at_turn);
+        assert_eq!(fork(r#"{"at_turn":3}"#).unwrap(), 3);
+        assert_eq!(fork(r#"{"at_turn":1988270420.0}"#).unwrap(), 1_988_270_420);
+        let error = fork(r#"{"at_turn":1.5}"#).unwrap_err().to_string();
+        assert!(error.contains("expected a whole number, found 1.5"), "{error}");
+        assert!(fork(r#"{"at_turn":1e300}"#).is_err());
+        assert!(fork(r#"{"at_turn":"3"}"#).is_err());
     }
 }
