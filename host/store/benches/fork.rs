@@ -8,7 +8,7 @@
 //!
 //! Run: `cargo bench -p tollgate-store --bench fork` (PostgreSQL needs
 //! `scripts/install-postgres.sh`; without it that backend's rows are left out, saying so).
-//! Goal (issue 45): a fork of a 10,000-entry session in at most 50 ms on each backend.
+//! Goal: a fork of a 10,000-entry session in at most 50 ms on each backend.
 
 use std::time::{Duration, Instant};
 
